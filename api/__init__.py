@@ -1,0 +1,1 @@
+"""rlplane control-plane API (FastAPI). Never imports torch: the REST API is the contract."""

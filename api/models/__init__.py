@@ -1,0 +1,22 @@
+"""ORM models, one file per table."""
+
+from api.models.api_token import ApiToken
+from api.models.base import Base
+from api.models.checkpoint import Checkpoint
+from api.models.dataset import Dataset
+from api.models.log_line import LogLine
+from api.models.membership import ROLES, Membership
+from api.models.metric import Metric
+from api.models.project import Project
+from api.models.run import Run
+from api.models.run_attempt import RunAttempt
+from api.models.run_event import RunEvent
+from api.models.run_link import RunLink
+from api.models.sample import Sample
+from api.models.user import User
+from api.models.worker import Worker
+
+__all__ = [
+    "ROLES", "ApiToken", "Base", "Checkpoint", "Dataset", "LogLine", "Membership", "Metric",
+    "Project", "Run", "RunAttempt", "RunEvent", "RunLink", "Sample", "User", "Worker",
+]

@@ -1,0 +1,36 @@
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from api.models.base import Base, JsonDoc, UtcDateTime, utcnow
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_project_created", "project_id", "created_at"),
+        Index("ix_runs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(128), index=True)
+    algorithm: Mapped[str] = mapped_column(String(16), index=True)
+    backend: Mapped[str] = mapped_column(String(16))
+    queue: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str] = mapped_column(String(2000), default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    total_steps: Mapped[int]
+    last_step: Mapped[int | None]
+    archived: Mapped[bool] = mapped_column(default=False)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # The lease: which token's worker executes the current attempt, fenced by the attempt number.
+    lease_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+    attempt_count: Mapped[int] = mapped_column(default=0)

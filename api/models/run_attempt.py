@@ -1,0 +1,22 @@
+from datetime import datetime
+
+from sqlalchemy import ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from api.models.base import Base, UtcDateTime, utcnow
+
+
+class RunAttempt(Base):
+    """One execution of a run by one worker; its number is the lease's fencing token."""
+
+    __tablename__ = "run_attempts"
+    __table_args__ = (UniqueConstraint("run_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    number: Mapped[int]
+    worker: Mapped[str] = mapped_column(String(128))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    end_reason: Mapped[str | None] = mapped_column(String(2000))
+    last_step: Mapped[int | None]

@@ -1,0 +1,28 @@
+from typing import Any
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from api.models.base import Base, BigId, JsonDoc
+
+
+class Sample(Base):
+    """One generated response with its prompt and scores, at one step."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        UniqueConstraint("run_id", "step", "index"),
+        Index("ix_samples_run_prompt_hash", "run_id", "prompt_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    index: Mapped[int]
+    prompt: Mapped[str] = mapped_column(Text)
+    prompt_hash: Mapped[str] = mapped_column(String(64))
+    response: Mapped[str] = mapped_column(Text)
+    reward: Mapped[float | None] = mapped_column(Float(precision=53))
+    kl: Mapped[float | None] = mapped_column(Float(precision=53))
+    scores: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    time: Mapped[float] = mapped_column(Float(precision=53))

@@ -1,0 +1,1 @@
+"""Alembic migrations; applied by `rlplane api` on start and by the tests."""
