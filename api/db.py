@@ -60,9 +60,9 @@ def get_uow(request: Request) -> Iterator[UnitOfWork]:
     uow.run_after_commit()
 
 
-def get_session(uow: Annotated[UnitOfWork, Depends(get_uow)]) -> Session:
+def get_session(uow: Annotated[UnitOfWork, Depends(get_uow, scope="function")]) -> Session:
     return uow.session
 
 
-UowDep = Annotated[UnitOfWork, Depends(get_uow)]
+UowDep = Annotated[UnitOfWork, Depends(get_uow, scope="function")]
 SessionDep = Annotated[Session, Depends(get_session)]

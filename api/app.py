@@ -1,0 +1,74 @@
+"""The FastAPI application factory."""
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from api import health
+from api.artifacts import ArtifactStore
+from api.auth import endpoints as auth
+from api.checkpoints import endpoints as checkpoints
+from api.datasets import endpoints as datasets
+from api.db import make_engine, make_sessionmaker
+from api.events import endpoints as events
+from api.limits import BodyLimitMiddleware
+from api.logs import endpoints as logs
+from api.metrics import endpoints as metrics
+from api.runs import endpoints as runs
+from api.samples import endpoints as samples
+from api.settings import Settings
+from api.workers import endpoints as workers
+from trainer_core.spec import RunSpec
+
+OPENAPI_URL = "/api/v1/openapi.json"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        app.state.engine.dispose()
+
+    app = FastAPI(
+        title="rlplane", version="0.1.0", openapi_url=OPENAPI_URL, docs_url="/api/docs", redoc_url=None,
+        lifespan=lifespan, description="Control plane for LLM post-training runs. Authenticate with `Authorization: Bearer <token>`.",
+    )
+    app.state.settings = settings
+    app.state.engine = make_engine(settings.resolved_database_url)
+    app.state.sessionmaker = make_sessionmaker(app.state.engine)
+    app.state.artifacts = ArtifactStore(settings.resolved_artifacts)
+    app.add_middleware(
+        BodyLimitMiddleware, default_limit=settings.max_body_bytes, upload_limit=settings.max_upload_bytes,
+        upload_paths=(datasets.UPLOAD_PATH,),
+    )
+    for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
+        app.include_router(module.router)
+    app.openapi = lambda: _openapi(app)
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus the run spec schema (the spec body is parsed by hand to accept YAML) and bearer auth."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = schema.setdefault("components", {})
+    spec_schema = RunSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.setdefault("schemas", {}).update(spec_schema.pop("$defs", {}))
+    components["schemas"]["RunSpec"] = spec_schema
+    components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, operations in schema["paths"].items():
+        if path in ("/healthz", "/readyz"):
+            continue
+        for operation in operations.values():
+            operation["security"] = [{"bearer": []}]
+            operation.setdefault("responses", {}).update({
+                "401": {"description": "Missing, invalid, expired or revoked token"},
+                "403": {"description": "Outside the caller's projects or scopes"},
+            })
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,1 @@
+"""Users, projects, roles and API tokens."""

@@ -1,0 +1,51 @@
+"""First start: with no user in the database, create the site admin and its token."""
+
+import os
+import sys
+from pathlib import Path
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from api.auth.tokens import display_prefix, hash_token, new_token
+from api.models import ApiToken, Membership, Project, User
+
+ADMIN_NAME = "admin"
+DEFAULT_PROJECT = "default"
+_BOOTSTRAP_LOCK_KEY = 727_002
+
+
+def bootstrap_admin(session: Session, home: Path, preset_token: str | None) -> str | None:
+    """Create the admin once; return the generated secret (None when nothing was created or it was preset)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _BOOTSTRAP_LOCK_KEY})
+    if session.scalar(select(User.id).limit(1)) is not None:
+        return None
+    secret = preset_token or new_token()
+    admin = User(name=ADMIN_NAME, is_site_admin=True)
+    project = Project(name=DEFAULT_PROJECT, description="Created at first start")
+    session.add_all([admin, project])
+    session.flush()
+    session.add(Membership(user_id=admin.id, project_id=project.id, role="admin"))
+    session.add(ApiToken(
+        user_id=admin.id, name="bootstrap", token_hash=hash_token(secret), prefix=display_prefix(secret),
+        scopes=["admin"],
+    ))
+    session.commit()
+    if preset_token:
+        return None
+    _write_secret(home / "admin.token", secret)
+    return secret
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    os.chmod(path, 0o600)
+
+
+def announce(secret: str, path: Path) -> None:
+    print(f"rlplane: created site admin '{ADMIN_NAME}'. Its token (shown once, also in {path}, mode 0600):\n  {secret}",
+          file=sys.stderr, flush=True)

@@ -1,0 +1,1 @@
+"""Checkpoint records and file downloads through the API."""

@@ -1,0 +1,103 @@
+from pathlib import PurePosixPath
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.responses import FileResponse, StreamingResponse
+from sqlalchemy import select
+
+from api.artifacts import ArtifactStore, UnsafePath, safe_relative
+from api.auth.deps import CurrentPrincipal, Reader
+from api.auth.service import conflict, not_found
+from api.checkpoints import schemas
+from api.db import SessionDep
+from api.models import Checkpoint
+from api.runs.service import readable_run, reportable_run, unprocessable
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
+
+
+def _public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
+    return schemas.CheckpointPublic(
+        id=ckpt.id, run_id=ckpt.run_id, step=ckpt.step, path=ckpt.path, size=ckpt.size, sha256=ckpt.sha256,
+        metadata=ckpt.meta, created_at=ckpt.created_at,
+    )
+
+
+def _store(request: Request) -> ArtifactStore:
+    return request.app.state.artifacts
+
+
+@router.post("", response_model=schemas.CheckpointPublic, status_code=status.HTTP_201_CREATED,
+             responses={200: {"model": schemas.CheckpointPublic, "description": "Already registered, identical"}})
+def register_checkpoint(
+    run_id: int, body: schemas.CheckpointCreate, principal: CurrentPrincipal, session: SessionDep,
+    request: Request, response: Response,
+) -> schemas.CheckpointPublic:
+    reportable_run(session, principal, run_id, lock=True)
+    try:
+        rel = safe_relative(body.path)
+        present = _store(request).exists(rel)
+    except UnsafePath as exc:
+        raise unprocessable(["body", "path"], str(exc)) from None
+    if not present:
+        raise unprocessable(["body", "path"], f"'{body.path}' does not exist under the artifact root; write it first")
+    existing = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == body.step))
+    if existing is not None:
+        if (existing.path, existing.size, existing.sha256) != (body.path, body.size, body.sha256):
+            raise conflict(f"run {run_id} already has a different checkpoint at step {body.step}")
+        response.status_code = status.HTTP_200_OK
+        return _public(existing)
+    ckpt = Checkpoint(run_id=run_id, step=body.step, path=body.path, size=body.size, sha256=body.sha256, meta=body.metadata)
+    session.add(ckpt)
+    session.flush()
+    return _public(ckpt)
+
+
+@router.get("", response_model=schemas.CheckpointList)
+def list_checkpoints(run_id: int, principal: Reader, session: SessionDep) -> schemas.CheckpointList:
+    readable_run(session, principal, run_id)
+    rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)).all()
+    return schemas.CheckpointList(data=[_public(c) for c in rows], count=len(rows))
+
+
+def _checkpoint(session, principal, run_id: int, step: int) -> Checkpoint:
+    readable_run(session, principal, run_id)
+    ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step))
+    if ckpt is None:
+        raise not_found(f"checkpoint of run {run_id} at step {step}")
+    return ckpt
+
+
+@router.get("/{step}/files", response_model=schemas.CheckpointFileList)
+def list_checkpoint_files(run_id: int, step: int, principal: Reader, session: SessionDep, request: Request) -> schemas.CheckpointFileList:
+    ckpt = _checkpoint(session, principal, run_id, step)
+    try:
+        files = [schemas.CheckpointFile(name=n, size=s) for n, s in _store(request).files_under(safe_relative(ckpt.path))]
+    except (UnsafePath, FileNotFoundError):
+        raise not_found(f"files of checkpoint {ckpt.path}") from None
+    return schemas.CheckpointFileList(data=files, count=len(files))
+
+
+@router.get("/{step}/files/{file_path:path}", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
+def download_checkpoint_file(
+    run_id: int, step: int, file_path: str, principal: Reader, session: SessionDep, request: Request,
+) -> Response:
+    ckpt = _checkpoint(session, principal, run_id, step)
+    store = _store(request)
+    try:
+        base = safe_relative(ckpt.path)
+        wanted = safe_relative(file_path)
+        # A single-file checkpoint lists itself under its own name.
+        rel = base if wanted == PurePosixPath(base.name) and store.is_file(base) else base / wanted
+        if store.local:
+            target = store.local_path(rel, base)
+            if not target.is_file():
+                raise FileNotFoundError(file_path)
+            return FileResponse(target, filename=target.name)
+        if not store.is_file(rel):
+            raise FileNotFoundError(file_path)
+        return StreamingResponse(store.open_read(rel), media_type="application/octet-stream")
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"file path rejected: {exc}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise not_found(f"file '{file_path}' in checkpoint at step {step}") from None

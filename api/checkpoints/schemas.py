@@ -1,0 +1,39 @@
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CheckpointCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: int = Field(ge=0, le=2**62)
+    path: str = Field(min_length=1, max_length=1024, description="Relative to the artifact root, e.g. runs/12/step-100")
+    size: int = Field(ge=0, description="Total bytes")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the manifest or the single file")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckpointPublic(BaseModel):
+    id: int
+    run_id: int
+    step: int
+    path: str
+    size: int
+    sha256: str
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+class CheckpointList(BaseModel):
+    data: list[CheckpointPublic]
+    count: int
+
+
+class CheckpointFile(BaseModel):
+    name: str = Field(description="Path inside the checkpoint; append it to .../files/ to download")
+    size: int
+
+
+class CheckpointFileList(BaseModel):
+    data: list[CheckpointFile]
+    count: int

@@ -1,0 +1,1 @@
+"""Uploaded datasets: validated against their kind, stored under the artifact root."""

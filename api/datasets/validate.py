@@ -1,0 +1,105 @@
+"""Check every row of an uploaded file against its kind, and report the row and column at fault."""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+KINDS = ("sft", "preference", "prompts")
+FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
+MAX_ERRORS = 20
+
+
+@dataclass
+class Report:
+    rows: int = 0
+    columns: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def error(self, row: int, column: str | None, msg: str) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            where = f"row {row}" + (f", column '{column}'" if column else "")
+            self.errors.append({"loc": ["body", "file", f"row {row}", *([column] if column else [])], "msg": f"{where}: {msg}", "type": "value_error"})
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    )
+
+
+def _need_text(report: Report, row_no: int, row: dict, column: str, allow_messages: bool = False) -> None:
+    if column not in row:
+        report.error(row_no, column, "is missing")
+    elif not (isinstance(row[column], str) or (allow_messages and _is_messages(row[column]))):
+        kind = "a string or a list of {role, content} messages" if allow_messages else "a string"
+        report.error(row_no, column, f"must be {kind}, got {type(row[column]).__name__}")
+
+
+def check_row(kind: str, row_no: int, row: Any, report: Report) -> None:
+    if not isinstance(row, dict):
+        report.error(row_no, None, f"must be a JSON object, got {type(row).__name__}")
+        return
+    if kind == "prompts":
+        _need_text(report, row_no, row, "prompt")
+    elif kind == "preference":
+        for column in ("prompt", "chosen", "rejected"):
+            _need_text(report, row_no, row, column, allow_messages=column != "prompt")
+    elif "messages" in row:
+        if not _is_messages(row["messages"]):
+            report.error(row_no, "messages", "must be a non-empty list of {role, content} objects")
+    elif "text" in row:
+        _need_text(report, row_no, row, "text")
+    elif "prompt" in row or "completion" in row:
+        _need_text(report, row_no, row, "prompt")
+        _need_text(report, row_no, row, "completion")
+    else:
+        report.error(row_no, None, "an sft row needs 'messages', 'text', or 'prompt' and 'completion'")
+
+
+def iter_rows(path: Path, fmt: str, report: Report) -> Iterator[tuple[int, Any]]:
+    if fmt == "parquet":
+        parquet = pq.ParquetFile(path)
+        row_no = 0
+        for batch in parquet.iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                row_no += 1
+                yield row_no, row
+        return
+    with path.open("rb") as handle:
+        for row_no, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield row_no, json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                report.error(row_no, None, f"is not valid JSON ({exc})")
+
+
+def validate_file(path: Path, fmt: str, kind: str) -> Report:
+    report = Report()
+    columns: dict[str, None] = {}
+    try:
+        for row_no, row in iter_rows(path, fmt, report):
+            report.rows += 1
+            check_row(kind, row_no, row, report)
+            if isinstance(row, dict) and len(columns) < 256:
+                columns.update(dict.fromkeys(row))
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        report.error(0, None, f"cannot read the file as {fmt}: {exc}")
+    if report.rows == 0 and not report.errors:
+        report.error(0, None, "the file has no rows")
+    report.columns = list(columns)
+    return report
+
+
+def preview(path: Path, fmt: str, rows: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _row_no, row in iter_rows(path, fmt, Report()):
+        out.append(json.loads(json.dumps(row, default=str)))
+        if len(out) >= rows:
+            break
+    return out

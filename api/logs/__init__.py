@@ -1,0 +1,1 @@
+"""Run log lines: idempotent append, tail with an offset."""

@@ -1,0 +1,52 @@
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+from sqlalchemy import select
+
+from api.auth.deps import CurrentPrincipal, Reader
+from api.db import SessionDep
+from api.inserts import insert_ignoring_duplicates
+from api.logs import schemas
+from api.models import LogLine
+from api.runs.service import readable_run, reportable_run
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
+
+
+@router.post("", response_model=schemas.LogIngestResult)
+def append_logs(
+    run_id: int, principal: CurrentPrincipal, session: SessionDep,
+    lines: Annotated[list[schemas.LogLineIn], Body(max_length=10_000)],
+) -> schemas.LogIngestResult:
+    reportable_run(session, principal, run_id, lock=True)
+    if not lines:
+        return schemas.LogIngestResult(accepted=0, duplicates=0)
+    now = time.time()
+    rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in lines]
+    accepted = insert_ignoring_duplicates(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
+    return schemas.LogIngestResult(accepted=accepted, duplicates=len(rows) - accepted)
+
+
+@router.get("", response_model=schemas.LogPage)
+def read_logs(
+    run_id: int, principal: Reader, session: SessionDep,
+    offset: Annotated[int, Query(ge=0, description="Return lines after this id")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N lines (ignores offset)")] = None,
+    rank: Annotated[int | None, Query(ge=0)] = None,
+    q: Annotated[str | None, Query(max_length=256, description="Case-insensitive substring")] = None,
+) -> schemas.LogPage:
+    readable_run(session, principal, run_id)
+    query = select(LogLine).where(LogLine.run_id == run_id)
+    if rank is not None:
+        query = query.where(LogLine.rank == rank)
+    if q:
+        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(LogLine.text.ilike(f"%{escaped}%", escape="\\"))
+    if tail is not None:
+        lines = list(reversed(session.scalars(query.order_by(LogLine.id.desc()).limit(tail)).all()))
+    else:
+        lines = list(session.scalars(query.where(LogLine.id > offset).order_by(LogLine.id).limit(limit)))
+    data = [schemas.LogLineOut.model_validate(line, from_attributes=True) for line in lines]
+    return schemas.LogPage(data=data, next_offset=data[-1].id if data else offset)

@@ -1,0 +1,1 @@
+"""Metric ingest (idempotent) and downsampled series."""

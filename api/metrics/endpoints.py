@@ -1,0 +1,43 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+
+from api.auth.deps import CurrentPrincipal, Reader
+from api.db import SessionDep
+from api.metrics import schemas, service
+from api.runs.service import readable_run, reportable_run
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
+
+MAX_BATCH = 10_000
+
+
+@router.post("", response_model=schemas.IngestResult)
+def ingest_metrics(
+    run_id: int, principal: CurrentPrincipal, session: SessionDep,
+    points: Annotated[list[schemas.MetricPoint], Body(max_length=MAX_BATCH)],
+) -> schemas.IngestResult:
+    """Store points; a replayed batch neither duplicates nor changes a stored point."""
+    run = reportable_run(session, principal, run_id, lock=True)
+    return service.ingest(session, run, points)
+
+
+@router.get("", response_model=schemas.SeriesResponse)
+def read_metrics(
+    run_id: int, principal: Reader, session: SessionDep,
+    keys: Annotated[list[str], Query(max_length=100, description="Keys to return; default: all")] = [],  # noqa: B006
+    max_points: Annotated[int, Query(ge=2, le=20_000)] = 1000,
+    step_min: Annotated[int | None, Query(ge=0)] = None,
+    step_max: Annotated[int | None, Query(ge=0)] = None,
+) -> schemas.SeriesResponse:
+    readable_run(session, principal, run_id)
+    wanted = keys or [k.key for k in service.key_summaries(session, run_id)]
+    series = [service.series(session, run_id, key, max_points, step_min, step_max) for key in wanted]
+    return schemas.SeriesResponse(run_id=run_id, max_points=max_points, series=series)
+
+
+@router.get("/keys", response_model=schemas.KeyList)
+def list_keys(run_id: int, principal: Reader, session: SessionDep) -> schemas.KeyList:
+    readable_run(session, principal, run_id)
+    keys = service.key_summaries(session, run_id)
+    return schemas.KeyList(data=keys, count=len(keys))

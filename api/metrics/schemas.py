@@ -1,0 +1,53 @@
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.floats import AnyFloat, MaybeFloat
+
+KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
+
+
+class MetricPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(pattern=KEY_PATTERN, description="Namespaced key, e.g. train/loss or ppo/kl")
+    step: int = Field(ge=0, le=2**62, description="Optimizer step; (run, key, step) is the idempotency key")
+    value: AnyFloat = Field(description="NaN and +-Infinity are stored as such")
+    time: float | None = Field(default=None, ge=0, le=1e11, description="Unix time; default: when received")
+
+
+class IngestResult(BaseModel):
+    accepted: int = Field(description="Points stored by this request")
+    duplicates: int = Field(description="Points whose (key, step) was already stored; left unchanged")
+
+
+class SeriesPoint(BaseModel):
+    step: int = Field(description="The last step of the bucket")
+    value: AnyFloat = Field(description="The value at that step")
+    min: MaybeFloat = Field(description="Smallest non-NaN value in the bucket")
+    max: MaybeFloat = Field(description="Largest non-NaN value in the bucket")
+    count: int = Field(description="Points in the bucket")
+    time: float
+
+
+class Series(BaseModel):
+    key: str
+    total_points: int
+    downsampled: bool
+    points: list[SeriesPoint]
+
+
+class SeriesResponse(BaseModel):
+    run_id: int
+    max_points: int
+    series: list[Series]
+
+
+class KeySummary(BaseModel):
+    key: str
+    count: int
+    last_step: int
+    last_value: AnyFloat
+    last_time: float
+
+
+class KeyList(BaseModel):
+    data: list[KeySummary]
+    count: int

@@ -1,0 +1,92 @@
+"""Idempotent ingest and deterministic bucketed downsampling (min/max/last per bucket)."""
+
+import math
+import time
+
+from sqlalchemy import and_, case, func, select
+from sqlalchemy.orm import Session
+
+from api.inserts import insert_ignoring_duplicates
+from api.metrics import schemas
+from api.models import Metric, Run
+
+def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> schemas.IngestResult:
+    if not points:
+        return schemas.IngestResult(accepted=0, duplicates=0)
+    now = time.time()
+    rows = [
+        {
+            "run_id": run.id, "key": p.key, "step": p.step,
+            "value": 0.0 if math.isnan(p.value) else p.value, "is_nan": math.isnan(p.value),
+            "time": p.time if p.time is not None else now,
+        }
+        for p in points
+    ]
+    accepted = insert_ignoring_duplicates(session, Metric, rows, ["run_id", "key", "step"])
+    top = max(p.step for p in points)
+    if run.last_step is None or top > run.last_step:
+        run.last_step = top
+    session.flush()
+    return schemas.IngestResult(accepted=accepted, duplicates=len(rows) - accepted)
+
+
+def _value_or_null():
+    """The value, or NULL for NaN points, so min/max skip NaN the same way on every backend."""
+    return case((Metric.is_nan, None), else_=Metric.value)
+
+
+def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
+    grouped = (
+        select(Metric.key, func.count().label("n"), func.max(Metric.step).label("last"))
+        .where(Metric.run_id == run_id).group_by(Metric.key).subquery()
+    )
+    rows = session.execute(
+        select(grouped.c.key, grouped.c.n, grouped.c.last, Metric.value, Metric.is_nan, Metric.time)
+        .join(Metric, and_(Metric.run_id == run_id, Metric.key == grouped.c.key, Metric.step == grouped.c.last))
+        .order_by(grouped.c.key)
+    )
+    return [
+        schemas.KeySummary(key=k, count=n, last_step=last, last_value=math.nan if nan else v, last_time=t)
+        for k, n, last, v, nan, t in rows
+    ]
+
+
+def series(session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None) -> schemas.Series:
+    scope = [Metric.run_id == run_id, Metric.key == key]
+    if step_min is not None:
+        scope.append(Metric.step >= step_min)
+    if step_max is not None:
+        scope.append(Metric.step <= step_max)
+    total, lo, hi = session.execute(select(func.count(), func.min(Metric.step), func.max(Metric.step)).where(*scope)).one()
+    if total == 0:
+        return schemas.Series(key=key, total_points=0, downsampled=False, points=[])
+    if total <= max_points:
+        rows = session.execute(select(Metric.step, Metric.value, Metric.is_nan, Metric.time).where(*scope).order_by(Metric.step))
+        points = [_raw_point(step, value, nan, t) for step, value, nan, t in rows]
+        return schemas.Series(key=key, total_points=total, downsampled=False, points=points)
+    span = hi - lo + 1
+    # Equal-width step buckets: the same points always give the same buckets, whatever order they arrived in.
+    bucket = ((Metric.step - lo) * max_points) // span
+    finite = _value_or_null()
+    grouped = (
+        select(
+            func.max(Metric.step).label("last"), func.min(finite).label("lo"), func.max(finite).label("hi"),
+            func.count().label("n"),
+        ).where(*scope).group_by(bucket).subquery()
+    )
+    rows = session.execute(
+        select(grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, Metric.value, Metric.is_nan, Metric.time)
+        .join(Metric, and_(*scope, Metric.step == grouped.c.last))
+        .order_by(grouped.c.last)
+    )
+    points = [
+        schemas.SeriesPoint(step=last, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t)
+        for last, vmin, vmax, n, value, nan, t in rows
+    ]
+    return schemas.Series(key=key, total_points=total, downsampled=True, points=points)
+
+
+def _raw_point(step: int, value: float, nan: bool, t: float) -> schemas.SeriesPoint:
+    v = math.nan if nan else value
+    edge = None if nan else value
+    return schemas.SeriesPoint(step=step, value=v, min=edge, max=edge, count=1, time=t)

@@ -1,0 +1,1 @@
+"""Runs: submission, state machine, lineage, leases."""

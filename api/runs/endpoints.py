@@ -1,0 +1,120 @@
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+
+from api.auth.deps import Reader, WorkerPrincipal, Writer
+from api.auth.service import readable_project
+from api.db import SessionDep
+from api.runs import repository, schemas, service, views
+from trainer_core.spec import ALGORITHMS, RunSpec, SpecError, load_spec
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+_SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The run spec, as JSON or YAML (Content-Type application/yaml)",
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/RunSpec"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+async def spec_body(request: Request) -> RunSpec:
+    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if content_type not in ("application/json", *_YAML_TYPES):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail=f"send the spec as application/json or application/yaml, not {content_type}",
+        )
+    body = await request.body()
+    try:
+        return load_spec(body, "json" if content_type == "application/json" else "yaml")
+    except SpecError as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=[{**err, "loc": ["body", *err["loc"]]} for err in exc.errors],
+        ) from None
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail, openapi_extra=_SPEC_BODY)
+def create_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep) -> schemas.RunDetail:
+    run = service.create_run(session, principal, spec)
+    return views.run_detail(session, run.id)
+
+
+@router.get("", response_model=schemas.RunList)
+def list_runs(
+    principal: Reader, session: SessionDep,
+    project: str | None = None,
+    status_: Annotated[list[schemas.Status], Query(alias="status")] = [],  # noqa: B006 - FastAPI copies defaults
+    algorithm: Annotated[list[schemas.Literal[ALGORITHMS]], Query()] = [],  # type: ignore[valid-type]  # noqa: B006
+    q: Annotated[str | None, Query(max_length=128, description="Substring of the run name")] = None,
+    archived: Annotated[bool | None, Query(description="Default: hide archived runs")] = False,
+    sort: schemas.RunSort = "-created_at",
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> schemas.RunList:
+    project_id = readable_project(session, principal, project).id if project else None
+    query = repository.run_rows(
+        project_ids=principal.project_ids(), project=project_id, status=status_, algorithm=algorithm,
+        search=q, archived=archived, sort=sort,
+    )
+    rows = session.execute(query.limit(limit).offset(offset)).all()
+    return schemas.RunList(data=[views.run_public(*row) for row in rows], count=repository.count(session, query))
+
+
+@router.get("/{run_id}", response_model=schemas.RunDetail)
+def read_run(run_id: int, principal: Reader, session: SessionDep) -> schemas.RunDetail:
+    service.readable_run(session, principal, run_id)
+    return views.run_detail(session, run_id)
+
+
+@router.get("/{run_id}/lineage", response_model=schemas.Lineage)
+def read_lineage(run_id: int, principal: Reader, session: SessionDep) -> schemas.Lineage:
+    service.readable_run(session, principal, run_id)
+    return views.lineage(session, run_id)
+
+
+def _action(name: str, apply):
+    def endpoint(run_id: int, principal: Writer, session: SessionDep) -> schemas.RunDetail:
+        apply(session, principal, run_id)
+        return views.run_detail(session, run_id)
+
+    endpoint.__name__ = f"{name}_run"
+    return endpoint
+
+
+for _name, _apply, _doc in (
+    ("cancel", service.cancel, "Queued runs end at once; active ones become cancelling until the worker stops them."),
+    ("resume", service.resume, "Requeue a failed, cancelled or lost run; it resumes from its latest checkpoint."),
+    ("archive", lambda s, p, r: service.set_archived(s, p, r, True), "Hide an ended run from default listings."),
+    ("unarchive", lambda s, p, r: service.set_archived(s, p, r, False), "Show an archived run again."),
+):
+    router.add_api_route(
+        f"/{{run_id}}/{_name}", _action(_name, _apply), methods=["POST"], response_model=schemas.RunDetail,
+        summary=f"{_name.capitalize()} a run", description=_doc,
+    )
+
+
+@router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_run(run_id: int, principal: Writer, session: SessionDep) -> Response:
+    service.delete(session, principal, run_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{run_id}/lease", response_model=schemas.Lease)
+def lease_run(run_id: int, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep) -> schemas.Lease:
+    run, attempt = service.lease(session, principal, run_id, body.worker)
+    detail = views.run_detail(session, run.id)
+    return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
+
+
+@router.post("/{run_id}/status", response_model=schemas.RunDetail)
+def update_status(run_id: int, body: schemas.StatusUpdate, principal: WorkerPrincipal, session: SessionDep) -> schemas.RunDetail:
+    service.update_status(session, principal, run_id, body)
+    return views.run_detail(session, run_id)
+

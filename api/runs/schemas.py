@@ -1,0 +1,84 @@
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.runs.state import STATUSES
+
+Status = Literal[STATUSES]  # type: ignore[valid-type]
+RunSort = Literal["created_at", "-created_at", "updated_at", "-updated_at", "name", "-name", "status", "-status", "id", "-id"]
+
+
+class RunLinkPublic(BaseModel):
+    run_id: int
+    name: str
+    algorithm: str
+    status: Status
+    field: str = Field(description="Where the child's spec names the parent, e.g. model.path")
+    step: int | None
+
+
+class AttemptPublic(BaseModel):
+    number: int
+    worker: str
+    started_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+    last_step: int | None
+
+
+class RunPublic(BaseModel):
+    id: int
+    name: str
+    project: str
+    algorithm: str
+    backend: str
+    queue: str
+    status: Status
+    status_reason: str
+    archived: bool
+    total_steps: int
+    last_step: int | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class RunDetail(RunPublic):
+    spec: dict[str, Any]
+    parents: list[RunLinkPublic]
+    children: list[RunLinkPublic]
+    attempts: list[AttemptPublic]
+    latest_checkpoint_step: int | None
+
+
+class RunList(BaseModel):
+    data: list[RunPublic]
+    count: int
+
+
+class Lineage(BaseModel):
+    run_id: int
+    parents: list[RunLinkPublic]
+    children: list[RunLinkPublic]
+
+
+class LeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    worker: str = Field(min_length=1, max_length=128, description="The leasing worker's name")
+
+
+class Lease(BaseModel):
+    run: RunDetail
+    attempt: int = Field(description="Fencing token: send it with every status update of this attempt")
+    resume_from_step: int | None = Field(description="Latest checkpoint to resume from, if any")
+
+
+class StatusUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    attempt: int = Field(ge=1, description="The fencing token from the lease")
+    status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
+    reason: str = Field(default="", max_length=2000)
+    last_step: int | None = Field(default=None, ge=0)

@@ -1,0 +1,165 @@
+"""Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
+
+from fastapi import HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.auth.principal import Principal, forbidden
+from api.auth.service import conflict, not_found, project_by_name
+from api.models import Run, RunAttempt, RunEvent, RunLink
+from api.models.base import utcnow
+from api.runs import repository, schemas
+from api.runs.state import ACTIVE, RESUMABLE, TERMINAL, can_transition
+from trainer_core.spec import RunSpec
+
+
+def unprocessable(loc: list, msg: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
+
+
+def readable_run(session: Session, principal: Principal, run_id: int, action: str = "read") -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise not_found(f"run {run_id}")
+    if principal.is_worker and run.lease_token_id == principal.token_id and action != "admin":
+        return run
+    principal.require(run.project_id, action)
+    return run
+
+
+def reportable_run(session: Session, principal: Principal, run_id: int, *, lock: bool = False) -> Run:
+    """Metrics, logs, samples and checkpoints come from the lease holder, or a project member."""
+    run = locked_run(session, run_id) if lock else session.get(Run, run_id)
+    if run is None:
+        raise not_found(f"run {run_id}")
+    if principal.is_worker:
+        if run.lease_token_id != principal.token_id:
+            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+        return run
+    principal.require(run.project_id, "write")
+    return run
+
+
+def locked_run(session: Session, run_id: int) -> Run | None:
+    """Serialise writers of one run, so row ids of its metrics/logs/samples grow in commit order (SSE relies on it)."""
+    return session.scalar(
+        select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True)
+    )
+
+
+def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
+    if not can_transition(run.status, target):
+        raise conflict(f"run {run.id} is {run.status}; it cannot become {target}")
+    now = utcnow()
+    run.status, run.status_reason, run.updated_at = target, reason, now
+    if target == "running" and run.started_at is None:
+        run.started_at = now
+    if target in TERMINAL or target == "lost":
+        run.ended_at = now
+    if target == "queued":
+        run.ended_at = None
+    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": target, "reason": reason}))
+    session.flush()
+
+
+def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
+    project = project_by_name_or_422(session, spec.project)
+    principal.require(project.id, "write")
+    parents = []
+    for ref in spec.references():
+        parent = session.get(Run, ref.run_id)
+        if parent is None or not principal.can(parent.project_id, "read"):
+            raise unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
+        parents.append((parent, ref))
+    run = Run(
+        project_id=project.id, name=spec.name, algorithm=spec.algorithm, backend=spec.backend.kind,
+        queue=spec.resources.queue, status="queued", spec=spec.model_dump(mode="json"),
+        total_steps=spec.total_steps, last_step=None, created_by=principal.user_id,
+    )
+    session.add(run)
+    session.flush()
+    for parent, ref in parents:
+        session.add(RunLink(parent_id=parent.id, child_id=run.id, field=ref.field, step=ref.step))
+    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": "submitted"}))
+    session.flush()
+    return run
+
+
+def project_by_name_or_422(session: Session, name: str):
+    try:
+        return project_by_name(session, name)
+    except HTTPException:
+        raise unprocessable(["body", "project"], f"project '{name}' does not exist: create it (POST /api/v1/projects) or pick another") from None
+
+
+def cancel(session: Session, principal: Principal, run_id: int) -> Run:
+    run = readable_run(session, principal, run_id, "write")
+    if run.status == "cancelling":
+        return run
+    target = "cancelled" if run.status == "queued" else "cancelling"
+    if run.status not in ACTIVE and run.status != "queued":
+        raise conflict(f"run {run.id} is {run.status}; only queued, starting or running runs can be cancelled")
+    _set_status(session, run, target, f"cancelled by {principal.user_name}")
+    return run
+
+
+def resume(session: Session, principal: Principal, run_id: int) -> Run:
+    run = readable_run(session, principal, run_id, "write")
+    if run.status not in RESUMABLE:
+        raise conflict(f"run {run.id} is {run.status}; only failed, cancelled or lost runs can be resumed")
+    step = repository.latest_checkpoint_step(session, run.id)
+    where = f"checkpoint at step {step}" if step is not None else "the start (no checkpoint yet)"
+    _set_status(session, run, "queued", f"resumed by {principal.user_name} from {where}")
+    return run
+
+
+def set_archived(session: Session, principal: Principal, run_id: int, archived: bool) -> Run:
+    run = readable_run(session, principal, run_id, "write")
+    if archived and run.status not in TERMINAL:
+        raise conflict(f"run {run.id} is {run.status}; archive it once it has ended (cancel it first)")
+    run.archived, run.updated_at = archived, utcnow()
+    session.flush()
+    return run
+
+
+def delete(session: Session, principal: Principal, run_id: int) -> Run:
+    run = readable_run(session, principal, run_id, "admin")
+    if run.status not in TERMINAL:
+        raise conflict(f"run {run.id} is {run.status}; cancel it and wait for it to end before deleting")
+    kids = [child.id for _, child in repository.children(session, run.id)]
+    if kids:
+        raise conflict(f"run {run.id} is the parent of runs {kids}: delete or archive those first, lineage would break")
+    session.delete(run)
+    session.flush()
+    return run
+
+
+def lease(session: Session, principal: Principal, run_id: int, worker: str) -> tuple[Run, RunAttempt]:
+    run = locked_run(session, run_id)
+    if run is None:
+        raise not_found(f"run {run_id}")
+    if run.status != "queued":
+        raise conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
+    run.attempt_count += 1
+    run.lease_token_id = principal.token_id
+    attempt = RunAttempt(run_id=run.id, number=run.attempt_count, worker=worker, last_step=run.last_step)
+    session.add(attempt)
+    _set_status(session, run, "starting", f"leased by {worker} (attempt {attempt.number})")
+    return run, attempt
+
+
+def update_status(session: Session, principal: Principal, run_id: int, body: schemas.StatusUpdate) -> Run:
+    run = reportable_run(session, principal, run_id, lock=True)
+    if body.attempt != run.attempt_count:
+        raise conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
+    if body.status != run.status:
+        _set_status(session, run, body.status, body.reason)
+    if body.last_step is not None:
+        run.last_step = max(run.last_step or 0, body.last_step)
+    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
+    if attempt is not None:
+        attempt.last_step = run.last_step
+        if body.status in TERMINAL or body.status == "lost":
+            attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
+    session.flush()
+    return run

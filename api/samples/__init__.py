@@ -1,0 +1,1 @@
+"""Sample generations per step: prompt, response, reward, KL and other scores."""

@@ -1,0 +1,55 @@
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.floats import AnyFloat, MaybeFloat
+
+
+class SampleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: int = Field(ge=0, le=2**62)
+    index: int = Field(default=0, ge=0, le=1_000_000, description="Position within the step; (step, index) is the idempotency key")
+    prompt: str = Field(max_length=200_000)
+    response: str = Field(max_length=200_000)
+    reward: MaybeFloat = None
+    kl: MaybeFloat = None
+    scores: dict[str, AnyFloat] = Field(default_factory=dict, max_length=64, description="Any extra per-sample scores")
+
+
+class SampleOut(BaseModel):
+    id: int
+    step: int
+    index: int
+    prompt: str
+    prompt_hash: str = Field(description="Stable id of the prompt: filter by it to see one prompt across steps")
+    response: str
+    reward: MaybeFloat
+    kl: MaybeFloat
+    scores: dict[str, AnyFloat]
+    time: float
+
+
+class SampleIngestResult(BaseModel):
+    accepted: int
+    duplicates: int
+
+
+class SamplePage(BaseModel):
+    data: list[SampleOut]
+    count: int
+
+
+class PromptSummary(BaseModel):
+    prompt_hash: str
+    prompt: str
+    samples: int
+    first_step: int
+    last_step: int
+
+
+class PromptList(BaseModel):
+    data: list[PromptSummary]
+    count: int
+
+
+SampleSort = Literal["step", "-step", "reward", "-reward"]

@@ -1,0 +1,1 @@
+"""Worker heartbeats and the worker list."""

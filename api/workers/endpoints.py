@@ -1,0 +1,58 @@
+from fastapi import APIRouter
+from sqlalchemy import select
+
+from api.auth.deps import Reader, WorkerPrincipal
+from api.auth.principal import Principal, forbidden
+from api.db import SessionDep
+from api.models import Run, Worker
+from api.models.base import utcnow
+from api.workers import schemas
+
+router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
+
+
+def _public(worker: Worker, principal: Principal, visible_runs: set[int]) -> schemas.WorkerPublic:
+    run_id = worker.current_run_id if principal.is_site_admin or worker.current_run_id in visible_runs else None
+    return schemas.WorkerPublic(
+        name=worker.name, hostname=worker.hostname, queues=worker.queues, capacity=worker.capacity, gpus=worker.gpus,
+        current_run_id=run_id, last_step=worker.last_step if run_id else None, first_seen=worker.first_seen,
+        last_heartbeat=worker.last_heartbeat,
+        seconds_since_heartbeat=(utcnow() - worker.last_heartbeat).total_seconds(),
+    )
+
+
+@router.post("/heartbeat", response_model=schemas.WorkerPublic)
+def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: SessionDep) -> schemas.WorkerPublic:
+    run_id = body.current_run_id
+    if run_id is not None:
+        run = session.get(Run, run_id)
+        if run is None or run.lease_token_id != principal.token_id:
+            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+        if body.last_step is not None and (run.last_step is None or body.last_step > run.last_step):
+            run.last_step = body.last_step
+    worker = session.scalar(select(Worker).where(Worker.name == body.name))
+    fields = body.model_dump()
+    fields["gpus"] = [g.model_dump() for g in body.gpus]
+    if worker is None:
+        worker = Worker(**fields, token_id=principal.token_id)
+        session.add(worker)
+    else:
+        for key, value in fields.items():
+            setattr(worker, key, value)
+        worker.token_id = principal.token_id
+    worker.last_heartbeat = utcnow()
+    session.flush()
+    return _public(worker, principal, {run_id} if run_id else set())
+
+
+@router.get("", response_model=schemas.WorkerList)
+def list_workers(principal: Reader, session: SessionDep) -> schemas.WorkerList:
+    workers = session.scalars(select(Worker).order_by(Worker.name)).all()
+    run_ids = {w.current_run_id for w in workers if w.current_run_id}
+    visible = set()
+    if run_ids:
+        for run_id, project_id in session.execute(select(Run.id, Run.project_id).where(Run.id.in_(run_ids))):
+            if principal.can(project_id, "read"):
+                visible.add(run_id)
+    data = [_public(w, principal, visible) for w in workers]
+    return schemas.WorkerList(data=data, count=len(data))

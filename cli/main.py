@@ -1,0 +1,45 @@
+"""`rlplane`: run the control plane locally or on a server."""
+
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="rlplane: self-hosted control plane for LLM post-training.", no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+Host = Annotated[str, typer.Option(help="Interface to bind")]
+Port = Annotated[int, typer.Option(help="TCP port")]
+
+
+@app.command()
+def api(
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    workers: Annotated[int, typer.Option(help="API processes (they share the database)", min=1)] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve the REST API: migrate the database to head, create the first admin if none, then serve.
+
+    Configuration comes from RLPLANE_* variables: RLPLANE_DATABASE_URL (default SQLite under
+    RLPLANE_HOME, ~/.rlplane), RLPLANE_ARTIFACTS, RLPLANE_BOOTSTRAP_TOKEN.
+
+    Example: RLPLANE_DATABASE_URL=postgresql://postgres@127.0.0.1/rlplane rlplane api --port 8000
+    """
+    from cli.server import serve
+
+    serve(host, port, workers, log_level)
+
+
+@app.command()
+def up(host: Host = "127.0.0.1", port: Port = 8000) -> None:
+    """Run rlplane on this machine with no services: SQLite and artifacts under RLPLANE_HOME (~/.rlplane).
+
+    The admin token is printed on first start and kept in $RLPLANE_HOME/admin.token.
+    """
+    from cli.server import serve
+
+    serve(host, port, 1, "info")
+
+
+if __name__ == "__main__":
+    app()
