@@ -151,7 +151,7 @@ def list_tokens(session: Session, principal: Principal, all_users: bool) -> list
         principal.require_site_admin()
     else:
         query = query.where(ApiToken.user_id == principal.user_id)
-    return list(session.execute(query).tuples())
+    return [tuple(row) for row in session.execute(query)]
 
 
 def revoke_token(session: Session, principal: Principal, token_id: int) -> tuple[ApiToken, str]:

@@ -1,0 +1,167 @@
+"""Runs: submission (JSON and YAML), listing, the state machine, lineage, leases."""
+
+import yaml
+from sqlalchemy import select
+
+from api.models import Run, RunEvent, RunLink
+from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
+
+
+class TestCreateRun:
+    def test_json_spec_is_stored_with_defaults_filled(self, client, db):
+        response = client.post("/api/v1/runs", json=spec())
+        assert response.status_code == 201
+        body = response.json()
+        assert body["status"] == "queued" and body["project"] == "default" and body["created_by"] == "admin"
+        assert body["total_steps"] == 20 and body["backend"] == "torch"
+        stored = db.get(Run, body["id"])
+        assert stored.spec["train"]["steps"] == 20
+        assert stored.spec["backend"]["kind"] == "torch"  # defaults are explicit in what we store
+        events = db.scalars(select(RunEvent).where(RunEvent.run_id == body["id"])).all()
+        assert [e.payload["status"] for e in events] == ["queued"]
+
+    def test_yaml_spec_is_accepted(self, client, db):
+        text = yaml.safe_dump(spec(name="from-yaml"))
+        response = client.post("/api/v1/runs", content=text, headers={"Content-Type": "application/yaml"})
+        assert response.status_code == 201, response.text
+        assert response.json()["name"] == "from-yaml"
+
+    def test_invalid_spec_lists_each_bad_field(self, client, db):
+        bad = spec(train={"steps": -1, "batch_size": 4, "lr": 1e-4, "lrr": 3})
+        response = client.post("/api/v1/runs", json=bad)
+        assert response.status_code == 422
+        locs = {tuple(err["loc"]) for err in response.json()["detail"]}
+        assert ("body", "train", "steps") in locs
+        assert ("body", "train", "lrr") in locs
+        assert db.scalar(select(Run.id)) is None
+
+    def test_cross_field_rule(self, client, db):
+        response = client.post("/api/v1/runs", json=spec(algorithm="ppo"))
+        assert response.status_code == 422
+        assert any(err["loc"][:2] == ["body", "reward"] for err in response.json()["detail"])
+
+    def test_unknown_project_names_the_field(self, client, db):
+        response = client.post("/api/v1/runs", json=spec(project="nope"))
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "project"]
+
+    def test_malformed_yaml_and_json(self, client, db):
+        r = client.post("/api/v1/runs", content="name: [unclosed", headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 422 and r.json()["detail"]
+        r = client.post("/api/v1/runs", content="{not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 422
+        r = client.post("/api/v1/runs", content="[1, 2]", headers={"Content-Type": "application/json"})
+        assert r.status_code == 422
+        r = client.post("/api/v1/runs", content="x", headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415
+        assert db.scalar(select(Run.id)) is None
+
+
+class TestListRuns:
+    def test_filters_search_sort_paging(self, client, db):
+        create_project(client, "other")
+        ids = [create_run(client, name=f"sft-{i}")["id"] for i in range(5)]
+        create_run(client, name="dpo-a", algorithm="dpo", data={"source": "builtin:tiny-preference"})
+        create_run(client, name="elsewhere", project="other")
+        client.post(f"/api/v1/runs/{ids[0]}/cancel")
+
+        page = client.get("/api/v1/runs", params={"limit": 2, "offset": 0, "sort": "id"}).json()
+        assert page["count"] == 7 and [r["id"] for r in page["data"]] == ids[:2]
+        assert client.get("/api/v1/runs", params={"project": "other"}).json()["count"] == 1
+        assert client.get("/api/v1/runs", params={"algorithm": "dpo"}).json()["data"][0]["name"] == "dpo-a"
+        cancelled = client.get("/api/v1/runs", params={"status": "cancelled"}).json()
+        assert [r["id"] for r in cancelled["data"]] == [ids[0]]
+        assert client.get("/api/v1/runs", params={"q": "sft-"}).json()["count"] == 5
+        assert client.get("/api/v1/runs", params={"q": "%"}).json()["count"] == 0  # wildcards are literal
+        names = [r["name"] for r in client.get("/api/v1/runs", params={"sort": "-name"}).json()["data"]]
+        assert names == sorted(names, reverse=True)
+
+    def test_archived_runs_are_hidden_by_default(self, client, db):
+        run = create_run(client)
+        client.post(f"/api/v1/runs/{run['id']}/cancel")
+        assert client.post(f"/api/v1/runs/{run['id']}/archive").status_code == 200
+        assert client.get("/api/v1/runs").json()["count"] == 0
+        assert client.get("/api/v1/runs", params={"archived": True}).json()["count"] == 1
+
+    def test_bad_query_values_are_422(self, client, db):
+        assert client.get("/api/v1/runs", params={"status": "bogus"}).status_code == 422
+        assert client.get("/api/v1/runs", params={"limit": 0}).status_code == 422
+        assert client.get("/api/v1/runs", params={"sort": "spec"}).status_code == 422
+
+
+class TestStateMachine:
+    def test_cancel_queued_ends_at_once_and_twice_is_409(self, client, db):
+        run = create_run(client)
+        body = client.post(f"/api/v1/runs/{run['id']}/cancel").json()
+        assert body["status"] == "cancelled" and body["ended_at"] is not None
+        again = client.post(f"/api/v1/runs/{run['id']}/cancel")
+        assert again.status_code == 409 and "cancelled" in again.json()["detail"]
+
+    def test_resume_only_from_failed_cancelled_lost(self, client, db):
+        run = create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/resume").status_code == 409
+        client.post(f"/api/v1/runs/{run['id']}/cancel")
+        resumed = client.post(f"/api/v1/runs/{run['id']}/resume").json()
+        assert resumed["status"] == "queued" and "no checkpoint" in resumed["status_reason"]
+
+    def test_archive_and_delete_need_an_ended_run(self, client, db):
+        run = create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/archive").status_code == 409
+        assert client.delete(f"/api/v1/runs/{run['id']}").status_code == 409
+        client.post(f"/api/v1/runs/{run['id']}/cancel")
+        assert client.delete(f"/api/v1/runs/{run['id']}").status_code == 204
+        assert client.get(f"/api/v1/runs/{run['id']}").status_code == 404
+        assert db.get(Run, run["id"]) is None
+
+    def test_worker_lifecycle_with_fencing(self, client, db):
+        token = worker_token(client)
+        run = create_run(client)
+        lease = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(token))
+        assert lease.status_code == 200 and lease.json()["attempt"] == 1
+        assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w2"}, headers=auth(token)).status_code == 409
+        update = {"attempt": 1, "status": "running", "last_step": 3}
+        assert client.post(f"/api/v1/runs/{run['id']}/status", json=update, headers=auth(token)).status_code == 200
+        cancelling = client.post(f"/api/v1/runs/{run['id']}/cancel").json()
+        assert cancelling["status"] == "cancelling"
+        stale = {"attempt": 0, "status": "cancelled"}
+        assert client.post(f"/api/v1/runs/{run['id']}/status", json=stale, headers=auth(token)).status_code == 422
+        stale["attempt"] = 2
+        assert client.post(f"/api/v1/runs/{run['id']}/status", json=stale, headers=auth(token)).status_code == 409
+        done = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "cancelled", "reason": "stopped"},
+                           headers=auth(token)).json()
+        assert done["status"] == "cancelled" and done["last_step"] == 3
+        assert done["attempts"][0]["worker"] == "w1" and done["attempts"][0]["end_reason"] == "stopped"
+        illegal = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "running"}, headers=auth(token))
+        assert illegal.status_code == 409
+
+    def test_user_tokens_cannot_lease(self, client, db):
+        run = create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w"}).status_code == 403
+
+
+class TestLineage:
+    def test_references_are_recorded_both_ways(self, client, db):
+        sft = create_run(client, name="sft")
+        rm = create_run(client, name="rm", algorithm="reward", data={"source": "builtin:tiny-preference"})
+        ppo = create_run(
+            client, name="ppo", algorithm="ppo", model={"path": f"run:{sft['id']}@10"},
+            reward={"kind": "model", "path": f"run:{rm['id']}"}, data={"source": "builtin:tiny-prompts"},
+        )
+        parents = {(p["run_id"], p["field"], p["step"]) for p in ppo["parents"]}
+        assert (sft["id"], "model.path", 10) in parents
+        assert any(p[0] == rm["id"] for p in parents)
+        children = client.get(f"/api/v1/runs/{sft['id']}/lineage").json()["children"]
+        assert [c["run_id"] for c in children] == [ppo["id"]]
+        assert db.scalar(select(RunLink).where(RunLink.child_id == ppo["id"], RunLink.parent_id == sft["id"])) is not None
+        client.post(f"/api/v1/runs/{sft['id']}/cancel")
+        blocked = client.delete(f"/api/v1/runs/{sft['id']}")
+        assert blocked.status_code == 409 and str(ppo["id"]) in blocked.json()["detail"]
+
+    def test_reference_to_missing_or_hidden_run_is_422(self, client, db):
+        missing = client.post("/api/v1/runs", json=spec(model={"path": "run:999"}))
+        assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "model", "path"]
+        create_project(client, "secret")
+        hidden = create_run(client, project="secret")
+        token = create_user(client, "bob", roles={"default": "member"})
+        response = client.post("/api/v1/runs", json=spec(model={"path": f"run:{hidden['id']}"}), headers=auth(token))
+        assert response.status_code == 422
