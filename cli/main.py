@@ -25,9 +25,7 @@ def api(
 
     Example: RLPLANE_DATABASE_URL=postgresql://postgres@127.0.0.1/rlplane rlplane api --port 8000
     """
-    from cli.server import serve
-
-    serve(host, port, workers, log_level)
+    _serve(host, port, workers, log_level)
 
 
 @app.command()
@@ -36,9 +34,17 @@ def up(host: Host = "127.0.0.1", port: Port = 8000) -> None:
 
     The admin token is printed on first start and kept in $RLPLANE_HOME/admin.token.
     """
-    from cli.server import serve
+    _serve(host, port, 1, "info")
 
-    serve(host, port, 1, "info")
+
+def _serve(host: str, port: int, workers: int, log_level: str) -> None:
+    from cli.server import StartupError, serve
+
+    try:
+        serve(host, port, workers, log_level)
+    except StartupError as exc:
+        typer.echo(f"rlplane: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 import sys
 
 import uvicorn
+from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 
 from api.auth.bootstrap import announce, bootstrap_admin
 from api.db import make_engine, make_sessionmaker
@@ -23,9 +25,27 @@ def prepare(settings: Settings) -> None:
         announce(secret, settings.home / "admin.token")
 
 
+class StartupError(Exception):
+    """A configuration or database problem, said in one paragraph."""
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"RLPLANE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise StartupError(f"invalid configuration: {problems}") from None
+
+
 def serve(host: str, port: int, workers: int, log_level: str) -> None:
-    settings = Settings()
-    prepare(settings)
+    settings = load_settings()
+    try:
+        prepare(settings)
+    except OperationalError as exc:
+        raise StartupError(
+            f"cannot reach the database at {_redacted(settings.resolved_database_url)}: {str(exc.orig).strip().splitlines()[0]}. "
+            "Check RLPLANE_DATABASE_URL and that the server is running."
+        ) from None
     print(f"rlplane API on http://{host}:{port} (docs: /api/docs), database: {_redacted(settings.resolved_database_url)}",
           file=sys.stderr, flush=True)
     uvicorn.run(

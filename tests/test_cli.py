@@ -1,0 +1,53 @@
+"""`rlplane up` / `rlplane api` on the embedded default: migrate, bootstrap once, serve."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import httpx
+
+from tests.factories import auth
+from tests.servers import api_processes
+
+
+def rlplane(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_help_is_there():
+    for command in ([], ["api"], ["up"]):
+        result = rlplane(*command, "--help")
+        assert result.returncode == 0 and "Usage" in result.stdout
+    assert "RLPLANE_DATABASE_URL" in rlplane("api", "--help").stdout
+
+
+def test_first_start_bootstraps_admin_then_restarts_quietly(tmp_path):
+    home = tmp_path / "home"
+    url = f"sqlite:///{home / 'rlplane.db'}"
+    with api_processes(home, url, token=None) as (api,):
+        token_file = home / "admin.token"
+        assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+        token = token_file.read_text().strip()
+        log = (home / f"api-{api.port}.log").read_text()
+        assert token in log  # printed once, at creation
+        me = httpx.get(api.url + "/api/v1/me", headers=auth(token))
+        assert me.status_code == 200 and me.json()["user"]["is_site_admin"]
+        assert httpx.get(api.url + "/api/v1/me").status_code == 401
+    with api_processes(home, url, token=None) as (api,):
+        assert token not in (home / f"api-{api.port}.log").read_text()
+        assert token_file.read_text().strip() == token
+        assert httpx.get(api.url + "/api/v1/users", headers=auth(token)).json()["count"] == 1
+
+
+def test_short_bootstrap_token_is_refused(tmp_path):
+    env = {**os.environ, "RLPLANE_HOME": str(tmp_path), "RLPLANE_BOOTSTRAP_TOKEN": "short"}
+    result = subprocess.run([sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "RLPLANE_BOOTSTRAP_TOKEN" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unreachable_database_is_one_clear_message(tmp_path):
+    env = {**os.environ, "RLPLANE_HOME": str(tmp_path), "RLPLANE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    result = subprocess.run([sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "cannot reach the database" in result.stderr and "Traceback" not in result.stderr
+    assert "nobody" not in result.stderr  # credentials are redacted

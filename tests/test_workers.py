@@ -1,0 +1,45 @@
+"""Worker heartbeats: capacity and GPUs recorded, run progress forwarded, other projects' runs hidden."""
+
+from tests.factories import auth, create_project, create_run, create_user, worker_token
+
+GPU = {"index": 0, "name": "NVIDIA H100", "memory_total_mb": 81559, "memory_used_mb": 1024, "utilization": 37.5}
+
+
+def test_heartbeat_upserts_and_lists(client, anon, db):
+    token = worker_token(client)
+    beat = {"name": "node-1", "hostname": "gpu-01", "queues": ["gpu"], "capacity": 2, "gpus": [GPU]}
+    first = anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token))
+    assert first.status_code == 200 and first.json()["gpus"] == [GPU]
+    anon.post("/api/v1/workers/heartbeat", json={**beat, "capacity": 1}, headers=auth(token))
+    listed = client.get("/api/v1/workers").json()
+    assert listed["count"] == 1 and listed["data"][0]["capacity"] == 1 and listed["data"][0]["seconds_since_heartbeat"] < 60
+
+
+def test_heartbeat_forwards_the_step_of_a_leased_run(client, anon, db):
+    token = worker_token(client)
+    run = create_run(client)
+    beat = {"name": "n", "queues": ["cpu"], "current_run_id": run["id"], "last_step": 12}
+    assert anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token)).status_code == 403  # not leased
+    anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "n"}, headers=auth(token))
+    assert anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token)).status_code == 200
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] == 12
+
+
+def test_runs_outside_your_projects_are_hidden(client, anon, db):
+    token = worker_token(client)
+    create_project(client, "secret")
+    run = create_run(client, project="secret")
+    anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "n"}, headers=auth(token))
+    anon.post("/api/v1/workers/heartbeat", json={"name": "n", "queues": ["cpu"], "current_run_id": run["id"]}, headers=auth(token))
+    viewer = create_user(client, "v", roles={"default": "viewer"}, scopes=("read",))
+    seen = anon.get("/api/v1/workers", headers=auth(viewer)).json()["data"][0]
+    assert seen["name"] == "n" and seen["current_run_id"] is None
+    assert client.get("/api/v1/workers").json()["data"][0]["current_run_id"] == run["id"]
+
+
+def test_bad_heartbeats(client, anon, db):
+    token = worker_token(client)
+    assert anon.post("/api/v1/workers/heartbeat", json={"name": "n", "queues": []}, headers=auth(token)).status_code == 422
+    bad_gpu = {"name": "n", "queues": ["gpu"], "gpus": [{**GPU, "utilization": 250}]}
+    assert anon.post("/api/v1/workers/heartbeat", json=bad_gpu, headers=auth(token)).status_code == 422
+    assert client.post("/api/v1/workers/heartbeat", json={"name": "n", "queues": ["cpu"]}).status_code == 403
