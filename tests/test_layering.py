@@ -1,0 +1,27 @@
+"""House rules that keep the layers apart: the API never imports torch; nothing uses pickle."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUR_CODE = ["api", "cli", "trainer_core", "migrations", "bench", "scripts"]
+
+
+def test_api_and_cli_do_not_import_torch():
+    probe = "import sys, api.app, cli.main, trainer_core.spec; print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_no_pickle_anywhere():
+    pattern = re.compile(r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|pickle\.loads?\(|torch\.load\(", re.M)
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in OUR_CODE if (ROOT / folder).exists()
+        for path in (ROOT / folder).rglob("*.py")
+        if not any(part.startswith(".venv") for part in path.parts) and pattern.search(path.read_text())
+    ]
+    assert offenders == []
