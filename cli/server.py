@@ -21,8 +21,11 @@ def prepare(settings: Settings) -> None:
             secret = bootstrap_admin(session, settings.home, settings.bootstrap_token)
     finally:
         engine.dispose()
+    token_file = settings.home / "admin.token"
     if secret:
-        announce(secret, settings.home / "admin.token")
+        announce(secret, token_file)
+    elif token_file.exists():
+        print(f"rlplane: the admin token is in {token_file}", file=sys.stderr, flush=True)
 
 
 class StartupError(Exception):
