@@ -1,0 +1,192 @@
+"""The run spec's cross-field rules: each is rejected at the right field with a message that says the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
+from trainer_core import spec_rules
+from trainer_core.spec import (
+    RULES,
+    apply_overrides,
+    parse_spec,
+)
+
+# --- cross-field rules ---
+# Each case: a valid base spec, `--set` overrides that break one rule, where the error must be,
+# and words its message must contain.
+
+MEGATRON = "backend={kind: megatron}"
+DEEPSPEED = "backend={kind: deepspeed}"
+
+RULE_CASES = {
+    "other-algorithm-section": ("sft", ["ppo.epochs=2"], "ppo", "only applies to algorithm ppo"),
+    "ppo-needs-reward": ("ppo", ["reward=null"], "reward", "algorithm ppo needs a reward: add reward:"),
+    "grpo-needs-reward": ("ppo", ["reward=null", "algorithm=grpo"], "reward", "grpo needs a reward"),
+    "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
+    "ilql-no-reward": (
+        "sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"
+    ),
+    "nodes-need-gpus": ("sft", ["resources.nodes=2"], "resources.nodes", "resources.gpus >= 1"),
+    "megatron-needs-gpus": ("sft", [MEGATRON], "resources.gpus", "megatron needs GPUs"),
+    "megatron-layout": (
+        "sft", ["resources.gpus=4", MEGATRON, "backend.tensor_parallel=3"], "backend.tensor_parallel", "must divide"
+    ),
+    "megatron-layout-pp-cp": (
+        "sft",
+        ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2",
+         "backend.context_parallel=4"],
+        "backend.tensor_parallel",
+        "= 16 must divide the 8 GPUs",
+    ),
+    "megatron-sp": (
+        "sft",
+        ["resources.gpus=2", MEGATRON, "backend.sequence_parallel=true"],
+        "backend.sequence_parallel",
+        "tensor_parallel > 1",
+    ),
+    "torch-no-ddp": ("sft", ["resources.gpus=2", "backend.ddp=false"], "backend.ddp", "set ddp: true"),
+    "fp16-on-cpu": ("sft", ["backend.precision=fp16"], "backend.precision", "fp16 needs a GPU"),
+    "ds-nvme-path": (
+        "sft",
+        ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=3", "backend.offload=nvme"],
+        "backend.nvme_path",
+        "needs nvme_path",
+    ),
+    "ds-nvme-stage": (
+        "sft",
+        ["resources.gpus=1", DEEPSPEED, "backend.offload=nvme", "backend.nvme_path=/nvme"],
+        "backend.offload",
+        "zero_stage: 3",
+    ),
+    "ds-offload-stage0": (
+        "sft",
+        ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=0", "backend.offload=cpu"],
+        "backend.offload",
+        "zero_stage >= 1",
+    ),
+    "ds-config-stage": (
+        "sft",
+        [DEEPSPEED, "backend.ds_config.zero_optimization.stage=3"],
+        "backend.ds_config.zero_optimization.stage",
+        "conflicts with backend.zero_stage=2; set backend.zero_stage",
+    ),
+    "ds-config-offload": (
+        "sft",
+        [DEEPSPEED, "backend.ds_config.zero_optimization.offload_optimizer.device=cpu"],
+        "backend.ds_config.zero_optimization.offload_optimizer.device",
+        "backend.offload='none'",
+    ),
+    "ds-config-batch": (
+        "sft",
+        [DEEPSPEED, "backend.ds_config.train_batch_size=64"],
+        "backend.ds_config.train_batch_size",
+        "train.batch_size=8",
+    ),
+    "ds-config-micro": (
+        "sft",
+        [DEEPSPEED, "train.micro_batch_size=4", "backend.ds_config.train_micro_batch_size_per_gpu=2"],
+        "backend.ds_config.train_micro_batch_size_per_gpu",
+        "train.micro_batch_size=4",
+    ),
+    "ds-config-accumulation": (
+        "sft",
+        [DEEPSPEED, "backend.ds_config.gradient_accumulation_steps=4"],
+        "backend.ds_config.gradient_accumulation_steps",
+        "the 1 implied by train.batch_size and train.micro_batch_size",
+    ),
+    "ds-config-bf16": (
+        "sft",
+        [DEEPSPEED, "backend.precision=fp32", "backend.ds_config.bf16.enabled=true"],
+        "backend.ds_config.bf16.enabled",
+        "backend.precision='fp32'",
+    ),
+    "ds-config-fp16": (
+        "sft",
+        [DEEPSPEED, "backend.ds_config.fp16.enabled=true"],
+        "backend.ds_config.fp16.enabled",
+        "backend.precision='bf16'",
+    ),
+    "micro-divides-batch": ("sft", ["train.micro_batch_size=3"], "train.micro_batch_size", "micro_batch_size 3"),
+    "micro-divides-rank-batch": (
+        "sft", ["resources.gpus=4", "train.micro_batch_size=4"], "train.micro_batch_size", "2 per rank"
+    ),
+    "dp-divides-batch": (
+        "sft",
+        ["resources.gpus=4", "resources.nodes=2", "train.batch_size=12"],
+        "train.batch_size",
+        "8 data-parallel ranks",
+    ),
+    "dp-megatron": (
+        "sft",
+        ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "train.batch_size=6"],
+        "train.batch_size",
+        "4 data-parallel ranks",
+    ),
+    "ppo-minibatch": ("ppo", ["ppo.minibatch_size=3"], "ppo.minibatch_size", "must divide train.batch_size 8"),
+    "ppo-minibatch-dp": (
+        "ppo",
+        ["resources.gpus=4", "train.batch_size=16", "ppo.minibatch_size=2"],
+        "ppo.minibatch_size",
+        "4 data-parallel ranks",
+    ),
+    "grpo-groups": (
+        "ppo", ["algorithm=grpo", "grpo.group_size=3"], "train.batch_size", "multiple of grpo.group_size 3"
+    ),
+    "checkpoint-every": ("sft", ["train.checkpoint_every=11"], "train.checkpoint_every", "more than train.steps 10"),
+    "eval-every": ("sft", ["train.eval_every=50"], "train.eval_every", "more than train.steps"),
+    "dpo-smoothing": (
+        "sft", ["algorithm=dpo", "dpo.loss=ipo", "dpo.label_smoothing=0.1"], "dpo.label_smoothing", "loss: sigmoid"
+    ),
+    "ppo-adaptive-kl": ("ppo", ["ppo.kl_coef=0", "ppo.target_kl=6"], "ppo.kl_coef", "set kl_coef > 0"),
+    "gen-fits-context": (
+        "ppo", ["model.max_seq_len=64", "ppo.gen.max_new_tokens=64"], "ppo.gen.max_new_tokens", "model.max_seq_len"
+    ),
+}
+
+
+def spec_with(base: str, sets: list[str]) -> dict:
+    return apply_overrides(sft_spec() if base == "sft" else ppo_spec(), sets)
+
+
+class TestCrossFieldRules:
+    @pytest.mark.parametrize("base, sets, where, words", RULE_CASES.values(), ids=RULE_CASES.keys())
+    def test_rule(self, base, sets, where, words):
+        error = error_at(spec_with(base, sets), where.split("."))
+        assert words in error["msg"], error["msg"]
+        assert error["type"] == "spec_rule"
+
+    def test_every_rule_has_a_case(self, monkeypatch):
+        # Build each case's spec with the rules switched off, then see which rules it breaks.
+        monkeypatch.setattr(spec_rules, "RULES", ())
+        specs = [parse_spec(spec_with(base, sets)) for base, sets, _, _ in RULE_CASES.values()]
+        fired = {rule for spec in specs for rule in RULES if list(rule(spec))}
+        assert [rule.__name__ for rule in RULES if rule not in fired] == []
+
+    @pytest.mark.parametrize(
+        "sets",
+        [
+            ["backend.precision=bf16"],  # bf16 runs on CPU
+            ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2",
+             "train.micro_batch_size=1"],
+            ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=3", "backend.offload=nvme", "backend.nvme_path=/nvme"],
+            [DEEPSPEED, "backend.ds_config={zero_optimization: {stage: 2}, train_batch_size: auto}",
+             "backend.ds_config.bf16.enabled=true"],  # agreeing or "auto" values are fine
+            ["resources.gpus=8", "resources.nodes=2", "train.batch_size=64", "train.micro_batch_size=2"],
+            ["train.checkpoint_every=10", "train.eval_every=10"],
+        ],
+    )
+    def test_valid_combinations_pass(self, sets):
+        parse_spec(spec_with("sft", sets))
+
+    def test_several_violations_are_reported_together(self):
+        data = spec_with("sft", ["train.checkpoint_every=100", "train.eval_every=100", "backend.precision=fp16"])
+        locs = {tuple(e["loc"]) for e in errors_of(data)}
+        assert locs == {("train", "checkpoint_every"), ("train", "eval_every"), ("backend", "precision")}
+
+    def test_message_with_braces_is_kept_verbatim(self):
+        assert "{kind: builtin, name: ...}" in error_at(spec_with("ppo", ["reward=null"]), ["reward"])["msg"]
+
+    def test_derived_batch_values(self):
+        spec = parse_spec(spec_with("sft", ["resources.gpus=2", "train.batch_size=32", "train.micro_batch_size=4"]))
+        assert (spec.data_parallel_size, spec.micro_batch_size, spec.gradient_accumulation_steps) == (2, 4, 4)

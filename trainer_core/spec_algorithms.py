@@ -1,0 +1,139 @@
+"""Per-algorithm options: one optional section per algorithm, each with documented defaults.
+
+A run carries only the section of its own algorithm; when it is left out the defaults below
+are filled in, so a stored spec always says exactly what ran.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Literal
+
+from pydantic import Field
+
+from trainer_core.spec_base import StrictModel
+from trainer_core.spec_sections import ModelSpec
+
+
+class GenSpec(StrictModel):
+    """Sampling settings for generated responses."""
+
+    max_new_tokens: int = Field(32, ge=1, description="Longest response in tokens.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (> 0: on-policy RL needs sampling).")
+    top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens; 0: no top-k filter.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass; 1.0: no top-p filter.")
+    stop: list[str] = Field(
+        default_factory=list, description="Strings that end a response (besides the EOS token)."
+    )
+
+
+class SftOptions(StrictModel):
+    """Supervised fine-tuning on (prompt, response) pairs."""
+
+    packing: bool = Field(False, description="Pack several examples into each max_seq_len sequence.")
+    loss_on_prompt: bool = Field(
+        False, description="Also train on prompt tokens; false: loss on the response only."
+    )
+
+
+class RewardModelOptions(StrictModel):
+    """Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin)."""
+
+    margin: float | None = Field(None, description="Fixed margin in the pairwise loss; null: no margin.")
+
+
+class DpoOptions(StrictModel):
+    """Direct Preference Optimization on (prompt, chosen, rejected) triples."""
+
+    beta: float = Field(0.1, gt=0, description="Strength of the implicit KL penalty to the reference model.")
+    loss: Literal["sigmoid", "ipo", "hinge"] = Field(
+        "sigmoid", description="sigmoid: DPO (Rafailov et al. 2023); ipo: IPO (Azar et al. 2023); hinge: SLiC."
+    )
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="Assumed fraction of flipped labels (conservative DPO); sigmoid loss only."
+    )
+    ref_model: ModelSpec | None = Field(
+        None, description="Reference model; null: a frozen copy of the initial policy."
+    )
+
+
+class PpoOptions(StrictModel):
+    """PPO with a learned value function (Ouyang et al. 2022; trlx-style defaults)."""
+
+    kl_coef: float = Field(
+        0.05, ge=0, description="Coefficient of the per-token KL penalty to the reference model."
+    )
+    target_kl: float | None = Field(
+        None, gt=0, description="Adapt kl_coef toward this KL (Ziegler et al. 2019, e.g. 6); null: kl_coef stays fixed."
+    )
+    horizon: int = Field(10000, ge=1, description="Horizon of the adaptive KL controller, in rollouts.")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor.")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    cliprange: float = Field(0.2, gt=0, description="PPO policy ratio clip.")
+    cliprange_value: float = Field(0.2, gt=0, description="Value prediction clip around the old values.")
+    vf_coef: float = Field(1.0, ge=0, description="Weight of the value loss.")
+    epochs: int = Field(4, ge=1, description="Passes over each step's rollouts.")
+    minibatch_size: int | None = Field(
+        None, ge=1, description="Rollouts per optimizer update within a step (global); null: train.batch_size."
+    )
+    whiten_rewards: bool = Field(False, description="Normalize rewards to zero mean, unit variance per batch.")
+    critic: ModelSpec | None = Field(
+        None, description="Separate critic model; null: a value head on the policy (shared trunk)."
+    )
+    ref_model: ModelSpec | None = Field(
+        None, description="Reference model for the KL penalty; null: the initial policy."
+    )
+    gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
+    samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
+
+
+class GrpoOptions(StrictModel):
+    """Group Relative Policy Optimization (Shao et al. 2024): no critic, a group baseline."""
+
+    group_size: int = Field(
+        8, ge=2, description="Responses sampled per prompt; train.batch_size counts responses."
+    )
+    beta: float = Field(0.04, ge=0, description="Coefficient of the KL penalty to the reference model; 0: none.")
+    kl_estimator: Literal["k3", "k1"] = Field(
+        "k3", description="KL estimator: k3, unbiased and low-variance (as in GRPO); k1, the plain log-ratio."
+    )
+    cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
+    epochs: int = Field(1, ge=1, description="Passes over each step's rollouts.")
+    baseline: Literal["group_mean", "rloo"] = Field(
+        "group_mean", description="group_mean: the group's mean reward; rloo: mean of the other responses."
+    )
+    normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
+    ref_model: ModelSpec | None = Field(
+        None, description="Reference model for the KL penalty; null: the initial policy."
+    )
+    gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
+    samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
+
+
+class IlqlOptions(StrictModel):
+    """Implicit Language Q-Learning (Snell et al. 2022): offline RL from rewarded data."""
+
+    tau: float = Field(0.7, gt=0, lt=1, description="Expectile for the value loss.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    cql_scale: float = Field(0.1, ge=0, description="Weight of the conservative Q-learning loss.")
+    awac_scale: float = Field(1.0, ge=0, description="Weight of the advantage-weighted LM loss.")
+    alpha: float = Field(0.001, gt=0, le=1, description="Polyak rate of the target Q heads.")
+    beta: float = Field(1.0, ge=0, description="Advantage scale when generating.")
+    two_qs: bool = Field(True, description="Two Q heads (take the minimum) against overestimation.")
+    steps_for_target_q_sync: int = Field(5, ge=1, description="Steps between target Q head updates.")
+    gen: GenSpec = Field(default_factory=GenSpec, description="Sampling for evaluation generations.")
+
+
+Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql"]
+ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
+# The options section of each algorithm; "reward" is taken by the reward source, hence reward_model.
+ALGORITHM_SECTIONS: dict[str, str] = {
+    "sft": "sft",
+    "reward": "reward_model",
+    "dpo": "dpo",
+    "ppo": "ppo",
+    "grpo": "grpo",
+    "ilql": "ilql",
+}
+# Algorithms that generate responses online and score them with spec.reward.
+ONLINE_ALGORITHMS: tuple[str, ...] = ("ppo", "grpo")

@@ -1,0 +1,277 @@
+"""Cross-field rules of a run spec.
+
+Each rule is a small generator over one concern; it yields (loc, msg) pairs where loc is the
+field to fix and msg says how. The first line of each docstring is the rule as docs/spec.md
+lists it. `RunSpec` runs them all after its fields have validated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+
+from trainer_core.spec_algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
+
+if TYPE_CHECKING:
+    from trainer_core.spec import RunSpec
+
+
+class Violation(NamedTuple):
+    loc: tuple[str | int, ...]
+    msg: str
+
+
+Rules = Iterator[Violation]
+
+
+def section_matches_algorithm(spec: RunSpec) -> Rules:
+    """An options section (sft, reward_model, dpo, ppo, grpo, ilql) is only allowed for its own algorithm."""
+    for algorithm, section in ALGORITHM_SECTIONS.items():
+        if algorithm != spec.algorithm and getattr(spec, section) is not None:
+            yield Violation(
+                (section,),
+                f"the {section} section only applies to algorithm {algorithm} (this run's algorithm is "
+                f"{spec.algorithm}); remove it or set algorithm: {algorithm}",
+            )
+
+
+def reward_matches_algorithm(spec: RunSpec) -> Rules:
+    """ppo and grpo need a reward section; sft, reward, dpo and ilql must not have one."""
+    online = spec.algorithm in ONLINE_ALGORITHMS
+    if online and spec.reward is None:
+        yield Violation(
+            ("reward",),
+            f"algorithm {spec.algorithm} needs a reward: add reward: {{kind: builtin, name: ...}} "
+            "or {kind: model, path: run:<id>}",
+        )
+    elif not online and spec.reward is not None:
+        why = (
+            "ilql learns from the rewards in its dataset (data.columns.reward)"
+            if spec.algorithm == "ilql"
+            else f"algorithm {spec.algorithm} learns from its data and takes no reward"
+        )
+        yield Violation(("reward",), f"{why}; remove the reward section")
+
+
+def multi_node_needs_gpus(spec: RunSpec) -> Rules:
+    """resources.nodes > 1 needs resources.gpus >= 1."""
+    if spec.resources.nodes > 1 and spec.resources.gpus == 0:
+        yield Violation(("resources", "nodes"), "more than one node needs GPUs: set resources.gpus >= 1 or nodes: 1")
+
+
+def megatron_layout_fits(spec: RunSpec) -> Rules:
+    """megatron needs GPUs, and tensor_parallel * pipeline_parallel * context_parallel must divide gpus * nodes."""
+    backend = spec.backend
+    if backend.kind != "megatron":
+        return
+    if spec.resources.gpus == 0:
+        yield Violation(("resources", "gpus"), "backend megatron needs GPUs: set resources.gpus >= 1")
+    elif spec.world_size % spec.model_parallel_size:
+        yield Violation(
+            ("backend", "tensor_parallel"),
+            f"tensor_parallel * pipeline_parallel * context_parallel = {spec.model_parallel_size} must divide "
+            f"the {spec.world_size} GPUs (resources.gpus * resources.nodes); change the parallel sizes or the GPUs",
+        )
+
+
+def megatron_sequence_parallel_needs_tp(spec: RunSpec) -> Rules:
+    """megatron sequence_parallel needs tensor_parallel > 1."""
+    backend = spec.backend
+    if backend.kind == "megatron" and backend.sequence_parallel and backend.tensor_parallel == 1:
+        yield Violation(
+            ("backend", "sequence_parallel"),
+            "sequence_parallel shards along the tensor-parallel group: "
+            "set tensor_parallel > 1 or sequence_parallel: false",
+        )
+
+
+def torch_without_ddp_is_single_gpu(spec: RunSpec) -> Rules:
+    """backend torch with ddp: false runs one process, so it allows at most one GPU on one node."""
+    if spec.backend.kind == "torch" and not spec.backend.ddp and spec.world_size > 1:
+        yield Violation(
+            ("backend", "ddp"),
+            f"ddp: false trains in one process but the run asks for {spec.world_size} GPUs; "
+            "set ddp: true or resources.gpus: 1",
+        )
+
+
+def fp16_needs_gpu(spec: RunSpec) -> Rules:
+    """backend.precision fp16 needs a GPU (its loss scaling runs on CUDA); bf16 and fp32 run on CPU."""
+    if spec.backend.precision == "fp16" and spec.resources.gpus == 0:
+        yield Violation(
+            ("backend", "precision"), "fp16 needs a GPU: use bf16 or fp32 on CPU, or set resources.gpus >= 1"
+        )
+
+
+def deepspeed_offload_needs_zero(spec: RunSpec) -> Rules:
+    """deepspeed offload needs zero_stage >= 1, and offload nvme needs zero_stage 3 and a nvme_path."""
+    backend = spec.backend
+    if backend.kind != "deepspeed" or backend.offload == "none":
+        return
+    if backend.zero_stage == 0:
+        yield Violation(("backend", "offload"), "offload needs ZeRO: set zero_stage >= 1 or offload: none")
+    if backend.offload == "nvme" and backend.zero_stage != 3:
+        yield Violation(("backend", "offload"), "offload: nvme needs zero_stage: 3 (ZeRO-Infinity); or offload: cpu")
+    if backend.offload == "nvme" and not backend.nvme_path:
+        yield Violation(("backend", "nvme_path"), "offload: nvme needs nvme_path: a directory on a local NVMe drive")
+
+
+def _lookup(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if not isinstance(config, dict) or key not in config:
+            return None
+        config = config[key]
+    return config
+
+
+def ds_config_agrees_with_spec(spec: RunSpec) -> Rules:
+    """backend.ds_config must not contradict the spec's own fields (ZeRO stage, offload, batch sizes, precision)."""
+    backend = spec.backend
+    if backend.kind != "deepspeed" or not backend.ds_config:
+        return
+    batch_field = "train.batch_size" if spec.update_batch_size == spec.train.batch_size else "ppo.minibatch_size"
+    micro = spec.train.micro_batch_size
+    micro_text = f"train.micro_batch_size={micro or f'null, so {spec.micro_batch_size}'}"
+    accumulation = f"the {spec.gradient_accumulation_steps} implied by {batch_field} and train.micro_batch_size"
+    stage, offload = f"backend.zero_stage={backend.zero_stage}", f"backend.offload={backend.offload!r}"
+    precision = f"backend.precision={backend.precision!r}"
+    # (keys in ds_config, the value the spec implies, how to name it, the field to set instead)
+    checks = [
+        (("zero_optimization", "stage"), backend.zero_stage, stage, "backend.zero_stage"),
+        (("zero_optimization", "offload_optimizer", "device"), backend.offload, offload, "backend.offload"),
+        (("zero_optimization", "offload_param", "device"), backend.offload, offload, "backend.offload"),
+        (("train_batch_size",), spec.update_batch_size, f"{batch_field}={spec.update_batch_size}", batch_field),
+        (("train_micro_batch_size_per_gpu",), spec.micro_batch_size, micro_text, "train.micro_batch_size"),
+        (("gradient_accumulation_steps",), spec.gradient_accumulation_steps, accumulation, "train.micro_batch_size"),
+        (("bf16", "enabled"), backend.precision == "bf16", precision, "backend.precision"),
+        (("fp16", "enabled"), backend.precision == "fp16", precision, "backend.precision"),
+    ]
+    for keys, expected, described, fix in checks:
+        value = _lookup(backend.ds_config, keys)
+        if value is None or value == "auto" or value == expected:
+            continue
+        key = ".".join(keys)
+        yield Violation(
+            ("backend", "ds_config", *keys),
+            f"ds_config {key}={json.dumps(value, default=str)} conflicts with {described}; "
+            f"set {fix} and remove {key} from ds_config",
+        )
+
+
+def batch_splits_over_ranks(spec: RunSpec) -> Rules:
+    """train.batch_size must be divisible by the data-parallel size: gpus * nodes (megatron: over tp * pp * cp)."""
+    if spec.world_size % spec.model_parallel_size:
+        return  # megatron_layout_fits reports it
+    dp = spec.data_parallel_size
+    if spec.train.batch_size % dp:
+        yield Violation(
+            ("train", "batch_size"),
+            f"batch_size {spec.train.batch_size} does not split over {dp} data-parallel ranks; use a multiple of {dp}",
+        )
+
+
+def ppo_minibatch_divides_batch(spec: RunSpec) -> Rules:
+    """ppo.minibatch_size must divide train.batch_size and be a multiple of the data-parallel size."""
+    if spec.ppo is None or spec.ppo.minibatch_size is None:
+        return
+    minibatch, batch, dp = spec.ppo.minibatch_size, spec.train.batch_size, spec.data_parallel_size
+    if batch % minibatch:
+        yield Violation(
+            ("ppo", "minibatch_size"), f"minibatch_size {minibatch} must divide train.batch_size {batch}"
+        )
+    elif minibatch % dp:
+        yield Violation(
+            ("ppo", "minibatch_size"),
+            f"minibatch_size {minibatch} does not split over {dp} data-parallel ranks; use a multiple of {dp}",
+        )
+
+
+def micro_batch_divides_rank_batch(spec: RunSpec) -> Rules:
+    """train.micro_batch_size must divide the per-rank batch: train.batch_size (ppo: minibatch_size) / ranks."""
+    micro, update, dp = spec.train.micro_batch_size, spec.update_batch_size, spec.data_parallel_size
+    if micro is None or update % dp or spec.world_size % spec.model_parallel_size:
+        return  # the batch rules above report it
+    per_rank = update // dp
+    if per_rank % micro:
+        where = "train.batch_size" if update == spec.train.batch_size else "ppo.minibatch_size"
+        split = f" over {dp} data-parallel ranks is {per_rank} per rank, which" if dp > 1 else ""
+        yield Violation(
+            ("train", "micro_batch_size"),
+            f"{where} {update}{split} is not a multiple of micro_batch_size {micro}; pick a divisor of {per_rank}",
+        )
+
+
+def grpo_batch_holds_whole_groups(spec: RunSpec) -> Rules:
+    """grpo: train.batch_size must be a multiple of grpo.group_size (it counts responses, group_size per prompt)."""
+    if spec.grpo is not None and spec.train.batch_size % spec.grpo.group_size:
+        yield Violation(
+            ("train", "batch_size"),
+            f"batch_size {spec.train.batch_size} must be a multiple of grpo.group_size {spec.grpo.group_size} "
+            "(it counts responses, group_size per prompt)",
+        )
+
+
+def intervals_within_steps(spec: RunSpec) -> Rules:
+    """train.checkpoint_every and train.eval_every must not exceed train.steps."""
+    for name in ("checkpoint_every", "eval_every"):
+        every = getattr(spec.train, name)
+        if every is not None and every > spec.train.steps:
+            yield Violation(
+                ("train", name),
+                f"{name} {every} is more than train.steps {spec.train.steps}, so it would never happen; "
+                f"use at most {spec.train.steps} or null (only at the end)",
+            )
+
+
+def dpo_label_smoothing_needs_sigmoid(spec: RunSpec) -> Rules:
+    """dpo.label_smoothing > 0 only works with loss: sigmoid."""
+    if spec.dpo is not None and spec.dpo.label_smoothing > 0 and spec.dpo.loss != "sigmoid":
+        yield Violation(
+            ("dpo", "label_smoothing"),
+            f"label_smoothing only applies to loss: sigmoid (got loss: {spec.dpo.loss}); set it to 0 or use sigmoid",
+        )
+
+
+def ppo_adaptive_kl_needs_kl_coef(spec: RunSpec) -> Rules:
+    """ppo.target_kl (adaptive KL) needs ppo.kl_coef > 0, since the controller scales the coefficient."""
+    if spec.ppo is not None and spec.ppo.target_kl is not None and spec.ppo.kl_coef == 0:
+        yield Violation(
+            ("ppo", "kl_coef"), "target_kl adapts kl_coef multiplicatively, so it cannot start at 0; set kl_coef > 0"
+        )
+
+
+def generation_fits_context(spec: RunSpec) -> Rules:
+    """ppo, grpo, ilql: gen.max_new_tokens must be less than model.max_seq_len (the prompt needs room)."""
+    section = ALGORITHM_SECTIONS[spec.algorithm]
+    gen = getattr(getattr(spec, section), "gen", None)
+    if gen is not None and gen.max_new_tokens >= spec.model.max_seq_len:
+        yield Violation(
+            (section, "gen", "max_new_tokens"),
+            f"max_new_tokens {gen.max_new_tokens} leaves no room for the prompt in model.max_seq_len "
+            f"{spec.model.max_seq_len}; lower it or raise model.max_seq_len",
+        )
+
+
+RULES = (
+    section_matches_algorithm,
+    reward_matches_algorithm,
+    multi_node_needs_gpus,
+    megatron_layout_fits,
+    megatron_sequence_parallel_needs_tp,
+    torch_without_ddp_is_single_gpu,
+    fp16_needs_gpu,
+    deepspeed_offload_needs_zero,
+    ds_config_agrees_with_spec,
+    batch_splits_over_ranks,
+    ppo_minibatch_divides_batch,
+    micro_batch_divides_rank_batch,
+    grpo_batch_holds_whole_groups,
+    intervals_within_steps,
+    dpo_label_smoothing_needs_sigmoid,
+    ppo_adaptive_kl_needs_kl_coef,
+    generation_fits_context,
+)
+
+
+def check_rules(spec: RunSpec) -> list[Violation]:
+    return [violation for rule in RULES for violation in rule(spec)]

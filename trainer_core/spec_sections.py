@@ -1,0 +1,263 @@
+"""The sections every run spec has: model, reward, data, backend, resources, train."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BeforeValidator, Field, StringConstraints
+
+from trainer_core.spec_base import DataSource, ModelPath, Name, Precision, StrictModel
+
+
+class LoraSpec(StrictModel):
+    """Low-rank adapters instead of a full fine-tune (PEFT LoRA)."""
+
+    r: int = Field(8, ge=1, description="Rank of the adapter matrices.")
+    alpha: float = Field(16.0, gt=0, description="Scaling numerator: adapters are scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["all-linear"],
+        min_length=1,
+        description='Module names to adapt; "all-linear" adapts every linear layer but the output head.',
+    )
+
+
+class ModelSpec(StrictModel):
+    """The model to train (or to use as a reference, critic or reward model)."""
+
+    path: ModelPath = Field(
+        description="Hugging Face id (gpt2, meta-llama/Llama-3.2-1B), local directory (/abs or "
+        "./relative), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), "
+        "or run:<id>[@step] for the output (or a given checkpoint step) of an earlier run."
+    )
+    revision: str | None = Field(None, description="Hugging Face branch, tag or commit; null: the default branch.")
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="dtype the weights are loaded in; auto: fp32 on CPU, the backend precision on GPU."
+    )
+    lora: LoraSpec | None = Field(None, description="LoRA adapters; null: full fine-tune of every weight.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    max_seq_len: int = Field(
+        512, ge=8, description="Longest sequence in tokens (prompt + response); longer ones are truncated."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow model code from the Hub repository to run; only for repositories you trust."
+    )
+
+
+# --- reward: where the scalar reward of a generated response comes from (ppo, grpo) ---
+
+
+# scale and clip apply to every reward kind; each variant lists them last.
+def _scale() -> Any:
+    return Field(1.0, description="Rewards are multiplied by this before use.")
+
+
+def _clip() -> Any:
+    return Field(None, gt=0, description="Clip scaled rewards to [-clip, clip]; null: no clipping.")
+
+
+class BuiltinReward(StrictModel):
+    """A reward function shipped with rlplane (e.g. randomwalks, arithmetic)."""
+
+    kind: Literal["builtin"] = Field("builtin", description="builtin: a reward function shipped with rlplane.")
+    name: Name = Field(description="Name of the builtin reward, e.g. randomwalks or arithmetic.")
+    scale: float = _scale()
+    clip: float | None = _clip()
+
+
+class ModelReward(StrictModel):
+    """A trained reward model scores each (prompt, response)."""
+
+    kind: Literal["model"] = Field("model", description="model: a reward model scores each response.")
+    path: ModelPath = Field(
+        description="The reward model: usually run:<id> of a reward run; same syntax as model.path."
+    )
+    batch_size: int = Field(16, ge=1, description="Responses scored per forward pass.")
+    device: str | None = Field(
+        None, description="Device for the reward model (e.g. cuda:1); null: the policy's device."
+    )
+    scale: float = _scale()
+    clip: float | None = _clip()
+
+
+class PythonReward(StrictModel):
+    """A Python function `f(prompts, responses) -> list[float]`; it must be on the worker's allow-list."""
+
+    kind: Literal["python"] = Field("python", description="python: call an allow-listed Python function.")
+    entrypoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
+        description="module:function, e.g. my_rewards.sentiment:score; the worker only runs allow-listed entrypoints."
+    )
+    scale: float = _scale()
+    clip: float | None = _clip()
+
+
+class HttpReward(StrictModel):
+    """POST batches of (prompt, response) to a scoring service that answers {"rewards": [...]}."""
+
+    kind: Literal["http"] = Field("http", description="http: a scoring service over HTTP.")
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+[^\s]*$")] = Field(
+        description="http:// or https:// URL that scores a batch."
+    )
+    timeout_s: float = Field(30.0, gt=0, description="Seconds to wait for one batch before retrying.")
+    batch_size: int = Field(16, ge=1, description="Responses sent per request.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra request headers; stored in plain text with the run, so no secrets."
+    )
+    scale: float = _scale()
+    clip: float | None = _clip()
+
+
+RewardSpec = Annotated[Union[BuiltinReward, ModelReward, PythonReward, HttpReward], Field(discriminator="kind")]
+
+
+# --- data ---
+
+
+class DataColumns(StrictModel):
+    """Which column holds what; only the columns an algorithm needs are read."""
+
+    prompt: str = Field("prompt", description="Prompt text (all algorithms).")
+    response: str = Field("response", description="Target response (sft, ilql).")
+    chosen: str = Field("chosen", description="Preferred response (reward, dpo).")
+    rejected: str = Field("rejected", description="Dispreferred response (reward, dpo).")
+    reward: str = Field("reward", description="Scalar reward of the response (ilql).")
+
+
+class DataSpec(StrictModel):
+    """Where examples (or prompts, for ppo/grpo) come from."""
+
+    source: DataSource = Field(
+        description="builtin:<name> (builtin:tiny-sft, builtin:tiny-preference, builtin:tiny-prompts, "
+        "builtin:randomwalks, builtin:arithmetic), dataset:<id> (uploaded to rlplane), a local "
+        ".jsonl/.json/.parquet file, or a Hugging Face dataset id."
+    )
+    subset: str | None = Field(
+        None, description="Hugging Face dataset configuration name, e.g. main for openai/gsm8k."
+    )
+    split: str = Field("train", min_length=1, description="Split to train on.")
+    eval_split: str | None = Field(
+        None, description="Split to evaluate on; null: hold out eval_fraction of split."
+    )
+    eval_fraction: float = Field(
+        0.05, ge=0, le=0.5, description="Fraction of split held out for evaluation when eval_split is null; 0: no eval."
+    )
+    max_samples: int | None = Field(None, ge=1, description="Use at most this many training examples; null: all.")
+    columns: DataColumns = Field(default_factory=DataColumns, description="Column names in the source.")
+    shuffle: bool = Field(True, description="Shuffle training examples (seeded by train.seed).")
+
+
+# --- backend: how the training step is distributed ---
+
+
+class TorchBackend(StrictModel):
+    """Plain PyTorch: one process on CPU or one GPU, DDP across GPUs."""
+
+    kind: Literal["torch"] = Field(
+        "torch", description="torch: plain PyTorch, DDP across GPUs; the kind when backend has none."
+    )
+    precision: Precision = Field("fp32", description="Mixed precision of the training step.")
+    ddp: bool = Field(
+        True, description="Use DistributedDataParallel with more than one GPU; false allows one GPU only."
+    )
+
+
+class DeepSpeedBackend(StrictModel):
+    """DeepSpeed ZeRO: optimizer state, gradients and (stage 3) parameters sharded across GPUs."""
+
+    kind: Literal["deepspeed"] = Field("deepspeed", description="deepspeed: DeepSpeed ZeRO.")
+    zero_stage: int = Field(
+        2, ge=0, le=3, description="ZeRO stage: 0 off, 1 optimizer, 2 + gradients, 3 + parameters."
+    )
+    offload: Literal["none", "cpu", "nvme"] = Field(
+        "none", description="Where ZeRO keeps optimizer state (and parameters at stage 3); nvme needs stage 3."
+    )
+    nvme_path: str | None = Field(None, description="Local NVMe directory for offload: nvme.")
+    precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+    ds_config: dict[str, Any] | None = Field(
+        None,
+        description="Escape hatch: extra DeepSpeed config merged over the generated one; keys that "
+        "contradict the spec (batch sizes, ZeRO stage, offload, precision) are rejected.",
+    )
+
+
+class Fsdp2Backend(StrictModel):
+    """PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded per layer."""
+
+    kind: Literal["fsdp2"] = Field("fsdp2", description="fsdp2: PyTorch fully_shard.")
+    precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+    reshard_after_forward: bool = Field(
+        True, description="Free gathered parameters after forward (less memory, more communication)."
+    )
+    cpu_offload: bool = Field(False, description="Keep sharded parameters and optimizer state on CPU.")
+
+
+class MegatronBackend(StrictModel):
+    """NeMo Megatron: tensor, pipeline and context parallelism; data parallel over the rest."""
+
+    kind: Literal["megatron"] = Field("megatron", description="megatron: Megatron-Core model parallelism.")
+    tensor_parallel: int = Field(1, ge=1, description="GPUs each layer is split across.")
+    pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages the layers are split into.")
+    context_parallel: int = Field(1, ge=1, description="GPUs each sequence is split across.")
+    sequence_parallel: bool = Field(
+        False,
+        description="Shard layer-norm and dropout activations along the sequence; needs tensor_parallel > 1.",
+    )
+    precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+
+
+def _default_backend_kind(value: Any) -> Any:
+    # kind may be left out of backend: it defaults to torch, like the section itself.
+    return {"kind": "torch", **value} if isinstance(value, dict) and "kind" not in value else value
+
+
+BackendSpec = Annotated[
+    Union[TorchBackend, DeepSpeedBackend, Fsdp2Backend, MegatronBackend],
+    Field(discriminator="kind"),
+    BeforeValidator(_default_backend_kind),
+]
+
+
+class ResourcesSpec(StrictModel):
+    """What the run asks the scheduler for."""
+
+    queue: Name = Field(
+        "cpu", description="Worker queue that runs it; workers serve named queues (cpu, gpu, a100, ...)."
+    )
+    gpus: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU.")
+    nodes: int = Field(1, ge=1, description="Nodes; more than one needs GPUs.")
+    cpus: int | None = Field(None, ge=1, description="CPU cores per node; null: whatever the worker grants.")
+
+
+class TrainSpec(StrictModel):
+    """The optimization loop."""
+
+    steps: int = Field(
+        gt=0,
+        description="Training steps. A step is one optimizer step; for ppo and grpo it is one "
+        "rollout-and-update iteration over batch_size rollouts.",
+    )
+    batch_size: int = Field(
+        8, gt=0, description="Global batch: examples per step over all ranks (rollouts per step for ppo/grpo)."
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Examples per forward/backward on one rank; gradients accumulate over the rest. "
+        "null: the whole per-rank batch at once.",
+    )
+    lr: float = Field(1.0e-5, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to lr over this many steps.")
+    schedule: Literal["constant", "linear", "cosine"] = Field(
+        "cosine", description="Learning-rate decay after warmup."
+    )
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the global gradient norm; null: no clipping.")
+    seed: int = Field(0, ge=0, description="Seed for weights init, data order and sampling.")
+    checkpoint_every: int | None = Field(
+        None, gt=0, description="Save a full checkpoint every N steps; null: only at the end."
+    )
+    keep_last: int = Field(
+        3, ge=1, description="Checkpoints kept (older ones are deleted; the final one always stays)."
+    )
+    eval_every: int | None = Field(None, gt=0, description="Evaluate every N steps; null: only at the end.")
+    log_every: int = Field(1, gt=0, description="Report metrics every N steps.")
