@@ -165,3 +165,15 @@ class TestLineage:
         token = create_user(client, "bob", roles={"default": "member"})
         response = client.post("/api/v1/runs", json=spec(model={"path": f"run:{hidden['id']}"}), headers=auth(token))
         assert response.status_code == 422
+
+
+class TestExamples:
+    def test_every_shipped_example_is_accepted_by_the_api(self, client, db):
+        from pathlib import Path
+
+        examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+        assert len(examples) == 6
+        for path in examples:
+            response = client.post("/api/v1/runs", content=path.read_bytes(), headers={"Content-Type": "application/yaml"})
+            assert response.status_code == 201, (path.name, response.text)
+            assert response.json()["algorithm"] == path.stem
