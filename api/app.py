@@ -34,15 +34,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine.dispose()
 
     app = FastAPI(
-        title="rlplane", version="0.1.0", openapi_url=OPENAPI_URL, docs_url="/api/docs", redoc_url=None,
-        lifespan=lifespan, description="Control plane for LLM post-training runs. Authenticate with `Authorization: Bearer <token>`.",
+        title="rlplane",
+        version="0.1.0",
+        openapi_url=OPENAPI_URL,
+        docs_url="/api/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+        description="Control plane for LLM post-training runs. Authenticate with `Authorization: Bearer <token>`.",
     )
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
     app.state.artifacts = ArtifactStore(settings.resolved_artifacts)
     app.add_middleware(
-        BodyLimitMiddleware, default_limit=settings.max_body_bytes, upload_limit=settings.max_upload_bytes,
+        BodyLimitMiddleware,
+        default_limit=settings.max_body_bytes,
+        upload_limit=settings.max_upload_bytes,
         upload_paths=(datasets.UPLOAD_PATH,),
     )
     for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
@@ -66,9 +73,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             continue
         for operation in operations.values():
             operation["security"] = [{"bearer": []}]
-            operation.setdefault("responses", {}).update({
-                "401": {"description": "Missing, invalid, expired or revoked token"},
-                "403": {"description": "Outside the caller's projects or scopes"},
-            })
+            operation.setdefault("responses", {}).update(
+                {
+                    "401": {"description": "Missing, invalid, expired or revoked token"},
+                    "403": {"description": "Outside the caller's projects or scopes"},
+                }
+            )
     app.openapi_schema = schema
     return schema

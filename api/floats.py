@@ -26,6 +26,8 @@ _SCHEMA = {"anyOf": [{"type": "number"}, {"type": "string", "enum": list(_NAMES)
 # Accepts a number, the JSON extensions NaN/Infinity, or those names as strings; serialises non-finite as strings.
 AnyFloat = Annotated[float, BeforeValidator(_parse), PlainSerializer(encode, return_type=Any), WithJsonSchema(_SCHEMA)]
 MaybeFloat = Annotated[
-    float | None, BeforeValidator(_parse), PlainSerializer(encode, return_type=Any),
+    float | None,
+    BeforeValidator(_parse),
+    PlainSerializer(encode, return_type=Any),
     WithJsonSchema({"anyOf": [*_SCHEMA["anyOf"], {"type": "null"}]}),
 ]

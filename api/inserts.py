@@ -16,7 +16,7 @@ def insert_ignoring_duplicates(session: Session, model: type, rows: list[dict[st
     per_statement = max(1, _MAX_PARAMS // max(1, len(rows[0])))
     inserted = 0
     for start in range(0, len(rows), per_statement):
-        chunk = rows[start:start + per_statement]
+        chunk = rows[start : start + per_statement]
         stmt = insert(model).values(chunk).on_conflict_do_nothing(index_elements=unique).returning(model.id)
         inserted += len(session.execute(stmt).all())
     return inserted

@@ -14,9 +14,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLPLANE_", extra="ignore")
 
     home: Path = Field(default_factory=_default_home, description="State directory for the embedded default")
-    database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL; default: SQLite at $RLPLANE_HOME/rlplane.db"
-    )
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite at $RLPLANE_HOME/rlplane.db")
     artifacts: str | None = Field(
         default=None, description="Artifact root: a directory or an fsspec URL; default $RLPLANE_HOME/artifacts"
     )

@@ -4,8 +4,11 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="rlplane: self-hosted control plane for LLM post-training.", no_args_is_help=True,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+app = typer.Typer(
+    help="rlplane: self-hosted control plane for LLM post-training.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 Host = Annotated[str, typer.Option(help="Interface to bind")]
 Port = Annotated[int, typer.Option(help="TCP port")]

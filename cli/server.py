@@ -49,11 +49,20 @@ def serve(host: str, port: int, workers: int, log_level: str) -> None:
             f"cannot reach the database at {_redacted(settings.resolved_database_url)}: {str(exc.orig).strip().splitlines()[0]}. "
             "Check RLPLANE_DATABASE_URL and that the server is running."
         ) from None
-    print(f"rlplane API on http://{host}:{port} (docs: /api/docs), database: {_redacted(settings.resolved_database_url)}",
-          file=sys.stderr, flush=True)
+    print(
+        f"rlplane API on http://{host}:{port} (docs: /api/docs), database: {_redacted(settings.resolved_database_url)}",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(
-        "api.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level,
-        proxy_headers=False, timeout_graceful_shutdown=10,
+        "api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        proxy_headers=False,
+        timeout_graceful_shutdown=10,
     )
 
 

@@ -75,9 +75,15 @@ def _has_sequence(conn) -> bool:
 @pytest.fixture(scope="session")
 def app_settings(database_url, tmp_path_factory) -> Settings:
     home = tmp_path_factory.mktemp("home")
-    return Settings(home=home, database_url=database_url, artifacts=str(home / "artifacts"),
-                    bootstrap_token=ADMIN_TOKEN, max_body_bytes=1024 * 1024, max_upload_bytes=4 * 1024 * 1024,
-                    sse_poll_s=0.05)
+    return Settings(
+        home=home,
+        database_url=database_url,
+        artifacts=str(home / "artifacts"),
+        bootstrap_token=ADMIN_TOKEN,
+        max_body_bytes=1024 * 1024,
+        max_upload_bytes=4 * 1024 * 1024,
+        sse_poll_s=0.05,
+    )
 
 
 @pytest.fixture(scope="session")

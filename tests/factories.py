@@ -34,8 +34,14 @@ def create_project(client: TestClient, name: str) -> dict[str, Any]:
     return response.json()
 
 
-def create_user(client: TestClient, name: str, *, roles: dict[str, str] | None = None,
-                scopes: tuple[str, ...] = ("write",), site_admin: bool = False) -> str:
+def create_user(
+    client: TestClient,
+    name: str,
+    *,
+    roles: dict[str, str] | None = None,
+    scopes: tuple[str, ...] = ("write",),
+    site_admin: bool = False,
+) -> str:
     """Create a user with project roles; return a token for them."""
     assert client.post("/api/v1/users", json={"name": name, "is_site_admin": site_admin}).status_code == 201
     for project, role in (roles or {}).items():

@@ -29,7 +29,10 @@ class ApiProcess:
         self.log = (home / f"api-{self.port}.log").open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "api", "--port", str(self.port), "--log-level", "warning"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parent.parent,
         )
 
     def wait_ready(self, timeout: float = 60) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from api.auth.bootstrap import bootstrap_admin
 from api.models import ApiToken, User
 from api.models.base import utcnow
-from tests.factories import ADMIN_TOKEN, auth, create_project, create_run, create_user, spec, worker_token
+from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
 
 OPEN = {("GET", "/healthz"), ("GET", "/readyz")}
 SHA = "0" * 64
@@ -120,13 +120,21 @@ def world(client, db, artifacts_root):
     (artifacts_root / "ck" / "f.bin").write_bytes(b"x")
     registered = client.post(f"/api/v1/runs/{run['id']}/checkpoints", json={"step": 5, "path": "ck", "size": 1, "sha256": SHA})
     assert registered.status_code == 201, registered.text
-    dataset = client.post("/api/v1/datasets", data={"kind": "prompts", "project": "secret"},
-                          files={"file": ("p.jsonl", b'{"prompt": "hi"}\n')})
+    dataset = client.post(
+        "/api/v1/datasets", data={"kind": "prompts", "project": "secret"}, files={"file": ("p.jsonl", b'{"prompt": "hi"}\n')}
+    )
     assert dataset.status_code == 201, dataset.text
     outsider = create_user(client, "outsider", scopes=("admin",))
     token_id = db.scalar(select(ApiToken.id).where(ApiToken.name == "bootstrap"))
-    params = {"run_id": run["id"], "step": 5, "file_path": "f.bin", "name": "secret", "user": "admin",
-              "dataset_id": dataset.json()["id"], "token_id": token_id}
+    params = {
+        "run_id": run["id"],
+        "step": 5,
+        "file_path": "f.bin",
+        "name": "secret",
+        "user": "admin",
+        "dataset_id": dataset.json()["id"],
+        "token_id": token_id,
+    }
     return params, outsider
 
 
@@ -143,13 +151,21 @@ BODIES = {
     ("POST", "/api/v1/runs/{run_id}/logs"): {"json": [{"seq": 1, "text": "x"}]},
     ("POST", "/api/v1/runs/{run_id}/samples"): {"json": [{"step": 1, "prompt": "p", "response": "r"}]},
     ("POST", "/api/v1/runs/{run_id}/checkpoints"): {"json": {"step": 6, "path": "ck", "size": 1, "sha256": SHA}},
-    ("POST", "/api/v1/datasets"): {"data": {"kind": "prompts", "project": "secret"}, "files": {"file": ("p.jsonl", b'{"prompt": "x"}\n')}},
+    ("POST", "/api/v1/datasets"): {
+        "data": {"kind": "prompts", "project": "secret"},
+        "files": {"file": ("p.jsonl", b'{"prompt": "x"}\n')},
+    },
     ("POST", "/api/v1/workers/heartbeat"): {"json": {"name": "w", "queues": ["cpu"]}},
 }
 # Operations on the caller's own things: they answer, but show nothing of project 'secret'.
 OWN = {
-    ("GET", "/api/v1/me"), ("GET", "/api/v1/projects"), ("GET", "/api/v1/runs"), ("GET", "/api/v1/datasets"),
-    ("GET", "/api/v1/tokens"), ("POST", "/api/v1/tokens"), ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/me"),
+    ("GET", "/api/v1/projects"),
+    ("GET", "/api/v1/runs"),
+    ("GET", "/api/v1/datasets"),
+    ("GET", "/api/v1/tokens"),
+    ("POST", "/api/v1/tokens"),
+    ("GET", "/api/v1/workers"),
 }
 HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}")}  # other users' tokens do not exist for you
 
@@ -191,7 +207,12 @@ class TestEveryOperation:
         other = create_run(client, project="secret")
         assert anon.post(f"/api/v1/runs/{run_id}/metrics", json=[], headers=auth(token)).status_code == 403
         assert anon.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w"}, headers=auth(token)).status_code == 200
-        assert anon.post(f"/api/v1/runs/{run_id}/metrics", json=[{"key": "a", "step": 1, "value": 1}], headers=auth(token)).status_code == 200
+        assert (
+            anon.post(
+                f"/api/v1/runs/{run_id}/metrics", json=[{"key": "a", "step": 1, "value": 1}], headers=auth(token)
+            ).status_code
+            == 200
+        )
         assert anon.get(f"/api/v1/runs/{run_id}", headers=auth(token)).status_code == 403  # reading needs the read scope
         assert anon.post(f"/api/v1/runs/{other['id']}/logs", json=[], headers=auth(token)).status_code == 403
         assert anon.get("/api/v1/runs", headers=auth(token)).status_code == 403

@@ -42,12 +42,16 @@ def test_first_start_bootstraps_admin_then_restarts_quietly(tmp_path):
 
 def test_short_bootstrap_token_is_refused(tmp_path):
     env = {**os.environ, "RLPLANE_HOME": str(tmp_path), "RLPLANE_BOOTSTRAP_TOKEN": "short"}
-    result = subprocess.run([sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode == 2 and "RLPLANE_BOOTSTRAP_TOKEN" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unreachable_database_is_one_clear_message(tmp_path):
     env = {**os.environ, "RLPLANE_HOME": str(tmp_path), "RLPLANE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
-    result = subprocess.run([sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "api", "--port", "1"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode == 2 and "cannot reach the database" in result.stderr and "Traceback" not in result.stderr
     assert "nobody" not in result.stderr  # credentials are redacted

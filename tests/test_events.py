@@ -80,7 +80,9 @@ def test_events_fan_out_across_api_processes(two_api_processes):
     received: queue.Queue = queue.Queue()
 
     def listen() -> None:
-        with httpx.stream("GET", f"{a.url}/api/v1/runs/{run['id']}/events", params={"timeout_s": 10}, headers=headers, timeout=15) as stream:
+        with httpx.stream(
+            "GET", f"{a.url}/api/v1/runs/{run['id']}/events", params={"timeout_s": 10}, headers=headers, timeout=15
+        ) as stream:
             buffer = ""
             for chunk in stream.iter_text():
                 buffer += chunk
@@ -92,7 +94,12 @@ def test_events_fan_out_across_api_processes(two_api_processes):
     threading.Thread(target=listen, daemon=True).start()
     assert received.get(timeout=10)["event"] == "hello"
     sent = time.monotonic()
-    assert httpx.post(f"{b.url}/api/v1/runs/{run['id']}/metrics", json=[{"key": "k", "step": 7, "value": 0.5}], headers=headers).status_code == 200
+    assert (
+        httpx.post(
+            f"{b.url}/api/v1/runs/{run['id']}/metrics", json=[{"key": "k", "step": 7, "value": 0.5}], headers=headers
+        ).status_code
+        == 200
+    )
     assert httpx.post(f"{b.url}/api/v1/runs/{run['id']}/cancel", headers=headers).status_code == 200
     seen = {}
     while len(seen) < 2:

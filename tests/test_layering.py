@@ -20,7 +20,8 @@ def test_no_pickle_anywhere():
     pattern = re.compile(r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|pickle\.loads?\(|torch\.load\(", re.M)
     offenders = [
         str(path.relative_to(ROOT))
-        for folder in OUR_CODE if (ROOT / folder).exists()
+        for folder in OUR_CODE
+        if (ROOT / folder).exists()
         for path in (ROOT / folder).rglob("*.py")
         if not any(part.startswith(".venv") for part in path.parts) and pattern.search(path.read_text())
     ]

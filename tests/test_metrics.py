@@ -15,7 +15,7 @@ def _points(key: str, steps, value=lambda s: math.sin(s / 10)):
 
 def _ingest(client, run_id, points, batch=100):
     for start in range(0, len(points), batch):
-        response = client.post(f"/api/v1/runs/{run_id}/metrics", json=points[start:start + batch])
+        response = client.post(f"/api/v1/runs/{run_id}/metrics", json=points[start : start + batch])
         assert response.status_code == 200, response.text
 
 
@@ -72,7 +72,9 @@ class TestSeries:
             return 100.0 if step == spike_step else -100.0 if step == 538 else math.sin(step / 10)
 
         _ingest(client, run["id"], _points("train/loss", range(2000), value))
-        series = client.get(f"/api/v1/runs/{run['id']}/metrics", params={"keys": "train/loss", "max_points": 100}).json()["series"][0]
+        series = client.get(f"/api/v1/runs/{run['id']}/metrics", params={"keys": "train/loss", "max_points": 100}).json()[
+            "series"
+        ][0]
         points = series["points"]
         assert series["downsampled"] and series["total_points"] == 2000
         assert len(points) <= 100 and sum(p["count"] for p in points) == 2000

@@ -127,8 +127,11 @@ class TestStateMachine:
         assert client.post(f"/api/v1/runs/{run['id']}/status", json=stale, headers=auth(token)).status_code == 422
         stale["attempt"] = 2
         assert client.post(f"/api/v1/runs/{run['id']}/status", json=stale, headers=auth(token)).status_code == 409
-        done = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "cancelled", "reason": "stopped"},
-                           headers=auth(token)).json()
+        done = client.post(
+            f"/api/v1/runs/{run['id']}/status",
+            json={"attempt": 1, "status": "cancelled", "reason": "stopped"},
+            headers=auth(token),
+        ).json()
         assert done["status"] == "cancelled" and done["last_step"] == 3
         assert done["attempts"][0]["worker"] == "w1" and done["attempts"][0]["end_reason"] == "stopped"
         illegal = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "running"}, headers=auth(token))
@@ -144,8 +147,12 @@ class TestLineage:
         sft = create_run(client, name="sft")
         rm = create_run(client, name="rm", algorithm="reward", data={"source": "builtin:tiny-preference"})
         ppo = create_run(
-            client, name="ppo", algorithm="ppo", model={"path": f"run:{sft['id']}@10"},
-            reward={"kind": "model", "path": f"run:{rm['id']}"}, data={"source": "builtin:tiny-prompts"},
+            client,
+            name="ppo",
+            algorithm="ppo",
+            model={"path": f"run:{sft['id']}@10"},
+            reward={"kind": "model", "path": f"run:{rm['id']}"},
+            data={"source": "builtin:tiny-prompts"},
         )
         parents = {(p["run_id"], p["field"], p["step"]) for p in ppo["parents"]}
         assert (sft["id"], "model.path", 10) in parents

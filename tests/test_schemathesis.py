@@ -17,8 +17,13 @@ CHECKS = [not_a_server_error, response_schema_conformance, content_type_conforma
 def _exercise(operation) -> None:
     @given(case=operation.as_strategy())
     @settings(
-        max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-        suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate], print_blob=False,
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+        print_blob=False,
     )
     def run(case) -> None:
         case.call_and_validate(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, checks=CHECKS)
@@ -29,7 +34,9 @@ def _exercise(operation) -> None:
 def test_api_never_errors_and_matches_its_schema(app, client, db):
     # Something to find: a run with metrics, so small random ids hit real rows as well as 404s.
     run = create_run(client)
-    client.post(f"/api/v1/runs/{run['id']}/metrics", json=[{"key": "train/loss", "step": s, "value": 1 / (s + 1)} for s in range(50)])
+    client.post(
+        f"/api/v1/runs/{run['id']}/metrics", json=[{"key": "train/loss", "step": s, "value": 1 / (s + 1)} for s in range(50)]
+    )
     worker_token(client)
     # The event stream stays open by design; it has its own tests.
     schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", app).exclude(path_regex=r".*/events$")

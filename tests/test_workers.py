@@ -30,7 +30,9 @@ def test_runs_outside_your_projects_are_hidden(client, anon, db):
     create_project(client, "secret")
     run = create_run(client, project="secret")
     anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "n"}, headers=auth(token))
-    anon.post("/api/v1/workers/heartbeat", json={"name": "n", "queues": ["cpu"], "current_run_id": run["id"]}, headers=auth(token))
+    anon.post(
+        "/api/v1/workers/heartbeat", json={"name": "n", "queues": ["cpu"], "current_run_id": run["id"]}, headers=auth(token)
+    )
     viewer = create_user(client, "v", roles={"default": "viewer"}, scopes=("read",))
     seen = anon.get("/api/v1/workers", headers=auth(viewer)).json()["data"][0]
     assert seen["name"] == "n" and seen["current_run_id"] is None

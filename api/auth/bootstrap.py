@@ -27,10 +27,15 @@ def bootstrap_admin(session: Session, home: Path, preset_token: str | None) -> s
     session.add_all([admin, project])
     session.flush()
     session.add(Membership(user_id=admin.id, project_id=project.id, role="admin"))
-    session.add(ApiToken(
-        user_id=admin.id, name="bootstrap", token_hash=hash_token(secret), prefix=display_prefix(secret),
-        scopes=["admin"],
-    ))
+    session.add(
+        ApiToken(
+            user_id=admin.id,
+            name="bootstrap",
+            token_hash=hash_token(secret),
+            prefix=display_prefix(secret),
+            scopes=["admin"],
+        )
+    )
     session.commit()
     if preset_token:
         return None
@@ -47,5 +52,8 @@ def _write_secret(path: Path, secret: str) -> None:
 
 
 def announce(secret: str, path: Path) -> None:
-    print(f"rlplane: created site admin '{ADMIN_NAME}'. Its token (shown once, also in {path}, mode 0600):\n  {secret}",
-          file=sys.stderr, flush=True)
+    print(
+        f"rlplane: created site admin '{ADMIN_NAME}'. Its token (shown once, also in {path}, mode 0600):\n  {secret}",
+        file=sys.stderr,
+        flush=True,
+    )

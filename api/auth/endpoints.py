@@ -14,7 +14,8 @@ def read_me(principal: CurrentPrincipal, session: SessionDep) -> schemas.Me:
     user = session.get(User, principal.user_id)
     names = dict(session.execute(select(Project.id, Project.name).where(Project.id.in_(list(principal.roles)))).all())
     return schemas.Me(
-        user=service.user_public(user), scopes=sorted(principal.scopes),
+        user=service.user_public(user),
+        scopes=sorted(principal.scopes),
         roles={names[pid]: role for pid, role in principal.roles.items()},
     )
 
@@ -76,7 +77,8 @@ def create_token(body: schemas.TokenCreate, principal: Writer, session: SessionD
 
 @router.get("/tokens", response_model=schemas.TokenList)
 def list_tokens(
-    principal: Reader, session: SessionDep,
+    principal: Reader,
+    session: SessionDep,
     all_users: bool = Query(default=False, description="Site admins: list every user's tokens"),
 ) -> schemas.TokenList:
     tokens = [service.token_public(t, owner) for t, owner in service.list_tokens(session, principal, all_users)]

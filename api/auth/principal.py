@@ -57,6 +57,4 @@ def forbidden(detail: str) -> HTTPException:
 
 
 def unauthorized(detail: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": 'Bearer realm="rlplane"'}
-    )
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": 'Bearer realm="rlplane"'})

@@ -72,8 +72,11 @@ def create_project(session: Session, principal: Principal, body: schemas.Project
 
 def project_public(project: Project, principal: Principal) -> schemas.ProjectPublic:
     return schemas.ProjectPublic(
-        id=project.id, name=project.name, description=project.description,
-        created_at=project.created_at, role=principal.roles.get(project.id),
+        id=project.id,
+        name=project.name,
+        description=project.description,
+        created_at=project.created_at,
+        role=principal.roles.get(project.id),
     )
 
 
@@ -86,8 +89,10 @@ def list_projects(session: Session, principal: Principal) -> list[Project]:
 
 def members(session: Session, project: Project) -> list[schemas.MemberPublic]:
     rows = session.execute(
-        select(User.name, Membership.role).join(User, User.id == Membership.user_id)
-        .where(Membership.project_id == project.id).order_by(User.name)
+        select(User.name, Membership.role)
+        .join(User, User.id == Membership.user_id)
+        .where(Membership.project_id == project.id)
+        .order_by(User.name)
     )
     return [schemas.MemberPublic(user=name, role=role) for name, role in rows]
 
@@ -116,7 +121,16 @@ def remove_member(session: Session, principal: Principal, project: Project, user
 def create_token(session: Session, principal: Principal, body: schemas.TokenCreate) -> tuple[ApiToken, str, str]:
     scopes = set(body.scopes)
     if "worker" in scopes and len(scopes) > 1:
-        raise HTTPException(422, detail=[{"loc": ["body", "scopes"], "msg": "the worker scope stands alone: create a separate token", "type": "value_error"}])
+        raise HTTPException(
+            422,
+            detail=[
+                {
+                    "loc": ["body", "scopes"],
+                    "msg": "the worker scope stands alone: create a separate token",
+                    "type": "value_error",
+                }
+            ],
+        )
     owner_name = principal.user_name
     if body.user is not None and body.user != principal.user_name:
         principal.require_site_admin()
@@ -130,8 +144,12 @@ def create_token(session: Session, principal: Principal, body: schemas.TokenCrea
     secret = new_token()
     expires_at = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     token = ApiToken(
-        user_id=owner.id, name=body.name, token_hash=hash_token(secret), prefix=display_prefix(secret),
-        scopes=sorted(scopes), expires_at=expires_at,
+        user_id=owner.id,
+        name=body.name,
+        token_hash=hash_token(secret),
+        prefix=display_prefix(secret),
+        scopes=sorted(scopes),
+        expires_at=expires_at,
     )
     session.add(token)
     session.flush()
@@ -140,8 +158,14 @@ def create_token(session: Session, principal: Principal, body: schemas.TokenCrea
 
 def token_public(token: ApiToken, user_name: str) -> schemas.TokenPublic:
     return schemas.TokenPublic(
-        id=token.id, name=token.name, user=user_name, prefix=token.prefix, scopes=token.scopes,
-        created_at=token.created_at, expires_at=token.expires_at, revoked_at=token.revoked_at,
+        id=token.id,
+        name=token.name,
+        user=user_name,
+        prefix=token.prefix,
+        scopes=token.scopes,
+        created_at=token.created_at,
+        expires_at=token.expires_at,
+        revoked_at=token.revoked_at,
     )
 
 

@@ -17,11 +17,17 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
 
 
 @router.get(
-    "", response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "events: hello, status, metrics, logs, samples, deleted"}},
+    "",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "events: hello, status, metrics, logs, samples, deleted"}
+    },
 )
 def run_events(
-    run_id: int, principal: Reader, session: SessionDep, request: Request,
+    run_id: int,
+    principal: Reader,
+    session: SessionDep,
+    request: Request,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=100)] = None,
     since_start: Annotated[bool, Query(description="Replay everything stored, not only what is new")] = False,
     timeout_s: Annotated[float | None, Query(gt=0, le=86_400, description="Close the stream after this long")] = None,

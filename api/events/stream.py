@@ -19,8 +19,10 @@ def current_cursor(session: Session, run_id: int) -> Cursor:
         return session.scalar(select(func.coalesce(func.max(column), 0)).where(run_column == run_id)) or 0
 
     return Cursor(
-        event=top(RunEvent.id, RunEvent.run_id), metric=top(Metric.id, Metric.run_id),
-        log=top(LogLine.id, LogLine.run_id), sample=top(Sample.id, Sample.run_id),
+        event=top(RunEvent.id, RunEvent.run_id),
+        metric=top(Metric.id, Metric.run_id),
+        log=top(LogLine.id, LogLine.run_id),
+        sample=top(Sample.id, Sample.run_id),
     )
 
 
@@ -33,8 +35,17 @@ def _log(line: LogLine) -> dict[str, Any]:
 
 
 def _sample(s: Sample) -> dict[str, Any]:
-    return {"id": s.id, "step": s.step, "index": s.index, "prompt": s.prompt, "prompt_hash": s.prompt_hash,
-            "response": s.response, "reward": s.reward, "kl": s.kl, "scores": s.scores}
+    return {
+        "id": s.id,
+        "step": s.step,
+        "index": s.index,
+        "prompt": s.prompt,
+        "prompt_hash": s.prompt_hash,
+        "response": s.response,
+        "reward": s.reward,
+        "kl": s.kl,
+        "scores": s.scores,
+    }
 
 
 _TABLES: list[tuple[str, type, str, Callable[[Any], dict[str, Any]]]] = [

@@ -14,7 +14,9 @@ MAX_BATCH = 10_000
 
 @router.post("", response_model=schemas.IngestResult)
 def ingest_metrics(
-    run_id: int, principal: CurrentPrincipal, session: SessionDep,
+    run_id: int,
+    principal: CurrentPrincipal,
+    session: SessionDep,
     points: Annotated[list[schemas.MetricPoint], Body(max_length=MAX_BATCH)],
 ) -> schemas.IngestResult:
     """Store points; a replayed batch neither duplicates nor changes a stored point."""
@@ -24,7 +26,9 @@ def ingest_metrics(
 
 @router.get("", response_model=schemas.SeriesResponse)
 def read_metrics(
-    run_id: int, principal: Reader, session: SessionDep,
+    run_id: int,
+    principal: Reader,
+    session: SessionDep,
     keys: Annotated[list[str], Query(max_length=100, description="Keys to return; default: all")] = [],  # noqa: B006
     max_points: Annotated[int, Query(ge=2, le=20_000)] = 1000,
     step_min: Annotated[int | None, Query(ge=0)] = None,

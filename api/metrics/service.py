@@ -10,14 +10,18 @@ from api.inserts import insert_ignoring_duplicates
 from api.metrics import schemas
 from api.models import Metric, Run
 
+
 def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> schemas.IngestResult:
     if not points:
         return schemas.IngestResult(accepted=0, duplicates=0)
     now = time.time()
     rows = [
         {
-            "run_id": run.id, "key": p.key, "step": p.step,
-            "value": 0.0 if math.isnan(p.value) else p.value, "is_nan": math.isnan(p.value),
+            "run_id": run.id,
+            "key": p.key,
+            "step": p.step,
+            "value": 0.0 if math.isnan(p.value) else p.value,
+            "is_nan": math.isnan(p.value),
             "time": p.time if p.time is not None else now,
         }
         for p in points
@@ -38,7 +42,9 @@ def _value_or_null():
 def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
     grouped = (
         select(Metric.key, func.count().label("n"), func.max(Metric.step).label("last"))
-        .where(Metric.run_id == run_id).group_by(Metric.key).subquery()
+        .where(Metric.run_id == run_id)
+        .group_by(Metric.key)
+        .subquery()
     )
     rows = session.execute(
         select(grouped.c.key, grouped.c.n, grouped.c.last, Metric.value, Metric.is_nan, Metric.time)
@@ -51,7 +57,9 @@ def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
     ]
 
 
-def series(session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None) -> schemas.Series:
+def series(
+    session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
+) -> schemas.Series:
     scope = [Metric.run_id == run_id, Metric.key == key]
     if step_min is not None:
         scope.append(Metric.step >= step_min)
@@ -70,9 +78,14 @@ def series(session: Session, run_id: int, key: str, max_points: int, step_min: i
     finite = _value_or_null()
     grouped = (
         select(
-            func.max(Metric.step).label("last"), func.min(finite).label("lo"), func.max(finite).label("hi"),
+            func.max(Metric.step).label("last"),
+            func.min(finite).label("lo"),
+            func.max(finite).label("hi"),
             func.count().label("n"),
-        ).where(*scope).group_by(bucket).subquery()
+        )
+        .where(*scope)
+        .group_by(bucket)
+        .subquery()
     )
     rows = session.execute(
         select(grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, Metric.value, Metric.is_nan, Metric.time)

@@ -17,6 +17,20 @@ from api.models.user import User
 from api.models.worker import Worker
 
 __all__ = [
-    "ROLES", "ApiToken", "Base", "Checkpoint", "Dataset", "LogLine", "Membership", "Metric",
-    "Project", "Run", "RunAttempt", "RunEvent", "RunLink", "Sample", "User", "Worker",
+    "ROLES",
+    "ApiToken",
+    "Base",
+    "Checkpoint",
+    "Dataset",
+    "LogLine",
+    "Membership",
+    "Metric",
+    "Project",
+    "Run",
+    "RunAttempt",
+    "RunEvent",
+    "RunLink",
+    "Sample",
+    "User",
+    "Worker",
 ]

@@ -6,7 +6,7 @@ from api.auth.deps import Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
 from api.db import SessionDep
 from api.runs import repository, schemas, service, views
-from trainer_core.spec import ALGORITHMS, RunSpec, SpecError, load_spec
+from trainer_core.spec import RunSpec, SpecError, load_spec
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -48,10 +48,11 @@ def create_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, 
 
 @router.get("", response_model=schemas.RunList)
 def list_runs(
-    principal: Reader, session: SessionDep,
+    principal: Reader,
+    session: SessionDep,
     project: str | None = None,
     status_: Annotated[list[schemas.Status], Query(alias="status")] = [],  # noqa: B006 - FastAPI copies defaults
-    algorithm: Annotated[list[schemas.Literal[ALGORITHMS]], Query()] = [],  # type: ignore[valid-type]  # noqa: B006
+    algorithm: Annotated[list[schemas.Algorithm], Query()] = [],  # noqa: B006
     q: Annotated[str | None, Query(max_length=128, description="Substring of the run name")] = None,
     archived: Annotated[bool | None, Query(description="Default: hide archived runs")] = False,
     sort: schemas.RunSort = "-created_at",
@@ -60,8 +61,13 @@ def list_runs(
 ) -> schemas.RunList:
     project_id = readable_project(session, principal, project).id if project else None
     query = repository.run_rows(
-        project_ids=principal.project_ids(), project=project_id, status=status_, algorithm=algorithm,
-        search=q, archived=archived, sort=sort,
+        project_ids=principal.project_ids(),
+        project=project_id,
+        status=status_,
+        algorithm=algorithm,
+        search=q,
+        archived=archived,
+        sort=sort,
     )
     rows = session.execute(query.limit(limit).offset(offset)).all()
     return schemas.RunList(data=[views.run_public(*row) for row in rows], count=repository.count(session, query))
@@ -95,8 +101,12 @@ for _name, _apply, _doc in (
     ("unarchive", lambda s, p, r: service.set_archived(s, p, r, False), "Show an archived run again."),
 ):
     router.add_api_route(
-        f"/{{run_id}}/{_name}", _action(_name, _apply), methods=["POST"], response_model=schemas.RunDetail,
-        summary=f"{_name.capitalize()} a run", description=_doc,
+        f"/{{run_id}}/{_name}",
+        _action(_name, _apply),
+        methods=["POST"],
+        response_model=schemas.RunDetail,
+        summary=f"{_name.capitalize()} a run",
+        description=_doc,
     )
 
 
@@ -117,4 +127,3 @@ def lease_run(run_id: int, body: schemas.LeaseRequest, principal: WorkerPrincipa
 def update_status(run_id: int, body: schemas.StatusUpdate, principal: WorkerPrincipal, session: SessionDep) -> schemas.RunDetail:
     service.update_status(session, principal, run_id, body)
     return views.run_detail(session, run_id)
-

@@ -11,11 +11,19 @@ _SORT_COLUMNS = {"created_at": Run.created_at, "updated_at": Run.updated_at, "na
 
 
 def run_rows(
-    *, project_ids: Sequence[int] | None, project: int | None, status: Sequence[str], algorithm: Sequence[str],
-    search: str | None, archived: bool | None, sort: str,
+    *,
+    project_ids: Sequence[int] | None,
+    project: int | None,
+    status: Sequence[str],
+    algorithm: Sequence[str],
+    search: str | None,
+    archived: bool | None,
+    sort: str,
 ) -> Select:
-    query = select(Run, Project.name, User.name).join(Project, Project.id == Run.project_id).outerjoin(
-        User, User.id == Run.created_by
+    query = (
+        select(Run, Project.name, User.name)
+        .join(Project, Project.id == Run.project_id)
+        .outerjoin(User, User.id == Run.created_by)
     )
     if project_ids is not None:
         query = query.where(Run.project_id.in_(project_ids))
@@ -42,8 +50,10 @@ def count(session: Session, query: Select) -> int:
 
 def run_row(session: Session, run_id: int):
     return session.execute(
-        select(Run, Project.name, User.name).join(Project, Project.id == Run.project_id)
-        .outerjoin(User, User.id == Run.created_by).where(Run.id == run_id)
+        select(Run, Project.name, User.name)
+        .join(Project, Project.id == Run.project_id)
+        .outerjoin(User, User.id == Run.created_by)
+        .where(Run.id == run_id)
     ).one_or_none()
 
 

@@ -4,8 +4,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.runs.state import STATUSES
+from trainer_core.spec import ALGORITHMS
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
+Algorithm = Literal[ALGORITHMS]  # type: ignore[valid-type]
 RunSort = Literal["created_at", "-created_at", "updated_at", "-updated_at", "name", "-name", "status", "-status", "id", "-id"]
 
 

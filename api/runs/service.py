@@ -42,9 +42,7 @@ def reportable_run(session: Session, principal: Principal, run_id: int, *, lock:
 
 def locked_run(session: Session, run_id: int) -> Run | None:
     """Serialise writers of one run, so row ids of its metrics/logs/samples grow in commit order (SSE relies on it)."""
-    return session.scalar(
-        select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True)
-    )
+    return session.scalar(select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True))
 
 
 def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
@@ -72,9 +70,16 @@ def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
             raise unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
         parents.append((parent, ref))
     run = Run(
-        project_id=project.id, name=spec.name, algorithm=spec.algorithm, backend=spec.backend.kind,
-        queue=spec.resources.queue, status="queued", spec=spec.model_dump(mode="json"),
-        total_steps=spec.total_steps, last_step=None, created_by=principal.user_id,
+        project_id=project.id,
+        name=spec.name,
+        algorithm=spec.algorithm,
+        backend=spec.backend.kind,
+        queue=spec.resources.queue,
+        status="queued",
+        spec=spec.model_dump(mode="json"),
+        total_steps=spec.total_steps,
+        last_step=None,
+        created_by=principal.user_id,
     )
     session.add(run)
     session.flush()
@@ -89,7 +94,9 @@ def project_by_name_or_422(session: Session, name: str):
     try:
         return project_by_name(session, name)
     except HTTPException:
-        raise unprocessable(["body", "project"], f"project '{name}' does not exist: create it (POST /api/v1/projects) or pick another") from None
+        raise unprocessable(
+            ["body", "project"], f"project '{name}' does not exist: create it (POST /api/v1/projects) or pick another"
+        ) from None
 
 
 def cancel(session: Session, principal: Principal, run_id: int) -> Run:

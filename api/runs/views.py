@@ -8,15 +8,29 @@ from api.runs import repository, schemas
 
 def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic:
     return schemas.RunPublic(
-        id=run.id, name=run.name, project=project, algorithm=run.algorithm, backend=run.backend, queue=run.queue,
-        status=run.status, status_reason=run.status_reason, archived=run.archived, total_steps=run.total_steps,
-        last_step=run.last_step, created_by=creator, created_at=run.created_at, updated_at=run.updated_at,
-        started_at=run.started_at, ended_at=run.ended_at,
+        id=run.id,
+        name=run.name,
+        project=project,
+        algorithm=run.algorithm,
+        backend=run.backend,
+        queue=run.queue,
+        status=run.status,
+        status_reason=run.status_reason,
+        archived=run.archived,
+        total_steps=run.total_steps,
+        last_step=run.last_step,
+        created_by=creator,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
     )
 
 
 def _link(link, run: Run) -> schemas.RunLinkPublic:
-    return schemas.RunLinkPublic(run_id=run.id, name=run.name, algorithm=run.algorithm, status=run.status, field=link.field, step=link.step)
+    return schemas.RunLinkPublic(
+        run_id=run.id, name=run.name, algorithm=run.algorithm, status=run.status, field=link.field, step=link.step
+    )
 
 
 def lineage(session: Session, run_id: int) -> schemas.Lineage:
@@ -32,6 +46,10 @@ def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
     links = lineage(session, run_id)
     attempts = [schemas.AttemptPublic.model_validate(a, from_attributes=True) for a in repository.attempts(session, run_id)]
     return schemas.RunDetail(
-        **run_public(run, project, creator).model_dump(), spec=run.spec, parents=links.parents, children=links.children,
-        attempts=attempts, latest_checkpoint_step=repository.latest_checkpoint_step(session, run_id),
+        **run_public(run, project, creator).model_dump(),
+        spec=run.spec,
+        parents=links.parents,
+        children=links.children,
+        attempts=attempts,
+        latest_checkpoint_step=repository.latest_checkpoint_step(session, run_id),
     )

@@ -14,8 +14,14 @@ router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 def _public(worker: Worker, principal: Principal, visible_runs: set[int]) -> schemas.WorkerPublic:
     run_id = worker.current_run_id if principal.is_site_admin or worker.current_run_id in visible_runs else None
     return schemas.WorkerPublic(
-        name=worker.name, hostname=worker.hostname, queues=worker.queues, capacity=worker.capacity, gpus=worker.gpus,
-        current_run_id=run_id, last_step=worker.last_step if run_id else None, first_seen=worker.first_seen,
+        name=worker.name,
+        hostname=worker.hostname,
+        queues=worker.queues,
+        capacity=worker.capacity,
+        gpus=worker.gpus,
+        current_run_id=run_id,
+        last_step=worker.last_step if run_id else None,
+        first_seen=worker.first_seen,
         last_heartbeat=worker.last_heartbeat,
         seconds_since_heartbeat=(utcnow() - worker.last_heartbeat).total_seconds(),
     )
