@@ -30,6 +30,8 @@ def safe_relative(path: str) -> PurePosixPath:
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePath("path may not contain empty, '.' or '..' segments")
+    if any(len(part.encode()) > 255 for part in parts):
+        raise UnsafePath("each path segment must be at most 255 bytes (the file system's limit)")
     return PurePosixPath(*parts)
 
 
@@ -78,6 +80,8 @@ class ArtifactStore:
             if self.fs.isfile(base):
                 yield rel.name, int(self.fs.size(base))
                 return
+            if not self.fs.isdir(base):
+                raise FileNotFoundError(str(rel))
             for path, info in sorted(self.fs.find(base, detail=True).items()):
                 yield path[len(base):].lstrip("/"), int(info["size"])
             return
@@ -85,6 +89,8 @@ class ArtifactStore:
         if base.is_file():
             yield base.name, base.stat().st_size
             return
+        if not base.is_dir():
+            raise FileNotFoundError(str(rel))  # os.walk would quietly list nothing
         for dirpath, _dirs, files in sorted(os.walk(base)):
             for name in sorted(files):
                 full = Path(dirpath) / name

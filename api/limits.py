@@ -23,27 +23,32 @@ class BodyLimitMiddleware:
             await _reject(send, limit)
             return
         received = 0
-        started = False
+        started = exceeded = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    exceeded = True
                     raise BodyTooLarge
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if exceeded and not started:
+                return  # FastAPI turns our exception into "400 error parsing the body"; the answer is 413
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await _reject(send, limit)
+        except Exception:
+            if not exceeded:
+                raise
+        if exceeded and not started:
+            await _reject(send, limit)
 
 
 async def _reject(send: Send, limit: int) -> None:

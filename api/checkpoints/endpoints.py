@@ -1,6 +1,9 @@
+import json
+from collections.abc import Iterator
 from pathlib import PurePosixPath
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import select
 
@@ -13,6 +16,7 @@ from api.models import Checkpoint
 from api.runs.service import readable_run, reportable_run, unprocessable
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
+Step = Annotated[int, Path(ge=0, le=2**62)]
 
 
 def _public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
@@ -24,6 +28,31 @@ def _public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
 
 def _store(request: Request) -> ArtifactStore:
     return request.app.state.artifacts
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _unstorable(metadata: dict[str, Any]) -> str | None:
+    """Why the metadata cannot be stored alike on SQLite and Postgres (JSONB), or None."""
+    try:
+        json.dumps(metadata, allow_nan=False, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return "metadata must be valid Unicode (no lone surrogates)"
+    except ValueError:
+        return "metadata may not contain NaN or Infinity; send them as strings"
+    if any("\x00" in text for text in _strings(metadata)):
+        return "metadata strings may not contain NUL characters"
+    return None
 
 
 @router.post("", response_model=schemas.CheckpointPublic, status_code=status.HTTP_201_CREATED,
@@ -40,9 +69,11 @@ def register_checkpoint(
         raise unprocessable(["body", "path"], str(exc)) from None
     if not present:
         raise unprocessable(["body", "path"], f"'{body.path}' does not exist under the artifact root; write it first")
+    if (why := _unstorable(body.metadata)) is not None:
+        raise unprocessable(["body", "metadata"], why)
     existing = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == body.step))
     if existing is not None:
-        if (existing.path, existing.size, existing.sha256) != (body.path, body.size, body.sha256):
+        if (existing.path, existing.size, existing.sha256, existing.meta) != (body.path, body.size, body.sha256, body.metadata):
             raise conflict(f"run {run_id} already has a different checkpoint at step {body.step}")
         response.status_code = status.HTTP_200_OK
         return _public(existing)
@@ -68,7 +99,9 @@ def _checkpoint(session, principal, run_id: int, step: int) -> Checkpoint:
 
 
 @router.get("/{step}/files", response_model=schemas.CheckpointFileList)
-def list_checkpoint_files(run_id: int, step: int, principal: Reader, session: SessionDep, request: Request) -> schemas.CheckpointFileList:
+def list_checkpoint_files(
+    run_id: int, step: Step, principal: Reader, session: SessionDep, request: Request,
+) -> schemas.CheckpointFileList:
     ckpt = _checkpoint(session, principal, run_id, step)
     try:
         files = [schemas.CheckpointFile(name=n, size=s) for n, s in _store(request).files_under(safe_relative(ckpt.path))]
@@ -80,7 +113,7 @@ def list_checkpoint_files(run_id: int, step: int, principal: Reader, session: Se
 @router.get("/{step}/files/{file_path:path}", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
 def download_checkpoint_file(
-    run_id: int, step: int, file_path: str, principal: Reader, session: SessionDep, request: Request,
+    run_id: int, step: Step, file_path: str, principal: Reader, session: SessionDep, request: Request,
 ) -> Response:
     ckpt = _checkpoint(session, principal, run_id, step)
     store = _store(request)

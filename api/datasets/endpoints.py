@@ -6,10 +6,12 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, Request, UploadFile, status
+from fastapi import Path as PathParam
 from sqlalchemy import select
 
 from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, Writer
+from api.auth.schemas import NAME_PATTERN
 from api.auth.service import not_found, readable_project
 from api.datasets import schemas, validate
 from api.db import SessionDep
@@ -18,6 +20,7 @@ from api.runs.service import unprocessable
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 UPLOAD_PATH = "/api/v1/datasets"
+DatasetId = Annotated[int, PathParam(ge=1, le=2**31 - 1)]
 
 
 def _public(dataset: Dataset, project: str) -> schemas.DatasetPublic:
@@ -43,7 +46,7 @@ def upload_dataset(
     principal: Writer, session: SessionDep, request: Request,
     file: Annotated[UploadFile, File(description="A .jsonl or .parquet file")],
     kind: Annotated[schemas.DatasetKind, Form()],
-    project: Annotated[str, Form(max_length=128)] = "default",
+    project: Annotated[str, Form(pattern=NAME_PATTERN)] = "default",
     name: Annotated[str | None, Form(max_length=256)] = None,
 ) -> schemas.DatasetPublic:
     target_project = readable_project(session, principal, project)
@@ -59,9 +62,10 @@ def upload_dataset(
         report = validate.validate_file(local, fmt, kind)
         if report.errors:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=report.errors)
+        display = (name or filename).replace("\x00", "\ufffd")  # Postgres text cannot hold NUL
         dataset = Dataset(
-            project_id=target_project.id, name=name or filename, kind=kind, format=fmt, path="", size=size,
-            sha256=sha256, rows=report.rows, columns=report.columns, created_by=principal.user_id,
+            project_id=target_project.id, name=display, kind=kind, format=fmt, path="", size=size, sha256=sha256,
+            rows=report.rows, columns=report.columns, created_by=principal.user_id,
         )
         session.add(dataset)
         session.flush()
@@ -75,7 +79,7 @@ def upload_dataset(
 @router.get("", response_model=schemas.DatasetList)
 def list_datasets(
     principal: Reader, session: SessionDep,
-    project: str | None = None,
+    project: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     kind: schemas.DatasetKind | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -102,13 +106,13 @@ def _readable(session, principal, dataset_id: int) -> tuple[Dataset, str]:
 
 
 @router.get("/{dataset_id}", response_model=schemas.DatasetPublic)
-def read_dataset(dataset_id: int, principal: Reader, session: SessionDep) -> schemas.DatasetPublic:
+def read_dataset(dataset_id: DatasetId, principal: Reader, session: SessionDep) -> schemas.DatasetPublic:
     return _public(*_readable(session, principal, dataset_id))
 
 
 @router.get("/{dataset_id}/preview", response_model=schemas.DatasetPreview)
 def preview_dataset(
-    dataset_id: int, principal: Reader, session: SessionDep, request: Request,
+    dataset_id: DatasetId, principal: Reader, session: SessionDep, request: Request,
     rows: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> schemas.DatasetPreview:
     dataset, _ = _readable(session, principal, dataset_id)

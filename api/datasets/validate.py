@@ -1,6 +1,7 @@
 """Check every row of an uploaded file against its kind, and report the row and column at fault."""
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 KINDS = ("sft", "preference", "prompts")
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
 MAX_ERRORS = 20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass
@@ -74,9 +76,13 @@ def iter_rows(path: Path, fmt: str, report: Report) -> Iterator[tuple[int, Any]]
             if not raw.strip():
                 continue
             try:
-                yield row_no, json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                row = json.loads(raw)
+                if _SURROGATE_ESCAPE.search(raw):
+                    json.dumps(row, ensure_ascii=False).encode()  # a lone \ud800 parses but can be neither stored nor served
+            except (json.JSONDecodeError, UnicodeError) as exc:
                 report.error(row_no, None, f"is not valid JSON ({exc})")
+                continue
+            yield row_no, row
 
 
 def validate_file(path: Path, fmt: str, kind: str) -> Report:
@@ -87,7 +93,7 @@ def validate_file(path: Path, fmt: str, kind: str) -> Report:
             report.rows += 1
             check_row(kind, row_no, row, report)
             if isinstance(row, dict) and len(columns) < 256:
-                columns.update(dict.fromkeys(row))
+                columns.update(dict.fromkeys(name.replace("\x00", "\ufffd") for name in row))  # JSONB cannot hold NUL
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         report.error(0, None, f"cannot read the file as {fmt}: {exc}")
     if report.rows == 0 and not report.errors:

@@ -31,10 +31,10 @@ def append_logs(
 @router.get("", response_model=schemas.LogPage)
 def read_logs(
     run_id: int, principal: Reader, session: SessionDep,
-    offset: Annotated[int, Query(ge=0, description="Return lines after this id")] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="Return lines after this id")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N lines (ignores offset)")] = None,
-    rank: Annotated[int | None, Query(ge=0)] = None,
+    rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     q: Annotated[str | None, Query(max_length=256, description="Case-insensitive substring")] = None,
 ) -> schemas.LogPage:
     readable_run(session, principal, run_id)
@@ -42,7 +42,7 @@ def read_logs(
     if rank is not None:
         query = query.where(LogLine.rank == rank)
     if q:
-        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        escaped = schemas.without_nul(q).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(LogLine.text.ilike(f"%{escaped}%", escape="\\"))
     if tail is not None:
         lines = list(reversed(session.scalars(query.order_by(LogLine.id.desc()).limit(tail)).all()))

@@ -49,13 +49,15 @@ def add_samples(
 @router.get("", response_model=schemas.SamplePage)
 def read_samples(
     run_id: int, principal: Reader, session: SessionDep,
-    step: Annotated[int | None, Query(ge=0)] = None,
-    step_min: Annotated[int | None, Query(ge=0)] = None,
-    step_max: Annotated[int | None, Query(ge=0)] = None,
-    prompt_hash_: Annotated[str | None, Query(alias="prompt_hash", max_length=64, description="One prompt across steps")] = None,
+    step: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    step_min: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    step_max: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    prompt_hash_: Annotated[
+        str | None, Query(alias="prompt_hash", pattern=r"^[0-9a-f]{1,64}$", description="One prompt across steps"),
+    ] = None,
     sort: schemas.SampleSort = "step",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> schemas.SamplePage:
     readable_run(session, principal, run_id)
     filters = [Sample.run_id == run_id]
@@ -79,7 +81,7 @@ def read_samples(
 def list_prompts(
     run_id: int, principal: Reader, session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> schemas.PromptList:
     """Distinct prompts of a run, to pick one and follow its responses across steps."""
     readable_run(session, principal, run_id)

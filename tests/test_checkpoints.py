@@ -1,0 +1,236 @@
+"""Checkpoints: registration (idempotent, path checked under the artifact root), listing, files, downloads."""
+
+import hashlib
+import json
+import math
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from api.models import Checkpoint
+from tests.factories import auth, create_run, worker_token
+
+JSON = {"Content-Type": "application/json"}
+MODEL_BYTES = bytes(range(256)) * 16
+OPTIM_BYTES = b'{"lr": 0.001, "betas": [0.9, 0.999]}'
+
+
+@pytest.fixture
+def ckpt_dir(artifacts_root) -> str:
+    """A checkpoint directory under the artifact root (a fresh one per test: ids restart, files stay)."""
+    rel = f"ckpts/{uuid.uuid4().hex}/step-5"
+    (artifacts_root / rel / "optim").mkdir(parents=True)
+    (artifacts_root / rel / "model.safetensors").write_bytes(MODEL_BYTES)
+    (artifacts_root / rel / "optim" / "state.json").write_bytes(OPTIM_BYTES)
+    return rel
+
+
+@pytest.fixture
+def ckpt_file(artifacts_root) -> str:
+    rel = f"ckpts/{uuid.uuid4().hex}/final.safetensors"
+    (artifacts_root / rel).parent.mkdir(parents=True)
+    (artifacts_root / rel).write_bytes(MODEL_BYTES)
+    return rel
+
+
+def record(path: str, step: int = 5, **overrides) -> dict:
+    body = {"step": step, "path": path, "size": len(MODEL_BYTES) + len(OPTIM_BYTES),
+            "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(), "metadata": {"rng_seed": 7, "data_position": 640}}
+    body.update(overrides)
+    return body
+
+
+def register(client, run_id: int, body: dict):
+    return client.post(f"/api/v1/runs/{run_id}/checkpoints", json=body)
+
+
+def stored(db, run_id: int) -> list[tuple]:
+    db.expire_all()
+    rows = db.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)).all()
+    return [(c.id, c.step, c.path, c.size, c.sha256, c.meta) for c in rows]
+
+
+class TestRegisterCheckpoint:
+    def test_registers_and_stores_the_record(self, client, db, ckpt_dir):
+        run = create_run(client)
+        response = register(client, run["id"], record(ckpt_dir))
+        assert response.status_code == 201, response.text
+        body = response.json()
+        assert body["run_id"] == run["id"] and body["step"] == 5 and body["path"] == ckpt_dir
+        assert body["metadata"] == {"rng_seed": 7, "data_position": 640} and body["created_at"]
+        assert stored(db, run["id"]) == [(body["id"], 5, ckpt_dir, record(ckpt_dir)["size"], record(ckpt_dir)["sha256"],
+                                          {"rng_seed": 7, "data_position": 640})]
+
+    def test_identical_record_again_is_200_and_stores_nothing(self, client, db, ckpt_dir):
+        run = create_run(client)
+        first = register(client, run["id"], record(ckpt_dir)).json()
+        again = register(client, run["id"], record(ckpt_dir))
+        assert again.status_code == 200 and again.json() == first
+        assert db.scalar(select(func.count()).select_from(Checkpoint)) == 1
+
+    @pytest.mark.parametrize("change", [
+        {"size": 1}, {"sha256": "b" * 64}, {"metadata": {"rng_seed": 8, "data_position": 640}}, {"metadata": {}},
+    ])
+    def test_a_different_record_for_the_same_step_is_409(self, client, db, ckpt_dir, change):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        before = stored(db, run["id"])
+        response = register(client, run["id"], record(ckpt_dir, **change))
+        assert response.status_code == 409
+        assert "step 5" in response.json()["detail"]
+        assert stored(db, run["id"]) == before
+
+    def test_a_different_path_for_the_same_step_is_409(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        assert register(client, run["id"], record(ckpt_file)).status_code == 409
+        assert [row[2] for row in stored(db, run["id"])] == [ckpt_dir]
+
+    def test_the_same_step_of_another_run_is_independent(self, client, db, ckpt_dir):
+        first, second = create_run(client), create_run(client)
+        assert register(client, first["id"], record(ckpt_dir)).status_code == 201
+        assert register(client, second["id"], record(ckpt_dir, size=1)).status_code == 201
+
+    def test_path_must_exist_under_the_artifact_root(self, client, db, ckpt_dir):
+        run = create_run(client)
+        response = register(client, run["id"], record(ckpt_dir + "-missing"))
+        assert response.status_code == 422
+        error = response.json()["detail"][0]
+        assert error["loc"] == ["body", "path"] and "does not exist" in error["msg"]
+        assert stored(db, run["id"]) == []
+
+    @pytest.mark.parametrize("path", [
+        "../outside", "ckpts/../../outside", "/etc", "/tmp", "C:/Windows", "ckpts\\..\\..\\x", "ckpts/%2e%2e/x",
+        "ckpts/..;/x", "./ckpts", "ckpts//x", "ckpts/", "ckpts/\x00", "ckpts/\n", "a" * 256,
+    ])
+    def test_unsafe_paths_are_422_naming_path(self, client, db, path):
+        run = create_run(client)
+        response = register(client, run["id"], record(path))
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "path"]
+        assert stored(db, run["id"]) == []
+
+    def test_a_symlink_to_outside_the_root_is_422(self, client, db, artifacts_root, tmp_path):
+        (tmp_path / "weights.bin").write_bytes(b"elsewhere")
+        link = f"ckpts/{uuid.uuid4().hex}"
+        (artifacts_root / "ckpts").mkdir(exist_ok=True)
+        (artifacts_root / link).symlink_to(tmp_path, target_is_directory=True)
+        run = create_run(client)
+        response = register(client, run["id"], record(link))
+        (artifacts_root / link).unlink()
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "path"]
+        assert stored(db, run["id"]) == []
+
+    def test_metadata_that_cannot_be_stored_is_422(self, client, db, ckpt_dir):
+        run = create_run(client)
+        body = json.dumps(record(ckpt_dir, metadata={"loss": math.nan}))  # json writes the NaN literal
+        response = client.post(f"/api/v1/runs/{run['id']}/checkpoints", content=body, headers=JSON)
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "metadata"] and "NaN" in response.json()["detail"][0]["msg"]
+        nul = register(client, run["id"], record(ckpt_dir, metadata={"note": "a\x00b"}))
+        assert nul.status_code == 422 and nul.json()["detail"][0]["loc"] == ["body", "metadata"]
+        assert stored(db, run["id"]) == []
+
+    def test_unknown_run_is_404(self, client, db, ckpt_dir):
+        response = register(client, 999, record(ckpt_dir))
+        assert response.status_code == 404 and "run 999" in response.json()["detail"]
+        assert db.scalar(select(func.count()).select_from(Checkpoint)) == 0
+
+
+class TestListCheckpoints:
+    def test_lists_by_step(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_file, step=20))
+        register(client, run["id"], record(ckpt_dir, step=10))
+        body = client.get(f"/api/v1/runs/{run['id']}/checkpoints").json()
+        assert body["count"] == 2
+        assert [(c["step"], c["path"]) for c in body["data"]] == [(10, ckpt_dir), (20, ckpt_file)]
+
+    def test_empty_and_unknown_run(self, client, db):
+        run = create_run(client)
+        assert client.get(f"/api/v1/runs/{run['id']}/checkpoints").json() == {"data": [], "count": 0}
+        assert client.get("/api/v1/runs/999/checkpoints").status_code == 404
+
+
+class TestCheckpointFiles:
+    def test_lists_every_file_of_a_directory(self, client, db, ckpt_dir):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        body = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files").json()
+        assert body == {"data": [{"name": "model.safetensors", "size": len(MODEL_BYTES)},
+                                 {"name": "optim/state.json", "size": len(OPTIM_BYTES)}], "count": 2}
+
+    def test_a_single_file_checkpoint_lists_itself(self, client, db, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_file))
+        body = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files").json()
+        assert body == {"data": [{"name": "final.safetensors", "size": len(MODEL_BYTES)}], "count": 1}
+
+    def test_downloads_are_byte_identical(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        register(client, run["id"], record(ckpt_file, step=6))
+        model = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files/model.safetensors")
+        assert model.status_code == 200 and model.content == MODEL_BYTES
+        nested = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files/optim/state.json")
+        assert nested.status_code == 200 and nested.content == OPTIM_BYTES
+        single = client.get(f"/api/v1/runs/{run['id']}/checkpoints/6/files/final.safetensors")
+        assert single.status_code == 200 and single.content == MODEL_BYTES
+
+    @pytest.mark.parametrize("url", [
+        "/api/v1/runs/999/checkpoints/5/files",
+        "/api/v1/runs/999/checkpoints/5/files/model.safetensors",
+        "/api/v1/runs/{run}/checkpoints/6/files",
+        "/api/v1/runs/{run}/checkpoints/6/files/model.safetensors",
+        "/api/v1/runs/{run}/checkpoints/5/files/nope.bin",
+        "/api/v1/runs/{run}/checkpoints/5/files/optim",
+        "/api/v1/runs/{run}/checkpoints/5/files/optim/nope.json",
+        "/api/v1/runs/{run}/checkpoints/5/files/model.safetensors/x",
+    ])
+    def test_unknown_run_step_or_file_is_404(self, client, db, ckpt_dir, url):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        response = client.get(url.format(run=run["id"]))
+        assert response.status_code == 404
+        assert response.json()["detail"].endswith("not found")
+
+    def test_a_file_checkpoint_serves_only_its_own_name(self, client, db, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_file))
+        assert client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files/other.safetensors").status_code == 404
+
+    def test_a_vanished_directory_is_404(self, client, db, ckpt_dir, artifacts_root):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        for path in sorted((artifacts_root / ckpt_dir).rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        (artifacts_root / ckpt_dir).rmdir()
+        assert client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files").status_code == 404
+        assert client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files/model.safetensors").status_code == 404
+
+    @pytest.mark.parametrize("step", ["-1", "x", str(2**63)])
+    def test_bad_steps_are_422(self, client, db, step):
+        run = create_run(client)
+        response = client.get(f"/api/v1/runs/{run['id']}/checkpoints/{step}/files")
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["path", "step"]
+
+
+class TestRunsSeeTheLatestCheckpoint:
+    def test_run_detail_shows_the_highest_step(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        assert client.get(f"/api/v1/runs/{run['id']}").json()["latest_checkpoint_step"] is None
+        register(client, run["id"], record(ckpt_file, step=10))
+        register(client, run["id"], record(ckpt_dir, step=5))  # arrives late: the latest stays 10
+        assert client.get(f"/api/v1/runs/{run['id']}").json()["latest_checkpoint_step"] == 10
+
+    def test_resume_names_the_checkpoint_and_the_lease_carries_it(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir, step=5))
+        register(client, run["id"], record(ckpt_file, step=12))
+        assert client.post(f"/api/v1/runs/{run['id']}/cancel").status_code == 200
+        resumed = client.post(f"/api/v1/runs/{run['id']}/resume")
+        assert resumed.status_code == 200
+        assert resumed.json()["status"] == "queued" and "checkpoint at step 12" in resumed.json()["status_reason"]
+        lease = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(worker_token(client)))
+        assert lease.status_code == 200 and lease.json()["resume_from_step"] == 12
