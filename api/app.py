@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api import health
+from api import errors, health
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.checkpoints import endpoints as checkpoints
@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
         app.include_router(module.router)
+    errors.install(app)
     app.openapi = lambda: _openapi(app)
     return app
 

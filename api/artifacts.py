@@ -83,7 +83,7 @@ class ArtifactStore:
             if not self.fs.isdir(base):
                 raise FileNotFoundError(str(rel))
             for path, info in sorted(self.fs.find(base, detail=True).items()):
-                yield path[len(base):].lstrip("/"), int(info["size"])
+                yield path[len(base) :].lstrip("/"), int(info["size"])
             return
         base = self._local(rel)
         if base.is_file():

@@ -17,10 +17,14 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if b"%00" in scope.get("query_string", b"") or b"%00" in scope.get("raw_path", b"") or "\x00" in scope["path"]:
+            # No column can hold NUL and no name contains it; refuse it before any query sees it.
+            await _reject(send, 400, "NUL characters (%00) are not allowed in URLs")
+            return
         limit = self.upload_limit if scope["path"].rstrip("/") in self.upload_paths else self.default_limit
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _reject(send, limit)
+            await _reject(send, 413, f"request body larger than {limit} bytes")
             return
         received = 0
         started = exceeded = False
@@ -48,11 +52,20 @@ class BodyLimitMiddleware:
             if not exceeded:
                 raise
         if exceeded and not started:
-            await _reject(send, limit)
+            await _reject(send, 413, f"request body larger than {limit} bytes")
 
 
-async def _reject(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": f"request body larger than {limit} bytes"}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+async def _reject(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -49,8 +49,7 @@ def seeded(client, db, artifacts_root) -> dict:
     def assert_unchanged() -> None:
         assert snapshot(db) == before
 
-    return {"run_id": rid, "ckpt": ckpt, "points": points, "logs": logs, "samples": samples,
-            "assert_unchanged": assert_unchanged}
+    return {"run_id": rid, "ckpt": ckpt, "points": points, "logs": logs, "samples": samples, "assert_unchanged": assert_unchanged}
 
 
 def snapshot(db) -> dict[str, list]:
@@ -69,8 +68,13 @@ def snapshot(db) -> dict[str, list]:
 
 
 def _ingest_urls(rid: int) -> list[str]:
-    return ["/api/v1/runs", f"/api/v1/runs/{rid}/metrics", f"/api/v1/runs/{rid}/logs",
-            f"/api/v1/runs/{rid}/samples", f"/api/v1/runs/{rid}/checkpoints"]
+    return [
+        "/api/v1/runs",
+        f"/api/v1/runs/{rid}/metrics",
+        f"/api/v1/runs/{rid}/logs",
+        f"/api/v1/runs/{rid}/samples",
+        f"/api/v1/runs/{rid}/checkpoints",
+    ]
 
 
 class TestMalformedBodies:
@@ -90,13 +94,18 @@ class TestMalformedBodies:
     def test_wrong_types_name_the_field(self, client, seeded):
         rid = seeded["run_id"]
         assert locs(client.post(f"/api/v1/runs/{rid}/metrics", json=[{"key": "k", "step": "ten", "value": 1}])) == {
-            ("body", 0, "step")}
+            ("body", 0, "step")
+        }
         assert locs(client.post(f"/api/v1/runs/{rid}/metrics", json=[{"key": "k", "step": 1.5, "value": 1}])) == {
-            ("body", 0, "step")}
+            ("body", 0, "step")
+        }
         assert locs(client.post(f"/api/v1/runs/{rid}/metrics", json=[{"key": "k", "step": 1, "value": "abc"}])) == {
-            ("body", 0, "value")}
+            ("body", 0, "value")
+        }
         assert locs(client.post(f"/api/v1/runs/{rid}/logs", json=[{"seq": "x", "text": 5}])) == {
-            ("body", 0, "seq"), ("body", 0, "text")}
+            ("body", 0, "seq"),
+            ("body", 0, "text"),
+        }
         bad_sample = {"step": "one", "prompt": "p", "response": "r", "reward": "high"}
         assert locs(client.post(f"/api/v1/runs/{rid}/samples", json=[bad_sample])) == {("body", 0, "step"), ("body", 0, "reward")}
         assert locs(client.post(f"/api/v1/runs/{rid}/checkpoints", json={**seeded["ckpt"], "step": "five"})) == {("body", "step")}
@@ -109,11 +118,14 @@ class TestMalformedBodies:
         assert locs(client.post(f"/api/v1/runs/{rid}/metrics", json=batch)) == {("body", 5, "step")}
         seeded["assert_unchanged"]()
 
-    @pytest.mark.parametrize("kind, item, field", [
-        ("metrics", {"key": "k", "step": 9, "value": 1.0, "unit": "s"}, "unit"),
-        ("logs", {"seq": 9, "text": "t", "level": "info"}, "level"),
-        ("samples", {"step": 9, "prompt": "p", "response": "r", "rewards": 1.0}, "rewards"),
-    ])
+    @pytest.mark.parametrize(
+        "kind, item, field",
+        [
+            ("metrics", {"key": "k", "step": 9, "value": 1.0, "unit": "s"}, "unit"),
+            ("logs", {"seq": 9, "text": "t", "level": "info"}, "level"),
+            ("samples", {"step": 9, "prompt": "p", "response": "r", "rewards": 1.0}, "rewards"),
+        ],
+    )
     def test_unknown_fields_are_refused(self, client, seeded, kind, item, field):
         response = client.post(f"/api/v1/runs/{seeded['run_id']}/{kind}", json=[item])
         [error] = refused(response, 422)
@@ -146,7 +158,7 @@ class TestOversizedBodies:
 
     def test_chunked_body_over_the_limit_is_413(self, client, seeded):
         body = self._points()
-        chunks = (body[i:i + 65536] for i in range(0, len(body), 65536))
+        chunks = (body[i : i + 65536] for i in range(0, len(body), 65536))
         response = client.post(f"/api/v1/runs/{seeded['run_id']}/metrics", content=chunks, headers=JSON)
         assert "content-length" not in response.request.headers
         assert refused(response, 413) == f"request body larger than {self.LIMIT} bytes"
@@ -164,12 +176,22 @@ class TestOversizedBodies:
 
 
 class TestUnknownIdsAndStates:
-    @pytest.mark.parametrize("method, url", [
-        ("GET", "/api/v1/runs/999"), ("GET", "/api/v1/runs/999/metrics"), ("GET", "/api/v1/runs/999/logs"),
-        ("GET", "/api/v1/runs/999/samples"), ("GET", "/api/v1/runs/999/checkpoints"), ("GET", "/api/v1/datasets/999"),
-        ("GET", "/api/v1/datasets/999/preview"), ("POST", "/api/v1/runs/999/cancel"), ("POST", "/api/v1/runs/999/resume"),
-        ("GET", "/api/v1/runs/{rid}/checkpoints/999/files"), ("GET", "/api/v1/nothing-here"),
-    ])
+    @pytest.mark.parametrize(
+        "method, url",
+        [
+            ("GET", "/api/v1/runs/999"),
+            ("GET", "/api/v1/runs/999/metrics"),
+            ("GET", "/api/v1/runs/999/logs"),
+            ("GET", "/api/v1/runs/999/samples"),
+            ("GET", "/api/v1/runs/999/checkpoints"),
+            ("GET", "/api/v1/datasets/999"),
+            ("GET", "/api/v1/datasets/999/preview"),
+            ("POST", "/api/v1/runs/999/cancel"),
+            ("POST", "/api/v1/runs/999/resume"),
+            ("GET", "/api/v1/runs/{rid}/checkpoints/999/files"),
+            ("GET", "/api/v1/nothing-here"),
+        ],
+    )
     def test_unknown_ids_are_404_json(self, client, seeded, method, url):
         refused(client.request(method, url.format(rid=seeded["run_id"])), 404)
         seeded["assert_unchanged"]()
@@ -203,17 +225,22 @@ class TestUnknownIdsAndStates:
 class TestNonFiniteMetrics:
     def test_literals_and_strings_are_stored_as_such(self, client, db, seeded):
         rid = seeded["run_id"]
-        body = ('[{"key": "a", "step": 1, "value": NaN}, {"key": "a", "step": 2, "value": Infinity},'
-                ' {"key": "a", "step": 3, "value": -Infinity}, {"key": "b", "step": 1, "value": "NaN"},'
-                ' {"key": "b", "step": 2, "value": "Infinity"}, {"key": "b", "step": 3, "value": "-Infinity"}]')
+        body = (
+            '[{"key": "a", "step": 1, "value": NaN}, {"key": "a", "step": 2, "value": Infinity},'
+            ' {"key": "a", "step": 3, "value": -Infinity}, {"key": "b", "step": 1, "value": "NaN"},'
+            ' {"key": "b", "step": 2, "value": "Infinity"}, {"key": "b", "step": 3, "value": "-Infinity"}]'
+        )
         response = client.post(f"/api/v1/runs/{rid}/metrics", content=body, headers=JSON)
         assert response.status_code == 200 and response.json() == {"accepted": 6, "duplicates": 0}
         series = client.get(f"/api/v1/runs/{rid}/metrics", params={"keys": ["a", "b"]}).json()["series"]
         for one in series:
             assert [p["value"] for p in one["points"]] == ["NaN", "Infinity", "-Infinity"]
         db.expire_all()
-        rows = db.execute(select(Metric.key, Metric.step, Metric.is_nan, Metric.value)
-                          .where(Metric.run_id == rid, Metric.key.in_(["a", "b"])).order_by(Metric.key, Metric.step)).all()
+        rows = db.execute(
+            select(Metric.key, Metric.step, Metric.is_nan, Metric.value)
+            .where(Metric.run_id == rid, Metric.key.in_(["a", "b"]))
+            .order_by(Metric.key, Metric.step)
+        ).all()
         for key in ("a", "b"):
             nan, inf, neg = [row for row in rows if row[0] == key]
             assert nan[2] is True and inf[2] is False and neg[2] is False
@@ -234,29 +261,100 @@ class TestNonFiniteMetrics:
 class TestOutOfRange:
     """Numbers the columns cannot hold are refused by validation (422), never by the database (500)."""
 
-    @pytest.mark.parametrize("kind, item, loc", [
-        ("logs", {"seq": 2**31, "text": "t"}, ("body", 0, "seq")),
-        ("logs", {"seq": 1, "attempt": 2**31, "text": "t"}, ("body", 0, "attempt")),
-        ("logs", {"seq": 1, "rank": 10**6, "text": "t"}, ("body", 0, "rank")),
-        ("samples", {"step": 2**63, "prompt": "p", "response": "r"}, ("body", 0, "step")),
-        ("samples", {"step": 1, "index": 2**31, "prompt": "p", "response": "r"}, ("body", 0, "index")),
-        ("metrics", {"key": "k", "step": 2**63, "value": 1.0}, ("body", 0, "step")),
-    ])
+    @pytest.mark.parametrize(
+        "kind, item, loc",
+        [
+            ("logs", {"seq": 2**31, "text": "t"}, ("body", 0, "seq")),
+            ("logs", {"seq": 1, "attempt": 2**31, "text": "t"}, ("body", 0, "attempt")),
+            ("logs", {"seq": 1, "rank": 10**6, "text": "t"}, ("body", 0, "rank")),
+            ("samples", {"step": 2**63, "prompt": "p", "response": "r"}, ("body", 0, "step")),
+            ("samples", {"step": 1, "index": 2**31, "prompt": "p", "response": "r"}, ("body", 0, "index")),
+            ("metrics", {"key": "k", "step": 2**63, "value": 1.0}, ("body", 0, "step")),
+        ],
+    )
     def test_in_bodies(self, client, seeded, kind, item, loc):
         assert locs(client.post(f"/api/v1/runs/{seeded['run_id']}/{kind}", json=[item])) == {loc}
         seeded["assert_unchanged"]()
 
-    @pytest.mark.parametrize("url, loc", [
-        ("/api/v1/runs/{rid}/checkpoints/{big}/files", ("path", "step")),
-        ("/api/v1/runs/{rid}/checkpoints/{big}/files/model.bin", ("path", "step")),
-        ("/api/v1/runs/{rid}/logs?offset={big}", ("query", "offset")),
-        ("/api/v1/runs/{rid}/logs?rank={big}", ("query", "rank")),
-        ("/api/v1/runs/{rid}/samples?step={big}", ("query", "step")),
-        ("/api/v1/runs/{rid}/samples?step_min={big}", ("query", "step_min")),
-        ("/api/v1/runs/{rid}/samples?offset={big}", ("query", "offset")),
-        ("/api/v1/datasets/{big}", ("path", "dataset_id")),
-        ("/api/v1/datasets/{int32}/preview", ("path", "dataset_id")),
-    ])
+    @pytest.mark.parametrize(
+        "url, loc",
+        [
+            ("/api/v1/runs/{rid}/checkpoints/{big}/files", ("path", "step")),
+            ("/api/v1/runs/{rid}/checkpoints/{big}/files/model.bin", ("path", "step")),
+            ("/api/v1/runs/{rid}/logs?offset={big}", ("query", "offset")),
+            ("/api/v1/runs/{rid}/logs?rank={big}", ("query", "rank")),
+            ("/api/v1/runs/{rid}/samples?step={big}", ("query", "step")),
+            ("/api/v1/runs/{rid}/samples?step_min={big}", ("query", "step_min")),
+            ("/api/v1/runs/{rid}/samples?offset={big}", ("query", "offset")),
+            ("/api/v1/datasets/{big}", ("path", "dataset_id")),
+            ("/api/v1/datasets/{int32}/preview", ("path", "dataset_id")),
+        ],
+    )
     def test_in_urls(self, client, seeded, url, loc):
         response = client.get(url.format(rid=seeded["run_id"], big=2**63, int32=2**31))
         assert locs(response) == {loc}
+
+
+class TestNeverAServerError:
+    """Input that reached the database or the error encoder and came back as 500 before."""
+
+    @pytest.mark.parametrize(
+        "kind, body",
+        [
+            ("metrics", '[{"key": "a", "step": NaN, "value": 1}]'),
+            ("metrics", '[{"key": "a", "step": 1, "value": 1, "extra": Infinity}]'),
+            ("logs", '[{"seq": Infinity, "text": "a"}]'),
+            ("logs", '[{"seq": 1, "text": "a\\ud800"}]'),
+            ("metrics", '[{"key": "a", "step": true, "value": 1}]'),
+            ("metrics", '[{"key": "a", "step": "5", "value": 1}]'),
+        ],
+    )
+    def test_validation_errors_are_json_even_for_unencodable_input(self, client, seeded, kind, body):
+        response = client.post(f"/api/v1/runs/{seeded['run_id']}/{kind}", content=body, headers=JSON)
+        refused(response, 422)
+        seeded["assert_unchanged"]()
+
+    @pytest.mark.parametrize(
+        "url, loc",
+        [
+            ("/api/v1/runs/{int32}", ("path", "run_id")),
+            ("/api/v1/runs/{big}/events", ("path", "run_id")),
+            ("/api/v1/runs/{big}/metrics", ("path", "run_id")),
+            ("/api/v1/runs?offset={big}", ("query", "offset")),
+            ("/api/v1/datasets?offset={big}", ("query", "offset")),
+            ("/api/v1/runs/{rid}/metrics?step_min={big}", ("query", "step_min")),
+        ],
+    )
+    def test_ids_and_offsets_beyond_the_columns(self, client, seeded, url, loc):
+        assert locs(client.get(url.format(rid=seeded["run_id"], big=2**63, int32=2**31))) == {loc}
+
+    def test_token_id_beyond_the_column(self, client, seeded):
+        assert locs(client.delete(f"/api/v1/tokens/{2**31}")) == {("path", "token_id")}
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "/api/v1/runs?q=a%00",
+            "/api/v1/runs?project=a%00",
+            "/api/v1/runs/{rid}/metrics?keys=a%00",
+            "/api/v1/runs/{rid}/logs?q=%00",
+            "/api/v1/datasets?project=x%00y",
+        ],
+    )
+    def test_nul_in_urls_is_refused_on_every_backend(self, client, seeded, url):
+        detail = refused(client.get(url.format(rid=seeded["run_id"])), 400)
+        assert "NUL" in detail
+
+    @pytest.mark.parametrize("field, value", [("lr", "Infinity"), ("lr", "NaN"), ("weight_decay", "-Infinity")])
+    def test_non_finite_hyperparameters_are_refused(self, client, seeded, field, value):
+        body = json.dumps(spec()).replace(
+            '"lr": 0.0001', f'"lr": 0.0001, "{field}": {value}' if field != "lr" else f'"lr": {value}'
+        )
+        response = client.post("/api/v1/runs", content=body, headers=JSON)
+        assert ("body", "train", field) in locs(response)
+        seeded["assert_unchanged"]()
+
+    def test_nul_in_spec_text_is_refused_at_its_field(self, client, seeded):
+        assert ("body", "description") in locs(client.post("/api/v1/runs", json=spec(description="a\x00b")))
+        assert ("body", "tags", 1) in locs(client.post("/api/v1/runs", json=spec(tags=["ok", "x\x00"])))
+        seeded["assert_unchanged"]()

@@ -35,8 +35,13 @@ def ckpt_file(artifacts_root) -> str:
 
 
 def record(path: str, step: int = 5, **overrides) -> dict:
-    body = {"step": step, "path": path, "size": len(MODEL_BYTES) + len(OPTIM_BYTES),
-            "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(), "metadata": {"rng_seed": 7, "data_position": 640}}
+    body = {
+        "step": step,
+        "path": path,
+        "size": len(MODEL_BYTES) + len(OPTIM_BYTES),
+        "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(),
+        "metadata": {"rng_seed": 7, "data_position": 640},
+    }
     body.update(overrides)
     return body
 
@@ -59,8 +64,9 @@ class TestRegisterCheckpoint:
         body = response.json()
         assert body["run_id"] == run["id"] and body["step"] == 5 and body["path"] == ckpt_dir
         assert body["metadata"] == {"rng_seed": 7, "data_position": 640} and body["created_at"]
-        assert stored(db, run["id"]) == [(body["id"], 5, ckpt_dir, record(ckpt_dir)["size"], record(ckpt_dir)["sha256"],
-                                          {"rng_seed": 7, "data_position": 640})]
+        assert stored(db, run["id"]) == [
+            (body["id"], 5, ckpt_dir, record(ckpt_dir)["size"], record(ckpt_dir)["sha256"], {"rng_seed": 7, "data_position": 640})
+        ]
 
     def test_identical_record_again_is_200_and_stores_nothing(self, client, db, ckpt_dir):
         run = create_run(client)
@@ -69,9 +75,15 @@ class TestRegisterCheckpoint:
         assert again.status_code == 200 and again.json() == first
         assert db.scalar(select(func.count()).select_from(Checkpoint)) == 1
 
-    @pytest.mark.parametrize("change", [
-        {"size": 1}, {"sha256": "b" * 64}, {"metadata": {"rng_seed": 8, "data_position": 640}}, {"metadata": {}},
-    ])
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"size": 1},
+            {"sha256": "b" * 64},
+            {"metadata": {"rng_seed": 8, "data_position": 640}},
+            {"metadata": {}},
+        ],
+    )
     def test_a_different_record_for_the_same_step_is_409(self, client, db, ckpt_dir, change):
         run = create_run(client)
         register(client, run["id"], record(ckpt_dir))
@@ -100,10 +112,25 @@ class TestRegisterCheckpoint:
         assert error["loc"] == ["body", "path"] and "does not exist" in error["msg"]
         assert stored(db, run["id"]) == []
 
-    @pytest.mark.parametrize("path", [
-        "../outside", "ckpts/../../outside", "/etc", "/tmp", "C:/Windows", "ckpts\\..\\..\\x", "ckpts/%2e%2e/x",
-        "ckpts/..;/x", "./ckpts", "ckpts//x", "ckpts/", "ckpts/\x00", "ckpts/\n", "a" * 256,
-    ])
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "../outside",
+            "ckpts/../../outside",
+            "/etc",
+            "/tmp",
+            "C:/Windows",
+            "ckpts\\..\\..\\x",
+            "ckpts/%2e%2e/x",
+            "ckpts/..;/x",
+            "./ckpts",
+            "ckpts//x",
+            "ckpts/",
+            "ckpts/\x00",
+            "ckpts/\n",
+            "a" * 256,
+        ],
+    )
     def test_unsafe_paths_are_422_naming_path(self, client, db, path):
         run = create_run(client)
         response = register(client, run["id"], record(path))
@@ -158,8 +185,13 @@ class TestCheckpointFiles:
         run = create_run(client)
         register(client, run["id"], record(ckpt_dir))
         body = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/files").json()
-        assert body == {"data": [{"name": "model.safetensors", "size": len(MODEL_BYTES)},
-                                 {"name": "optim/state.json", "size": len(OPTIM_BYTES)}], "count": 2}
+        assert body == {
+            "data": [
+                {"name": "model.safetensors", "size": len(MODEL_BYTES)},
+                {"name": "optim/state.json", "size": len(OPTIM_BYTES)},
+            ],
+            "count": 2,
+        }
 
     def test_a_single_file_checkpoint_lists_itself(self, client, db, ckpt_file):
         run = create_run(client)
@@ -178,16 +210,19 @@ class TestCheckpointFiles:
         single = client.get(f"/api/v1/runs/{run['id']}/checkpoints/6/files/final.safetensors")
         assert single.status_code == 200 and single.content == MODEL_BYTES
 
-    @pytest.mark.parametrize("url", [
-        "/api/v1/runs/999/checkpoints/5/files",
-        "/api/v1/runs/999/checkpoints/5/files/model.safetensors",
-        "/api/v1/runs/{run}/checkpoints/6/files",
-        "/api/v1/runs/{run}/checkpoints/6/files/model.safetensors",
-        "/api/v1/runs/{run}/checkpoints/5/files/nope.bin",
-        "/api/v1/runs/{run}/checkpoints/5/files/optim",
-        "/api/v1/runs/{run}/checkpoints/5/files/optim/nope.json",
-        "/api/v1/runs/{run}/checkpoints/5/files/model.safetensors/x",
-    ])
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "/api/v1/runs/999/checkpoints/5/files",
+            "/api/v1/runs/999/checkpoints/5/files/model.safetensors",
+            "/api/v1/runs/{run}/checkpoints/6/files",
+            "/api/v1/runs/{run}/checkpoints/6/files/model.safetensors",
+            "/api/v1/runs/{run}/checkpoints/5/files/nope.bin",
+            "/api/v1/runs/{run}/checkpoints/5/files/optim",
+            "/api/v1/runs/{run}/checkpoints/5/files/optim/nope.json",
+            "/api/v1/runs/{run}/checkpoints/5/files/model.safetensors/x",
+        ],
+    )
     def test_unknown_run_step_or_file_is_404(self, client, db, ckpt_dir, url):
         run = create_run(client)
         register(client, run["id"], record(ckpt_dir))

@@ -97,7 +97,7 @@ class TestUpload:
         assert body["name"] == "a\ufffdb" and body["columns"] == ["text", "k\ufffd"]
         db.expire_all()
         assert db.get(Dataset, body["id"]).columns == ["text", "k\ufffd"]
-        assert client.get(f"/api/v1/datasets/{body['id']}/preview").json()["rows"] == [{"text": "emoji \U0001F600", "k\x00": 1}]
+        assert client.get(f"/api/v1/datasets/{body['id']}/preview").json()["rows"] == [{"text": "emoji \U0001f600", "k\x00": 1}]
 
     def test_a_path_in_the_filename_is_dropped(self, client, db, artifacts_root):
         body = upload(client, "../../evil name.jsonl", jsonl(SFT_ROWS)).json()
@@ -166,20 +166,29 @@ class TestValidation:
         assert error["loc"] == ["body", "file"] and ".jsonl or .parquet" in error["msg"]
         assert_nothing_stored(db, datasets_dir)
 
-    @pytest.mark.parametrize("filename, content, expected", [
-        ("empty.jsonl", b"", "row 0: the file has no rows"),
-        ("blank.jsonl", b"\n  \n\n", "row 0: the file has no rows"),
-        ("zero-rows.parquet", parquet({"text": pa.array([], pa.string())}), "row 0: the file has no rows"),
-        ("empty.parquet", b"", "row 0: cannot read the file as parquet"),
-    ])
+    @pytest.mark.parametrize(
+        "filename, content, expected",
+        [
+            ("empty.jsonl", b"", "row 0: the file has no rows"),
+            ("blank.jsonl", b"\n  \n\n", "row 0: the file has no rows"),
+            ("zero-rows.parquet", parquet({"text": pa.array([], pa.string())}), "row 0: the file has no rows"),
+            ("empty.parquet", b"", "row 0: cannot read the file as parquet"),
+        ],
+    )
     def test_empty_files(self, client, db, datasets_dir, filename, content, expected):
         [message] = _messages(upload(client, filename, content))
         assert message.startswith(expected)
         assert_nothing_stored(db, datasets_dir)
 
-    @pytest.mark.parametrize("content", [
-        b"PAR1 this is not really parquet PAR1", b"\x00" * 4096, jsonl(SFT_ROWS), parquet({"text": ["a"] * 100})[:-20],
-    ])
+    @pytest.mark.parametrize(
+        "content",
+        [
+            b"PAR1 this is not really parquet PAR1",
+            b"\x00" * 4096,
+            jsonl(SFT_ROWS),
+            parquet({"text": ["a"] * 100})[:-20],
+        ],
+    )
     def test_corrupt_parquet_is_422(self, client, db, datasets_dir, content):
         [message] = _messages(upload(client, "bad.parquet", content))
         assert "cannot read the file as parquet" in message
@@ -213,15 +222,18 @@ class TestSizeLimit:
         line = json.dumps({"text": "x" * 1000}).encode() + b"\n"
 
         def body():
-            yield (f'--{boundary}\r\nContent-Disposition: form-data; name="kind"\r\n\r\nsft\r\n'
-                   f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
-                   "Content-Type: application/octet-stream\r\n\r\n").encode()
+            yield (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="kind"\r\n\r\nsft\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
             for _ in range(4300):
                 yield line
             yield f"\r\n--{boundary}--\r\n".encode()
 
-        response = client.post("/api/v1/datasets", content=body(),
-                               headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        response = client.post(
+            "/api/v1/datasets", content=body(), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        )
         assert "content-length" not in response.request.headers
         assert response.request.headers["transfer-encoding"] == "chunked"
         assert response.status_code == 413

@@ -47,6 +47,19 @@ class TestEventStream:
         assert new_steps == [3] and new_status == ["cancelled"]
         assert not [m for m in resumed if m["event"] == "logs"]  # nothing replayed twice
 
+    def test_non_finite_values_travel_as_strings(self, client, db):
+        run = create_run(client)
+        body = '[{"step": 1, "prompt": "p", "response": "r", "reward": Infinity, "kl": NaN}]'
+        client.post(f"/api/v1/runs/{run['id']}/samples", content=body, headers={"Content-Type": "application/json"})
+        client.post(
+            f"/api/v1/runs/{run['id']}/metrics",
+            content='[{"key": "k", "step": 1, "value": -Infinity}]',
+            headers={"Content-Type": "application/json"},
+        )
+        messages = {m["event"]: m["data"] for m in events(client, run["id"], since_start=True)}
+        assert (messages["samples"][0]["reward"], messages["samples"][0]["kl"]) == ("Infinity", "NaN")
+        assert messages["metrics"][0]["value"] == "-Infinity"
+
     def test_without_last_event_id_only_new_things_come(self, client, db):
         run = create_run(client)
         client.post(f"/api/v1/runs/{run['id']}/metrics", json=[{"key": "k", "step": 1, "value": 1}])

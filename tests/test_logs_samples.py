@@ -10,8 +10,10 @@ from tests.factories import create_run
 
 
 def lines(n: int, *, attempt: int = 1, rank: int = 0, start: int = 0, text: str = "line {seq}") -> list[dict]:
-    return [{"attempt": attempt, "rank": rank, "seq": s, "text": text.format(seq=s, rank=rank), "time": 1_700_000_000.0 + s}
-            for s in range(start, start + n)]
+    return [
+        {"attempt": attempt, "rank": rank, "seq": s, "text": text.format(seq=s, rank=rank), "time": 1_700_000_000.0 + s}
+        for s in range(start, start + n)
+    ]
 
 
 def post_logs(client, run_id: int, batch: list[dict]) -> dict:
@@ -28,8 +30,9 @@ def read_logs(client, run_id: int, **params) -> dict:
 
 def log_rows(db, run_id: int) -> list[tuple]:
     db.expire_all()
-    return db.execute(select(LogLine.attempt, LogLine.rank, LogLine.seq, LogLine.text)
-                      .where(LogLine.run_id == run_id).order_by(LogLine.id)).all()
+    return db.execute(
+        select(LogLine.attempt, LogLine.rank, LogLine.seq, LogLine.text).where(LogLine.run_id == run_id).order_by(LogLine.id)
+    ).all()
 
 
 class TestAppendLogs:
@@ -69,7 +72,8 @@ class TestAppendLogs:
         line = db.scalar(select(LogLine).where(LogLine.run_id == run["id"]))
         assert line.attempt == 0 and line.rank == 0 and line.time > 1_700_000_000
         assert line.text == "bin\ufffdary"
-        assert read_logs(client, run["id"], q="bin\x00ary")["data"][0]["text"] == "bin\ufffdary"
+        assert read_logs(client, run["id"], q="bin\ufffdary")["data"][0]["text"] == "bin\ufffdary"
+        assert client.get(f"/api/v1/runs/{run['id']}/logs", params={"q": "bin\x00ary"}).status_code == 400  # not in URLs
 
     def test_unknown_run_is_404(self, client, db):
         response = client.post("/api/v1/runs/999/logs", json=lines(1))
@@ -134,8 +138,10 @@ class TestReadLogs:
         assert search("loss", tail=1) == ["WARNING: Loss spike"]
         assert search("nothing like it") == []
 
-    @pytest.mark.parametrize("params", [{"offset": -1}, {"limit": 0}, {"limit": 10_001}, {"tail": 0},
-                                        {"rank": -1}, {"offset": 2**63}, {"q": "x" * 257}])
+    @pytest.mark.parametrize(
+        "params",
+        [{"offset": -1}, {"limit": 0}, {"limit": 10_001}, {"tail": 0}, {"rank": -1}, {"offset": 2**63}, {"q": "x" * 257}],
+    )
     def test_bad_query_values_are_422(self, client, db, params):
         run = create_run(client)
         response = client.get(f"/api/v1/runs/{run['id']}/logs", params=params)
@@ -143,8 +149,15 @@ class TestReadLogs:
 
 
 def sample(step: int, index: int = 0, prompt: str = "What is 2+2?", **fields) -> dict:
-    body = {"step": step, "index": index, "prompt": prompt, "response": f"answer at {step}.{index}",
-            "reward": step + index / 10, "kl": 0.01 * step, "scores": {"length": 12.0}}
+    body = {
+        "step": step,
+        "index": index,
+        "prompt": prompt,
+        "response": f"answer at {step}.{index}",
+        "reward": step + index / 10,
+        "kl": 0.01 * step,
+        "scores": {"length": 12.0},
+    }
     body.update(fields)
     return body
 
@@ -163,8 +176,11 @@ def read_samples(client, run_id: int, **params) -> dict:
 
 def sample_rows(db, run_id: int) -> list[tuple]:
     db.expire_all()
-    return db.execute(select(Sample.step, Sample.index, Sample.prompt, Sample.response, Sample.reward, Sample.kl, Sample.scores)
-                      .where(Sample.run_id == run_id).order_by(Sample.id)).all()
+    return db.execute(
+        select(Sample.step, Sample.index, Sample.prompt, Sample.response, Sample.reward, Sample.kl, Sample.scores)
+        .where(Sample.run_id == run_id)
+        .order_by(Sample.id)
+    ).all()
 
 
 def prompt_hash(prompt: str) -> str:
@@ -175,7 +191,9 @@ class TestAddSamples:
     def test_fields_round_trip(self, client, db):
         run = create_run(client)
         assert post_samples(client, run["id"], [sample(1), sample(1, index=1, scores={"a": 0.5, "b": -2.0})]) == {
-            "accepted": 2, "duplicates": 0}
+            "accepted": 2,
+            "duplicates": 0,
+        }
         body = read_samples(client, run["id"])
         assert body["count"] == 2
         first = body["data"][0]
@@ -200,14 +218,16 @@ class TestAddSamples:
         [row] = read_samples(client, run["id"])["data"]
         assert (row["index"], row["reward"], row["kl"], row["scores"]) == (0, None, None, {})
 
-    def test_nan_reward_reads_back_as_null(self, client, db):
+    def test_non_finite_rewards_and_scores_read_back_as_such(self, client, db):
         run = create_run(client)
-        body = ('[{"step": 1, "prompt": "p", "response": "r", "reward": NaN, "kl": "NaN", "scores": {"x": NaN, "y": 1}},'
-                ' {"step": 2, "prompt": "p", "response": "r", "reward": "Infinity", "kl": -Infinity}]')
+        body = (
+            '[{"step": 1, "prompt": "p", "response": "r", "reward": NaN, "kl": "NaN", "scores": {"x": NaN, "y": 1}},'
+            ' {"step": 2, "prompt": "p", "response": "r", "reward": "Infinity", "kl": -Infinity}]'
+        )
         response = client.post(f"/api/v1/runs/{run['id']}/samples", content=body, headers={"Content-Type": "application/json"})
         assert response.status_code == 200 and response.json() == {"accepted": 2, "duplicates": 0}
         data = read_samples(client, run["id"])["data"]
-        assert (data[0]["reward"], data[0]["kl"], data[0]["scores"]) == (None, None, {"y": 1.0})  # NaN scores are dropped
+        assert (data[0]["reward"], data[0]["kl"], data[0]["scores"]) == ("NaN", "NaN", {"x": "NaN", "y": 1.0})
         assert (data[1]["reward"], data[1]["kl"]) == ("Infinity", "-Infinity")
         rows = sample_rows(db, run["id"])
         assert rows[0][4] is None and rows[0][5] is None and rows[1][4] == float("inf")
@@ -259,7 +279,14 @@ class TestQuerySamples:
     def test_paging(self, client, run_id):
         pages = [read_samples(client, run_id, limit=3, offset=o)["data"] for o in (0, 3, 6)]
         assert [(s["step"], s["index"]) for page in pages for s in page] == [
-            (1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0)]
+            (1, 0),
+            (1, 1),
+            (2, 0),
+            (2, 1),
+            (3, 0),
+            (3, 1),
+            (4, 0),
+        ]
 
     def test_distinct_prompts_with_their_hash(self, client, run_id):
         body = client.get(f"/api/v1/runs/{run_id}/samples/prompts").json()
@@ -270,8 +297,18 @@ class TestQuerySamples:
         ]
         assert body["data"] == sorted(expected, key=lambda p: p["prompt_hash"])  # same first step: by hash
 
-    @pytest.mark.parametrize("params", [{"sort": "prompt"}, {"step": -1}, {"step": 2**63}, {"limit": 0},
-                                        {"offset": 2**63}, {"prompt_hash": "not-hex"}, {"prompt_hash": "a" * 65}])
+    @pytest.mark.parametrize(
+        "params",
+        [
+            {"sort": "prompt"},
+            {"step": -1},
+            {"step": 2**63},
+            {"limit": 0},
+            {"offset": 2**63},
+            {"prompt_hash": "not-hex"},
+            {"prompt_hash": "a" * 65},
+        ],
+    )
     def test_bad_query_values_are_422(self, client, run_id, params):
         response = client.get(f"/api/v1/runs/{run_id}/samples", params=params)
         assert response.status_code == 422 and response.json()["detail"][0]["loc"][0] == "query"

@@ -265,9 +265,7 @@ class TestReferenceSyntax:
 
 
 class TestAlgorithmSections:
-    @pytest.mark.parametrize(
-        "algorithm, section", [("sft", "sft"), ("reward", "reward_model"), ("dpo", "dpo"), ("ilql", "ilql")]
-    )
+    @pytest.mark.parametrize("algorithm, section", [("sft", "sft"), ("reward", "reward_model"), ("dpo", "dpo"), ("ilql", "ilql")])
     def test_missing_section_gets_its_defaults(self, algorithm, section):
         spec = parse_spec({**sft_spec(), "algorithm": algorithm})
         assert getattr(spec, section) is not None
@@ -295,7 +293,6 @@ class TestAlgorithmSections:
 
     def test_total_steps(self):
         assert parse_spec(sft_spec()).total_steps == 10
-
 
 
 # --- documents ---
@@ -346,9 +343,12 @@ class TestDocuments:
         assert not isinstance(info.value.__cause__, yaml.YAMLError)
 
     def test_yaml_anchors_and_merge_keys_work(self):
-        text = YAML_DOC.replace("algorithm: sft", "algorithm: dpo").replace(
-            "model: {path: builtin:tiny-gpt2}", "model: &policy {path: builtin:tiny-gpt2, max_seq_len: 64}"
-        ) + "dpo: {ref_model: {<<: *policy, max_seq_len: 128}}\n"
+        text = (
+            YAML_DOC.replace("algorithm: sft", "algorithm: dpo").replace(
+                "model: {path: builtin:tiny-gpt2}", "model: &policy {path: builtin:tiny-gpt2, max_seq_len: 64}"
+            )
+            + "dpo: {ref_model: {<<: *policy, max_seq_len: 128}}\n"
+        )
         spec = load_spec(text)
         assert spec.dpo.ref_model.path == "builtin:tiny-gpt2" and spec.dpo.ref_model.max_seq_len == 128
 
@@ -356,9 +356,11 @@ class TestDocuments:
         "text, words",
         [
             ("a: &x [*x]", "refers to itself"),
-            ("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-             + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")),
-             "expands to more than"),
+            (
+                "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")),
+                "expands to more than",
+            ),
         ],
     )
     def test_yaml_alias_bombs_are_refused(self, text, words):

@@ -24,18 +24,18 @@ RULE_CASES = {
     "ppo-needs-reward": ("ppo", ["reward=null"], "reward", "algorithm ppo needs a reward: add reward:"),
     "grpo-needs-reward": ("ppo", ["reward=null", "algorithm=grpo"], "reward", "grpo needs a reward"),
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
-    "ilql-no-reward": (
-        "sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"
-    ),
+    "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
     "nodes-need-gpus": ("sft", ["resources.nodes=2"], "resources.nodes", "resources.gpus >= 1"),
     "megatron-needs-gpus": ("sft", [MEGATRON], "resources.gpus", "megatron needs GPUs"),
     "megatron-layout": (
-        "sft", ["resources.gpus=4", MEGATRON, "backend.tensor_parallel=3"], "backend.tensor_parallel", "must divide"
+        "sft",
+        ["resources.gpus=4", MEGATRON, "backend.tensor_parallel=3"],
+        "backend.tensor_parallel",
+        "must divide",
     ),
     "megatron-layout-pp-cp": (
         "sft",
-        ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2",
-         "backend.context_parallel=4"],
+        ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2", "backend.context_parallel=4"],
         "backend.tensor_parallel",
         "= 16 must divide the 8 GPUs",
     ),
@@ -108,9 +108,7 @@ RULE_CASES = {
         "backend.precision='bf16'",
     ),
     "micro-divides-batch": ("sft", ["train.micro_batch_size=3"], "train.micro_batch_size", "micro_batch_size 3"),
-    "micro-divides-rank-batch": (
-        "sft", ["resources.gpus=4", "train.micro_batch_size=4"], "train.micro_batch_size", "2 per rank"
-    ),
+    "micro-divides-rank-batch": ("sft", ["resources.gpus=4", "train.micro_batch_size=4"], "train.micro_batch_size", "2 per rank"),
     "dp-divides-batch": (
         "sft",
         ["resources.gpus=4", "resources.nodes=2", "train.batch_size=12"],
@@ -130,17 +128,21 @@ RULE_CASES = {
         "ppo.minibatch_size",
         "4 data-parallel ranks",
     ),
-    "grpo-groups": (
-        "ppo", ["algorithm=grpo", "grpo.group_size=3"], "train.batch_size", "multiple of grpo.group_size 3"
-    ),
+    "grpo-groups": ("ppo", ["algorithm=grpo", "grpo.group_size=3"], "train.batch_size", "multiple of grpo.group_size 3"),
     "checkpoint-every": ("sft", ["train.checkpoint_every=11"], "train.checkpoint_every", "more than train.steps 10"),
     "eval-every": ("sft", ["train.eval_every=50"], "train.eval_every", "more than train.steps"),
     "dpo-smoothing": (
-        "sft", ["algorithm=dpo", "dpo.loss=ipo", "dpo.label_smoothing=0.1"], "dpo.label_smoothing", "loss: sigmoid"
+        "sft",
+        ["algorithm=dpo", "dpo.loss=ipo", "dpo.label_smoothing=0.1"],
+        "dpo.label_smoothing",
+        "loss: sigmoid",
     ),
     "ppo-adaptive-kl": ("ppo", ["ppo.kl_coef=0", "ppo.target_kl=6"], "ppo.kl_coef", "set kl_coef > 0"),
     "gen-fits-context": (
-        "ppo", ["model.max_seq_len=64", "ppo.gen.max_new_tokens=64"], "ppo.gen.max_new_tokens", "model.max_seq_len"
+        "ppo",
+        ["model.max_seq_len=64", "ppo.gen.max_new_tokens=64"],
+        "ppo.gen.max_new_tokens",
+        "model.max_seq_len",
     ),
 }
 
@@ -167,11 +169,19 @@ class TestCrossFieldRules:
         "sets",
         [
             ["backend.precision=bf16"],  # bf16 runs on CPU
-            ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2",
-             "train.micro_batch_size=1"],
+            [
+                "resources.gpus=8",
+                MEGATRON,
+                "backend.tensor_parallel=2",
+                "backend.pipeline_parallel=2",
+                "train.micro_batch_size=1",
+            ],
             ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=3", "backend.offload=nvme", "backend.nvme_path=/nvme"],
-            [DEEPSPEED, "backend.ds_config={zero_optimization: {stage: 2}, train_batch_size: auto}",
-             "backend.ds_config.bf16.enabled=true"],  # agreeing or "auto" values are fine
+            [
+                DEEPSPEED,
+                "backend.ds_config={zero_optimization: {stage: 2}, train_batch_size: auto}",
+                "backend.ds_config.bf16.enabled=true",
+            ],  # agreeing or "auto" values are fine
             ["resources.gpus=8", "resources.nodes=2", "train.batch_size=64", "train.micro_batch_size=2"],
             ["train.checkpoint_every=10", "train.eval_every=10"],
         ],

@@ -177,7 +177,11 @@ class TestCheckpointPathIsASymlink:
         assert client.get(f"/api/v1/runs/{run['id']}/checkpoints").json()["count"] == 0
 
     def test_a_directory_swapped_for_a_symlink_after_registration_serves_nothing(
-        self, client, server_port, checkpoint, secret_file,
+        self,
+        client,
+        server_port,
+        checkpoint,
+        secret_file,
     ):
         shutil.rmtree(checkpoint["dir"])
         checkpoint["dir"].symlink_to(secret_file.parent, target_is_directory=True)
@@ -189,7 +193,11 @@ class TestCheckpointPathIsASymlink:
         assert response.status_code == 400 and SECRET not in response.text
 
     def test_a_single_file_checkpoint_swapped_for_a_symlink_serves_nothing(
-        self, client, server_port, artifacts_root, secret_file,
+        self,
+        client,
+        server_port,
+        artifacts_root,
+        secret_file,
     ):
         rel = f"ckpts/{uuid.uuid4().hex}/final.bin"
         target = artifacts_root / rel

@@ -260,10 +260,23 @@ def parse_spec(data: dict) -> RunSpec:
     """Validate a spec given as a dict; raises SpecError."""
     if not isinstance(data, dict):
         raise SpecError.single("not_a_mapping", f"the spec must be a mapping, not {type(data).__name__}")
+    if nul_errors := _nul_characters(data, []):
+        raise SpecError(nul_errors)
     try:
         return RunSpec.model_validate(data)
     except ValidationError as exc:
         raise _spec_error(exc) from None
+
+
+def _nul_characters(value: object, loc: list[str | int]) -> list[dict]:
+    """A NUL character in a spec is always a mistake, and no database text column can hold one."""
+    if isinstance(value, str):
+        return [{"loc": loc, "msg": "may not contain NUL characters", "type": "nul_character"}] if "\x00" in value else []
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in _nul_characters(k, loc) + _nul_characters(v, [*loc, str(k)])]
+    if isinstance(value, list):
+        return [e for i, v in enumerate(value) for e in _nul_characters(v, [*loc, i])]
+    return []
 
 
 def load_spec(text: str | bytes, fmt: str | None = None) -> RunSpec:

@@ -33,7 +33,8 @@ _LOCAL_PREFIXES = ("/", "./", "../", "~")
 class StrictModel(BaseModel):
     """Every spec model forbids unknown keys: a typo must never be silently ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN or infinity in a hyperparameter is always a mistake, and Postgres JSONB cannot store it.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SpecError(ValueError):

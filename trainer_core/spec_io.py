@@ -16,7 +16,6 @@ import yaml
 
 from trainer_core.spec_base import SpecError, format_loc, resolve_loc, variants
 
-
 # Anchors and aliases are fine, but a few nested aliases can expand to billions of values
 # ("billion laughs"); the API reads YAML from users, so the expanded size is capped.
 MAX_YAML_NODES = 100_000

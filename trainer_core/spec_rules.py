@@ -8,7 +8,8 @@ lists it. `RunSpec` runs them all after its fields have validated.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trainer_core.spec_algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 

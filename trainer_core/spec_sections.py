@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints
 
@@ -107,7 +107,7 @@ class HttpReward(StrictModel):
     clip: float | None = _clip()
 
 
-RewardSpec = Annotated[Union[BuiltinReward, ModelReward, PythonReward, HttpReward], Field(discriminator="kind")]
+RewardSpec = Annotated[BuiltinReward | ModelReward | PythonReward | HttpReward, Field(discriminator="kind")]
 
 
 # --- data ---
@@ -211,7 +211,7 @@ def _default_backend_kind(value: Any) -> Any:
 
 
 BackendSpec = Annotated[
-    Union[TorchBackend, DeepSpeedBackend, Fsdp2Backend, MegatronBackend],
+    TorchBackend | DeepSpeedBackend | Fsdp2Backend | MegatronBackend,
     Field(discriminator="kind"),
     BeforeValidator(_default_backend_kind),
 ]

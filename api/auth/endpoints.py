@@ -5,6 +5,7 @@ from api.auth import schemas, service
 from api.auth.deps import Admin, CurrentPrincipal, Reader, Writer
 from api.db import SessionDep
 from api.models import Project, User
+from api.values import ItemId
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 
@@ -86,6 +87,6 @@ def list_tokens(
 
 
 @router.delete("/tokens/{token_id}", response_model=schemas.TokenPublic)
-def revoke_token(token_id: int, principal: Reader, session: SessionDep) -> schemas.TokenPublic:
+def revoke_token(token_id: ItemId, principal: Reader, session: SessionDep) -> schemas.TokenPublic:
     token, owner = service.revoke_token(session, principal, token_id)
     return service.token_public(token, owner)

@@ -1,9 +1,9 @@
 import json
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import select
 
@@ -14,15 +14,21 @@ from api.checkpoints import schemas
 from api.db import SessionDep
 from api.models import Checkpoint
 from api.runs.service import readable_run, reportable_run, unprocessable
+from api.values import RunId, StepPath
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
-Step = Annotated[int, Path(ge=0, le=2**62)]
 
 
 def _public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
     return schemas.CheckpointPublic(
-        id=ckpt.id, run_id=ckpt.run_id, step=ckpt.step, path=ckpt.path, size=ckpt.size, sha256=ckpt.sha256,
-        metadata=ckpt.meta, created_at=ckpt.created_at,
+        id=ckpt.id,
+        run_id=ckpt.run_id,
+        step=ckpt.step,
+        path=ckpt.path,
+        size=ckpt.size,
+        sha256=ckpt.sha256,
+        metadata=ckpt.meta,
+        created_at=ckpt.created_at,
     )
 
 
@@ -55,11 +61,19 @@ def _unstorable(metadata: dict[str, Any]) -> str | None:
     return None
 
 
-@router.post("", response_model=schemas.CheckpointPublic, status_code=status.HTTP_201_CREATED,
-             responses={200: {"model": schemas.CheckpointPublic, "description": "Already registered, identical"}})
+@router.post(
+    "",
+    response_model=schemas.CheckpointPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": schemas.CheckpointPublic, "description": "Already registered, identical"}},
+)
 def register_checkpoint(
-    run_id: int, body: schemas.CheckpointCreate, principal: CurrentPrincipal, session: SessionDep,
-    request: Request, response: Response,
+    run_id: RunId,
+    body: schemas.CheckpointCreate,
+    principal: CurrentPrincipal,
+    session: SessionDep,
+    request: Request,
+    response: Response,
 ) -> schemas.CheckpointPublic:
     reportable_run(session, principal, run_id, lock=True)
     try:
@@ -84,13 +98,13 @@ def register_checkpoint(
 
 
 @router.get("", response_model=schemas.CheckpointList)
-def list_checkpoints(run_id: int, principal: Reader, session: SessionDep) -> schemas.CheckpointList:
+def list_checkpoints(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.CheckpointList:
     readable_run(session, principal, run_id)
     rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)).all()
     return schemas.CheckpointList(data=[_public(c) for c in rows], count=len(rows))
 
 
-def _checkpoint(session, principal, run_id: int, step: int) -> Checkpoint:
+def _checkpoint(session, principal, run_id: RunId, step: int) -> Checkpoint:
     readable_run(session, principal, run_id)
     ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step))
     if ckpt is None:
@@ -100,7 +114,11 @@ def _checkpoint(session, principal, run_id: int, step: int) -> Checkpoint:
 
 @router.get("/{step}/files", response_model=schemas.CheckpointFileList)
 def list_checkpoint_files(
-    run_id: int, step: Step, principal: Reader, session: SessionDep, request: Request,
+    run_id: RunId,
+    step: StepPath,
+    principal: Reader,
+    session: SessionDep,
+    request: Request,
 ) -> schemas.CheckpointFileList:
     ckpt = _checkpoint(session, principal, run_id, step)
     try:
@@ -110,10 +128,18 @@ def list_checkpoint_files(
     return schemas.CheckpointFileList(data=files, count=len(files))
 
 
-@router.get("/{step}/files/{file_path:path}", response_class=Response,
-            responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
+@router.get(
+    "/{step}/files/{file_path:path}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}},
+)
 def download_checkpoint_file(
-    run_id: int, step: Step, file_path: str, principal: Reader, session: SessionDep, request: Request,
+    run_id: RunId,
+    step: StepPath,
+    file_path: str,
+    principal: Reader,
+    session: SessionDep,
+    request: Request,
 ) -> Response:
     ckpt = _checkpoint(session, principal, run_id, step)
     store = _store(request)

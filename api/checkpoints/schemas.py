@@ -3,10 +3,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.values import Step
+
 
 class CheckpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    step: int = Field(ge=0, le=2**62)
+    step: Step
     path: str = Field(min_length=1, max_length=1024, description="Relative to the artifact root, e.g. runs/12/step-100")
     size: int = Field(ge=0, description="Total bytes")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the manifest or the single file")

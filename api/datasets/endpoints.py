@@ -6,8 +6,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, Request, UploadFile, status
-from fastapi import Path as PathParam
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, Writer
@@ -17,16 +16,24 @@ from api.datasets import schemas, validate
 from api.db import SessionDep
 from api.models import Dataset, Project
 from api.runs.service import unprocessable
+from api.values import ItemId, Offset
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 UPLOAD_PATH = "/api/v1/datasets"
-DatasetId = Annotated[int, PathParam(ge=1, le=2**31 - 1)]
 
 
 def _public(dataset: Dataset, project: str) -> schemas.DatasetPublic:
     return schemas.DatasetPublic(
-        id=dataset.id, project=project, name=dataset.name, kind=dataset.kind, format=dataset.format, size=dataset.size,
-        sha256=dataset.sha256, rows=dataset.rows, columns=dataset.columns, created_at=dataset.created_at,
+        id=dataset.id,
+        project=project,
+        name=dataset.name,
+        kind=dataset.kind,
+        format=dataset.format,
+        size=dataset.size,
+        sha256=dataset.sha256,
+        rows=dataset.rows,
+        columns=dataset.columns,
+        created_at=dataset.created_at,
         source=f"dataset:{dataset.id}",
     )
 
@@ -43,7 +50,9 @@ def _spool(upload: UploadFile, into: Path) -> tuple[int, str]:
 
 @router.post("", response_model=schemas.DatasetPublic, status_code=status.HTTP_201_CREATED)
 def upload_dataset(
-    principal: Writer, session: SessionDep, request: Request,
+    principal: Writer,
+    session: SessionDep,
+    request: Request,
     file: Annotated[UploadFile, File(description="A .jsonl or .parquet file")],
     kind: Annotated[schemas.DatasetKind, Form()],
     project: Annotated[str, Form(pattern=NAME_PATTERN)] = "default",
@@ -64,8 +73,16 @@ def upload_dataset(
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=report.errors)
         display = (name or filename).replace("\x00", "\ufffd")  # Postgres text cannot hold NUL
         dataset = Dataset(
-            project_id=target_project.id, name=display, kind=kind, format=fmt, path="", size=size, sha256=sha256,
-            rows=report.rows, columns=report.columns, created_by=principal.user_id,
+            project_id=target_project.id,
+            name=display,
+            kind=kind,
+            format=fmt,
+            path="",
+            size=size,
+            sha256=sha256,
+            rows=report.rows,
+            columns=report.columns,
+            created_by=principal.user_id,
         )
         session.add(dataset)
         session.flush()
@@ -78,11 +95,12 @@ def upload_dataset(
 
 @router.get("", response_model=schemas.DatasetList)
 def list_datasets(
-    principal: Reader, session: SessionDep,
+    principal: Reader,
+    session: SessionDep,
     project: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     kind: schemas.DatasetKind | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> schemas.DatasetList:
     query = select(Dataset, Project.name).join(Project, Project.id == Dataset.project_id)
     if project:
@@ -91,8 +109,9 @@ def list_datasets(
         query = query.where(Dataset.project_id.in_(ids))
     if kind:
         query = query.where(Dataset.kind == kind)
-    rows = session.execute(query.order_by(Dataset.id.desc())).all()
-    return schemas.DatasetList(data=[_public(d, p) for d, p in rows[offset:offset + limit]], count=len(rows))
+    rows = session.execute(query.order_by(Dataset.id.desc()).limit(limit).offset(offset)).all()
+    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+    return schemas.DatasetList(data=[_public(d, p) for d, p in rows], count=total)
 
 
 def _readable(session, principal, dataset_id: int) -> tuple[Dataset, str]:
@@ -106,13 +125,16 @@ def _readable(session, principal, dataset_id: int) -> tuple[Dataset, str]:
 
 
 @router.get("/{dataset_id}", response_model=schemas.DatasetPublic)
-def read_dataset(dataset_id: DatasetId, principal: Reader, session: SessionDep) -> schemas.DatasetPublic:
+def read_dataset(dataset_id: ItemId, principal: Reader, session: SessionDep) -> schemas.DatasetPublic:
     return _public(*_readable(session, principal, dataset_id))
 
 
 @router.get("/{dataset_id}/preview", response_model=schemas.DatasetPreview)
 def preview_dataset(
-    dataset_id: DatasetId, principal: Reader, session: SessionDep, request: Request,
+    dataset_id: ItemId,
+    principal: Reader,
+    session: SessionDep,
+    request: Request,
     rows: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> schemas.DatasetPreview:
     dataset, _ = _readable(session, principal, dataset_id)

@@ -24,12 +24,20 @@ class Report:
     def error(self, row: int, column: str | None, msg: str) -> None:
         if len(self.errors) < MAX_ERRORS:
             where = f"row {row}" + (f", column '{column}'" if column else "")
-            self.errors.append({"loc": ["body", "file", f"row {row}", *([column] if column else [])], "msg": f"{where}: {msg}", "type": "value_error"})
+            self.errors.append(
+                {
+                    "loc": ["body", "file", f"row {row}", *([column] if column else [])],
+                    "msg": f"{where}: {msg}",
+                    "type": "value_error",
+                }
+            )
 
 
 def _is_messages(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
     )
 
 

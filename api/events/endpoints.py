@@ -12,6 +12,7 @@ from api.db import SessionDep
 from api.events import stream
 from api.events.cursor import Cursor
 from api.runs.service import readable_run
+from api.values import RunId
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
 
@@ -24,7 +25,7 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
     },
 )
 def run_events(
-    run_id: int,
+    run_id: RunId,
     principal: Reader,
     session: SessionDep,
     request: Request,

@@ -42,8 +42,8 @@ def _sample(s: Sample) -> dict[str, Any]:
         "prompt": s.prompt,
         "prompt_hash": s.prompt_hash,
         "response": s.response,
-        "reward": s.reward,
-        "kl": s.kl,
+        "reward": "NaN" if s.reward_is_nan else encode(s.reward),
+        "kl": "NaN" if s.kl_is_nan else encode(s.kl),
         "scores": s.scores,
     }
 

@@ -10,13 +10,16 @@ from api.inserts import insert_ignoring_duplicates
 from api.logs import schemas
 from api.models import LogLine
 from api.runs.service import readable_run, reportable_run
+from api.values import Offset, RunId, without_nul
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
 
 
 @router.post("", response_model=schemas.LogIngestResult)
 def append_logs(
-    run_id: int, principal: CurrentPrincipal, session: SessionDep,
+    run_id: RunId,
+    principal: CurrentPrincipal,
+    session: SessionDep,
     lines: Annotated[list[schemas.LogLineIn], Body(max_length=10_000)],
 ) -> schemas.LogIngestResult:
     reportable_run(session, principal, run_id, lock=True)
@@ -30,8 +33,10 @@ def append_logs(
 
 @router.get("", response_model=schemas.LogPage)
 def read_logs(
-    run_id: int, principal: Reader, session: SessionDep,
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="Return lines after this id")] = 0,
+    run_id: RunId,
+    principal: Reader,
+    session: SessionDep,
+    offset: Annotated[Offset, Query(description="Return lines after this id")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N lines (ignores offset)")] = None,
     rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
@@ -42,7 +47,7 @@ def read_logs(
     if rank is not None:
         query = query.where(LogLine.rank == rank)
     if q:
-        escaped = schemas.without_nul(q).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        escaped = without_nul(q).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(LogLine.text.ilike(f"%{escaped}%", escape="\\"))
     if tail is not None:
         lines = list(reversed(session.scalars(query.order_by(LogLine.id.desc()).limit(tail)).all()))

@@ -1,13 +1,6 @@
-from typing import Annotated
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-
-INT32_MAX = 2**31 - 1  # attempt and seq are INTEGER columns
-
-
-def without_nul(text: str) -> str:
-    """Postgres text cannot hold NUL; store U+FFFD (a decoder's mark for a bad byte) on every backend alike."""
-    return text.replace("\x00", "\ufffd")
+from api.values import INT32_MAX, StoredText
 
 
 class LogLineIn(BaseModel):
@@ -15,7 +8,7 @@ class LogLineIn(BaseModel):
     attempt: int = Field(default=0, ge=0, le=INT32_MAX, description="Attempt number (0: outside any lease)")
     rank: int = Field(default=0, ge=0, le=100_000)
     seq: int = Field(ge=0, le=INT32_MAX, description="Per (attempt, rank) sequence number; makes re-sent lines harmless")
-    text: Annotated[str, AfterValidator(without_nul)] = Field(max_length=65_536)
+    text: StoredText = Field(max_length=65_536)
     time: float | None = Field(default=None, ge=0, le=1e11)
 
 

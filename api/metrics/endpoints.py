@@ -6,6 +6,7 @@ from api.auth.deps import CurrentPrincipal, Reader
 from api.db import SessionDep
 from api.metrics import schemas, service
 from api.runs.service import readable_run, reportable_run
+from api.values import RunId, StepQuery
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
 
@@ -14,7 +15,7 @@ MAX_BATCH = 10_000
 
 @router.post("", response_model=schemas.IngestResult)
 def ingest_metrics(
-    run_id: int,
+    run_id: RunId,
     principal: CurrentPrincipal,
     session: SessionDep,
     points: Annotated[list[schemas.MetricPoint], Body(max_length=MAX_BATCH)],
@@ -26,13 +27,13 @@ def ingest_metrics(
 
 @router.get("", response_model=schemas.SeriesResponse)
 def read_metrics(
-    run_id: int,
+    run_id: RunId,
     principal: Reader,
     session: SessionDep,
     keys: Annotated[list[str], Query(max_length=100, description="Keys to return; default: all")] = [],  # noqa: B006
     max_points: Annotated[int, Query(ge=2, le=20_000)] = 1000,
-    step_min: Annotated[int | None, Query(ge=0)] = None,
-    step_max: Annotated[int | None, Query(ge=0)] = None,
+    step_min: StepQuery = None,
+    step_max: StepQuery = None,
 ) -> schemas.SeriesResponse:
     readable_run(session, principal, run_id)
     wanted = keys or [k.key for k in service.key_summaries(session, run_id)]
@@ -41,7 +42,7 @@ def read_metrics(
 
 
 @router.get("/keys", response_model=schemas.KeyList)
-def list_keys(run_id: int, principal: Reader, session: SessionDep) -> schemas.KeyList:
+def list_keys(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.KeyList:
     readable_run(session, principal, run_id)
     keys = service.key_summaries(session, run_id)
     return schemas.KeyList(data=keys, count=len(keys))

@@ -1,6 +1,7 @@
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat, MaybeFloat
+from api.values import Step
 
 KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
 
@@ -8,7 +9,7 @@ KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
 class MetricPoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str = Field(pattern=KEY_PATTERN, description="Namespaced key, e.g. train/loss or ppo/kl")
-    step: int = Field(ge=0, le=2**62, description="Optimizer step; (run, key, step) is the idempotency key")
+    step: Step = Field(description="Optimizer step; (run, key, step) is the idempotency key")
     value: AnyFloat = Field(description="NaN and +-Infinity are stored as such")
     time: float | None = Field(default=None, ge=0, le=1e11, description="Unix time; default: when received")
 

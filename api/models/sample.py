@@ -22,7 +22,10 @@ class Sample(Base):
     prompt: Mapped[str] = mapped_column(Text)
     prompt_hash: Mapped[str] = mapped_column(String(64))
     response: Mapped[str] = mapped_column(Text)
+    # A NaN reward means a broken reward source, not a missing one; SQLite would turn it into NULL.
     reward: Mapped[float | None] = mapped_column(Float(precision=53))
+    reward_is_nan: Mapped[bool] = mapped_column(default=False)
     kl: Mapped[float | None] = mapped_column(Float(precision=53))
-    scores: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    kl_is_nan: Mapped[bool] = mapped_column(default=False)
+    scores: Mapped[dict[str, Any]] = mapped_column(JsonDoc, doc="non-finite scores are kept as 'NaN'/'Infinity' strings")
     time: Mapped[float] = mapped_column(Float(precision=53))

@@ -6,6 +6,7 @@ from api.auth.deps import Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
 from api.db import SessionDep
 from api.runs import repository, schemas, service, views
+from api.values import Offset, RunId
 from trainer_core.spec import RunSpec, SpecError, load_spec
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
@@ -57,7 +58,7 @@ def list_runs(
     archived: Annotated[bool | None, Query(description="Default: hide archived runs")] = False,
     sort: schemas.RunSort = "-created_at",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> schemas.RunList:
     project_id = readable_project(session, principal, project).id if project else None
     query = repository.run_rows(
@@ -74,19 +75,19 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=schemas.RunDetail)
-def read_run(run_id: int, principal: Reader, session: SessionDep) -> schemas.RunDetail:
+def read_run(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.RunDetail:
     service.readable_run(session, principal, run_id)
     return views.run_detail(session, run_id)
 
 
 @router.get("/{run_id}/lineage", response_model=schemas.Lineage)
-def read_lineage(run_id: int, principal: Reader, session: SessionDep) -> schemas.Lineage:
+def read_lineage(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.Lineage:
     service.readable_run(session, principal, run_id)
     return views.lineage(session, run_id)
 
 
 def _action(name: str, apply):
-    def endpoint(run_id: int, principal: Writer, session: SessionDep) -> schemas.RunDetail:
+    def endpoint(run_id: RunId, principal: Writer, session: SessionDep) -> schemas.RunDetail:
         apply(session, principal, run_id)
         return views.run_detail(session, run_id)
 
@@ -111,19 +112,21 @@ for _name, _apply, _doc in (
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_run(run_id: int, principal: Writer, session: SessionDep) -> Response:
+def delete_run(run_id: RunId, principal: Writer, session: SessionDep) -> Response:
     service.delete(session, principal, run_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{run_id}/lease", response_model=schemas.Lease)
-def lease_run(run_id: int, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep) -> schemas.Lease:
+def lease_run(run_id: RunId, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep) -> schemas.Lease:
     run, attempt = service.lease(session, principal, run_id, body.worker)
     detail = views.run_detail(session, run.id)
     return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
 
 
 @router.post("/{run_id}/status", response_model=schemas.RunDetail)
-def update_status(run_id: int, body: schemas.StatusUpdate, principal: WorkerPrincipal, session: SessionDep) -> schemas.RunDetail:
+def update_status(
+    run_id: RunId, body: schemas.StatusUpdate, principal: WorkerPrincipal, session: SessionDep
+) -> schemas.RunDetail:
     service.update_status(session, principal, run_id, body)
     return views.run_detail(session, run_id)

@@ -4,6 +4,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.runs.state import STATUSES
+from api.values import INT32_MAX, Step
 from trainer_core.spec import ALGORITHMS
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
@@ -80,7 +81,7 @@ class Lease(BaseModel):
 
 class StatusUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    attempt: int = Field(ge=1, description="The fencing token from the lease")
+    attempt: int = Field(ge=1, le=INT32_MAX, description="The fencing token from the lease")
     status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
     reason: str = Field(default="", max_length=2000)
-    last_step: int | None = Field(default=None, ge=0)
+    last_step: Step | None = None

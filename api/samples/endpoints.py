@@ -8,10 +8,12 @@ from sqlalchemy import asc, desc, func, select
 
 from api.auth.deps import CurrentPrincipal, Reader
 from api.db import SessionDep
+from api.floats import encode
 from api.inserts import insert_ignoring_duplicates
 from api.models import Sample
 from api.runs.service import readable_run, reportable_run
 from api.samples import schemas
+from api.values import Offset, RunId, StepQuery
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/samples", tags=["samples"])
 
@@ -20,14 +22,34 @@ def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()[:32]
 
 
+def _is_nan(value: float | None) -> bool:
+    return value is not None and math.isnan(value)
+
+
 def _stored(value: float | None) -> float | None:
-    # NaN has no portable SQL representation (SQLite makes it NULL); a missing score reads the same.
-    return None if value is None or math.isnan(value) else value
+    return None if _is_nan(value) else value
+
+
+def _public(row: Sample) -> schemas.SampleOut:
+    return schemas.SampleOut(
+        id=row.id,
+        step=row.step,
+        index=row.index,
+        prompt=row.prompt,
+        prompt_hash=row.prompt_hash,
+        response=row.response,
+        reward=math.nan if row.reward_is_nan else row.reward,
+        kl=math.nan if row.kl_is_nan else row.kl,
+        scores=row.scores,
+        time=row.time,
+    )
 
 
 @router.post("", response_model=schemas.SampleIngestResult)
 def add_samples(
-    run_id: int, principal: CurrentPrincipal, session: SessionDep,
+    run_id: RunId,
+    principal: CurrentPrincipal,
+    session: SessionDep,
     samples: Annotated[list[schemas.SampleIn], Body(max_length=5_000)],
 ) -> schemas.SampleIngestResult:
     reportable_run(session, principal, run_id, lock=True)
@@ -36,9 +58,18 @@ def add_samples(
     now = time.time()
     rows = [
         {
-            "run_id": run_id, "step": s.step, "index": s.index, "prompt": s.prompt, "prompt_hash": prompt_hash(s.prompt),
-            "response": s.response, "reward": _stored(s.reward), "kl": _stored(s.kl),
-            "scores": {k: v for k, v in s.scores.items() if math.isfinite(v)}, "time": now,
+            "run_id": run_id,
+            "step": s.step,
+            "index": s.index,
+            "prompt": s.prompt,
+            "prompt_hash": prompt_hash(s.prompt),
+            "response": s.response,
+            "reward": _stored(s.reward),
+            "reward_is_nan": _is_nan(s.reward),
+            "kl": _stored(s.kl),
+            "kl_is_nan": _is_nan(s.kl),
+            "scores": {k: encode(v) for k, v in s.scores.items()},
+            "time": now,
         }
         for s in samples
     ]
@@ -48,16 +79,19 @@ def add_samples(
 
 @router.get("", response_model=schemas.SamplePage)
 def read_samples(
-    run_id: int, principal: Reader, session: SessionDep,
-    step: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-    step_min: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-    step_max: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    run_id: RunId,
+    principal: Reader,
+    session: SessionDep,
+    step: StepQuery = None,
+    step_min: StepQuery = None,
+    step_max: StepQuery = None,
     prompt_hash_: Annotated[
-        str | None, Query(alias="prompt_hash", pattern=r"^[0-9a-f]{1,64}$", description="One prompt across steps"),
+        str | None,
+        Query(alias="prompt_hash", pattern=r"^[0-9a-f]{1,64}$", description="One prompt across steps"),
     ] = None,
     sort: schemas.SampleSort = "step",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Offset = 0,
 ) -> schemas.SamplePage:
     readable_run(session, principal, run_id)
     filters = [Sample.run_id == run_id]
@@ -74,26 +108,37 @@ def read_samples(
     query = select(Sample).where(*filters).order_by(order(column).nulls_last(), Sample.step, Sample.index)
     rows = session.scalars(query.limit(limit).offset(offset)).all()
     total = session.scalar(select(func.count()).select_from(Sample).where(*filters)) or 0
-    return schemas.SamplePage(data=[schemas.SampleOut.model_validate(r, from_attributes=True) for r in rows], count=total)
+    return schemas.SamplePage(data=[_public(r) for r in rows], count=total)
 
 
 @router.get("/prompts", response_model=schemas.PromptList)
 def list_prompts(
-    run_id: int, principal: Reader, session: SessionDep,
+    run_id: RunId,
+    principal: Reader,
+    session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Offset = 0,
 ) -> schemas.PromptList:
     """Distinct prompts of a run, to pick one and follow its responses across steps."""
     readable_run(session, principal, run_id)
     grouped = (
-        select(Sample.prompt_hash, func.min(Sample.id).label("first_id"), func.count().label("n"),
-               func.min(Sample.step).label("lo"), func.max(Sample.step).label("hi"))
-        .where(Sample.run_id == run_id).group_by(Sample.prompt_hash).subquery()
+        select(
+            Sample.prompt_hash,
+            func.min(Sample.id).label("first_id"),
+            func.count().label("n"),
+            func.min(Sample.step).label("lo"),
+            func.max(Sample.step).label("hi"),
+        )
+        .where(Sample.run_id == run_id)
+        .group_by(Sample.prompt_hash)
+        .subquery()
     )
     rows = session.execute(
         select(grouped.c.prompt_hash, Sample.prompt, grouped.c.n, grouped.c.lo, grouped.c.hi)
-        .join(Sample, Sample.id == grouped.c.first_id).order_by(grouped.c.lo, grouped.c.prompt_hash)
-        .limit(limit).offset(offset)
+        .join(Sample, Sample.id == grouped.c.first_id)
+        .order_by(grouped.c.lo, grouped.c.prompt_hash)
+        .limit(limit)
+        .offset(offset)
     ).all()
     total = session.scalar(select(func.count()).select_from(grouped)) or 0
     data = [schemas.PromptSummary(prompt_hash=h, prompt=p, samples=n, first_step=lo, last_step=hi) for h, p, n, lo, hi in rows]

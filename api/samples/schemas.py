@@ -1,27 +1,22 @@
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat, MaybeFloat
-
-
-def without_nul(text: str) -> str:
-    """Postgres text and JSONB cannot hold NUL; store U+FFFD (a decoder's mark for a bad byte) on every backend alike."""
-    return text.replace("\x00", "\ufffd")
-
-
-Text = Annotated[str, AfterValidator(without_nul)]
+from api.values import Step, StoredText
 
 
 class SampleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    step: int = Field(ge=0, le=2**62)
-    index: int = Field(default=0, ge=0, le=1_000_000, description="Position within the step; (step, index) is the idempotency key")
-    prompt: Text = Field(max_length=200_000)
-    response: Text = Field(max_length=200_000)
+    step: Step
+    index: int = Field(
+        default=0, ge=0, le=1_000_000, description="Position within the step; (step, index) is the idempotency key"
+    )
+    prompt: StoredText = Field(max_length=200_000)
+    response: StoredText = Field(max_length=200_000)
     reward: MaybeFloat = None
     kl: MaybeFloat = None
-    scores: dict[Text, AnyFloat] = Field(default_factory=dict, max_length=64, description="Any extra per-sample scores")
+    scores: dict[StoredText, AnyFloat] = Field(default_factory=dict, max_length=64, description="Any extra per-sample scores")
 
 
 class SampleOut(BaseModel):

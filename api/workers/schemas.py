@@ -2,6 +2,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.values import INT32_MAX, Step
+
 
 class Gpu(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -19,8 +21,8 @@ class Heartbeat(BaseModel):
     queues: list[str] = Field(min_length=1, max_length=32)
     capacity: int = Field(default=1, ge=0, le=1024, description="Runs it can hold at once")
     gpus: list[Gpu] = Field(default_factory=list, max_length=64)
-    current_run_id: int | None = Field(default=None, ge=1)
-    last_step: int | None = Field(default=None, ge=0)
+    current_run_id: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    last_step: Step | None = None
 
 
 class WorkerPublic(BaseModel):
