@@ -2,12 +2,23 @@
 
 from typing import Any
 
+from pydantic import BaseModel, Field
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 _DIALECT_INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 # Postgres allows 65535 bind parameters per statement; SQLite 32766 in modern builds.
 _MAX_PARAMS = 30_000
+
+
+class IngestResult(BaseModel):
+    accepted: int = Field(description="Rows stored by this request")
+    duplicates: int = Field(description="Rows whose key was already stored; left unchanged")
+
+
+def ingest_rows(session: Session, model: type, rows: list[dict[str, Any]], unique: list[str]) -> IngestResult:
+    accepted = insert_ignoring_duplicates(session, model, rows, unique) if rows else 0
+    return IngestResult(accepted=accepted, duplicates=len(rows) - accepted)
 
 
 def insert_ignoring_duplicates(session: Session, model: type, rows: list[dict[str, Any]], unique: list[str]) -> int:

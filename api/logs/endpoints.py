@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from api.auth.deps import CurrentPrincipal, Reader
 from api.db import SessionDep
-from api.inserts import insert_ignoring_duplicates
+from api.inserts import IngestResult, ingest_rows
 from api.logs import schemas
 from api.models import LogLine
 from api.runs.service import readable_run, reportable_run
@@ -15,20 +15,17 @@ from api.values import Offset, RunId, without_nul
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
 
 
-@router.post("", response_model=schemas.LogIngestResult)
+@router.post("", response_model=IngestResult)
 def append_logs(
     run_id: RunId,
     principal: CurrentPrincipal,
     session: SessionDep,
     lines: Annotated[list[schemas.LogLineIn], Body(max_length=10_000)],
-) -> schemas.LogIngestResult:
+) -> IngestResult:
     reportable_run(session, principal, run_id, lock=True)
-    if not lines:
-        return schemas.LogIngestResult(accepted=0, duplicates=0)
     now = time.time()
     rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in lines]
-    accepted = insert_ignoring_duplicates(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
-    return schemas.LogIngestResult(accepted=accepted, duplicates=len(rows) - accepted)
+    return ingest_rows(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
 
 
 @router.get("", response_model=schemas.LogPage)

@@ -21,11 +21,6 @@ class LogLineOut(BaseModel):
     time: float
 
 
-class LogIngestResult(BaseModel):
-    accepted: int
-    duplicates: int
-
-
 class LogPage(BaseModel):
     data: list[LogLineOut]
     next_offset: int = Field(description="Pass as `offset` to get the lines after these")

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Body, Query
 
 from api.auth.deps import CurrentPrincipal, Reader
 from api.db import SessionDep
+from api.inserts import IngestResult
 from api.metrics import schemas, service
 from api.runs.service import readable_run, reportable_run
 from api.values import RunId, StepQuery
@@ -13,13 +14,13 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
 MAX_BATCH = 10_000
 
 
-@router.post("", response_model=schemas.IngestResult)
+@router.post("", response_model=IngestResult)
 def ingest_metrics(
     run_id: RunId,
     principal: CurrentPrincipal,
     session: SessionDep,
     points: Annotated[list[schemas.MetricPoint], Body(max_length=MAX_BATCH)],
-) -> schemas.IngestResult:
+) -> IngestResult:
     """Store points; a replayed batch neither duplicates nor changes a stored point."""
     run = reportable_run(session, principal, run_id, lock=True)
     return service.ingest(session, run, points)

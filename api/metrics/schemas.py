@@ -14,11 +14,6 @@ class MetricPoint(BaseModel):
     time: float | None = Field(default=None, ge=0, le=1e11, description="Unix time; default: when received")
 
 
-class IngestResult(BaseModel):
-    accepted: int = Field(description="Points stored by this request")
-    duplicates: int = Field(description="Points whose (key, step) was already stored; left unchanged")
-
-
 class SeriesPoint(BaseModel):
     step: int = Field(description="The last step of the bucket")
     value: AnyFloat = Field(description="The value at that step")

@@ -6,14 +6,14 @@ import time
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from api.inserts import insert_ignoring_duplicates
+from api.inserts import IngestResult, ingest_rows
 from api.metrics import schemas
 from api.models import Metric, Run
 
 
-def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> schemas.IngestResult:
+def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> IngestResult:
     if not points:
-        return schemas.IngestResult(accepted=0, duplicates=0)
+        return IngestResult(accepted=0, duplicates=0)
     now = time.time()
     rows = [
         {
@@ -26,12 +26,12 @@ def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> sch
         }
         for p in points
     ]
-    accepted = insert_ignoring_duplicates(session, Metric, rows, ["run_id", "key", "step"])
+    result = ingest_rows(session, Metric, rows, ["run_id", "key", "step"])
     top = max(p.step for p in points)
     if run.last_step is None or top > run.last_step:
         run.last_step = top
     session.flush()
-    return schemas.IngestResult(accepted=accepted, duplicates=len(rows) - accepted)
+    return result
 
 
 def _value_or_null():

@@ -9,7 +9,7 @@ from sqlalchemy import asc, desc, func, select
 from api.auth.deps import CurrentPrincipal, Reader
 from api.db import SessionDep
 from api.floats import encode
-from api.inserts import insert_ignoring_duplicates
+from api.inserts import IngestResult, ingest_rows
 from api.models import Sample
 from api.runs.service import readable_run, reportable_run
 from api.samples import schemas
@@ -45,16 +45,14 @@ def _public(row: Sample) -> schemas.SampleOut:
     )
 
 
-@router.post("", response_model=schemas.SampleIngestResult)
+@router.post("", response_model=IngestResult)
 def add_samples(
     run_id: RunId,
     principal: CurrentPrincipal,
     session: SessionDep,
     samples: Annotated[list[schemas.SampleIn], Body(max_length=5_000)],
-) -> schemas.SampleIngestResult:
+) -> IngestResult:
     reportable_run(session, principal, run_id, lock=True)
-    if not samples:
-        return schemas.SampleIngestResult(accepted=0, duplicates=0)
     now = time.time()
     rows = [
         {
@@ -73,8 +71,7 @@ def add_samples(
         }
         for s in samples
     ]
-    accepted = insert_ignoring_duplicates(session, Sample, rows, ["run_id", "step", "index"])
-    return schemas.SampleIngestResult(accepted=accepted, duplicates=len(rows) - accepted)
+    return ingest_rows(session, Sample, rows, ["run_id", "step", "index"])
 
 
 @router.get("", response_model=schemas.SamplePage)

@@ -32,11 +32,6 @@ class SampleOut(BaseModel):
     time: float
 
 
-class SampleIngestResult(BaseModel):
-    accepted: int
-    duplicates: int
-
-
 class SamplePage(BaseModel):
     data: list[SampleOut]
     count: int
