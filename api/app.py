@@ -69,6 +69,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components.setdefault("schemas", {}).update(spec_schema.pop("$defs", {}))
     components["schemas"]["RunSpec"] = spec_schema
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            # Bodies parsed by hand (api/reporting.py) bring their own definitions along.
+            components["schemas"].update(operation.pop("x-components", {}))
     for path, operations in schema["paths"].items():
         if path in ("/healthz", "/readyz"):
             continue

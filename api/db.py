@@ -24,7 +24,9 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    # No pre-ping: a SELECT 1 before every request costs a round trip; a connection found dead is
+    # invalidated with the pool on its first error instead.
+    return create_engine(url, pool_size=10, max_overflow=20)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -30,7 +30,8 @@ def _json(status: int, content: Any) -> Response:
 
 
 async def validation_error(_request: Request, exc: RequestValidationError) -> Response:
-    return _json(422, {"detail": jsonable_encoder(exc.errors())})
+    lenient = {bytes: lambda raw: raw.decode("utf-8", "replace")}
+    return _json(422, {"detail": jsonable_encoder(exc.errors(), custom_encoder=lenient)})
 
 
 async def unstorable_value(_request: Request, _exc: Exception) -> Response:

@@ -1,14 +1,17 @@
-"""Bulk INSERT ... ON CONFLICT DO NOTHING for Postgres and SQLite: the core of idempotent ingest."""
+"""Bulk INSERT ... ON CONFLICT DO NOTHING for Postgres and SQLite: the core of idempotent ingest.
 
+The hot path: one fixed statement text per table, so nothing is compiled per request. Postgres gets
+the whole batch as one array per column (unnest); SQLite takes an executemany.
+"""
+
+import functools
+import json
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import JSON, Table, TextClause, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
-
-_DIALECT_INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
-# Postgres allows 65535 bind parameters per statement; SQLite 32766 in modern builds.
-_MAX_PARAMS = 30_000
 
 
 class IngestResult(BaseModel):
@@ -21,13 +24,30 @@ def ingest_rows(session: Session, model: type, rows: list[dict[str, Any]], uniqu
     return IngestResult(accepted=accepted, duplicates=len(rows) - accepted)
 
 
+@functools.cache
+def _statement(dialect: str, table: Table, columns: tuple[str, ...], unique: tuple[str, ...]) -> TextClause:
+    names = ", ".join(f'"{c}"' for c in columns)  # quoted: "index" is a keyword
+    keys = ", ".join(f'"{c}"' for c in unique)
+    conflict = f"ON CONFLICT ({keys}) DO NOTHING"
+    if dialect == "postgresql":
+        pg = postgresql.dialect()
+        arrays = ", ".join(f"CAST(:{c} AS {table.c[c].type.compile(dialect=pg)}[])" for c in columns)
+        return text(f"INSERT INTO {table.name} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
+    values = ", ".join(f":{c}" for c in columns)
+    return text(f"INSERT INTO {table.name} ({names}) VALUES ({values}) {conflict}")
+
+
 def insert_ignoring_duplicates(session: Session, model: type, rows: list[dict[str, Any]], unique: list[str]) -> int:
     """Insert rows, skipping those whose unique key exists; return how many were inserted."""
-    insert = _DIALECT_INSERT[session.get_bind().dialect.name]
-    per_statement = max(1, _MAX_PARAMS // max(1, len(rows[0])))
-    inserted = 0
-    for start in range(0, len(rows), per_statement):
-        chunk = rows[start : start + per_statement]
-        stmt = insert(model).values(chunk).on_conflict_do_nothing(index_elements=unique).returning(model.id)
-        inserted += len(session.execute(stmt).all())
-    return inserted
+    table: Table = model.__table__
+    columns = tuple(rows[0])
+    json_columns = {c for c in columns if isinstance(table.c[c].type, JSON)}
+    dialect = session.get_bind().dialect.name
+    statement = _statement(dialect, table, columns, tuple(unique))
+    connection = session.connection()
+    if dialect == "postgresql":
+        params = {c: [json.dumps(r[c]) if c in json_columns else r[c] for r in rows] for c in columns}
+        return connection.execute(statement, params).rowcount
+    if json_columns:
+        rows = [{**r, **{c: json.dumps(r[c]) for c in json_columns}} for r in rows]
+    return connection.execute(statement, rows).rowcount

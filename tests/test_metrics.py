@@ -45,6 +45,12 @@ class TestIngest:
         db.expire_all()
         assert db.get(Run, run["id"]).last_step == 5
 
+    def test_steps_beyond_32_bits_are_stored_and_tracked(self, client, db):
+        run = create_run(client)
+        big = 2**40
+        assert client.post(f"/api/v1/runs/{run['id']}/metrics", json=[{"key": "k", "step": big, "value": 1}]).status_code == 200
+        assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] == big
+
     def test_non_finite_values_are_stored_as_such(self, client, db):
         run = create_run(client)
         body = '[{"key":"k","step":1,"value":NaN},{"key":"k","step":2,"value":"Infinity"},{"key":"k","step":3,"value":-Infinity}]'

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal, forbidden, unauthorized
 from api.auth.tokens import hash_token
@@ -22,31 +23,48 @@ def _bearer(request: Request) -> str | None:
     return request.cookies.get(_COOKIE)
 
 
-def get_principal(request: Request, session: SessionDep) -> Principal:
+def principal_from_request(session: Session, request: Request) -> Principal:
     token = _bearer(request)
     if token is None:
         raise unauthorized("missing token: send 'Authorization: Bearer <token>' (see `rlplane login`)")
     row = session.execute(
-        select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.token_hash == hash_token(token))
+        select(
+            ApiToken.id,
+            ApiToken.scopes,
+            ApiToken.revoked_at,
+            ApiToken.expires_at,
+            User.id,
+            User.name,
+            User.is_site_admin,
+            User.disabled,
+        )
+        .join(User, User.id == ApiToken.user_id)
+        .where(ApiToken.token_hash == hash_token(token))
     ).one_or_none()
     if row is None:
         raise unauthorized("invalid token")
-    api_token, user = row
-    if api_token.revoked_at is not None:
+    token_id, scopes, revoked_at, expires_at, user_id, user_name, is_site_admin, disabled = row
+    if revoked_at is not None:
         raise unauthorized("token revoked")
-    if api_token.expires_at is not None and api_token.expires_at <= utcnow():
+    if expires_at is not None and expires_at <= utcnow():
         raise unauthorized("token expired: create a new one with POST /api/v1/tokens")
-    if user.disabled:
+    if disabled:
         raise unauthorized("user disabled")
-    roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user.id)).all())
+    roles: dict[int, str] = {}
+    if "worker" not in scopes:  # workers act through their leases, never through project roles
+        roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user_id)).all())
     return Principal(
-        user_id=user.id,
-        user_name=user.name,
-        token_id=api_token.id,
-        scopes=frozenset(api_token.scopes),
-        is_site_admin=user.is_site_admin,
+        user_id=user_id,
+        user_name=user_name,
+        token_id=token_id,
+        scopes=frozenset(scopes),
+        is_site_admin=is_site_admin,
         roles=roles,
     )
+
+
+def get_principal(request: Request, session: SessionDep) -> Principal:
+    return principal_from_request(session, request)
 
 
 def require_scope(scope: str):

@@ -1,31 +1,38 @@
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Query, Request
+from pydantic import Field, TypeAdapter
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from api.auth.deps import CurrentPrincipal, Reader
+from api.auth.deps import Reader
+from api.auth.principal import Principal
 from api.db import SessionDep
 from api.inserts import IngestResult, ingest_rows
 from api.logs import schemas
 from api.models import LogLine
-from api.runs.service import readable_run, reportable_run
+from api.reporting import in_one_hop, json_body, parse
+from api.runs.service import claim_for_report, readable_run
 from api.values import Offset, RunId, without_nul
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
 
 
-@router.post("", response_model=IngestResult)
-def append_logs(
-    run_id: RunId,
-    principal: CurrentPrincipal,
-    session: SessionDep,
-    lines: Annotated[list[schemas.LogLineIn], Body(max_length=10_000)],
-) -> IngestResult:
-    reportable_run(session, principal, run_id, lock=True)
-    now = time.time()
-    rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in lines]
-    return ingest_rows(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
+_LINES = TypeAdapter(Annotated[list[schemas.LogLineIn], Field(max_length=10_000)])
+
+
+@router.post("", response_model=IngestResult, openapi_extra=json_body(_LINES, "Up to 10,000 lines"))
+async def append_logs(run_id: RunId, request: Request) -> IngestResult:
+    """Append lines; a re-sent (attempt, rank, seq) is stored once."""
+
+    def append(session: Session, principal: Principal, raw: bytes) -> IngestResult:
+        claim_for_report(session, principal, run_id)
+        now = time.time()
+        rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in parse(_LINES, raw)]
+        return ingest_rows(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
+
+    return await in_one_hop(request, append)
 
 
 @router.get("", response_model=schemas.LogPage)

@@ -1,12 +1,14 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Query, Request
+from pydantic import Field, TypeAdapter
 
-from api.auth.deps import CurrentPrincipal, Reader
+from api.auth.deps import Reader
 from api.db import SessionDep
 from api.inserts import IngestResult
 from api.metrics import schemas, service
-from api.runs.service import readable_run, reportable_run
+from api.reporting import in_one_hop, json_body, parse
+from api.runs.service import readable_run
 from api.values import RunId, StepQuery
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
@@ -14,16 +16,13 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
 MAX_BATCH = 10_000
 
 
-@router.post("", response_model=IngestResult)
-def ingest_metrics(
-    run_id: RunId,
-    principal: CurrentPrincipal,
-    session: SessionDep,
-    points: Annotated[list[schemas.MetricPoint], Body(max_length=MAX_BATCH)],
-) -> IngestResult:
+_POINTS = TypeAdapter(Annotated[list[schemas.MetricPoint], Field(max_length=MAX_BATCH)])
+
+
+@router.post("", response_model=IngestResult, openapi_extra=json_body(_POINTS, f"Up to {MAX_BATCH} points"))
+async def ingest_metrics(run_id: RunId, request: Request) -> IngestResult:
     """Store points; a replayed batch neither duplicates nor changes a stored point."""
-    run = reportable_run(session, principal, run_id, lock=True)
-    return service.ingest(session, run, points)
+    return await in_one_hop(request, lambda session, who, raw: service.ingest(session, who, run_id, parse(_POINTS, raw)))
 
 
 @router.get("", response_model=schemas.SeriesResponse)

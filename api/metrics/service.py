@@ -6,18 +6,19 @@ import time
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
+from api.auth.principal import Principal
 from api.inserts import IngestResult, ingest_rows
 from api.metrics import schemas
-from api.models import Metric, Run
+from api.models import Metric
+from api.runs.service import claim_for_report
 
 
-def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> IngestResult:
-    if not points:
-        return IngestResult(accepted=0, duplicates=0)
+def ingest(session: Session, principal: Principal, run_id: int, points: list[schemas.MetricPoint]) -> IngestResult:
+    claim_for_report(session, principal, run_id, max((p.step for p in points), default=None))
     now = time.time()
     rows = [
         {
-            "run_id": run.id,
+            "run_id": run_id,
             "key": p.key,
             "step": p.step,
             "value": 0.0 if math.isnan(p.value) else p.value,
@@ -26,12 +27,7 @@ def ingest(session: Session, run: Run, points: list[schemas.MetricPoint]) -> Ing
         }
         for p in points
     ]
-    result = ingest_rows(session, Metric, rows, ["run_id", "key", "step"])
-    top = max(p.step for p in points)
-    if run.last_step is None or top > run.last_step:
-        run.last_step = top
-    session.flush()
-    return result
+    return ingest_rows(session, Metric, rows, ["run_id", "key", "step"])
 
 
 def _value_or_null():

@@ -1,7 +1,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import BigInteger, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, JsonDoc, UtcDateTime, utcnow
@@ -24,7 +24,7 @@ class Run(Base):
     status_reason: Mapped[str] = mapped_column(String(2000), default="")
     spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
     total_steps: Mapped[int]
-    last_step: Mapped[int | None]
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
     archived: Mapped[bool] = mapped_column(default=False)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)

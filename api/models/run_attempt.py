@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, UtcDateTime, utcnow
@@ -19,4 +19,4 @@ class RunAttempt(Base):
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(2000))
-    last_step: Mapped[int | None]
+    last_step: Mapped[int | None] = mapped_column(BigInteger)

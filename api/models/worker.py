@@ -1,7 +1,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, String
+from sqlalchemy import BigInteger, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, JsonDoc, UtcDateTime, utcnow
@@ -20,6 +20,6 @@ class Worker(Base):
     capacity: Mapped[int]
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc)
     current_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
-    last_step: Mapped[int | None]
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
     first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -1,7 +1,7 @@
 """Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
 
 from fastapi import HTTPException, status
-from sqlalchemy import select
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal, forbidden
@@ -38,6 +38,32 @@ def reportable_run(session: Session, principal: Principal, run_id: int, *, lock:
         return run
     principal.require(run.project_id, "write")
     return run
+
+
+def claim_for_report(session: Session, principal: Principal, run_id: int, top_step: int | None = None) -> None:
+    """Lock the run's row for this transaction, raise its last step, and check the caller may report.
+
+    One UPDATE does all three: the lock serialises a run's writers (so row ids grow in commit order,
+    which SSE relies on) and RETURNING gives what the permission check needs. A refusal rolls it back.
+    """
+    last_step = Run.last_step
+    if top_step is not None:
+        last_step = case((or_(Run.last_step.is_(None), Run.last_step < top_step), top_step), else_=Run.last_step)
+    row = session.execute(
+        update(Run)
+        .where(Run.id == run_id)
+        .values(last_step=last_step)
+        .returning(Run.project_id, Run.lease_token_id)
+        .execution_options(synchronize_session=False)
+    ).one_or_none()
+    if row is None:
+        raise not_found(f"run {run_id}")
+    project_id, lease_token_id = row
+    if principal.is_worker:
+        if lease_token_id != principal.token_id:
+            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+    else:
+        principal.require(project_id, "write")
 
 
 def locked_run(session: Session, run_id: int) -> Run | None:

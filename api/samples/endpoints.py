@@ -3,15 +3,19 @@ import math
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Query, Request
+from pydantic import Field, TypeAdapter
 from sqlalchemy import asc, desc, func, select
+from sqlalchemy.orm import Session
 
-from api.auth.deps import CurrentPrincipal, Reader
+from api.auth.deps import Reader
+from api.auth.principal import Principal
 from api.db import SessionDep
 from api.floats import encode
 from api.inserts import IngestResult, ingest_rows
 from api.models import Sample
-from api.runs.service import readable_run, reportable_run
+from api.reporting import in_one_hop, json_body, parse
+from api.runs.service import claim_for_report, readable_run
 from api.samples import schemas
 from api.values import Offset, RunId, StepQuery
 
@@ -45,14 +49,17 @@ def _public(row: Sample) -> schemas.SampleOut:
     )
 
 
-@router.post("", response_model=IngestResult)
-def add_samples(
-    run_id: RunId,
-    principal: CurrentPrincipal,
-    session: SessionDep,
-    samples: Annotated[list[schemas.SampleIn], Body(max_length=5_000)],
-) -> IngestResult:
-    reportable_run(session, principal, run_id, lock=True)
+_SAMPLES = TypeAdapter(Annotated[list[schemas.SampleIn], Field(max_length=5_000)])
+
+
+@router.post("", response_model=IngestResult, openapi_extra=json_body(_SAMPLES, "Up to 5,000 samples"))
+async def add_samples(run_id: RunId, request: Request) -> IngestResult:
+    """Store generations; a re-sent (step, index) is stored once."""
+    return await in_one_hop(request, lambda session, principal, raw: _add(session, principal, run_id, parse(_SAMPLES, raw)))
+
+
+def _add(session: Session, principal: Principal, run_id: int, samples: list[schemas.SampleIn]) -> IngestResult:
+    claim_for_report(session, principal, run_id)
     now = time.time()
     rows = [
         {
