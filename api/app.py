@@ -9,6 +9,7 @@ from fastapi.openapi.utils import get_openapi
 from api import errors, health
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
+from api.auth.cache import TokenCache
 from api.checkpoints import endpoints as checkpoints
 from api.datasets import endpoints as datasets
 from api.db import make_engine, make_sessionmaker
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = make_engine(settings.resolved_database_url)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
     app.state.artifacts = ArtifactStore(settings.resolved_artifacts)
+    app.state.token_cache = TokenCache(settings.auth_cache_s)
     app.add_middleware(
         BodyLimitMiddleware,
         default_limit=settings.max_body_bytes,

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(default=16 * 1024 * 1024, description="Largest JSON/YAML request body")
     max_upload_bytes: int = Field(default=2 * 1024**3, description="Largest dataset upload")
+    auth_cache_s: float = Field(
+        default=2.0, ge=0, description="How long a process reuses a resolved token; other processes see revocations within it"
+    )
     sse_poll_s: float = Field(default=0.5, description="How often an SSE stream looks for new rows")
     sse_keepalive_s: float = Field(default=15.0, description="Comment ping interval on idle SSE streams")
 

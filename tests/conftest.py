@@ -97,6 +97,7 @@ def app(app_settings):
 def db(app) -> Iterator[Session]:
     """A clean database with the bootstrap admin and the 'default' project, and a session to inspect it."""
     clean_database(app.state.engine)
+    app.state.token_cache.clear()
     with app.state.sessionmaker() as session:
         bootstrap_admin(session, Path(app.state.settings.home), ADMIN_TOKEN)
     with app.state.sessionmaker() as session:

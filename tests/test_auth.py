@@ -4,11 +4,15 @@ import hashlib
 import json
 import os
 import stat
+import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from api.app import create_app
 from api.auth.bootstrap import bootstrap_admin
 from api.models import ApiToken, User
 from api.models.base import utcnow
@@ -65,10 +69,29 @@ class TestTokens:
         assert db.scalar(select(ApiToken).where(ApiToken.token_hash == secret)) is None  # never stored in clear
         db.execute(update(ApiToken).where(ApiToken.id == created["id"]).values(expires_at=utcnow() - timedelta(seconds=1)))
         db.commit()
+        client.app.state.token_cache.clear()  # the clock moved in the database, not through the API
         assert "expired" in anon.get("/api/v1/runs", headers=auth(secret)).json()["detail"]
         other = client.post("/api/v1/tokens", json={"name": "tmp", "scopes": ["read"]}).json()
         assert client.delete(f"/api/v1/tokens/{other['id']}").json()["revoked_at"] is not None
         assert anon.get("/api/v1/runs", headers=auth(other["token"])).status_code == 401
+
+    def test_other_processes_see_a_revocation_within_the_cache_ttl(self, client, app_settings, db):
+        other_process = create_app(app_settings.model_copy(update={"auth_cache_s": 0.3}))
+        created = client.post("/api/v1/tokens", json={"name": "short", "scopes": ["read"]}).json()
+        with TestClient(other_process, headers=auth(created["token"])) as elsewhere:
+            assert elsewhere.get("/api/v1/runs").status_code == 200  # now cached there
+            client.delete(f"/api/v1/tokens/{created['id']}")
+            time.sleep(0.4)
+            assert elsewhere.get("/api/v1/runs").status_code == 401
+        other_process.state.engine.dispose()
+
+    def test_a_cached_token_still_expires_on_time(self, client, anon, db):
+        created = client.post("/api/v1/tokens", json={"name": "soon", "scopes": ["read"], "expires_in_days": 1}).json()
+        assert anon.get("/api/v1/runs", headers=auth(created["token"])).status_code == 200
+        entries = client.app.state.token_cache._entries
+        [key] = [key for key, entry in entries.items() if entry.expires_at is not None]
+        entries[key] = replace(entries[key], expires_at=utcnow() - timedelta(seconds=1))  # time passes, cache stays
+        assert "expired" in anon.get("/api/v1/runs", headers=auth(created["token"])).json()["detail"]
 
     def test_scopes_limit_what_a_token_does(self, client, anon, db):
         reader = create_user(client, "reader", roles={"default": "admin"}, scopes=("read",))

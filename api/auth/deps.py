@@ -6,9 +6,10 @@ from fastapi import Depends, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from api.auth.cache import TokenCache
 from api.auth.principal import Principal, forbidden, unauthorized
 from api.auth.tokens import hash_token
-from api.db import SessionDep
+from api.db import SessionDep, UowDep
 from api.models import ApiToken, Membership, User
 from api.models.base import utcnow
 
@@ -27,6 +28,12 @@ def principal_from_request(session: Session, request: Request) -> Principal:
     token = _bearer(request)
     if token is None:
         raise unauthorized("missing token: send 'Authorization: Bearer <token>' (see `rlplane login`)")
+    token_hash = hash_token(token)
+    cache: TokenCache = request.app.state.token_cache
+    if (cached := cache.get(token_hash)) is not None:
+        if cached.expires_at is not None and cached.expires_at <= utcnow():
+            raise unauthorized("token expired: create a new one with POST /api/v1/tokens")
+        return cached.principal
     row = session.execute(
         select(
             ApiToken.id,
@@ -39,7 +46,7 @@ def principal_from_request(session: Session, request: Request) -> Principal:
             User.disabled,
         )
         .join(User, User.id == ApiToken.user_id)
-        .where(ApiToken.token_hash == hash_token(token))
+        .where(ApiToken.token_hash == token_hash)
     ).one_or_none()
     if row is None:
         raise unauthorized("invalid token")
@@ -53,7 +60,7 @@ def principal_from_request(session: Session, request: Request) -> Principal:
     roles: dict[int, str] = {}
     if "worker" not in scopes:  # workers act through their leases, never through project roles
         roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user_id)).all())
-    return Principal(
+    principal = Principal(
         user_id=user_id,
         user_name=user_name,
         token_id=token_id,
@@ -61,6 +68,8 @@ def principal_from_request(session: Session, request: Request) -> Principal:
         is_site_admin=is_site_admin,
         roles=roles,
     )
+    cache.put(token_hash, principal, expires_at)
+    return principal
 
 
 def get_principal(request: Request, session: SessionDep) -> Principal:
@@ -81,3 +90,11 @@ Reader = Annotated[Principal, Depends(require_scope("read"))]
 Writer = Annotated[Principal, Depends(require_scope("write"))]
 Admin = Annotated[Principal, Depends(require_scope("admin"))]
 WorkerPrincipal = Annotated[Principal, Depends(require_scope("worker"))]
+
+
+def _clear_tokens_after_commit(request: Request, uow: UowDep) -> None:
+    """Routes that change users, roles or tokens drop this process's token cache once they commit."""
+    uow.after_commit(request.app.state.token_cache.clear)
+
+
+AuthChanges = Depends(_clear_tokens_after_commit)

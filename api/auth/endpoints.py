@@ -2,7 +2,7 @@ from fastapi import APIRouter, Query, status
 from sqlalchemy import select
 
 from api.auth import schemas, service
-from api.auth.deps import Admin, CurrentPrincipal, Reader, Writer
+from api.auth.deps import Admin, AuthChanges, CurrentPrincipal, Reader, Writer
 from api.db import SessionDep
 from api.models import Project, User
 from api.values import ItemId
@@ -21,7 +21,7 @@ def read_me(principal: CurrentPrincipal, session: SessionDep) -> schemas.Me:
     )
 
 
-@router.post("/users", response_model=schemas.UserPublic, status_code=status.HTTP_201_CREATED)
+@router.post("/users", response_model=schemas.UserPublic, status_code=status.HTTP_201_CREATED, dependencies=[AuthChanges])
 def create_user(body: schemas.UserCreate, principal: Admin, session: SessionDep) -> schemas.UserPublic:
     principal.require_site_admin()
     return service.user_public(service.create_user(session, body))
@@ -56,7 +56,7 @@ def read_project(name: str, principal: Reader, session: SessionDep) -> schemas.P
     return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
 
 
-@router.put("/projects/{name}/members/{user}", response_model=schemas.ProjectDetail)
+@router.put("/projects/{name}/members/{user}", response_model=schemas.ProjectDetail, dependencies=[AuthChanges])
 def set_member(name: str, user: str, body: schemas.MemberSet, principal: Admin, session: SessionDep) -> schemas.ProjectDetail:
     project = service.readable_project(session, principal, name)
     service.set_member(session, principal, project, user, body.role)
@@ -64,7 +64,7 @@ def set_member(name: str, user: str, body: schemas.MemberSet, principal: Admin, 
     return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
 
 
-@router.delete("/projects/{name}/members/{user}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/projects/{name}/members/{user}", status_code=status.HTTP_204_NO_CONTENT, dependencies=[AuthChanges])
 def remove_member(name: str, user: str, principal: Admin, session: SessionDep) -> None:
     project = service.readable_project(session, principal, name)
     service.remove_member(session, principal, project, user)
@@ -86,7 +86,7 @@ def list_tokens(
     return schemas.TokenList(data=tokens, count=len(tokens))
 
 
-@router.delete("/tokens/{token_id}", response_model=schemas.TokenPublic)
+@router.delete("/tokens/{token_id}", response_model=schemas.TokenPublic, dependencies=[AuthChanges])
 def revoke_token(token_id: ItemId, principal: Reader, session: SessionDep) -> schemas.TokenPublic:
     token, owner = service.revoke_token(session, principal, token_id)
     return service.token_public(token, owner)
