@@ -1,7 +1,7 @@
 """Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
 
 from fastapi import HTTPException, status
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import BigInteger, and_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal, forbidden
@@ -40,22 +40,28 @@ def reportable_run(session: Session, principal: Principal, run_id: int, *, lock:
     return run
 
 
+_runs = Run.__table__
+_top = bindparam("top", type_=BigInteger)
+# Built once: a Core statement with bound values is compiled once and reused by every report.
+_CLAIM = (
+    update(_runs)
+    .where(_runs.c.id == bindparam("run_id"))
+    .values(
+        last_step=case(
+            (and_(_top.is_not(None), or_(_runs.c.last_step.is_(None), _runs.c.last_step < _top)), _top), else_=_runs.c.last_step
+        )
+    )
+    .returning(_runs.c.project_id, _runs.c.lease_token_id)
+)
+
+
 def claim_for_report(session: Session, principal: Principal, run_id: int, top_step: int | None = None) -> None:
     """Lock the run's row for this transaction, raise its last step, and check the caller may report.
 
     One UPDATE does all three: the lock serialises a run's writers (so row ids grow in commit order,
     which SSE relies on) and RETURNING gives what the permission check needs. A refusal rolls it back.
     """
-    last_step = Run.last_step
-    if top_step is not None:
-        last_step = case((or_(Run.last_step.is_(None), Run.last_step < top_step), top_step), else_=Run.last_step)
-    row = session.execute(
-        update(Run)
-        .where(Run.id == run_id)
-        .values(last_step=last_step)
-        .returning(Run.project_id, Run.lease_token_id)
-        .execution_options(synchronize_session=False)
-    ).one_or_none()
+    row = session.connection().execute(_CLAIM, {"run_id": run_id, "top": top_step}).one_or_none()
     if row is None:
         raise not_found(f"run {run_id}")
     project_id, lease_token_id = row
