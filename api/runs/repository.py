@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 
 from sqlalchemy import Select, asc, desc, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from api.models import Checkpoint, Project, Run, RunAttempt, RunLink, User
 
@@ -24,6 +24,7 @@ def run_rows(
         select(Run, Project.name, User.name)
         .join(Project, Project.id == Run.project_id)
         .outerjoin(User, User.id == Run.created_by)
+        .options(defer(Run.spec, raiseload=True))  # a list shows no spec; parsing each JSONB costs more than the query
     )
     if project_ids is not None:
         query = query.where(Run.project_id.in_(project_ids))
