@@ -13,7 +13,7 @@ from api.auth.service import conflict, not_found
 from api.checkpoints import schemas
 from api.db import SessionDep
 from api.models import Checkpoint
-from api.runs.service import readable_run, reportable_run, unprocessable
+from api.runs.service import claim_for_report, readable_run, unprocessable
 from api.values import RunId, StepPath
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
@@ -75,7 +75,7 @@ def register_checkpoint(
     request: Request,
     response: Response,
 ) -> schemas.CheckpointPublic:
-    reportable_run(session, principal, run_id, lock=True)
+    claim_for_report(session, principal, run_id)
     try:
         rel = safe_relative(body.path)
         present = _store(request).exists(rel)
