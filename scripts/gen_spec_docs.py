@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal, Union
 import annotated_types as at
 from pydantic import BaseModel, StringConstraints
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
