@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-KINDS = ("sft", "preference", "prompts")
+from trainer_core.data.formats import row_problems
+
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
 MAX_ERRORS = 20
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -33,41 +34,10 @@ class Report:
             )
 
 
-def _is_messages(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
-    )
-
-
-def _need_text(report: Report, row_no: int, row: dict, column: str, allow_messages: bool = False) -> None:
-    if column not in row:
-        report.error(row_no, column, "is missing")
-    elif not (isinstance(row[column], str) or (allow_messages and _is_messages(row[column]))):
-        kind = "a string or a list of {role, content} messages" if allow_messages else "a string"
-        report.error(row_no, column, f"must be {kind}, got {type(row[column]).__name__}")
-
-
 def check_row(kind: str, row_no: int, row: Any, report: Report) -> None:
-    if not isinstance(row, dict):
-        report.error(row_no, None, f"must be a JSON object, got {type(row).__name__}")
-        return
-    if kind == "prompts":
-        _need_text(report, row_no, row, "prompt")
-    elif kind == "preference":
-        for column in ("prompt", "chosen", "rejected"):
-            _need_text(report, row_no, row, column, allow_messages=column != "prompt")
-    elif "messages" in row:
-        if not _is_messages(row["messages"]):
-            report.error(row_no, "messages", "must be a non-empty list of {role, content} objects")
-    elif "text" in row:
-        _need_text(report, row_no, row, "text")
-    elif "prompt" in row or "completion" in row:
-        _need_text(report, row_no, row, "prompt")
-        _need_text(report, row_no, row, "completion")
-    else:
-        report.error(row_no, None, "an sft row needs 'messages', 'text', or 'prompt' and 'completion'")
+    # The rules live in trainer_core so an upload and a training run judge a row alike.
+    for problem in row_problems(kind, row):
+        report.error(row_no, problem.column, problem.message)
 
 
 def iter_rows(path: Path, fmt: str, report: Report) -> Iterator[tuple[int, Any]]:

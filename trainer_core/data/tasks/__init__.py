@@ -1,0 +1,54 @@
+"""Builtin tasks: generated examples (builtin:<name> data sources) and the rewards that score them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainer_core.data.formats import DataError
+from trainer_core.data.split import Split
+from trainer_core.data.tasks import arithmetic, randomwalks
+
+Examples = Callable[..., Split]
+Reward = Callable[..., float]
+
+# builtin:<name> -> {kind: example generator}. The tiny-* names are the arithmetic task with one
+# kind each, for the shipped example specs.
+BUILTIN_SOURCES: dict[str, dict[str, Examples]] = {
+    "arithmetic": {
+        "sft": arithmetic.sft_examples,
+        "preference": arithmetic.preference_examples,
+        "prompts": arithmetic.prompt_examples,
+    },
+    "tiny-sft": {"sft": arithmetic.sft_examples},
+    "tiny-preference": {"preference": arithmetic.preference_examples},
+    "tiny-prompts": {"prompts": arithmetic.prompt_examples},
+    "randomwalks": {
+        "sft": randomwalks.sft_examples,
+        "preference": randomwalks.preference_examples,
+        "prompts": randomwalks.prompt_examples,
+    },
+}
+
+# reward: {kind: builtin, name: <name>} -> reward(prompt, response, answer=None) -> float
+BUILTIN_REWARDS: dict[str, Reward] = {"arithmetic": arithmetic.reward, "randomwalks": randomwalks.reward}
+
+
+def builtin_examples(name: str, kind: str, *, seed: int, eval_fraction: float) -> Split:
+    """The rows of builtin:<name> as `kind`, split by problem into train and eval."""
+    kinds = BUILTIN_SOURCES.get(name)
+    if kinds is None:
+        raise DataError(
+            f"builtin:{name} is not a builtin dataset; use one of {', '.join(f'builtin:{n}' for n in BUILTIN_SOURCES)}"
+        )
+    if kind not in kinds:
+        fits = [f"builtin:{n}" for n, k in BUILTIN_SOURCES.items() if kind in k]
+        raise DataError(f"builtin:{name} has {'/'.join(kinds)} rows but this run reads {kind} rows; use one of {', '.join(fits)}")
+    return kinds[kind](seed=seed, eval_fraction=eval_fraction)
+
+
+def builtin_reward(name: str) -> Reward:
+    """The reward function of a builtin reward spec."""
+    try:
+        return BUILTIN_REWARDS[name]
+    except KeyError:
+        raise DataError(f"{name!r} is not a builtin reward; use one of {', '.join(BUILTIN_REWARDS)}") from None

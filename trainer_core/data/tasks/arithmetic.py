@@ -1,0 +1,85 @@
+"""builtin:arithmetic - small sums and products ("12+7=" -> "19", "3*4=" -> "12").
+
+A problem is one expression. The seed picks which problems are used and which are held out
+for evaluation; every row of a held-out problem is in eval, so the model is never scored on a
+problem it trained on. The reward checks the number a response starts with.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainer_core.data.split import Split, seeded_rng, split_by_key
+
+SUM_MAX = 49  # operands of sums: 0..49
+PRODUCT_MAX = 12  # operands of products: 0..12 (the times table)
+DEFAULT_SIZE = 1000  # problems per call; the whole space holds 2,669
+
+_PROBLEM = re.compile(r"^\s*(\d+)\s*([+*])\s*(\d+)\s*=\s*$")
+# The leading integer of a response, not part of a longer number or a decimal ("19 ", "19<eos>", "19\n3+4=").
+_ANSWER = re.compile(r"^\s*(-?\d+)(?!\.?\d)")
+
+
+def all_problems() -> list[str]:
+    sums = [f"{a}+{b}=" for a in range(SUM_MAX + 1) for b in range(SUM_MAX + 1)]
+    products = [f"{a}*{b}=" for a in range(PRODUCT_MAX + 1) for b in range(PRODUCT_MAX + 1)]
+    return sums + products
+
+
+def solve(prompt: str) -> int:
+    """The answer to an "a+b=" or "a*b=" prompt."""
+    match = _PROBLEM.match(prompt)
+    if not match:
+        raise ValueError(f"{prompt!r} is not an arithmetic prompt like '12+7=' or '3*4='")
+    a, op, b = int(match.group(1)), match.group(2), int(match.group(3))
+    return a + b if op == "+" else a * b
+
+
+def problems(seed: int, size: int = DEFAULT_SIZE) -> list[str]:
+    """`size` distinct problems in a seeded order."""
+    pool = all_problems()
+    seeded_rng(seed, "arithmetic").shuffle(pool)
+    return pool[:size]
+
+
+def wrong_answer(prompt: str, rng) -> int:
+    """A plausible mistake: off by one or ten, digits swapped, or the other operation."""
+    right = solve(prompt)
+    a, op, b = _PROBLEM.match(prompt).groups()
+    other = int(a) * int(b) if op == "+" else int(a) + int(b)
+    candidates = {right + 1, right - 1, right + 10, other}
+    if len(str(right)) > 1:
+        candidates.add(int(str(right)[::-1]))
+    return rng.choice(sorted(c for c in candidates if c != right and c >= 0))
+
+
+def _split(rows: list[dict], seed: int, eval_fraction: float) -> Split:
+    return split_by_key(rows, lambda row: row["prompt"], eval_fraction, seed)
+
+
+def sft_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
+    rows = [{"prompt": p, "completion": str(solve(p))} for p in problems(seed, size)]
+    return _split(rows, seed, eval_fraction)
+
+
+def preference_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
+    rng = seeded_rng(seed, "arithmetic-rejected")
+    rows = [{"prompt": p, "chosen": str(solve(p)), "rejected": str(wrong_answer(p, rng))} for p in problems(seed, size)]
+    return _split(rows, seed, eval_fraction)
+
+
+def prompt_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
+    rows = [{"prompt": p, "answer": str(solve(p))} for p in problems(seed, size)]
+    return _split(rows, seed, eval_fraction)
+
+
+def reward(prompt: str, response: str, answer: str | int | None = None) -> float:
+    """1.0 when the response starts with the right number (whitespace and trailing text allowed), else 0.0.
+
+    `answer` comes from the prompt row; without it the prompt is solved.
+    """
+    match = _ANSWER.match(response)
+    if match is None:
+        return 0.0
+    expected = int(str(answer).strip()) if answer is not None else solve(prompt)
+    return 1.0 if int(match.group(1)) == expected else 0.0
