@@ -1,0 +1,99 @@
+"""What a trainer reports: metric points, log lines, samples, checkpoints and status changes."""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class MetricPoint(NamedTuple):  # a tuple, not a dataclass: millions are made on the training hot path
+    key: str
+    step: int
+    value: float
+    time: float
+
+
+class LogLine(NamedTuple):
+    rank: int
+    seq: int  # per rank, from 0: re-sending a line is harmless
+    text: str
+    time: float
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt: str
+    response: str
+    reward: float | None = None
+    kl: float | None = None
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+
+class StepSample(NamedTuple):
+    step: int
+    index: int  # position within the step; (step, index) is the API's idempotency key
+    sample: Sample
+    time: float
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    step: int
+    path: str  # relative to the artifact root
+    size: int
+    sha256: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    status: str
+    reason: str
+    last_step: int | None
+    time: float
+
+
+@dataclass
+class Batch:
+    """Everything reported since the last drain, in the order it was reported (per kind)."""
+
+    metrics: list[MetricPoint] = field(default_factory=list)
+    logs: list[LogLine] = field(default_factory=list)
+    samples: list[StepSample] = field(default_factory=list)
+    checkpoints: list[CheckpointEvent] = field(default_factory=list)
+    statuses: list[StatusEvent] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.metrics) + len(self.logs) + len(self.samples) + len(self.checkpoints) + len(self.statuses)
+
+    def metrics_by_step(self) -> dict[int, dict[str, float]]:
+        steps: dict[int, dict[str, float]] = {}
+        for point in self.metrics:
+            steps.setdefault(point.step, {})[point.key] = point.value
+        return steps
+
+
+def json_float(value: float | None) -> float | str | None:
+    """JSON has no NaN or infinity: send them as the strings the API reads back ("NaN", "Infinity", "-Infinity")."""
+    if value is None or math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def sample_record(item: StepSample) -> dict[str, Any]:
+    sample = item.sample
+    return {
+        "step": item.step,
+        "index": item.index,
+        "prompt": sample.prompt,
+        "response": sample.response,
+        "reward": json_float(sample.reward),
+        "kl": json_float(sample.kl),
+        "scores": {name: json_float(value) for name, value in sample.scores.items()},
+    }
+
+
+def checkpoint_record(event: CheckpointEvent) -> dict[str, Any]:
+    return {"step": event.step, "path": event.path, "size": event.size, "sha256": event.sha256, "metadata": dict(event.metadata)}
