@@ -1,0 +1,266 @@
+"""trainer_core.checkpoint: exact resume, state round-trips, atomic writes, rotation, export, no pickle."""
+
+import random
+import re
+from pathlib import Path
+
+import huggingface_hub
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+from trainer_core import checkpoint as ckpt_module
+from trainer_core.checkpoint import (
+    CheckpointError,
+    export_model,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    rotate,
+    save_checkpoint,
+    verify,
+)
+from trainer_core.checkpoint import state as state_module
+from trainer_core.models import apply_lora, build_builtin
+from trainer_core.spec_sections import LoraSpec
+
+TOTAL_STEPS, RESUME_AT = 6, 3
+SPEC = {"algorithm": "sft", "model": {"path": "builtin:tiny-gpt2"}}
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def batches(vocab: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    return [torch.randint(0, vocab, (2, 16), generator=generator) for _ in range(TOTAL_STEPS)]
+
+
+def training_objects(seed: int = 0):
+    model, tokenizer = build_builtin("tiny-gpt2", kind="causal", seed=seed)
+    model.train()  # dropout on: resuming exactly needs the RNG back
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=TOTAL_STEPS)
+    return model, tokenizer, optimizer, scheduler
+
+
+def train(model, optimizer, scheduler, data, steps: range) -> list[float]:
+    losses = []
+    for step in steps:
+        loss = model(input_ids=data[step], labels=data[step]).loss
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def save(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler, **kwargs):
+    return save_checkpoint(
+        run_dir,
+        step,
+        model=model,
+        tokenizer=tokenizer,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        data_position={"epoch": 0, "index": step},
+        spec=SPEC,
+        **kwargs,
+    )
+
+
+def assert_same_state(left, right, path: str = "") -> None:
+    assert type(left) is type(right), path
+    if isinstance(left, torch.Tensor):
+        assert left.dtype == right.dtype and torch.equal(left, right), path
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys(), path
+        for key in left:
+            assert_same_state(left[key], right[key], f"{path}.{key}")
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right), path
+        for index, (a, b) in enumerate(zip(left, right, strict=True)):
+            assert_same_state(a, b, f"{path}.{index}")
+    else:
+        assert left == right, path
+
+
+def test_resume_is_bit_identical_to_never_stopping(tmp_path):
+    model, _, optimizer, scheduler = training_objects()
+    data = batches(model.config.vocab_size)
+    torch.manual_seed(1234)
+    straight = train(model, optimizer, scheduler, data, range(TOTAL_STEPS))
+
+    first, tokenizer, optimizer1, scheduler1 = training_objects()
+    torch.manual_seed(1234)
+    losses = train(first, optimizer1, scheduler1, data, range(RESUME_AT))
+    info = save(tmp_path, RESUME_AT, first, tokenizer, optimizer1, scheduler1)
+    torch.manual_seed(999)  # anything drawn after the save must not matter
+
+    resumed, _, optimizer2, scheduler2 = training_objects(seed=1)  # other weights: the load must replace them
+    state = load_checkpoint(latest_checkpoint(tmp_path), model=resumed, optimizer=optimizer2, scheduler=scheduler2)
+    assert (state.step, state.data_position, state.spec) == (RESUME_AT, {"epoch": 0, "index": RESUME_AT}, SPEC)
+    assert info.path == tmp_path / "step-000003" and verify(info.path)
+    losses += train(resumed, optimizer2, scheduler2, data, range(state.step, TOTAL_STEPS))
+
+    assert losses == straight
+    assert resumed.lm_head.weight is resumed.transformer.wte.weight
+    for (name, expected), actual in zip(model.named_parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(expected, actual), name
+
+
+def test_optimizer_and_scheduler_round_trip(tmp_path):
+    model, tokenizer, optimizer, scheduler = training_objects()
+    train(model, optimizer, scheduler, batches(model.config.vocab_size), range(2))
+    info = save(tmp_path, 2, model, tokenizer, optimizer, scheduler)
+    _, _, optimizer2, scheduler2 = training_objects()
+    fresh, _, _, _ = training_objects()
+    optimizer2 = torch.optim.AdamW(fresh.parameters(), lr=5.0, betas=(0.5, 0.5))
+    scheduler2 = get_linear_schedule_with_warmup(optimizer2, num_warmup_steps=9, num_training_steps=99)
+    load_checkpoint(info.path, model=fresh, optimizer=optimizer2, scheduler=scheduler2, restore_rng=False)
+    assert_same_state(optimizer.state_dict(), optimizer2.state_dict())
+    assert isinstance(optimizer2.param_groups[0]["betas"], tuple)
+    assert_same_state(scheduler.state_dict(), scheduler2.state_dict())
+    assert scheduler2.get_last_lr() == scheduler.get_last_lr()
+
+
+def test_rng_round_trip(tmp_path):
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    state_module.save_rng(tmp_path)
+    expected = (torch.rand(4), random.random(), np.random.rand(3))
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    state_module.load_rng(tmp_path)
+    assert torch.equal(torch.rand(4), expected[0])
+    assert random.random() == expected[1]
+    assert np.array_equal(np.random.rand(3), expected[2])
+
+
+def test_exception_mid_save_leaves_no_checkpoint(tmp_path, monkeypatch):
+    model, tokenizer, optimizer, scheduler = training_objects()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(state_module, "save_scheduler", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save(tmp_path, 5, model, tokenizer, optimizer, scheduler)
+    assert latest_checkpoint(tmp_path) is None and list_checkpoints(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []  # the temporary directory is cleaned up
+
+
+def test_incomplete_and_truncated_checkpoints_are_skipped(tmp_path):
+    model, tokenizer, optimizer, scheduler = training_objects()
+    good = save(tmp_path, 1, model, tokenizer, optimizer, scheduler).path
+    truncated = save(tmp_path, 2, model, tokenizer, optimizer, scheduler).path
+    no_manifest = save(tmp_path, 3, model, tokenizer, optimizer, scheduler).path
+    weights = truncated / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    (no_manifest / "manifest.json").unlink()
+    (tmp_path / ".step-000004.tmp-dead").mkdir()  # a crash mid-write
+
+    assert not verify(truncated) and not verify(no_manifest) and verify(good)
+    assert list_checkpoints(tmp_path) == [good]
+    assert latest_checkpoint(tmp_path) == good
+    with pytest.raises(CheckpointError, match="not a complete checkpoint"):
+        load_checkpoint(truncated, model=model)
+
+
+def test_flipped_byte_fails_verify(tmp_path):
+    model, tokenizer, optimizer, scheduler = training_objects()
+    path = save(tmp_path, 1, model, tokenizer, optimizer, scheduler).path
+    target = path / "model" / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert not verify(path)
+    assert latest_checkpoint(tmp_path) == path  # same size: only the hash check catches it
+
+
+def test_rotate_keeps_newest_and_removes_temporaries(tmp_path):
+    model, tokenizer, _, _ = training_objects()
+    for step in (10, 20, 30, 40):
+        save(tmp_path, step, model, tokenizer, None, None)
+    (tmp_path / ".step-000050.tmp-abcd").mkdir()
+    rotate(tmp_path, keep_last=2)
+    assert [path.name for path in list_checkpoints(tmp_path)] == ["step-000030", "step-000040"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["step-000030", "step-000040"]
+
+
+def test_export_loads_with_from_pretrained(tmp_path, offline):
+    model, tokenizer = build_builtin("tiny-gpt2", kind="causal", seed=0)
+    out = export_model(model, tokenizer, tmp_path / "export")
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    loaded_tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = loaded_tokenizer(["12+7=19"], return_tensors="pt").input_ids
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_export_merges_lora_and_leaves_the_model_alone(tmp_path, offline):
+    base, tokenizer = build_builtin("tiny-gpt2", kind="causal", seed=0)
+    model = apply_lora(base, LoraSpec(r=4, alpha=8, dropout=0.0, target_modules=["c_attn"])).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_()  # B starts at zero; make the adapter matter
+    out = export_model(model, tokenizer, tmp_path / "merged")
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.tensor([[1, 5, 9, 12]])
+    assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-5)
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+
+
+def test_lora_checkpoint_saves_and_loads_the_adapter(tmp_path, offline):
+    def lora_model(seed):
+        base, tokenizer = build_builtin("tiny-gpt2", kind="causal", seed=0)
+        model = apply_lora(base, LoraSpec(r=4, alpha=8, dropout=0.0, target_modules=["c_attn"]))
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for name, param in model.named_parameters():
+                if "lora_" in name:
+                    param.normal_()
+        return model, tokenizer
+
+    model, tokenizer = lora_model(1)
+    path = save(tmp_path, 1, model, tokenizer, None, None).path
+    assert (path / "model" / "adapter_model.safetensors").exists()
+    other, _ = lora_model(2)
+    load_checkpoint(path, model=other, restore_rng=False)
+    for (name, expected), actual in zip(model.named_parameters(), other.parameters(), strict=True):
+        assert torch.equal(expected, actual), name
+
+
+def test_state_that_is_not_json_is_refused(tmp_path):
+    model, tokenizer, _, _ = training_objects()
+    with pytest.raises(CheckpointError, match="data_position"):
+        save_checkpoint(
+            tmp_path,
+            1,
+            model=model,
+            tokenizer=tokenizer,
+            optimizer=None,
+            scheduler=None,
+            data_position={"sampler": object()},
+            spec=SPEC,
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_package_never_uses_pickle():
+    # Uses, not mentions: the docstrings say "never pickle".
+    pattern = re.compile(
+        r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|\bpickle\.[a-z]|torch\.(save|load)\s*\(|safe_serialization=False",
+        re.M,
+    )
+    package = Path(ckpt_module.__file__).parent
+    offenders = [path.name for path in package.rglob("*.py") if pattern.search(path.read_text())]
+    assert offenders == []

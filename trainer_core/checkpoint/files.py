@@ -1,0 +1,112 @@
+"""Durable writes, the manifest (every file's size and sha256) and completeness checks.
+
+A checkpoint directory is complete only when its manifest exists and every file it lists is
+present with the listed size; `verify` also compares hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a directory's data and metadata to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under `root` (files others wrote too, e.g. save_pretrained's)."""
+    for directory, _, names in os.walk(root):
+        for name in names:
+            fsync_path(Path(directory) / name)
+        fsync_path(Path(directory))
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    save_file(tensors, str(path))
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path)) if path.exists() else {}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(root: Path, step: int) -> Path:
+    """List every file under `root` with size and sha256; written last, so its presence marks completion."""
+    files = {
+        path.relative_to(root).as_posix(): {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    manifest = root / MANIFEST
+    write_json(manifest, {"format_version": FORMAT_VERSION, "step": step, "files": files})
+    fsync_path(manifest)
+    return manifest
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """The manifest, or None where it is missing or unreadable (an incomplete checkpoint)."""
+    try:
+        manifest = read_json(root / MANIFEST)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def is_complete(root: Path) -> bool:
+    """Manifest present and every listed file has its listed size (cheap: no hashing)."""
+    manifest = read_manifest(root)
+    if manifest is None:
+        return False
+    for name, entry in manifest["files"].items():
+        path = root / name
+        if not path.is_file() or path.stat().st_size != entry.get("size"):
+            return False
+    return True
+
+
+def verify(path: Path) -> bool:
+    """True when the manifest is present and every listed file matches its size and sha256."""
+    root = Path(path)
+    if not is_complete(root):
+        return False
+    manifest = read_manifest(root)
+    assert manifest is not None
+    return all(sha256_file(root / name) == entry.get("sha256") for name, entry in manifest["files"].items())
+
+
+def manifest_digest_and_size(root: Path) -> tuple[str, int]:
+    """(sha256 of manifest.json, total bytes of the checkpoint including the manifest)."""
+    manifest = read_manifest(root) or {"files": {}}
+    total = sum(entry["size"] for entry in manifest["files"].values()) + (root / MANIFEST).stat().st_size
+    return sha256_file(root / MANIFEST), total

@@ -1,0 +1,174 @@
+"""Save, load, list and rotate full-state checkpoints in a run directory.
+
+Layout of `<run_dir>/step-000100/`:
+  model/ (HF save_pretrained: safetensors + config, or a PEFT adapter), tokenizer/,
+  optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, trainer_state.json,
+  manifest.json (written last).
+Each is built in `.step-000100.tmp-<random>`, fsynced, then renamed into place, so a crash
+never leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer_core.checkpoint import files, state
+from trainer_core.checkpoint.errors import CheckpointError
+from trainer_core.checkpoint.weights import load_weights, save_weights
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_TMP_DIR = re.compile(r"^\.step-\d+\.tmp-")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    path: Path
+    step: int
+    size: int  # bytes, manifest included
+    sha256: str  # of manifest.json, which pins every file's hash
+
+
+@dataclass(frozen=True)
+class TrainState:
+    step: int
+    data_position: dict[str, Any]
+    spec: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def _json_field(name: str, value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{name} must be plain JSON (dicts, lists, strings, finite numbers): {exc}") from exc
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any | None,
+    optimizer: torch.optim.Optimizer | None,
+    scheduler: Any | None,
+    data_position: dict[str, Any],
+    spec: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> CheckpointInfo:
+    """Write the full training state for `step` atomically and return where it went."""
+    if step < 0:
+        raise CheckpointError(f"step must be >= 0, got {step}.")
+    trainer_state = {
+        "format_version": files.FORMAT_VERSION,
+        "step": step,
+        "data_position": _json_field("data_position", data_position),
+        "spec": _json_field("spec", spec),
+        "extra": _json_field("extra", extra or {}),
+        "created_at": datetime.now(UTC).isoformat(),
+    }
+    run_dir = Path(run_dir)
+    final = run_dir / step_dir_name(step)
+    if final.exists():
+        raise CheckpointError(f"checkpoint {final} already exists; delete it or save under another step.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{final.name}.tmp-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        state.save_rng(tmp)  # first, so nothing below can move the generators before they are recorded
+        save_weights(model, tmp / "model")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        if optimizer is not None:
+            state.save_optimizer(tmp, optimizer)
+        if scheduler is not None:
+            state.save_scheduler(tmp, scheduler)
+        files.write_json(tmp / "trainer_state.json", trainer_state)
+        files.fsync_tree(tmp)
+        files.write_manifest(tmp, step)
+        files.fsync_path(tmp)
+        tmp.rename(final)
+        files.fsync_path(run_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    digest, size = files.manifest_digest_and_size(final)
+    return CheckpointInfo(path=final, step=step, size=size, sha256=digest)
+
+
+def load_checkpoint(
+    path: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+    restore_rng: bool = True,
+    verify_hashes: bool = False,
+) -> TrainState:
+    """Load weights into `model` in place, then optimizer, scheduler and RNG; return the run position."""
+    path = Path(path)
+    complete = files.verify(path) if verify_hashes else files.is_complete(path)
+    if not complete:
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (manifest missing or files damaged); "
+            "resume from latest_checkpoint(run_dir) instead."
+        )
+    trainer_state = files.read_json(path / "trainer_state.json")
+    load_weights(model, path / "model")
+    if optimizer is not None:
+        state.load_optimizer(path, optimizer)  # before the scheduler: it restores each group's lr
+    if scheduler is not None:
+        state.load_scheduler(path, scheduler)
+    if restore_rng:
+        state.load_rng(path)
+    return TrainState(
+        step=trainer_state["step"],
+        data_position=trainer_state["data_position"],
+        spec=trainer_state["spec"],
+        extra=trainer_state.get("extra", {}),
+    )
+
+
+def _step_of(path: Path) -> int | None:
+    match = _STEP_DIR.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints in `run_dir`, oldest step first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(step, path) for path in run_dir.iterdir() if (step := _step_of(path)) is not None and path.is_dir()]
+    return [path for _, path in sorted(found) if files.is_complete(path)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The complete checkpoint with the highest step, or None."""
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def rotate(run_dir: Path, keep_last: int) -> list[Path]:
+    """Delete complete checkpoints older than the newest `keep_last`, and leftover temporary dirs."""
+    if keep_last < 1:
+        raise CheckpointError(f"keep_last must be >= 1 (got {keep_last}); rotating to zero would delete the resume point.")
+    run_dir = Path(run_dir)
+    doomed = list_checkpoints(run_dir)[:-keep_last]
+    if run_dir.is_dir():
+        doomed += [path for path in run_dir.iterdir() if _TMP_DIR.match(path.name) and path.is_dir()]
+    for path in doomed:
+        shutil.rmtree(path)
+    return doomed
