@@ -1,0 +1,38 @@
+"""Training backends: one interface (`Backend`), one file per backend; `make_backend` picks one from the spec.
+
+Imports torch; the torch-free parts of trainer_core never import this package.
+"""
+
+from __future__ import annotations
+
+from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.batching import BatchSplitError, accumulation_steps, local_batch_range, micro_batch_ranges
+from trainer_core.backends.dist import DistEnv, default_device, init_process_group
+from trainer_core.backends.torch_backend import TorchBackend, seed_rank
+from trainer_core.spec_sections import BackendSpec, TrainSpec
+
+
+def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> Backend:
+    """The backend for spec.backend; only kind torch exists so far."""
+    if backend.kind == "torch":
+        return TorchBackend(backend, train, env)
+    raise NotImplementedError(
+        f"backend.kind {backend.kind!r} is not implemented yet: it arrives with issue 8/9; use backend.kind: torch for now."
+    )
+
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BatchSplitError",
+    "DistEnv",
+    "ReduceOp",
+    "TorchBackend",
+    "accumulation_steps",
+    "default_device",
+    "init_process_group",
+    "local_batch_range",
+    "make_backend",
+    "micro_batch_ranges",
+    "seed_rank",
+]

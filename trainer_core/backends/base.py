@@ -1,0 +1,80 @@
+"""The one interface recipes train through; each backend (torch, later deepspeed/fsdp2/megatron) is one file.
+
+Gradient accumulation convention: a recipe computes the MEAN loss of one micro-batch and calls
+`backward(loss, accumulation_steps)`; the backend divides by `accumulation_steps`, so the gradients
+summed over the rank's micro-batches are the mean over the rank's batch, and DDP's all-reduce (a mean
+over ranks) makes them the mean over the global batch. Micro-batches must be equal in size (see
+`batching.py`). All micro-steps but the last run inside `no_sync(model)`; then `step()` once.
+
+Checkpoints are not part of this interface yet: trainer_core.checkpoint saves and loads them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+ReduceOp = Literal["mean", "sum"]
+
+
+class BackendError(ValueError):
+    """A backend setting this process cannot honour (names the spec field and the fix)."""
+
+
+class Backend(ABC):
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_rank_zero(self) -> bool:
+        """Only rank zero reports metrics and writes shared files."""
+        return self.rank == 0
+
+    @abstractmethod
+    def prepare(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
+    ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        """Move and wrap the model for this backend; the optimizer must already hold the model's parameters."""
+
+    @abstractmethod
+    def backward(self, loss: torch.Tensor, accumulation_steps: int = 1) -> None:
+        """Backpropagate a micro-batch's mean loss, divided by `accumulation_steps`."""
+
+    @abstractmethod
+    def step(self) -> float:
+        """Clip to train.max_grad_norm, step optimizer and scheduler, zero grads; returns the pre-clip global norm."""
+
+    @abstractmethod
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
+        """Skip the gradient all-reduce during accumulation micro-steps (all but the last)."""
+
+    @abstractmethod
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        """A new tensor reduced over all ranks (the input is left as it was)."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
+    @abstractmethod
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The user's model inside whatever wrapper `prepare` put around it."""
+
+    @abstractmethod
+    def autocast(self) -> AbstractContextManager[Any]:
+        """Run forward passes in backend.precision."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the backend created (the process group, if it made one)."""
+
+    def generate(self, model: nn.Module, **kwargs: Any) -> Any:
+        """Sample from the unwrapped model without tracking gradients (DDP's wrapper has no generate)."""
+        with torch.no_grad():
+            return self.unwrap(model).generate(**kwargs)
