@@ -1,0 +1,143 @@
+"""The trainer's command line: `python -m trainer_core run SPEC.yaml [--set k=v ...] [--out DIR] [--resume DIR]`.
+
+Bad input (the spec, the data, the model, batch sizes, a checkpoint) ends with one paragraph on
+stderr and exit status 2; anything unexpected prints its traceback and exits 1. Torch is imported
+only inside `run`, so `--help` and spec errors stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from trainer_core.data import DataError
+from trainer_core.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
+
+EXIT_BAD_INPUT = 2
+
+EXAMPLES = """\
+examples:
+  python -m trainer_core run examples/sft.yaml --out runs/sft
+  python -m trainer_core run examples/sft.yaml --set train.steps=20 --set train.lr=1e-3
+  python -m trainer_core run examples/sft.yaml --resume runs/sft      # continue from its latest checkpoint
+"""
+
+
+class BadInput(Exception):
+    """A problem the user fixes by changing the command, the spec or the files it names."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer_core", description="rlplane trainer.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="train a run spec",
+        description="Train the run a spec describes: reports to OUT/metrics.jsonl, checkpoints under "
+        "OUT/checkpoints/, exports the final model to OUT/final/.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("spec", nargs="?", type=Path, help="run spec (.yaml or .json); optional with --resume")
+    run.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field, e.g. train.lr=3e-5 (repeatable)",
+    )
+    run.add_argument("--out", type=Path, help="run directory (default: the resumed run's, else runs/<name>)")
+    run.add_argument("--resume", type=Path, metavar="DIR", help="an OUT directory or a checkpoint directory to continue from")
+    run.add_argument(
+        "--stop-at", type=int, metavar="STEP", help="stop after this step with a checkpoint, as a preempted run would"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (BadInput, SpecError, DataError) as exc:
+        return _bad_input(exc)
+    except Exception as exc:
+        if _is_bad_input(exc):
+            return _bad_input(exc)
+        traceback.print_exc()
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    resume_from = _resume_point(args.resume) if args.resume is not None else None
+    spec = _spec(args, resume_from)
+    if spec.algorithm != "sft":
+        raise BadInput(f"algorithm {spec.algorithm} arrives in a later change; this trainer runs algorithm sft only for now.")
+    out_dir = args.out or (_out_of(resume_from) if resume_from else None) or Path("runs") / spec.name
+    if resume_from is None and (out_dir / "checkpoints").is_dir() and any((out_dir / "checkpoints").iterdir()):
+        raise BadInput(
+            f"{out_dir} already holds checkpoints: pass --resume {out_dir} to continue that run, or choose another --out."
+        )
+    if args.stop_at is not None and args.stop_at < 1:
+        raise BadInput(f"--stop-at must be a step >= 1, got {args.stop_at}.")
+
+    from trainer_core.recipes.sft import run_sft  # torch from here on
+
+    run_sft(spec, out_dir, resume_from, stop_at=args.stop_at)
+    return 0
+
+
+def _spec(args: argparse.Namespace, resume_from: Path | None) -> RunSpec:
+    if args.spec is not None:
+        return load_spec_file(args.spec, args.sets)
+    if resume_from is None:
+        raise BadInput("give a run spec (python -m trainer_core run SPEC.yaml), or --resume DIR to continue a run.")
+    data = json.loads((resume_from / "trainer_state.json").read_text())["spec"]
+    return parse_spec(apply_overrides(data, args.sets) if args.sets else data)
+
+
+def _resume_point(path: Path) -> Path:
+    """The checkpoint to continue from: `path` itself, or the latest under path/checkpoints or path."""
+    from trainer_core.checkpoint import latest_checkpoint
+
+    if not path.is_dir():
+        raise BadInput(f"--resume {path}: no such directory.")
+    if (path / "trainer_state.json").is_file():
+        return path
+    found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
+    if found is None:
+        raise BadInput(f"--resume {path}: no complete checkpoint in {path} or {path / 'checkpoints'}.")
+    return found
+
+
+def _out_of(checkpoint: Path) -> Path | None:
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def _is_bad_input(exc: Exception) -> bool:
+    from trainer_core.backends import BackendError, BatchSplitError
+    from trainer_core.checkpoint import CheckpointError
+    from trainer_core.models import ModelError
+
+    if isinstance(exc, NotImplementedError) and "backend.kind" in str(exc):
+        return True
+    return isinstance(exc, BackendError | BatchSplitError | CheckpointError | ModelError)
+
+
+def _bad_input(exc: Exception) -> int:
+    what = {
+        "SpecError": "invalid spec",
+        "DataError": "bad data",
+        "ModelError": "bad model",
+        "BatchSplitError": "bad batch sizes",
+        "BackendError": "bad backend",
+        "CheckpointError": "bad checkpoint",
+    }.get(type(exc).__name__, "error")
+    print(f"error ({what}): {exc}", file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -1,0 +1,184 @@
+"""Pieces every recipe shares: optimizer and LR schedule from the spec, a resumable batch order,
+the step timer, an eval-loss loop, and checkpoint-if-due with rotation. Functions and small
+classes; each recipe calls them top to bottom.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend
+from trainer_core.checkpoint import CheckpointInfo, rotate, save_checkpoint
+from trainer_core.reporting import CheckpointEvent, Reporter
+from trainer_core.spec_sections import TrainSpec
+
+# --- optimizer and schedule ---
+
+
+def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; no weight decay on biases and norms (1-d tensors)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr)
+
+
+def lr_factor(step: int, train: TrainSpec) -> float:
+    """Multiplier of train.lr for the update after `step` updates: linear warmup, then constant/linear/cosine to 0."""
+    if step < train.warmup_steps:
+        return (step + 1) / (train.warmup_steps + 1)
+    if train.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - train.warmup_steps) / max(1, train.steps - train.warmup_steps))
+    if train.schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:  # a plain function: LambdaLR's state_dict then holds only numbers
+        return lr_factor(step, train)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# --- data order ---
+
+
+class BatchOrder:
+    """Which examples each step trains on: an epoch-by-epoch (optionally shuffled) order over `size` examples.
+
+    The whole state is `position` = {"epoch", "index", "seed"}, plain JSON that goes into the
+    checkpoint, so a resumed run takes exactly the batches the uninterrupted run would have.
+    A batch that runs past the end of an epoch continues at the start of the next one.
+    """
+
+    def __init__(self, size: int, batch_size: int, *, seed: int, shuffle: bool, position: dict | None = None) -> None:
+        if size < 1:
+            raise ValueError("BatchOrder needs at least one example.")
+        self.size, self.batch_size, self.shuffle = size, batch_size, shuffle
+        position = position or {"epoch": 0, "index": 0, "seed": seed}
+        self.epoch, self.index, self.seed = int(position["epoch"]), int(position["index"]), int(position["seed"])
+        self._order = self._epoch_order(self.epoch)
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed}
+
+    def next_batch(self) -> list[int]:
+        """The next batch_size example indices (global: every rank gets the same list)."""
+        batch: list[int] = []
+        while len(batch) < self.batch_size:
+            take = min(self.batch_size - len(batch), self.size - self.index)
+            batch += self._order[self.index : self.index + take]
+            self.index += take
+            if self.index == self.size:
+                self.epoch, self.index = self.epoch + 1, 0
+                self._order = self._epoch_order(self.epoch)
+        return batch
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(self.size))
+        if self.shuffle:
+            random.Random(f"{self.seed}:epoch:{epoch}").shuffle(order)
+        return order
+
+
+# --- timing ---
+
+
+class StepTimer:
+    """Wall time and tokens between reports: perf/step_s and perf/tokens_per_s."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._start, self._steps, self._tokens = time.perf_counter(), 0, 0
+
+    def add(self, tokens: int) -> None:
+        self._steps += 1
+        self._tokens += tokens
+
+    def report(self) -> dict[str, float]:
+        """The averages since the last report, then starts a new interval."""
+        elapsed = max(time.perf_counter() - self._start, 1e-9)
+        values = {"perf/step_s": elapsed / max(1, self._steps), "perf/tokens_per_s": self._tokens / elapsed}
+        self.reset()
+        return values
+
+
+# --- eval ---
+
+
+def evaluate(
+    model: nn.Module,
+    batches: Iterable[dict[str, torch.Tensor]],
+    loss_fn: Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]],
+    backend: Backend,
+) -> float:
+    """Token-weighted mean of `loss_fn` (returning (summed loss, tokens)) over this rank's batches, reduced over ranks."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
+    with torch.no_grad(), backend.autocast():
+        for batch in batches:
+            batch = {k: v.to(backend.device) for k, v in batch.items()}
+            loss_sum, tokens = loss_fn(model, batch)
+            totals += torch.stack([loss_sum.double(), tokens.double()])
+    model.train(was_training)
+    loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
+    return loss_sum / tokens if tokens else float("nan")
+
+
+# --- checkpoints ---
+
+
+def is_due(step: int, every: int | None, last_step: int) -> bool:
+    """True on every `every`-th step and on the last one."""
+    return step == last_step or (every is not None and step % every == 0)
+
+
+def save_and_rotate(
+    checkpoint_dir: Path,
+    step: int,
+    *,
+    backend: Backend,
+    model: nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    data_position: dict,
+    spec: dict,
+    keep_last: int,
+    reporter: Reporter,
+) -> CheckpointInfo | None:
+    """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it."""
+    info = None
+    if backend.is_rank_zero:
+        info = save_checkpoint(
+            checkpoint_dir,
+            step,
+            model=backend.unwrap(model),
+            tokenizer=tokenizer,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            data_position=data_position,
+            spec=spec,
+        )
+        rotate(checkpoint_dir, keep_last)
+        reporter.checkpoint(
+            CheckpointEvent(step=step, path=str(info.path.relative_to(checkpoint_dir.parent)), size=info.size, sha256=info.sha256)
+        )
+    backend.barrier()
+    return info

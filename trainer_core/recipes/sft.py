@@ -1,0 +1,195 @@
+"""Supervised fine-tuning: maximise log p(completion | prompt) over the spec's sft rows.
+
+    setup()            backend, model, tokenizer, data, optimizer, schedule (and the resume point)
+    train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
+    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+and at the end the model is exported to OUT/final as a plain Hugging Face directory.
+
+A step's loss is the token-weighted mean over the global batch: each micro-batch contributes its
+summed token loss divided by the rank's token count (times the accumulation steps, which the
+backend divides out again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.checkpoint import export_model, load_checkpoint
+from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.losses import IGNORE_INDEX, sft_loss
+from trainer_core.models import load_from_spec
+from trainer_core.recipes import common
+from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
+from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.spec import RunSpec, dump_spec
+
+
+@dataclass
+class SftRun:
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    model: nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_examples: list[Example]
+    eval_examples: list[Example]
+    order: common.BatchOrder
+    step: int = 0  # optimizer steps done
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+
+def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> SftRun:
+    train = spec.train
+    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    try:
+        model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
+        max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
+        train_examples = tokenize_rows(split.train, tokenizer, max_len, on_prompt)
+        eval_examples = tokenize_rows(split.eval, tokenizer, max_len, on_prompt)
+        if spec.sft.packing:
+            train_examples, eval_examples = pack(train_examples, max_len), pack(eval_examples, max_len)
+        optimizer = common.make_optimizer(model, train)
+        scheduler = common.make_scheduler(optimizer, train)
+        model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
+        position, step = None, 0
+        if resume_from is not None:
+            state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
+            position, step = state.data_position, state.step
+        order = common.BatchOrder(
+            len(train_examples), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
+        )
+    except BaseException:
+        reporter.close()
+        backend.close()
+        raise
+    if resume_from is not None:
+        reporter.log(f"resumed from {resume_from} at step {step}")
+    return SftRun(
+        spec, out_dir, backend, reporter, model, tokenizer, optimizer, scheduler, train_examples, eval_examples, order, step
+    )
+
+
+def _loss_sum(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return sft_loss(logits, batch["labels"], reduction="sum")
+
+
+def _eval_batches(run: SftRun) -> list[dict[str, torch.Tensor]]:
+    mine = run.eval_examples[run.backend.rank :: run.backend.world_size]
+    size = run.spec.micro_batch_size
+    return [collate(mine[i : i + size], pad_id(run.tokenizer)) for i in range(0, len(mine), size)]
+
+
+def evaluate(run: SftRun) -> float | None:
+    """Mean token loss on the held-out rows (prompt tokens masked as in training); None without eval rows."""
+    if not run.eval_examples:
+        return None
+    return common.evaluate(run.model, _eval_batches(run), _loss_sum, run.backend)
+
+
+def train_step(run: SftRun) -> tuple[float, float, int]:
+    """One optimizer step over the next global batch: (mean token loss, pre-clip grad norm, tokens)."""
+    backend, spec = run.backend, run.spec
+    indices = run.order.next_batch()
+    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
+    # Tokens that carry loss (labels[1:] not masked), so every token of the batch weighs the same.
+    loss_tokens = max(1, sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local))
+    totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
+    run.model.train()
+    for i, piece in enumerate(micro):
+        batch = {k: v.to(backend.device) for k, v in collate(local[piece.start : piece.stop], pad_id(run.tokenizer)).items()}
+        sync = i == len(micro) - 1
+        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
+            loss_sum, tokens = _loss_sum(run.model, batch)
+            backend.backward(loss_sum / loss_tokens * len(micro), len(micro))
+        totals += torch.stack([loss_sum.detach().double(), tokens.double()])
+    grad_norm = backend.step()
+    run.step += 1
+    loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
+    input_tokens = sum(len(e["input_ids"]) for e in local) * backend.world_size
+    return loss_sum / max(tokens, 1.0), grad_norm, input_tokens
+
+
+def save_checkpoint(run: SftRun) -> None:
+    common.save_and_rotate(
+        run.checkpoint_dir,
+        run.step,
+        backend=run.backend,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+    )
+
+
+def train(run: SftRun, stop_at: int | None = None) -> None:
+    """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0 and (loss := evaluate(run)) is not None:
+        reporter.metrics(0, {"eval/loss": loss})
+    timer, window = common.StepTimer(), []
+    while run.step < last:
+        lr = run.scheduler.get_last_lr()[0]
+        loss, grad_norm, tokens = train_step(run)
+        timer.add(tokens)
+        window.append((loss, grad_norm))
+        step = run.step
+        if step % t.log_every == 0 or step == last:
+            losses, norms = zip(*window, strict=True)
+            values = {"train/loss": sum(losses) / len(losses), "train/lr": lr, "train/grad_norm": sum(norms) / len(norms)}
+            reporter.metrics(step, {**values, **timer.report()})
+            window = []
+        if common.is_due(step, t.eval_every, t.steps) and (loss := evaluate(run)) is not None:
+            reporter.metrics(step, {"eval/loss": loss})
+        if common.is_due(step, t.checkpoint_every, last):
+            save_checkpoint(run)
+
+
+def finish(run: SftRun) -> Path | None:
+    """Export the trained model to OUT/final (rank zero) once train.steps are done."""
+    if run.step < run.spec.train.steps:
+        return None
+    final = run.out_dir / "final"
+    if run.backend.is_rank_zero:
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        run.reporter.log(f"exported the final model to {final}")
+    run.backend.barrier()
+    return final
+
+
+def run_sft(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> SftRun:
+    """setup, train, export; the reporter and backend are closed whatever happens."""
+    run = setup(spec, out_dir, resume_from)
+    try:
+        run.reporter.status("running")
+        train(run, stop_at)
+        finish(run)
+        run.reporter.status("completed" if run.step >= spec.train.steps else "stopped", f"step {run.step}")
+        return run
+    except BaseException as exc:
+        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        run.reporter.close()
+        run.backend.close()
