@@ -50,5 +50,19 @@ def _serve(host: str, port: int, workers: int, log_level: str) -> None:
         raise typer.Exit(2) from None
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def train(ctx: typer.Context) -> None:
+    """Train a spec on this machine: the same as `python -m trainer_core run ...` (see `rlplane train --help`).
+
+    Example: rlplane train examples/sft.yaml --set train.steps=50 --out runs/sft-demo
+    """
+    from trainer_core.cli import main as trainer_main
+
+    raise typer.Exit(trainer_main(["run", *ctx.args]))
+
+
 if __name__ == "__main__":
     app()

@@ -12,7 +12,7 @@ from tests.servers import api_processes
 
 
 def rlplane(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=180)
 
 
 def test_help_is_there():
@@ -55,3 +55,11 @@ def test_unreachable_database_is_one_clear_message(tmp_path):
     )
     assert result.returncode == 2 and "cannot reach the database" in result.stderr and "Traceback" not in result.stderr
     assert "nobody" not in result.stderr  # credentials are redacted
+
+
+def test_rlplane_train_runs_the_shipped_sft_example(tmp_path):
+    out = tmp_path / "run"
+    sets = ["train.steps=4", "train.eval_every=2", "train.checkpoint_every=2"]
+    result = rlplane("train", "examples/sft.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (out / "final" / "config.json").exists() and (out / "metrics.jsonl").read_text().count("train/loss") == 4
