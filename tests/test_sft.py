@@ -144,7 +144,11 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[dict | None, list[str], str]]:
         "unknown model": ({"model": {"path": "builtin:no-such-model"}}, [], "no-such-model"),
         "impossible batch": ({"train": {**SPEC["train"], "batch_size": 10, "micro_batch_size": 4}}, [], "micro_batch_size"),
         "unknown field": ({"train": {**SPEC["train"], "stepz": 3}}, [], "stepz"),
-        "other algorithm": ({"algorithm": "reward"}, [], "algorithm reward arrives in a later change"),
+        "other algorithm": (
+            {"algorithm": "ppo", "reward": {"kind": "builtin", "name": "arithmetic"}, "ppo": {"gen": {"max_new_tokens": 8}}},
+            [],
+            "algorithm ppo arrives in a later change",
+        ),
         "missing spec file": (None, [], "does not exist"),
         "bad --set": ({}, ["--set", "train.steps=-1"], "train.steps"),
         "nothing to resume": ({}, ["--resume", str(tmp)], "no complete checkpoint"),

@@ -1,7 +1,5 @@
 """One recipe per algorithm, each a readable top-to-bottom setup / train / save_checkpoint.
 
-Only sft exists so far (`trainer_core.recipes.sft`); `common` holds the pieces recipes share and
-`tokenize` turns sft rows into token ids and labels. Imports torch.
+`sft`, `reward` and `dpo` exist so far; `common` holds the pieces recipes share, `tokenize` turns
+sft rows into token ids and labels, and `pairs` does the same for preference pairs. Imports torch.
 """
-
-RECIPES = ("sft",)

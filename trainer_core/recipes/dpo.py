@@ -1,0 +1,241 @@
+"""Direct Preference Optimization: train the policy to prefer each pair's chosen completion over the
+rejected one relative to a frozen reference model (dpo.beta, dpo.loss, dpo.label_smoothing).
+
+    setup()            backend, policy, reference, tokenizer, pairs, optimizer, schedule (and the resume point)
+    train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
+    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+and at the end the policy is exported to OUT/final as a plain Hugging Face directory.
+
+The reference is dpo.ref_model or, by default, a copy of the policy as model.path loads it. It is
+never trained and never checkpointed: a resumed run rebuilds it from the spec (builtin models
+from train.seed), which gives the same weights, so resuming stays exact.
+
+Log-probabilities are summed over the completion's tokens (eos included; prompt and padding are
+masked), and length-normalised for dpo.loss=ipo. train.batch_size counts pairs; a step's loss
+is the mean over the global batch's pairs. The implicit reward is β·log π(y|x)/π_ref(y|x); its
+accuracy counts a tie as one half, so step 0 (policy == reference, every reward 0) reads chance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.checkpoint import export_model, load_checkpoint
+from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.losses import DpoLoss, dpo_loss, sequence_logprobs
+from trainer_core.models import load_from_spec
+from trainer_core.recipes import common
+from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
+from trainer_core.recipes.tokenize import pad_id
+from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.spec import RunSpec, dump_spec
+
+
+@dataclass
+class DpoRun:
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    model: nn.Module  # the policy
+    reference: nn.Module  # frozen, eval mode
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_pairs: list[PairExample]
+    eval_pairs: list[PairExample]
+    order: common.BatchOrder
+    step: int = 0  # optimizer steps done
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+
+def load_reference(spec: RunSpec, policy: nn.Module, device: torch.device) -> nn.Module:
+    """dpo.ref_model, or a copy of the freshly loaded policy; frozen and in eval mode (no dropout)."""
+    if spec.dpo.ref_model is not None:
+        reference, _ = load_from_spec(spec.dpo.ref_model, "causal", seed=spec.train.seed)
+    else:
+        reference = copy.deepcopy(policy)
+    return reference.to(device).eval().requires_grad_(False)
+
+
+def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> DpoRun:
+    train = spec.train
+    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    try:
+        model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        reference = load_reference(spec, model, backend.device)  # before a checkpoint overwrites the policy
+        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
+        train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
+        eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)
+        optimizer = common.make_optimizer(model, train)
+        scheduler = common.make_scheduler(optimizer, train)
+        model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
+        position, step = None, 0
+        if resume_from is not None:
+            state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
+            position, step = state.data_position, state.step
+        order = common.BatchOrder(
+            len(train_pairs), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
+        )
+    except BaseException:
+        reporter.close()
+        backend.close()
+        raise
+    if resume_from is not None:
+        reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
+    return DpoRun(
+        spec, out_dir, backend, reporter, model, reference, tokenizer, optimizer, scheduler, train_pairs, eval_pairs, order, step
+    )
+
+
+def _sequence_logps(run: DpoRun, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π(chosen | prompt) [B], log π(rejected | prompt) [B]) from one forward pass over the 2B rows."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return sequence_logprobs(logits, batch["labels"], average=run.spec.dpo.loss == "ipo").chunk(2)
+
+
+def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
+    options = run.spec.dpo
+    policy_chosen, policy_rejected = _sequence_logps(run, run.model, batch)
+    with torch.no_grad():
+        ref_chosen, ref_rejected = _sequence_logps(run, run.reference, batch)
+    return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, options.beta, options.loss, options.label_smoothing)
+
+
+def _sums(out: DpoLoss) -> torch.Tensor:
+    """[summed loss, summed chosen reward, summed rejected reward, correct pairs (a tie: 1/2), pairs]."""
+    chosen, rejected = out.chosen_rewards.float(), out.rejected_rewards.float()
+    correct = (chosen > rejected).sum() + 0.5 * (chosen == rejected).sum()
+    values = [out.losses.detach().sum(), chosen.sum(), rejected.sum(), correct, torch.tensor(len(chosen))]
+    return torch.stack([v.double().to(chosen.device) for v in values])
+
+
+def _batch(run: DpoRun, pairs: list[PairExample]) -> dict[str, torch.Tensor]:
+    return {k: v.to(run.backend.device) for k, v in collate_pairs(pairs, pad_id(run.tokenizer)).items()}
+
+
+def evaluate(run: DpoRun) -> dict[str, float] | None:
+    """eval/loss, eval/accuracy (implicit reward ranks chosen first) and eval/margin on held-out pairs."""
+    if not run.eval_pairs:
+        return None
+    backend, model = run.backend, run.model
+    mine, size = run.eval_pairs[backend.rank :: backend.world_size], run.spec.micro_batch_size
+    totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), backend.autocast():
+        for i in range(0, len(mine), size):
+            totals += _sums(_dpo(run, _batch(run, mine[i : i + size])))
+    model.train(was_training)
+    loss, chosen, rejected, correct, pairs = backend.all_reduce(totals, "sum").tolist()
+    return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}
+
+
+def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
+    """One optimizer step over the next global batch: (loss and rewards/* means, pre-clip grad norm, tokens)."""
+    backend, spec = run.backend, run.spec
+    indices = run.order.next_batch()
+    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
+    totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
+    run.model.train()
+    for i, piece in enumerate(micro):
+        pairs = local[piece.start : piece.stop]
+        sync = i == len(micro) - 1
+        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
+            out = _dpo(run, _batch(run, pairs))
+            # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
+            backend.backward(out.loss * len(pairs) / len(local) * len(micro), len(micro))
+        totals += _sums(out)
+    grad_norm = backend.step()
+    run.step += 1
+    loss, chosen, rejected, correct, count = backend.all_reduce(totals, "sum").tolist()
+    values = {
+        "train/loss": loss / count,
+        "rewards/chosen": chosen / count,
+        "rewards/rejected": rejected / count,
+        "rewards/margin": (chosen - rejected) / count,
+        "rewards/accuracy": correct / count,
+    }
+    return values, grad_norm, pair_tokens(local) * backend.world_size
+
+
+def save_checkpoint(run: DpoRun) -> None:
+    """The policy's full state; the reference is rebuilt from the spec on resume, so it is not saved."""
+    common.save_and_rotate(
+        run.checkpoint_dir,
+        run.step,
+        backend=run.backend,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+    )
+
+
+def train(run: DpoRun, stop_at: int | None = None) -> None:
+    """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0 and (values := evaluate(run)) is not None:
+        reporter.metrics(0, values)
+    timer, window = common.StepTimer(), []
+    while run.step < last:
+        lr = run.scheduler.get_last_lr()[0]
+        values, grad_norm, tokens = train_step(run)
+        timer.add(tokens)
+        window.append({**values, "train/grad_norm": grad_norm})
+        step = run.step
+        if step % t.log_every == 0 or step == last:
+            means = {key: sum(w[key] for w in window) / len(window) for key in window[0]}
+            reporter.metrics(step, {**means, "train/lr": lr, **timer.report()})
+            window = []
+        if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
+            reporter.metrics(step, values)
+        if common.is_due(step, t.checkpoint_every, last):
+            save_checkpoint(run)
+
+
+def finish(run: DpoRun) -> Path | None:
+    """Export the trained policy to OUT/final (rank zero) once train.steps are done."""
+    if run.step < run.spec.train.steps:
+        return None
+    final = run.out_dir / "final"
+    if run.backend.is_rank_zero:
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        run.reporter.log(f"exported the final policy to {final}")
+    run.backend.barrier()
+    return final
+
+
+def run_dpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> DpoRun:
+    """setup, train, export; the reporter and backend are closed whatever happens."""
+    run = setup(spec, out_dir, resume_from)
+    try:
+        run.reporter.status("running")
+        train(run, stop_at)
+        finish(run)
+        run.reporter.status("completed" if run.step >= spec.train.steps else "stopped", f"step {run.step}")
+        return run
+    except BaseException as exc:
+        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        run.reporter.close()
+        run.backend.close()

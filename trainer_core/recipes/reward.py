@@ -1,0 +1,213 @@
+"""Reward model: a one-output sequence-classification model trained on preference pairs so that
+r(prompt, chosen) > r(prompt, rejected), with the Bradley-Terry loss (and reward_model.margin).
+
+    setup()            backend, score model, tokenizer, pairs, optimizer, schedule (and the resume point)
+    train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
+    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+and at the end the score model is exported to OUT/final as a plain Hugging Face directory
+(AutoModelForSequenceClassification loads it).
+
+The score of a sequence is the head's output at its last non-pad token (the model's config carries
+the pad id); completions end with eos, so that token has read the whole prompt and answer.
+A step's loss is the mean over the global batch's pairs; train.batch_size counts pairs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.checkpoint import export_model, load_checkpoint
+from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.losses import bradley_terry_loss
+from trainer_core.models import load_from_spec
+from trainer_core.recipes import common
+from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
+from trainer_core.recipes.tokenize import pad_id
+from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.spec import RunSpec, dump_spec
+
+
+@dataclass
+class RewardRun:
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    model: nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_pairs: list[PairExample]
+    eval_pairs: list[PairExample]
+    order: common.BatchOrder
+    step: int = 0  # optimizer steps done
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+
+def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> RewardRun:
+    train = spec.train
+    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    try:
+        model, tokenizer = load_from_spec(spec.model, "score", seed=train.seed)
+        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
+        train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
+        eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)
+        optimizer = common.make_optimizer(model, train)
+        scheduler = common.make_scheduler(optimizer, train)
+        model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
+        position, step = None, 0
+        if resume_from is not None:
+            state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
+            position, step = state.data_position, state.step
+        order = common.BatchOrder(
+            len(train_pairs), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
+        )
+    except BaseException:
+        reporter.close()
+        backend.close()
+        raise
+    if resume_from is not None:
+        reporter.log(f"resumed from {resume_from} at step {step}")
+    return RewardRun(
+        spec, out_dir, backend, reporter, model, tokenizer, optimizer, scheduler, train_pairs, eval_pairs, order, step
+    )
+
+
+def _rewards(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen rewards [B], rejected rewards [B]) from one forward pass over the 2B collated rows."""
+    scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1).float()
+    return scores.chunk(2)
+
+
+def _sums(run: RewardRun, chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """[summed loss, correct pairs, summed margin, pairs] of a micro-batch, for reducing over micro-batches and ranks."""
+    loss = bradley_terry_loss(chosen, rejected, run.spec.reward_model.margin) * len(chosen)
+    diff = (chosen - rejected).detach()
+    return torch.stack([loss.detach(), (diff > 0).sum(), diff.sum(), torch.tensor(len(chosen))]).double()
+
+
+def evaluate(run: RewardRun) -> dict[str, float] | None:
+    """eval/loss, eval/accuracy (chosen scored above rejected) and eval/margin on held-out pairs; None without any."""
+    if not run.eval_pairs:
+        return None
+    backend, model = run.backend, run.model
+    mine, size = run.eval_pairs[backend.rank :: backend.world_size], run.spec.micro_batch_size
+    totals = torch.zeros(4, dtype=torch.float64, device=backend.device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), backend.autocast():
+        for i in range(0, len(mine), size):
+            batch = {k: v.to(backend.device) for k, v in collate_pairs(mine[i : i + size], pad_id(run.tokenizer)).items()}
+            totals += _sums(run, *_rewards(model, batch)).to(backend.device)
+    model.train(was_training)
+    loss, correct, margin, pairs = backend.all_reduce(totals, "sum").tolist()
+    return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": margin / pairs}
+
+
+def train_step(run: RewardRun) -> tuple[float, float, float, int]:
+    """One optimizer step over the next global batch: (mean loss, accuracy, pre-clip grad norm, tokens)."""
+    backend, spec = run.backend, run.spec
+    indices = run.order.next_batch()
+    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
+    totals = torch.zeros(4, dtype=torch.float64, device=backend.device)
+    run.model.train()
+    for i, piece in enumerate(micro):
+        pairs = local[piece.start : piece.stop]
+        batch = {k: v.to(backend.device) for k, v in collate_pairs(pairs, pad_id(run.tokenizer)).items()}
+        sync = i == len(micro) - 1
+        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
+            chosen, rejected = _rewards(run.model, batch)
+            loss = bradley_terry_loss(chosen, rejected, spec.reward_model.margin)
+            # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
+            backend.backward(loss * len(pairs) / len(local) * len(micro), len(micro))
+        totals += _sums(run, chosen, rejected).to(backend.device)
+    grad_norm = backend.step()
+    run.step += 1
+    loss_sum, correct, _, count = backend.all_reduce(totals, "sum").tolist()
+    return loss_sum / count, correct / count, grad_norm, pair_tokens(local) * backend.world_size
+
+
+def save_checkpoint(run: RewardRun) -> None:
+    common.save_and_rotate(
+        run.checkpoint_dir,
+        run.step,
+        backend=run.backend,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+    )
+
+
+def train(run: RewardRun, stop_at: int | None = None) -> None:
+    """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0 and (values := evaluate(run)) is not None:
+        reporter.metrics(0, values)
+    timer, window = common.StepTimer(), []
+    while run.step < last:
+        lr = run.scheduler.get_last_lr()[0]
+        loss, accuracy, grad_norm, tokens = train_step(run)
+        timer.add(tokens)
+        window.append((loss, accuracy, grad_norm))
+        step = run.step
+        if step % t.log_every == 0 or step == last:
+            losses, accuracies, norms = zip(*window, strict=True)
+            values = {
+                "train/loss": sum(losses) / len(losses),
+                "train/accuracy": sum(accuracies) / len(accuracies),
+                "train/lr": lr,
+                "train/grad_norm": sum(norms) / len(norms),
+            }
+            reporter.metrics(step, {**values, **timer.report()})
+            window = []
+        if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
+            reporter.metrics(step, values)
+        if common.is_due(step, t.checkpoint_every, last):
+            save_checkpoint(run)
+
+
+def finish(run: RewardRun) -> Path | None:
+    """Export the trained score model to OUT/final (rank zero) once train.steps are done."""
+    if run.step < run.spec.train.steps:
+        return None
+    final = run.out_dir / "final"
+    if run.backend.is_rank_zero:
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        run.reporter.log(f"exported the final reward model to {final}")
+    run.backend.barrier()
+    return final
+
+
+def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> RewardRun:
+    """setup, train, export; the reporter and backend are closed whatever happens."""
+    run = setup(spec, out_dir, resume_from)
+    try:
+        run.reporter.status("running")
+        train(run, stop_at)
+        finish(run)
+        run.reporter.status("completed" if run.step >= spec.train.steps else "stopped", f"step {run.step}")
+        return run
+    except BaseException as exc:
+        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        run.reporter.close()
+        run.backend.close()
