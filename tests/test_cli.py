@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.factories import auth
 from tests.servers import api_processes
@@ -57,9 +58,10 @@ def test_unreachable_database_is_one_clear_message(tmp_path):
     assert "nobody" not in result.stderr  # credentials are redacted
 
 
-def test_rlplane_train_runs_the_shipped_sft_example(tmp_path):
+@pytest.mark.parametrize("algorithm", ["sft", "reward", "dpo"])
+def test_rlplane_train_runs_the_shipped_example(tmp_path, algorithm):
     out = tmp_path / "run"
     sets = ["train.steps=4", "train.eval_every=2", "train.checkpoint_every=2"]
-    result = rlplane("train", "examples/sft.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
+    result = rlplane("train", f"examples/{algorithm}.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert (out / "final" / "config.json").exists() and (out / "metrics.jsonl").read_text().count("train/loss") == 4
