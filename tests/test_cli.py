@@ -65,3 +65,6 @@ def test_rlplane_train_runs_the_shipped_example(tmp_path, algorithm):
     result = rlplane("train", f"examples/{algorithm}.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert (out / "final" / "config.json").exists() and (out / "metrics.jsonl").read_text().count("train/loss") == 4
+    again = rlplane("train", "--resume", str(out))  # a finished run resumes to nothing and exports again
+    assert again.returncode == 0, again.stderr
+    assert (out / "final" / "config.json").exists() and not list(out.glob(".final.*"))

@@ -92,13 +92,15 @@ def _load_adapter(model: Any, directory: Path) -> None:
         raise CheckpointError(f"adapter weights {result.unexpected_keys[:5]} do not fit the model; use the same LoRA settings.")
 
 
-def export_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
+def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = False) -> Path:
     """A plain HF directory for `from_pretrained`: LoRA merged into a copy, the live model untouched.
 
-    Written to a temporary sibling and renamed, so `out_dir` is either absent or whole.
+    Written to a temporary sibling and renamed, so `out_dir` is either absent or whole. With
+    `replace`, an existing export is swapped out only once the new one is complete (a resumed run
+    exports again).
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if not replace and out_dir.exists() and any(out_dir.iterdir()):
         raise CheckpointError(f"export directory {out_dir} is not empty; pick a new directory or delete it first.")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     plain = copy.deepcopy(model).merge_and_unload() if is_peft_model(model) else model
@@ -108,9 +110,11 @@ def export_model(model: Any, tokenizer: Any, out_dir: Path) -> Path:
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         fsync_tree(tmp)
+        old = out_dir.parent / f".{out_dir.name}.old-{secrets.token_hex(4)}"
         if out_dir.exists():
-            out_dir.rmdir()
+            out_dir.rename(old)
         tmp.rename(out_dir)
+        shutil.rmtree(old, ignore_errors=True)
         fsync_path(out_dir.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -218,7 +218,7 @@ def finish(run: DpoRun) -> Path | None:
         return None
     final = run.out_dir / "final"
     if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
         run.reporter.log(f"exported the final policy to {final}")
     run.backend.barrier()
     return final

@@ -190,7 +190,7 @@ def finish(run: RewardRun) -> Path | None:
         return None
     final = run.out_dir / "final"
     if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
         run.reporter.log(f"exported the final reward model to {final}")
     run.backend.barrier()
     return final

@@ -172,7 +172,7 @@ def finish(run: SftRun) -> Path | None:
         return None
     final = run.out_dir / "final"
     if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final)
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
         run.reporter.log(f"exported the final model to {final}")
     run.backend.barrier()
     return final
