@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend
-from trainer_core.checkpoint import CheckpointInfo, rotate, save_checkpoint
+from trainer_core.checkpoint import CheckpointInfo, export_model, rotate, save_checkpoint
 from trainer_core.reporting import CheckpointEvent, Reporter
 from trainer_core.spec_sections import TrainSpec
 
@@ -182,3 +182,32 @@ def save_and_rotate(
         )
     backend.barrier()
     return info
+
+
+def export_final(run: Any) -> Path | None:
+    """Export the trained model to OUT/final (rank zero) once train.steps are done."""
+    if run.step < run.spec.train.steps:
+        return None
+    final = run.out_dir / "final"
+    if run.backend.is_rank_zero:
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
+        run.reporter.log(f"exported the final model to {final}")
+    run.backend.barrier()
+    return final
+
+
+def drive(run: Any, train: Callable[[Any, int | None], None], stop_at: int | None) -> Any:
+    """train, export and report the final status; the reporter and backend are closed whatever happens."""
+    try:
+        run.reporter.status("running")
+        train(run, stop_at)
+        export_final(run)
+        done = run.step >= run.spec.train.steps
+        run.reporter.status("completed" if done else "stopped", f"step {run.step}")
+        return run
+    except BaseException as exc:
+        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        run.reporter.close()
+        run.backend.close()

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import export_model, load_checkpoint
+from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, sequence_logprobs
 from trainer_core.models import load_from_spec
@@ -212,30 +212,6 @@ def train(run: DpoRun, stop_at: int | None = None) -> None:
             save_checkpoint(run)
 
 
-def finish(run: DpoRun) -> Path | None:
-    """Export the trained policy to OUT/final (rank zero) once train.steps are done."""
-    if run.step < run.spec.train.steps:
-        return None
-    final = run.out_dir / "final"
-    if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
-        run.reporter.log(f"exported the final policy to {final}")
-    run.backend.barrier()
-    return final
-
-
 def run_dpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> DpoRun:
     """setup, train, export; the reporter and backend are closed whatever happens."""
-    run = setup(spec, out_dir, resume_from)
-    try:
-        run.reporter.status("running")
-        train(run, stop_at)
-        finish(run)
-        run.reporter.status("completed" if run.step >= spec.train.steps else "stopped", f"step {run.step}")
-        return run
-    except BaseException as exc:
-        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        run.reporter.close()
-        run.backend.close()
+    return common.drive(setup(spec, out_dir, resume_from), train, stop_at)
