@@ -18,6 +18,7 @@ from torch import nn
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, export_model, rotate, save_checkpoint
 from trainer_core.reporting import CheckpointEvent, Reporter
+from trainer_core.spec import dump_spec
 from trainer_core.spec_sections import TrainSpec
 
 # --- optimizer and schedule ---
@@ -182,6 +183,23 @@ def save_and_rotate(
         )
     backend.barrier()
     return info
+
+
+def checkpoint_run(run: Any) -> None:
+    """Save the run's full training state under OUT/checkpoints and rotate to train.keep_last."""
+    save_and_rotate(
+        run.out_dir / "checkpoints",
+        run.step,
+        backend=run.backend,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+    )
 
 
 def export_final(run: Any) -> Path | None:

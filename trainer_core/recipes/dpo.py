@@ -3,7 +3,7 @@ rejected one relative to a frozen reference model (dpo.beta, dpo.loss, dpo.label
 
     setup()            backend, policy, reference, tokenizer, pairs, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the policy is exported to OUT/final as a plain Hugging Face directory.
 
 The reference is dpo.ref_model or, by default, a copy of the policy as model.path loads it. It is
@@ -36,7 +36,7 @@ from trainer_core.recipes import common
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.spec import RunSpec, dump_spec
+from trainer_core.spec import RunSpec
 
 
 @dataclass
@@ -54,10 +54,6 @@ class DpoRun:
     eval_pairs: list[PairExample]
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.out_dir / "checkpoints"
 
 
 def load_reference(spec: RunSpec, policy: nn.Module, device: torch.device) -> nn.Module:
@@ -172,23 +168,6 @@ def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
     return values, grad_norm, pair_tokens(local) * backend.world_size
 
 
-def save_checkpoint(run: DpoRun) -> None:
-    """The policy's full state; the reference is rebuilt from the spec on resume, so it is not saved."""
-    common.save_and_rotate(
-        run.checkpoint_dir,
-        run.step,
-        backend=run.backend,
-        model=run.model,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-    )
-
-
 def train(run: DpoRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
     t, reporter = run.spec.train, run.reporter
@@ -209,7 +188,7 @@ def train(run: DpoRun, stop_at: int | None = None) -> None:
         if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
             reporter.metrics(step, values)
         if common.is_due(step, t.checkpoint_every, last):
-            save_checkpoint(run)
+            common.checkpoint_run(run)  # the policy only: the reference is rebuilt from the spec on resume
 
 
 def run_dpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> DpoRun:

@@ -3,7 +3,7 @@ r(prompt, chosen) > r(prompt, rejected), with the Bradley-Terry loss (and reward
 
     setup()            backend, score model, tokenizer, pairs, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the score model is exported to OUT/final as a plain Hugging Face directory
 (AutoModelForSequenceClassification loads it).
 
@@ -31,7 +31,7 @@ from trainer_core.recipes import common
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.spec import RunSpec, dump_spec
+from trainer_core.spec import RunSpec
 
 
 @dataclass
@@ -48,10 +48,6 @@ class RewardRun:
     eval_pairs: list[PairExample]
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.out_dir / "checkpoints"
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> RewardRun:
@@ -139,22 +135,6 @@ def train_step(run: RewardRun) -> tuple[float, float, float, int]:
     return loss_sum / count, correct / count, grad_norm, pair_tokens(local) * backend.world_size
 
 
-def save_checkpoint(run: RewardRun) -> None:
-    common.save_and_rotate(
-        run.checkpoint_dir,
-        run.step,
-        backend=run.backend,
-        model=run.model,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-    )
-
-
 def train(run: RewardRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
     t, reporter = run.spec.train, run.reporter
@@ -181,7 +161,7 @@ def train(run: RewardRun, stop_at: int | None = None) -> None:
         if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
             reporter.metrics(step, values)
         if common.is_due(step, t.checkpoint_every, last):
-            save_checkpoint(run)
+            common.checkpoint_run(run)
 
 
 def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> RewardRun:

@@ -2,7 +2,7 @@
 
     setup()            backend, model, tokenizer, data, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    save_checkpoint()  full state under OUT/checkpoints/step-N (rotated to train.keep_last)
+    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the model is exported to OUT/final as a plain Hugging Face directory.
 
 A step's loss is the token-weighted mean over the global batch: each micro-batch contributes its
@@ -28,7 +28,7 @@ from trainer_core.models import load_from_spec
 from trainer_core.recipes import common
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.spec import RunSpec, dump_spec
+from trainer_core.spec import RunSpec
 
 
 @dataclass
@@ -45,10 +45,6 @@ class SftRun:
     eval_examples: list[Example]
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.out_dir / "checkpoints"
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> SftRun:
@@ -126,22 +122,6 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     return loss_sum / max(tokens, 1.0), grad_norm, input_tokens
 
 
-def save_checkpoint(run: SftRun) -> None:
-    common.save_and_rotate(
-        run.checkpoint_dir,
-        run.step,
-        backend=run.backend,
-        model=run.model,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-    )
-
-
 def train(run: SftRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
     t, reporter = run.spec.train, run.reporter
@@ -163,7 +143,7 @@ def train(run: SftRun, stop_at: int | None = None) -> None:
         if common.is_due(step, t.eval_every, t.steps) and (loss := evaluate(run)) is not None:
             reporter.metrics(step, {"eval/loss": loss})
         if common.is_due(step, t.checkpoint_every, last):
-            save_checkpoint(run)
+            common.checkpoint_run(run)
 
 
 def run_sft(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> SftRun:
