@@ -1,4 +1,5 @@
 from alembic import context
+
 from api.db import make_engine
 from api.models import Base
 

@@ -119,3 +119,32 @@ def anon(app, db) -> Iterator[TestClient]:
 @pytest.fixture
 def artifacts_root(app) -> Path:
     return Path(app.state.artifacts.root)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny models step fastest on one thread, and do not slow to a crawl beside other processes."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def sft_run(tmp_path_factory) -> Path:
+    """The output directory of tests.training.SFT_SPEC, trained once per session: the SFT test checks
+    it, and the reward-model and DPO tests start from it, as the SFT -> RM -> DPO chain does."""
+    import torch
+
+    from tests.training import SFT_SPEC, run_spec
+
+    tmp = tmp_path_factory.mktemp("sft-run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_spec(tmp / "sft.yaml", SFT_SPEC, "--out", str(tmp / "out"))
+    finally:
+        torch.set_num_threads(threads)
+    return tmp / "out"

@@ -172,7 +172,7 @@ class TestFiles:
         split = load_examples(spec, "preference", seed=0)
         assert len(split.train) == 5 and len(split.eval) == 4
         builtin = load_examples({"source": "builtin:arithmetic", "max_samples": 7, "eval_fraction": 0.5}, "sft", seed=0)
-        assert len(builtin.train) == 7 and len(builtin.eval) == 500
+        assert len(builtin.train) == 7 and len(builtin.eval) == 1335  # half of the 2,669 problems
 
     def test_columns_are_mapped(self, tmp_path):
         rows = [{"question": "2+2=", "response": "4"}, {"question": "1+1=", "completion": "2"}]

@@ -10,7 +10,10 @@ OUR_CODE = ["api", "cli", "trainer_core", "migrations", "bench", "scripts"]
 
 
 def test_api_and_cli_do_not_import_torch():
-    probe = "import sys, api.app, cli.main, trainer_core.spec; print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))"
+    probe = (
+        "import sys, api.app, cli.main, trainer_core.spec; "
+        "print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -230,6 +230,20 @@ def test_dpo_label_smoothing_is_conservative_dpo():
     assert run_dpo(beta, label_smoothing=eps).losses.tolist() == pytest.approx(expected, rel=1e-9)
 
 
+def test_dpo_nll_term_is_rpo_by_hand():
+    """nll_weight·NLL of the chosen answer added per pair; the rewards stay the DPO ones."""
+    beta, weight = 0.5, 0.7
+    nll = torch.tensor([2.0, 0.5, 1.25, 3.0], dtype=torch.float64)
+    expected = [math.log(1 + math.exp(-beta * h)) + weight * n for h, n in zip(logratio_diffs(), nll.tolist(), strict=True)]
+    out = run_dpo(beta, chosen_nll=nll, nll_weight=weight)
+    assert out.losses.tolist() == pytest.approx(expected, rel=1e-9)
+    assert out.chosen_rewards.tolist() == pytest.approx(run_dpo(beta).chosen_rewards.tolist())
+    with pytest.raises(ValueError, match="chosen_nll"):
+        run_dpo(beta, nll_weight=weight)
+    with pytest.raises(ValueError, match="nll_weight"):
+        run_dpo(beta, chosen_nll=nll, nll_weight=-1.0)
+
+
 def test_ipo_by_hand_and_zero_at_its_target():
     beta = 0.1
     expected = [(h - 1 / (2 * beta)) ** 2 for h in logratio_diffs()]

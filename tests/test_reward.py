@@ -1,80 +1,66 @@
-"""The reward-model recipe through `python -m trainer_core run`: it learns to rank held-out
-arithmetic answers, resumes exactly, and exports a score model transformers can load."""
+"""The reward-model recipe through `python -m trainer_core run`: started from the SFT model, as in
+the SFT -> RM chain, it learns to rank held-out arithmetic answers, resumes exactly, and exports a
+score model transformers can load."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
-from trainer_core.cli import main
+from tests.training import ARITHMETIC, dropout_model, metrics, run_spec, write_spec
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SPEC = {
     "name": "reward-test",
     "algorithm": "reward",
     "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
-    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.1},
-    "train": {"steps": 800, "batch_size": 32, "lr": 2e-3, "warmup_steps": 10, "eval_every": 200, "log_every": 50},
+    "data": ARITHMETIC,
+    "train": {"steps": 800, "batch_size": 32, "lr": 1e-3, "warmup_steps": 10, "eval_every": 200, "log_every": 50},
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models step fastest on one thread, and do not slow to a crawl beside other processes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def write_spec(path: Path, spec: dict) -> Path:
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def metrics(out: Path, key: str) -> dict[int, float]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {row["step"]: row["value"] for row in rows if row["key"] == key}
-
-
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(sft_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("reward")
-    out = tmp / "out"
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the module fixture runs before the function-scoped one
-    assert main(["run", str(write_spec(tmp / "reward.yaml", SPEC)), "--out", str(out)]) == 0
-    return out
+    try:
+        spec = {**SPEC, "model": {**SPEC["model"], "path": str(sft_run / "final")}}
+        run_spec(tmp / "reward.yaml", spec, "--out", str(tmp / "out"))
+    finally:
+        torch.set_num_threads(threads)
+    return tmp / "out"
 
 
 def test_reward_model_ranks_held_out_answers(trained: Path) -> None:
-    """800 steps of tiny-gpt2 (a score head) on builtin:arithmetic pairs. The held-out ranking accuracy
-    climbs from chance to about 0.74: wrong operations and off-by-ten answers are all caught, but
-    off-by-one answers need the last digit of the sum, which this 2-layer, 64-wide model does not
-    learn in a test's time, so the bar is 0.68 (not 0.9)."""
+    """800 steps from the SFT model (a new score head on its body) on builtin:arithmetic pairs: the
+    held-out ranking accuracy climbs from chance to at least 0.9 (measured: 0.95)."""
     accuracy = metrics(trained, "eval/accuracy")
     assert sorted(accuracy) == [0, 200, 400, 600, 800]
-    assert accuracy[0] < 0.6 and accuracy[800] >= 0.68, accuracy
-    assert metrics(trained, "eval/loss")[800] < metrics(trained, "eval/loss")[0]
-    assert metrics(trained, "eval/margin")[800] > 0.2
+    assert accuracy[0] < 0.65 and accuracy[800] >= 0.9, accuracy
+    assert metrics(trained, "eval/loss")[800] < 0.5 * metrics(trained, "eval/loss")[0]
+    assert metrics(trained, "eval/margin")[800] > 1.0
     for key in ("train/loss", "train/lr", "train/grad_norm", "train/accuracy", "perf/tokens_per_s", "perf/step_s"):
         assert sorted(metrics(trained, key)) == list(range(50, 801, 50)), key
 
 
 def test_final_score_model_loads_with_transformers(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export scores: right answers above wrong ones for problems it may not have seen."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = AutoModelForSequenceClassification.from_pretrained(str(trained / "final")).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(trained / "final"))
-    batch = tokenizer(["12+7=19</s>", "12+7=91</s>", "3*4=12</s>"], return_tensors="pt", padding=True)
+    texts = ["12+7=19</s>", "12+7=91</s>", "3*4=12</s>", "3*4=7</s>"]
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
         scores = model(**batch).logits
-    assert scores.shape == (3, 1) and torch.isfinite(scores).all()
+    assert scores.shape == (4, 1) and torch.isfinite(scores).all()
+    assert scores[0] > scores[1] and scores[2] > scores[3], scores.flatten().tolist()
 
 
 def test_resume_is_exact(tmp_path: Path) -> None:
@@ -82,14 +68,15 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     bit and the same logged losses (dropout on, shuffled data, two micro-batches per step)."""
     spec = {
         **SPEC,
+        "model": {"path": str(dropout_model(tmp_path / "model")), "max_seq_len": 32},
         "train": {"steps": 10, "batch_size": 8, "micro_batch_size": 4, "lr": 2e-3, "warmup_steps": 2, "eval_every": 5},
     }
     path = write_spec(tmp_path / "reward.yaml", spec)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert main(["run", str(path), "--out", str(straight)]) == 0
-    assert main(["run", str(path), "--out", str(resumed), "--stop-at", "5"]) == 0
+    run_spec(path, spec, "--out", str(straight))
+    run_spec(path, spec, "--out", str(resumed), "--stop-at", "5")
     assert not (resumed / "final").exists()
-    assert main(["run", str(path), "--resume", str(resumed)]) == 0
+    run_spec(path, spec, "--resume", str(resumed))
 
     a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
 from trainer_core.spec import (
@@ -358,7 +359,7 @@ class TestDocuments:
             ("a: &x [*x]", "refers to itself"),
             (
                 "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-                + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")),
+                + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh", strict=True)),
                 "expands to more than",
             ),
         ],
@@ -459,6 +460,6 @@ class TestReferences:
 
     def test_reference_is_frozen(self):
         ref = RunReference(run_id=1, step=None, field="model.path")
-        with pytest.raises(Exception):
+        with pytest.raises(ValidationError, match="frozen"):
             ref.run_id = 2
         assert hash(ref) == hash(RunReference(run_id=1, step=None, field="model.path"))

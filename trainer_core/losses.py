@@ -116,10 +116,19 @@ def dpo_loss(
     beta: float,
     loss_type: DpoLossType = "sigmoid",
     label_smoothing: float = 0.0,
+    chosen_nll: Tensor | None = None,
+    nll_weight: float = 0.0,
 ) -> DpoLoss:
-    """DPO and its variants from sequence log-probabilities ([B] each, see `sequence_logprobs`)."""
+    """DPO and its variants from sequence log-probabilities ([B] each, see `sequence_logprobs`).
+
+    nll_weight > 0 adds nll_weight·chosen_nll to each pair's loss (RPO, Pang et al. 2024), with
+    chosen_nll the policy's per-token negative log-likelihood of each chosen response [B]. It keeps
+    the chosen answers likely: plain DPO can lower both responses' likelihood while their gap grows.
+    """
     logps = (policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
     _check_dpo_args(logps, beta, loss_type, label_smoothing)
+    if nll_weight < 0 or (nll_weight > 0) != (chosen_nll is not None):
+        raise ValueError("nll_weight must be >= 0, and chosen_nll is given exactly when nll_weight > 0")
     chosen_logratios = policy_chosen_logps - ref_chosen_logps
     rejected_logratios = policy_rejected_logps - ref_rejected_logps
     # h = log π(y_c|x)/π_ref(y_c|x) - log π(y_r|x)/π_ref(y_r|x), the log-ratio difference.
@@ -133,6 +142,8 @@ def dpo_loss(
     else:
         # max(0, 1 - βh) = β·max(0, δ - h) with δ = 1/β  (SLiC-HF calibration loss, Zhao et al. 2023).
         losses = F.relu(1 - beta * h)
+    if chosen_nll is not None:
+        losses = losses + nll_weight * chosen_nll
     return DpoLoss(
         loss=losses.mean(),
         losses=losses,

@@ -136,12 +136,8 @@ class RunSpec(StrictModel):
     )
     dpo: DpoOptions | None = Field(None, description="Options for algorithm dpo; defaults filled in when absent.")
     ppo: PpoOptions | None = Field(None, description="Options for algorithm ppo; defaults filled in when absent.")
-    grpo: GrpoOptions | None = Field(
-        None, description="Options for algorithm grpo; defaults filled in when absent."
-    )
-    ilql: IlqlOptions | None = Field(
-        None, description="Options for algorithm ilql; defaults filled in when absent."
-    )
+    grpo: GrpoOptions | None = Field(None, description="Options for algorithm grpo; defaults filled in when absent.")
+    ilql: IlqlOptions | None = Field(None, description="Options for algorithm ilql; defaults filled in when absent.")
 
     @model_validator(mode="after")
     def _fill_section_and_check_rules(self) -> RunSpec:

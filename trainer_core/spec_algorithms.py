@@ -22,18 +22,14 @@ class GenSpec(StrictModel):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (> 0: on-policy RL needs sampling).")
     top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens; 0: no top-k filter.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass; 1.0: no top-p filter.")
-    stop: list[str] = Field(
-        default_factory=list, description="Strings that end a response (besides the EOS token)."
-    )
+    stop: list[str] = Field(default_factory=list, description="Strings that end a response (besides the EOS token).")
 
 
 class SftOptions(StrictModel):
     """Supervised fine-tuning on (prompt, response) pairs."""
 
     packing: bool = Field(False, description="Pack several examples into each max_seq_len sequence.")
-    loss_on_prompt: bool = Field(
-        False, description="Also train on prompt tokens; false: loss on the response only."
-    )
+    loss_on_prompt: bool = Field(False, description="Also train on prompt tokens; false: loss on the response only.")
 
 
 class RewardModelOptions(StrictModel):
@@ -52,17 +48,19 @@ class DpoOptions(StrictModel):
     label_smoothing: float = Field(
         0.0, ge=0, lt=0.5, description="Assumed fraction of flipped labels (conservative DPO); sigmoid loss only."
     )
-    ref_model: ModelSpec | None = Field(
-        None, description="Reference model; null: a frozen copy of the initial policy."
+    nll_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the chosen responses' per-token NLL added to the loss (RPO, Pang et al. 2024; "
+        "TRL's rpo_alpha); keeps the chosen answers likely. 0: plain DPO.",
     )
+    ref_model: ModelSpec | None = Field(None, description="Reference model; null: a frozen copy of the initial policy.")
 
 
 class PpoOptions(StrictModel):
     """PPO with a learned value function (Ouyang et al. 2022; trlx-style defaults)."""
 
-    kl_coef: float = Field(
-        0.05, ge=0, description="Coefficient of the per-token KL penalty to the reference model."
-    )
+    kl_coef: float = Field(0.05, ge=0, description="Coefficient of the per-token KL penalty to the reference model.")
     target_kl: float | None = Field(
         None, gt=0, description="Adapt kl_coef toward this KL (Ziegler et al. 2019, e.g. 6); null: kl_coef stays fixed."
     )
@@ -77,12 +75,8 @@ class PpoOptions(StrictModel):
         None, ge=1, description="Rollouts per optimizer update within a step (global); null: train.batch_size."
     )
     whiten_rewards: bool = Field(False, description="Normalize rewards to zero mean, unit variance per batch.")
-    critic: ModelSpec | None = Field(
-        None, description="Separate critic model; null: a value head on the policy (shared trunk)."
-    )
-    ref_model: ModelSpec | None = Field(
-        None, description="Reference model for the KL penalty; null: the initial policy."
-    )
+    critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
+    ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
     samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
 
@@ -90,9 +84,7 @@ class PpoOptions(StrictModel):
 class GrpoOptions(StrictModel):
     """Group Relative Policy Optimization (Shao et al. 2024): no critic, a group baseline."""
 
-    group_size: int = Field(
-        8, ge=2, description="Responses sampled per prompt; train.batch_size counts responses."
-    )
+    group_size: int = Field(8, ge=2, description="Responses sampled per prompt; train.batch_size counts responses.")
     beta: float = Field(0.04, ge=0, description="Coefficient of the KL penalty to the reference model; 0: none.")
     kl_estimator: Literal["k3", "k1"] = Field(
         "k3", description="KL estimator: k3, unbiased and low-variance (as in GRPO); k1, the plain log-ratio."
@@ -103,9 +95,7 @@ class GrpoOptions(StrictModel):
         "group_mean", description="group_mean: the group's mean reward; rloo: mean of the other responses."
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
-    ref_model: ModelSpec | None = Field(
-        None, description="Reference model for the KL penalty; null: the initial policy."
-    )
+    ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
     samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
 

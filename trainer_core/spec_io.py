@@ -97,9 +97,7 @@ def read_json(text: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise SpecError.single(
-            "json_invalid", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+        raise SpecError.single("json_invalid", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:  # raised by _no_duplicates
         raise SpecError.single("json_invalid", f"invalid JSON: {exc}") from None
 

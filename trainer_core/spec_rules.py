@@ -81,8 +81,7 @@ def megatron_sequence_parallel_needs_tp(spec: RunSpec) -> Rules:
     if backend.kind == "megatron" and backend.sequence_parallel and backend.tensor_parallel == 1:
         yield Violation(
             ("backend", "sequence_parallel"),
-            "sequence_parallel shards along the tensor-parallel group: "
-            "set tensor_parallel > 1 or sequence_parallel: false",
+            "sequence_parallel shards along the tensor-parallel group: set tensor_parallel > 1 or sequence_parallel: false",
         )
 
 
@@ -91,17 +90,14 @@ def torch_without_ddp_is_single_gpu(spec: RunSpec) -> Rules:
     if spec.backend.kind == "torch" and not spec.backend.ddp and spec.world_size > 1:
         yield Violation(
             ("backend", "ddp"),
-            f"ddp: false trains in one process but the run asks for {spec.world_size} GPUs; "
-            "set ddp: true or resources.gpus: 1",
+            f"ddp: false trains in one process but the run asks for {spec.world_size} GPUs; set ddp: true or resources.gpus: 1",
         )
 
 
 def fp16_needs_gpu(spec: RunSpec) -> Rules:
     """backend.precision fp16 needs a GPU (its loss scaling runs on CUDA); bf16 and fp32 run on CPU."""
     if spec.backend.precision == "fp16" and spec.resources.gpus == 0:
-        yield Violation(
-            ("backend", "precision"), "fp16 needs a GPU: use bf16 or fp32 on CPU, or set resources.gpus >= 1"
-        )
+        yield Violation(("backend", "precision"), "fp16 needs a GPU: use bf16 or fp32 on CPU, or set resources.gpus >= 1")
 
 
 def deepspeed_offload_needs_zero(spec: RunSpec) -> Rules:
@@ -177,9 +173,7 @@ def ppo_minibatch_divides_batch(spec: RunSpec) -> Rules:
         return
     minibatch, batch, dp = spec.ppo.minibatch_size, spec.train.batch_size, spec.data_parallel_size
     if batch % minibatch:
-        yield Violation(
-            ("ppo", "minibatch_size"), f"minibatch_size {minibatch} must divide train.batch_size {batch}"
-        )
+        yield Violation(("ppo", "minibatch_size"), f"minibatch_size {minibatch} must divide train.batch_size {batch}")
     elif minibatch % dp:
         yield Violation(
             ("ppo", "minibatch_size"),
@@ -236,9 +230,7 @@ def dpo_label_smoothing_needs_sigmoid(spec: RunSpec) -> Rules:
 def ppo_adaptive_kl_needs_kl_coef(spec: RunSpec) -> Rules:
     """ppo.target_kl (adaptive KL) needs ppo.kl_coef > 0, since the controller scales the coefficient."""
     if spec.ppo is not None and spec.ppo.target_kl is not None and spec.ppo.kl_coef == 0:
-        yield Violation(
-            ("ppo", "kl_coef"), "target_kl adapts kl_coef multiplicatively, so it cannot start at 0; set kl_coef > 0"
-        )
+        yield Violation(("ppo", "kl_coef"), "target_kl adapts kl_coef multiplicatively, so it cannot start at 0; set kl_coef > 0")
 
 
 def generation_fits_context(spec: RunSpec) -> Rules:

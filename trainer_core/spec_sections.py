@@ -36,9 +36,7 @@ class ModelSpec(StrictModel):
     )
     lora: LoraSpec | None = Field(None, description="LoRA adapters; null: full fine-tune of every weight.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_seq_len: int = Field(
-        512, ge=8, description="Longest sequence in tokens (prompt + response); longer ones are truncated."
-    )
+    max_seq_len: int = Field(512, ge=8, description="Longest sequence in tokens (prompt + response); longer ones are truncated.")
     trust_remote_code: bool = Field(
         False, description="Allow model code from the Hub repository to run; only for repositories you trust."
     )
@@ -69,13 +67,9 @@ class ModelReward(StrictModel):
     """A trained reward model scores each (prompt, response)."""
 
     kind: Literal["model"] = Field("model", description="model: a reward model scores each response.")
-    path: ModelPath = Field(
-        description="The reward model: usually run:<id> of a reward run; same syntax as model.path."
-    )
+    path: ModelPath = Field(description="The reward model: usually run:<id> of a reward run; same syntax as model.path.")
     batch_size: int = Field(16, ge=1, description="Responses scored per forward pass.")
-    device: str | None = Field(
-        None, description="Device for the reward model (e.g. cuda:1); null: the policy's device."
-    )
+    device: str | None = Field(None, description="Device for the reward model (e.g. cuda:1); null: the policy's device.")
     scale: float = _scale()
     clip: float | None = _clip()
 
@@ -131,13 +125,9 @@ class DataSpec(StrictModel):
         "builtin:randomwalks, builtin:arithmetic), dataset:<id> (uploaded to rlplane), a local "
         ".jsonl/.json/.parquet file, or a Hugging Face dataset id."
     )
-    subset: str | None = Field(
-        None, description="Hugging Face dataset configuration name, e.g. main for openai/gsm8k."
-    )
+    subset: str | None = Field(None, description="Hugging Face dataset configuration name, e.g. main for openai/gsm8k.")
     split: str = Field("train", min_length=1, description="Split to train on.")
-    eval_split: str | None = Field(
-        None, description="Split to evaluate on; null: hold out eval_fraction of split."
-    )
+    eval_split: str | None = Field(None, description="Split to evaluate on; null: hold out eval_fraction of split.")
     eval_fraction: float = Field(
         0.05, ge=0, le=0.5, description="Fraction of split held out for evaluation when eval_split is null; 0: no eval."
     )
@@ -152,22 +142,16 @@ class DataSpec(StrictModel):
 class TorchBackend(StrictModel):
     """Plain PyTorch: one process on CPU or one GPU, DDP across GPUs."""
 
-    kind: Literal["torch"] = Field(
-        "torch", description="torch: plain PyTorch, DDP across GPUs; the kind when backend has none."
-    )
+    kind: Literal["torch"] = Field("torch", description="torch: plain PyTorch, DDP across GPUs; the kind when backend has none.")
     precision: Precision = Field("fp32", description="Mixed precision of the training step.")
-    ddp: bool = Field(
-        True, description="Use DistributedDataParallel with more than one GPU; false allows one GPU only."
-    )
+    ddp: bool = Field(True, description="Use DistributedDataParallel with more than one GPU; false allows one GPU only.")
 
 
 class DeepSpeedBackend(StrictModel):
     """DeepSpeed ZeRO: optimizer state, gradients and (stage 3) parameters sharded across GPUs."""
 
     kind: Literal["deepspeed"] = Field("deepspeed", description="deepspeed: DeepSpeed ZeRO.")
-    zero_stage: int = Field(
-        2, ge=0, le=3, description="ZeRO stage: 0 off, 1 optimizer, 2 + gradients, 3 + parameters."
-    )
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage: 0 off, 1 optimizer, 2 + gradients, 3 + parameters.")
     offload: Literal["none", "cpu", "nvme"] = Field(
         "none", description="Where ZeRO keeps optimizer state (and parameters at stage 3); nvme needs stage 3."
     )
@@ -220,9 +204,7 @@ BackendSpec = Annotated[
 class ResourcesSpec(StrictModel):
     """What the run asks the scheduler for."""
 
-    queue: Name = Field(
-        "cpu", description="Worker queue that runs it; workers serve named queues (cpu, gpu, a100, ...)."
-    )
+    queue: Name = Field("cpu", description="Worker queue that runs it; workers serve named queues (cpu, gpu, a100, ...).")
     gpus: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU.")
     nodes: int = Field(1, ge=1, description="Nodes; more than one needs GPUs.")
     cpus: int | None = Field(None, ge=1, description="CPU cores per node; null: whatever the worker grants.")
@@ -248,16 +230,10 @@ class TrainSpec(StrictModel):
     lr: float = Field(1.0e-5, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to lr over this many steps.")
-    schedule: Literal["constant", "linear", "cosine"] = Field(
-        "cosine", description="Learning-rate decay after warmup."
-    )
+    schedule: Literal["constant", "linear", "cosine"] = Field("cosine", description="Learning-rate decay after warmup.")
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the global gradient norm; null: no clipping.")
     seed: int = Field(0, ge=0, description="Seed for weights init, data order and sampling.")
-    checkpoint_every: int | None = Field(
-        None, gt=0, description="Save a full checkpoint every N steps; null: only at the end."
-    )
-    keep_last: int = Field(
-        3, ge=1, description="Checkpoints kept (older ones are deleted; the final one always stays)."
-    )
+    checkpoint_every: int | None = Field(None, gt=0, description="Save a full checkpoint every N steps; null: only at the end.")
+    keep_last: int = Field(3, ge=1, description="Checkpoints kept (older ones are deleted; the final one always stays).")
     eval_every: int | None = Field(None, gt=0, description="Evaluate every N steps; null: only at the end.")
     log_every: int = Field(1, gt=0, description="Report metrics every N steps.")

@@ -20,6 +20,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from trainer_core.checkpoint.files import MANIFEST
 from trainer_core.models.builtin import ModelKind, build_builtin, builtin_names, score_config
 from trainer_core.models.errors import ModelError
 from trainer_core.spec_base import parse_run_ref
@@ -43,7 +44,8 @@ class DirectoryResolver:
     """Runs laid out under one root: `root/<run_id>/final` and `root/<run_id>/step-<step>`.
 
     `run:12` -> root/12/final, `run:12@400` -> root/12/step-400. Each is a save_pretrained
-    directory (config, weights, tokenizer). Used by tests and by local runs without a server.
+    directory (config, weights, tokenizer) or a training checkpoint (model/ and tokenizer/).
+    Used by tests and by local runs without a server.
     """
 
     def __init__(self, root: str | Path):
@@ -75,17 +77,17 @@ def load_model(
     run_ref = parse_run_ref(path)
     if run_ref is not None:
         directory = _resolve_run(path, run_ref, resolver)
-        return _load_pretrained(str(directory), kind, dtype, None, trust_remote_code, seed)
+        return _load_pretrained(*_local_dirs(directory), kind, dtype, None, trust_remote_code, seed)
     local = Path(path).expanduser()
     if local.is_dir():
-        return _load_pretrained(str(local), kind, dtype, None, trust_remote_code, seed)
+        return _load_pretrained(*_local_dirs(local), kind, dtype, None, trust_remote_code, seed)
     if path.startswith(_LOCAL_PREFIXES):
         raise ModelError(
             f"model directory {path!r} does not exist (resolved to {local.resolve()}); check model.path, "
             "or use a Hugging Face id, builtin:<name> or run:<id>."
         )
     try:
-        return _load_pretrained(path, kind, dtype, revision, trust_remote_code, seed)
+        return _load_pretrained(path, path, kind, dtype, revision, trust_remote_code, seed)
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split())[:300]
         raise ModelError(
@@ -112,11 +114,32 @@ def _resolve_run(path: str, run_ref: tuple[int, int | None], resolver: RunResolv
     return directory
 
 
+def _local_dirs(directory: Path) -> tuple[str, str]:
+    """(model directory, tokenizer directory) of an export (one directory) or a training checkpoint
+    (manifest.json beside model/ and tokenizer/), so `run:<id>@<step>` and a checkpoint path load."""
+    model_dir = directory / "model"
+    if not ((directory / MANIFEST).is_file() and model_dir.is_dir()):
+        return str(directory), str(directory)
+    if (model_dir / "adapter_config.json").is_file():
+        raise ModelError(
+            f"checkpoint {directory} holds a LoRA adapter, not a whole model; load the run's final export "
+            "(the adapter merged into its base) or train on from it with --resume."
+        )
+    tokenizer_dir = directory / "tokenizer"
+    return str(model_dir), str(tokenizer_dir if tokenizer_dir.is_dir() else model_dir)
+
+
 def _load_pretrained(
-    name: str, kind: ModelKind, dtype: DType, revision: str | None, trust_remote_code: bool, seed: int
+    name: str,
+    tokenizer_name: str,
+    kind: ModelKind,
+    dtype: DType,
+    revision: str | None,
+    trust_remote_code: bool,
+    seed: int,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
-    tokenizer = AutoTokenizer.from_pretrained(name, **common)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, **common)
     if tokenizer.pad_token is None:
         # Batched training and scoring pad; eos is the usual stand-in (and is never a real label here).
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token

@@ -30,7 +30,7 @@ from torch import nn
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import kind_for_algorithm, load_examples
-from trainer_core.losses import DpoLoss, dpo_loss, sequence_logprobs
+from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
@@ -96,18 +96,41 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     )
 
 
-def _sequence_logps(run: DpoRun, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log π(chosen | prompt) [B], log π(rejected | prompt) [B]) from one forward pass over the 2B rows."""
+def _token_logps(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities of the 2B rows' labels and their mask (see `token_logprobs`)."""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return sequence_logprobs(logits, batch["labels"], average=run.spec.dpo.loss == "ipo").chunk(2)
+    return token_logprobs(logits, batch["labels"])
+
+
+def _sequence_logps(run: DpoRun, logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π(chosen | prompt) [B], log π(rejected | prompt) [B]); length-normalised for IPO."""
+    summed = logps.sum(dim=-1)
+    if run.spec.dpo.loss == "ipo":
+        summed = summed / mask.sum(dim=-1).clamp(min=1)
+    return summed.chunk(2)
 
 
 def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
     options = run.spec.dpo
-    policy_chosen, policy_rejected = _sequence_logps(run, run.model, batch)
+    logps, mask = _token_logps(run.model, batch)
+    policy_chosen, policy_rejected = _sequence_logps(run, logps, mask)
     with torch.no_grad():
-        ref_chosen, ref_rejected = _sequence_logps(run, run.reference, batch)
-    return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, options.beta, options.loss, options.label_smoothing)
+        ref_chosen, ref_rejected = _sequence_logps(run, *_token_logps(run.reference, batch))
+    chosen_nll = None
+    if options.nll_weight > 0:
+        chosen_logps, chosen_mask = logps.chunk(2)[0], mask.chunk(2)[0]
+        chosen_nll = -chosen_logps.sum(dim=-1) / chosen_mask.sum(dim=-1).clamp(min=1)
+    return dpo_loss(
+        policy_chosen,
+        policy_rejected,
+        ref_chosen,
+        ref_rejected,
+        options.beta,
+        options.loss,
+        options.label_smoothing,
+        chosen_nll=chosen_nll,
+        nll_weight=options.nll_weight,
+    )
 
 
 def _sums(out: DpoLoss) -> torch.Tensor:

@@ -13,7 +13,7 @@ from trainer_core.data.split import Split, seeded_rng, split_by_key
 
 SUM_MAX = 49  # operands of sums: 0..49
 PRODUCT_MAX = 12  # operands of products: 0..12 (the times table)
-DEFAULT_SIZE = 1000  # problems per call; the whole space holds 2,669
+DEFAULT_SIZE = 2669  # problems per call: the whole space
 
 _PROBLEM = re.compile(r"^\s*(\d+)\s*([+*])\s*(\d+)\s*=\s*$")
 # The leading integer of a response, not part of a longer number or a decimal ("19 ", "19<eos>", "19\n3+4=").
@@ -43,11 +43,16 @@ def problems(seed: int, size: int = DEFAULT_SIZE) -> list[str]:
 
 
 def wrong_answer(prompt: str, rng) -> int:
-    """A plausible mistake: off by one or ten, digits swapped, or the other operation."""
+    """A plausible mistake: off by ten, digits swapped, or the other operation.
+
+    Not off by one: telling 19 from 18 needs the units digit of the sum, which a reward model of
+    builtin size does not learn from pairwise labels in a test's time (measured: such pairs stay
+    at chance while the rest reach 0.95), and a test must be able to show that the recipe learns.
+    """
     right = solve(prompt)
     a, op, b = _PROBLEM.match(prompt).groups()
     other = int(a) * int(b) if op == "+" else int(a) + int(b)
-    candidates = {right + 1, right - 1, right + 10, other}
+    candidates = {right + 10, right - 10, other}
     if len(str(right)) > 1:
         candidates.add(int(str(right)[::-1]))
     return rng.choice(sorted(c for c in candidates if c != right and c >= 0))
