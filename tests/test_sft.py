@@ -3,6 +3,7 @@ rejects bad input with exit 2 and a message, and exports a model transformers ca
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.training import ARITHMETIC, dropout_model, greedy_accuracy, held_out, load_causal, metrics, run_spec, write_spec
+from trainer_core.checkpoint import verify
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_builtin, build_tokenizer, load_model
 from trainer_core.recipes.common import BatchOrder, lr_factor
@@ -50,7 +52,19 @@ def test_sft_learns_held_out_arithmetic(sft_run: Path) -> None:
     checkpoints = sorted(p.name for p in (sft_run / "checkpoints").iterdir())
     assert checkpoints == ["step-000250", "step-000500", "step-000750", "step-001000"]
     events = [json.loads(line) for line in (sft_run / "events.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in events if e["type"] == "checkpoint"] == [250, 500, 750, 1000]
+    saved = [e for e in events if e["type"] == "checkpoint"]
+    assert [(e["step"], e["metadata"]["kind"]) for e in saved] == [(250, "checkpoint"), (500, "checkpoint"),
+        (750, "checkpoint"), (1000, "checkpoint"), (1000, "export")]  # fmt: skip
+
+
+def test_the_export_is_reported_as_the_runs_output(sft_run: Path) -> None:
+    """The final export carries a manifest and is reported like a checkpoint (kind "export"), so the
+    control plane registers it; its sha256 is the manifest's and every file checks out."""
+    events = [json.loads(line) for line in (sft_run / "events.jsonl").read_text().splitlines()]
+    [export] = [e for e in events if e["type"] == "checkpoint" and e["metadata"]["kind"] == "export"]
+    assert export["path"] == "final" and export["metadata"] == {"kind": "export", "format": "hf"}
+    assert export["sha256"] == hashlib.sha256((sft_run / "final" / "manifest.json").read_bytes()).hexdigest()
+    assert verify(sft_run / "final")
 
 
 def test_checkpoints_rotate_to_keep_last(tmp_path: Path) -> None:

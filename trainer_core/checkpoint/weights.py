@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from trainer_core.checkpoint.errors import CheckpointError
-from trainer_core.checkpoint.files import fsync_path, fsync_tree
+from trainer_core.checkpoint.files import fsync_path, fsync_tree, write_manifest
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -92,12 +92,13 @@ def _load_adapter(model: Any, directory: Path) -> None:
         raise CheckpointError(f"adapter weights {result.unexpected_keys[:5]} do not fit the model; use the same LoRA settings.")
 
 
-def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = False) -> Path:
+def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = False, step: int | None = None) -> Path:
     """A plain HF directory for `from_pretrained`: LoRA merged into a copy, the live model untouched.
 
     Written to a temporary sibling and renamed, so `out_dir` is either absent or whole. With
     `replace`, an existing export is swapped out only once the new one is complete (a resumed run
-    exports again).
+    exports again). With `step`, a manifest.json (every file's size and sha256) is written too, so
+    the export can be registered and verified like a checkpoint.
     """
     out_dir = Path(out_dir)
     if not replace and out_dir.exists() and any(out_dir.iterdir()):
@@ -110,6 +111,8 @@ def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = F
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         fsync_tree(tmp)
+        if step is not None:
+            write_manifest(tmp, step)
         old = out_dir.parent / f".{out_dir.name}.old-{secrets.token_hex(4)}"
         if out_dir.exists():
             out_dir.rename(old)

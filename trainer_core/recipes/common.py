@@ -17,6 +17,7 @@ from torch import nn
 
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, export_model, rotate, save_checkpoint
+from trainer_core.checkpoint.files import manifest_digest_and_size
 from trainer_core.reporting import CheckpointEvent, Reporter
 from trainer_core.spec import dump_spec
 from trainer_core.spec_sections import TrainSpec
@@ -179,7 +180,13 @@ def save_and_rotate(
         )
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
-            CheckpointEvent(step=step, path=str(info.path.relative_to(checkpoint_dir.parent)), size=info.size, sha256=info.sha256)
+            CheckpointEvent(
+                step=step,
+                path=str(info.path.relative_to(checkpoint_dir.parent)),
+                size=info.size,
+                sha256=info.sha256,
+                metadata={"kind": "checkpoint"},
+            )
         )
     backend.barrier()
     return info
@@ -203,12 +210,18 @@ def checkpoint_run(run: Any) -> None:
 
 
 def export_final(run: Any) -> Path | None:
-    """Export the trained model to OUT/final (rank zero) once train.steps are done."""
+    """Export the trained model to OUT/final (rank zero) once train.steps are done, and report it as
+    the run's output: a checkpoint event with metadata {"kind": "export"}, which the control plane
+    registers like any checkpoint."""
     if run.step < run.spec.train.steps:
         return None
     final = run.out_dir / "final"
     if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True)
+        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True, step=run.step)
+        sha256, size = manifest_digest_and_size(final)
+        run.reporter.checkpoint(
+            CheckpointEvent(step=run.step, path=final.name, size=size, sha256=sha256, metadata={"kind": "export", "format": "hf"})
+        )
         run.reporter.log(f"exported the final model to {final}")
     run.backend.barrier()
     return final
