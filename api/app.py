@@ -17,6 +17,7 @@ from api.events import endpoints as events
 from api.limits import BodyLimitMiddleware
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
+from api.reconcile import Reconciler, make_sender
 from api.runs import endpoints as runs
 from api.samples import endpoints as samples
 from api.settings import Settings
@@ -31,7 +32,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        reconciler = None
+        if settings.dispatch:
+            reconciler = Reconciler(
+                app.state.sessionmaker,
+                make_sender(settings.resolved_broker_url),
+                reconcile_s=settings.reconcile_s,
+                redispatch_s=settings.redispatch_s,
+                lost_after_s=settings.lost_after_s,
+            )
+            reconciler.start()
         yield
+        if reconciler is not None:
+            reconciler.stop()
         app.state.engine.dispose()
 
     app = FastAPI(

@@ -10,6 +10,11 @@ def _default_home() -> Path:
     return Path.home() / ".rlplane"
 
 
+def embedded_broker_url(home: Path) -> str:
+    """Celery over kombu's SQLAlchemy transport: a broker that needs no server, for one machine."""
+    return f"sqla+sqlite:///{Path(home).expanduser().resolve() / 'broker.db'}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLPLANE_", extra="ignore")
 
@@ -28,6 +33,13 @@ class Settings(BaseSettings):
     )
     sse_poll_s: float = Field(default=0.5, description="How often an SSE stream looks for new rows")
     sse_keepalive_s: float = Field(default=15.0, description="Comment ping interval on idle SSE streams")
+    broker_url: str | None = Field(
+        default=None, description="Celery broker (redis://...); default: a SQLite broker at $RLPLANE_HOME/broker.db"
+    )
+    dispatch: bool = Field(default=True, description="Send queued runs to the broker and requeue runs whose worker went silent")
+    reconcile_s: float = Field(default=0.5, gt=0, description="How often queued and silent runs are looked for")
+    redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")
+    lost_after_s: float = Field(default=30.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost")
 
     @field_validator("bootstrap_token")
     @classmethod
@@ -39,6 +51,10 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'rlplane.db'}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or embedded_broker_url(self.home)
 
     @property
     def resolved_artifacts(self) -> str:

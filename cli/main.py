@@ -40,6 +40,34 @@ def up(host: Host = "127.0.0.1", port: Port = 8000) -> None:
     _serve(host, port, 1, "info")
 
 
+@app.command()
+def worker(
+    queues: Annotated[str, typer.Option(help="Comma-separated queues to serve, e.g. gpu,gpu-80g")] = "cpu",
+    api: Annotated[str | None, typer.Option("--api", help="API URL (default RLPLANE_API_URL or http://127.0.0.1:8000)")] = None,
+    token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN)")] = None,
+    name: Annotated[str | None, typer.Option(help="Unique worker name (default <host>-<pid>)")] = None,
+    broker: Annotated[
+        str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")
+    ] = None,
+) -> None:
+    """Serve runs from the broker on this node: lease each through the API, run its trainer, report.
+
+    A worker needs the broker, the API URL and a worker token - never the database.
+
+    Example: rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
+    """
+    from worker.app import run_worker
+    from worker.settings import WorkerSettings
+
+    overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
+    overrides["broker_url"] = broker
+    settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    if not settings.token:
+        typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
+        raise typer.Exit(2)
+    run_worker(settings)
+
+
 def _serve(host: str, port: int, workers: int, log_level: str) -> None:
     from cli.server import StartupError, serve
 

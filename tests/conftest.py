@@ -83,6 +83,7 @@ def app_settings(database_url, tmp_path_factory) -> Settings:
         max_body_bytes=1024 * 1024,
         max_upload_bytes=4 * 1024 * 1024,
         sse_poll_s=0.05,
+        dispatch=False,  # API tests drive runs through the endpoints; tests/test_worker.py runs the dispatcher
     )
 
 

@@ -18,10 +18,14 @@ def free_port() -> int:
 
 
 class ApiProcess:
-    def __init__(self, home: Path, database_url: str, token: str | None, port: int | None = None) -> None:
+    def __init__(
+        self, home: Path, database_url: str, token: str | None, port: int | None = None, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "RLPLANE_HOME": str(home), "RLPLANE_DATABASE_URL": database_url, "RLPLANE_SSE_POLL_S": "0.1"}
+        env["RLPLANE_DISPATCH"] = "false"  # no broker unless a test asks for one (extra_env)
+        env.update(extra_env or {})
         env.pop("RLPLANE_BOOTSTRAP_TOKEN", None)
         if token:
             env["RLPLANE_BOOTSTRAP_TOKEN"] = token

@@ -208,6 +208,15 @@ class ResourcesSpec(StrictModel):
     gpus: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU.")
     nodes: int = Field(1, ge=1, description="Nodes; more than one needs GPUs.")
     cpus: int | None = Field(None, ge=1, description="CPU cores per node; null: whatever the worker grants.")
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="Attempts in all when workers are lost (killed, silent, hung); trainer errors are not retried.",
+    )
+    hang_timeout_s: int | None = Field(
+        1800, ge=10, description="Kill and retry the trainer when no step finishes for this long; null: never."
+    )
 
 
 class TrainSpec(StrictModel):

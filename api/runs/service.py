@@ -200,5 +200,36 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         attempt.last_step = run.last_step
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
+    if body.status == "lost":
+        _retry_or_fail(session, run)
     session.flush()
     return run
+
+
+def max_attempts(run: Run) -> int:
+    return int((run.spec.get("resources") or {}).get("max_attempts", 3))
+
+
+def _retry_or_fail(session: Session, run: Run) -> None:
+    """A lost run goes back to the queue (it resumes from its latest checkpoint) while attempts remain."""
+    if run.attempt_count < max_attempts(run):
+        step = repository.latest_checkpoint_step(session, run.id)
+        where = f"checkpoint at step {step}" if step is not None else "the start"
+        _set_status(session, run, "queued", f"{run.status_reason}; retrying from {where} (attempt {run.attempt_count + 1})")
+    else:
+        _set_status(session, run, "failed", f"{run.status_reason}; gave up after {run.attempt_count} attempts")
+
+
+def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
+    """Mark an active run's current attempt lost (its worker went silent) and retry or fail the run."""
+    run = locked_run(session, run_id)
+    if run is None or run.status not in ACTIVE:
+        return  # it ended or moved on while we looked
+    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
+    if attempt is not None and attempt.ended_at is None:
+        attempt.ended_at, attempt.end_reason = utcnow(), reason
+    if run.status == "cancelling":
+        _set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
+        return
+    _set_status(session, run, "lost", reason)
+    _retry_or_fail(session, run)

@@ -48,7 +48,10 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
         worker.token_id = principal.token_id
     worker.last_heartbeat = utcnow()
     session.flush()
-    return _public(worker, principal, {run_id} if run_id else set())
+    public = _public(worker, principal, {run_id} if run_id else set())
+    if run_id is not None:
+        public.current_run_status = run.status
+    return public
 
 
 @router.get("", response_model=schemas.WorkerList)

@@ -32,6 +32,9 @@ class WorkerPublic(BaseModel):
     capacity: int
     gpus: list[Gpu]
     current_run_id: int | None = Field(description="Hidden when the run is outside your projects")
+    current_run_status: str | None = Field(
+        default=None, description="In a heartbeat's answer: the held run's status (cancelling: stop it)"
+    )
     last_step: int | None
     first_seen: datetime
     last_heartbeat: datetime

@@ -55,16 +55,20 @@ class ControlPlaneSink:
         self.spool = Spool(spool_dir)
 
     def write(self, batch: Batch) -> None:
-        requests = list(self._requests(batch))
+        self.send(list(self._requests(batch)))
+
+    def send(self, requests: Sequence[Request]) -> bool:
+        """Deliver the spool, then `requests`; what cannot be delivered now is spooled. True: nothing left over."""
         while (oldest := self.spool.peek()) is not None:
             if not self._send(*oldest):
                 self.spool.extend(requests)
-                return
+                return False
             self.spool.pop()
         for i, request in enumerate(requests):
             if not self._send(*request):
                 self.spool.extend(requests[i:])
-                return
+                return False
+        return True
 
     def close(self) -> None:
         if len(self.spool):
@@ -99,13 +103,13 @@ class ControlPlaneSink:
 
     def _requests(self, batch: Batch) -> Iterator[Request]:
         metrics = [{"key": p.key, "step": p.step, "value": json_float(p.value), "time": p.time} for p in batch.metrics]
-        yield from _chunked("metrics", metrics)
-        yield from _chunked("samples", [sample_record(s) for s in batch.samples])
+        yield from row_requests("metrics", metrics)
+        yield from row_requests("samples", [sample_record(s) for s in batch.samples])
         logs = [
             {"attempt": self.attempt, "rank": line.rank, "seq": line.seq, "text": line.text[:MAX_LOG_CHARS], "time": line.time}
             for line in batch.logs
         ]
-        yield from _chunked("logs", logs)
+        yield from row_requests("logs", logs)
         for event in batch.checkpoints:
             yield "checkpoints", orjson.dumps(checkpoint_record(event))
         for status in batch.statuses:
@@ -115,7 +119,7 @@ class ControlPlaneSink:
             yield "status", orjson.dumps(body)
 
 
-def _chunked(endpoint: str, rows: Sequence[dict[str, Any]]) -> Iterator[Request]:
+def row_requests(endpoint: str, rows: Sequence[dict[str, Any]]) -> Iterator[Request]:
     """JSON arrays of at most MAX_ROWS[endpoint] rows and about MAX_BODY_BYTES each."""
     parts: list[bytes] = []
     size = 0

@@ -1,0 +1,107 @@
+"""The database is the truth about runs; this loop makes the broker and the workers agree with it.
+
+Every `reconcile_s` seconds, in each API process:
+- queued runs are sent to their queue's broker queue (`runs.launch`), and sent again every
+  `redispatch_s` while they stay queued: a flushed broker or a lost message costs a delay, never
+  the run. Duplicates are harmless: only a queued run can be leased, once.
+- active runs whose worker has not sent a heartbeat for `lost_after_s` are marked lost (the
+  attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.models import Run, RunAttempt, Worker
+from api.models.base import utcnow
+from api.runs.service import requeue_or_fail
+from api.runs.state import ACTIVE
+
+logger = logging.getLogger("rlplane.reconcile")
+
+Send = Callable[[int, str], None]  # (run id, queue)
+
+
+def make_sender(broker_url: str) -> Send:
+    """`runs.launch` messages through Celery's producer (the API never imports the worker)."""
+    from celery import Celery
+
+    app = Celery("rlplane-api", broker=broker_url)
+    app.conf.update(task_serializer="json", accept_content=["json"], broker_connection_timeout=2)
+
+    def send(run_id: int, queue: str) -> None:
+        app.send_task("runs.launch", args=[run_id], queue=queue, retry=False)
+
+    return send
+
+
+class Reconciler:
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        send: Send,
+        *,
+        reconcile_s: float = 0.5,
+        redispatch_s: float = 30.0,
+        lost_after_s: float = 30.0,
+    ) -> None:
+        self.factory, self.send = factory, send
+        self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
+        self._sent: dict[int, float] = {}  # run id -> when this process last sent it
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="rlplane-reconcile", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # a database or broker outage: log it and try again on the next tick
+                logger.exception("reconcile tick failed")
+            self._stop.wait(self.reconcile_s)
+
+    def tick(self) -> None:
+        self.find_lost()
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        with self.factory() as session:
+            queued = session.execute(select(Run.id, Run.queue).where(Run.status == "queued").order_by(Run.id)).all()
+        now = time.monotonic()
+        self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in {r for r, _ in queued}}
+        for run_id, queue in queued:
+            if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
+                continue
+            self.send(run_id, queue)
+            self._sent[run_id] = now
+
+    def find_lost(self) -> None:
+        cutoff = utcnow() - timedelta(seconds=self.lost_after_s)
+        with self.factory() as session:
+            rows = session.execute(
+                select(Run.id, RunAttempt.worker, RunAttempt.started_at, Worker.last_heartbeat)
+                .join(RunAttempt, (RunAttempt.run_id == Run.id) & (RunAttempt.number == Run.attempt_count))
+                .outerjoin(Worker, Worker.name == RunAttempt.worker)
+                .where(Run.status.in_(ACTIVE))
+            ).all()
+        for run_id, worker, started_at, last_heartbeat in rows:
+            seen = max(started_at, last_heartbeat) if last_heartbeat is not None else started_at
+            if seen < cutoff:
+                silent = int((utcnow() - seen).total_seconds())
+                with self.factory() as session, session.begin():
+                    requeue_or_fail(session, run_id, f"lost: worker {worker} sent no heartbeat for {silent} s")

@@ -1,0 +1,1 @@
+"""Celery workers: lease a run through the API, supervise its trainer process, forward its reports."""

@@ -1,0 +1,135 @@
+"""The Celery app: one task, `runs.launch(run_id)`, on the queues this worker serves.
+
+Messages are acknowledged when received (not late): a worker that dies mid-run loses its message,
+and that is fine, because the API sees the heartbeats stop and requeues the run from the database.
+Late acks would instead redeliver a long task after the broker's visibility timeout while it still
+runs. A duplicate that does arrive finds the run leased and ignores itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+
+from celery import Celery, signals
+
+from worker.client import ApiClient
+from worker.settings import WorkerSettings
+from worker.supervise import Holding, supervise
+
+logger = logging.getLogger("rlplane.worker")
+
+
+def make_app(settings: WorkerSettings) -> Celery:
+    app = Celery("rlplane-worker", broker=settings.resolved_broker_url)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=False,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"polling_interval": 0.2},  # the SQLite broker polls; Redis ignores it
+        worker_hijack_root_logger=False,
+    )
+    client = ApiClient(settings.api_url, settings.token or "")
+    holding = Holding()
+    heartbeat = Heartbeat(settings, client, holding)
+
+    @app.task(name="runs.launch")
+    def launch(run_id: int) -> str:
+        return supervise(settings, client, holding, int(run_id))
+
+    @signals.worker_ready.connect(weak=False)
+    def _start_heartbeat(**_: object) -> None:
+        heartbeat.start()
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _stop_heartbeat(**_: object) -> None:
+        heartbeat.stop()
+
+    return app
+
+
+class Heartbeat:
+    """Tells the API every heartbeat_s that this worker lives, what it serves and what it holds."""
+
+    def __init__(self, settings: WorkerSettings, client: ApiClient, holding: Holding) -> None:
+        self.settings, self.client, self.holding = settings, client, holding
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rlplane-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            body = {
+                "name": self.settings.name,
+                "hostname": platform.node(),
+                "queues": self.settings.queues,
+                "capacity": 1,
+                "gpus": gpus(),
+                "current_run_id": self.holding.run_id,
+                "last_step": self.holding.last_step,
+            }
+            try:
+                answer = self.client.heartbeat(body)
+                if body["current_run_id"] is not None and answer.get("current_run_status"):
+                    self.holding.seen(body["current_run_id"], answer["current_run_status"])
+            except Exception as exc:  # the API is down or restarting: training goes on
+                logger.warning("heartbeat failed: %s", exc)
+            self._stop.wait(self.settings.heartbeat_s)
+
+
+def gpus() -> list[dict]:
+    """The node's GPUs from nvidia-smi (count, model, memory, utilisation); none without it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = "index,name,memory.total,memory.used,utilization.gpu"
+    try:
+        output = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for line in output.strip().splitlines():
+        index, name, total, used, util = (part.strip() for part in line.split(","))
+        found.append(
+            {
+                "index": int(index),
+                "name": name,
+                "memory_total_mb": int(total),
+                "memory_used_mb": int(used),
+                "utilization": float(util),
+            }
+        )
+    return found
+
+
+def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
+    """Serve settings.queues until stopped: one run at a time per worker process (pool solo)."""
+    app = make_app(settings)
+    app.worker_main(
+        [
+            "worker",
+            "--queues",
+            ",".join(settings.queues),
+            "--hostname",
+            f"{settings.name}@%h",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]  # fmt: skip
+    )

@@ -1,0 +1,47 @@
+"""The few API calls a worker makes, over HTTP with its worker token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class LeaseRefused(Exception):
+    """The run is not queued any more (a duplicate delivery, or it was cancelled)."""
+
+
+class Superseded(Exception):
+    """Our fencing token is stale: the run was marked lost or cancelled and may run elsewhere."""
+
+
+class ApiClient:
+    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
+        base = api_url.rstrip("/")
+        self.base = base if base.endswith("/api/v1") else f"{base}/api/v1"
+        self.http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {token}"})
+
+    def close(self) -> None:
+        self.http.close()
+
+    def lease(self, run_id: int, worker: str) -> dict[str, Any]:
+        response = self.http.post(f"{self.base}/runs/{run_id}/lease", json={"worker": worker})
+        if response.status_code in (404, 409):
+            raise LeaseRefused(response.json().get("detail", response.text))
+        response.raise_for_status()
+        return response.json()
+
+    def status(self, run_id: int, attempt: int, status: str, reason: str = "", last_step: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"attempt": attempt, "status": status, "reason": reason[-2000:]}
+        if last_step is not None:
+            body["last_step"] = last_step
+        response = self.http.post(f"{self.base}/runs/{run_id}/status", json=body)
+        if response.status_code == 409:
+            raise Superseded(response.json().get("detail", response.text))
+        response.raise_for_status()
+        return response.json()
+
+    def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(f"{self.base}/workers/heartbeat", json=body)
+        response.raise_for_status()
+        return response.json()

@@ -1,0 +1,91 @@
+"""Forwards what a trainer writes to its run directory (metrics.jsonl, samples.jsonl, events.jsonl)
+and what it prints, to the API.
+
+The JSONL files are the local channel and the first spool: only complete lines are read, and the
+offsets read so far are kept in `.forwarded.json` beside them, so a restarted worker (or the next
+attempt) goes on where the last one stopped. Requests the API does not take go to the sink's disk
+spool, which is sent first next time. Ingest is idempotent, so sending a line twice is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trainer_core.reporting.http import ControlPlaneSink, row_requests
+
+FILES = ("metrics", "samples", "events")
+OFFSETS = ".forwarded.json"
+
+
+class Forwarder:
+    def __init__(self, sink: ControlPlaneSink, out_dir: Path, artifact_prefix: str, attempt: int) -> None:
+        self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
+        self.offsets: dict[str, int] = self._load_offsets()
+        self.last_step: int | None = None
+        self._lines: list[dict[str, Any]] = []
+        self._seq: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def add_line(self, rank: int, text: str) -> None:
+        """A line the trainer printed: a log line of `rank` (thread-safe: called by the output reader)."""
+        with self._lock:
+            seq = self._seq.get(rank, 0)
+            self._seq[rank] = seq + 1
+            self._lines.append({"attempt": self.attempt, "rank": rank, "seq": seq, "text": text[:65_536], "time": time.time()})
+
+    def poll(self) -> bool:
+        """Send everything new; True when the API took all of it."""
+        metrics, samples, events = (self._read_new(name) for name in FILES)
+        for row in metrics:
+            self.last_step = max(self.last_step or 0, int(row["step"]))
+        # The API keys checkpoints by step, so the final export (same step as the last checkpoint) is not
+        # registered yet: it stays in the run directory (runs/<id>/final) until the API has run outputs.
+        checkpoints = [
+            self._checkpoint(e) for e in events if e.get("type") == "checkpoint" and e["metadata"].get("kind") != "export"
+        ]
+        with self._lock:
+            logs, self._lines = self._lines, []
+        requests = [*row_requests("metrics", metrics), *row_requests("samples", [_without_time(s) for s in samples])]
+        requests += row_requests("logs", logs)
+        requests += [("checkpoints", orjson.dumps(c)) for c in checkpoints]
+        delivered = self.sink.send(requests) if requests else self.sink.send([])
+        self._save_offsets()
+        return delivered
+
+    def _checkpoint(self, event: dict[str, Any]) -> dict[str, Any]:
+        record = {k: event[k] for k in ("step", "path", "size", "sha256", "metadata")}
+        record["path"] = f"{self.prefix}/{event['path']}"  # the API's paths are relative to the artifact root
+        return record
+
+    def _read_new(self, name: str) -> list[dict[str, Any]]:
+        path = self.out_dir / f"{name}.jsonl"
+        if not path.exists():
+            return []
+        start = self.offsets.get(name, 0)
+        with path.open("rb") as file:
+            file.seek(start)
+            data = file.read()
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
+        self.offsets[name] = start + end
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+    def _load_offsets(self) -> dict[str, int]:
+        try:
+            return {k: int(v) for k, v in json.loads((self.out_dir / OFFSETS).read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def _save_offsets(self) -> None:
+        tmp = self.out_dir / f"{OFFSETS}.tmp"
+        tmp.write_text(json.dumps(self.offsets))
+        tmp.replace(self.out_dir / OFFSETS)
+
+
+def _without_time(sample: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sample.items() if k != "time"}

@@ -1,0 +1,109 @@
+"""The trainer as a child process group: one `python -m trainer_core run`, or torchrun for several ranks.
+
+The group is a new session, so cancel and hang handling end every rank and whatever they started
+(data loader workers, compile helpers) with one signal, and the Celery process never trains.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
+
+
+def processes_per_node(spec: dict[str, Any]) -> int:
+    """One rank per GPU; a CPU run is one process."""
+    return max(1, int((spec.get("resources") or {}).get("gpus") or 0))
+
+
+def trainer_command(python: str, spec: dict[str, Any], spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
+    nproc = processes_per_node(spec)
+    launcher = [python] if nproc == 1 else [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
+    command = [*launcher, "-m", "trainer_core", "run"]
+    return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
+
+
+def split_rank(line: str) -> tuple[int, str]:
+    """torchrun's `[rank1]: text` -> (1, "text"); a line without a prefix is rank 0's."""
+    match = _RANK_PREFIX.match(line)
+    return (int(match.group(1)), line[match.end() :]) if match else (0, line)
+
+
+class Trainer:
+    """A running trainer: its process group, and its output lines as they arrive."""
+
+    def __init__(self, command: list[str], cwd: Path, on_line: Callable[[int, str], None], env: dict[str, str] | None = None):
+        self.tail: deque[str] = deque(maxlen=30)  # for the failure reason
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            text=True,
+            errors="replace",
+        )
+        self._reader = threading.Thread(target=self._read, args=(on_line,), name="trainer-output", daemon=True)
+        self._reader.start()
+
+    def _read(self, on_line: Callable[[int, str], None]) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            line = raw.rstrip("\n")
+            self.tail.append(line)
+            on_line(*split_rank(line))
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait_output(self, timeout: float = 10.0) -> None:
+        """Let the reader drain what the process printed before it exited."""
+        self._reader.join(timeout)
+
+    def kill_group(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to the whole group, then SIGKILL to whatever is left after `grace_s`."""
+        pgid = self.process.pid
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                self.process.poll()
+                if not _group_alive(pgid):
+                    return
+                time.sleep(0.1)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the worker dies (even by SIGKILL), so no trainer is orphaned
+    (torchrun passes the SIGTERM on to its ranks). Linux only; elsewhere the API's lost-run handling remains."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

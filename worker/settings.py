@@ -1,0 +1,47 @@
+"""Typed settings of a worker process, read from RLPLANE_* variables (or `rlplane worker` options).
+
+A worker needs the broker, the API's URL and a worker token; never the database.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_home() -> Path:
+    return Path.home() / ".rlplane"
+
+
+def _default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLPLANE_", extra="ignore")
+
+    home: Path = Field(default_factory=_default_home, description="State directory for the embedded default")
+    broker_url: str | None = Field(default=None, description="Celery broker; default: the SQLite broker in $RLPLANE_HOME")
+    api_url: str = Field(default="http://127.0.0.1:8000", description="The API this worker reports to")
+    token: str | None = Field(default=None, description="A worker token (scope worker)")
+    queues: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    name: str = Field(default_factory=_default_name, description="Unique per worker process")
+    artifacts: Path | None = Field(default=None, description="Artifact root shared with the API; default $RLPLANE_HOME/artifacts")
+    heartbeat_s: float = Field(default=3.0, gt=0, description="Heartbeat (and cancel check) interval")
+    poll_s: float = Field(default=0.5, gt=0, description="How often the trainer's reports are forwarded")
+    python: str = Field(default=sys.executable, description="Interpreter that runs `-m trainer_core`")
+
+    @property
+    def resolved_broker_url(self) -> str:
+        from api.settings import embedded_broker_url
+
+        return self.broker_url or embedded_broker_url(self.home)
+
+    @property
+    def resolved_artifacts(self) -> Path:
+        return (self.artifacts or self.home / "artifacts").expanduser().resolve()

@@ -1,0 +1,141 @@
+"""One attempt of one run: lease it, start its trainer, forward its reports, and end the attempt.
+
+    lease (409: a duplicate delivery or a run that is no longer queued -> ignore the message)
+    -> write the spec, start the trainer (resuming from the run directory's checkpoints, if any)
+    -> every poll: forward reports; every heartbeat: look for a cancel; watch for a hang
+    -> exit 0: succeeded | exit != 0: failed with the last lines | cancel: cancelled | hang: lost (retried)
+
+A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer_core.reporting.http import ControlPlaneSink
+from worker.client import ApiClient, LeaseRefused, Superseded
+from worker.forward import Forwarder
+from worker.launcher import Trainer, trainer_command
+from worker.settings import WorkerSettings
+
+logger = logging.getLogger("rlplane.worker")
+
+
+@dataclass
+class Holding:
+    """What the heartbeat reports (the run this worker holds and its last step) and what its answer
+    said about that run (cancelling: stop it)."""
+
+    run_id: int | None = None
+    last_step: int | None = None
+    status: str | None = None
+
+    def seen(self, run_id: int, status: str) -> None:
+        if run_id == self.run_id:
+            self.status = status
+
+
+def run_dir(settings: WorkerSettings, run_id: int) -> tuple[Path, str]:
+    """(the run's directory, its path relative to the artifact root)."""
+    relative = f"runs/{run_id}"
+    return settings.resolved_artifacts / relative, relative
+
+
+def has_checkpoint(out_dir: Path) -> bool:
+    """A complete checkpoint (its manifest is written last) to resume from."""
+    return any((out_dir / "checkpoints").glob("step-*/manifest.json"))
+
+
+def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run_id: int) -> str:
+    """Run one attempt of `run_id`; returns how it ended (for logs and tests)."""
+    try:
+        lease = client.lease(run_id, settings.name)
+    except LeaseRefused as exc:
+        logger.info("run=%d not leased (%s): a duplicate or stale message, ignored", run_id, exc)
+        return "ignored"
+    attempt, spec = lease["attempt"], lease["run"]["spec"]
+    out_dir, relative = run_dir(settings, run_id)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = out_dir / f"spec-attempt-{attempt}.json"
+    spec_path.write_text(json.dumps(spec))
+    resume = has_checkpoint(out_dir)
+    sink = ControlPlaneSink(
+        settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
+    )
+    forwarder = Forwarder(sink, out_dir, relative, attempt)
+    holding.run_id, holding.last_step, holding.status = run_id, None, None
+    try:
+        client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
+        command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
+        trainer = Trainer(command, out_dir, forwarder.add_line)
+        return _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
+    except Superseded as exc:
+        logger.warning("run=%d attempt=%d superseded: %s", run_id, attempt, exc)
+        return "superseded"
+    finally:
+        holding.run_id, holding.last_step, holding.status = None, None, None
+        sink.close()
+
+
+def _watch(
+    settings: WorkerSettings,
+    client: ApiClient,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    spec: dict[str, Any],
+    trainer: Trainer,
+    forwarder: Forwarder,
+) -> str:
+    hang_s = (spec.get("resources") or {}).get("hang_timeout_s", 1800)
+    last_progress, last_step = time.monotonic(), None
+    try:
+        while trainer.poll() is None:
+            time.sleep(settings.poll_s)
+            forwarder.poll()
+            holding.last_step = forwarder.last_step
+            if forwarder.last_step != last_step:
+                last_progress, last_step = time.monotonic(), forwarder.last_step
+            if hang_s is not None and time.monotonic() - last_progress > hang_s:
+                trainer.kill_group()
+                return _end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: no step finished for {hang_s} s; killed")
+            if holding.status is not None:
+                status = holding.status
+                if status == "cancelling":
+                    trainer.kill_group()
+                    return _end(client, forwarder, trainer, run_id, attempt, "cancelled", "cancelled: the trainer was stopped")
+                if status not in (None, "starting", "running"):
+                    trainer.kill_group()  # marked lost (we were silent too long) or ended elsewhere
+                    raise Superseded(f"run {run_id} is {status}")
+    except BaseException:
+        trainer.kill_group()
+        raise
+    code = trainer.poll()
+    if code == 0:
+        return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"trainer exited 0 at step {forwarder.last_step}")
+    trainer.wait_output()
+    last_lines = "\n".join(list(trainer.tail)[-15:])
+    return _end(client, forwarder, trainer, run_id, attempt, "failed", f"trainer exited with {code}:\n{last_lines}")
+
+
+def _end(client: ApiClient, forwarder: Forwarder, trainer: Trainer, run_id: int, attempt: int, status: str, reason: str) -> str:
+    trainer.wait_output()
+    deadline = time.monotonic() + 120
+    while not forwarder.poll() and time.monotonic() < deadline:
+        time.sleep(1.0)  # everything reported goes in before the run's final status
+    for wait in (0, 1, 2, 4, 8, 15, 30, 60):
+        time.sleep(wait)
+        try:
+            client.status(run_id, attempt, status, reason, forwarder.last_step)
+            return status
+        except Superseded:
+            raise
+        except Exception as exc:
+            logger.warning("run=%d final status %s not sent yet: %s", run_id, status, exc)
+    logger.error("run=%d final status %s never reached the API; it will be found lost and retried", run_id, status)
+    return status
