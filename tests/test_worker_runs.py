@@ -40,6 +40,7 @@ class Stack:
         self.broker = f"{REDIS_URL}/{1 + uuid.uuid4().int % 14}"
         redis.Redis.from_url(self.broker).flushdb()
         self.api_env = {"RLPLANE_BROKER_URL": self.broker, "RLPLANE_DISPATCH": "true", "RLPLANE_LOST_AFTER_S": "8"}
+        self.api_env["RLPLANE_REDISPATCH_S"] = "3"
         self.api_env["RLPLANE_ARTIFACTS"] = str(self.home / "artifacts")
         self.api = ApiProcess(self.home, self.database_url, ADMIN, extra_env=self.api_env)
         self.api.wait_ready()
@@ -58,6 +59,27 @@ class Stack:
         process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.workers.append(process)
         return process
+
+    def restart_api(self, down_s: float) -> None:
+        self.api.stop()
+        time.sleep(down_s)
+        self.api = ApiProcess(self.home, self.database_url, ADMIN, port=self.api.port, extra_env=self.api_env)
+        self.api.wait_ready()
+
+    def wait_step(self, run_id: int, step: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while (self.run(run_id)["last_step"] or 0) < step:
+            assert time.monotonic() < deadline, f"run {run_id} did not reach step {step}: {self.run(run_id)}"
+            time.sleep(0.2)
+
+    def send_launch(self, run_id: int, copies: int) -> None:
+        """Extra `runs.launch` messages for a run, as a redelivery or a second dispatcher would send."""
+        from celery import Celery
+
+        app = Celery("test", broker=self.broker)
+        app.conf.update(task_serializer="json", accept_content=["json"])
+        for _ in range(copies):
+            app.send_task("runs.launch", args=[run_id], queue="cpu")
 
     def submit(self, spec: dict) -> int:
         response = self.http.post("/runs", json=spec)
@@ -138,6 +160,92 @@ def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
     assert time.monotonic() - started < 10
     assert run["attempts"][0]["end_reason"].startswith("cancelled")
     assert stack.http.get(f"/runs/{run_id}/logs").json()["data"], "what was logged stays"
+
+
+# A run long enough to be interrupted (about 20 s on one core), checkpointing every 100 steps.
+LONG = {**SPEC, "train": {**SPEC["train"], "steps": 1500, "eval_every": 500, "log_every": 10, "checkpoint_every": 100}}
+
+
+def assert_metrics_once(stack: Stack, run_id: int) -> None:
+    """Every train/loss step exists exactly once, from step 10 to the end."""
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    steps = [point["step"] for point in series["points"]]
+    assert steps == list(range(10, 1501, 10)) and series["total_points"] == 150, (series["total_points"], steps[:5])
+
+
+def test_a_killed_worker_is_noticed_and_another_resumes_the_run(stack: Stack) -> None:
+    first = stack.start_worker("w1")
+    run_id = stack.submit(LONG)
+    stack.wait_step(run_id, 250)
+    os.killpg(first.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    stack.start_worker("w2")
+    run = stack.wait_status(run_id, {"starting", "running", "succeeded"}, timeout=40)
+    while len(run["attempts"]) < 2:
+        assert time.monotonic() - killed < 30, "the lost worker was not noticed within 30 s"
+        time.sleep(0.2)
+        run = stack.run(run_id)
+    run = stack.wait_status(run_id, {"succeeded", "failed"})
+    assert run["status"] == "succeeded", run["status_reason"]
+    first_attempt, second = run["attempts"]
+    assert (first_attempt["worker"], second["worker"]) == ("w1", "w2")
+    assert first_attempt["end_reason"].startswith("lost: worker w1 sent no heartbeat")
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]]
+    assert any("resumed from" in text for text in logs), "the second attempt did not resume from a checkpoint"
+    assert_metrics_once(stack, run_id)
+
+
+def test_duplicate_deliveries_run_one_trainer(stack: Stack) -> None:
+    run_id = stack.submit(SPEC)
+    time.sleep(1.0)  # the API has sent its message
+    stack.send_launch(run_id, copies=2)
+    stack.start_worker("w1")
+    stack.start_worker("w2")
+    run = stack.wait_status(run_id, {"succeeded", "failed"})
+    assert run["status"] == "succeeded" and len(run["attempts"]) == 1
+    assert [p.name for p in (stack.home / "artifacts" / f"runs/{run_id}").glob("spec-attempt-*")] == ["spec-attempt-1.json"]
+
+
+def test_a_trainer_error_fails_the_run_without_retrying(stack: Stack) -> None:
+    stack.start_worker("w1")
+    run_id = stack.submit({**SPEC, "data": {"source": "/nonexistent/rows.jsonl"}})
+    run = stack.wait_status(run_id, {"succeeded", "failed"})
+    assert run["status"] == "failed" and len(run["attempts"]) == 1
+    assert "trainer exited with 2" in run["status_reason"] and "rows.jsonl" in run["status_reason"], run["status_reason"]
+    time.sleep(4)  # longer than a redispatch: nothing retries it
+    assert stack.run(run_id)["status"] == "failed" and len(stack.run(run_id)["attempts"]) == 1
+
+
+def test_a_hung_trainer_is_killed_and_retried_as_a_hang(stack: Stack) -> None:
+    stack.start_worker("w1")
+    run_id = stack.submit({**LONG, "resources": {"queue": "cpu", "hang_timeout_s": 10}})
+    stack.wait_step(run_id, 150)
+    [trainer] = _trainer_pids(stack.home, run_id)
+    os.kill(trainer, signal.SIGSTOP)  # alive, but no step will ever finish
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert len(run["attempts"]) == 2 and run["attempts"][0]["end_reason"].startswith("hang: no step finished for 10 s")
+    assert not _alive(trainer)
+    assert_metrics_once(stack, run_id)
+
+
+def test_queued_runs_survive_a_flushed_broker(stack: Stack) -> None:
+    run_id = stack.submit(SPEC)
+    time.sleep(1.0)  # sent to Redis...
+    redis.Redis.from_url(stack.broker).flushdb()  # ...and gone
+    stack.start_worker("w1")
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=120)
+    assert run["status"] == "succeeded" and len(run["attempts"]) == 1
+
+
+def test_the_run_goes_on_while_the_api_restarts(stack: Stack) -> None:
+    stack.start_worker("w1")
+    run_id = stack.submit(LONG)
+    stack.wait_step(run_id, 100)
+    stack.restart_api(down_s=4)
+    run = stack.wait_status(run_id, {"succeeded", "failed"})
+    assert run["status"] == "succeeded" and len(run["attempts"]) == 1, run
+    assert_metrics_once(stack, run_id)
 
 
 def _trainer_pids(home: Path, run_id: int) -> list[int]:

@@ -46,7 +46,8 @@ class JsonlSink:
 
 
 class StdoutSink:
-    """One compact line per step (every `every` steps): `step 12 | train/loss 1.234 | train/lr 3e-05`."""
+    """One compact line per step (every `every` steps): `step 12 | train/loss 1.234 | train/lr 3e-05`,
+    and the trainer's log lines as they are (a worker forwards stdout as the run's logs)."""
 
     def __init__(self, every: int = 1, stream: IO[str] | None = None) -> None:
         if every < 1:
@@ -56,6 +57,8 @@ class StdoutSink:
 
     def write(self, batch: Batch) -> None:
         out = self._stream or sys.stdout  # looked up late so redirected stdout (pytest's capsys) is honoured
+        for line in batch.logs:
+            print(line.text, file=out)
         for step, values in batch.metrics_by_step().items():
             if step % self.every == 0:
                 print(" | ".join([f"step {step}", *(f"{key} {value:.4g}" for key, value in values.items())]), file=out)
