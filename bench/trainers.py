@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if trl_opts:
         print(
             f"TRL as run: optim {str(trl_opts['optim']).split('.')[-1].lower()}, bf16 {trl_opts['bf16']}, gradient checkpointing "
-            f"{trl_opts['gradient_checkpointing']}; rlplane: torch.optim.AdamW (torch's default, single-tensor on CPU), fp32, no checkpointing"
+            f"{trl_opts['gradient_checkpointing']}; rlplane: torch.optim.AdamW(fused=True), fp32, no checkpointing"
         )
     print(
         f"tiny-llama, builtin:arithmetic, batch {args.batch}, max len {args.seq_len}, {args.steps} steps "

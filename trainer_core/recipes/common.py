@@ -32,7 +32,10 @@ def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": train.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr)
+    # The fused kernel (CPU and CUDA) steps every tensor at once; torch's default on CPU is one tensor at a
+    # time, which bench/trainers.py measured at 4x the optimizer time of the fused one.
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr, fused=fused or None)
 
 
 def lr_factor(step: int, train: TrainSpec) -> float:

@@ -57,15 +57,18 @@ def pack(examples: list[Example], max_seq_len: int) -> list[Example]:
 def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-pad to the longest example: input_ids with pad_token_id, labels with -100, attention_mask 0."""
     width = max(len(e["input_ids"]) for e in examples)
-    input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
-    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, example in enumerate(examples):
-        n = len(example["input_ids"])
-        input_ids[i, :n] = torch.tensor(example["input_ids"], dtype=torch.long)
-        labels[i, :n] = torch.tensor(example["labels"], dtype=torch.long)
-        attention_mask[i, :n] = 1
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+    # Padded as Python lists and turned into one tensor per field: a tensor per row costs more than the rows.
+    ids, labels, mask = [], [], []
+    for example in examples:
+        pad = width - len(example["input_ids"])
+        ids.append([*example["input_ids"], *[pad_token_id] * pad])
+        labels.append([*example["labels"], *[IGNORE_INDEX] * pad])
+        mask.append([1] * len(example["input_ids"]) + [0] * pad)
+    return {
+        "input_ids": torch.tensor(ids, dtype=torch.long),
+        "labels": torch.tensor(labels, dtype=torch.long),
+        "attention_mask": torch.tensor(mask, dtype=torch.long),
+    }
 
 
 def pad_id(tokenizer: Any) -> int:

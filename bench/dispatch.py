@@ -1,0 +1,197 @@
+"""How fast a submitted run starts, and what forwarding its reports costs. A benchmark, not a test.
+
+Each broker gets its own `rlplane up --workers 1` (embedded SQLite database, a fresh RLPLANE_HOME):
+the embedded SQLite broker, and Redis at 127.0.0.1:6379 (db 15, flushed first). For each of
+--runs tiny SFT runs, submitted one after another over HTTP:
+
+    dispatch     POST /runs -> the worker has leased it and starts the trainer (spec file written)
+    startup      trainer start -> its first step reported (python, torch, model and data load)
+    end to end   POST /runs -> first step reported (the two above)
+
+Target: dispatch p95 <= 2 s (the control plane's part; model load excluded).
+
+Reporting overhead: the same run (--overhead-steps steps) straight through `rlplane train`, and
+through the worker (whose forwarder reads the trainer's files and posts them to the API), in
+alternating order, --repeats times; steps/s is the median over the run of perf/step_s.
+Target: < 1% slower through the worker.
+
+    .venv/bin/python bench/dispatch.py                # about 4 minutes on 2 cores
+    .venv/bin/python bench/dispatch.py --runs 5 --repeats 1 --json bench/results/dispatch.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {
+    "name": "dispatch-bench",
+    "algorithm": "sft",
+    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
+    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.1},
+    "train": {"steps": 5, "batch_size": 8, "lr": 3e-3, "eval_every": 5, "log_every": 1},
+    "resources": {"queue": "cpu"},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Up:
+    """`rlplane up --workers 1` in a fresh home, with an admin client."""
+
+    def __init__(self, home: Path, broker: str | None) -> None:
+        self.home, self.port = home, free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
+        env.update({"RLPLANE_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+        if broker:
+            env["RLPLANE_BROKER_URL"] = broker
+        home.mkdir(parents=True)
+        self.log = (home / "up.log").open("w")
+        command = [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", "1"]
+        output = {"stdout": self.log, "stderr": subprocess.STDOUT}
+        self.process = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True, **output)
+        deadline = time.monotonic() + 120
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((home / "up.log").read_text())
+            time.sleep(0.3)
+        token = (home / "admin.token").read_text().strip()
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}/api/v1", headers={"Authorization": f"Bearer {token}"})
+        while not self.http.get("/workers").json()["data"]:  # the worker has said hello
+            time.sleep(0.2)
+
+    def _ready(self) -> bool:
+        try:
+            return (self.home / "admin.token").exists() and httpx.get(f"http://127.0.0.1:{self.port}/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def run_to_end(self, spec: dict) -> tuple[int, float]:
+        posted = time.time()
+        response = self.http.post("/runs", json=spec)
+        response.raise_for_status()
+        run_id = response.json()["id"]
+        while (run := self.http.get(f"/runs/{run_id}").json())["status"] not in ("succeeded", "failed", "cancelled"):
+            time.sleep(0.05)
+        if run["status"] != "succeeded":
+            raise RuntimeError(f"run {run_id}: {run['status']} {run['status_reason']}")
+        return run_id, posted
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGINT)
+        self.process.wait(60)
+        self.log.close()
+
+
+def first_step_time(run_dir: Path) -> float:
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["key"] == "train/loss":
+            return row["time"]
+    raise RuntimeError(f"no train/loss in {run_dir}")
+
+
+def dispatch_latencies(up: Up, runs: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"dispatch": [], "startup": [], "end to end": []}
+    for _ in range(runs):
+        run_id, posted = up.run_to_end(TINY)
+        run_dir = up.home / "artifacts" / "runs" / str(run_id)
+        started = (run_dir / "spec-attempt-1.json").stat().st_mtime
+        first = first_step_time(run_dir)
+        out["dispatch"].append(started - posted)
+        out["startup"].append(first - started)
+        out["end to end"].append(first - posted)
+    return out
+
+
+def median_step_s(metrics: Path) -> float:
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return statistics.median(r["value"] for r in rows if r["key"] == "perf/step_s")
+
+
+def overhead(up: Up, steps: int, repeats: int, tmp: Path) -> dict[str, list[float]]:
+    spec = {**TINY, "train": {**TINY["train"], "steps": steps, "eval_every": steps, "log_every": 10}}
+    spec_path = tmp / "overhead.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out: dict[str, list[float]] = {"rlplane train": [], "through the worker": []}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    for i in range(repeats):
+        for side in ("rlplane train", "through the worker") if i % 2 == 0 else ("through the worker", "rlplane train"):
+            if side == "rlplane train":
+                run_out = tmp / f"straight-{i}"
+                command = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(run_out)]
+                subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True)
+                out[side].append(1 / median_step_s(run_out / "metrics.jsonl"))
+            else:
+                run_id, _ = up.run_to_end(spec)
+                out[side].append(1 / median_step_s(up.home / "artifacts" / "runs" / str(run_id) / "metrics.jsonl"))
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--overhead-steps", type=int, default=600)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    results: dict = {"machine": f"{os.cpu_count()} cores, {sys.platform}", "dispatch": {}, "overhead": {}}
+    with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        import redis
+
+        redis.Redis.from_url(args.redis).flushdb()
+        for broker_name, broker in (("embedded (SQLite)", None), ("redis", args.redis)):
+            up = Up(tmp / broker_name.split()[0], broker)
+            try:
+                results["dispatch"][broker_name] = dispatch_latencies(up, args.runs)
+                if broker_name == "redis":
+                    results["overhead"] = overhead(up, args.overhead_steps, args.repeats, tmp)
+            finally:
+                up.stop()
+
+    print(f"\nDispatch latency, {args.runs} runs per broker (seconds)\n")
+    print("| broker | measure | p50 | p95 | max |\n|---|---|---|---|---|")
+    for broker_name, measures in results["dispatch"].items():
+        for measure, values in measures.items():
+            print(f"| {broker_name} | {measure} | {pct(values, 0.5):.2f} | {pct(values, 0.95):.2f} | {max(values):.2f} |")
+    worst = max(pct(m["dispatch"], 0.95) for m in results["dispatch"].values())
+    print(f"\ndispatch p95 <= 2 s: {'PASS' if worst <= 2 else 'FAIL'} (worst {worst:.2f} s)")
+    straight, worker = (statistics.median(results["overhead"][k]) for k in ("rlplane train", "through the worker"))
+    slower = (straight - worker) / straight * 100
+    print(f"\nReporting overhead ({args.overhead_steps} steps, median of {args.repeats})\n")
+    print("| path | steps/s (runs) |\n|---|---|")
+    for side, values in results["overhead"].items():
+        print(f"| {side} | {statistics.median(values):.1f} ({', '.join(f'{v:.1f}' for v in values)}) |")
+    print(f"\nthrough the worker: {slower:+.2f}% slower; < 1%: {'PASS' if slower < 1 else 'FAIL'}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
