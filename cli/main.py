@@ -32,12 +32,29 @@ def api(
 
 
 @app.command()
-def up(host: Host = "127.0.0.1", port: Port = 8000) -> None:
-    """Run rlplane on this machine with no services: SQLite and artifacts under RLPLANE_HOME (~/.rlplane).
+def up(
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    workers: Annotated[int, typer.Option(help="Worker processes beside the API (0: none)", min=0, max=64)] = 1,
+    queues: Annotated[str, typer.Option(help="Queues the workers serve, comma-separated")] = "cpu",
+) -> None:
+    """Run rlplane on this machine: the API and its workers, with no services to install.
 
-    The admin token is printed on first start and kept in $RLPLANE_HOME/admin.token.
+    By default the database is SQLite and the broker a SQLite file, both under RLPLANE_HOME
+    (~/.rlplane), with artifacts in RLPLANE_HOME/artifacts. Set RLPLANE_DATABASE_URL and
+    RLPLANE_BROKER_URL to use Postgres and Redis instead. The admin token is printed on first start
+    and kept in $RLPLANE_HOME/admin.token. Ctrl-C stops everything; a run in progress is resumed
+    from its last checkpoint on the next start.
+
+    Example: rlplane up --port 8000 --workers 2
     """
-    _serve(host, port, 1, "info")
+    from cli.server import StartupError, serve_with_workers
+
+    try:
+        serve_with_workers(host, port, workers, [q.strip() for q in queues.split(",") if q.strip()])
+    except StartupError as exc:
+        typer.echo(f"rlplane: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -46,9 +63,7 @@ def worker(
     api: Annotated[str | None, typer.Option("--api", help="API URL (default RLPLANE_API_URL or http://127.0.0.1:8000)")] = None,
     token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN)")] = None,
     name: Annotated[str | None, typer.Option(help="Unique worker name (default <host>-<pid>)")] = None,
-    broker: Annotated[
-        str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")
-    ] = None,
+    broker: Annotated[str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")] = None,
 ) -> None:
     """Serve runs from the broker on this node: lease each through the API, run its trainer, report.
 

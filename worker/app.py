@@ -30,7 +30,6 @@ def make_app(settings: WorkerSettings) -> Celery:
         task_acks_late=False,
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"polling_interval": 0.2},  # the SQLite broker polls; Redis ignores it
         worker_hijack_root_logger=False,
     )
     client = ApiClient(settings.api_url, settings.token or "")

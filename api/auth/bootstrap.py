@@ -57,3 +57,28 @@ def announce(secret: str, path: Path) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+LOCAL_WORKER = "local-worker"
+
+
+def local_worker_token(session: Session, home: Path) -> str:
+    """The worker token of `rlplane up`'s own workers: kept in $RLPLANE_HOME/worker.token (0600) and
+    reused while it is valid; a new one (for the user local-worker) otherwise."""
+    path = home / "worker.token"
+    if path.exists():
+        secret = path.read_text().strip()
+        token = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(secret)))
+        if token is not None and token.revoked_at is None and token.expires_at is None and token.scopes == ["worker"]:
+            return secret
+    user = session.scalar(select(User).where(User.name == LOCAL_WORKER))
+    if user is None:
+        user = User(name=LOCAL_WORKER, is_site_admin=False)
+        session.add(user)
+        session.flush()
+    secret = new_token()
+    digest, prefix = hash_token(secret), display_prefix(secret)
+    session.add(ApiToken(user_id=user.id, name="rlplane up", token_hash=digest, prefix=prefix, scopes=["worker"]))
+    session.commit()
+    _write_secret(path, secret)
+    return secret
