@@ -28,7 +28,11 @@ def processes_per_node(spec: dict[str, Any]) -> int:
 
 def trainer_command(python: str, spec: dict[str, Any], spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
     nproc = processes_per_node(spec)
-    launcher = [python] if nproc == 1 else [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
+    launcher = [python]
+    if nproc > 1:
+        # --tee 3 prefixes every line of rank N with "[defaultN]:" (and keeps per-rank files under --log-dir).
+        launcher = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--tee", "3"]
+        launcher += ["--log-dir", str(out_dir / "rank-logs")]
     command = [*launcher, "-m", "trainer_core", "run"]
     return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
 
