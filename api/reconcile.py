@@ -50,7 +50,7 @@ class Reconciler:
         *,
         reconcile_s: float = 0.5,
         redispatch_s: float = 30.0,
-        lost_after_s: float = 30.0,
+        lost_after_s: float = 20.0,
     ) -> None:
         self.factory, self.send = factory, send
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s

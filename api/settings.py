@@ -39,7 +39,9 @@ class Settings(BaseSettings):
     dispatch: bool = Field(default=True, description="Send queued runs to the broker and requeue runs whose worker went silent")
     reconcile_s: float = Field(default=0.5, gt=0, description="How often queued and silent runs are looked for")
     redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")
-    lost_after_s: float = Field(default=30.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost")
+    lost_after_s: float = Field(
+        default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~24 s)"
+    )
 
     @field_validator("bootstrap_token")
     @classmethod

@@ -269,3 +269,40 @@ class TestRunsSeeTheLatestCheckpoint:
         assert resumed.json()["status"] == "queued" and "checkpoint at step 12" in resumed.json()["status_reason"]
         lease = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(worker_token(client)))
         assert lease.status_code == 200 and lease.json()["resume_from_step"] == 12
+
+
+class TestExport:
+    """The final model export (kind export) lives beside the checkpoint of the same step."""
+
+    def test_export_and_checkpoint_share_a_step(self, client, db, ckpt_dir, ckpt_file):
+        run_id = create_run(client)["id"]
+        assert register(client, run_id, record(ckpt_dir, step=5)).status_code == 201
+        export = record(ckpt_file, step=9, kind="export")
+        response = register(client, run_id, export)
+        assert response.status_code == 201 and response.json()["kind"] == "export"
+        assert register(client, run_id, record(ckpt_file, step=5, kind="export")).status_code == 201
+        assert register(client, run_id, export).status_code == 200  # idempotent
+        assert register(client, run_id, {**export, "sha256": "0" * 64}).status_code == 409
+        db.expire_all()
+        kinds = db.execute(select(Checkpoint.step, Checkpoint.kind).where(Checkpoint.run_id == run_id)).all()
+        assert sorted(kinds) == [(5, "checkpoint"), (5, "export"), (9, "export")]
+
+        run = client.get(f"/api/v1/runs/{run_id}").json()
+        assert run["latest_checkpoint_step"] == 5  # an export is not something to resume from
+        assert run["output"] == {"step": 9, "path": ckpt_file, "size": export["size"], "sha256": export["sha256"]}
+        listed = client.get(f"/api/v1/runs/{run_id}/checkpoints").json()["data"]
+        assert [(c["step"], c["kind"]) for c in listed] == [(5, "checkpoint"), (5, "export"), (9, "export")]
+
+    def test_export_files_are_served_by_kind(self, client, db, ckpt_dir, ckpt_file):
+        run_id = create_run(client)["id"]
+        register(client, run_id, record(ckpt_dir, step=5))
+        register(client, run_id, record(ckpt_file, step=5, kind="export"))
+        files = client.get(f"/api/v1/runs/{run_id}/checkpoints/5/files", params={"kind": "export"}).json()["data"]
+        assert [f["name"] for f in files] == ["final.safetensors"]
+        body = client.get(f"/api/v1/runs/{run_id}/checkpoints/5/files/final.safetensors", params={"kind": "export"})
+        assert body.status_code == 200 and body.content == MODEL_BYTES
+        assert client.get(f"/api/v1/runs/{run_id}/checkpoints/5/files", params={"kind": "nope"}).status_code == 422
+        assert client.get(f"/api/v1/runs/{run_id}/checkpoints/7/files", params={"kind": "export"}).status_code == 404
+
+    def test_a_new_run_has_no_output(self, client, db):
+        assert client.get(f"/api/v1/runs/{create_run(client)['id']}").json()["output"] is None

@@ -50,7 +50,9 @@ def test_up_runs_the_sft_example_end_to_end_and_stops_on_ctrl_c(tmp_path: Path) 
         assert run["attempts"][0]["worker"] == "local-1"
         assert http.get(f"/runs/{run_id}/metrics/keys").json()["count"] > 3
         assert http.get(f"/runs/{run_id}/logs").json()["data"]
-        assert [c["step"] for c in http.get(f"/runs/{run_id}/checkpoints").json()["data"]] == [30, 60]
+        registered = http.get(f"/runs/{run_id}/checkpoints").json()["data"]
+        assert [(c["step"], c["kind"]) for c in registered] == [(30, "checkpoint"), (60, "checkpoint"), (60, "export")]
+        assert run["output"]["path"] == f"runs/{run_id}/final"
         workers = http.get("/workers").json()["data"]
         assert [w["name"] for w in workers] == ["local-1"] and workers[0]["seconds_since_heartbeat"] < 10
     finally:

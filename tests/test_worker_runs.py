@@ -133,12 +133,16 @@ def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
     assert loss, points
     logs = stack.http.get(f"/runs/{run_id}/logs").json()["data"]
     assert any("step 30" in line["text"] for line in logs), [line["text"] for line in logs][-5:]
-    checkpoints = stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]
+    registered = stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]
+    checkpoints = [c for c in registered if c["kind"] == "checkpoint"]
     assert sorted(c["step"] for c in checkpoints) == [10, 20, 30]
     assert all(c["path"] == f"runs/{run_id}/checkpoints/step-{c['step']:06d}" for c in checkpoints)
     files = stack.http.get(f"/runs/{run_id}/checkpoints/30/files").json()["data"]
     assert "model/model.safetensors" in {f["name"] for f in files}
-    assert (stack.home / "artifacts" / f"runs/{run_id}/final/model.safetensors").is_file()
+    # The final export is the run's output, downloadable like a checkpoint.
+    assert run["output"]["path"] == f"runs/{run_id}/final" and run["output"]["step"] == 30
+    exported = stack.http.get(f"/runs/{run_id}/checkpoints/30/files", params={"kind": "export"}).json()["data"]
+    assert {"model.safetensors", "config.json", "tokenizer.json", "manifest.json"} <= {f["name"] for f in exported}
 
 
 def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import platform
 import threading
+import time
 
 from celery import Celery, signals
+from kombu import Exchange, Queue
 
 from worker.client import ApiClient
 from worker.settings import WorkerSettings
@@ -114,9 +116,27 @@ def gpus() -> list[dict]:
     return found
 
 
+def declare_queues(app: Celery, queues: list[str], tries: int = 5) -> None:
+    """Create the broker's queues before consuming. On the SQLite broker the first declaration of a
+    queue inserts a row, and two processes declaring it at once (the API sending, a worker starting)
+    make one of them fail: whoever fails finds the row on the next try."""
+    for attempt in range(1, tries + 1):
+        try:
+            with app.connection_for_write() as connection:
+                channel = connection.default_channel
+                for name in queues:
+                    Queue(name, Exchange(name, type="direct"), routing_key=name).bind(channel).declare()
+            return
+        except Exception:
+            if attempt == tries:
+                raise
+            time.sleep(0.2 * attempt)
+
+
 def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
     """Serve settings.queues until stopped: one run at a time per worker process (pool solo)."""
     app = make_app(settings)
+    declare_queues(app, settings.queues)
     app.worker_main(
         [
             "worker",

@@ -44,11 +44,7 @@ class Forwarder:
         metrics, samples, events = (self._read_new(name) for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
-        # The API keys checkpoints by step, so the final export (same step as the last checkpoint) is not
-        # registered yet: it stays in the run directory (runs/<id>/final) until the API has run outputs.
-        checkpoints = [
-            self._checkpoint(e) for e in events if e.get("type") == "checkpoint" and e["metadata"].get("kind") != "export"
-        ]
+        checkpoints = [self._checkpoint(e) for e in events if e.get("type") == "checkpoint"]
         with self._lock:
             logs, self._lines = self._lines, []
         requests = [*row_requests("metrics", metrics), *row_requests("samples", [_without_time(s) for s in samples])]
@@ -60,6 +56,7 @@ class Forwarder:
 
     def _checkpoint(self, event: dict[str, Any]) -> dict[str, Any]:
         record = {k: event[k] for k in ("step", "path", "size", "sha256", "metadata")}
+        record["kind"] = "export" if event["metadata"].get("kind") == "export" else "checkpoint"
         record["path"] = f"{self.prefix}/{event['path']}"  # the API's paths are relative to the artifact root
         return record
 

@@ -1,9 +1,9 @@
 import json
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import select
 
@@ -24,6 +24,7 @@ def _public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
         id=ckpt.id,
         run_id=ckpt.run_id,
         step=ckpt.step,
+        kind=ckpt.kind,
         path=ckpt.path,
         size=ckpt.size,
         sha256=ckpt.sha256,
@@ -85,13 +86,17 @@ def register_checkpoint(
         raise unprocessable(["body", "path"], f"'{body.path}' does not exist under the artifact root; write it first")
     if (why := _unstorable(body.metadata)) is not None:
         raise unprocessable(["body", "metadata"], why)
-    existing = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == body.step))
+    existing = session.scalar(
+        select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == body.step, Checkpoint.kind == body.kind)
+    )
     if existing is not None:
         if (existing.path, existing.size, existing.sha256, existing.meta) != (body.path, body.size, body.sha256, body.metadata):
-            raise conflict(f"run {run_id} already has a different checkpoint at step {body.step}")
+            raise conflict(f"run {run_id} already has a different {body.kind} at step {body.step}")
         response.status_code = status.HTTP_200_OK
         return _public(existing)
-    ckpt = Checkpoint(run_id=run_id, step=body.step, path=body.path, size=body.size, sha256=body.sha256, meta=body.metadata)
+    ckpt = Checkpoint(
+        run_id=run_id, step=body.step, kind=body.kind, path=body.path, size=body.size, sha256=body.sha256, meta=body.metadata
+    )
     session.add(ckpt)
     session.flush()
     return _public(ckpt)
@@ -100,15 +105,18 @@ def register_checkpoint(
 @router.get("", response_model=schemas.CheckpointList)
 def list_checkpoints(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.CheckpointList:
     readable_run(session, principal, run_id)
-    rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)).all()
+    rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step, Checkpoint.kind)).all()
     return schemas.CheckpointList(data=[_public(c) for c in rows], count=len(rows))
 
 
-def _checkpoint(session, principal, run_id: RunId, step: int) -> Checkpoint:
+KindQuery = Annotated[schemas.CheckpointKind, Query(description="checkpoint (default) or export: the final model")]
+
+
+def _checkpoint(session, principal, run_id: RunId, step: int, kind: str) -> Checkpoint:
     readable_run(session, principal, run_id)
-    ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step))
+    ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step, Checkpoint.kind == kind))
     if ckpt is None:
-        raise not_found(f"checkpoint of run {run_id} at step {step}")
+        raise not_found(f"{kind} of run {run_id} at step {step}")
     return ckpt
 
 
@@ -119,8 +127,9 @@ def list_checkpoint_files(
     principal: Reader,
     session: SessionDep,
     request: Request,
+    kind: KindQuery = "checkpoint",
 ) -> schemas.CheckpointFileList:
-    ckpt = _checkpoint(session, principal, run_id, step)
+    ckpt = _checkpoint(session, principal, run_id, step, kind)
     try:
         files = [schemas.CheckpointFile(name=n, size=s) for n, s in _store(request).files_under(safe_relative(ckpt.path))]
     except (UnsafePath, FileNotFoundError):
@@ -140,8 +149,9 @@ def download_checkpoint_file(
     principal: Reader,
     session: SessionDep,
     request: Request,
+    kind: KindQuery = "checkpoint",
 ) -> Response:
-    ckpt = _checkpoint(session, principal, run_id, step)
+    ckpt = _checkpoint(session, principal, run_id, step, kind)
     store = _store(request)
     try:
         base = safe_relative(ckpt.path)

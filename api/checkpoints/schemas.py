@@ -1,14 +1,19 @@
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.values import Step
 
+CheckpointKind = Literal["checkpoint", "export"]
+
 
 class CheckpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     step: Step
+    kind: CheckpointKind = Field(
+        default="checkpoint", description="checkpoint: full training state; export: the final model as a plain HF directory"
+    )
     path: str = Field(min_length=1, max_length=1024, description="Relative to the artifact root, e.g. runs/12/step-100")
     size: int = Field(ge=0, description="Total bytes")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the manifest or the single file")
@@ -19,6 +24,7 @@ class CheckpointPublic(BaseModel):
     id: int
     run_id: int
     step: int
+    kind: CheckpointKind
     path: str
     size: int
     sha256: str

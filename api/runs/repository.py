@@ -75,4 +75,11 @@ def attempts(session: Session, run_id: int) -> list[RunAttempt]:
 
 
 def latest_checkpoint_step(session: Session, run_id: int) -> int | None:
-    return session.scalar(select(func.max(Checkpoint.step)).where(Checkpoint.run_id == run_id))
+    query = select(func.max(Checkpoint.step)).where(Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
+    return session.scalar(query)
+
+
+def final_export(session: Session, run_id: int) -> Checkpoint | None:
+    """The run's output: its newest registered export."""
+    query = select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.kind == "export").order_by(Checkpoint.step.desc())
+    return session.scalars(query.limit(1)).first()

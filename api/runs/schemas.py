@@ -49,12 +49,22 @@ class RunPublic(BaseModel):
     ended_at: datetime | None
 
 
+class RunOutput(BaseModel):
+    step: int
+    path: str = Field(description="Relative to the artifact root")
+    size: int
+    sha256: str
+
+
 class RunDetail(RunPublic):
     spec: dict[str, Any]
     parents: list[RunLinkPublic]
     children: list[RunLinkPublic]
     attempts: list[AttemptPublic]
     latest_checkpoint_step: int | None
+    output: RunOutput | None = Field(
+        description="The final model export, once registered (download: checkpoints/{step}/files?kind=export)"
+    )
 
 
 class RunList(BaseModel):

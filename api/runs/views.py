@@ -52,4 +52,11 @@ def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
         children=links.children,
         attempts=attempts,
         latest_checkpoint_step=repository.latest_checkpoint_step(session, run_id),
+        output=_output(repository.final_export(session, run_id)),
     )
+
+
+def _output(export) -> schemas.RunOutput | None:
+    if export is None:
+        return None
+    return schemas.RunOutput(step=export.step, path=export.path, size=export.size, sha256=export.sha256)
