@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from tests.training import ARITHMETIC, dropout_model, greedy_accuracy, held_out, load_causal, metrics, run_spec, write_spec
+from tests.training import (
+    ARITHMETIC,
+    assert_resume_is_exact,
+    dropout_model,
+    greedy_accuracy,
+    held_out,
+    load_causal,
+    metrics,
+    run_spec,
+)
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_tokenizer
 from trainer_core.recipes.pairs import collate_pairs, tokenize_pair
@@ -74,17 +82,9 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         "model": {"path": str(dropout_model(tmp_path / "model")), "max_seq_len": 32},
         "train": {"steps": 10, "batch_size": 8, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "eval_every": 5},
     }
-    path = write_spec(tmp_path / "dpo.yaml", spec)
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_spec(path, spec, "--out", str(straight))
-    run_spec(path, spec, "--out", str(resumed), "--stop-at", "5")
-    run_spec(path, spec, "--resume", str(resumed))
-
-    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    for key in ("train/loss", "train/grad_norm", "rewards/margin", "rewards/accuracy", "eval/loss", "eval/accuracy"):
-        assert metrics(straight, key) == metrics(resumed, key), key
-    assert sorted(metrics(resumed, "train/loss")) == list(range(1, 11))
+    assert_resume_is_exact(
+        tmp_path, spec, 5, ("train/loss", "train/grad_norm", "rewards/margin", "rewards/accuracy", "eval/loss", "eval/accuracy")
+    )
 
 
 # --- pairs tokenization ---

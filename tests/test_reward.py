@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from tests.training import ARITHMETIC, dropout_model, metrics, run_spec, write_spec
+from tests.training import ARITHMETIC, assert_resume_is_exact, dropout_model, metrics, run_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -71,15 +70,6 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         "model": {"path": str(dropout_model(tmp_path / "model")), "max_seq_len": 32},
         "train": {"steps": 10, "batch_size": 8, "micro_batch_size": 4, "lr": 2e-3, "warmup_steps": 2, "eval_every": 5},
     }
-    path = write_spec(tmp_path / "reward.yaml", spec)
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_spec(path, spec, "--out", str(straight))
-    run_spec(path, spec, "--out", str(resumed), "--stop-at", "5")
-    assert not (resumed / "final").exists()
-    run_spec(path, spec, "--resume", str(resumed))
-
-    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    for key in ("train/loss", "train/accuracy", "train/grad_norm", "train/lr", "eval/loss", "eval/accuracy"):
-        assert metrics(straight, key) == metrics(resumed, key), key
-    assert sorted(metrics(resumed, "train/loss")) == list(range(1, 11))
+    assert_resume_is_exact(
+        tmp_path, spec, 5, ("train/loss", "train/accuracy", "train/grad_norm", "train/lr", "eval/loss", "eval/accuracy")
+    )

@@ -98,3 +98,22 @@ def dropout_model(directory: Path) -> Path:
         AutoModelForCausalLM.from_config(config).save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def assert_resume_is_exact(tmp_path: Path, spec: dict, stop_at: int, keys: tuple[str, ...]) -> None:
+    """spec.train.steps straight vs `stop_at` steps (stopped as if preempted) then --resume: the same
+    final weights bit for bit and the same logged `keys` at every step."""
+    from safetensors.torch import load_file
+
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_spec(path, spec, "--out", str(straight))
+    run_spec(path, spec, "--out", str(resumed), "--stop-at", str(stop_at))
+    assert not (resumed / "final").exists()
+    run_spec(path, spec, "--resume", str(resumed))
+
+    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for key in keys:
+        assert metrics(straight, key) == metrics(resumed, key), key
+    assert sorted(metrics(resumed, "train/loss")) == list(range(1, spec["train"]["steps"] + 1))
