@@ -5,10 +5,12 @@ classes; each recipe calls them top to bottom.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,10 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend
-from trainer_core.checkpoint import CheckpointInfo, export_model, rotate, save_checkpoint
+from trainer_core.checkpoint import CheckpointInfo, export_model, load_checkpoint, rotate, save_checkpoint
 from trainer_core.checkpoint.files import manifest_digest_and_size
 from trainer_core.reporting import CheckpointEvent, Reporter
-from trainer_core.spec import dump_spec
+from trainer_core.spec import RunSpec, dump_spec
 from trainer_core.spec_sections import TrainSpec
 
 # --- optimizer and schedule ---
@@ -36,6 +38,45 @@ def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
     # time, which bench/trainers.py measured at 4x the optimizer time of the fused one.
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr, fused=fused or None)
+
+
+@dataclass
+class Optimization:
+    """What every recipe's setup builds after its model and data: the optimizer state, where in the
+    data it is, and how many steps are done (all restored from a checkpoint when resuming)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    order: BatchOrder
+    step: int
+
+
+def prepare_optimization(
+    spec: RunSpec, backend: Backend, model: nn.Module, train_size: int, resume_from: Path | None
+) -> Optimization:
+    """Optimizer and schedule for `model`, wrapped by the backend; with `resume_from`, every state of the checkpoint."""
+    train = spec.train
+    optimizer = make_optimizer(model, train)
+    scheduler = make_scheduler(optimizer, train)
+    model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
+    position, step = None, 0
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
+        position, step = state.data_position, state.step
+    order = BatchOrder(train_size, train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
+    return Optimization(model, optimizer, scheduler, order, step)
+
+
+@contextlib.contextmanager
+def closed_on_failure(backend: Backend, reporter: Reporter) -> Iterator[None]:
+    """A setup that fails closes the reporter and the backend it opened before raising."""
+    try:
+        yield
+    except BaseException:
+        reporter.close()
+        backend.close()
+        raise
 
 
 def lr_factor(step: int, train: TrainSpec) -> float:

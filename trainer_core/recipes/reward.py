@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
@@ -54,29 +53,27 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     train = spec.train
     backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    try:
+    with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "score", seed=train.seed)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
         eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)
-        optimizer = common.make_optimizer(model, train)
-        scheduler = common.make_scheduler(optimizer, train)
-        model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
-        position, step = None, 0
-        if resume_from is not None:
-            state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
-            position, step = state.data_position, state.step
-        order = common.BatchOrder(
-            len(train_pairs), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
-        )
-    except BaseException:
-        reporter.close()
-        backend.close()
-        raise
+        opt = common.prepare_optimization(spec, backend, model, len(train_pairs), resume_from)
     if resume_from is not None:
-        reporter.log(f"resumed from {resume_from} at step {step}")
+        reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return RewardRun(
-        spec, out_dir, backend, reporter, model, tokenizer, optimizer, scheduler, train_pairs, eval_pairs, order, step
+        spec,
+        out_dir,
+        backend,
+        reporter,
+        opt.model,
+        tokenizer,
+        opt.optimizer,
+        opt.scheduler,
+        train_pairs,
+        eval_pairs,
+        opt.order,
+        opt.step,
     )
 
 

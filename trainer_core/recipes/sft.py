@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
@@ -51,7 +50,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     train = spec.train
     backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    try:
+    with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
@@ -59,24 +58,22 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         eval_examples = tokenize_rows(split.eval, tokenizer, max_len, on_prompt)
         if spec.sft.packing:
             train_examples, eval_examples = pack(train_examples, max_len), pack(eval_examples, max_len)
-        optimizer = common.make_optimizer(model, train)
-        scheduler = common.make_scheduler(optimizer, train)
-        model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
-        position, step = None, 0
-        if resume_from is not None:
-            state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
-            position, step = state.data_position, state.step
-        order = common.BatchOrder(
-            len(train_examples), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
-        )
-    except BaseException:
-        reporter.close()
-        backend.close()
-        raise
+        opt = common.prepare_optimization(spec, backend, model, len(train_examples), resume_from)
     if resume_from is not None:
-        reporter.log(f"resumed from {resume_from} at step {step}")
+        reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return SftRun(
-        spec, out_dir, backend, reporter, model, tokenizer, optimizer, scheduler, train_examples, eval_examples, order, step
+        spec,
+        out_dir,
+        backend,
+        reporter,
+        opt.model,
+        tokenizer,
+        opt.optimizer,
+        opt.scheduler,
+        train_examples,
+        eval_examples,
+        opt.order,
+        opt.step,
     )
 
 
