@@ -83,7 +83,8 @@ class Reconciler:
         with self.factory() as session:
             queued = session.execute(select(Run.id, Run.queue).where(Run.status == "queued").order_by(Run.id)).all()
         now = time.monotonic()
-        self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in {r for r, _ in queued}}
+        still_queued = {run_id for run_id, _ in queued}
+        self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
         for run_id, queue in queued:
             if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
                 continue

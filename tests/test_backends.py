@@ -116,8 +116,8 @@ def test_bf16_autocast_runs_on_cpu():
     assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast keeps fp32 master weights
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 is allowed on CUDA")
-def test_fp16_on_cpu_is_refused_with_the_fix():
+def test_fp16_on_cpu_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # on a GPU machine too: this is the CPU case
     with pytest.raises(BackendError, match=r"backend\.precision fp16 needs a CUDA GPU.*bf16 or fp32"):
         backend("fp16")
 

@@ -50,7 +50,7 @@ class Forwarder:
         requests = [*row_requests("metrics", metrics), *row_requests("samples", [_without_time(s) for s in samples])]
         requests += row_requests("logs", logs)
         requests += [("checkpoints", orjson.dumps(c)) for c in checkpoints]
-        delivered = self.sink.send(requests) if requests else self.sink.send([])
+        delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
         self._save_offsets()
         return delivered
 
