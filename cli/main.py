@@ -1,14 +1,47 @@
-"""`rlplane`: run the control plane locally or on a server."""
+"""`rlplane`: a client of the rlplane API (submit, runs, logs, ...) and the server commands (up, api, worker)."""
 
 from typing import Annotated
 
 import typer
 
+from cli.commands import admin, artifacts, datasets, observe, runs
+from cli.context import State
+
 app = typer.Typer(
-    help="rlplane: self-hosted control plane for LLM post-training.",
+    help="rlplane: self-hosted control plane for LLM post-training. Client commands talk to the server "
+    "named by --url, RLPLANE_URL or `rlplane login` (default http://127.0.0.1:8000, as `rlplane up` serves).",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,  # --debug shows the plain traceback
 )
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option("--url", help="Server URL (default RLPLANE_URL, the saved login, or local)")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="API token (default RLPLANE_TOKEN or the saved login)")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors")] = False,
+) -> None:
+    ctx.obj = State(url=url, token=token, debug=debug)
+
+
+app.command()(runs.submit)
+app.add_typer(runs.app, name="runs")
+app.command()(observe.logs)
+app.command()(observe.metrics)
+app.command()(observe.samples)
+app.command()(artifacts.checkpoints)
+app.command()(artifacts.download)
+app.add_typer(datasets.app, name="datasets")
+app.command()(admin.login)
+app.command()(admin.logout)
+app.command()(admin.whoami)
+app.add_typer(admin.tokens_app, name="tokens")
+app.add_typer(admin.projects_app, name="projects")
+app.add_typer(admin.users_app, name="users")
+app.command()(admin.workers)
 
 Host = Annotated[str, typer.Option(help="Interface to bind")]
 Port = Annotated[int, typer.Option(help="TCP port")]
@@ -26,7 +59,9 @@ def api(
     Configuration comes from RLPLANE_* variables: RLPLANE_DATABASE_URL (default SQLite under
     RLPLANE_HOME, ~/.rlplane), RLPLANE_ARTIFACTS, RLPLANE_BOOTSTRAP_TOKEN.
 
-    Example: RLPLANE_DATABASE_URL=postgresql://postgres@127.0.0.1/rlplane rlplane api --port 8000
+    \b
+    Example:
+      RLPLANE_DATABASE_URL=postgresql://postgres@127.0.0.1/rlplane rlplane api --port 8000
     """
     _serve(host, port, workers, log_level)
 
@@ -46,7 +81,9 @@ def up(
     and kept in $RLPLANE_HOME/admin.token. Ctrl-C stops everything; a run in progress is resumed
     from its last checkpoint on the next start.
 
-    Example: rlplane up --port 8000 --workers 2
+    \b
+    Example:
+      rlplane up --port 8000 --workers 2
     """
     from cli.server import StartupError, serve_with_workers
 
@@ -69,7 +106,9 @@ def worker(
 
     A worker needs the broker, the API URL and a worker token - never the database.
 
-    Example: rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
+    \b
+    Example:
+      rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
     """
     from worker.app import run_worker
     from worker.settings import WorkerSettings
@@ -100,7 +139,9 @@ def _serve(host: str, port: int, workers: int, log_level: str) -> None:
 def train(ctx: typer.Context) -> None:
     """Train a spec on this machine: the same as `python -m trainer_core run ...` (see `rlplane train --help`).
 
-    Example: rlplane train examples/sft.yaml --set train.steps=50 --out runs/sft-demo
+    \b
+    Example:
+      rlplane train examples/sft.yaml --set train.steps=50 --out runs/sft-demo
     """
     from trainer_core.cli import main as trainer_main
 

@@ -282,15 +282,22 @@ def load_spec(text: str | bytes, fmt: str | None = None) -> RunSpec:
 
 def load_spec_file(path: str | Path, sets: list[str] | None = None) -> RunSpec:
     """Load a spec file (.json is read as JSON, anything else as YAML), applying `--set` overrides."""
+    return parse_spec(read_spec_file(path, sets))
+
+
+def read_spec_file(path: str | Path, sets: list[str] | None = None) -> dict:
+    """The document of a spec file with `--set` overrides applied, not yet validated; raises SpecError."""
     path = Path(path)
     try:
         text = path.read_bytes()
     except FileNotFoundError:
         raise SpecError.single("file_not_found", f"spec file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise SpecError.single("file_unreadable", f"spec file {str(path)!r} is a directory") from None
     except OSError as exc:
         raise SpecError.single("file_unreadable", f"cannot read spec file {str(path)!r}: {exc.strerror}") from None
     data = spec_io.read_document(text, "json" if path.suffix.lower() == ".json" else "yaml")
-    return parse_spec(apply_overrides(data, sets) if sets else data)
+    return apply_overrides(data, sets) if sets else data
 
 
 def apply_overrides(data: dict, sets: list[str]) -> dict:

@@ -1,0 +1,1 @@
+"""The client commands of `rlplane`, one module per area."""

@@ -1,0 +1,327 @@
+"""`rlplane login`, `tokens`, `projects`, `users` and `workers`: who may do what, and on which nodes."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from cli import config, output
+from cli.client import Client
+from cli.context import JsonFlag, fail, handled, state
+
+tokens_app = typer.Typer(help="Create, list and revoke API tokens.", no_args_is_help=True)
+projects_app = typer.Typer(help="Projects and their members (roles: viewer, member, owner).", no_args_is_help=True)
+users_app = typer.Typer(help="Users (site admins only).", no_args_is_help=True)
+
+
+@handled
+def login(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Option(help="The rlplane server, e.g. https://rlplane.example.com")],
+    token: Annotated[str | None, typer.Option(help="An API token (asked for, hidden, when not given)")] = None,
+) -> None:
+    """Check a server and token, then save them (mode 0600) for every later command.
+
+    RLPLANE_URL and RLPLANE_TOKEN override the saved login.
+
+    \b
+    Example:
+      rlplane login --url http://127.0.0.1:8000 --token $(cat ~/.rlplane/admin.token)
+    """
+    if not re.match(r"^https?://", url):
+        raise fail(f"--url must start with http:// or https://, got {url!r}", 2)
+    token = token or typer.prompt("token", hide_input=True)
+    with Client(url, token, token_source="--token") as client:
+        me = client.me()
+    path = config.save(url, token)
+    output.stderr.print(
+        f"logged in to {url.rstrip('/')} as {me['user']['name']} (scopes: {', '.join(me['scopes'])}); saved in {path}"
+    )
+
+
+def logout() -> None:
+    """Forget the saved login.
+
+    \b
+    Example:
+      rlplane logout
+    """
+    config.config_file().unlink(missing_ok=True)
+    output.stderr.print("logged out")
+
+
+@handled
+def whoami(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Show the server, user, scopes and project roles the CLI works with.
+
+    \b
+    Example:
+      rlplane whoami
+    """
+    client = state(ctx).client()
+    me = client.me()
+    if as_json:
+        return output.print_json({**me, "url": client.url})
+    roles = ", ".join(f"{p} ({r})" for p, r in me["roles"].items())
+    admin = " (site admin)" if me["user"]["is_site_admin"] else ""
+    output.fields(
+        [("server", client.url), ("user", me["user"]["name"] + admin), ("scopes", ", ".join(me["scopes"])), ("projects", roles)]
+    )
+
+
+def _days(expires: str | None) -> int | None:
+    if expires is None or expires == "never":
+        return None
+    match = re.fullmatch(r"(\d+)\s*([dwy]?)", expires.strip())
+    if not match or int(match.group(1)) == 0:
+        raise fail(f"--expires must look like 30d, 12w or 1y (or never), not {expires!r}", 2)
+    return int(match.group(1)) * {"": 1, "d": 1, "w": 7, "y": 365}[match.group(2)]
+
+
+@tokens_app.command("create")
+@handled
+def create_token(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Option(help="What the token is for, e.g. ci-main")],
+    scope: Annotated[list[str], typer.Option(help="read, write, admin (each implies those below) or worker (repeatable)")],
+    expires: Annotated[str | None, typer.Option(help="Lifetime: 30d, 12w, 1y or never")] = None,
+    user: Annotated[str | None, typer.Option(help="Create it for another user (site admins)")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a token; the secret is printed once, on stdout.
+
+    \b
+    Examples:
+      rlplane tokens create --name ci --scope write --expires 90d
+      rlplane tokens create --name gpu-node-1 --scope worker
+    """
+    scopes = [s.strip() for value in scope for s in value.split(",") if s.strip()]
+    created = state(ctx).client().create_token(name, scopes, _days(expires), user)
+    if as_json:
+        return output.print_json(created)
+    typer.echo(created["token"])
+    expiry = f"expires {output.when(created['expires_at'])}" if created["expires_at"] else "never expires"
+    output.stderr.print(
+        f"token {created['id']} ({created['name']}) for {created['user']}, scopes {', '.join(created['scopes'])}, "
+        f"{expiry}. It is shown only now: store it."
+    )
+
+
+@tokens_app.command("list")
+@handled
+def list_tokens(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List tokens (yours; all of them for site admins). Secrets are never shown again.
+
+    \b
+    Example:
+      rlplane tokens list
+    """
+    page = state(ctx).client().tokens()
+    if as_json:
+        return output.print_json(page)
+    output.table(
+        ["ID", "NAME", "USER", "PREFIX", "SCOPES", "CREATED", "EXPIRES", "REVOKED"],
+        (
+            [
+                t["id"],
+                t["name"],
+                t["user"],
+                t["prefix"],
+                ",".join(t["scopes"]),
+                output.when(t["created_at"]),
+                output.when(t["expires_at"]) or "never",
+                output.when(t["revoked_at"]),
+            ]
+            for t in page["data"]
+        ),
+    )
+
+
+@tokens_app.command("revoke")
+@handled
+def revoke_token(ctx: typer.Context, token_id: Annotated[int, typer.Argument(min=1)], as_json: JsonFlag = False) -> None:
+    """Revoke a token at once.
+
+    \b
+    Example:
+      rlplane tokens revoke 7
+    """
+    token = state(ctx).client().revoke_token(token_id)
+    if as_json:
+        return output.print_json(token)
+    output.stderr.print(f"token {token['id']} ({token['name']}) revoked")
+
+
+@projects_app.command("list")
+@handled
+def list_projects(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List the projects you can see.
+
+    \b
+    Example:
+      rlplane projects list
+    """
+    page = state(ctx).client().projects()
+    if as_json:
+        return output.print_json(page)
+    output.table(
+        ["ID", "NAME", "YOUR ROLE", "CREATED", "DESCRIPTION"],
+        ([p["id"], p["name"], p["role"] or "", output.when(p["created_at"]), p["description"]] for p in page["data"]),
+    )
+
+
+@projects_app.command("show")
+@handled
+def show_project(ctx: typer.Context, name: str, as_json: JsonFlag = False) -> None:
+    """Show a project and its members.
+
+    \b
+    Example:
+      rlplane projects show nlp
+    """
+    project = state(ctx).client().project(name)
+    if as_json:
+        return output.print_json(project)
+    output.fields([("project", project["name"]), ("description", project["description"]), ("your role", project["role"])])
+    output.table(["MEMBER", "ROLE"], ([m["user"], m["role"]] for m in project["members"]))
+
+
+@projects_app.command("create")
+@handled
+def create_project(
+    ctx: typer.Context, name: str, description: Annotated[str, typer.Option()] = "", as_json: JsonFlag = False
+) -> None:
+    """Create a project; you become its owner.
+
+    \b
+    Example:
+      rlplane projects create nlp --description "language team"
+    """
+    project = state(ctx).client().create_project(name, description)
+    if as_json:
+        return output.print_json(project)
+    output.stderr.print(f"project {project['name']} created")
+
+
+@projects_app.command("add-member")
+@handled
+def add_member(
+    ctx: typer.Context,
+    project: str,
+    user: str,
+    role: Annotated[str, typer.Option(help="viewer, member or owner")] = "member",
+    as_json: JsonFlag = False,
+) -> None:
+    """Add a user to a project, or change their role.
+
+    \b
+    Example:
+      rlplane projects add-member nlp alice --role owner
+    """
+    detail = state(ctx).client().set_member(project, user, role)
+    if as_json:
+        return output.print_json(detail)
+    output.stderr.print(f"{user} is {role} of {project}")
+
+
+@projects_app.command("remove-member")
+@handled
+def remove_member(ctx: typer.Context, project: str, user: str) -> None:
+    """Remove a user from a project.
+
+    \b
+    Example:
+      rlplane projects remove-member nlp alice
+    """
+    state(ctx).client().remove_member(project, user)
+    output.stderr.print(f"{user} removed from {project}")
+
+
+@users_app.command("list")
+@handled
+def list_users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List users.
+
+    \b
+    Example:
+      rlplane users list
+    """
+    page = state(ctx).client().users()
+    if as_json:
+        return output.print_json(page)
+    output.table(
+        ["ID", "NAME", "EMAIL", "ADMIN", "DISABLED", "CREATED"],
+        (
+            [
+                u["id"],
+                u["name"],
+                u["email"] or "",
+                "yes" if u["is_site_admin"] else "",
+                "yes" if u["disabled"] else "",
+                output.when(u["created_at"]),
+            ]
+            for u in page["data"]
+        ),
+    )
+
+
+@users_app.command("create")
+@handled
+def create_user(
+    ctx: typer.Context,
+    name: str,
+    email: Annotated[str | None, typer.Option()] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Make a site admin")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a user (then give them a token: rlplane tokens create --user NAME ...).
+
+    \b
+    Example:
+      rlplane users create alice --email alice@example.com
+    """
+    user = state(ctx).client().create_user(name, email, admin)
+    if as_json:
+        return output.print_json(user)
+    output.stderr.print(f"user {user['name']} created (id {user['id']})")
+
+
+@handled
+def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List workers: queues, GPUs, the run each holds, and when each was last heard from.
+
+    \b
+    Example:
+      rlplane workers
+    """
+    page = state(ctx).client().workers()
+    if as_json:
+        return output.print_json(page)
+
+    def gpus(w: dict) -> str:
+        return (
+            ", ".join(
+                f"{g['name']} {g['memory_total_mb'] // 1024}G"
+                + (f" {g['utilization']:.0f}%" if g["utilization"] is not None else "")
+                for g in w["gpus"]
+            )
+            or "-"
+        )
+
+    output.table(
+        ["NAME", "HOST", "QUEUES", "GPUS", "RUN", "STEP", "LAST HEARTBEAT"],
+        (
+            [
+                w["name"],
+                w["hostname"],
+                ",".join(w["queues"]),
+                gpus(w),
+                w["current_run_id"] or "",
+                w["last_step"] or "",
+                output.seconds(w["seconds_since_heartbeat"]) + " ago",
+            ]
+            for w in page["data"]
+        ),
+    )

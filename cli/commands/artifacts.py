@@ -1,0 +1,148 @@
+"""`rlplane checkpoints` and `rlplane download`: a run's saved models, fetched and verified."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path, PurePosixPath
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from cli import output
+from cli.client import Client, RangeIgnored
+from cli.context import JsonFlag, RunArg, fail, handled, state
+
+MANIFEST = "manifest.json"  # written by the trainer: every file's size and sha256; its own hash is the record's
+
+
+@handled
+def checkpoints(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """List a run's checkpoints and its final export (kind 'export').
+
+    \b
+    Example:
+      rlplane checkpoints 12
+    """
+    page = state(ctx).client().checkpoints(run_id)
+    if as_json:
+        return output.print_json(page)
+    output.table(
+        ["STEP", "KIND", "SIZE", "SHA256", "CREATED", "PATH"],
+        (
+            [c["step"], c["kind"], output.size(c["size"]), c["sha256"][:12], output.when(c["created_at"]), c["path"]]
+            for c in page["data"]
+        ),
+    )
+    if not page["data"]:
+        output.stderr.print(f"run {run_id} has no checkpoints yet")
+
+
+def _choose(client: Client, run_id: int, step: int | None, kind: str | None) -> dict:
+    """The checkpoint to fetch: the given step, else the run's final export, else its latest checkpoint."""
+    saved = client.checkpoints(run_id)["data"]
+    wanted = [c for c in saved if (step is None or c["step"] == step) and (kind is None or c["kind"] == kind)]
+    if not wanted:
+        have = ", ".join(f"{c['kind']}@{c['step']}" for c in saved) or "none yet"
+        what = " ".join(filter(None, [kind or "checkpoint", f"at step {step}" if step is not None else ""]))
+        raise fail(f"run {run_id} has no {what} (it has: {have})")
+    exports = [c for c in wanted if c["kind"] == "export"]
+    return max(exports or wanted, key=lambda c: c["step"])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fetch(client: Client, ckpt: dict, name: str, size: int, dest: Path, progress: Progress, task) -> None:
+    """Download one file into dest, continuing a `.part` left by an interrupted download."""
+    if dest.is_file() and dest.stat().st_size == size:
+        progress.advance(task, size)
+        return
+    part = dest.with_name(dest.name + ".part")
+    start = part.stat().st_size if part.is_file() and part.stat().st_size <= size else 0
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    progress.advance(task, start)
+    try:
+        chunks = client.stream_file(ckpt["run_id"], ckpt["step"], name, kind=ckpt["kind"], start=start)
+        with part.open("ab" if start else "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                progress.advance(task, len(chunk))
+    except RangeIgnored:  # a server that cannot resume (an object-store root): fetch it whole
+        progress.advance(task, -start)
+        part.unlink()
+        return _fetch(client, ckpt, name, size, dest, progress, task)
+    part.replace(dest)
+
+
+def _verify(out: Path, ckpt: dict, names: list[str]) -> list[str]:
+    """Names of files whose sha256 is not what the checkpoint record (through its manifest) says."""
+    if MANIFEST not in names:  # a single-file checkpoint: the record holds the file's own hash
+        return [n for n in names if _sha256(out / n) != ckpt["sha256"]]
+    if _sha256(out / MANIFEST) != ckpt["sha256"]:
+        return [MANIFEST]
+    listed = json.loads((out / MANIFEST).read_text())["files"]
+    return [n for n, entry in listed.items() if not (out / n).is_file() or _sha256(out / n) != entry["sha256"]]
+
+
+@handled
+def download(
+    ctx: typer.Context,
+    run_id: RunArg,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Directory to write into (default ./run-<id>-<kind>-<step>)")
+    ] = None,
+    step: Annotated[
+        int | None, typer.Option(min=0, help="This step (default: the final export, else the latest checkpoint)")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="checkpoint or export")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Download a checkpoint and check every file's sha256; run it again to continue an interrupted download.
+
+    \b
+    Examples:
+      rlplane download 12 -o models/sft          # the final model (a Hugging Face directory)
+      rlplane download 12 --step 500 --kind checkpoint -o ckpt-500
+    """
+    if kind not in (None, "checkpoint", "export"):
+        raise fail(f"--kind must be checkpoint or export, not {kind!r}", 2)
+    client = state(ctx).client()
+    ckpt = _choose(client, run_id, step, kind)
+    out = out or Path(f"run-{run_id}-{ckpt['kind']}-{ckpt['step']}")
+    files = client.checkpoint_files(run_id, ckpt["step"], ckpt["kind"])["data"]
+    for f in files:  # never write outside the target directory, whatever the server says
+        if PurePosixPath(f["name"]).is_absolute() or ".." in PurePosixPath(f["name"]).parts:
+            raise fail(f"refusing file name {f['name']!r} from the server")
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=output.stderr, disable=as_json or not output.stderr.is_terminal) as progress:
+        task = progress.add_task(f"run {run_id} {ckpt['kind']}@{ckpt['step']}", total=sum(f["size"] for f in files))
+        for f in files:
+            _fetch(client, ckpt, f["name"], f["size"], out / f["name"], progress, task)
+    bad = _verify(out, ckpt, [f["name"] for f in files])
+    if bad:
+        for name in bad:
+            (out / name).unlink(missing_ok=True)
+        raise fail(f"sha256 mismatch for {', '.join(bad)}; removed them: run the command again to fetch them anew")
+    summary = {
+        "run_id": run_id,
+        "step": ckpt["step"],
+        "kind": ckpt["kind"],
+        "path": str(out),
+        "files": len(files),
+        "size": sum(f["size"] for f in files),
+        "sha256": ckpt["sha256"],
+        "verified": True,
+    }
+    if as_json:
+        return output.print_json(summary)
+    output.stderr.print(
+        f"downloaded {ckpt['kind']} of run {run_id} at step {ckpt['step']} to {out} "
+        f"({len(files)} files, {output.size(summary['size'])}, sha256 verified)"
+    )

@@ -1,0 +1,302 @@
+"""`rlplane submit` and `rlplane runs ...`: create runs, list them, act on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli import output
+from cli.client import ApiError, Client
+from cli.context import EXIT_INVALID_SPEC, JsonFlag, RunArg, handled, state
+from cli.follow import exit_code, wait_for
+
+app = typer.Typer(help="List runs and act on them.", no_args_is_help=True)
+
+Sets = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="Override a spec field, e.g. train.lr=3e-5 (repeatable; values are YAML)"),
+]
+Name = Annotated[str | None, typer.Option("--name", help="Run name (overrides the spec's name)")]
+Wait = Annotated[bool, typer.Option("--wait", help="Show progress until the run ends; exit 0 succeeded, 1 failed, 2 cancelled")]
+Follow = Annotated[bool, typer.Option("--follow", "-f", help="Like --wait, and stream the run's logs")]
+
+
+def validated(data: dict, sets: list[str] | None, name: str | None) -> dict:
+    """Apply overrides and validate locally, so a bad spec is explained before anything is sent."""
+    from trainer_core.spec import SpecError, apply_overrides, dump_spec, parse_spec
+
+    try:
+        data = apply_overrides(data, sets) if sets else dict(data)
+        if name is not None:
+            data["name"] = name
+        return dump_spec(parse_spec(data))
+    except SpecError as exc:
+        raise _invalid(exc.errors) from None
+
+
+def _invalid(errors: list[dict]) -> typer.Exit:
+    from trainer_core.spec_base import format_loc
+
+    output.stderr.print(
+        f"[bold red]invalid spec[/] ({len(errors)} problem{'s' if len(errors) != 1 else ''}); nothing was submitted:"
+    )
+    for err in errors:
+        loc = [p for p in err.get("loc", []) if p != "body"]
+        output.stderr.print(f"  [bold]{format_loc(loc) or '(spec)'}[/]: {err.get('msg', '')}", markup=True, highlight=False)
+    return typer.Exit(EXIT_INVALID_SPEC)
+
+
+def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: bool) -> None:
+    client = state(ctx).client()
+    try:
+        run = client.submit(spec)
+    except ApiError as exc:
+        if exc.status == 422 and exc.field_errors:
+            raise _invalid(exc.detail) from None
+        raise
+    output.stderr.print(f"submitted run {run['id']} ({run['name']}) to queue {run['queue']}: {client.url}/runs/{run['id']}")
+    if not (wait or follow):
+        output.print_json(run) if as_json else typer.echo(run["id"])
+        return
+    if not as_json:
+        typer.echo(run["id"])
+    final = wait_for(client, run, logs=follow)
+    if as_json:
+        output.print_json(final)
+    raise typer.Exit(exit_code(final))
+
+
+@handled
+def submit(
+    ctx: typer.Context,
+    spec_file: Annotated[Path, typer.Argument(metavar="SPEC", help="Run spec (.yaml or .json)")],
+    sets: Sets = None,
+    name: Name = None,
+    wait: Wait = False,
+    follow: Follow = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Submit a run spec; prints the run id on stdout (progress and messages go to stderr).
+
+    The spec is validated here first: a bad one is listed field by field and nothing is sent
+    (exit 3). With --wait the command ends with the run: exit 0 if it succeeded, 1 if it failed,
+    2 if it was cancelled, so a CI job can gate on it.
+
+    \b
+    Examples:
+      rlplane submit examples/sft.yaml
+      rlplane submit examples/sft.yaml --set train.steps=200 --set train.lr=1e-4 --name sft-long --wait
+      RUN=$(rlplane submit examples/dpo.yaml --set model.path=run:12) && rlplane logs $RUN -f
+    """
+    from trainer_core.spec import SpecError, read_spec_file
+
+    try:
+        data = read_spec_file(spec_file)
+    except SpecError as exc:
+        raise _invalid(exc.errors) from None
+    _submit(ctx, validated(data, sets, name), wait, follow, as_json)
+
+
+def _step(run: dict) -> str:
+    return f"{run['last_step'] or 0}/{run['total_steps']}"
+
+
+@app.command("list")
+@handled
+def list_runs(
+    ctx: typer.Context,
+    project: Annotated[str | None, typer.Option(help="Only this project")] = None,
+    status: Annotated[list[str] | None, typer.Option(help="queued, running, succeeded, ... (repeatable)")] = None,
+    algorithm: Annotated[list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql (repeatable)")] = None,
+    search: Annotated[str | None, typer.Option("--search", "-q", help="Substring of the run name")] = None,
+    archived: Annotated[bool, typer.Option("--archived", help="Show archived runs instead")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """List runs, newest first.
+
+    \b
+    Example:
+      rlplane runs list --project nlp --status running --status queued
+    """
+    page = (
+        state(ctx)
+        .client()
+        .runs(project=project, status=status or [], algorithm=algorithm or [], q=search, archived=archived, limit=limit)
+    )
+    if as_json:
+        return output.print_json(page)
+    output.table(
+        ["ID", "NAME", "PROJECT", "ALGO", "STATUS", "STEP", "QUEUE", "CREATED", "DURATION"],
+        (
+            [
+                r["id"],
+                r["name"],
+                r["project"],
+                r["algorithm"],
+                r["status"],
+                _step(r),
+                r["queue"],
+                output.ago(r["created_at"]),
+                output.duration(r["started_at"], r["ended_at"]),
+            ]
+            for r in page["data"]
+        ),
+    )
+    if page["count"] > len(page["data"]):
+        output.stderr.print(f"{len(page['data'])} of {page['count']} runs; use --limit or filters to see others")
+
+
+def _links(links: list[dict]) -> str:
+    return ", ".join(f"{link['run_id']} {link['name']} ({link['algorithm']}, {link['field']})" for link in links)
+
+
+@app.command()
+@handled
+def show(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """Show one run: status, progress, lineage, attempts and output.
+
+    \b
+    Example:
+      rlplane runs show 12 --json | jq .spec
+    """
+    run = state(ctx).client().run(run_id)
+    if as_json:
+        return output.print_json(run)
+    print_run(run)
+
+
+def print_run(run: dict) -> None:
+    out = run.get("output") or {}
+    output.fields(
+        [
+            ("run", f"{run['id']} {run['name']}"),
+            ("project", run["project"]),
+            ("algorithm", f"{run['algorithm']} on {run['backend']}, queue {run['queue']}"),
+            ("status", run["status"] + (f" - {run['status_reason']}" if run["status_reason"] else "")),
+            ("step", _step(run)),
+            ("created", f"{output.when(run['created_at'])} by {run['created_by'] or '?'}"),
+            ("duration", output.duration(run["started_at"], run["ended_at"])),
+            ("archived", "yes" if run["archived"] else None),
+            ("parents", _links(run["parents"])),
+            ("children", _links(run["children"])),
+            ("latest checkpoint", run["latest_checkpoint_step"]),
+            ("output", f"{out['path']} (step {out['step']}, {output.size(out['size'])})" if out else None),
+        ]
+    )
+    if run["attempts"]:
+        output.table(
+            ["ATTEMPT", "WORKER", "STARTED", "ENDED", "END REASON", "LAST STEP"],
+            (
+                [
+                    a["number"],
+                    a["worker"],
+                    output.when(a["started_at"]),
+                    output.when(a["ended_at"]),
+                    a["end_reason"],
+                    a["last_step"],
+                ]
+                for a in run["attempts"]
+            ),
+        )
+
+
+def _act(ctx: typer.Context, run_id: int, action: str, as_json: bool) -> dict:
+    run = state(ctx).client().action(run_id, action)
+    if as_json:
+        output.print_json(run)
+    else:
+        output.stderr.print(
+            f"run {run['id']} ({run['name']}) is now {run['status']}" + (" and archived" if run["archived"] else "")
+        )
+    return run
+
+
+@app.command()
+@handled
+def cancel(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """Cancel a run: a queued one ends at once, a running one within seconds (its logs and metrics stay).
+
+    \b
+    Example:
+      rlplane runs cancel 12
+    """
+    _act(ctx, run_id, "cancel", as_json)
+
+
+@app.command()
+@handled
+def resume(ctx: typer.Context, run_id: RunArg, wait: Wait = False, as_json: JsonFlag = False) -> None:
+    """Requeue a failed or cancelled run; it continues from its latest checkpoint.
+
+    \b
+    Example:
+      rlplane runs resume 12 --wait
+    """
+    run = _act(ctx, run_id, "resume", as_json and not wait)
+    if wait:
+        final = wait_for(state(ctx).client(), run, logs=False)
+        if as_json:
+            output.print_json(final)
+        raise typer.Exit(exit_code(final))
+
+
+@app.command()
+@handled
+def archive(
+    ctx: typer.Context,
+    run_id: RunArg,
+    undo: Annotated[bool, typer.Option("--undo", help="Unarchive instead")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Hide an ended run from default listings (--undo shows it again).
+
+    \b
+    Example:
+      rlplane runs archive 12
+    """
+    _act(ctx, run_id, "unarchive" if undo else "archive", as_json)
+
+
+@app.command()
+@handled
+def clone(
+    ctx: typer.Context,
+    run_id: RunArg,
+    sets: Sets = None,
+    name: Name = None,
+    wait: Wait = False,
+    follow: Follow = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Submit a new run with the spec of an existing one, changed by --set.
+
+    \b
+    Example:
+      rlplane runs clone 12 --set train.lr=1e-4 --name sft-lower-lr --wait
+    """
+    client: Client = state(ctx).client()
+    spec: dict[str, Any] = client.run(run_id)["spec"]
+    _submit(ctx, validated(spec, sets, name), wait, follow, as_json)
+
+
+@app.command()
+@handled
+def lineage(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -> None:
+    """Show which runs this run was built from (parents) and which were built from it (children).
+
+    \b
+    Example:
+      rlplane runs lineage 14
+    """
+    client = state(ctx).client()
+    links = client.lineage(run_id)
+    if as_json:
+        return output.print_json(links)
+    run = client.run(run_id)
+    rows = [["parent", p["run_id"], p["name"], p["algorithm"], p["status"], p["field"], p["step"]] for p in links["parents"]]
+    rows.append(["this", run["id"], run["name"], run["algorithm"], run["status"], "", ""])
+    rows += [["child", c["run_id"], c["name"], c["algorithm"], c["status"], c["field"], c["step"]] for c in links["children"]]
+    output.table(["", "ID", "NAME", "ALGO", "STATUS", "VIA", "AT STEP"], rows)

@@ -1,0 +1,96 @@
+"""Waiting for a run: a progress bar (or plain lines in CI logs), optional log streaming, exit codes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from cli import output
+from cli.client import TERMINAL, Client
+from cli.context import EXIT_CANCELLED, EXIT_RUN_FAILED
+
+HEADLINE_KEYS = ("reward/mean", "train/loss", "eval/loss")
+PLAIN_EVERY_S = 15.0
+
+
+def exit_code(run: dict) -> int:
+    return {"succeeded": 0, "cancelled": EXIT_CANCELLED}.get(run["status"], EXIT_RUN_FAILED)
+
+
+def headline(client: Client, run_id: int) -> str:
+    """The latest reward (for RL runs) or loss, e.g. 'train/loss 0.412'."""
+    keys = {k["key"]: k for k in client.metric_keys(run_id)["data"]}
+    for key in HEADLINE_KEYS:
+        if key in keys:
+            return f"{key} {output.number(keys[key]['last_value'])}"
+    return ""
+
+
+def log_lines(client: Client, run_id: int, offset: int, **filters: object) -> Iterator[tuple[int, str]]:
+    """(next offset, line) for every log line after `offset`, page by page."""
+    while True:
+        page = client.logs(run_id, offset=offset, limit=1000, **filters)
+        for line in page["data"]:
+            yield page["next_offset"], (f"[rank {line['rank']}] " if line["rank"] else "") + line["text"]
+        if len(page["data"]) < 1000:
+            return
+        offset = page["next_offset"]
+
+
+def wait_for(client: Client, run: dict, *, logs: bool, poll_s: float = 1.0) -> dict:
+    """Follow the run until it ends; returns its final detail. Progress goes to stderr, logs to stdout."""
+    if logs or not output.stderr.is_terminal:
+        return _plain(client, run, logs, poll_s)
+    return _bar(client, run, poll_s)
+
+
+def _final_line(run: dict) -> None:
+    colour = {"succeeded": "green", "cancelled": "yellow"}.get(run["status"], "red")
+    reason = f" ({run['status_reason']})" if run["status_reason"] else ""
+    step = f"{run['last_step'] or 0}/{run['total_steps']}"
+    output.stderr.print(f"run {run['id']} [bold {colour}]{run['status']}[/] at step {step}{reason}")
+
+
+def _bar(client: Client, run: dict, poll_s: float) -> dict:
+    columns = (
+        TextColumn("run {task.fields[run]} {task.fields[status]}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("{task.fields[metric]}"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=output.stderr, transient=False) as progress:
+        task = progress.add_task("run", total=run["total_steps"], run=run["id"], status=run["status"], metric="")
+        while True:
+            run = client.run(run["id"])
+            progress.update(task, completed=run["last_step"] or 0, status=run["status"], metric=headline(client, run["id"]))
+            if run["status"] in TERMINAL:
+                break
+            time.sleep(poll_s)
+    _final_line(run)
+    return run
+
+
+def _print_logs(client: Client, run_id: int, offset: int) -> int:
+    for next_offset, text in log_lines(client, run_id, offset):
+        output.stdout.out(text, highlight=False)
+        offset = next_offset
+    return offset
+
+
+def _plain(client: Client, run: dict, logs: bool, poll_s: float) -> dict:
+    offset, said, said_status, said_at = 0, "", "", 0.0
+    while True:
+        run = client.run(run["id"])
+        if logs:  # read after the status, so that the lines of a run seen ended are all printed
+            offset = _print_logs(client, run["id"], offset)
+        if run["status"] in TERMINAL:
+            _final_line(run)
+            return run
+        line = f"run {run['id']} {run['status']} step {run['last_step'] or 0}/{run['total_steps']} {headline(client, run['id'])}"
+        if run["status"] != said_status or (line != said and time.monotonic() - said_at >= PLAIN_EVERY_S):
+            output.stderr.print(line.rstrip(), highlight=False)
+            said, said_status, said_at = line, run["status"], time.monotonic()
+        time.sleep(poll_s)
