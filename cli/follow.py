@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from cli import output
@@ -50,7 +51,7 @@ def _final_line(run: dict) -> None:
     colour = {"succeeded": "green", "cancelled": "yellow"}.get(run["status"], "red")
     reason = f" ({run['status_reason']})" if run["status_reason"] else ""
     step = f"{run['last_step'] or 0}/{run['total_steps']}"
-    output.stderr.print(f"run {run['id']} [bold {colour}]{run['status']}[/] at step {step}{reason}")
+    output.stderr.print(f"run {run['id']} [bold {colour}]{run['status']}[/] at step {step}{escape(reason)}", highlight=False)
 
 
 def _bar(client: Client, run: dict, poll_s: float) -> dict:
@@ -91,6 +92,6 @@ def _plain(client: Client, run: dict, logs: bool, poll_s: float) -> dict:
             return run
         line = f"run {run['id']} {run['status']} step {run['last_step'] or 0}/{run['total_steps']} {headline(client, run['id'])}"
         if run["status"] != said_status or (line != said and time.monotonic() - said_at >= PLAIN_EVERY_S):
-            output.stderr.print(line.rstrip(), highlight=False)
+            output.say(line.rstrip())
             said, said_status, said_at = line, run["status"], time.monotonic()
         time.sleep(poll_s)

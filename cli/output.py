@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _console(**kwargs: Any) -> Console:
@@ -32,6 +33,11 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def say(message: str) -> None:
+    """A message for the user on stderr, printed as is (no rich markup: run names may hold brackets)."""
+    stderr.print(message, markup=False, highlight=False)
+
+
 def print_compact(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, allow_nan=True) + "\n")
     sys.stdout.flush()
@@ -40,7 +46,7 @@ def print_compact(data: Any) -> None:
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
     out = Table(*columns, title=title, header_style="bold", box=None, pad_edge=False)
     for row in rows:
-        out.add_row(*("" if v is None else str(v) for v in row))
+        out.add_row(*(Text("" if v is None else str(v)) for v in row))  # Text: no markup from data
     stdout.print(out)
 
 
@@ -51,7 +57,7 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> None:
     out.add_column()
     for name, value in pairs:
         if value not in (None, "", []):
-            out.add_row(name, str(value))
+            out.add_row(name, Text(str(value)))
     stdout.print(out)
 
 

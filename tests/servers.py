@@ -1,6 +1,7 @@
 """Real `rlplane api` processes for tests that need the whole HTTP stack or several API processes."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -71,3 +72,63 @@ def api_processes(home: Path, database_url: str, token: str | None, count: int =
     finally:
         for process in processes:
             process.stop()
+
+
+class UpServer:
+    """`rlplane up` as a user starts it: API and workers in one process group, stopped with Ctrl-C."""
+
+    def __init__(self, home: Path, workers: int = 1, extra_env: dict[str, str] | None = None) -> None:
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
+        self.env.update({"RLPLANE_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})})
+        home.mkdir(parents=True, exist_ok=True)
+        self.log_path = home / "up.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", str(workers)],
+            env=self.env,
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.home / "admin.token").exists() or not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rlplane up did not start: {self.log_path.read_text()[-3000:]}")
+            time.sleep(0.3)
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(self.url + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> int:
+        """Ctrl-C, as a terminal sends it to the foreground group; returns the exit status."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            code = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait(10)
+        self.log.close()
+        return code
+
+
+@contextmanager
+def up_server(home: Path, workers: int = 1, extra_env: dict[str, str] | None = None):
+    server = UpServer(home, workers, extra_env)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

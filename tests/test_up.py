@@ -1,74 +1,56 @@
-"""`rlplane up` on the embedded default (SQLite database, SQLite broker, no services): the shipped
-SFT example submitted over HTTP trains on a worker `up` started, and Ctrl-C stops everything."""
+"""`rlplane up` on the embedded default (SQLite database, SQLite broker, no services), driven the way
+a CI job drives it: examples/ci.sh submits the shipped SFT example with `rlplane submit --wait`,
+fetches the metrics as JSON and downloads the final model; then Ctrl-C stops everything."""
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-import yaml
 
-from tests.servers import free_port
+from tests.servers import UpServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_up_runs_the_sft_example_end_to_end_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    home, port = tmp_path / "home", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
-    env.update({"RLPLANE_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
-    log = (tmp_path / "up.log").open("w")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "up", "--port", str(port), "--workers", "1"],
-        env=env,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+def test_ci_script_against_rlplane_up_then_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    server = UpServer(tmp_path / "home", workers=1)
     try:
-        api = f"http://127.0.0.1:{port}/api/v1"
-        deadline = time.monotonic() + 90
-        while not (home / "admin.token").exists() or not _ready(port):
-            assert up.poll() is None and time.monotonic() < deadline, (tmp_path / "up.log").read_text()
-            time.sleep(0.3)
-        http = httpx.Client(base_url=api, headers={"Authorization": f"Bearer {(home / 'admin.token').read_text().strip()}"})
-        spec = yaml.safe_load((ROOT / "examples" / "sft.yaml").read_text())
-        response = http.post("/runs", json=spec)
-        assert response.status_code == 201, response.text
-        run_id = response.json()["id"]
-        deadline = time.monotonic() + 180
-        while (run := http.get(f"/runs/{run_id}").json())["status"] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline, (run, (home / "worker-1.log").read_text()[-3000:])
-            time.sleep(0.5)
-        assert run["status"] == "succeeded", run["status_reason"]
+        server.wait_ready()
+        # No token: the CLI uses the admin token `rlplane up` keeps in RLPLANE_HOME, as on a laptop.
+        env = {**server.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OUT": str(tmp_path / "ci")}
+        env.update({"RLPLANE_URL": server.url, "MAX_EVAL_LOSS": "20", "XDG_CONFIG_HOME": str(tmp_path / "config")})
+        job = subprocess.run(["examples/ci.sh", "examples/sft.yaml"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert job.returncode == 0, job.stdout + job.stderr + server.log_path.read_text()[-3000:]
+        assert "Traceback" not in job.stderr
+        run_id = int(job.stdout.split()[1])  # "run <id> succeeded"
+
+        http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
+        run = http.get(f"/runs/{run_id}").json()
+        assert run["status"] == "succeeded" and run["name"] == "ci-local"
         assert run["attempts"][0]["worker"] == "local-1"
-        assert http.get(f"/runs/{run_id}/metrics/keys").json()["count"] > 3
-        assert http.get(f"/runs/{run_id}/logs").json()["data"]
         registered = http.get(f"/runs/{run_id}/checkpoints").json()["data"]
         assert [(c["step"], c["kind"]) for c in registered] == [(30, "checkpoint"), (60, "checkpoint"), (60, "export")]
         assert run["output"]["path"] == f"runs/{run_id}/final"
+        assert http.get(f"/runs/{run_id}/logs").json()["data"]
         workers = http.get("/workers").json()["data"]
         assert [w["name"] for w in workers] == ["local-1"] and workers[0]["seconds_since_heartbeat"] < 10
+
+        metrics = {s["key"]: s for s in json.loads((tmp_path / "ci" / "metrics.json").read_text())["series"]}
+        assert metrics["train/loss"]["total_points"] == 60 and metrics["eval/loss"]["points"][-1]["step"] == 60
+        model = tmp_path / "ci" / "model"
+        exported = server.home / "artifacts" / run["output"]["path"]
+        assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in exported.iterdir())
+        assert (model / "model.safetensors").read_bytes() == (exported / "model.safetensors").read_bytes()
     finally:
-        os.killpg(up.pid, signal.SIGINT)  # Ctrl-C in a terminal signals the foreground group
-        code = up.wait(30)
-        log.close()
-    assert code == 0, (tmp_path / "up.log").read_text()[-3000:]
+        code = server.stop()
+    assert code == 0, server.log_path.read_text()[-3000:]
     left = subprocess.run(["pgrep", "-f", "--name local-1"], capture_output=True, text=True).stdout.split()
-    assert not [pid for pid in left if Path(f"/proc/{pid}/environ").exists() and str(home) in _environ(pid)]
-
-
-def _ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    assert not [pid for pid in left if str(server.home) in _environ(pid)]
 
 
 def _environ(pid: str) -> str:

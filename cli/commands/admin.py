@@ -36,9 +36,7 @@ def login(
     with Client(url, token, token_source="--token") as client:
         me = client.me()
     path = config.save(url, token)
-    output.stderr.print(
-        f"logged in to {url.rstrip('/')} as {me['user']['name']} (scopes: {', '.join(me['scopes'])}); saved in {path}"
-    )
+    output.say(f"logged in to {url.rstrip('/')} as {me['user']['name']} (scopes: {', '.join(me['scopes'])}); saved in {path}")
 
 
 def logout() -> None:
@@ -49,7 +47,7 @@ def logout() -> None:
       rlplane logout
     """
     config.config_file().unlink(missing_ok=True)
-    output.stderr.print("logged out")
+    output.say("logged out")
 
 
 @handled
@@ -103,7 +101,7 @@ def create_token(
         return output.print_json(created)
     typer.echo(created["token"])
     expiry = f"expires {output.when(created['expires_at'])}" if created["expires_at"] else "never expires"
-    output.stderr.print(
+    output.say(
         f"token {created['id']} ({created['name']}) for {created['user']}, scopes {', '.join(created['scopes'])}, "
         f"{expiry}. It is shown only now: store it."
     )
@@ -151,7 +149,7 @@ def revoke_token(ctx: typer.Context, token_id: Annotated[int, typer.Argument(min
     token = state(ctx).client().revoke_token(token_id)
     if as_json:
         return output.print_json(token)
-    output.stderr.print(f"token {token['id']} ({token['name']}) revoked")
+    output.say(f"token {token['id']} ({token['name']}) revoked")
 
 
 @projects_app.command("list")
@@ -202,7 +200,7 @@ def create_project(
     project = state(ctx).client().create_project(name, description)
     if as_json:
         return output.print_json(project)
-    output.stderr.print(f"project {project['name']} created")
+    output.say(f"project {project['name']} created")
 
 
 @projects_app.command("add-member")
@@ -223,7 +221,7 @@ def add_member(
     detail = state(ctx).client().set_member(project, user, role)
     if as_json:
         return output.print_json(detail)
-    output.stderr.print(f"{user} is {role} of {project}")
+    output.say(f"{user} is {role} of {project}")
 
 
 @projects_app.command("remove-member")
@@ -236,7 +234,7 @@ def remove_member(ctx: typer.Context, project: str, user: str) -> None:
       rlplane projects remove-member nlp alice
     """
     state(ctx).client().remove_member(project, user)
-    output.stderr.print(f"{user} removed from {project}")
+    output.say(f"{user} removed from {project}")
 
 
 @users_app.command("list")
@@ -285,7 +283,7 @@ def create_user(
     user = state(ctx).client().create_user(name, email, admin)
     if as_json:
         return output.print_json(user)
-    output.stderr.print(f"user {user['name']} created (id {user['id']})")
+    output.say(f"user {user['name']} created (id {user['id']})")
 
 
 @handled

@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
 from cli import output
 from cli.client import Client, RangeIgnored
@@ -36,7 +36,7 @@ def checkpoints(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -
         ),
     )
     if not page["data"]:
-        output.stderr.print(f"run {run_id} has no checkpoints yet")
+        output.say(f"run {run_id} has no checkpoints yet")
 
 
 def _choose(client: Client, run_id: int, step: int | None, kind: str | None) -> dict:
@@ -59,12 +59,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fetch(client: Client, ckpt: dict, name: str, size: int, dest: Path, progress: Progress, task) -> None:
-    """Download one file into dest, continuing a `.part` left by an interrupted download."""
-    if dest.is_file() and dest.stat().st_size == size:
-        progress.advance(task, size)
-        return
-    part = dest.with_name(dest.name + ".part")
+def _fetch(client: Client, ckpt: dict, name: str, size: int, dest: Path, progress: Progress, task: TaskID) -> None:
+    """Download one file into dest, continuing the `.part` an interrupted download of this checkpoint left."""
+    part = dest.with_name(f"{dest.name}.{ckpt['sha256'][:12]}.part")  # never continue another checkpoint's bytes
     start = part.stat().st_size if part.is_file() and part.stat().st_size <= size else 0
     dest.parent.mkdir(parents=True, exist_ok=True)
     progress.advance(task, start)
@@ -79,16 +76,18 @@ def _fetch(client: Client, ckpt: dict, name: str, size: int, dest: Path, progres
         part.unlink()
         return _fetch(client, ckpt, name, size, dest, progress, task)
     part.replace(dest)
+    return None
 
 
-def _verify(out: Path, ckpt: dict, names: list[str]) -> list[str]:
-    """Names of files whose sha256 is not what the checkpoint record (through its manifest) says."""
-    if MANIFEST not in names:  # a single-file checkpoint: the record holds the file's own hash
-        return [n for n in names if _sha256(out / n) != ckpt["sha256"]]
+def _expected_hashes(out: Path, ckpt: dict, names: list[str]) -> dict[str, str]:
+    """Every file's sha256 as the record pins it: through the manifest, or the record's own hash for one file."""
+    if MANIFEST not in names:
+        return {name: ckpt["sha256"] for name in names}
     if _sha256(out / MANIFEST) != ckpt["sha256"]:
-        return [MANIFEST]
+        (out / MANIFEST).unlink()
+        raise fail(f"{MANIFEST} does not match the checkpoint's sha256; removed it: run the command again")
     listed = json.loads((out / MANIFEST).read_text())["files"]
-    return [n for n, entry in listed.items() if not (out / n).is_file() or _sha256(out / n) != entry["sha256"]]
+    return {MANIFEST: ckpt["sha256"], **{name: entry["sha256"] for name, entry in listed.items()}}
 
 
 @handled
@@ -116,33 +115,45 @@ def download(
     client = state(ctx).client()
     ckpt = _choose(client, run_id, step, kind)
     out = out or Path(f"run-{run_id}-{ckpt['kind']}-{ckpt['step']}")
-    files = client.checkpoint_files(run_id, ckpt["step"], ckpt["kind"])["data"]
-    for f in files:  # never write outside the target directory, whatever the server says
-        if PurePosixPath(f["name"]).is_absolute() or ".." in PurePosixPath(f["name"]).parts:
-            raise fail(f"refusing file name {f['name']!r} from the server")
+    sizes = {f["name"]: f["size"] for f in client.checkpoint_files(run_id, ckpt["step"], ckpt["kind"])["data"]}
+    for name in sizes:  # never write outside the target directory, whatever the server says
+        if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+            raise fail(f"refusing file name {name!r} from the server")
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    bad = []
     with Progress(*columns, console=output.stderr, disable=as_json or not output.stderr.is_terminal) as progress:
-        task = progress.add_task(f"run {run_id} {ckpt['kind']}@{ckpt['step']}", total=sum(f["size"] for f in files))
-        for f in files:
-            _fetch(client, ckpt, f["name"], f["size"], out / f["name"], progress, task)
-    bad = _verify(out, ckpt, [f["name"] for f in files])
+        task = progress.add_task(f"run {run_id} {ckpt['kind']}@{ckpt['step']}", total=sum(sizes.values()))
+        if MANIFEST in sizes:  # first, and always anew: it says what every other file must be
+            (out / MANIFEST).unlink(missing_ok=True)
+            _fetch(client, ckpt, MANIFEST, sizes[MANIFEST], out / MANIFEST, progress, task)
+        expected = _expected_hashes(out, ckpt, list(sizes))
+        for name, size in sizes.items():
+            dest = out / name
+            if name == MANIFEST:
+                continue
+            if dest.is_file() and dest.stat().st_size == size and _sha256(dest) == expected.get(name):
+                progress.advance(task, size)  # already here from an earlier download
+                continue
+            _fetch(client, ckpt, name, size, dest, progress, task)
+            if _sha256(dest) != expected.get(name):
+                dest.unlink()
+                bad.append(name)
     if bad:
-        for name in bad:
-            (out / name).unlink(missing_ok=True)
         raise fail(f"sha256 mismatch for {', '.join(bad)}; removed them: run the command again to fetch them anew")
     summary = {
         "run_id": run_id,
         "step": ckpt["step"],
         "kind": ckpt["kind"],
         "path": str(out),
-        "files": len(files),
-        "size": sum(f["size"] for f in files),
+        "files": len(sizes),
+        "size": sum(sizes.values()),
         "sha256": ckpt["sha256"],
         "verified": True,
     }
     if as_json:
         return output.print_json(summary)
-    output.stderr.print(
+    output.say(
         f"downloaded {ckpt['kind']} of run {run_id} at step {ckpt['step']} to {out} "
-        f"({len(files)} files, {output.size(summary['size'])}, sha256 verified)"
+        f"({len(sizes)} files, {output.size(summary['size'])}, sha256 verified)"
     )
+    return None

@@ -42,9 +42,7 @@ def upload(
     if as_json:
         return output.print_json(dataset)
     typer.echo(dataset["source"])
-    output.stderr.print(
-        f"dataset {dataset['id']} ({dataset['name']}): {dataset['rows']} rows; use it as data.source: {dataset['source']}"
-    )
+    output.say(f"dataset {dataset['id']} ({dataset['name']}): {dataset['rows']} rows; use it as data.source: {dataset['source']}")
 
 
 @app.command("list")

@@ -104,7 +104,7 @@ def metrics(
         ),
     )
     if not series:
-        output.stderr.print(f"run {run_id} has no metrics" + (f" for {', '.join(keys)}" if keys else " yet"))
+        output.say(f"run {run_id} has no metrics" + (f" for {', '.join(keys)}" if keys else " yet"))
 
 
 @handled
@@ -129,7 +129,7 @@ def samples(
         if not latest:
             if as_json:
                 return output.print_json({"data": [], "count": 0})
-            output.stderr.print(f"run {run_id} has no samples yet")
+            output.say(f"run {run_id} has no samples yet")
             return None
         step = latest[0]["step"]
     page = client.samples(run_id, step=step, sort="-reward" if by_reward else "step", limit=limit)
@@ -143,4 +143,4 @@ def samples(
         ),
     )
     if page["count"] > len(page["data"]):
-        output.stderr.print(f"{len(page['data'])} of {page['count']} samples at step {step}; use --limit to see more")
+        output.say(f"{len(page['data'])} of {page['count']} samples at step {step}; use --limit to see more")

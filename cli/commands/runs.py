@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from cli import output
 from cli.client import ApiError, Client
@@ -44,7 +45,8 @@ def _invalid(errors: list[dict]) -> typer.Exit:
     )
     for err in errors:
         loc = [p for p in err.get("loc", []) if p != "body"]
-        output.stderr.print(f"  [bold]{format_loc(loc) or '(spec)'}[/]: {err.get('msg', '')}", markup=True, highlight=False)
+        where, why = escape(format_loc(loc) or "(spec)"), escape(str(err.get("msg", "")))
+        output.stderr.print(f"  [bold]{where}[/]: {why}", highlight=False)
     return typer.Exit(EXIT_INVALID_SPEC)
 
 
@@ -56,7 +58,7 @@ def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: b
         if exc.status == 422 and exc.field_errors:
             raise _invalid(exc.detail) from None
         raise
-    output.stderr.print(f"submitted run {run['id']} ({run['name']}) to queue {run['queue']}: {client.url}/runs/{run['id']}")
+    output.say(f"submitted run {run['id']} ({run['name']}) to queue {run['queue']}: {client.url}/runs/{run['id']}")
     if not (wait or follow):
         output.print_json(run) if as_json else typer.echo(run["id"])
         return
@@ -146,7 +148,7 @@ def list_runs(
         ),
     )
     if page["count"] > len(page["data"]):
-        output.stderr.print(f"{len(page['data'])} of {page['count']} runs; use --limit or filters to see others")
+        output.say(f"{len(page['data'])} of {page['count']} runs; use --limit or filters to see others")
 
 
 def _links(links: list[dict]) -> str:
@@ -208,9 +210,7 @@ def _act(ctx: typer.Context, run_id: int, action: str, as_json: bool) -> dict:
     if as_json:
         output.print_json(run)
     else:
-        output.stderr.print(
-            f"run {run['id']} ({run['name']}) is now {run['status']}" + (" and archived" if run["archived"] else "")
-        )
+        output.say(f"run {run['id']} ({run['name']}) is now {run['status']}" + (" and archived" if run["archived"] else ""))
     return run
 
 

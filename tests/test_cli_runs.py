@@ -1,0 +1,255 @@
+"""The `rlplane` client commands for runs, against `rlplane up` on Postgres with a real worker:
+submit/wait/follow and their exit codes, list/show/cancel/resume/clone/archive/lineage, logs,
+metrics, samples, checkpoints and the verified, resumable download."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from cli.client import Client
+from cli.main import app
+from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.servers import UpServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = ["--set", "train.steps=20", "--set", "train.checkpoint_every=10", "--set", "train.eval_every=10"]
+
+
+class Stack:
+    def __init__(self, server: UpServer, config: Path) -> None:
+        self.server = server
+        self.env = {"RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "XDG_CONFIG_HOME": str(config)}
+        self.http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"}, timeout=30)
+
+    def cli(self, *args: str, **env: str):
+        result = CliRunner().invoke(app, list(args), env={**self.env, **env}, catch_exceptions=False)
+        return result
+
+    def run(self, run_id: int) -> dict:
+        return self.http.get(f"/runs/{run_id}").json()
+
+    def until(self, run_id: int, *statuses: str, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while (run := self.run(run_id))["status"] not in statuses:
+            assert time.monotonic() < deadline, run
+            time.sleep(0.3)
+        return run
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("cli-runs")
+    database_url = create_postgres_database()
+    server = UpServer(home / "home", workers=1, extra_env={"RLPLANE_DATABASE_URL": database_url})
+    try:
+        server.wait_ready()
+        yield Stack(server, home / "config")
+    finally:
+        server.stop()
+        drop_postgres_database(database_url)
+
+
+@pytest.fixture(scope="module")
+def finished(stack: Stack) -> dict:
+    """One short SFT run submitted with --wait; the read-only tests below look at it."""
+    result = stack.cli("submit", "examples/sft.yaml", *SHORT, "--name", "cli-sft", "--wait", "--json")
+    assert result.exit_code == 0, result.stderr + stack.server.log_path.read_text()[-2000:]
+    final = json.loads(result.stdout)
+    assert final["status"] == "succeeded" and final["name"] == "cli-sft" and final["last_step"] == 20
+    stored = stack.run(final["id"])
+    assert stored["spec"]["train"]["steps"] == 20 and stored["spec"]["name"] == "cli-sft"
+    assert "submitted run" in result.stderr and "succeeded" in result.stderr
+    return stored
+
+
+def test_submit_prints_only_the_run_id_on_stdout(stack, finished):
+    result = stack.cli("submit", "examples/sft.yaml", "--set", "train.steps=2000", "--name", "queued-then-cancelled")
+    assert result.exit_code == 0, result.stderr
+    run_id = int(result.stdout)
+    assert stack.run(run_id)["name"] == "queued-then-cancelled"
+    assert stack.cli("runs", "cancel", str(run_id)).exit_code == 0
+    assert stack.until(run_id, "cancelled")["status"] == "cancelled"
+
+
+def test_an_invalid_spec_is_listed_field_by_field_and_nothing_is_submitted(stack, tmp_path):
+    before = stack.http.get("/runs", params={"limit": 1}).json()["count"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\nalgorithm: sft\nmodel: {path: builtin:tiny-gpt2}\ndata: {source: builtin:tiny-sft}\n"
+        "train: {steps: -1, lr: fast}\n"
+    )
+    result = stack.cli("submit", str(bad), "--wait")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert "invalid spec (2 problems)" in result.stderr and "train.steps:" in result.stderr and "train.lr:" in result.stderr
+    typo = stack.cli("submit", "examples/sft.yaml", "--set", "train.stepz=5")
+    assert typo.exit_code == 3 and "did you mean 'steps'" in typo.stderr
+    missing = stack.cli("submit", "nowhere.yaml")
+    assert missing.exit_code == 3 and "does not exist" in missing.stderr
+    assert stack.http.get("/runs", params={"limit": 1}).json()["count"] == before
+
+
+def test_wait_exits_1_when_the_run_fails(stack, tmp_path):
+    result = stack.cli("submit", "examples/sft.yaml", *SHORT, "--set", f"model.path={tmp_path / 'no-model'}", "--wait")
+    assert result.exit_code == 1, result.stderr
+    run = stack.run(int(result.stdout))
+    assert run["status"] == "failed" and f"run {run['id']} failed at step 0/20 (trainer exited with 2:" in result.stderr
+    assert "error (bad model): model directory" in result.stderr
+
+
+def test_wait_exits_2_when_the_run_is_cancelled_and_resume_requeues_it(stack, finished):
+    env = {**os.environ, **stack.env}
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "submit", "examples/sft.yaml", "--set", "train.steps=3000", "--set",
+         "train.checkpoint_every=5", "--name", "to-cancel", "--wait"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    run_id = int(waiting.stdout.readline())
+    run = stack.until(run_id, "running")
+    deadline = time.monotonic() + 60
+    while stack.run(run_id)["latest_checkpoint_step"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    cancel = stack.cli("runs", "cancel", str(run_id))
+    assert cancel.exit_code == 0 and "cancelling" in cancel.stderr or "cancelled" in cancel.stderr
+    assert waiting.wait(60) == 2
+    assert "cancelled" in waiting.stderr.read() and stack.run(run_id)["status"] == "cancelled"
+
+    resumed = stack.cli("runs", "resume", str(run_id), "--json")
+    assert resumed.exit_code == 0 and json.loads(resumed.stdout)["status"] == "queued"
+    run = stack.until(run_id, "running")
+    assert stack.cli("runs", "cancel", str(run_id)).exit_code == 0
+    run = stack.until(run_id, "cancelled")
+    assert len(run["attempts"]) == 2 and run["attempts"][1]["number"] == 2
+    again = stack.cli("runs", "cancel", str(run_id))
+    assert again.exit_code == 4 and "409" in again.stderr and "cancelled" in again.stderr
+
+
+def test_clone_with_follow_streams_the_logs(stack, finished):
+    result = stack.cli("runs", "clone", str(finished["id"]), "--set", "train.steps=10", "--name", "cli-clone", "--follow")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    clone = stack.run(int(lines[0]))
+    assert clone["name"] == "cli-clone" and clone["spec"]["train"]["steps"] == 10
+    assert clone["spec"]["train"]["lr"] == finished["spec"]["train"]["lr"]
+    stored = [line["text"] for line in stack.http.get(f"/runs/{clone['id']}/logs", params={"limit": 10_000}).json()["data"]]
+    assert lines[1:] == stored and any("exported the final model" in line for line in stored)
+
+
+def test_list_show_archive(stack, finished):
+    listed = json.loads(stack.cli("runs", "list", "--status", "succeeded", "--json").stdout)
+    assert finished["id"] in [r["id"] for r in listed["data"]] and {r["status"] for r in listed["data"]} == {"succeeded"}
+    table = stack.cli("runs", "list", "--search", "cli-sft").stdout
+    assert "cli-sft" in table and "20/20" in table and "STATUS" in table
+    shown = stack.cli("runs", "show", str(finished["id"])).stdout
+    assert "succeeded" in shown and "local-1" in shown and f"runs/{finished['id']}/final" in shown
+    assert json.loads(stack.cli("runs", "show", str(finished["id"]), "--json").stdout)["id"] == finished["id"]
+
+    assert stack.cli("runs", "archive", str(finished["id"])).exit_code == 0
+    assert stack.run(finished["id"])["archived"] is True
+    assert finished["id"] not in [r["id"] for r in json.loads(stack.cli("runs", "list", "--json").stdout)["data"]]
+    assert finished["id"] in [r["id"] for r in json.loads(stack.cli("runs", "list", "--archived", "--json").stdout)["data"]]
+    assert stack.cli("runs", "archive", str(finished["id"]), "--undo").exit_code == 0
+    assert stack.run(finished["id"])["archived"] is False
+
+
+def test_lineage_shows_the_parent_a_spec_names(stack, finished):
+    child = stack.cli("submit", "examples/dpo.yaml", "--set", f"model.path=run:{finished['id']}", "--name", "cli-child")
+    assert child.exit_code == 0, child.stderr
+    child_id = int(child.stdout)
+    stack.cli("runs", "cancel", str(child_id))
+    links = json.loads(stack.cli("runs", "lineage", str(child_id), "--json").stdout)
+    assert [(p["run_id"], p["field"]) for p in links["parents"]] == [(finished["id"], "model.path")]
+    table = stack.cli("runs", "lineage", str(finished["id"])).stdout
+    assert "child" in table and "cli-child" in table and "this" in table
+
+
+def test_logs_metrics_and_samples(stack, finished):
+    run_id = str(finished["id"])
+    tail = stack.cli("logs", run_id, "--tail", "3")
+    assert tail.exit_code == 0 and len(tail.stdout.splitlines()) == 3
+    every = [json.loads(line) for line in stack.cli("logs", run_id, "--json").stdout.splitlines()]
+    assert len(every) > 3 and tail.stdout.splitlines() == [line["text"] for line in every[-3:]]
+    assert stack.cli("logs", run_id, "--rank", "1").stdout == ""
+    assert [json.loads(line)["text"] for line in stack.cli("logs", run_id, "-q", "EXPORTED", "--json").stdout.splitlines()]
+
+    table = stack.cli("metrics", run_id).stdout
+    assert "train/loss" in table and "eval/loss" in table and any(bar in table for bar in "▁▂▃▄▅▆▇█")
+    rows = stack.cli("metrics", run_id, "--key", "train/loss", "--csv").stdout.splitlines()
+    assert rows[0] == "key,step,value,time" and len(rows) == 21 and rows[-1].startswith("train/loss,20,")
+    series = json.loads(stack.cli("metrics", run_id, "--key", "eval/loss", "--json").stdout)["series"]
+    assert [s["key"] for s in series] == ["eval/loss"] and [p["step"] for p in series[0]["points"]][-1] == 20
+
+    assert "no samples yet" in stack.cli("samples", run_id).stderr
+    samples = [{"step": step, "index": i, "prompt": f"q{i}", "response": f"a{i}@{step}", "reward": float(i * step)}
+               for step in (10, 20) for i in range(3)]  # fmt: skip
+    assert stack.http.post(f"/runs/{run_id}/samples", json=samples).status_code == 200
+    latest = stack.cli("samples", run_id).stdout
+    assert "a2@20" in latest and "a2@10" not in latest
+    ranked = json.loads(stack.cli("samples", run_id, "--step", "10", "--by-reward", "--json").stdout)["data"]
+    assert [s["response"] for s in ranked] == ["a2@10", "a1@10", "a0@10"]
+
+
+def test_download_verifies_every_file_and_resumes(stack, finished, tmp_path):
+    run_id = str(finished["id"])
+    listed = json.loads(stack.cli("checkpoints", run_id, "--json").stdout)["data"]
+    assert [(c["step"], c["kind"]) for c in listed] == [(10, "checkpoint"), (20, "checkpoint"), (20, "export")]
+    assert "export" in stack.cli("checkpoints", run_id).stdout
+
+    exported = stack.server.home / "artifacts" / finished["output"]["path"]
+    out = tmp_path / "model"
+    result = stack.cli("download", run_id, "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["kind"], summary["step"], summary["verified"]) == ("export", 20, True)
+    assert _tree(out) == _tree(exported)
+
+    weights = out / "model.safetensors"
+    data = weights.read_bytes()
+    half = out / f"model.safetensors.{finished['output']['sha256'][:12]}.part"
+    half.write_bytes(data[: len(data) // 2])  # an interrupted download
+    weights.unlink()
+    (out / "config.json").write_bytes(b" " * (out / "config.json").stat().st_size)  # damaged, same size
+    assert stack.cli("download", run_id, "-o", str(out)).exit_code == 0
+    assert _tree(out) == _tree(exported) and not half.exists()
+
+    checkpoint = tmp_path / "ckpt"
+    assert stack.cli("download", run_id, "--step", "10", "--kind", "checkpoint", "-o", str(checkpoint)).exit_code == 0
+    assert _tree(checkpoint) == _tree(stack.server.home / "artifacts" / listed[0]["path"])
+    nothing = stack.cli("download", run_id, "--step", "7", "-o", str(tmp_path / "x"))
+    assert nothing.exit_code == 4 and "no checkpoint at step 7" in nothing.stderr and "export@20" in nothing.stderr
+
+
+def test_request_errors_are_one_line_with_the_fix(stack, finished):
+    unknown = stack.cli("runs", "show", "999999")
+    assert unknown.exit_code == 4 and unknown.stderr.strip() == "rlplane: 404 not found - run 999999 not found"
+    conflict = stack.cli("runs", "cancel", str(finished["id"]))
+    assert conflict.exit_code == 4 and "409 conflict" in conflict.stderr and len(conflict.stderr.splitlines()) == 1
+    down = subprocess.run([sys.executable, "-m", "cli.main", "--url", "http://127.0.0.1:9", "runs", "list"],
+                          cwd=ROOT, env={**os.environ, **stack.env}, capture_output=True, text=True)  # fmt: skip
+    assert down.returncode == 4 and "cannot reach the rlplane server at http://127.0.0.1:9" in down.stderr
+    assert "rlplane up" in down.stderr and "Traceback" not in down.stderr and len(down.stderr.splitlines()) == 1
+    debug = subprocess.run([sys.executable, "-m", "cli.main", "--debug", "runs", "show", "999999"],
+                           cwd=ROOT, env={**os.environ, **stack.env}, capture_output=True, text=True)  # fmt: skip
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "ApiError" in debug.stderr
+
+
+def test_the_python_client(stack, finished):
+    with Client(stack.server.url, stack.server.token) as client:
+        assert client.wait(finished["id"])["status"] == "succeeded"
+        assert finished["id"] in [r["id"] for r in client.runs(status=["succeeded"])["data"]]
+        keys = {k["key"] for k in client.metric_keys(finished["id"])["data"]}
+        assert {"train/loss", "eval/loss"} <= keys
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
