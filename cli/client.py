@@ -153,8 +153,8 @@ class Client:
     def remove_member(self, project: str, user: str) -> None:
         self.json("DELETE", f"/projects/{project}/members/{user}")
 
-    def tokens(self) -> dict:
-        return self.json("GET", "/tokens")
+    def tokens(self, all_users: bool = False) -> dict:
+        return self.json("GET", "/tokens", params={"all_users": "true"} if all_users else None)
 
     def create_token(self, name: str, scopes: list[str], expires_in_days: int | None = None, user: str | None = None) -> dict:
         body = {"name": name, "scopes": scopes, "expires_in_days": expires_in_days, "user": user}

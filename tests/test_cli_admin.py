@@ -1,8 +1,8 @@
 """The `rlplane` client's admin commands (login, whoami, tokens, projects, users, workers, datasets)
 run for real against one `rlplane api` process on a fresh Postgres database.
 
-Commands run in-process through typer's CliRunner (stdout and stderr apart); two checks run the
-CLI as a subprocess, for the real exit status and what a user sees on the terminal.
+Commands run in-process through typer's CliRunner (stdout and stderr apart); one test runs the CLI
+as a subprocess, for the real exit status and what a user sees on the terminal (and --debug).
 """
 
 import json
@@ -11,6 +11,7 @@ import shlex
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,7 +39,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> Iterator[Server]:
     database_url = create_postgres_database()
     try:
         with api_processes(tmp_path_factory.mktemp("api-home"), database_url, ADMIN_TOKEN) as (api,):
@@ -200,7 +201,7 @@ def test_token_create_prints_only_the_secret_which_works_until_revoked(server, e
     failed(rlplane(env, "tokens", "revoke", "999999"), 4, "404")
 
 
-@pytest.mark.parametrize(("expires", "days"), [("2w", 14), ("1y", 365), ("7", 7), ("never", None)])
+@pytest.mark.parametrize(("expires", "days"), [("2w", 14), ("1y", 365), ("7", 7), ("30D", 30), ("never", None)])
 def test_token_lifetimes(env, expires, days):
     name = f"life-{expires}"
     created = json.loads(ok(env, "tokens", "create", "--name", name, "--scope", "read", "--expires", expires, "--json").stdout)
@@ -212,7 +213,7 @@ def test_token_lifetimes(env, expires, days):
         assert timedelta(days=days - 1) < left <= timedelta(days=days, minutes=1)
 
 
-@pytest.mark.parametrize("expires", ["0d", "soon", "-3d", "30m"])
+@pytest.mark.parametrize("expires", ["0d", "soon", "-3d", "30m", "11y"])
 def test_bad_expires_is_a_usage_error_and_creates_nothing(server, env, expires):
     failed(rlplane(env, "tokens", "create", "--name", "bad-expiry", "--scope", "read", "--expires", expires), 2, "--expires")
     assert all(t["name"] != "bad-expiry" for t in server.api("GET", "/tokens").json()["data"])
@@ -280,8 +281,8 @@ def test_projects_create_members_show_list(server, env):
 
 
 def test_the_documented_add_member_example_works(server, env):
-    """`projects add-member --help` shows `--role owner`, and the group's help lists the roles
-    "viewer, member, owner"; the server's roles are viewer, member and admin (FAILS today: 422)."""
+    """The example in `projects add-member --help` runs as shown, and a role the server does not have
+    is refused before any request."""
     ok(env, "projects", "create", "nlp")
     ok(env, "users", "create", "alice")
     example = next(
@@ -289,6 +290,7 @@ def test_the_documented_add_member_example_works(server, env):
     )
     result = rlplane(env, *shlex.split(example)[1:])
     assert result.exit_code == 0, f"the documented example `{example}` fails: {result.stderr.strip()}"
+    assert rlplane(env, "projects", "add-member", "nlp", "alice", "--role", "owner").exit_code == 2
 
 
 def test_names_with_brackets_are_printed_as_given(server, env, tmp_path):
@@ -304,15 +306,15 @@ def test_names_with_brackets_are_printed_as_given(server, env, tmp_path):
 
 
 def test_a_site_admin_lists_every_users_tokens(server, env):
-    """`tokens list --help` says "yours; all of them for site admins", but the client never asks the
-    API for all_users=true, so an admin cannot find (to revoke) the worker token they just made for
-    another user (FAILS today)."""
+    """`tokens list --all` shows a site admin the token they just made for another user (to revoke
+    it later); without --all the list holds only their own."""
     ok(env, "users", "create", "ci-bot")
     made = ok(env, "tokens", "create", "--name", "ci-bot-token", "--scope", "read", "--user", "ci-bot", "--json")
     created = json.loads(made.stdout)
-    listed = {t["id"]: t for t in json.loads(ok(env, "tokens", "list", "--json").stdout)["data"]}
-    assert created["id"] in listed, "a site admin's `rlplane tokens list` leaves out other users' tokens"
-    assert listed[created["id"]]["user"] == "ci-bot"
+    listed = {t["id"]: t for t in json.loads(ok(env, "tokens", "list", "--all", "--json").stdout)["data"]}
+    assert created["id"] in listed and listed[created["id"]]["user"] == "ci-bot"
+    own = json.loads(ok(env, "tokens", "list", "--json").stdout)["data"]
+    assert created["id"] not in [t["id"] for t in own] and {t["user"] for t in own} == {"admin"}
 
 
 # --- workers -----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ metrics, samples, checkpoints and the verified, resumable download."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -14,8 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from cli import follow, output
 from cli.client import Client
 from cli.main import app
 from tests.conftest import create_postgres_database, drop_postgres_database
@@ -253,3 +256,13 @@ def test_the_python_client(stack, finished):
 
 def _tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_wait_draws_a_progress_bar_on_a_terminal(stack, finished, monkeypatch):
+    screen = io.StringIO()
+    monkeypatch.setattr(output, "stderr", Console(file=screen, force_terminal=True, width=120))
+    with Client(stack.server.url, stack.server.token) as client:
+        final = follow.wait_for(client, client.run(finished["id"]), logs=False)
+    assert final["status"] == "succeeded"
+    bar = screen.getvalue()
+    assert "━" in bar and "20/20" in bar and "train/loss" in bar and f"run {finished['id']} succeeded" in bar

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -11,8 +12,15 @@ from cli import config, output
 from cli.client import Client
 from cli.context import JsonFlag, fail, handled, state
 
+
+class Role(StrEnum):
+    viewer = "viewer"
+    member = "member"
+    admin = "admin"
+
+
 tokens_app = typer.Typer(help="Create, list and revoke API tokens.", no_args_is_help=True)
-projects_app = typer.Typer(help="Projects and their members (roles: viewer, member, owner).", no_args_is_help=True)
+projects_app = typer.Typer(help="Projects and their members (roles: viewer, member, admin).", no_args_is_help=True)
 users_app = typer.Typer(help="Users (site admins only).", no_args_is_help=True)
 
 
@@ -69,13 +77,17 @@ def whoami(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     )
 
 
+MAX_DAYS = 3650  # the API's limit
+
+
 def _days(expires: str | None) -> int | None:
-    if expires is None or expires == "never":
+    if expires is None or expires.strip().lower() == "never":
         return None
-    match = re.fullmatch(r"(\d+)\s*([dwy]?)", expires.strip())
-    if not match or int(match.group(1)) == 0:
-        raise fail(f"--expires must look like 30d, 12w or 1y (or never), not {expires!r}", 2)
-    return int(match.group(1)) * {"": 1, "d": 1, "w": 7, "y": 365}[match.group(2)]
+    match = re.fullmatch(r"(\d+)\s*([dwy]?)", expires.strip().lower())
+    days = int(match.group(1)) * {"": 1, "d": 1, "w": 7, "y": 365}[match.group(2)] if match else 0
+    if not 1 <= days <= MAX_DAYS:
+        raise fail(f"--expires must look like 30d, 12w or 1y (at most {MAX_DAYS} days), or never; not {expires!r}", 2)
+    return days
 
 
 @tokens_app.command("create")
@@ -109,14 +121,18 @@ def create_token(
 
 @tokens_app.command("list")
 @handled
-def list_tokens(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List tokens (yours; all of them for site admins). Secrets are never shown again.
+def list_tokens(
+    ctx: typer.Context,
+    all_users: Annotated[bool, typer.Option("--all", help="Every user's tokens (site admins)")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """List your tokens (--all: every user's, for site admins). Secrets are never shown again.
 
     \b
     Example:
-      rlplane tokens list
+      rlplane tokens list --all
     """
-    page = state(ctx).client().tokens()
+    page = state(ctx).client().tokens(all_users=all_users)
     if as_json:
         return output.print_json(page)
     output.table(
@@ -191,7 +207,7 @@ def show_project(ctx: typer.Context, name: str, as_json: JsonFlag = False) -> No
 def create_project(
     ctx: typer.Context, name: str, description: Annotated[str, typer.Option()] = "", as_json: JsonFlag = False
 ) -> None:
-    """Create a project; you become its owner.
+    """Create a project; you become its admin.
 
     \b
     Example:
@@ -209,19 +225,19 @@ def add_member(
     ctx: typer.Context,
     project: str,
     user: str,
-    role: Annotated[str, typer.Option(help="viewer, member or owner")] = "member",
+    role: Annotated[Role, typer.Option(help="viewer (read), member (read and write) or admin (also members)")] = Role.member,
     as_json: JsonFlag = False,
 ) -> None:
     """Add a user to a project, or change their role.
 
     \b
     Example:
-      rlplane projects add-member nlp alice --role owner
+      rlplane projects add-member nlp alice --role admin
     """
-    detail = state(ctx).client().set_member(project, user, role)
+    detail = state(ctx).client().set_member(project, user, role.value)
     if as_json:
         return output.print_json(detail)
-    output.say(f"{user} is {role} of {project}")
+    output.say(f"{user} is {role.value} of {project}")
 
 
 @projects_app.command("remove-member")
@@ -317,7 +333,7 @@ def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
                 ",".join(w["queues"]),
                 gpus(w),
                 w["current_run_id"] or "",
-                w["last_step"] or "",
+                "" if w["last_step"] is None else w["last_step"],
                 output.seconds(w["seconds_since_heartbeat"]) + " ago",
             ]
             for w in page["data"]
