@@ -29,3 +29,14 @@ def test_no_pickle_anywhere():
         if not any(part.startswith(".venv") for part in path.parts) and pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_the_cli_client_never_touches_the_database():
+    """The client commands talk HTTP only; the server commands (up, api, worker) import the rest lazily."""
+    probe = (
+        "import sys, cli.main, cli.client; "
+        "print(sorted(m for m in ('sqlalchemy', 'api', 'psycopg', 'celery', 'worker') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
