@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api import errors, health
+from api import dashboard, errors, health
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
         app.include_router(module.router)
     errors.install(app)
+    dashboard.install(app, settings.frontend_dir or dashboard.default_directory())
     app.openapi = lambda: _openapi(app)
     return app
 

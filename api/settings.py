@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(
         default=None, description="Celery broker (redis://...); default: a SQLite broker at $RLPLANE_HOME/broker.db"
     )
+    frontend_dir: Path | None = Field(default=None, description="Built dashboard to serve at /; default: frontend/dist")
     dispatch: bool = Field(default=True, description="Send queued runs to the broker and requeue runs whose worker went silent")
     reconcile_s: float = Field(default=0.5, gt=0, description="How often queued and silent runs are looked for")
     redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")

@@ -264,3 +264,42 @@ def test_package_never_uses_pickle():
     package = Path(ckpt_module.__file__).parent
     offenders = [path.name for path in package.rglob("*.py") if pattern.search(path.read_text())]
     assert offenders == []
+
+
+def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them(tmp_path):
+    """A trainer killed just after a checkpoint is resumed past it, so every metric up to that step must
+    be in metrics.jsonl by the time the checkpoint is complete, even though the reporter writes lazily."""
+    import json
+
+    from trainer_core.backends import make_backend
+    from trainer_core.recipes.common import save_and_rotate
+    from trainer_core.reporting.reporter import AsyncReporter
+    from trainer_core.reporting.sinks import JsonlSink
+    from trainer_core.spec import parse_spec
+
+    spec = parse_spec({**SPEC, "name": "lazy", "data": {"source": "builtin:arithmetic"}, "train": {"steps": 10}})
+    model, tokenizer = build_builtin("tiny-gpt2")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    reporter = AsyncReporter([JsonlSink(tmp_path)], flush_interval=3600)  # would write only when asked
+    try:
+        reporter.metrics(7, {"train/loss": 1.5})
+        saved = []
+        real_save = save_checkpoint
+
+        def save_then_look(*args, **kwargs):  # what a process killed right after the save would leave
+            info = real_save(*args, **kwargs)
+            saved.append((tmp_path / "metrics.jsonl").read_text() if (tmp_path / "metrics.jsonl").exists() else "")
+            return info
+
+        import trainer_core.recipes.common as common
+
+        original, common.save_checkpoint = common.save_checkpoint, save_then_look
+        try:
+            save_and_rotate(tmp_path / "checkpoints", 7, backend=make_backend(spec.backend, spec.train), model=model,
+                            tokenizer=tokenizer, optimizer=optimizer, scheduler=None, data_position={}, spec={},
+                            keep_last=2, reporter=reporter)  # fmt: skip
+        finally:
+            common.save_checkpoint = original
+        assert [json.loads(line)["step"] for line in saved[0].splitlines()] == [7]
+    finally:
+        reporter.close()

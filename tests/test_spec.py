@@ -50,7 +50,7 @@ class TestExamples:
     def test_example_header_says_how_to_run(self, path: Path):
         header = path.read_text().split("\nname:")[0]
         assert f"rlplane train examples/{path.name}" in header
-        assert f"@examples/{path.name}" in header and "/api/v1/runs" in header
+        assert f"rlplane submit examples/{path.name} --wait" in header
 
 
 def load_docs_generator():

@@ -212,6 +212,9 @@ def save_and_rotate(
     """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it."""
     info = None
     if backend.is_rank_zero:
+        # Reports up to this step reach the run directory before the checkpoint exists: a process
+        # killed right after it is resumed past them, and nothing would report them again.
+        reporter.flush(timeout=30)
         info = save_checkpoint(
             checkpoint_dir,
             step,
