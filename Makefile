@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
+NPM_STAMP := frontend/node_modules/.installed
+DASHBOARD := frontend/dist/index.html
+FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig*.json -type f 2>/dev/null)
+
 .PHONY: up test docs
 
 $(STAMP): pyproject.toml
@@ -12,12 +16,21 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+$(NPM_STAMP): frontend/package.json frontend/package-lock.json
+	@command -v npm >/dev/null || { echo "the dashboard needs Node.js 20+ and npm"; exit 1; }
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NPM_STAMP)
+
+# Rebuilt only when a source file is newer than the build.
+$(DASHBOARD): $(NPM_STAMP) $(FRONTEND_SOURCES)
+	cd frontend && npm run build --silent
+
 ## make up: run rlplane on this machine (SQLite and artifacts under ~/.rlplane; no services needed)
-up: $(STAMP)
+up: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up
 
-## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432, as in CI)
-test: $(STAMP)
+## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
+test: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/python -m pytest -q
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
