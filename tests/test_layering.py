@@ -1,5 +1,6 @@
 """House rules that keep the layers apart: the API never imports torch; nothing uses pickle."""
 
+import json
 import re
 import subprocess
 import sys
@@ -9,14 +10,16 @@ ROOT = Path(__file__).resolve().parent.parent
 OUR_CODE = ["api", "cli", "trainer_core", "migrations", "bench", "scripts"]
 
 
-def test_api_and_cli_do_not_import_torch():
-    probe = (
-        "import sys, api.app, cli.main, trainer_core.spec; "
-        "print(sorted(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules))"
-    )
+def _loaded_after_import(imports: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of `watched` a fresh interpreter has loaded after `import <imports>`."""
+    probe = f"import json, sys, {imports}; print(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    return json.loads(result.stdout)
+
+
+def test_api_and_cli_do_not_import_torch():
+    assert _loaded_after_import("api.app, cli.main, trainer_core.spec", ("torch", "transformers", "deepspeed")) == []
 
 
 def test_no_pickle_anywhere():
@@ -33,10 +36,4 @@ def test_no_pickle_anywhere():
 
 def test_the_cli_client_never_touches_the_database():
     """The client commands talk HTTP only; the server commands (up, api, worker) import the rest lazily."""
-    probe = (
-        "import sys, cli.main, cli.client; "
-        "print(sorted(m for m in ('sqlalchemy', 'api', 'psycopg', 'celery', 'worker') if m in sys.modules))"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert _loaded_after_import("cli.main, cli.client", ("sqlalchemy", "api", "psycopg", "celery", "worker")) == []
