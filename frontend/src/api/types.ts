@@ -1,0 +1,28 @@
+import type { components } from './schema';
+
+type S = components['schemas'];
+export type Me = S['Me'];
+export type Run = S['RunPublic'];
+export type RunDetail = S['RunDetail'];
+export type RunLink = S['RunLinkPublic'];
+export type RunStatus = Run['status'];
+export type Series = S['Series'];
+export type SeriesPoint = S['SeriesPoint'];
+export type KeySummary = S['KeySummary'];
+export type LogLine = S['LogLineOut'];
+export type Sample = S['SampleOut'];
+export type PromptSummary = S['PromptSummary'];
+export type Checkpoint = S['CheckpointPublic'];
+export type CheckpointFile = S['CheckpointFile'];
+
+export const STATUSES: RunStatus[] = [
+  'queued', 'starting', 'running', 'succeeded', 'failed', 'cancelling', 'cancelled', 'lost',
+];
+export const ACTIVE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running', 'cancelling']);
+export const CANCELLABLE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running']);
+export const RESUMABLE: ReadonlySet<RunStatus> = new Set(['failed', 'cancelled', 'lost']);
+
+type ListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
+export type Algorithm = NonNullable<ListQuery['algorithm']>[number];
+export type RunSort = NonNullable<ListQuery['sort']>;
+export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql'];

@@ -1,0 +1,101 @@
+import { Link } from 'react-router';
+import { useMutation, useQueryClient } from '@tanstack/react-query';
+import { api, unwrap } from '../../api/client';
+import { CANCELLABLE, RESUMABLE, type RunDetail, type RunLink } from '../../api/types';
+import { ErrorNote } from '../../components/ErrorNote';
+import { StatusBadge } from '../../components/StatusBadge';
+import { formatDate } from '../../lib/format';
+
+function Links({ label, links }: { label: string; links: RunLink[] }) {
+  if (!links.length) return null;
+  return (
+    <div className="lineage">
+      <span className="muted">{label}:</span>{' '}
+      {links.map((l, i) => (
+        <span key={`${l.run_id}-${l.field}`}>
+          {i > 0 && ', '}
+          <Link to={`/runs/${l.run_id}`} title={`${l.field}${l.step != null ? ` @ step ${l.step}` : ''}`}>
+            #{l.run_id} {l.name}
+          </Link>{' '}
+          <StatusBadge status={l.status} />
+        </span>
+      ))}
+    </div>
+  );
+}
+
+export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveStep: number | null; connected: boolean }) {
+  const queryClient = useQueryClient();
+  const action = useMutation({
+    mutationFn: (name: 'cancel' | 'resume') =>
+      unwrap(api.POST(`/api/v1/runs/{run_id}/${name}`, { params: { path: { run_id: run.id } } })),
+    onSuccess: (detail) => queryClient.setQueryData(['run', run.id], detail),
+  });
+  const step = Math.max(run.last_step ?? 0, liveStep ?? 0);
+
+  return (
+    <header className="run-header">
+      <div className="run-title">
+        <h1>
+          <span className="muted">#{run.id}</span> {run.name}
+        </h1>
+        <StatusBadge status={run.status} />
+        <span className="num" data-testid="run-step">
+          step {step}/{run.total_steps}
+        </span>
+        <span className={`live-dot${connected ? ' on' : ''}`} title={connected ? 'live' : 'not connected'} aria-label={connected ? 'live updates on' : 'live updates off'} />
+        <div className="actions">
+          {CANCELLABLE.has(run.status) && (
+            <button type="button" className="danger" disabled={action.isPending} onClick={() => action.mutate('cancel')}>
+              Cancel
+            </button>
+          )}
+          {RESUMABLE.has(run.status) && (
+            <button type="button" disabled={action.isPending} onClick={() => action.mutate('resume')}>
+              Resume
+            </button>
+          )}
+        </div>
+      </div>
+      {run.status_reason && <p className="muted">{run.status_reason}</p>}
+      <p className="muted">
+        {run.project} · {run.algorithm} · {run.backend} · queue {run.queue} · created {formatDate(run.created_at)}
+        {run.created_by ? ` by ${run.created_by}` : ''}
+      </p>
+      <Links label="Parents" links={run.parents} />
+      <Links label="Children" links={run.children} />
+      {run.attempts.length > 0 && (
+        <details className="attempts">
+          <summary>
+            {run.attempts.length} attempt{run.attempts.length > 1 ? 's' : ''}
+          </summary>
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">#</th>
+                <th scope="col">Worker</th>
+                <th scope="col">Started</th>
+                <th scope="col">Ended</th>
+                <th scope="col">End reason</th>
+                <th scope="col">Last step</th>
+              </tr>
+            </thead>
+            <tbody>
+              {run.attempts.map((a) => (
+                <tr key={a.number}>
+                  <th scope="row">{a.number}</th>
+                  <td>{a.worker}</td>
+                  <td>{formatDate(a.started_at)}</td>
+                  <td>{formatDate(a.ended_at)}</td>
+                  <td>{a.end_reason ?? '—'}</td>
+                  <td>{a.last_step ?? '—'}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </details>
+      )}
+      <ErrorNote error={action.error} />
+    </header>
+  );
+}

@@ -1,0 +1,58 @@
+import { useEffect, useState } from 'react';
+import { NavLink, Outlet, useParams } from 'react-router';
+import { useQueryClient } from '@tanstack/react-query';
+import { useRun } from '../../api/queries';
+import { ErrorNote } from '../../components/ErrorNote';
+import { useRunEvents } from '../../sse/useRunEvents';
+import type { RunContext } from './context';
+import { RunHeader } from './RunHeader';
+
+const TABS = [
+  ['', 'Charts'],
+  ['samples', 'Samples'],
+  ['logs', 'Logs'],
+  ['checkpoints', 'Checkpoints'],
+  ['spec', 'Spec'],
+] as const;
+
+export function RunPage() {
+  const idParam = useParams().id;
+  const runId = Number(idParam);
+  const run = useRun(runId);
+  const { bus, connected } = useRunEvents(runId);
+  const queryClient = useQueryClient();
+  const [liveStep, setLiveStep] = useState<number | null>(null);
+
+  useEffect(() => {
+    const offStatus = bus.on('status', () => void queryClient.invalidateQueries({ queryKey: ['run', runId] }));
+    const offDeleted = bus.on('deleted', () => void queryClient.invalidateQueries({ queryKey: ['run', runId] }));
+    const offMetrics = bus.on('metrics', (points) => {
+      const top = points.reduce((m, p) => Math.max(m, p.step), -1);
+      setLiveStep((prev) => (prev == null || top > prev ? top : prev));
+    });
+    return () => {
+      offStatus();
+      offDeleted();
+      offMetrics();
+    };
+  }, [bus, queryClient, runId]);
+
+  if (!Number.isInteger(runId) || runId < 1) return <p role="alert">“{idParam}” is not a run id.</p>;
+  if (run.error) return <ErrorNote error={run.error} />;
+  if (!run.data) return <p className="muted">Loading run {runId}…</p>;
+
+  const context: RunContext = { run: run.data, bus };
+  return (
+    <section className="run-page">
+      <RunHeader run={run.data} liveStep={liveStep} connected={connected} />
+      <nav className="tabs" aria-label="Run sections">
+        {TABS.map(([path, label]) => (
+          <NavLink key={label} to={path ? `/runs/${runId}/${path}` : `/runs/${runId}`} end>
+            {label}
+          </NavLink>
+        ))}
+      </nav>
+      <Outlet context={context} />
+    </section>
+  );
+}

@@ -1,0 +1,48 @@
+import type { LogLine, Sample } from '../api/types';
+import type { SseEvent } from './parser';
+
+export interface LivePoint {
+  key: string;
+  step: number;
+  value: number | string;
+  time: number;
+}
+
+export interface RunEventMap {
+  hello: { run_id: number; status: string; last_step: number | null };
+  status: Array<Record<string, unknown>>;
+  metrics: LivePoint[];
+  logs: LogLine[];
+  samples: Sample[];
+  deleted: { run_id: number };
+}
+
+export type RunEventName = keyof RunEventMap;
+type Listener<K extends RunEventName> = (data: RunEventMap[K]) => void;
+
+/**
+ * Fans one run's SSE connection out to whichever tabs are mounted, so switching tabs
+ * neither opens a second stream nor loses the cursor.
+ */
+export class RunEventBus {
+  private listeners = new Map<RunEventName, Set<Listener<RunEventName>>>();
+
+  on<K extends RunEventName>(name: K, fn: Listener<K>): () => void {
+    let set = this.listeners.get(name);
+    if (!set) this.listeners.set(name, (set = new Set()));
+    set.add(fn as Listener<RunEventName>);
+    return () => set.delete(fn as Listener<RunEventName>);
+  }
+
+  emit(event: SseEvent): void {
+    const set = this.listeners.get(event.event as RunEventName);
+    if (!set || set.size === 0) return;
+    let data: unknown;
+    try {
+      data = JSON.parse(event.data);
+    } catch {
+      return; // a malformed message must not break the stream
+    }
+    for (const fn of set) fn(data as never);
+  }
+}

@@ -1,0 +1,79 @@
+"""The dashboard's own suites, run by `make test`: the generated API client is current, Vitest's
+unit and component tests pass, and the end-to-end script drives Debian's Chromium against a real
+`rlplane up` serving the built dashboard, with a run training while it looks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import UpServer
+
+ROOT = Path(__file__).resolve().parents[1]
+FRONTEND = ROOT / "frontend"
+
+
+@pytest.fixture(scope="module")
+def npm() -> str:
+    path = shutil.which("npm")
+    assert path, "the dashboard tests need Node.js 20+ and npm on PATH"
+    assert (FRONTEND / "node_modules" / ".installed").exists(), "run `make test`: it installs the dashboard's npm packages"
+    return path
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_the_generated_api_client_is_current(npm):
+    document = _run([sys.executable, "scripts/gen_openapi.py", "--check"], cwd=ROOT)
+    assert document.returncode == 0, document.stdout + document.stderr
+    client = _run([npm, "run", "--silent", "check:client"], cwd=FRONTEND)
+    assert client.returncode == 0, client.stdout + client.stderr
+
+
+def test_vitest_suite(npm):
+    result = _run([npm, "test", "--silent"], cwd=FRONTEND, env={**os.environ, "CI": "1"})
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout
+
+
+def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
+    chromium = shutil.which("chromium")
+    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
+    assert (FRONTEND / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
+    shots = tmp_path / "screenshots"
+    print(f"\ndashboard screenshots: {shots}")
+    server = UpServer(tmp_path / "home", workers=1)
+    try:
+        server.wait_ready()
+        http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
+        spec = {
+            "name": "e2e-live",
+            "algorithm": "sft",
+            "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
+            "data": {"source": "builtin:arithmetic"},
+            "train": {"steps": 20000, "batch_size": 4, "log_every": 1, "eval_every": None, "checkpoint_every": None},
+        }
+        created = http.post("/runs", json=spec)
+        assert created.status_code == 201, created.text
+        run_id = created.json()["id"]
+        deadline = time.monotonic() + 120
+        while (run := http.get(f"/runs/{run_id}").json())["last_step"] is None:
+            assert time.monotonic() < deadline and run["status"] in ("queued", "starting", "running"), run
+            time.sleep(0.5)
+        env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "RUN_ID": str(run_id)}
+        env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
+        result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
+        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+        assert http.get(f"/runs/{run_id}").json()["status"] in ("cancelling", "cancelled")
+        assert sorted(p.suffix for p in shots.iterdir()) and all(p.stat().st_size > 1000 for p in shots.glob("*.png"))
+    finally:
+        assert server.stop() == 0
