@@ -29,12 +29,17 @@ def headline(client: Client, run_id: int) -> str:
     return ""
 
 
-def log_lines(client: Client, run_id: int, offset: int, **filters: object) -> Iterator[tuple[int, str]]:
+def log_text(line: dict) -> str:
+    """A stored log line as printed: lines of ranks other than 0 say which rank they came from."""
+    return (f"[rank {line['rank']}] " if line["rank"] else "") + line["text"]
+
+
+def log_lines(client: Client, run_id: int, offset: int, **filters: object) -> Iterator[tuple[int, dict]]:
     """(next offset, line) for every log line after `offset`, page by page."""
     while True:
         page = client.logs(run_id, offset=offset, limit=1000, **filters)
         for line in page["data"]:
-            yield page["next_offset"], (f"[rank {line['rank']}] " if line["rank"] else "") + line["text"]
+            yield page["next_offset"], line
         if len(page["data"]) < 1000:
             return
         offset = page["next_offset"]
@@ -74,11 +79,19 @@ def _bar(client: Client, run: dict, poll_s: float) -> dict:
     return run
 
 
-def _print_logs(client: Client, run_id: int, offset: int) -> int:
-    for next_offset, text in log_lines(client, run_id, offset):
-        output.stdout.out(text, highlight=False)
+def print_logs(client: Client, run_id: int, offset: int, *, as_json: bool = False, **filters: object) -> int:
+    """Print every line after `offset` to stdout (as JSON objects, one a line, with as_json); the new offset."""
+    for next_offset, line in log_lines(client, run_id, offset, **filters):
+        print_line(line, as_json)
         offset = next_offset
     return offset
+
+
+def print_line(line: dict, as_json: bool = False) -> None:
+    if as_json:  # one object per line, so a follower can be piped into jq
+        output.print_compact(line)
+    else:
+        output.stdout.out(log_text(line), highlight=False)
 
 
 def _plain(client: Client, run: dict, logs: bool, poll_s: float) -> dict:
@@ -86,7 +99,7 @@ def _plain(client: Client, run: dict, logs: bool, poll_s: float) -> dict:
     while True:
         run = client.run(run["id"])
         if logs:  # read after the status, so that the lines of a run seen ended are all printed
-            offset = _print_logs(client, run["id"], offset)
+            offset = print_logs(client, run["id"], offset)
         if run["status"] in TERMINAL:
             _final_line(run)
             return run

@@ -12,6 +12,7 @@ import typer
 from cli import output
 from cli.client import TERMINAL
 from cli.context import JsonFlag, RunArg, handled, state
+from cli.follow import print_line, print_logs
 
 
 @handled
@@ -36,28 +37,17 @@ def logs(
     offset = 0
     if tail is not None:
         page = client.logs(run_id, tail=tail, **filters)
-        _print_lines(page["data"], as_json)
+        for line in page["data"]:
+            print_line(line, as_json)
         offset = page["next_offset"]
         if not follow:
             return
     while True:
-        ended = client.run(run_id)["status"] in TERMINAL
-        page = client.logs(run_id, offset=offset, limit=1000, **filters)
-        _print_lines(page["data"], as_json)
-        offset = page["next_offset"]
-        if len(page["data"]) == 1000:
-            continue
-        if not follow or ended:  # read once more after the end, so the last lines are not missed
+        ended = not follow or client.run(run_id)["status"] in TERMINAL  # looked at first: no line is missed
+        offset = print_logs(client, run_id, offset, as_json=as_json, **filters)
+        if ended:
             return
         time.sleep(1.0)
-
-
-def _print_lines(lines: list[dict], as_json: bool) -> None:
-    for line in lines:
-        if as_json:  # one object per line, so a follower can be piped into jq
-            output.print_compact(line)
-        else:
-            output.stdout.out((f"[rank {line['rank']}] " if line["rank"] else "") + line["text"], highlight=False)
 
 
 @handled
