@@ -1,7 +1,7 @@
 """Runs: submission (JSON and YAML), listing, the state machine, lineage, leases."""
 
 import yaml
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from api.models import Run, RunEvent, RunLink
 from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
@@ -184,3 +184,36 @@ class TestExamples:
             response = client.post("/api/v1/runs", content=path.read_bytes(), headers={"Content-Type": "application/yaml"})
             assert response.status_code == 201, (path.name, response.text)
             assert response.json()["algorithm"] == path.stem
+
+
+class TestValidate:
+    """POST /runs/validate answers what a submit would, and stores nothing."""
+
+    def test_a_good_spec_comes_back_with_defaults_and_parents(self, client, db):
+        sft = create_run(client, name="sft")
+        before = db.scalar(select(func.count()).select_from(Run))
+        yaml_body = yaml.safe_dump(spec(name="child", model={"path": f"run:{sft['id']}@5"}))
+        response = client.post("/api/v1/runs/validate", content=yaml_body, headers={"Content-Type": "application/yaml"})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["valid"] is True and body["spec"]["name"] == "child" and body["total_steps"] > 0
+        assert body["spec"]["resources"]["queue"]  # defaults filled in
+        assert [(p["run_id"], p["field"], p["step"]) for p in body["parents"]] == [(sft["id"], "model.path", 5)]
+        db.expire_all()
+        assert db.scalar(select(func.count()).select_from(Run)) == before
+        assert db.scalar(select(func.count()).select_from(RunLink)) == 0
+
+    def test_errors_carry_the_field_path(self, client, db):
+        bad = client.post("/api/v1/runs/validate", json=spec(train={"lr": -1}))
+        assert bad.status_code == 422
+        assert any(err["loc"][:3] == ["body", "train", "lr"] for err in bad.json()["detail"]), bad.json()
+        missing = client.post("/api/v1/runs/validate", json=spec(project="nope"))
+        assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "project"]
+        ref = client.post("/api/v1/runs/validate", json=spec(model={"path": "run:999"}))
+        assert ref.status_code == 422 and ref.json()["detail"][0]["loc"] == ["body", "model", "path"]
+        broken = client.post("/api/v1/runs/validate", content=b"name: [", headers={"Content-Type": "application/yaml"})
+        assert broken.status_code == 422 and broken.json()["detail"]
+
+    def test_viewers_cannot_validate_into_a_project_they_cannot_write(self, client, db):
+        viewer = create_user(client, "v", roles={"default": "viewer"}, scopes=("read",))
+        assert client.post("/api/v1/runs/validate", json=spec(), headers=auth(viewer)).status_code == 403

@@ -1,5 +1,11 @@
 """Worker heartbeats: capacity and GPUs recorded, run progress forwarded, other projects' runs hidden."""
 
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from api.models import Worker
+from api.models.base import utcnow
 from tests.factories import auth, create_project, create_run, create_user, worker_token
 
 GPU = {"index": 0, "name": "NVIDIA H100", "memory_total_mb": 81559, "memory_used_mb": 1024, "utilization": 37.5}
@@ -45,3 +51,15 @@ def test_bad_heartbeats(client, anon, db):
     bad_gpu = {"name": "n", "queues": ["gpu"], "gpus": [{**GPU, "utilization": 250}]}
     assert anon.post("/api/v1/workers/heartbeat", json=bad_gpu, headers=auth(token)).status_code == 422
     assert client.post("/api/v1/workers/heartbeat", json={"name": "n", "queues": ["cpu"]}).status_code == 403
+
+
+def test_a_silent_worker_is_flagged_stale(client, anon, db, app):
+    token = worker_token(client)
+    for name in ("fresh", "silent"):
+        anon.post("/api/v1/workers/heartbeat", json={"name": name, "queues": ["cpu"]}, headers=auth(token))
+    silent = db.scalar(select(Worker).where(Worker.name == "silent"))
+    silent.last_heartbeat = utcnow() - timedelta(seconds=app.state.settings.lost_after_s + 5)
+    db.commit()
+    listed = {w["name"]: w for w in client.get("/api/v1/workers").json()["data"]}
+    assert listed["fresh"]["stale"] is False and listed["silent"]["stale"] is True
+    assert listed["silent"]["seconds_since_heartbeat"] > app.state.settings.lost_after_s

@@ -47,6 +47,17 @@ def create_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, 
     return views.run_detail(session, run.id)
 
 
+@router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
+def validate_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep) -> schemas.SpecCheck:
+    """Check a spec as a submit would (schema, project, referenced runs) without creating a run."""
+    _, parents = service.check_submission(session, principal, spec)
+    return schemas.SpecCheck(
+        spec=spec.model_dump(mode="json"),
+        total_steps=spec.total_steps,
+        parents=[views.link_public(ref, parent) for parent, ref in parents],
+    )
+
+
 @router.get("", response_model=schemas.RunList)
 def list_runs(
     principal: Reader,

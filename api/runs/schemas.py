@@ -72,6 +72,13 @@ class RunList(BaseModel):
     count: int
 
 
+class SpecCheck(BaseModel):
+    valid: Literal[True] = True
+    spec: dict[str, Any] = Field(description="The spec with every default filled in, as a submit would store it")
+    total_steps: int
+    parents: list[RunLinkPublic] = Field(description="The runs this spec names (model: run:<id>@<step>, ...)")
+
+
 class Lineage(BaseModel):
     run_id: int
     parents: list[RunLinkPublic]

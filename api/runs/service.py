@@ -92,7 +92,8 @@ def _set_status(session: Session, run: Run, target: str, reason: str = "") -> No
     session.flush()
 
 
-def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
+def check_submission(session: Session, principal: Principal, spec: RunSpec):
+    """Everything a submit checks beyond the spec's own schema; stores nothing."""
     project = project_by_name_or_422(session, spec.project)
     principal.require(project.id, "write")
     parents = []
@@ -101,6 +102,11 @@ def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
         if parent is None or not principal.can(parent.project_id, "read"):
             raise unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
         parents.append((parent, ref))
+    return project, parents
+
+
+def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
+    project, parents = check_submission(session, principal, spec)
     run = Run(
         project_id=project.id,
         name=spec.name,

@@ -27,7 +27,7 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
     )
 
 
-def _link(link, run: Run) -> schemas.RunLinkPublic:
+def link_public(link, run: Run) -> schemas.RunLinkPublic:
     return schemas.RunLinkPublic(
         run_id=run.id, name=run.name, algorithm=run.algorithm, status=run.status, field=link.field, step=link.step
     )
@@ -36,8 +36,8 @@ def _link(link, run: Run) -> schemas.RunLinkPublic:
 def lineage(session: Session, run_id: int) -> schemas.Lineage:
     return schemas.Lineage(
         run_id=run_id,
-        parents=[_link(link, run) for link, run in repository.parents(session, run_id)],
-        children=[_link(link, run) for link, run in repository.children(session, run_id)],
+        parents=[link_public(link, run) for link, run in repository.parents(session, run_id)],
+        children=[link_public(link, run) for link, run in repository.children(session, run_id)],
     )
 
 

@@ -1,4 +1,4 @@
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from sqlalchemy import select
 
 from api.auth.deps import Reader, WorkerPrincipal
@@ -11,7 +11,8 @@ from api.workers import schemas
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 
-def _public(worker: Worker, principal: Principal, visible_runs: set[int]) -> schemas.WorkerPublic:
+def _public(worker: Worker, principal: Principal, visible_runs: set[int], lost_after_s: float) -> schemas.WorkerPublic:
+    silent = (utcnow() - worker.last_heartbeat).total_seconds()
     run_id = worker.current_run_id if principal.is_site_admin or worker.current_run_id in visible_runs else None
     return schemas.WorkerPublic(
         name=worker.name,
@@ -23,12 +24,15 @@ def _public(worker: Worker, principal: Principal, visible_runs: set[int]) -> sch
         last_step=worker.last_step if run_id else None,
         first_seen=worker.first_seen,
         last_heartbeat=worker.last_heartbeat,
-        seconds_since_heartbeat=(utcnow() - worker.last_heartbeat).total_seconds(),
+        seconds_since_heartbeat=silent,
+        stale=silent > lost_after_s,
     )
 
 
 @router.post("/heartbeat", response_model=schemas.WorkerPublic)
-def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: SessionDep) -> schemas.WorkerPublic:
+def heartbeat(
+    body: schemas.Heartbeat, principal: WorkerPrincipal, session: SessionDep, request: Request
+) -> schemas.WorkerPublic:
     run_id = body.current_run_id
     if run_id is not None:
         run = session.get(Run, run_id)
@@ -48,14 +52,14 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
         worker.token_id = principal.token_id
     worker.last_heartbeat = utcnow()
     session.flush()
-    public = _public(worker, principal, {run_id} if run_id else set())
+    public = _public(worker, principal, {run_id} if run_id else set(), request.app.state.settings.lost_after_s)
     if run_id is not None:
         public.current_run_status = run.status
     return public
 
 
 @router.get("", response_model=schemas.WorkerList)
-def list_workers(principal: Reader, session: SessionDep) -> schemas.WorkerList:
+def list_workers(principal: Reader, session: SessionDep, request: Request) -> schemas.WorkerList:
     workers = session.scalars(select(Worker).order_by(Worker.name)).all()
     run_ids = {w.current_run_id for w in workers if w.current_run_id}
     visible = set()
@@ -63,5 +67,6 @@ def list_workers(principal: Reader, session: SessionDep) -> schemas.WorkerList:
         for run_id, project_id in session.execute(select(Run.id, Run.project_id).where(Run.id.in_(run_ids))):
             if principal.can(project_id, "read"):
                 visible.add(run_id)
-    data = [_public(w, principal, visible) for w in workers]
+    lost_after_s = request.app.state.settings.lost_after_s
+    data = [_public(w, principal, visible, lost_after_s) for w in workers]
     return schemas.WorkerList(data=data, count=len(data))

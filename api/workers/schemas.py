@@ -39,6 +39,7 @@ class WorkerPublic(BaseModel):
     first_seen: datetime
     last_heartbeat: datetime
     seconds_since_heartbeat: float
+    stale: bool = Field(description="No heartbeat for longer than the API's lost_after_s: its run is (or will be) lost")
 
 
 class WorkerList(BaseModel):

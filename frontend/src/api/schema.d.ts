@@ -144,6 +144,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/validate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Validate Run
+         * @description Check a spec as a submit would (schema, project, referenced runs) without creating a run.
+         */
+        post: operations["validate_run_api_v1_runs_validate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}": {
         parameters: {
             query?: never;
@@ -2182,6 +2202,29 @@ export interface components {
              */
             packing: boolean;
         };
+        /** SpecCheck */
+        SpecCheck: {
+            /**
+             * Parents
+             * @description The runs this spec names (model: run:<id>@<step>, ...)
+             */
+            parents: components["schemas"]["RunLinkPublic"][];
+            /**
+             * Spec
+             * @description The spec with every default filled in, as a submit would store it
+             */
+            spec: {
+                [key: string]: unknown;
+            };
+            /** Total Steps */
+            total_steps: number;
+            /**
+             * Valid
+             * @default true
+             * @constant
+             */
+            valid: true;
+        };
         /** StatusUpdate */
         StatusUpdate: {
             /**
@@ -2482,6 +2525,11 @@ export interface components {
             queues: string[];
             /** Seconds Since Heartbeat */
             seconds_since_heartbeat: number;
+            /**
+             * Stale
+             * @description No heartbeat for longer than the API's lost_after_s: its run is (or will be) lost
+             */
+            stale: boolean;
         };
     };
     responses: never;
@@ -3009,6 +3057,46 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    validate_run_api_v1_runs_validate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The run spec, as JSON or YAML (Content-Type application/yaml) */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunSpec"];
+                "application/yaml": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpecCheck"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
