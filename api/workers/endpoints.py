@@ -30,9 +30,7 @@ def _public(worker: Worker, principal: Principal, visible_runs: set[int], lost_a
 
 
 @router.post("/heartbeat", response_model=schemas.WorkerPublic)
-def heartbeat(
-    body: schemas.Heartbeat, principal: WorkerPrincipal, session: SessionDep, request: Request
-) -> schemas.WorkerPublic:
+def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: SessionDep, request: Request) -> schemas.WorkerPublic:
     run_id = body.current_run_id
     if run_id is not None:
         run = session.get(Run, run_id)
