@@ -11,6 +11,10 @@ import { SamplesTab } from './pages/run/SamplesTab';
 import { LogsTab } from './pages/run/LogsTab';
 import { CheckpointsTab } from './pages/run/CheckpointsTab';
 import { SpecTab } from './pages/run/SpecTab';
+import { NewRunPage } from './pages/new/NewRunPage';
+import { ComparePage } from './pages/compare/ComparePage';
+import { WorkersPage } from './pages/workers/WorkersPage';
+import { AdminPage } from './pages/admin/AdminPage';
 
 export function AppRoutes() {
   const navigate = useNavigate();
@@ -29,10 +33,10 @@ export function AppRoutes() {
           <Route path="checkpoints" element={<CheckpointsTab />} />
           <Route path="spec" element={<SpecTab />} />
         </Route>
-        <Route path="/new" element={<Placeholder title="New run" />} />
-        <Route path="/compare" element={<Placeholder title="Compare runs" />} />
-        <Route path="/workers" element={<Placeholder title="Workers" />} />
-        <Route path="/admin" element={<Placeholder title="Admin" />} />
+        <Route path="/new" element={<NewRunPage />} />
+        <Route path="/compare" element={<ComparePage />} />
+        <Route path="/workers" element={<WorkersPage />} />
+        <Route path="/admin" element={<AdminPage />} />
         <Route path="*" element={<Placeholder title="Not found" />} />
       </Route>
     </Routes>

@@ -1,0 +1,5 @@
+import { Placeholder } from '../Placeholder';
+
+export function AdminPage() {
+  return <Placeholder title="Admin" />;
+}

@@ -1,0 +1,5 @@
+import { Placeholder } from '../Placeholder';
+
+export function ComparePage() {
+  return <Placeholder title="Compare runs" />;
+}

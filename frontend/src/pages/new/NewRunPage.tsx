@@ -1,0 +1,5 @@
+import { Placeholder } from '../Placeholder';
+
+export function NewRunPage() {
+  return <Placeholder title="New run" />;
+}

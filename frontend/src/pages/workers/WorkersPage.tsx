@@ -1,0 +1,5 @@
+import { Placeholder } from '../Placeholder';
+
+export function WorkersPage() {
+  return <Placeholder title="Workers" />;
+}
