@@ -1,5 +1,81 @@
-import { Placeholder } from '../Placeholder';
+import { useMemo } from 'react';
+import { Link, useNavigate, useSearchParams } from 'react-router';
+import type { RunDetail } from '../../api/types';
+import type { OverlaySeries } from '../../charts/OverlayChart';
+import { runColor } from './colors';
+import { CompareCharts } from './CompareCharts';
+import { Legend } from './Legend';
+import { parseRunIds, parseSmoothing, toSearch, withRunIds } from './params';
+import { SpecDiff } from './SpecDiff';
+import { useCompareData } from './useCompareData';
+import { useShallowStable } from './useShallowStable';
+import './compare.css';
 
 export function ComparePage() {
-  return <Placeholder title="Compare runs" />;
+  const [params] = useSearchParams();
+  const { ids, invalid } = useMemo(() => parseRunIds(params.get('runs')), [params]);
+  const smoothing = parseSmoothing(params.get('smooth'));
+  const logScale = params.get('log') === '1';
+  const runs = useCompareData(ids);
+
+  const navigate = useNavigate();
+  const go = (next: URLSearchParams, replace: boolean) => navigate({ search: toSearch(next) }, { replace });
+  const setParam = (name: string, value: string | null) => {
+    const next = new URLSearchParams(params);
+    if (value == null) next.delete(name);
+    else next.set(name, value);
+    go(next, true);
+  };
+  const setIds = (next: number[]) => go(withRunIds(params, next), false);
+
+  // Runs that failed to load keep their colour (by URL position) but get no line on the charts.
+  const charted = runs.map((r, i) => ({ r, color: runColor(i) })).filter(({ r }) => r.run != null && r.error == null);
+  const perRun = useShallowStable(charted.map(({ r }) => r.series));
+  const legendKey = charted.map(({ r, color }) => `${r.id}:${r.run?.name ?? ''}:${color}`).join(',');
+  const legend = useMemo<OverlaySeries[]>(
+    () => charted.map(({ r, color }) => ({ label: `#${r.id} ${r.run?.name ?? ''}`.trim(), color })),
+    [legendKey], // eslint-disable-line react-hooks/exhaustive-deps
+  );
+  const details = useShallowStable(runs.map((r) => r.run).filter((r): r is RunDetail => r != null));
+
+  return (
+    <div className="compare-page">
+      <h1>Compare runs</h1>
+      {invalid.length > 0 && (
+        <p role="alert" className="error">
+          Ignored {invalid.map((t) => `"${t}"`).join(', ')} in runs=: run ids are positive whole numbers.
+        </p>
+      )}
+      {ids.length < 2 && (
+        <p className="compare-hint">
+          Pick at least two runs on the <Link to="/runs">Runs page</Link> (tick them, then Compare), or add them by id below.
+        </p>
+      )}
+      <Legend runs={runs} onRemove={(id) => setIds(ids.filter((x) => x !== id))} onAdd={(id) => setIds([...ids, id])} />
+      {ids.length >= 2 && (
+        <>
+          <form className="chart-controls" onSubmit={(e) => e.preventDefault()}>
+            <label htmlFor="compare-smoothing">
+              Smoothing <output htmlFor="compare-smoothing">{smoothing.toFixed(2)}</output>
+            </label>
+            <input
+              id="compare-smoothing"
+              type="range"
+              min={0}
+              max={0.99}
+              step={0.01}
+              value={smoothing}
+              onChange={(e) => setParam('smooth', e.target.value)}
+            />
+            <label className="check">
+              <input type="checkbox" checked={logScale} onChange={(e) => setParam('log', e.target.checked ? '1' : null)} />
+              Log scale
+            </label>
+          </form>
+          {details.length >= 2 && <SpecDiff runs={details} />}
+          <CompareCharts perRun={perRun} legend={legend} smoothing={smoothing} logScale={logScale} />
+        </>
+      )}
+    </div>
+  );
 }

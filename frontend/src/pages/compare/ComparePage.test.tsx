@@ -1,0 +1,118 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { fireEvent, render, screen, within } from '@testing-library/react';
+import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
+import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { ComparePage } from './ComparePage';
+
+// uPlot needs a canvas; the chart is stood in for by its container and attributes.
+vi.mock('../../charts/OverlayChart', () => ({
+  OverlayChart: (p: { metricKey: string; seriesWithData: number; data: unknown[][] }) => (
+    <div data-chart={p.metricKey} data-series={p.seriesWithData} data-points={p.data[0]?.length ?? 0} />
+  ),
+}));
+
+const run = (id: number, name: string, spec: object, status = 'succeeded') => ({
+  id, name, status, project: 'default', algorithm: 'sft', backend: 'fake', queue: 'cpu', status_reason: '', archived: false,
+  total_steps: 100, last_step: 100, created_by: 'admin', created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z',
+  started_at: null, ended_at: null, latest_checkpoint_step: null, output: null, attempts: [], parents: [], children: [], spec,
+});
+const series = (key: string, steps: number[]) => ({
+  key, total_points: steps.length, downsampled: false,
+  points: steps.map((step) => ({ step, value: step / 10, min: null, max: null, count: 1, time: step })),
+});
+
+const RUNS: Record<number, ReturnType<typeof run>> = {
+  3: run(3, 'alpha', { train: { lr: 0.0001, steps: 100 }, seed: 1 }),
+  7: run(7, 'beta', { train: { lr: 0.0002, steps: 100 }, seed: 1 }),
+};
+const METRICS: Record<number, unknown[]> = {
+  3: [series('train/loss', [0, 10, 20]), series('train/lr', [0, 10])],
+  7: [series('train/loss', [5, 15])],
+};
+
+function json(body: unknown, status = 200) {
+  return new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+}
+
+function stubApi() {
+  vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+    const m = /\/api\/v1\/runs\/(\d+)(\/metrics)?$/.exec(new URL(req.url).pathname);
+    const id = Number(m?.[1]);
+    if (id === 5) return json({ detail: 'Not allowed' }, 403);
+    if (!m || !RUNS[id]) return json({ detail: 'Run not found' }, 404);
+    return json(m[2] ? { run_id: id, max_points: 1500, series: METRICS[id] } : RUNS[id]);
+  }));
+}
+
+function Where() {
+  const loc = useLocation();
+  return <output data-testid="where">{loc.pathname + loc.search}</output>;
+}
+
+function renderAt(url: string) {
+  const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+  render(
+    <QueryClientProvider client={client}>
+      <MemoryRouter initialEntries={[url]}>
+        <Routes>
+          <Route path="/compare" element={<><ComparePage /><Where /></>} />
+        </Routes>
+      </MemoryRouter>
+    </QueryClientProvider>,
+  );
+  return client;
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe('ComparePage', () => {
+  it('shows the legend, one chart per key with the runs that have it, and the spec diff', async () => {
+    stubApi();
+    const client = renderAt('/compare?runs=3,7&smooth=0');
+    expect(screen.getByRole('heading', { level: 1, name: 'Compare runs' })).toBeTruthy();
+    const legend = screen.getByRole('list', { name: 'Compared runs' });
+    expect(await within(legend).findByRole('link', { name: '#3 alpha' })).toBeTruthy();
+    expect(within(legend).getByRole('link', { name: '#7 beta' }).getAttribute('href')).toBe('/runs/7');
+
+    await vi.waitFor(() => expect(document.querySelector('[data-chart="train/loss"]')).toBeTruthy());
+    const loss = document.querySelector<HTMLElement>('[data-chart="train/loss"]')!;
+    expect(loss.dataset.series).toBe('2');
+    expect(loss.dataset.points).toBe('5'); // union of 0,10,20 and 5,15
+    expect(document.querySelector<HTMLElement>('[data-chart="train/lr"]')!.dataset.series).toBe('1');
+
+    const diff = screen.getByRole('region', { name: 'Spec differences' });
+    const rows = within(diff).getAllByRole('row');
+    expect(rows).toHaveLength(2); // header + train.lr
+    expect(within(rows[1]!).getByText('0.0002').closest('td')!.className).toBe('cell-differs');
+    fireEvent.click(within(diff).getByRole('checkbox', { name: 'Show all fields' }));
+    expect(within(diff).getAllByRole('row')).toHaveLength(4);
+
+    fireEvent.click(screen.getByRole('button', { name: 'Remove run 7 from comparison' }));
+    expect(screen.getByTestId('where').textContent).toBe('/compare?runs=3&smooth=0');
+    expect(screen.getByText(/Pick at least two runs on the/)).toBeTruthy();
+    client.clear();
+  });
+
+  it('names missing and forbidden runs inline and still compares the others', async () => {
+    stubApi();
+    const client = renderAt('/compare?runs=3,99,5,7,abc');
+    expect(await screen.findByText('run 99: not found')).toBeTruthy();
+    expect(await screen.findByText(/run 5: no access/)).toBeTruthy();
+    expect(screen.getByText(/Ignored "abc"/)).toBeTruthy();
+    await vi.waitFor(() =>
+      expect(document.querySelector<HTMLElement>('[data-chart="train/loss"]')?.dataset.series).toBe('2'),
+    );
+    fireEvent.change(screen.getByLabelText('Add run'), { target: { value: '12' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Add' }));
+    expect(screen.getByTestId('where').textContent).toBe('/compare?runs=3,99,5,7,12');
+    client.clear();
+  });
+
+  it('asks for two runs when given fewer', () => {
+    stubApi();
+    const client = renderAt('/compare');
+    expect(screen.getByText(/Pick at least two runs on the/).textContent).toContain('Runs page');
+    expect(document.querySelector('[data-chart]')).toBeNull();
+    client.clear();
+  });
+});

@@ -1,0 +1,85 @@
+import { useEffect, useRef } from 'react';
+import { useQueries, useQueryClient } from '@tanstack/react-query';
+import { api, ApiError, unwrap } from '../../api/client';
+import { ACTIVE, type RunDetail, type Series } from '../../api/types';
+
+// The server keeps each bucket's min and max, so ~1500 points still show spikes.
+const MAX_POINTS = 1500;
+const ACTIVE_REFRESH_MS = 10_000;
+
+export interface ComparedRun {
+  id: number;
+  run: RunDetail | undefined;
+  series: Series[] | undefined;
+  loading: boolean;
+  /** Why this run (or its metrics) cannot be shown, worded for the page: "run 99: not found". */
+  error: string | null;
+}
+
+const noRetryOn4xx = (count: number, error: unknown) => !(error instanceof ApiError && error.status < 500) && count < 2;
+
+export function describeError(id: number, error: unknown): string {
+  if (error instanceof ApiError) {
+    if (error.status === 404) return `run ${id}: not found`;
+    if (error.status === 403) return `run ${id}: no access (it belongs to a project you are not a member of)`;
+    return `run ${id}: ${error.detail}`;
+  }
+  return `run ${id}: ${error instanceof Error ? error.message : String(error)}`;
+}
+
+/** Each run's detail and metrics; active runs poll every 10 s, finished ones are fetched once. */
+export function useCompareData(ids: readonly number[]): ComparedRun[] {
+  const details = useQueries({
+    queries: ids.map((id) => ({
+      queryKey: ['run', id],
+      queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id } } })),
+      retry: noRetryOn4xx,
+      refetchInterval: (q: { state: { data?: RunDetail } }) =>
+        q.state.data && ACTIVE.has(q.state.data.status) ? ACTIVE_REFRESH_MS : false,
+    })),
+  });
+  const metrics = useQueries({
+    queries: ids.map((id, i) => {
+      const run = details[i]?.data;
+      const active = run != null && ACTIVE.has(run.status);
+      return {
+        queryKey: ['compare-metrics', id, MAX_POINTS],
+        queryFn: () =>
+          unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: id }, query: { max_points: MAX_POINTS } } })),
+        enabled: run != null,
+        retry: noRetryOn4xx,
+        refetchInterval: active ? ACTIVE_REFRESH_MS : (false as const),
+        staleTime: active ? 0 : 5 * 60_000,
+      };
+    }),
+  });
+  useRefreshWhenFinished(ids, details.map((d) => d.data?.status));
+  return ids.map((id, i) => {
+    const detail = details[i]!;
+    const metric = metrics[i]!;
+    const error = detail.error ?? metric.error;
+    return {
+      id,
+      run: detail.data,
+      series: metric.data?.series,
+      loading: detail.isPending || (detail.data != null && metric.isPending),
+      error: error ? describeError(id, error) : null,
+    };
+  });
+}
+
+/** A run that just left an active status logged its last points after our last poll: fetch them once. */
+function useRefreshWhenFinished(ids: readonly number[], statuses: ReadonlyArray<RunDetail['status'] | undefined>) {
+  const client = useQueryClient();
+  const wasActive = useRef(new Map<number, boolean>());
+  const signature = ids.map((id, i) => `${id}:${statuses[i] ?? ''}`).join(',');
+  useEffect(() => {
+    ids.forEach((id, i) => {
+      const status = statuses[i];
+      if (status == null) return;
+      const active = ACTIVE.has(status);
+      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: ['compare-metrics', id] });
+      wasActive.current.set(id, active);
+    });
+  }, [signature]); // eslint-disable-line react-hooks/exhaustive-deps
+}

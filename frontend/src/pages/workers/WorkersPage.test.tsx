@@ -1,0 +1,73 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { render, screen, within } from '@testing-library/react';
+import { MemoryRouter } from 'react-router';
+import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { WorkersPage } from './WorkersPage';
+
+const worker = (over: object) => ({
+  name: 'w', hostname: 'host', queues: ['cpu'], capacity: 1, gpus: [], current_run_id: null, current_run_status: null,
+  last_step: null, first_seen: '2025-01-01T00:00:00Z', last_heartbeat: '2025-01-01T00:00:00Z',
+  seconds_since_heartbeat: 3, stale: false, ...over,
+});
+
+function stubWorkers(data: unknown[]) {
+  vi.stubGlobal('fetch', vi.fn(async () =>
+    new Response(JSON.stringify({ data, count: data.length }), { status: 200, headers: { 'Content-Type': 'application/json' } }),
+  ));
+}
+
+function renderPage() {
+  const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+  render(
+    <QueryClientProvider client={client}>
+      <MemoryRouter>
+        <WorkersPage />
+      </MemoryRouter>
+    </QueryClientProvider>,
+  );
+  return client;
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe('WorkersPage', () => {
+  it('lists workers, summarises queues and flags stale workers in words', async () => {
+    stubWorkers([
+      worker({
+        name: 'gpu-box', hostname: 'node1', queues: ['gpu'], capacity: 2, current_run_id: 42, current_run_status: 'running', last_step: 17,
+        gpus: [{ index: 0, name: 'H100', memory_total_mb: 81920, memory_used_mb: 40960, utilization: 87 }],
+        seconds_since_heartbeat: 12,
+      }),
+      worker({ name: 'old', queues: ['cpu'], stale: true, seconds_since_heartbeat: 600 }),
+    ]);
+    const client = renderPage();
+    expect(screen.getByRole('heading', { level: 1, name: 'Workers' })).toBeTruthy();
+    const row = (await screen.findByText('gpu-box')).closest('tr')!;
+    expect(row.dataset.worker).toBe('gpu-box');
+    expect(within(row).getByRole('link', { name: '#42' }).getAttribute('href')).toBe('/runs/42');
+    expect(within(row).getByText('step 17')).toBeTruthy();
+    expect(within(row).getByText('12 s ago')).toBeTruthy();
+    expect(within(row).getByText('1 × H100')).toBeTruthy();
+    expect(within(row).getByRole('meter', { name: 'GPU 0 utilisation' }).getAttribute('aria-valuenow')).toBe('87');
+
+    const stale = document.querySelector<HTMLElement>('[data-worker="old"]')!;
+    expect(stale.className).toBe('stale');
+    expect(within(stale).getByText('stale')).toBeTruthy();
+    expect(within(row).queryByText('stale')).toBeNull();
+
+    const gpuQueue = document.querySelector('[data-queue="gpu"]')!;
+    expect([...gpuQueue.querySelectorAll('td')].map((td) => td.textContent)).toEqual(['1', '1', '0', '0', '1']);
+    const cpuQueue = document.querySelector('[data-queue="cpu"]')!;
+    expect([...cpuQueue.querySelectorAll('td')].map((td) => td.textContent)).toEqual(['1', '0', '0', '1', '0']);
+    client.clear();
+  });
+
+  it('explains how to start a worker when there are none', async () => {
+    stubWorkers([]);
+    const client = renderPage();
+    expect(await screen.findByText('No workers have sent a heartbeat.')).toBeTruthy();
+    expect(screen.getByText('rlplane worker --queues cpu --api URL --token TOKEN')).toBeTruthy();
+    expect(document.querySelector('table')).toBeNull();
+    client.clear();
+  });
+});
