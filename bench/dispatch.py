@@ -56,12 +56,14 @@ def free_port() -> int:
 class Up:
     """`rlplane up --workers 1` in a fresh home, with an admin client."""
 
-    def __init__(self, home: Path, broker: str | None) -> None:
+    def __init__(self, home: Path, broker: str | None, database: str | None = None) -> None:
         self.home, self.port = home, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
         env.update({"RLPLANE_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
         if broker:
             env["RLPLANE_BROKER_URL"] = broker
+        if database:
+            env["RLPLANE_DATABASE_URL"] = database
         home.mkdir(parents=True)
         self.log = (home / "up.log").open("w")
         command = [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", "1"]

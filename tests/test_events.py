@@ -7,7 +7,9 @@ import time
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
+from api.models import Metric
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.factories import ADMIN_TOKEN, auth, create_run, spec
 from tests.servers import api_processes
@@ -122,3 +124,17 @@ def test_events_fan_out_across_api_processes(two_api_processes):
     assert seen["metrics"] == [{"key": "k", "step": 7, "value": 0.5, "time": seen["metrics"][0]["time"]}]
     assert seen["status"][0]["status"] == "cancelled"
     assert httpx.get(f"{a.url}/api/v1/users", headers=headers).json()["count"] == 1  # one admin, not two
+
+
+def test_the_starting_cursor_is_the_runs_newest_row_inside_or_outside_the_recent_window(client, db, monkeypatch):
+    from api.events import stream
+
+    monkeypatch.setattr(stream, "RECENT_IDS", 5)
+    old, busy = create_run(client), create_run(client)
+    points = lambda n: [{"key": "k", "step": s, "value": 1.0} for s in range(n)]  # noqa: E731
+    client.post(f"/api/v1/runs/{old['id']}/metrics", json=points(3))
+    client.post(f"/api/v1/runs/{busy['id']}/metrics", json=points(20))  # pushes `old` out of the window
+    newest = lambda run_id: db.scalar(select(func.max(Metric.id)).where(Metric.run_id == run_id))  # noqa: E731
+    assert stream.current_cursor(db, old["id"]).metric == newest(old["id"])
+    assert stream.current_cursor(db, busy["id"]).metric == newest(busy["id"])
+    assert stream.current_cursor(db, create_run(client)["id"]).metric == 0

@@ -1,4 +1,4 @@
-"""Idempotent ingest and deterministic bucketed downsampling (min/max/last per bucket)."""
+"""Idempotent ingest and deterministic bucketed downsampling (min/max/last per bucket; long series via rollups)."""
 
 import math
 import time
@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
 from api.inserts import IngestResult, ingest_rows
-from api.metrics import schemas
+from api.metrics import rollups, schemas
 from api.models import Metric
 from api.runs.service import claim_for_report
 
@@ -27,7 +27,10 @@ def ingest(session: Session, principal: Principal, run_id: int, points: list[sch
         }
         for p in points
     ]
-    return ingest_rows(session, Metric, rows, ["run_id", "key", "step"])
+    blocks = rollups.summarise(rows)
+    result = ingest_rows(session, Metric, rows, ["run_id", "key", "step"])
+    rollups.record(session, run_id, blocks, result.accepted, len(rows))
+    return result
 
 
 def _value_or_null():
@@ -36,26 +39,14 @@ def _value_or_null():
 
 
 def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
-    grouped = (
-        select(Metric.key, func.count().label("n"), func.max(Metric.step).label("last"))
-        .where(Metric.run_id == run_id)
-        .group_by(Metric.key)
-        .subquery()
-    )
-    rows = session.execute(
-        select(grouped.c.key, grouped.c.n, grouped.c.last, Metric.value, Metric.is_nan, Metric.time)
-        .join(Metric, and_(Metric.run_id == run_id, Metric.key == grouped.c.key, Metric.step == grouped.c.last))
-        .order_by(grouped.c.key)
-    )
-    return [
-        schemas.KeySummary(key=k, count=n, last_step=last, last_value=math.nan if nan else v, last_time=t)
-        for k, n, last, v, nan, t in rows
-    ]
+    return rollups.key_summaries(session, run_id)
 
 
 def series(
     session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
 ) -> schemas.Series:
+    if step_min is None and step_max is None and (summarised := rollups.series(session, run_id, key, max_points)):
+        return summarised
     scope = [Metric.run_id == run_id, Metric.key == key]
     if step_min is not None:
         scope.append(Metric.step >= step_min)

@@ -7,6 +7,7 @@ from api.models.dataset import Dataset
 from api.models.log_line import LogLine
 from api.models.membership import ROLES, Membership
 from api.models.metric import Metric
+from api.models.metric_rollup import MetricRollup
 from api.models.project import Project
 from api.models.run import Run
 from api.models.run_attempt import RunAttempt
@@ -25,6 +26,7 @@ __all__ = [
     "LogLine",
     "Membership",
     "Metric",
+    "MetricRollup",
     "Project",
     "Run",
     "RunAttempt",

@@ -1,0 +1,215 @@
+"""Per-block summaries of each series, kept by ingest, so long series downsample without a full scan.
+
+A chart asks for ~1500 points; a run may hold a million per key. Reading and grouping a million
+rows takes seconds on SQLite, so every ingest also keeps, for blocks of WIDTHS steps, the count,
+min and max (NaN skipped) and the last point. A long series is then downsampled from a few
+thousand block rows. Shorter series, and any request with a step range, still read raw points.
+
+Ingest is idempotent, so a block must count each point once: when the whole batch was new the
+batch's own summary is merged into the stored one; when some of it was already stored (a replay,
+a point twice in one batch) the touched blocks are recomputed from the points themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import and_, func, select, text, tuple_
+from sqlalchemy.orm import Session
+
+from api.metrics import schemas
+from api.models import Metric, MetricRollup
+
+WIDTHS = (32, 1024)
+RAW_LIMIT = 50_000  # up to this many points, grouping the raw points is fast enough and exact to the step
+MAX_BLOCK_ROWS = 60_000  # the finer width is used while it gives at most this many blocks
+
+Block = tuple[int, str, int]  # (width, key, block)
+
+
+@dataclass(frozen=True)
+class Summary:
+    count: int
+    min: float | None
+    max: float | None
+    first_step: int
+    last_step: int
+    last_value: float
+    last_is_nan: bool
+    last_time: float
+
+    def merged(self, other: Summary) -> Summary:
+        later = other if other.last_step > self.last_step else self
+        return replace(
+            later,
+            count=self.count + other.count,
+            min=_edge(min, self.min, other.min),
+            max=_edge(max, self.max, other.max),
+            first_step=min(self.first_step, other.first_step),
+        )
+
+
+def _edge(pick, a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else pick(a, b)
+
+
+def summarise(rows: Iterable[dict[str, Any]]) -> dict[Block, Summary]:
+    """Block summaries of a batch of metric rows (before they are stored: Postgres ingest rewrites inf in place)."""
+    acc: dict[Block, list] = {}  # mutable [count, min, max, first, last, value, nan, time]: ingest's hot path
+    for row in rows:
+        step, nan, value = row["step"], row["is_nan"], row["value"]
+        for width in WIDTHS:
+            where = (width, row["key"], step // width)
+            a = acc.get(where)
+            if a is None:
+                edge = None if nan else value
+                acc[where] = [1, edge, edge, step, step, value, nan, row["time"]]
+                continue
+            a[0] += 1
+            if not nan:
+                if a[1] is None or value < a[1]:
+                    a[1] = value
+                if a[2] is None or value > a[2]:
+                    a[2] = value
+            if step < a[3]:
+                a[3] = step
+            if step > a[4]:
+                a[4], a[5], a[6], a[7] = step, value, nan, row["time"]
+    return {where: Summary(*a) for where, a in acc.items()}
+
+
+def record(session: Session, run_id: int, batch: dict[Block, Summary], accepted: int, sent: int) -> None:
+    """Bring the blocks a batch touched up to date, given how many of its `sent` rows were new."""
+    if accepted == 0 or not batch:
+        return
+    if accepted == sent:
+        stored = _stored(session, run_id, batch.keys())
+        _upsert(session, run_id, {b: stored[b].merged(s) if b in stored else s for b, s in batch.items()})
+    else:
+        _upsert(session, run_id, _recomputed(session, run_id, batch.keys()))
+
+
+def _stored(session: Session, run_id: int, blocks: Iterable[Block]) -> dict[Block, Summary]:
+    wanted = list(blocks)
+    rows = session.scalars(
+        select(MetricRollup).where(
+            MetricRollup.run_id == run_id,
+            tuple_(MetricRollup.width, MetricRollup.key, MetricRollup.block).in_(wanted),
+        )
+    )
+    return {(r.width, r.key, r.block): _summary(r) for r in rows}
+
+
+def _summary(r: MetricRollup) -> Summary:
+    return Summary(r.count, r.min, r.max, r.first_step, r.last_step, r.last_value, r.last_is_nan, r.last_time)
+
+
+def _recomputed(session: Session, run_id: int, blocks: Iterable[Block]) -> dict[Block, Summary]:
+    out: dict[Block, Summary] = {}
+    for width, key, block in blocks:
+        scope = [Metric.run_id == run_id, Metric.key == key, Metric.step >= block * width, Metric.step < (block + 1) * width]
+        points = session.execute(select(Metric.step, Metric.value, Metric.is_nan, Metric.time).where(*scope))
+        rows = [{"key": key, "step": s, "value": v, "is_nan": n, "time": t} for s, v, n, t in points]
+        out[(width, key, block)] = summarise(rows)[(width, key, block)]
+    return out
+
+
+@functools.cache
+def _upsert_statement():
+    columns = ("run_id", "key", "width", "block", "count", "min", "max", "first_step", "last_step", "last_value",
+               "last_is_nan", "last_time")  # fmt: skip
+    names = ", ".join(f'"{c}"' for c in columns)
+    values = ", ".join(f":{c}" for c in columns)
+    updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[4:])
+    return text(
+        f"INSERT INTO metric_rollups ({names}) VALUES ({values}) "
+        f'ON CONFLICT ("run_id", "key", "width", "block") DO UPDATE SET {updates}'
+    )
+
+
+def _upsert(session: Session, run_id: int, blocks: dict[Block, Summary]) -> None:
+    rows = [
+        {"run_id": run_id, "key": key, "width": width, "block": block, **s.__dict__} for (width, key, block), s in blocks.items()
+    ]
+    if rows:
+        session.connection().execute(_upsert_statement(), rows)
+
+
+def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.Series | None:
+    """The series downsampled from its blocks, or None when it is short enough to read raw."""
+    scope = [MetricRollup.run_id == run_id, MetricRollup.key == key]
+    coarse = session.execute(
+        select(func.count(), func.sum(MetricRollup.count)).where(*scope, MetricRollup.width == WIDTHS[-1])
+    ).one()
+    blocks, total = coarse[0], coarse[1] or 0
+    if total <= max(RAW_LIMIT, max_points):
+        return None
+    fine, wide = WIDTHS[0], WIDTHS[-1]
+    width = fine if min(total, blocks * wide // fine) <= MAX_BLOCK_ROWS else wide
+    scope.append(MetricRollup.width == width)
+    lo, hi = session.execute(select(func.min(MetricRollup.first_step), func.max(MetricRollup.last_step)).where(*scope)).one()
+    bucket = ((MetricRollup.last_step - lo) * max_points) // (hi - lo + 1)
+    grouped = (
+        select(
+            func.max(MetricRollup.last_step).label("last"),
+            func.min(MetricRollup.min).label("lo"),
+            func.max(MetricRollup.max).label("hi"),
+            func.sum(MetricRollup.count).label("n"),
+        )
+        .where(*scope)
+        .group_by(bucket)
+        .subquery()
+    )
+    last = MetricRollup
+    rows = session.execute(
+        select(grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, last.last_value, last.last_is_nan, last.last_time)
+        # by primary key: the block holding a bucket's last step
+        .join(last, and_(*scope, last.block == grouped.c.last // width))
+        .order_by(grouped.c.last)
+    )
+    points = [
+        schemas.SeriesPoint(step=step, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t)
+        for step, vmin, vmax, n, value, nan, t in rows
+    ]
+    return schemas.Series(key=key, total_points=total, downsampled=True, points=points)
+
+
+def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
+    """Every key's point count and last point, from the widest blocks (a run may hold millions of points)."""
+    width = WIDTHS[-1]
+    scope = [MetricRollup.run_id == run_id, MetricRollup.width == width]
+    grouped = (
+        select(MetricRollup.key, func.sum(MetricRollup.count).label("n"), func.max(MetricRollup.last_step).label("last"))
+        .where(*scope)
+        .group_by(MetricRollup.key)
+        .subquery()
+    )
+    last = MetricRollup
+    rows = session.execute(
+        select(grouped.c.key, grouped.c.n, grouped.c.last, last.last_value, last.last_is_nan, last.last_time)
+        .join(last, and_(*scope, last.key == grouped.c.key, last.block == grouped.c.last // width))
+        .order_by(grouped.c.key)
+    )
+    return [
+        schemas.KeySummary(key=k, count=n, last_step=step, last_value=math.nan if nan else v, last_time=t)
+        for k, n, step, v, nan, t in rows
+    ]
+
+
+def backfill_sql(width: int) -> str:
+    """Summaries of every stored point at one width, for the migration that adds the table."""
+    finite = "CASE WHEN m.is_nan THEN NULL ELSE m.value END"
+    return f"""
+        INSERT INTO metric_rollups (run_id, "key", width, block, "count", "min", "max", first_step, last_step,
+                                    last_value, last_is_nan, last_time)
+        SELECT g.run_id, g."key", {int(width)}, g.block, g.n, g.lo, g.hi, g.first_step, g.last_step,
+               p.value, p.is_nan, p.time
+        FROM (SELECT m.run_id, m."key", m.step / {int(width)} AS block, count(*) AS n, min({finite}) AS lo,
+                     max({finite}) AS hi, min(m.step) AS first_step, max(m.step) AS last_step
+              FROM metrics m GROUP BY m.run_id, m."key", m.step / {int(width)}) g
+        JOIN metrics p ON p.run_id = g.run_id AND p."key" = g."key" AND p.step = g.last_step
+    """
