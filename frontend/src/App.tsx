@@ -1,4 +1,4 @@
-import { useEffect } from 'react';
+import { lazy, Suspense, useEffect, type ComponentType } from 'react';
 import { Navigate, Route, Routes, useNavigate } from 'react-router';
 import { setUnauthorizedNavigator } from './api/unauthorized';
 import { RequireAuth } from './components/RequireAuth';
@@ -7,14 +7,28 @@ import { SignIn } from './pages/SignIn';
 import { RunsPage } from './pages/runs/RunsPage';
 import { RunPage } from './pages/run/RunPage';
 import { ChartsTab } from './pages/run/ChartsTab';
-import { SamplesTab } from './pages/run/SamplesTab';
-import { LogsTab } from './pages/run/LogsTab';
-import { CheckpointsTab } from './pages/run/CheckpointsTab';
-import { SpecTab } from './pages/run/SpecTab';
-import { NewRunPage } from './pages/new/NewRunPage';
-import { ComparePage } from './pages/compare/ComparePage';
-import { WorkersPage } from './pages/workers/WorkersPage';
-import { AdminPage } from './pages/admin/AdminPage';
+
+// Pages other than the runs list and a run's charts load on first visit, so the first screen
+// parses less code (bench/dashboard.py times opening a run page in a cold browser).
+function page<K extends string>(load: () => Promise<Record<K, ComponentType>>, name: K) {
+  const Lazy = lazy(async (): Promise<{ default: ComponentType }> => ({ default: (await load())[name] }));
+  return function LazyPage() {
+    return (
+      <Suspense fallback={<p className="muted">Loading…</p>}>
+        <Lazy />
+      </Suspense>
+    );
+  };
+}
+
+const SamplesTab = page(() => import('./pages/run/SamplesTab'), 'SamplesTab');
+const LogsTab = page(() => import('./pages/run/LogsTab'), 'LogsTab');
+const CheckpointsTab = page(() => import('./pages/run/CheckpointsTab'), 'CheckpointsTab');
+const SpecTab = page(() => import('./pages/run/SpecTab'), 'SpecTab');
+const NewRunPage = page(() => import('./pages/new/NewRunPage'), 'NewRunPage');
+const ComparePage = page(() => import('./pages/compare/ComparePage'), 'ComparePage');
+const WorkersPage = page(() => import('./pages/workers/WorkersPage'), 'WorkersPage');
+const AdminPage = page(() => import('./pages/admin/AdminPage'), 'AdminPage');
 
 export function AppRoutes() {
   const navigate = useNavigate();

@@ -36,7 +36,18 @@ export function MetricChart({ metricKey, store, smoothing, xBy, logScale }: Prop
     const el = box.current;
     if (!plot.current || !el) return;
     plot.current.setData(dataFor());
-    el.dataset.points = String(store.get(metricKey)?.steps.length ?? 0);
+    markDrawn(el);
+  };
+
+  // data-points / data-last-step say what is on the canvas: tests and bench/dashboard.py read them.
+  const markDrawn = (el: HTMLElement) => {
+    const steps = store.get(metricKey)?.steps ?? [];
+    el.dataset.points = String(steps.length);
+    const last = steps.length ? String(steps[steps.length - 1]) : '';
+    // uPlot paints on the next frame; the attribute follows it so a reader sees drawn points only.
+    requestAnimationFrame(() => {
+      el.dataset.lastStep = last;
+    });
   };
 
   // Build on mount and when the axis kind changes: uPlot fixes scale types at creation.
@@ -67,7 +78,7 @@ export function MetricChart({ metricKey, store, smoothing, xBy, logScale }: Prop
       cursor: { drag: { x: true, y: false } },
     };
     plot.current = new uPlot(opts, dataFor(), el);
-    el.dataset.points = String(store.get(metricKey)?.steps.length ?? 0);
+    markDrawn(el);
     const unsubscribe = store.subscribe(metricKey, redraw);
     const resize = new ResizeObserver(() => plot.current?.setSize({ width: Math.max(200, el.clientWidth), height: 200 }));
     resize.observe(el);

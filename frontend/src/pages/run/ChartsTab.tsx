@@ -1,20 +1,14 @@
-import { useEffect, useMemo, useState, useSyncExternalStore } from 'react';
+import { useMemo, useSyncExternalStore } from 'react';
 import { useSearchParams } from 'react-router';
-import { api, unwrap } from '../../api/client';
 import { ErrorNote } from '../../components/ErrorNote';
 import { MetricChart } from '../../charts/MetricChart';
 import { groupPanels } from '../../charts/panels';
-import { MetricStore } from '../../charts/store';
 import { useRunContext } from './context';
 
-// The server keeps each bucket's min and max, so ~1500 points still show spikes.
-const MAX_POINTS = 1500;
-
 export function ChartsTab() {
-  const { run, bus } = useRunContext();
-  const store = useMemo(() => new MetricStore(), [run.id]);
-  const [error, setError] = useState<unknown>(null);
-  const [loaded, setLoaded] = useState(false);
+  const {
+    metrics: { store, loaded, error },
+  } = useRunContext();
   const [params, setParams] = useSearchParams();
   const smoothing = Math.min(0.99, Math.max(0, Number(params.get('smooth') ?? 0.6) || 0));
   const logScale = params.get('log') === '1';
@@ -29,24 +23,6 @@ export function ChartsTab() {
       },
       { replace: true },
     );
-
-  useEffect(() => {
-    // Subscribe before fetching: points that arrive meanwhile wait in the store, and the
-    // overlap with the fetched history is dropped by step.
-    const off = bus.on('metrics', (points) => store.append(points));
-    let cancelled = false;
-    unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: run.id }, query: { max_points: MAX_POINTS } } }))
-      .then((res) => {
-        if (cancelled) return;
-        store.load(res.series);
-        setLoaded(true);
-      })
-      .catch((err: unknown) => !cancelled && setError(err));
-    return () => {
-      cancelled = true;
-      off();
-    };
-  }, [bus, store, run.id]);
 
   const keysVersion = useSyncExternalStore(
     (fn) => store.subscribeKeys(fn),

@@ -2,6 +2,8 @@ import { useEffect, useState } from 'react';
 import { NavLink, Outlet, useParams } from 'react-router';
 import { useQueryClient } from '@tanstack/react-query';
 import { useRun } from '../../api/queries';
+import { ACTIVE } from '../../api/types';
+import { useMetricHistory } from '../../charts/useMetricHistory';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunEvents } from '../../sse/useRunEvents';
 import type { RunContext } from './context';
@@ -20,6 +22,7 @@ export function RunPage() {
   const runId = Number(idParam);
   const run = useRun(runId);
   const { bus, connected } = useRunEvents(runId);
+  const metrics = useMetricHistory(runId, bus);
   const queryClient = useQueryClient();
   const [liveStep, setLiveStep] = useState<number | null>(null);
 
@@ -41,10 +44,11 @@ export function RunPage() {
   if (run.error) return <ErrorNote error={run.error} />;
   if (!run.data) return <p className="muted">Loading run {runId}…</p>;
 
-  const context: RunContext = { run: run.data, bus };
+  const context: RunContext = { run: run.data, bus, metrics };
   return (
     <section className="run-page">
-      <RunHeader run={run.data} liveStep={liveStep} connected={connected} />
+      {/* An ended run gets no new points: the live dot goes off even while the stream stays open. */}
+      <RunHeader run={run.data} liveStep={liveStep} connected={connected && ACTIVE.has(run.data.status)} />
       <nav className="tabs" aria-label="Run sections">
         {TABS.map(([path, label]) => (
           <NavLink key={label} to={path ? `/runs/${runId}/${path}` : `/runs/${runId}`} end>
