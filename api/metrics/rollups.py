@@ -24,9 +24,8 @@ from sqlalchemy.orm import Session
 from api.metrics import schemas
 from api.models import Metric, MetricRollup
 
-WIDTHS = (32, 1024)
+WIDTHS = (32, 512)
 RAW_LIMIT = 50_000  # up to this many points, grouping the raw points is fast enough and exact to the step
-MAX_BLOCK_ROWS = 60_000  # the finer width is used while it gives at most this many blocks
 
 Block = tuple[int, str, int]  # (width, key, block)
 
@@ -148,8 +147,9 @@ def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.
     blocks, total = coarse[0], coarse[1] or 0
     if total <= max(RAW_LIMIT, max_points):
         return None
-    fine, wide = WIDTHS[0], WIDTHS[-1]
-    width = fine if min(total, blocks * wide // fine) <= MAX_BLOCK_ROWS else wide
+    # The widest blocks that still give the chart its max_points buckets: fewer rows to group.
+    wide = WIDTHS[-1]
+    width = next((w for w in reversed(WIDTHS) if min(total, blocks * wide // w) >= max_points), WIDTHS[0])
     scope.append(MetricRollup.width == width)
     lo, hi = session.execute(select(func.min(MetricRollup.first_step), func.max(MetricRollup.last_step)).where(*scope)).one()
     bucket = ((MetricRollup.last_step - lo) * max_points) // (hi - lo + 1)

@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_metric_rollups_run_id_runs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id", "key", "width", "block", name=op.f("pk_metric_rollups")),
     )
-    for width in (32, 1024):  # api.metrics.rollups.WIDTHS when this was written; a change needs a migration
+    for width in (32, 512):  # api.metrics.rollups.WIDTHS when this was written; a change needs a migration
         op.execute(backfill_sql(width))
 
 

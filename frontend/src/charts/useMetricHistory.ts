@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from 'react';
 import { api, unwrap } from '../api/client';
 import type { RunEventBus } from '../sse/runEvents';
+import { historyUrl, takeEarly } from './earlyFetch';
 import { MetricStore } from './store';
 
 // The server keeps each bucket's min and max, so ~1500 points still show spikes.
@@ -28,7 +29,10 @@ export function useMetricHistory(runId: number, bus: RunEventBus): MetricHistory
     let cancelled = false;
     setLoaded(false);
     setError(null);
-    unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: runId }, query: { max_points: MAX_POINTS } } }))
+    const fetchHistory = () =>
+      unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: runId }, query: { max_points: MAX_POINTS } } }));
+    takeEarly<Awaited<ReturnType<typeof fetchHistory>>>(historyUrl(runId, MAX_POINTS))
+      .then((early) => early ?? fetchHistory())
       .then((res) => {
         if (cancelled) return;
         store.load(res.series);

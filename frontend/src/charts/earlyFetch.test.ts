@@ -1,0 +1,27 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { historyUrl, takeEarly } from './earlyFetch';
+import { MAX_POINTS } from './useMetricHistory';
+import html from '../../index.html?raw';
+
+afterEach(() => {
+  window.__rlplaneEarly = undefined;
+});
+
+describe('early metric history', () => {
+  it('index.html starts the same request the run page makes', () => {
+    expect(html).toContain(`/metrics?max_points=${MAX_POINTS}'`);
+    expect(historyUrl(7, MAX_POINTS)).toBe(`/api/v1/runs/7/metrics?max_points=${MAX_POINTS}`);
+  });
+
+  it('is taken once, and only for its own URL and a 200 answer', async () => {
+    const body = { run_id: 7, max_points: MAX_POINTS, series: [] };
+    window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.resolve(new Response(JSON.stringify(body))) };
+    expect(await takeEarly(historyUrl(8, MAX_POINTS))).toBeNull();
+    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toEqual(body);
+    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+    window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.resolve(new Response('{}', { status: 401 })) };
+    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+    window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.reject(new Error('offline')) };
+    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+  });
+});
