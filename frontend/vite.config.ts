@@ -8,7 +8,8 @@ const proxy = { '/api': { target: api, changeOrigin: false } };
 
 export default defineConfig({
   plugins: [react()],
-  server: { proxy },
+  // The New run page imports the repository's examples/*.yaml as its templates.
+  server: { proxy, fs: { allow: ['..'] } },
   preview: { proxy },
   build: { outDir: 'dist', chunkSizeWarningLimit: 1000 },
   test: {

@@ -50,6 +50,9 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
               Cancel
             </button>
           )}
+          <Link className="button" to={`/new?clone=${run.id}`}>
+            Clone
+          </Link>
           {RESUMABLE.has(run.status) && (
             <button type="button" disabled={action.isPending} onClick={() => action.mutate('resume')}>
               Resume

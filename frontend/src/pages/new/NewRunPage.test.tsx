@@ -1,0 +1,71 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { fireEvent, render, screen, waitFor } from '@testing-library/react';
+import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
+import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { NewRunPage } from './NewRunPage';
+
+function Where() {
+  return <output data-testid="where">{useLocation().pathname}</output>;
+}
+
+const json = (body: unknown, status = 200) =>
+  new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+
+function renderAt(url: string) {
+  render(
+    <QueryClientProvider client={new QueryClient({ defaultOptions: { queries: { retry: false } } })}>
+      <MemoryRouter initialEntries={[url]}>
+        <Routes>
+          <Route path="/new" element={<NewRunPage />} />
+          <Route path="*" element={<Where />} />
+        </Routes>
+      </MemoryRouter>
+    </QueryClientProvider>,
+  );
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe('NewRunPage', () => {
+  it('shows the API validation errors with their lines, and a click focuses the editor', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => json({ detail: [{ loc: ['body', 'train', 'lr'], msg: 'Input should be greater than 0' }] }, 422)));
+    renderAt('/new?algorithm=sft&model=run:3@40');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    expect(editor.value).toContain('path: run:3@40');
+    const problem = await screen.findByText(/Input should be greater than 0/, {}, { timeout: 3000 });
+    expect(problem.textContent).toContain('train.lr');
+    expect(editor.getAttribute('aria-invalid')).toBe('true');
+    const lrLine = editor.value.split('\n').findIndex((l) => /^\s+lr:/.test(l)) + 1;
+    fireEvent.click(screen.getByRole('button', { name: `line ${lrLine}` }));
+    expect(document.activeElement).toBe(editor);
+  });
+
+  it('submits the YAML as application/yaml and opens the new run', async () => {
+    const calls: Request[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (input: RequestInfo, init?: RequestInit) => {
+      const req = new Request(new URL(String(input), 'http://x'), init);
+      calls.push(req);
+      if (req.url.endsWith('/validate')) return json({ valid: true, spec: {}, total_steps: 60, parents: [] });
+      return json({ id: 42 }, 201);
+    }));
+    renderAt('/new?algorithm=dpo');
+    await screen.findByTestId('spec-valid', {}, { timeout: 3000 });
+    fireEvent.click(screen.getByRole('button', { name: 'Submit run' }));
+    await waitFor(() => expect(screen.getByTestId('where').textContent).toBe('/runs/42'));
+    const post = calls.find((c) => new URL(c.url).pathname === '/api/v1/runs')!;
+    expect(post.method).toBe('POST');
+    expect(post.headers.get('Content-Type')).toBe('application/yaml');
+    expect(await post.text()).toContain('algorithm: dpo');
+  });
+
+  it('clones a run: its spec with the name suffixed', async () => {
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
+      const url = typeof req === 'string' ? req : req.url;
+      if (url.includes('/api/v1/runs/7')) return json({ id: 7, spec: { name: 'base', algorithm: 'sft' } });
+      return json({ valid: true, spec: {}, total_steps: 1, parents: [] });
+    }));
+    renderAt('/new?clone=7');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    await waitFor(() => expect(editor.value).toContain('name: base-clone'));
+  });
+});
