@@ -45,6 +45,35 @@ def test_vitest_suite(npm):
     assert " passed" in result.stdout
 
 
+def _run_with_samples(http: httpx.Client) -> int:
+    """A run holding generations at several steps, posted through the ingest API with a worker token.
+
+    No recipe logs samples yet (PPO and GRPO will, issue 7), so this client stands in for that
+    trainer; the run sits on a queue no worker serves, leased by this client.
+    """
+    spec = {
+        "name": "e2e-samples",
+        "algorithm": "sft",
+        "model": {"path": "builtin:tiny-gpt2"},
+        "data": {"source": "builtin:arithmetic"},
+        "train": {"steps": 10},
+        "resources": {"queue": "e2e-no-worker"},
+    }
+    run_id = http.post("/runs", json=spec).json()["id"]
+    assert http.post("/users", json={"name": "e2e-trainer"}).status_code == 201
+    token = http.post("/tokens", json={"name": "e2e", "scopes": ["worker"], "user": "e2e-trainer"}).json()["token"]
+    trainer = httpx.Client(base_url=str(http.base_url), headers={"Authorization": f"Bearer {token}"})
+    assert trainer.post(f"/runs/{run_id}/lease", json={"worker": "e2e"}).status_code == 200
+    prompts = ["2+3=", "7+8=", "12+30="]
+    samples = [
+        {"step": step, "index": i, "prompt": p, "response": f"answer at step {step}", "reward": step / 10, "kl": 0.01 * step}
+        for step in (10, 20, 30)
+        for i, p in enumerate(prompts)
+    ]
+    assert trainer.post(f"/runs/{run_id}/samples", json=samples).json()["accepted"] == len(samples)
+    return run_id
+
+
 def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
     chromium = shutil.which("chromium")
     assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
@@ -69,11 +98,15 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
         while (run := http.get(f"/runs/{run_id}").json())["last_step"] is None:
             assert time.monotonic() < deadline and run["status"] in ("queued", "starting", "running"), run
             time.sleep(0.5)
+        samples_run = _run_with_samples(http)
         env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "RUN_ID": str(run_id)}
+        env["SAMPLES_RUN_ID"] = str(samples_run)
         env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
         result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
         assert http.get(f"/runs/{run_id}").json()["status"] in ("cancelling", "cancelled")
+        submitted = http.get("/runs", params={"q": "e2e-from-new-run"}).json()["data"]
+        assert len(submitted) == 1 and submitted[0]["last_step"] is not None, submitted
         assert sorted(p.suffix for p in shots.iterdir()) and all(p.stat().st_size > 1000 for p in shots.glob("*.png"))
     finally:
         assert server.stop() == 0

@@ -1,6 +1,8 @@
 // End-to-end check of the dashboard against a live `rlplane up`.
 // env: RLPLANE_URL (serving the built dashboard at /), RLPLANE_TOKEN, SCREENSHOTS (dir),
-//      RUN_ID (optional: a run training now; it gets cancelled), CHROMIUM (browser binary).
+//      RUN_ID (optional: a run training now; it gets cancelled, then a tiny run is submitted from
+//      New run and must train on the freed worker), SAMPLES_RUN_ID (optional: a run holding
+//      samples at several steps), CHROMIUM (browser binary).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -9,6 +11,7 @@ const base = (process.env.RLPLANE_URL ?? '').replace(/\/$/, '');
 const token = process.env.RLPLANE_TOKEN ?? '';
 const shots = process.env.SCREENSHOTS ?? 'e2e/screenshots';
 const runId = process.env.RUN_ID;
+const samplesRunId = process.env.SAMPLES_RUN_ID;
 
 function fail(message) {
   console.error(`e2e FAILED: ${message}`);
@@ -106,6 +109,85 @@ try {
       await shot('06-run-cancelled');
     });
   }
+  let newRunId;
+  if (runId) {
+    await step('submit a tiny run from New run', async () => {
+      await page.getByRole('link', { name: 'New run', exact: true }).click();
+      await page.waitForURL(/\/new$/);
+      const editor = page.getByLabel('Run spec (YAML)');
+      const template = await editor.inputValue();
+      if (!template.includes('algorithm: sft')) throw new Error('the editor did not open on the sft template');
+      // First a mistake: the server's validation names the field and its line.
+      await editor.fill(template.replace(/lr: [^\n#]+/, 'lr: -1 '));
+      await page.locator('.spec-errors').filter({ hasText: 'train.lr' }).waitFor();
+      await shot('07-new-run-invalid');
+      const tiny = template
+        .replace(/steps: \d+/, 'steps: 400')
+        .replace(/checkpoint_every: \d+/, 'checkpoint_every: 200')
+        .replace(/eval_every: \d+/, 'eval_every: 200')
+        .replace(/name: [^\n]+/, 'name: e2e-from-new-run');
+      await editor.fill(tiny);
+      await page.getByTestId('spec-valid').waitFor();
+      await shot('08-new-run-valid');
+      await page.getByRole('button', { name: 'Submit run' }).click();
+      await page.waitForURL(/\/runs\/\d+$/);
+      newRunId = page.url().match(/\/runs\/(\d+)$/)[1];
+    });
+
+    await step('the submitted run trains and its chart gains points live', async () => {
+      const chart = page.locator('[data-chart="train/loss"]');
+      await chart.waitFor({ timeout: 120_000 });
+      const count = async () => Number(await chart.getAttribute('data-points'));
+      const first = await count();
+      const url = page.url();
+      const deadline = Date.now() + 90_000;
+      while ((await count()) <= first) {
+        if (Date.now() > deadline) throw new Error(`run ${newRunId}: train/loss stayed at ${first} points`);
+        await page.waitForTimeout(300);
+      }
+      if (page.url() !== url) throw new Error('the page navigated while waiting for points');
+      console.log(`    run ${newRunId} train/loss: ${first} -> ${await count()} points`);
+      await shot('09-new-run-live');
+    });
+
+    await step('compare the two runs', async () => {
+      await page.goto(`${base}/compare?runs=${runId},${newRunId}`);
+      await page.locator('[data-chart="train/loss"][data-series="2"]').waitFor({ timeout: 30_000 });
+      await shot('10-compare');
+    });
+  }
+
+  if (samplesRunId) {
+    await step('open a sample and follow its prompt across steps', async () => {
+      await page.goto(`${base}/runs/${samplesRunId}/samples`);
+      await page.locator('article.sample').first().waitFor();
+      await shot('11-samples-step');
+      const select = page.getByLabel('Follow a prompt');
+      const option = await select.locator('option').nth(1).getAttribute('value');
+      await select.selectOption(option);
+      const cards = page.locator('.side-by-side article.sample');
+      await cards.nth(1).waitFor();
+      if ((await cards.count()) < 2) throw new Error('expected the prompt\'s responses at several steps');
+      await shot('12-samples-one-prompt');
+    });
+  }
+
+  await step('workers page', async () => {
+    await page.goto(`${base}/workers`);
+    await page.locator('tr[data-worker]').first().waitFor();
+    await shot('13-workers');
+  });
+
+  await step('admin: a token is shown once', async () => {
+    await page.goto(`${base}/admin`);
+    await page.getByLabel('Token name').fill('e2e-token');
+    await page.getByRole('button', { name: 'Create token' }).click();
+    const secret = page.getByTestId('new-token-secret');
+    await secret.waitFor();
+    if (!/^rlp_/.test(await secret.inputValue())) throw new Error('no token secret shown');
+    await shot('14-admin-token');
+  });
+
   if (pageErrors.length) fail(`uncaught errors in the page: ${pageErrors.join(' | ')}`);
   console.log(`e2e passed; screenshots in ${shots}`);
 } finally {
