@@ -46,11 +46,17 @@ describe('NewRunPage', () => {
       const req = new Request(new URL(String(input), 'http://x'), init);
       calls.push(req);
       if (req.url.endsWith('/validate')) return json({ valid: true, spec: {}, total_steps: 60, parents: [] });
+      await created;
       return json({ id: 42 }, 201);
     }));
+    let answer = () => {};
+    const created = new Promise<void>((resolve) => (answer = resolve));
     renderAt('/new?algorithm=dpo');
     await screen.findByTestId('spec-valid', {}, { timeout: 3000 });
-    fireEvent.click(screen.getByRole('button', { name: 'Submit run' }));
+    const button = screen.getByRole('button', { name: 'Submit run' }) as HTMLButtonElement;
+    fireEvent.click(button);
+    await waitFor(() => expect(button.disabled).toBe(true)); // no second submit while one is in flight
+    answer();
     await waitFor(() => expect(screen.getByTestId('where').textContent).toBe('/runs/42'));
     const post = calls.find((c) => new URL(c.url).pathname === '/api/v1/runs')!;
     expect(post.method).toBe('POST');
@@ -58,14 +64,52 @@ describe('NewRunPage', () => {
     expect(await post.text()).toContain('algorithm: dpo');
   });
 
-  it('clones a run: its spec with the name suffixed', async () => {
+  it('clones a run: its spec with the name suffixed, its algorithm as the template, and asks before replacing it', async () => {
     vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
       const url = typeof req === 'string' ? req : req.url;
-      if (url.includes('/api/v1/runs/7')) return json({ id: 7, spec: { name: 'base', algorithm: 'sft' } });
-      return json({ valid: true, spec: {}, total_steps: 1, parents: [] });
+      if (url.includes('/api/v1/runs/7')) return json({ id: 7, spec: { name: 'base', algorithm: 'ppo' } });
+      return json({ valid: true, spec: {}, total_steps: 1, parents: [{ run_id: 3, name: 'sft-a', field: 'model.path', step: 40 }] });
     }));
     renderAt('/new?clone=7');
     const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
     await waitFor(() => expect(editor.value).toContain('name: base-clone'));
+    expect((screen.getByLabelText('Template') as HTMLSelectElement).value).toBe('ppo');
+    expect((await screen.findByTestId('spec-valid', {}, { timeout: 3000 })).textContent).toBe(
+      'Valid · 1 steps · parents: #3 sft-a (model.path @40)',
+    );
+    const confirm = vi.fn(() => false);
+    vi.stubGlobal('confirm', confirm);
+    fireEvent.change(screen.getByLabelText('Template'), { target: { value: 'dpo' } });
+    expect(confirm).toHaveBeenCalledOnce();
+    expect(editor.value).toContain('name: base-clone');
+  });
+
+  it('keeps ?model= (and the comments) when another template is picked', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => json({ valid: true, spec: {}, total_steps: 1, parents: [] })));
+    const confirm = vi.fn(() => true);
+    vi.stubGlobal('confirm', confirm);
+    renderAt('/new?model=run:3@40');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    expect(editor.value).toMatch(/^# Supervised fine-tuning/);
+    expect(editor.value).toContain('  path: run:3@40');
+    fireEvent.change(screen.getByLabelText('Template'), { target: { value: 'ppo' } });
+    expect(confirm).not.toHaveBeenCalled(); // nothing typed yet: nothing to lose
+    expect(editor.value).toContain('algorithm: ppo');
+    expect(editor.value).toContain('  path: run:3@40');
+    expect(editor.value).toContain('# PPO (RLHF)');
+  });
+
+  it('shows a 403 without a line, and Tab indents until Escape', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => json({ detail: 'no write access to project default' }, 403)));
+    renderAt('/new');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    const problem = await screen.findByText('no write access to project default', {}, { timeout: 3000 });
+    expect(problem.querySelector('button')).toBeNull();
+    editor.focus();
+    editor.setSelectionRange(0, 0);
+    expect(fireEvent.keyDown(editor, { key: 'Tab' })).toBe(false); // default prevented: stays in the field
+    expect(editor.value.startsWith('  # Supervised')).toBe(true);
+    fireEvent.keyDown(editor, { key: 'Escape' });
+    expect(fireEvent.keyDown(editor, { key: 'Tab' })).toBe(true); // the browser moves focus on
   });
 });

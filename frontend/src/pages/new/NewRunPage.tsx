@@ -3,6 +3,7 @@ import { useNavigate, useSearchParams } from 'react-router';
 import { api, authFetch, unwrap } from '../../api/client';
 import { ALGORITHMS, type Algorithm } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
+import { goToLine, SpecEditor } from './SpecEditor';
 import { cloneText, fieldErrors, isAlgorithm, TEMPLATES, withModelPath, type FieldError } from './spec';
 import './newRun.css';
 
@@ -13,7 +14,7 @@ interface Checked {
   parents: Array<{ run_id: number; name: string; field: string; step: number | null }>;
 }
 
-type Verdict = { state: 'idle' | 'checking' } | { state: 'valid'; checked: Checked } | { state: 'invalid'; errors: FieldError[] };
+type Verdict = { state: 'idle' } | { state: 'valid'; checked: Checked } | { state: 'invalid'; errors: FieldError[] };
 
 async function send(path: string, text: string): Promise<{ status: number; body: unknown }> {
   const response = await authFetch(path, { method: 'POST', headers: YAML_HEADERS, body: text });
@@ -26,91 +27,137 @@ function errorsOf(text: string, status: number, body: unknown): FieldError[] {
   return fieldErrors(text, detail);
 }
 
-function initialText(params: URLSearchParams): string {
-  const algorithm = params.get('algorithm');
-  const text = TEMPLATES[isAlgorithm(algorithm) ? algorithm : 'sft'];
+/** The template to edit, with `model.path` from ?model= (a checkpoint to start from) when given. */
+function templateText(algorithm: Algorithm, params: URLSearchParams): string {
   const model = params.get('model');
-  return model ? withModelPath(text, model) : text;
+  return model ? withModelPath(TEMPLATES[algorithm], model) : TEMPLATES[algorithm];
 }
 
-/** Moves the caret to a 1-based line of the textarea and scrolls it into view. */
-function goToLine(area: HTMLTextAreaElement, line: number) {
-  const lines = area.value.split('\n');
-  const offset = lines.slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
-  area.focus();
-  area.setSelectionRange(offset, offset + (lines[line - 1]?.length ?? 0));
-  const lineHeight = area.scrollHeight / Math.max(1, lines.length);
-  area.scrollTop = Math.max(0, (line - 3) * lineHeight);
+function initialAlgorithm(params: URLSearchParams): Algorithm {
+  const a = params.get('algorithm');
+  return isAlgorithm(a) ? a : 'sft';
+}
+
+function parentsText(parents: Checked['parents']): string {
+  return parents.map((p) => `#${p.run_id} ${p.name} (${p.field}${p.step != null ? ` @${p.step}` : ''})`).join(', ');
+}
+
+/** The server's verdict on the text: a summary when valid, else the problems, each a link to its line. */
+function SpecVerdict({ id, verdict, stale, onPick }: { id: string; verdict: Verdict; stale: boolean; onPick: (line: number) => void }) {
+  return (
+    <div id={id} className={`spec-check${stale ? ' stale' : ''}`} aria-live="polite">
+      {verdict.state === 'valid' && (
+        <p className="ok" data-testid="spec-valid">
+          Valid · {verdict.checked.total_steps} steps
+          {verdict.checked.parents.length > 0 && ` · parents: ${parentsText(verdict.checked.parents)}`}
+        </p>
+      )}
+      {verdict.state === 'invalid' && (
+        <ul className="spec-errors" aria-label="Problems in the spec">
+          {verdict.errors.map((err, i) => (
+            <li key={`${err.field}-${i}`}>
+              {err.line != null && (
+                <>
+                  <button type="button" className="linklike" onClick={() => err.line != null && onPick(err.line)}>
+                    line {err.line}
+                  </button>{' '}
+                </>
+              )}
+              {err.field && (
+                <>
+                  <code>{err.field}</code> —{' '}
+                </>
+              )}
+              {err.message}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
 }
 
 export function NewRunPage() {
   const [params] = useSearchParams();
   const navigate = useNavigate();
   const cloneId = Number(params.get('clone')) || null;
-  const [text, setText] = useState(() => (cloneId ? '' : initialText(params)));
-  const [template, setTemplate] = useState<Algorithm>(() => {
-    const a = params.get('algorithm');
-    return isAlgorithm(a) ? a : 'sft';
-  });
-  const [edited, setEdited] = useState(false);
+  const [template, setTemplate] = useState<Algorithm>(() => initialAlgorithm(params));
+  const [text, setText] = useState(() => (cloneId ? '' : templateText(initialAlgorithm(params), params)));
   const [verdict, setVerdict] = useState<Verdict>({ state: 'idle' });
+  const [checking, setChecking] = useState(false);
   const [submitting, setSubmitting] = useState(false);
   const [loadError, setLoadError] = useState<unknown>(null);
   const area = useRef<HTMLTextAreaElement>(null);
+  // Bumped by each check and by submit, so an older answer never replaces a newer one.
+  const generation = useRef(0);
 
   useEffect(() => {
     if (!cloneId) return;
+    let current = true;
     unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: cloneId } } }))
-      .then((run) => setText(cloneText(run.spec)))
-      .catch(setLoadError);
+      .then((run) => {
+        if (!current) return;
+        const algorithm = run.spec.algorithm;
+        if (typeof algorithm === 'string' && isAlgorithm(algorithm)) setTemplate(algorithm);
+        setText(cloneText(run.spec));
+      })
+      .catch((err: unknown) => current && setLoadError(err));
+    return () => {
+      current = false;
+    };
   }, [cloneId]);
 
   // Ask the API after each pause in typing; the newest text wins.
   useEffect(() => {
-    if (!text.trim()) return;
-    let current = true;
-    setVerdict({ state: 'checking' });
+    const mine = ++generation.current;
+    if (!text.trim()) {
+      setChecking(false);
+      setVerdict({ state: 'idle' });
+      return;
+    }
+    setChecking(true);
     const timer = setTimeout(async () => {
+      let next: Verdict;
       try {
         const { status, body } = await send('/api/v1/runs/validate', text);
-        if (!current) return;
-        if (status === 200) setVerdict({ state: 'valid', checked: body as Checked });
-        else setVerdict({ state: 'invalid', errors: errorsOf(text, status, body) });
+        next = status === 200 ? { state: 'valid', checked: body as Checked } : { state: 'invalid', errors: errorsOf(text, status, body) };
       } catch (err) {
-        if (current) setVerdict({ state: 'invalid', errors: fieldErrors(text, String(err)) });
+        next = { state: 'invalid', errors: fieldErrors(text, `Could not reach the server: ${String(err)}`) };
       }
+      if (mine !== generation.current) return;
+      setVerdict(next);
+      setChecking(false);
     }, 500);
-    return () => {
-      current = false;
-      clearTimeout(timer);
-    };
+    return () => clearTimeout(timer);
   }, [text]);
 
   const loadTemplate = (next: Algorithm) => {
-    if (edited && !window.confirm(`Replace your edits with the ${next} template?`)) return;
+    const changed = text.trim() !== '' && text !== templateText(template, params);
+    if (changed && !window.confirm(`Replace the spec in the editor with the ${next} template? Your changes will be lost.`)) return;
     setTemplate(next);
-    setText(TEMPLATES[next]);
-    setEdited(false);
+    setText(templateText(next, params));
   };
 
   const submit = async (event: React.FormEvent) => {
     event.preventDefault();
+    const mine = ++generation.current;
     setSubmitting(true);
+    setChecking(false);
     try {
       const { status, body } = await send('/api/v1/runs', text);
       if (status === 201) {
         navigate(`/runs/${(body as { id: number }).id}`);
         return;
       }
-      setVerdict({ state: 'invalid', errors: errorsOf(text, status, body) });
+      if (mine === generation.current) setVerdict({ state: 'invalid', errors: errorsOf(text, status, body) });
     } catch (err) {
-      setVerdict({ state: 'invalid', errors: fieldErrors(text, String(err)) });
+      if (mine === generation.current) setVerdict({ state: 'invalid', errors: fieldErrors(text, `Could not reach the server: ${String(err)}`) });
     } finally {
       setSubmitting(false);
     }
   };
 
-  const errors = verdict.state === 'invalid' ? verdict.errors : [];
+  const invalid = verdict.state === 'invalid';
   return (
     <section className="new-run">
       <h1>New run</h1>
@@ -124,54 +171,36 @@ export function NewRunPage() {
               </option>
             ))}
           </select>
-          {cloneId && <span className="muted">cloned from run #{cloneId}</span>}
+          {cloneId && (
+            <span className="muted">
+              {text ? `cloned from run #${cloneId}` : loadError ? '' : `loading run #${cloneId}…`}
+            </span>
+          )}
           <span className="spacer" />
+          <span className="muted" aria-hidden={!checking}>
+            {checking ? 'Checking…' : ''}
+          </span>
           <button type="submit" disabled={submitting || !text.trim()}>
             {submitting ? 'Submitting…' : 'Submit run'}
           </button>
         </div>
         <ErrorNote error={loadError} />
         <label htmlFor="spec-text">Run spec (YAML)</label>
-        <textarea
+        <p id="spec-keys" className="muted spec-keys">
+          Tab indents by two spaces; press Escape, then Tab, to move on. Every field: docs/spec.md.
+        </p>
+        <SpecEditor
           id="spec-text"
-          ref={area}
-          className="spec-editor"
-          spellCheck={false}
+          areaRef={area}
           value={text}
-          rows={30}
-          aria-invalid={errors.length > 0}
-          aria-describedby="spec-check"
-          onChange={(e) => {
-            setText(e.target.value);
-            setEdited(true);
-          }}
+          onChange={setText}
+          invalid={invalid}
+          describedBy="spec-check spec-keys"
         />
       </form>
-      <div id="spec-check" className="spec-check" aria-live="polite">
-        {verdict.state === 'checking' && <p className="muted">Checking with the server…</p>}
-        {verdict.state === 'valid' && (
-          <p className="ok" data-testid="spec-valid">
-            Valid · {verdict.checked.total_steps} steps
-            {verdict.checked.parents.length > 0 &&
-              ` · parents: ${verdict.checked.parents
-                .map((p) => `#${p.run_id} ${p.name} (${p.field}${p.step != null ? ` @${p.step}` : ''})`)
-                .join(', ')}`}
-          </p>
-        )}
-        {errors.length > 0 && (
-          <ul className="spec-errors" aria-label="Problems in the spec">
-            {errors.map((err, i) => (
-              <li key={`${err.field}-${i}`}>
-                <button type="button" className="linklike" onClick={() => area.current && goToLine(area.current, err.line)}>
-                  line {err.line}
-                </button>{' '}
-                {err.field && <code>{err.field}</code>} {err.field && '— '}
-                {err.message}
-              </li>
-            ))}
-          </ul>
-        )}
-      </div>
+      <SpecVerdict id="spec-check" verdict={verdict} stale={checking} onPick={(line) => area.current && goToLine(area.current, line)} />
     </section>
   );
 }
+
+

@@ -37,6 +37,12 @@ describe('spec helpers', () => {
     const out = withModelPath(TEMPLATES.sft, 'run:3@40');
     expect(parse(out).model.path).toBe('run:3@40');
     expect(out).toContain('# Supervised fine-tuning');
+    // Only that one value changes: comments, alignment and flow style stay as written.
+    expect(out).toBe(TEMPLATES.sft.replace('path: builtin:tiny-gpt2', 'path: run:3@40'));
+    expect(parse(withModelPath('model: {path: a}  # keep\n', "it's: odd")).model.path).toBe("it's: odd");
+    const added = withModelPath('# top\nname: x\ntags: [a]\n', 'run:1');
+    expect(parse(added)).toEqual({ name: 'x', tags: ['a'], model: { path: 'run:1' } });
+    expect(added).toContain('# top');
     expect(parse(cloneText({ name: 'a', train: { lr: 1 } }))).toEqual({ name: 'a-clone', train: { lr: 1 } });
   });
 

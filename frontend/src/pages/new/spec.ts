@@ -1,4 +1,4 @@
-import { LineCounter, parseDocument, stringify, isMap, isSeq, type Node } from 'yaml';
+import { LineCounter, parseDocument, stringify, isMap, isScalar, isSeq, type Node } from 'yaml';
 import dpo from '../../../../examples/dpo.yaml?raw';
 import grpo from '../../../../examples/grpo.yaml?raw';
 import ilql from '../../../../examples/ilql.yaml?raw';
@@ -14,11 +14,20 @@ export function isAlgorithm(value: string | null): value is Algorithm {
   return value != null && value in TEMPLATES;
 }
 
-/** The text with `model.path` set (comments and layout kept), e.g. to start from a checkpoint. */
+/**
+ * The text with `model.path` set, e.g. to start from a checkpoint. An existing value is replaced
+ * in place so comments, alignment and flow style stay byte for byte; otherwise the Document API
+ * adds the field (comments kept, layout normalised).
+ */
 export function withModelPath(text: string, model: string): string {
   const doc = parseDocument(text);
+  const current = doc.getIn(['model', 'path'], true);
+  if (doc.errors.length === 0 && isScalar(current) && current.range) {
+    const [start, end] = current.range;
+    return text.slice(0, start) + stringify(model).trimEnd() + text.slice(end);
+  }
   doc.setIn(['model', 'path'], model);
-  return doc.toString({ lineWidth: 0 });
+  return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
 }
 
 /** A run's stored spec as YAML to edit, renamed so the copy is told apart. */
@@ -60,13 +69,14 @@ export interface FieldError {
   path: Path;
   field: string;
   message: string;
-  line: number;
+  /** Where in the text; null for an answer about the request as a whole (403: no write access). */
+  line: number | null;
 }
 
 /** The API's answer to a bad spec (422 detail list, or a message) as errors placed in the text. */
 export function fieldErrors(text: string, detail: unknown): FieldError[] {
   if (!Array.isArray(detail)) {
-    return [{ path: [], field: '', message: typeof detail === 'string' ? detail : JSON.stringify(detail), line: 1 }];
+    return [{ path: [], field: '', message: typeof detail === 'string' ? detail : JSON.stringify(detail), line: null }];
   }
   return detail.map((err: { loc?: Path; msg?: string }) => {
     const path = (err.loc ?? []).filter((p, i) => !(i === 0 && p === 'body'));
