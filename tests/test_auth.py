@@ -168,6 +168,7 @@ BODIES = {
     ("PUT", "/api/v1/projects/{name}/members/{user}"): {"json": {"role": "viewer"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "mine", "scopes": ["read"]}},
     ("POST", "/api/v1/runs"): {"json": {**spec(), "project": "secret"}},
+    ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/{run_id}/lease"): {"json": {"worker": "w"}},
     ("POST", "/api/v1/runs/{run_id}/status"): {"json": {"attempt": 1, "status": "running"}},
     ("POST", "/api/v1/runs/{run_id}/metrics"): {"json": [{"key": "a", "step": 1, "value": 1.0}]},
