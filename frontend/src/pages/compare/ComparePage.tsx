@@ -1,11 +1,12 @@
 import { useMemo } from 'react';
 import { Link, useNavigate, useSearchParams } from 'react-router';
 import type { RunDetail } from '../../api/types';
+import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
 import type { OverlaySeries } from '../../charts/OverlayChart';
 import { runColor } from './colors';
 import { CompareCharts } from './CompareCharts';
 import { Legend } from './Legend';
-import { parseRunIds, parseSmoothing, toSearch, withRunIds } from './params';
+import { parseRunIds, toSearch, withRunIds } from './params';
 import { SpecDiff } from './SpecDiff';
 import { useCompareData } from './useCompareData';
 import { useShallowStable } from './useShallowStable';
@@ -54,24 +55,7 @@ export function ComparePage() {
       <Legend runs={runs} onRemove={(id) => setIds(ids.filter((x) => x !== id))} onAdd={(id) => setIds([...ids, id])} />
       {ids.length >= 2 && (
         <>
-          <form className="chart-controls" onSubmit={(e) => e.preventDefault()}>
-            <label htmlFor="compare-smoothing">
-              Smoothing <output htmlFor="compare-smoothing">{smoothing.toFixed(2)}</output>
-            </label>
-            <input
-              id="compare-smoothing"
-              type="range"
-              min={0}
-              max={0.99}
-              step={0.01}
-              value={smoothing}
-              onChange={(e) => setParam('smooth', e.target.value)}
-            />
-            <label className="check">
-              <input type="checkbox" checked={logScale} onChange={(e) => setParam('log', e.target.checked ? '1' : null)} />
-              Log scale
-            </label>
-          </form>
+          <ChartControls id="compare-smoothing" smoothing={smoothing} logScale={logScale} onParam={setParam} />
           {details.length >= 2 && <SpecDiff runs={details} />}
           <CompareCharts perRun={perRun} legend={legend} smoothing={smoothing} logScale={logScale} />
         </>

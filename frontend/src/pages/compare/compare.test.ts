@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { alignRuns, runsWithData, seriesByKey, shapeForChart } from './align';
-import { parseRunIds, parseSmoothing, toSearch, withRunIds } from './params';
+import { parseSmoothing } from '../../charts/ChartControls';
+import { parseRunIds, toSearch, withRunIds } from './params';
 import { diffSpecs, flattenSpec } from './specDiff';
 
 const pts = (...pairs: Array<[number, unknown]>) => pairs.map(([step, value]) => ({ step, value }));

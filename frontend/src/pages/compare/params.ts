@@ -26,12 +26,6 @@ export function withRunIds(params: URLSearchParams, ids: readonly number[]): URL
   return next;
 }
 
-/** Smoothing weight from `smooth=`, clamped to what ema() accepts. */
-export function parseSmoothing(raw: string | null, fallback = 0.6): number {
-  const value = raw == null ? fallback : Number(raw);
-  return Number.isFinite(value) ? Math.min(0.99, Math.max(0, value)) : fallback;
-}
-
 /** The query string with commas left readable (`runs=3,7,9`), so the URL stays shareable by eye. */
 export function toSearch(params: URLSearchParams): string {
   const text = params.toString().replace(/%2C/gi, ',');
