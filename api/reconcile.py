@@ -6,6 +6,8 @@ Every `reconcile_s` seconds, in each API process:
   the run. Duplicates are harmless: only a queued run can be leased, once.
 - active runs whose worker has not sent a heartbeat for `lost_after_s` are marked lost (the
   attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
+  Silence counts only from this process's start: while the API was down (a restart, an upgrade)
+  workers could not reach it, and that is not their fault.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Reconciler:
         self.factory, self.send = factory, send
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
+        self._born = utcnow()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -102,6 +105,7 @@ class Reconciler:
             ).all()
         for run_id, worker, started_at, last_heartbeat in rows:
             seen = max(started_at, last_heartbeat) if last_heartbeat is not None else started_at
+            seen = max(seen, self._born)
             if seen < cutoff:
                 silent = int((utcnow() - seen).total_seconds())
                 with self.factory() as session, session.begin():

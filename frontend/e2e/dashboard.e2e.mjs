@@ -114,7 +114,12 @@ try {
     await step('submit a tiny run from New run', async () => {
       await page.getByRole('link', { name: 'New run', exact: true }).click();
       await page.waitForURL(/\/new$/);
-      const editor = page.getByLabel('Run spec (YAML)');
+      // The URL changes before the page does (the run page's spec tab has the same label): wait for the textarea.
+      const editor = page.getByRole('textbox', { name: 'Run spec (YAML)' });
+      await editor.waitFor();
+      await page.waitForFunction(() => document.querySelector('textarea#spec-text')?.value.includes('algorithm:'), null, {
+        timeout: 10_000,
+      }).catch(() => {});
       const template = await editor.inputValue();
       if (!template.includes('algorithm: sft')) throw new Error('the editor did not open on the sft template');
       // First a mistake: the server's validation names the field and its line.
