@@ -1,9 +1,12 @@
 """Typed settings for the API process, read from RLPLANE_* environment variables."""
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from trainer_core.rewards.allowlist import parse_patterns
 
 
 def _default_home() -> Path:
@@ -43,6 +46,17 @@ class Settings(BaseSettings):
     lost_after_s: float = Field(
         default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~24 s)"
     )
+    # NoDecode: the variable is a comma-separated list (the trainer reads the same one), not JSON.
+    reward_entrypoints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Python reward entrypoints runs may use: comma-separated fnmatch patterns such as "
+        "my_rewards.*:score (RLPLANE_REWARD_ENTRYPOINTS); empty allows none. Set the same on the workers.",
+    )
+
+    @field_validator("reward_entrypoints", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: object) -> object:
+        return parse_patterns(value) if isinstance(value, str) else value
 
     @field_validator("bootstrap_token")
     @classmethod

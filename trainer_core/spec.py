@@ -55,7 +55,10 @@ from trainer_core.spec_sections import (
     ModelSpec,
     PythonReward,
     ResourcesSpec,
+    RewardSource,
     RewardSpec,
+    RewardTerm,
+    SumReward,
     TorchBackend,
     TrainSpec,
 )
@@ -92,8 +95,11 @@ __all__ = [
     "PythonReward",
     "ResourcesSpec",
     "RewardModelOptions",
+    "RewardSource",
     "RewardSpec",
+    "RewardTerm",
     "SftOptions",
+    "SumReward",
     "TorchBackend",
     "TrainSpec",
 ]
@@ -121,7 +127,7 @@ class RunSpec(StrictModel):
     algorithm: Algorithm = Field(description="Training algorithm: " + ", ".join(ALGORITHMS) + ".")
     model: ModelSpec = Field(description="The model to train (the policy, for RL).")
     reward: RewardSpec | None = Field(
-        None, description="Reward source, chosen by kind (builtin, model, python, http); ppo and grpo only."
+        None, description="Reward source, chosen by kind (builtin, model, python, http, or sum of those); ppo and grpo only."
     )
     data: DataSpec = Field(description="Training data (prompts, for ppo and grpo).")
     backend: BackendSpec = Field(
@@ -216,6 +222,10 @@ def _collect_references(model: BaseModel, prefix: str, found: list[RunReference]
         where = f"{prefix}{name}"
         if isinstance(value, BaseModel):
             _collect_references(value, where + ".", found)
+        elif isinstance(value, list):  # reward.terms: a sum's model terms can name runs too
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    _collect_references(item, f"{where}.{i}.", found)
         elif name == "path" and isinstance(value, str) and (ref := parse_run_ref(value)):
             found.append(RunReference(run_id=ref[0], step=ref[1], field=where))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints, field_validator
 
 from trainer_core.spec_base import DataSource, ModelPath, Name, Precision, StrictModel
 
@@ -45,13 +45,21 @@ class ModelSpec(StrictModel):
 # --- reward: where the scalar reward of a generated response comes from (ppo, grpo) ---
 
 
-# scale and clip apply to every reward kind; each variant lists them last.
+# scale, clip and normalize apply to every reward kind; each variant lists them last.
 def _scale() -> Any:
-    return Field(1.0, description="Rewards are multiplied by this before use.")
+    return Field(1.0, description="This source's rewards are multiplied by this before use.")
 
 
 def _clip() -> Any:
-    return Field(None, gt=0, description="Clip scaled rewards to [-clip, clip]; null: no clipping.")
+    return Field(None, gt=0, description="Clip this source's scaled rewards to [-clip, clip]; null: no clipping.")
+
+
+def _normalize() -> Any:
+    return Field(
+        False,
+        description="Standardise the reward with the running mean and std of every reward this source gave so far "
+        "(all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.",
+    )
 
 
 class BuiltinReward(StrictModel):
@@ -61,6 +69,7 @@ class BuiltinReward(StrictModel):
     name: Name = Field(description="Name of the builtin reward, e.g. randomwalks or arithmetic.")
     scale: float = _scale()
     clip: float | None = _clip()
+    normalize: bool = _normalize()
 
 
 class ModelReward(StrictModel):
@@ -72,21 +81,24 @@ class ModelReward(StrictModel):
     device: str | None = Field(None, description="Device for the reward model (e.g. cuda:1); null: the policy's device.")
     scale: float = _scale()
     clip: float | None = _clip()
+    normalize: bool = _normalize()
 
 
 class PythonReward(StrictModel):
-    """A Python function `f(prompts, responses) -> list[float]`; it must be on the worker's allow-list."""
+    """A Python function `f(prompts, responses, metadata) -> list[float]`; it must be allowed by the server."""
 
     kind: Literal["python"] = Field("python", description="python: call an allow-listed Python function.")
     entrypoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
-        description="module:function, e.g. my_rewards.sentiment:score; the worker only runs allow-listed entrypoints."
+        description="module:function, e.g. my_rewards.sentiment:score, called as f(prompts, responses, metadata); "
+        "only entrypoints matching RLPLANE_REWARD_ENTRYPOINTS on the server and the worker run."
     )
     scale: float = _scale()
     clip: float | None = _clip()
+    normalize: bool = _normalize()
 
 
 class HttpReward(StrictModel):
-    """POST batches of (prompt, response) to a scoring service that answers {"rewards": [...]}."""
+    """POST batches of {prompts, responses, metadata} to a scoring service that answers {"rewards": [...]}."""
 
     kind: Literal["http"] = Field("http", description="http: a scoring service over HTTP.")
     url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+[^\s]*$")] = Field(
@@ -94,14 +106,62 @@ class HttpReward(StrictModel):
     )
     timeout_s: float = Field(30.0, gt=0, description="Seconds to wait for one batch before retrying.")
     batch_size: int = Field(16, ge=1, description="Responses sent per request.")
+    attempts: int = Field(
+        3, ge=1, le=10, description="Tries per batch when the service is unreachable, times out or answers 429/5xx."
+    )
+    backoff_s: float = Field(1.0, ge=0, le=60, description="Wait before the second try; doubled before each later one.")
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra request headers; stored in plain text with the run, so no secrets."
     )
     scale: float = _scale()
     clip: float | None = _clip()
+    normalize: bool = _normalize()
 
 
-RewardSpec = Annotated[BuiltinReward | ModelReward | PythonReward | HttpReward, Field(discriminator="kind")]
+RewardSource = Annotated[BuiltinReward | ModelReward | PythonReward | HttpReward, Field(discriminator="kind")]
+
+
+def _no_nested_sum(value: Any) -> Any:
+    # Without this a nested sum reads "unknown kind 'sum'", which hides the fix.
+    if isinstance(value, dict) and value.get("kind") == "sum":
+        raise ValueError("a sum term cannot be another sum; list its terms in this sum's terms instead")
+    return value
+
+
+class RewardTerm(StrictModel):
+    """One weighted component of a sum reward."""
+
+    name: Name = Field(description="Component name, unique in the sum; reported as reward/<name>.")
+    weight: float = Field(1.0, description="The component's weight in the total (negative: a penalty).")
+    source: Annotated[RewardSource, BeforeValidator(_no_nested_sum)] = Field(
+        description="Where the component comes from: a builtin, model, python or http reward (not another sum)."
+    )
+
+
+class SumReward(StrictModel):
+    """A weighted sum of reward sources, each reported as its own component."""
+
+    kind: Literal["sum"] = Field("sum", description="sum: a weighted sum of other reward sources.")
+    terms: list[RewardTerm] = Field(
+        min_length=1,
+        description="The components, each {name, weight, source}: name unique (reported as reward/<name>), weight "
+        "1.0 unless given (negative: a penalty), source a builtin, model, python or http reward (not a sum). "
+        "total = sum of weight * component, each component after its own scale, clip and normalize.",
+    )
+    scale: float = _scale()
+    clip: float | None = _clip()
+    normalize: bool = _normalize()
+
+    @field_validator("terms")
+    @classmethod
+    def _unique_names(cls, terms: list[RewardTerm]) -> list[RewardTerm]:
+        names = [term.name for term in terms]
+        if repeated := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"term names must be unique; {', '.join(repeated)} appears more than once: rename one")
+        return terms
+
+
+RewardSpec = Annotated[BuiltinReward | ModelReward | PythonReward | HttpReward | SumReward, Field(discriminator="kind")]
 
 
 # --- data ---

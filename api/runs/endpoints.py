@@ -42,15 +42,19 @@ async def spec_body(request: Request) -> RunSpec:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail, openapi_extra=_SPEC_BODY)
-def create_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep) -> schemas.RunDetail:
-    run = service.create_run(session, principal, spec)
+def create_run(
+    spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep, request: Request
+) -> schemas.RunDetail:
+    run = service.create_run(session, principal, spec, request.app.state.settings.reward_entrypoints)
     return views.run_detail(session, run.id)
 
 
 @router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
-def validate_run(spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep) -> schemas.SpecCheck:
-    """Check a spec as a submit would (schema, project, referenced runs) without creating a run."""
-    _, parents = service.check_submission(session, principal, spec)
+def validate_run(
+    spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep, request: Request
+) -> schemas.SpecCheck:
+    """Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run."""
+    _, parents = service.check_submission(session, principal, spec, request.app.state.settings.reward_entrypoints)
     return schemas.SpecCheck(
         spec=spec.model_dump(mode="json"),
         total_steps=spec.total_steps,

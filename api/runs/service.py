@@ -10,7 +10,8 @@ from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import repository, schemas
 from api.runs.state import ACTIVE, RESUMABLE, TERMINAL, can_transition
-from trainer_core.spec import RunSpec
+from trainer_core.rewards.allowlist import is_allowed, refusal
+from trainer_core.spec import PythonReward, RunSpec, SumReward
 
 
 def unprocessable(loc: list, msg: str) -> HTTPException:
@@ -92,10 +93,14 @@ def _set_status(session: Session, run: Run, target: str, reason: str = "") -> No
     session.flush()
 
 
-def check_submission(session: Session, principal: Principal, spec: RunSpec):
-    """Everything a submit checks beyond the spec's own schema; stores nothing."""
+def check_submission(session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str]):
+    """Everything a submit checks beyond the spec's own schema; stores nothing.
+
+    `reward_entrypoints`: the server's allowed python reward patterns (settings.reward_entrypoints).
+    """
     project = project_by_name_or_422(session, spec.project)
     principal.require(project.id, "write")
+    check_reward_entrypoints(spec, reward_entrypoints)
     parents = []
     for ref in spec.references():
         parent = session.get(Run, ref.run_id)
@@ -105,8 +110,33 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec):
     return project, parents
 
 
-def create_run(session: Session, principal: Principal, spec: RunSpec) -> Run:
-    project, parents = check_submission(session, principal, spec)
+def python_rewards(spec: RunSpec) -> list[tuple[list, str]]:
+    """(error location, entrypoint) of every python reward in the spec, a sum's terms included."""
+    reward = spec.reward
+    if isinstance(reward, PythonReward):
+        return [(["body", "reward", "entrypoint"], reward.entrypoint)]
+    if isinstance(reward, SumReward):
+        return [
+            (["body", "reward", "terms", i, "source", "entrypoint"], term.source.entrypoint)
+            for i, term in enumerate(reward.terms)
+            if isinstance(term.source, PythonReward)
+        ]
+    return []
+
+
+def check_reward_entrypoints(spec: RunSpec, allowed: list[str]) -> None:
+    """Refuse (422) a python reward the server does not allow, at submit rather than when a worker starts it."""
+    found = python_rewards(spec)
+    if not found:
+        return
+    for loc, entrypoint in found:
+        if not is_allowed(entrypoint, allowed):
+            field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:]).lstrip(".")
+            raise unprocessable(loc, refusal(entrypoint, field, allowed))
+
+
+def create_run(session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str]) -> Run:
+    project, parents = check_submission(session, principal, spec, reward_entrypoints)
     run = Run(
         project_id=project.id,
         name=spec.name,

@@ -155,7 +155,7 @@ export interface paths {
         put?: never;
         /**
          * Validate Run
-         * @description Check a spec as a submit would (schema, project, referenced runs) without creating a run.
+         * @description Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run.
          */
         post: operations["validate_run_api_v1_runs_validate_post"];
         delete?: never;
@@ -661,7 +661,7 @@ export interface components {
         BuiltinReward: {
             /**
              * Clip
-             * @description Clip scaled rewards to [-clip, clip]; null: no clipping.
+             * @description Clip this source's scaled rewards to [-clip, clip]; null: no clipping.
              * @default null
              */
             clip: number | null;
@@ -676,8 +676,14 @@ export interface components {
              */
             name: string;
             /**
+             * Normalize
+             * @description Standardise the reward with the running mean and std of every reward this source gave so far (all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.
+             * @default false
+             */
+            normalize: boolean;
+            /**
              * Scale
-             * @description Rewards are multiplied by this before use.
+             * @description This source's rewards are multiplied by this before use.
              * @default 1
              */
             scale: number;
@@ -1170,9 +1176,21 @@ export interface components {
         };
         /**
          * HttpReward
-         * @description POST batches of (prompt, response) to a scoring service that answers {"rewards": [...]}.
+         * @description POST batches of {prompts, responses, metadata} to a scoring service that answers {"rewards": [...]}.
          */
         HttpReward: {
+            /**
+             * Attempts
+             * @description Tries per batch when the service is unreachable, times out or answers 429/5xx.
+             * @default 3
+             */
+            attempts: number;
+            /**
+             * Backoff S
+             * @description Wait before the second try; doubled before each later one.
+             * @default 1
+             */
+            backoff_s: number;
             /**
              * Batch Size
              * @description Responses sent per request.
@@ -1181,7 +1199,7 @@ export interface components {
             batch_size: number;
             /**
              * Clip
-             * @description Clip scaled rewards to [-clip, clip]; null: no clipping.
+             * @description Clip this source's scaled rewards to [-clip, clip]; null: no clipping.
              * @default null
              */
             clip: number | null;
@@ -1198,8 +1216,14 @@ export interface components {
              */
             kind: "http";
             /**
+             * Normalize
+             * @description Standardise the reward with the running mean and std of every reward this source gave so far (all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.
+             * @default false
+             */
+            normalize: boolean;
+            /**
              * Scale
-             * @description Rewards are multiplied by this before use.
+             * @description This source's rewards are multiplied by this before use.
              * @default 1
              */
             scale: number;
@@ -1524,7 +1548,7 @@ export interface components {
             batch_size: number;
             /**
              * Clip
-             * @description Clip scaled rewards to [-clip, clip]; null: no clipping.
+             * @description Clip this source's scaled rewards to [-clip, clip]; null: no clipping.
              * @default null
              */
             clip: number | null;
@@ -1540,13 +1564,19 @@ export interface components {
              */
             kind: "model";
             /**
+             * Normalize
+             * @description Standardise the reward with the running mean and std of every reward this source gave so far (all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.
+             * @default false
+             */
+            normalize: boolean;
+            /**
              * Path
              * @description The reward model: usually run:<id> of a reward run; same syntax as model.path.
              */
             path: string;
             /**
              * Scale
-             * @description Rewards are multiplied by this before use.
+             * @description This source's rewards are multiplied by this before use.
              * @default 1
              */
             scale: number;
@@ -1767,18 +1797,18 @@ export interface components {
         };
         /**
          * PythonReward
-         * @description A Python function `f(prompts, responses) -> list[float]`; it must be on the worker's allow-list.
+         * @description A Python function `f(prompts, responses, metadata) -> list[float]`; it must be allowed by the server.
          */
         PythonReward: {
             /**
              * Clip
-             * @description Clip scaled rewards to [-clip, clip]; null: no clipping.
+             * @description Clip this source's scaled rewards to [-clip, clip]; null: no clipping.
              * @default null
              */
             clip: number | null;
             /**
              * Entrypoint
-             * @description module:function, e.g. my_rewards.sentiment:score; the worker only runs allow-listed entrypoints.
+             * @description module:function, e.g. my_rewards.sentiment:score, called as f(prompts, responses, metadata); only entrypoints matching RLPLANE_REWARD_ENTRYPOINTS on the server and the worker run.
              */
             entrypoint: string;
             /**
@@ -1787,8 +1817,14 @@ export interface components {
              */
             kind: "python";
             /**
+             * Normalize
+             * @description Standardise the reward with the running mean and std of every reward this source gave so far (all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.
+             * @default false
+             */
+            normalize: boolean;
+            /**
              * Scale
-             * @description Rewards are multiplied by this before use.
+             * @description This source's rewards are multiplied by this before use.
              * @default 1
              */
             scale: number;
@@ -1846,6 +1882,28 @@ export interface components {
              * @default null
              */
             margin: number | null;
+        };
+        /**
+         * RewardTerm
+         * @description One weighted component of a sum reward.
+         */
+        RewardTerm: {
+            /**
+             * Name
+             * @description Component name, unique in the sum; reported as reward/<name>.
+             */
+            name: string;
+            /**
+             * Source
+             * @description Where the component comes from: a builtin, model, python or http reward (not another sum).
+             */
+            source: components["schemas"]["BuiltinReward"] | components["schemas"]["ModelReward"] | components["schemas"]["PythonReward"] | components["schemas"]["HttpReward"];
+            /**
+             * Weight
+             * @description The component's weight in the total (negative: a penalty).
+             * @default 1
+             */
+            weight: number;
         };
         /** RunDetail */
         RunDetail: {
@@ -2052,10 +2110,10 @@ export interface components {
             resources?: components["schemas"]["ResourcesSpec"];
             /**
              * Reward
-             * @description Reward source, chosen by kind (builtin, model, python, http); ppo and grpo only.
+             * @description Reward source, chosen by kind (builtin, model, python, http, or sum of those); ppo and grpo only.
              * @default null
              */
-            reward: (components["schemas"]["BuiltinReward"] | components["schemas"]["ModelReward"] | components["schemas"]["PythonReward"] | components["schemas"]["HttpReward"]) | null;
+            reward: (components["schemas"]["BuiltinReward"] | components["schemas"]["ModelReward"] | components["schemas"]["PythonReward"] | components["schemas"]["HttpReward"] | components["schemas"]["SumReward"]) | null;
             /**
              * @description Options for algorithm reward; defaults filled in when absent.
              * @default null
@@ -2244,6 +2302,40 @@ export interface components {
              * @enum {string}
              */
             status: "running" | "succeeded" | "failed" | "cancelled" | "lost";
+        };
+        /**
+         * SumReward
+         * @description A weighted sum of reward sources, each reported as its own component.
+         */
+        SumReward: {
+            /**
+             * Clip
+             * @description Clip this source's scaled rewards to [-clip, clip]; null: no clipping.
+             * @default null
+             */
+            clip: number | null;
+            /**
+             * @description sum: a weighted sum of other reward sources. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            kind: "sum";
+            /**
+             * Normalize
+             * @description Standardise the reward with the running mean and std of every reward this source gave so far (all batches, all ranks), after scale and clip (and, for sum, the weights); its state is checkpointed.
+             * @default false
+             */
+            normalize: boolean;
+            /**
+             * Scale
+             * @description This source's rewards are multiplied by this before use.
+             * @default 1
+             */
+            scale: number;
+            /**
+             * Terms
+             * @description The components, each {name, weight, source}: name unique (reported as reward/<name>), weight 1.0 unless given (negative: a penalty), source a builtin, model, python or http reward (not a sum). total = sum of weight * component, each component after its own scale, clip and normalize.
+             */
+            terms: components["schemas"]["RewardTerm"][];
         };
         /** TokenCreate */
         TokenCreate: {

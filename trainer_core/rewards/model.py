@@ -1,0 +1,52 @@
+"""reward: {kind: model, path: ...}: a reward model (a `reward` run's output) scores each (prompt, response).
+
+Sequences are tokenized exactly as the reward recipe trained on them (recipes/pairs.py): a string
+prompt as prompt + response + eos; a conversation (metadata["prompt_messages"], a message list,
+which the RL recipe passes for message-list prompt rows) through the chat template with the
+response as the assistant turn. The score is the head's output at the last non-pad token, read
+by one forward pass per batch_size responses, in eval mode, without gradients, on a frozen copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainer_core.models import RunResolver, load_model
+from trainer_core.models.from_spec import max_positions
+from trainer_core.recipes.pairs import tokenize_side
+from trainer_core.recipes.tokenize import Example, collate, pad_id
+from trainer_core.spec_sections import ModelReward
+
+# A model that states no position limit (rare) is cut here, as model.max_seq_len's default would.
+_FALLBACK_MAX_TOKENS = 512
+
+
+class ModelScorer:
+    def __init__(self, spec: ModelReward, device: torch.device, *, seed: int, resolver: RunResolver | None) -> None:
+        self.spec, self.device = spec, device
+        model, self.tokenizer = load_model(spec.path, "score", resolver=resolver, seed=seed)
+        self.model = model.to(device).eval().requires_grad_(False)
+        self.max_tokens = max_positions(model) or _FALLBACK_MAX_TOKENS
+
+    def tokenize(self, prompt: str, response: str, meta: dict) -> Example:
+        """The reward recipe's tokenization of one (prompt, response) as its chosen side."""
+        messages = meta.get("prompt_messages")
+        source: Any = messages if isinstance(messages, list) else prompt
+        return tokenize_side(source, response, self.tokenizer, self.max_tokens)
+
+    @torch.no_grad()
+    def __call__(self, prompts: list[str], responses: list[str], metadata: list[dict]) -> list[float]:
+        examples = [self.tokenize(p, r, m) for p, r, m in zip(prompts, responses, metadata, strict=True)]
+        scores: list[float] = []
+        for start in range(0, len(examples), self.spec.batch_size):
+            batch = collate(examples[start : start + self.spec.batch_size], pad_id(self.tokenizer))
+            out = self.model(input_ids=batch["input_ids"].to(self.device), attention_mask=batch["attention_mask"].to(self.device))
+            scores += out.logits.squeeze(-1).float().cpu().tolist()
+        return scores
+
+    def close(self) -> None:
+        self.model = None  # type: ignore[assignment]  # frees the weights (and GPU memory) with the last reference
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
