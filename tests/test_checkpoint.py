@@ -303,3 +303,32 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
         assert [json.loads(line)["step"] for line in saved[0].splitlines()] == [7]
     finally:
         reporter.close()
+
+
+def test_extra_modules_round_trip_and_must_fit(tmp_path):
+    """A value head (or critic, Q heads) saved by name beside the model comes back exactly; a
+    differently shaped module is refused with the fix, not loaded half-way."""
+    model, _ = build_builtin("tiny-gpt2")
+    head = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    info = save_checkpoint(
+        tmp_path,
+        1,
+        model=model,
+        tokenizer=None,
+        optimizer=None,
+        scheduler=None,
+        data_position={},
+        spec=SPEC,
+        modules={"value_head": head},
+    )
+    assert (info.path / "modules" / "value_head.safetensors").exists() and verify(info.path)
+
+    fresh = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    load_checkpoint(info.path, model=build_builtin("tiny-gpt2")[0], modules={"value_head": fresh}, restore_rng=False)
+    assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(), fresh.state_dict().values(), strict=True))
+
+    wrong = torch.nn.Sequential(torch.nn.Linear(64, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_checkpoint(info.path, model=model, modules={"value_head": wrong}, restore_rng=False)
+    with pytest.raises(CheckpointError, match="without the critic module"):
+        load_checkpoint(info.path, model=model, modules={"critic": fresh}, restore_rng=False)

@@ -153,8 +153,20 @@ def test_run_reference_through_directory_resolver(tmp_path, offline):
     assert same_weights(load_model("run:12@400", resolver=resolver)[0], step)
     with pytest.raises(ModelError, match=r"run 12 at step 500"):
         load_model("run:12@500", resolver=resolver)
-    with pytest.raises(ModelError, match="no run resolver"):
+    with pytest.raises(ModelError, match="RLPLANE_RUNS_DIR"):
         load_model("run:12")
+
+
+def test_run_reference_through_the_workers_runs_dir(tmp_path, offline, monkeypatch):
+    """The worker's layout (runs/<id>/final, runs/<id>/checkpoints/step-000400), found through
+    RLPLANE_RUNS_DIR, which the worker sets for its trainers."""
+    final, tokenizer = build_builtin("tiny-gpt2", seed=1)
+    step, _ = build_builtin("tiny-gpt2", seed=2)
+    save(final, tokenizer, tmp_path / "7" / "final")
+    save(step, tokenizer, tmp_path / "7" / "checkpoints" / "step-000400")
+    monkeypatch.setenv("RLPLANE_RUNS_DIR", str(tmp_path))
+    assert same_weights(load_model("run:7")[0], final)
+    assert same_weights(load_model("run:7@400")[0], step)
 
 
 def test_missing_local_directory(tmp_path, offline):

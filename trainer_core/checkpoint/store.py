@@ -3,6 +3,7 @@
 Layout of `<run_dir>/step-000100/`:
   model/ (HF save_pretrained: safetensors + config, or a PEFT adapter), tokenizer/,
   optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, trainer_state.json,
+  modules/<name>.safetensors for modules beside the model (a value head, a critic, Q heads),
   manifest.json (written last).
 Each is built in `.step-000100.tmp-<random>`, fsynced, then renamed into place, so a crash
 never leaves a directory that looks complete.
@@ -67,8 +68,13 @@ def save_checkpoint(
     data_position: dict[str, Any],
     spec: dict[str, Any],
     extra: dict[str, Any] | None = None,
+    modules: dict[str, torch.nn.Module] | None = None,
 ) -> CheckpointInfo:
-    """Write the full training state for `step` atomically and return where it went."""
+    """Write the full training state for `step` atomically and return where it went.
+
+    `extra` is plain JSON (e.g. a KL controller's coefficient); `modules` are trained modules that
+    are not part of the HF model (a value head, a critic, Q heads), saved by name.
+    """
     if step < 0:
         raise CheckpointError(f"step must be >= 0, got {step}.")
     trainer_state = {
@@ -95,6 +101,8 @@ def save_checkpoint(
             state.save_optimizer(tmp, optimizer)
         if scheduler is not None:
             state.save_scheduler(tmp, scheduler)
+        for name, module in (modules or {}).items():
+            _save_module(tmp / "modules", name, module)
         files.write_json(tmp / "trainer_state.json", trainer_state)
         files.fsync_tree(tmp)
         files.write_manifest(tmp, step)
@@ -116,8 +124,10 @@ def load_checkpoint(
     scheduler: Any | None = None,
     restore_rng: bool = True,
     verify_hashes: bool = False,
+    modules: dict[str, torch.nn.Module] | None = None,
 ) -> TrainState:
-    """Load weights into `model` in place, then optimizer, scheduler and RNG; return the run position."""
+    """Load weights into `model` (and `modules`, by name) in place, then optimizer, scheduler and RNG;
+    return the run position."""
     path = Path(path)
     complete = files.verify(path) if verify_hashes else files.is_complete(path)
     if not complete:
@@ -127,6 +137,8 @@ def load_checkpoint(
         )
     trainer_state = files.read_json(path / "trainer_state.json")
     load_weights(model, path / "model")
+    for name, module in (modules or {}).items():
+        _load_module(path / "modules", name, module)
     if optimizer is not None:
         state.load_optimizer(path, optimizer)  # before the scheduler: it restores each group's lr
     if scheduler is not None:
@@ -139,6 +151,30 @@ def load_checkpoint(
         spec=trainer_state["spec"],
         extra=trainer_state.get("extra", {}),
     )
+
+
+_MODULE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _save_module(root: Path, name: str, module: torch.nn.Module) -> None:
+    if not _MODULE_NAME.match(name):
+        raise CheckpointError(f"module name {name!r} must be letters, digits, '_', '.' or '-'.")
+    root.mkdir(exist_ok=True)
+    # clone: tied or shared tensors would otherwise make safetensors refuse the dict.
+    files.write_tensors(root / f"{name}.safetensors", {k: v.detach().clone() for k, v in module.state_dict().items()})
+
+
+def _load_module(root: Path, name: str, module: torch.nn.Module) -> None:
+    path = root / f"{name}.safetensors"
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing: the checkpoint was saved without the {name} module.")
+    saved = files.read_tensors(path)
+    expected = module.state_dict()
+    if saved.keys() != expected.keys() or any(saved[k].shape != expected[k].shape for k in saved):
+        raise CheckpointError(f"the {name} module in {path} does not fit this run's {name}; resume with the same spec.")
+    with torch.no_grad():
+        for key, value in saved.items():
+            expected[key].copy_(value)
 
 
 def _step_of(path: Path) -> int | None:

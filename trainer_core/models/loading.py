@@ -7,6 +7,7 @@ the head starts from `seed`, which is how a reward model is initialised from an 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -40,19 +41,33 @@ class RunResolver(Protocol):
         ...
 
 
-class DirectoryResolver:
-    """Runs laid out under one root: `root/<run_id>/final` and `root/<run_id>/step-<step>`.
+RUNS_DIR_ENV = "RLPLANE_RUNS_DIR"
 
-    `run:12` -> root/12/final, `run:12@400` -> root/12/step-400. Each is a save_pretrained
-    directory (config, weights, tokenizer) or a training checkpoint (model/ and tokenizer/).
-    Used by tests and by local runs without a server.
+
+class DirectoryResolver:
+    """Runs laid out under one root, as the worker writes them: `root/<run_id>/final` and
+    `root/<run_id>/checkpoints/step-000400` (or a plain `root/<run_id>/step-400`).
+
+    `run:12` -> root/12/final, `run:12@400` -> root/12/checkpoints/step-000400. Each is a
+    save_pretrained directory (config, weights, tokenizer) or a training checkpoint (model/ and
+    tokenizer/). The worker points trainers at its runs through RLPLANE_RUNS_DIR.
     """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
     def resolve(self, run_id: int, step: int | None) -> Path:
-        return self.root / str(run_id) / ("final" if step is None else f"step-{step}")
+        run = self.root / str(run_id)
+        if step is None:
+            return run / "final"
+        checkpoint = run / "checkpoints" / f"step-{step:06d}"
+        return checkpoint if checkpoint.is_dir() else run / f"step-{step}"
+
+
+def default_resolver() -> RunResolver | None:
+    """The resolver of RLPLANE_RUNS_DIR (set by the worker for its trainers), else None."""
+    root = os.environ.get(RUNS_DIR_ENV)
+    return DirectoryResolver(root) if root else None
 
 
 def torch_dtype(dtype: DType) -> torch.dtype:
@@ -99,10 +114,12 @@ def load_model(
 
 
 def _resolve_run(path: str, run_ref: tuple[int, int | None], resolver: RunResolver | None) -> Path:
+    resolver = resolver or default_resolver()
     if resolver is None:
         raise ModelError(
-            f"model {path!r} refers to an earlier run, but no run resolver was given; "
-            "load it through the worker, or pass resolver=DirectoryResolver(<runs root>)."
+            f"model {path!r} refers to an earlier run, but this trainer does not know where runs are: "
+            f"submit it to a server (its worker knows), or set {RUNS_DIR_ENV} to a directory of runs "
+            "(<id>/final, <id>/checkpoints/step-NNNNNN), or use the run's local directory as the path."
         )
     directory = resolver.resolve(*run_ref)
     if not directory.is_dir():

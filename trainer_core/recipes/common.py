@@ -6,6 +6,7 @@ classes; each recipe calls them top to bottom.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import random
 import time
@@ -20,9 +21,10 @@ from torch import nn
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, export_model, load_checkpoint, rotate, save_checkpoint
 from trainer_core.checkpoint.files import manifest_digest_and_size
+from trainer_core.models import load_from_spec
 from trainer_core.reporting import CheckpointEvent, Reporter
 from trainer_core.spec import RunSpec, dump_spec
-from trainer_core.spec_sections import TrainSpec
+from trainer_core.spec_sections import ModelSpec, TrainSpec
 
 # --- optimizer and schedule ---
 
@@ -96,6 +98,16 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> torch.
         return lr_factor(step, train)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def frozen_reference(spec: ModelSpec | None, policy: nn.Module, device: torch.device, *, seed: int) -> nn.Module:
+    """The reference model of a KL penalty: `spec`, or a copy of the freshly loaded policy (call it
+    before a checkpoint is loaded into the policy); frozen and in eval mode (no dropout)."""
+    if spec is not None:
+        reference, _ = load_from_spec(spec, "causal", seed=seed)
+    else:
+        reference = copy.deepcopy(policy)
+    return reference.to(device).eval().requires_grad_(False)
 
 
 # --- data order ---
@@ -208,8 +220,12 @@ def save_and_rotate(
     spec: dict,
     keep_last: int,
     reporter: Reporter,
+    extra: dict[str, Any] | None = None,
+    modules: dict[str, nn.Module] | None = None,
 ) -> CheckpointInfo | None:
-    """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it."""
+    """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it.
+
+    `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model."""
     info = None
     if backend.is_rank_zero:
         # Reports up to this step reach the run directory before the checkpoint exists: a process
@@ -224,6 +240,8 @@ def save_and_rotate(
             scheduler=scheduler,
             data_position=data_position,
             spec=spec,
+            extra=extra,
+            modules=modules,
         )
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
@@ -256,15 +274,15 @@ def checkpoint_run(run: Any) -> None:
     )
 
 
-def export_final(run: Any) -> Path | None:
-    """Export the trained model to OUT/final (rank zero) once train.steps are done, and report it as
-    the run's output: a checkpoint event with metadata {"kind": "export"}, which the control plane
-    registers like any checkpoint."""
+def export_final(run: Any, model: nn.Module | None = None) -> Path | None:
+    """Export the trained model (`model`, else the run's unwrapped model) to OUT/final (rank zero) once
+    train.steps are done, and report it as the run's output: a checkpoint event with metadata
+    {"kind": "export"}, which the control plane registers like any checkpoint."""
     if run.step < run.spec.train.steps:
         return None
     final = run.out_dir / "final"
     if run.backend.is_rank_zero:
-        export_model(run.backend.unwrap(run.model), run.tokenizer, final, replace=True, step=run.step)
+        export_model(model or run.backend.unwrap(run.model), run.tokenizer, final, replace=True, step=run.step)
         sha256, size = manifest_digest_and_size(final)
         run.reporter.checkpoint(
             CheckpointEvent(step=run.step, path=final.name, size=size, sha256=sha256, metadata={"kind": "export", "format": "hf"})
@@ -274,12 +292,18 @@ def export_final(run: Any) -> Path | None:
     return final
 
 
-def drive(run: Any, train: Callable[[Any, int | None], None], stop_at: int | None) -> Any:
-    """train, export and report the final status; the reporter and backend are closed whatever happens."""
+def drive(
+    run: Any,
+    train: Callable[[Any, int | None], None],
+    stop_at: int | None,
+    export: Callable[[Any], nn.Module] | None = None,
+) -> Any:
+    """train, export (`export(run)`, else the run's model) and report the final status; the reporter
+    and backend are closed whatever happens."""
     try:
         run.reporter.status("running")
         train(run, stop_at)
-        export_final(run)
+        export_final(run, export(run) if export is not None else None)
         done = run.step >= run.spec.train.steps
         run.reporter.status("completed" if done else "stopped", f"step {run.step}")
         return run

@@ -1,0 +1,183 @@
+"""Policy-gradient losses and the advantage estimates they use (PPO, GRPO): pure functions on tensors.
+
+Shapes: per-token tensors are [B, R] over the R response positions of B rollouts, with `mask`
+[B, R] (bool) marking the tokens a response really has (padding after its end is False).
+Sequence-level tensors are [B]. Nothing here calls a model or keeps state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+KlEstimator = Literal["k1", "k3"]
+
+
+def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean over the masked-in entries (of each row when dim is given); 0 where there are none."""
+    mask = mask.to(values.dtype)
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp(min=1)
+    return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def masked_whiten(values: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """(values - mean) / std over the masked-in entries; shift_mean=False keeps the mean (rewards)."""
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    return (whitened if shift_mean else whitened + mean) * mask.to(values.dtype)
+
+
+def response_logprobs(logits: Tensor, input_ids: Tensor, prompt_width: int) -> Tensor:
+    """log π(token) of each response token [B, R], from the model's logits over prompt + response [B, P+R, V].
+
+    logits[:, t] predicts input_ids[:, t + 1], so the response tokens (positions P..P+R-1) are
+    scored by logits P-1..P+R-2. Computed in at least float32.
+    """
+    scores = logits[:, prompt_width - 1 : -1]
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    tokens = input_ids[:, prompt_width:]
+    return torch.gather(F.log_softmax(scores, dim=-1), 2, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of each position's next-token distribution: -Σ p log p over the vocabulary."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logp = F.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KlEstimator = "k1") -> Tensor:
+    """Per-token estimate of KL(π || π_ref) from the sampled tokens' log-probabilities.
+
+    k1 = log π - log π_ref (unbiased, can be negative); k3 = r - log r - 1 with r = π_ref/π
+    (unbiased, never negative, lower variance; Schulman 2020, as GRPO uses it).
+    """
+    log_ratio = logprobs - ref_logprobs
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k3":
+        return torch.exp(-log_ratio) + log_ratio - 1
+    raise ValueError(f"estimator must be 'k1' or 'k3', got {estimator!r}")
+
+
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016) over each response: (advantages, returns).
+
+    δ_t = r_t + γ V_{t+1} - V_t, A_t = δ_t + γλ A_{t+1}; the value after a response's last token
+    is 0 (the episode ends). returns = A + V are the value targets. Masked-out positions get 0.
+    """
+    mask_f = mask.to(values.dtype)
+    values = values * mask_f
+    advantages = torch.zeros_like(values)
+    running = torch.zeros_like(values[:, 0])
+    next_value = torch.zeros_like(values[:, 0])
+    for t in reversed(range(values.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = (delta + gamma * lam * running) * mask_f[:, t]
+        advantages[:, t] = running
+        next_value = values[:, t]
+    return advantages, (advantages + values) * mask_f
+
+
+class PolicyLoss(NamedTuple):
+    loss: Tensor  # scalar: call backward on it
+    clipfrac: Tensor  # share of tokens whose ratio was clipped
+    approx_kl: Tensor  # mean of (r - 1) - log r between the updated and the rollout policy (≥ 0)
+
+
+def ppo_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cliprange: float) -> PolicyLoss:
+    """The clipped surrogate (Schulman et al. 2017, eq. 7), averaged over every response token of the batch."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    # L = -min(r A, clip(r, 1-ε, 1+ε) A): no gain from moving the ratio past the clip range.
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    with torch.no_grad():
+        clipfrac = masked_mean((clipped > unclipped).to(logprobs.dtype), mask)
+        approx_kl = masked_mean(ratio - 1 - log_ratio, mask)
+    return PolicyLoss(loss, clipfrac, approx_kl)
+
+
+def ppo_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, cliprange_value: float
+) -> tuple[Tensor, Tensor]:
+    """Clipped value loss, 0.5·max((V - R)², (clip(V, V_old ± ε) - R)²), and the share of clipped tokens."""
+    clipped_values = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
+    unclipped_loss = (values - returns) ** 2
+    clipped_loss = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.maximum(unclipped_loss, clipped_loss), mask)
+    with torch.no_grad():
+        clipfrac = masked_mean((clipped_loss > unclipped_loss).to(values.dtype), mask)
+    return loss, clipfrac
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, baseline: Literal["group_mean", "rloo"] = "group_mean", normalize_std: bool = True
+) -> Tensor:
+    """One advantage per response [N] from rewards [N] laid out as N / group_size groups of consecutive responses.
+
+    group_mean: r - mean(group) (GRPO, Shao et al. 2024); rloo: r - mean(the group's others)
+    (Ahmadian et al. 2024). normalize_std divides by the group's std (+1e-4): a group whose
+    responses all scored the same gets advantage 0, not a division by zero.
+    """
+    if rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be [N] with N a multiple of group_size {group_size}, got {tuple(rewards.shape)}")
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2, got {group_size}")
+    groups = rewards.view(-1, group_size)
+    mean = groups.mean(dim=1, keepdim=True)
+    if baseline == "rloo":
+        centered = (groups - mean) * group_size / (group_size - 1)  # r - (Σ others)/(G-1)
+    elif baseline == "group_mean":
+        centered = groups - mean
+    else:
+        raise ValueError(f"baseline must be 'group_mean' or 'rloo', got {baseline!r}")
+    if normalize_std:
+        centered = centered / (groups.std(dim=1, keepdim=True) + 1e-4)
+    return centered.reshape(-1)
+
+
+class GrpoLoss(NamedTuple):
+    loss: Tensor
+    policy_loss: Tensor  # the clipped surrogate part
+    kl: Tensor  # mean per-token KL estimate to the reference
+    clipfrac: Tensor
+    approx_kl: Tensor
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    cliprange: float,
+    beta: float,
+    estimator: KlEstimator = "k3",
+) -> GrpoLoss:
+    """GRPO's objective (Shao et al. 2024, eq. 3): per token, the clipped surrogate with the response's
+    advantage plus β·KL to the reference, averaged over each response's tokens, then over responses."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    adv = advantages.unsqueeze(1)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
+    surrogate = torch.maximum(unclipped, clipped)
+    if ref_logprobs is not None and beta > 0:
+        kl = kl_penalty(logprobs, ref_logprobs, estimator)
+    else:
+        kl = torch.zeros_like(logprobs)
+    per_token = surrogate + beta * kl
+    loss = masked_mean(per_token, mask, dim=1).mean()
+    with torch.no_grad():
+        policy_loss = masked_mean(surrogate, mask, dim=1).mean()
+        kl_mean = masked_mean(kl, mask, dim=1).mean()
+        clipfrac = masked_mean((clipped > unclipped).to(logprobs.dtype), mask)
+        approx_kl = masked_mean(ratio - 1 - log_ratio, mask)
+    return GrpoLoss(loss, policy_loss, kl_mean, clipfrac, approx_kl)

@@ -1,0 +1,231 @@
+"""What the online RL recipes (ppo, grpo) share: prompts in, sampled responses out, scored and reported.
+
+    encode_prompts()   prompt rows -> token ids (text as is, messages through the chat template)
+    generate()         left-padded prompts -> Generation: prompt + response ids, masks, positions
+    score()            decoded responses -> rewards from spec.reward (trainer_core.rewards)
+    evaluate()         greedy responses to the eval prompts, scored: eval/reward (+ eval/accuracy, ...)
+
+Layout of a Generation: B rows of [P prompt positions | R response positions]. Prompts are
+left-padded so every response starts at column P; a response ends at its first eos (kept, it is
+the action that ends the episode) and what follows is padding. `response_mask` [B, R] marks the
+real response tokens. Positions are counted over real tokens only, as generate() does, so a
+left-padded row scores exactly like the same row without padding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
+from trainer_core.recipes.tokenize import pad_id
+from trainer_core.reporting import Sample
+from trainer_core.spec import RunSpec
+from trainer_core.spec_algorithms import GenSpec
+
+
+@dataclass
+class Generation:
+    input_ids: torch.Tensor  # [B, P + R]
+    attention_mask: torch.Tensor  # [B, P + R]: real prompt tokens and real response tokens
+    position_ids: torch.Tensor  # [B, P + R]
+    response_mask: torch.Tensor  # [B, R] bool
+    prompt_width: int  # P
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width :]
+
+    def rows(self, index: torch.Tensor | slice) -> Generation:
+        return Generation(
+            self.input_ids[index],
+            self.attention_mask[index],
+            self.position_ids[index],
+            self.response_mask[index],
+            self.prompt_width,
+        )
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword arguments of a model forward over prompt + response."""
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
+
+
+def prompt_budget(spec: RunSpec, gen: GenSpec) -> int:
+    """Longest prompt in tokens: model.max_seq_len minus room for the response (spec rules keep it ≥ 1)."""
+    return max(1, spec.model.max_seq_len - gen.max_new_tokens)
+
+
+def encode_prompts(rows: list[dict], tokenizer: Any, max_tokens: int) -> list[list[int]]:
+    """Each row's prompt as ids, cut from the left to max_tokens (the end of a prompt is what the response follows)."""
+    encoded = []
+    for row in rows:
+        prompt = row["prompt"]
+        if isinstance(prompt, list):  # messages: the chat template, ending where the assistant's turn starts
+            ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=False)
+        else:
+            ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        encoded.append(list(ids)[-max_tokens:])
+    return encoded
+
+
+def prompt_text(row: dict) -> str:
+    """How a prompt reads in samples and what reward functions receive: the text, or the last user message."""
+    prompt = row["prompt"]
+    if isinstance(prompt, list):
+        return next((m["content"] for m in reversed(prompt) if m["role"] == "user"), prompt[-1]["content"])
+    return prompt
+
+
+def metadata(row: dict) -> dict:
+    """The prompt row's other columns (e.g. the task's "answer"), passed to the reward; a messages
+    prompt also goes whole as "prompt_messages", so a reward model scores it through the chat template."""
+    extra = {k: v for k, v in row.items() if k != "prompt"}
+    if isinstance(row["prompt"], list):
+        extra["prompt_messages"] = row["prompt"]
+    return extra
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def generate(
+    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, device: torch.device, *, greedy: bool = False
+) -> Generation:
+    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy."""
+    pad = pad_id(tokenizer)
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+    sampling = (
+        {"do_sample": False}
+        if greedy
+        else {
+            "do_sample": True,
+            "temperature": gen.temperature,
+            "top_k": gen.top_k,
+            "top_p": gen.top_p,
+        }
+    )
+    if gen.stop:
+        sampling |= {"stop_strings": list(gen.stop), "tokenizer": tokenizer}
+    was_training = policy.training
+    policy.eval()
+    out = policy.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=gen.max_new_tokens,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+        use_cache=True,
+        **sampling,
+    )
+    policy.train(was_training)
+    response = out[:, width:]
+    response_mask = _response_mask(response, tokenizer.eos_token_id, pad)
+    attention_mask = torch.cat([mask, response_mask.long()], dim=1)
+    return Generation(out, attention_mask, _positions(attention_mask), response_mask, width)
+
+
+def _response_mask(response: torch.Tensor, eos: int | None, pad: int) -> torch.Tensor:
+    """True up to and including each row's first eos; generate() pads finished rows after that (or after a stop string)."""
+    if eos is None:
+        return response != pad
+    is_eos = response == eos
+    ended_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+    real = ~ended_before
+    if pad != eos:  # a row finished by a stop string is padded without an eos
+        real &= (response != pad).long().cumprod(-1).bool()
+    return real
+
+
+def decode(tokenizer: Any, generation: Generation) -> list[str]:
+    """Each response's text, without eos or padding."""
+    return [
+        tokenizer.decode(ids[keep].tolist(), skip_special_tokens=True)
+        for ids, keep in zip(generation.response_ids, generation.response_mask, strict=True)
+    ]
+
+
+@dataclass
+class Scored:
+    generation: Generation
+    prompts: list[str]  # one per response
+    responses: list[str]
+    scores: Any  # trainer_core.rewards.RewardScores
+    gen_s: float  # seconds spent generating
+
+
+def sample_and_score(run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1) -> Scored:
+    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward."""
+    rows = [row for row in rows for _ in range(repeat)]
+    started = time.perf_counter()
+    prompt_ids = encode_prompts(rows, run.tokenizer, prompt_budget(run.spec, gen))
+    generation = generate(policy, prompt_ids, run.tokenizer, gen, run.backend.device)
+    gen_s = time.perf_counter() - started
+    responses = decode(run.tokenizer, generation)
+    prompts = [prompt_text(r) for r in rows]
+    scores = run.reward(prompts, responses, [metadata(r) for r in rows])
+    return Scored(generation, prompts, responses, scores, gen_s)
+
+
+# --- evaluation ---
+
+
+def evaluate(
+    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, reward: Any | None, batch_size: int = 64
+) -> dict[str, float]:
+    """Greedy responses to this rank's share of `rows`, scored, reduced over ranks.
+
+    eval/reward is spec.reward's total (its normaliser is left as it was), eval/reward/<name> each
+    component; when the data is a builtin task its own reward is reported by the task's name
+    (eval/accuracy for arithmetic, eval/optimality for randomwalks), which does not change when
+    a run swaps in a reward model."""
+    backend, tokenizer = run.backend, run.tokenizer
+    mine = rows[backend.rank :: backend.world_size]
+    task = builtin_task(run.spec.data.source)
+    names = ["reward"] + ([BUILTIN_EVAL_NAMES[task]] if task else [])
+    sums: dict[str, float] = {name: 0.0 for name in names}
+    budget = prompt_budget(run.spec, gen)
+    for start in range(0, len(mine), batch_size):
+        chunk = mine[start : start + batch_size]
+        generation = generate(policy, encode_prompts(chunk, tokenizer, budget), tokenizer, gen, backend.device, greedy=True)
+        responses = decode(tokenizer, generation)
+        prompts = [prompt_text(r) for r in chunk]
+        if reward is not None:
+            state = reward.state_dict()
+            scores = reward(prompts, responses, [metadata(r) for r in chunk])
+            reward.load_state_dict(state)
+            sums["reward"] += sum(scores.total)
+            for name, values in scores.components.items():
+                sums[f"reward/{name}"] = sums.get(f"reward/{name}", 0.0) + sum(values)
+        if task:
+            task_reward = builtin_reward(task)
+            score = sum(
+                task_reward(p, r, m.get("answer")) for p, r, m in zip(prompts, responses, map(metadata, chunk), strict=True)
+            )
+            sums[BUILTIN_EVAL_NAMES[task]] += score
+    if reward is None:
+        sums.pop("reward")
+    keys = sorted(sums)
+    totals = backend.all_reduce(torch.tensor([sums[k] for k in keys] + [len(mine)], dtype=torch.float64), "sum").tolist()
+    count = max(totals[-1], 1)
+    return {f"eval/{k}": v / count for k, v in zip(keys, totals[:-1], strict=True)}
+
+
+def eval_rows(run: Any) -> list[dict]:
+    """The held-out prompts; the training prompts when the data has none held out (tiny prompt sets)."""
+    return run.eval_rows or run.train_rows
+
+
+def samples(prompts: list[str], responses: list[str], rewards: list[float], kls: list[float] | None, count: int) -> list[Sample]:
+    shown = range(min(count, len(responses)))
+    return [
+        Sample(prompt=prompts[i], response=responses[i], reward=float(rewards[i]), kl=None if kls is None else float(kls[i]))
+        for i in shown
+    ]
