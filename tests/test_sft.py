@@ -121,7 +121,7 @@ BAD_INPUTS = [
     "unknown model",
     "impossible batch",
     "unknown field",
-    "other algorithm",
+    "reward not allowed",
     "missing spec file",
     "bad --set",
     "nothing to resume",
@@ -137,10 +137,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[dict | None, list[str], str]]:
         "unknown model": ({"model": {"path": "builtin:no-such-model"}}, [], "no-such-model"),
         "impossible batch": ({"train": {**SPEC["train"], "batch_size": 10, "micro_batch_size": 4}}, [], "micro_batch_size"),
         "unknown field": ({"train": {**SPEC["train"], "stepz": 3}}, [], "stepz"),
-        "other algorithm": (
-            {"algorithm": "ppo", "reward": {"kind": "builtin", "name": "arithmetic"}, "ppo": {"gen": {"max_new_tokens": 8}}},
+        "reward not allowed": (
+            {"algorithm": "ppo", "reward": {"kind": "python", "entrypoint": "os:system"}, "ppo": {"gen": {"max_new_tokens": 8}}},
             [],
-            "algorithm ppo arrives in a later change",
+            "RLPLANE_REWARD_ENTRYPOINTS",
         ),
         "missing spec file": (None, [], "does not exist"),
         "bad --set": ({}, ["--set", "train.steps=-1"], "train.steps"),

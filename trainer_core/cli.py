@@ -77,10 +77,6 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     resume_from = _resume_point(args.resume) if args.resume is not None else None
     spec = _spec(args, resume_from)
-    if spec.algorithm not in ("sft", "reward", "dpo"):
-        raise BadInput(
-            f"algorithm {spec.algorithm} arrives in a later change; this trainer runs algorithms sft, reward and dpo for now."
-        )
     out_dir = args.out or (_out_of(resume_from) if resume_from else None) or Path("runs") / spec.name
     if resume_from is None and (out_dir / "checkpoints").is_dir() and any((out_dir / "checkpoints").iterdir()):
         raise BadInput(
@@ -89,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if args.stop_at is not None and args.stop_at < 1:
         raise BadInput(f"--stop-at must be a step >= 1, got {args.stop_at}.")
 
-    from trainer_core.recipes import dpo, reward, sft  # torch from here on
+    import importlib  # torch from here on
 
-    recipe = {"sft": sft.run_sft, "reward": reward.run_reward, "dpo": dpo.run_dpo}[spec.algorithm]
-    recipe(spec, out_dir, resume_from, stop_at=args.stop_at)
+    # One module per algorithm, each with run(spec, out_dir, resume_from, stop_at=...).
+    recipe = importlib.import_module(f"trainer_core.recipes.{spec.algorithm}")
+    recipe.run(spec, out_dir, resume_from, stop_at=args.stop_at)
     return 0
 
 
@@ -141,6 +138,7 @@ def _bad_input(exc: Exception) -> int:
         "BatchSplitError": "bad batch sizes",
         "BackendError": "bad backend",
         "CheckpointError": "bad checkpoint",
+        "RewardError": "bad reward",
     }.get(type(exc).__name__, "error")
     print(f"error ({what}): {exc}", file=sys.stderr)
     return EXIT_BAD_INPUT

@@ -72,7 +72,8 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
     try:
         client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
-        trainer = Trainer(command, out_dir, forwarder.add_line)
+        # run:<id>[@step] in the spec's model paths resolve to the runs this worker's artifact root holds.
+        trainer = Trainer(command, out_dir, forwarder.add_line, env={"RLPLANE_RUNS_DIR": str(out_dir.parent)})
         return _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
     except Superseded as exc:
         logger.warning("run=%d attempt=%d superseded: %s", run_id, attempt, exc)

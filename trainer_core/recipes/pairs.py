@@ -28,7 +28,7 @@ PairExample = dict[str, Example]  # {"chosen": {"input_ids", "labels"}, "rejecte
 
 def tokenize_pair(row: dict[str, Any], tokenizer: Any, max_seq_len: int) -> PairExample:
     """One preference row as a chosen and a rejected example, each at most max_seq_len tokens."""
-    return {side: _tokenize_side(row["prompt"], row[side], tokenizer, max_seq_len) for side in ("chosen", "rejected")}
+    return {side: tokenize_side(row["prompt"], row[side], tokenizer, max_seq_len) for side in ("chosen", "rejected")}
 
 
 def tokenize_pairs(rows: list[dict], tokenizer: Any, max_seq_len: int) -> list[PairExample]:
@@ -45,7 +45,7 @@ def pair_tokens(pairs: list[PairExample]) -> int:
     return sum(len(p["chosen"]["input_ids"]) + len(p["rejected"]["input_ids"]) for p in pairs)
 
 
-def _tokenize_side(prompt: str | list[dict], completion: str | list[dict], tokenizer: Any, max_seq_len: int) -> Example:
+def tokenize_side(prompt: str | list[dict], completion: str | list[dict], tokenizer: Any, max_seq_len: int) -> Example:
     if isinstance(prompt, str) and isinstance(completion, str):
         return tokenize_row({"prompt": prompt, "completion": completion}, tokenizer, max_seq_len)
     ids, labels = _messages(_as_messages(prompt, "user"), _as_messages(completion, "assistant"), tokenizer)

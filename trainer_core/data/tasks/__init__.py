@@ -31,6 +31,8 @@ BUILTIN_SOURCES: dict[str, dict[str, Examples]] = {
 
 # reward: {kind: builtin, name: <name>} -> reward(prompt, response, answer=None) -> float
 BUILTIN_REWARDS: dict[str, Reward] = {"arithmetic": arithmetic.reward, "randomwalks": randomwalks.reward}
+# What each builtin reward's mean is called in eval metrics: eval/accuracy, eval/optimality.
+BUILTIN_EVAL_NAMES: dict[str, str] = {"arithmetic": "accuracy", "randomwalks": "optimality"}
 
 
 def builtin_examples(name: str, kind: str, *, seed: int, eval_fraction: float) -> Split:
@@ -44,6 +46,12 @@ def builtin_examples(name: str, kind: str, *, seed: int, eval_fraction: float) -
         fits = [f"builtin:{n}" for n, k in BUILTIN_SOURCES.items() if kind in k]
         raise DataError(f"builtin:{name} has {'/'.join(kinds)} rows but this run reads {kind} rows; use one of {', '.join(fits)}")
     return kinds[kind](seed=seed, eval_fraction=eval_fraction)
+
+
+def builtin_task(source: str) -> str | None:
+    """The builtin task a data source names (builtin:randomwalks -> randomwalks), if it has a reward."""
+    name = source.removeprefix("builtin:") if source.startswith("builtin:") else None
+    return name if name in BUILTIN_REWARDS else None
 
 
 def builtin_reward(name: str) -> Reward:

@@ -1,0 +1,67 @@
+"""The GRPO recipe through `python -m trainer_core run`: from the SFT chain's early checkpoint, the
+verifiable arithmetic reward raises held-out greedy accuracy; the RLOO baseline learns too;
+resume is exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.training import ARITHMETIC, assert_resume_is_exact, metrics, run_spec
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def grpo_spec(model: Path, **grpo: object) -> dict:
+    return {
+        "name": "grpo-test",
+        "algorithm": "grpo",
+        "model": {"path": str(model), "max_seq_len": 32},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": ARITHMETIC,
+        "train": {"steps": 80, "batch_size": 64, "lr": 2e-4, "schedule": "constant", "eval_every": 40, "log_every": 1},
+        "grpo": {"group_size": 8, "beta": 0.04, "gen": {"max_new_tokens": 4}, "samples_to_log": 2, **grpo},
+    }
+
+
+@pytest.fixture(scope="module")
+def start(sft_run: Path) -> Path:
+    """The SFT chain's step-250 checkpoint: right on about a third of held-out problems."""
+    return sft_run / "checkpoints" / "step-000250"
+
+
+@pytest.mark.parametrize("baseline", ["group_mean", "rloo"])
+def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, baseline: str) -> None:
+    """80 GRPO steps (8 prompts x 8 answers each): greedy accuracy on the 267 held-out problems
+    rises by at least 0.15 over the SFT start (measured 0.42 -> 0.66 at 75 steps; at lr 5e-4 it
+    swung between 0.38 and 0.59, hence the lower rate)."""
+    out = tmp_path / "out"
+    run_spec(tmp_path / "grpo.yaml", grpo_spec(start, baseline=baseline), "--out", str(out))
+    accuracy = metrics(out, "eval/accuracy")
+    assert sorted(accuracy) == [0, 40, 80]
+    assert accuracy[80] >= accuracy[0] + 0.15, accuracy
+    for key in (
+        "reward/mean",
+        "reward/std",
+        "grpo/kl",
+        "grpo/policy_loss",
+        "grpo/entropy",
+        "gen/response_length",
+        "perf/gen_s",
+        "perf/train_s",
+        "train/loss",
+    ):
+        assert sorted(metrics(out, key)) == list(range(1, 81)), key
+    assert max(metrics(out, "grpo/kl").values()) < 1.0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 80 * 2 and len({s["prompt"] for s in samples if s["step"] == 1}) == 2
+
+
+def test_resume_is_exact(start: Path, tmp_path: Path) -> None:
+    """4 steps straight vs 2 then --resume, two epochs (so the rollout log-probabilities are kept
+    apart from the update's): the same policy bit for bit and the same rewards and losses."""
+    spec = grpo_spec(start, epochs=2)
+    spec["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 2, "micro_batch_size": 32}
+    assert_resume_is_exact(tmp_path, spec, 2, ("reward/mean", "grpo/kl", "grpo/clipfrac", "train/loss", "eval/accuracy"))

@@ -1,0 +1,298 @@
+"""GRPO (Shao et al. 2024; as NeMo RL and TRL run it): a group of responses per prompt, no critic.
+
+    setup()     backend, policy, frozen reference (when grpo.beta > 0), reward source, prompts, optimizer
+    train()     train.steps steps, each:
+                  sample grpo.group_size responses to each of train.batch_size / group_size prompts,
+                  score them (spec.reward), advantage = (reward - group baseline) / group std
+                  (grpo.baseline: the group mean, or rloo: the mean of the others),
+                  grpo.epochs passes of one update over all responses: clipped surrogate + β·KL
+                  to the reference (grpo.kl_estimator), averaged per response then over responses
+                eval and checkpoints when due
+and the policy is exported to OUT/final as a plain Hugging Face model.
+
+train.batch_size counts responses. With one epoch the policy that sampled is the policy being
+updated, so the ratio is 1 and its log-probabilities come from the update's own forward (no
+separate pass, as TRL and NeMo RL do); with more epochs they are computed once after sampling.
+A checkpoint holds the policy, optimizer, schedule, RNG, prompt position and the reward
+normaliser; the reference is rebuilt from the spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.checkpoint import load_checkpoint
+from trainer_core.data import load_examples
+from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
+from trainer_core.models import load_from_spec
+from trainer_core.recipes import common, rollouts
+from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.rewards import Reward, make_reward
+from trainer_core.spec import RunSpec, dump_spec
+
+
+@dataclass
+class GrpoRun:
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    model: nn.Module  # the policy, wrapped by the backend
+    reference: nn.Module | None  # frozen; None when beta is 0
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    reward: Reward
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    order: common.BatchOrder  # over prompts: batch_size / group_size per step
+    step: int = 0
+
+    @property
+    def policy(self) -> nn.Module:
+        return self.backend.unwrap(self.model)
+
+
+def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> GrpoRun:
+    train, options = spec.train, spec.grpo
+    backend = make_backend(spec.backend, train)
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    with common.closed_on_failure(backend, reporter):
+        policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        reference = None
+        if options.beta > 0:
+            reference = common.frozen_reference(options.ref_model, policy, backend.device, seed=train.seed)
+        split = load_examples(spec.data, "prompts", seed=train.seed)
+        reward = make_reward(
+            spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
+        )
+        optimizer = common.make_optimizer(policy, train)
+        scheduler = common.make_scheduler(optimizer, train)
+        wrapped, optimizer, _ = backend.prepare(policy, optimizer, None)  # the schedule steps once per GRPO step
+        position, step = None, 0
+        if resume_from is not None:
+            state = load_checkpoint(resume_from, model=policy, optimizer=optimizer, scheduler=scheduler)
+            position, step = state.data_position, state.step
+            reward.load_state_dict(state.extra["reward"])
+            reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
+        prompts_per_step = train.batch_size // options.group_size
+        order = common.BatchOrder(
+            len(split.train), prompts_per_step, seed=train.seed, shuffle=spec.data.shuffle, position=position
+        )
+    return GrpoRun(
+        spec,
+        out_dir,
+        backend,
+        reporter,
+        wrapped,
+        reference,
+        tokenizer,
+        optimizer,
+        scheduler,
+        reward,
+        split.train,
+        split.eval,
+        order,
+        step,
+    )
+
+
+@dataclass
+class Groups:
+    generation: rollouts.Generation
+    advantages: torch.Tensor  # [N]
+    old_logprobs: torch.Tensor | None  # [N, R]; None: the update's own (one epoch)
+    ref_logprobs: torch.Tensor | None  # [N, R]; None without a KL term
+    stats: dict[str, float]  # this rank's sums
+
+
+def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(**generation.inputs()).logits
+    p = generation.prompt_width
+    return response_logprobs(logits, generation.input_ids, p), logits[:, p - 1 : -1]
+
+
+@torch.no_grad()
+def sample(run: GrpoRun) -> Groups:
+    """group_size scored responses to each of this rank's prompts of the next global batch."""
+    backend, options = run.backend, run.spec.grpo
+    indices = run.order.next_batch()
+    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size)
+    generation, scores = scored.generation, scored.scores
+    rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)
+    advantages = group_advantages(rewards, options.group_size, options.baseline, options.normalize_std)
+    old = ref = None
+    with backend.autocast():
+        if options.epochs > 1:
+            old = _logprobs(run.policy, generation)[0]
+        if run.reference is not None:
+            ref = _logprobs(run.reference, generation)[0]
+    mask = generation.response_mask
+    if backend.is_rank_zero and options.samples_to_log:
+        _report_samples(run, scored, old, ref)
+    groups = rewards.view(-1, options.group_size)
+    raw = rewards.double()
+    stats = {
+        "reward/sum": float(raw.sum()),
+        "reward/sumsq": float((raw**2).sum()),
+        "gen/response_length": float(mask.sum()),
+        "grpo/zero_std_groups": float((groups.std(dim=1) == 0).sum() * options.group_size),
+        "count": float(len(rewards)),
+        "perf/gen_s": scored.gen_s,
+    }
+    for name, component in scores.components.items():
+        stats[f"reward/{name}"] = float(sum(component))
+    return Groups(generation, advantages, old, ref, stats)
+
+
+def _report_samples(run: GrpoRun, scored: rollouts.Scored, old: torch.Tensor | None, ref: torch.Tensor | None) -> None:
+    """One response to each of the first samples_to_log prompts (not one group), with its KL to the reference."""
+    options = run.spec.grpo
+    shown = torch.arange(0, len(scored.responses), options.group_size)[: options.samples_to_log]
+    kls = None
+    if ref is not None:
+        part = scored.generation.rows(shown)
+        logprobs = _logprobs(run.policy, part)[0] if old is None else old[shown]
+        kls = ((logprobs - ref[shown]) * part.response_mask).sum(1).tolist()
+    pick = shown.tolist()
+    run.reporter.samples(
+        run.step + 1,
+        rollouts.samples(
+            [scored.prompts[i] for i in pick],
+            [scored.responses[i] for i in pick],
+            [scored.scores.total[i] for i in pick],
+            kls,
+            len(pick),
+        ),
+    )
+
+
+def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
+    """grpo.epochs passes, each one optimizer update over all of this step's responses (in micro-batches)."""
+    spec, backend, options = run.spec, run.backend, run.spec.grpo
+    size = groups.advantages.shape[0]
+    keys = ("train/loss", "grpo/policy_loss", "grpo/kl", "grpo/clipfrac", "grpo/approx_kl", "grpo/entropy", "train/grad_norm")
+    sums = dict.fromkeys(keys, 0.0)
+    run.model.train()
+    for _ in range(options.epochs):
+        micro = micro_batch_ranges(range(size), spec.micro_batch_size)
+        for i, piece in enumerate(micro):
+            index = torch.arange(piece.start, piece.stop)
+            part = groups.generation.rows(index)
+            with contextlib.nullcontext() if i == len(micro) - 1 else backend.no_sync(run.model), backend.autocast():
+                logprobs, logits = _logprobs(run.model, part)
+                old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]
+                ref = None if groups.ref_logprobs is None else groups.ref_logprobs[index]
+                out = grpo_loss(
+                    logprobs,
+                    old,
+                    ref,
+                    groups.advantages[index],
+                    part.response_mask,
+                    options.cliprange,
+                    options.beta,
+                    options.kl_estimator,
+                )
+                backend.backward(out.loss * len(index) / size * len(micro), len(micro))
+            share = len(index) / size
+            with torch.no_grad():
+                sums["train/loss"] += float(out.loss) * share
+                sums["grpo/policy_loss"] += float(out.policy_loss) * share
+                sums["grpo/kl"] += float(out.kl) * share
+                sums["grpo/clipfrac"] += float(out.clipfrac) * share
+                sums["grpo/approx_kl"] += float(out.approx_kl) * share
+                sums["grpo/entropy"] += float(masked_mean(entropy_from_logits(logits), part.response_mask)) * share
+        sums["train/grad_norm"] += backend.step()
+    return {key: value / options.epochs for key, value in sums.items()}
+
+
+def train_step(run: GrpoRun) -> dict[str, float]:
+    backend = run.backend
+    lr = run.scheduler.get_last_lr()[0]
+    groups = sample(run)
+    started = time.perf_counter()
+    losses = update(run, groups)
+    train_s = time.perf_counter() - started
+    run.scheduler.step()
+    run.step += 1
+    stats = groups.stats
+    keys = sorted(k for k in stats if k != "perf/gen_s")
+    totals = dict(
+        zip(keys, backend.all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), "sum").tolist(), strict=True)
+    )
+    losses = dict(
+        zip(losses, backend.all_reduce(torch.tensor(list(losses.values()), dtype=torch.float64), "mean").tolist(), strict=True)
+    )
+    count = totals.pop("count")
+    mean = totals.pop("reward/sum") / count
+    variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
+    return {
+        "reward/mean": mean,
+        "reward/std": variance**0.5,
+        **{k: v / count for k, v in totals.items()},
+        **losses,
+        "train/lr": lr,
+        "perf/gen_s": stats["perf/gen_s"],
+        "perf/train_s": train_s,
+    }
+
+
+def evaluate(run: GrpoRun) -> dict[str, float]:
+    return rollouts.evaluate(run, run.policy, rollouts.eval_rows(run), run.spec.grpo.gen, run.reward)
+
+
+def checkpoint(run: GrpoRun) -> None:
+    common.save_and_rotate(
+        run.out_dir / "checkpoints",
+        run.step,
+        backend=run.backend,
+        model=run.policy,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+        extra={"reward": run.reward.state_dict()},
+    )
+
+
+def train(run: GrpoRun, stop_at: int | None = None) -> None:
+    """GRPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0:
+        reporter.metrics(0, evaluate(run))
+    window: list[dict[str, float]] = []
+    while run.step < last:
+        window.append(train_step(run))
+        step = run.step
+        if step % t.log_every == 0 or step == last:
+            reporter.metrics(step, {key: sum(w[key] for w in window) / len(window) for key in window[0]})
+            window = []
+        if common.is_due(step, t.eval_every, t.steps):
+            reporter.metrics(step, evaluate(run))
+        if common.is_due(step, t.checkpoint_every, last):
+            checkpoint(run)
+
+
+def run_grpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> GrpoRun:
+    """setup, train, export the policy; the reporter, backend and reward source are closed whatever happens."""
+    run = setup(spec, out_dir, resume_from)
+    try:
+        return common.drive(run, train, stop_at)
+    finally:
+        run.reward.close()
+
+
+run = run_grpo  # the name trainer_core.cli calls every recipe by

@@ -1,0 +1,353 @@
+"""PPO for language models (Ouyang et al. 2022; the trlx / NeMo Aligner recipe): sample, score, update.
+
+    setup()     backend, policy + value function, frozen reference, reward source, prompts, optimizer
+    train()     train.steps PPO steps, each:
+                  rollout(): sample one response per prompt of the global batch (ppo.gen), score it
+                    (spec.reward), per-token reward = -kl_coef·(log π - log π_ref) with the score added
+                    at the last token, values and GAE advantages (gamma, lam), whitened
+                  update():  ppo.epochs passes over the rollouts in minibatches of ppo.minibatch_size,
+                    clipped policy and value losses, one optimizer update per minibatch
+                then the KL controller adapts kl_coef (ppo.target_kl), metrics and samples are reported,
+                eval and checkpoints when due
+and the policy is exported to OUT/final as a plain Hugging Face model.
+
+The value function is a head on the policy's last hidden states (a shared trunk), or on a separate
+critic model (ppo.critic). The LR schedule advances once per PPO step, not per minibatch update,
+so train.steps and warmup_steps count PPO steps. A checkpoint holds the policy, the value head
+(and critic), optimizer, schedule, RNG, prompt position, the KL coefficient and the reward
+normaliser: a resumed run samples the same rollouts the straight run would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.checkpoint import load_checkpoint
+from trainer_core.data import load_examples
+from trainer_core.losses_policy import (
+    entropy_from_logits,
+    gae,
+    masked_mean,
+    masked_whiten,
+    ppo_policy_loss,
+    ppo_value_loss,
+    response_logprobs,
+)
+from trainer_core.models import load_from_spec
+from trainer_core.recipes import common, rollouts
+from trainer_core.recipes.kl_control import KlController
+from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.rewards import Reward, make_reward
+from trainer_core.spec import RunSpec, dump_spec
+
+
+class ValueHead(nn.Module):
+    """hidden state -> V(s): a two-layer MLP, as trlx's value branch (a linear head learns too slowly at this size)."""
+
+    def __init__(self, hidden_size: int, seed: int) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.net = nn.Sequential(nn.Linear(hidden_size, 2 * hidden_size), nn.ReLU(), nn.Linear(2 * hidden_size, 1))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.net(hidden.float()).squeeze(-1)
+
+
+class ActorCritic(nn.Module):
+    """The trained modules as one, so the optimizer and DDP see them together: forward -> (logits, values)."""
+
+    def __init__(self, policy: nn.Module, value_head: ValueHead, critic: nn.Module | None = None) -> None:
+        super().__init__()
+        self.policy, self.value_head, self.critic = policy, value_head, critic
+
+    def forward(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.policy(**inputs, output_hidden_states=self.critic is None)
+        hidden = out.hidden_states[-1] if self.critic is None else self.critic(**inputs).last_hidden_state
+        return out.logits, self.value_head(hidden)
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        return {"value_head": self.value_head, **({"critic": self.critic} if self.critic is not None else {})}
+
+
+@dataclass
+class PpoRun:
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    model: nn.Module  # ActorCritic, wrapped by the backend
+    reference: nn.Module  # frozen, eval mode
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    reward: Reward
+    kl: KlController
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    order: common.BatchOrder
+    step: int = 0  # PPO steps done
+
+    @property
+    def actor_critic(self) -> ActorCritic:
+        return self.backend.unwrap(self.model)
+
+
+@dataclass
+class Rollouts:
+    generation: rollouts.Generation
+    logprobs: torch.Tensor  # [B, R] under the policy that sampled them
+    values: torch.Tensor  # [B, R]
+    advantages: torch.Tensor  # [B, R], whitened
+    returns: torch.Tensor  # [B, R]
+    stats: dict[str, float]  # this rank's sums, reduced in train_step
+
+
+def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> PpoRun:
+    train, options = spec.train, spec.ppo
+    backend = make_backend(spec.backend, train)
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    with common.closed_on_failure(backend, reporter):
+        policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        reference = common.frozen_reference(options.ref_model, policy, backend.device, seed=train.seed)
+        critic = None
+        if options.critic is not None:
+            critic = load_from_spec(options.critic, "causal", seed=train.seed)[0].base_model  # the trunk: no LM head to train
+        hidden = (critic or policy).config.hidden_size
+        model = ActorCritic(policy, ValueHead(hidden, train.seed), critic)
+        split = load_examples(spec.data, "prompts", seed=train.seed)
+        reward = make_reward(
+            spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
+        )
+        optimizer = common.make_optimizer(model, train)
+        scheduler = common.make_scheduler(optimizer, train)
+        # No scheduler for the backend: it would step per minibatch update; train() steps it per PPO step.
+        wrapped, optimizer, _ = backend.prepare(model, optimizer, None)
+        kl = KlController(options.kl_coef, options.target_kl, options.horizon)
+        position, step = None, 0
+        if resume_from is not None:
+            state = load_checkpoint(
+                resume_from, model=policy, optimizer=optimizer, scheduler=scheduler, modules=model.checkpoint_modules()
+            )
+            position, step = state.data_position, state.step
+            kl.load_state_dict(state.extra["kl"])
+            reward.load_state_dict(state.extra["reward"])
+            reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
+        order = common.BatchOrder(
+            len(split.train), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
+        )
+    return PpoRun(
+        spec,
+        out_dir,
+        backend,
+        reporter,
+        wrapped,
+        reference,
+        tokenizer,
+        optimizer,
+        scheduler,
+        reward,
+        kl,
+        split.train,
+        split.eval,
+        order,
+        step,
+    )
+
+
+def _logprobs_values(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log π of each response token, V of the state before it, the logits over the response positions)."""
+    logits, values = model(**generation.inputs())
+    p = generation.prompt_width
+    return response_logprobs(logits, generation.input_ids, p), values[:, p - 1 : -1], logits[:, p - 1 : -1]
+
+
+@torch.no_grad()
+def rollout(run: PpoRun) -> Rollouts:
+    """Sample and score this rank's share of the next global batch of prompts, with advantages."""
+    backend, options = run.backend, run.spec.ppo
+    indices = run.order.next_batch()
+    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen)
+    generation, scores = scored.generation, scored.scores
+    mask = generation.response_mask
+    with backend.autocast():
+        logprobs, values, _ = _logprobs_values(run.actor_critic, generation)
+        ref_logprobs = response_logprobs(
+            run.reference(**generation.inputs()).logits, generation.input_ids, generation.prompt_width
+        )
+    mask_f = mask.to(logprobs.dtype)
+    kl = (logprobs - ref_logprobs) * mask_f  # k1 per token: its sum is the response's KL estimate
+    score = torch.tensor(scores.total, dtype=logprobs.dtype, device=backend.device)
+    if options.whiten_rewards:
+        score = masked_whiten(score, torch.ones_like(score, dtype=torch.bool), shift_mean=False)
+    rewards = -run.kl.value * kl
+    last = mask.long().sum(1).clamp(min=1) - 1  # the response's final token (its eos) carries the score
+    rewards[torch.arange(len(rows)), last] += score
+    advantages, returns = gae(rewards, values.float(), mask, options.gamma, options.lam)
+    advantages = masked_whiten(advantages, mask)
+
+    sequence_kl = kl.sum(1)
+    if backend.is_rank_zero and options.samples_to_log:
+        run.reporter.samples(
+            run.step + 1,
+            rollouts.samples(scored.prompts, scored.responses, scores.total, sequence_kl.tolist(), options.samples_to_log),
+        )
+    raw = torch.tensor(scores.total, dtype=torch.float64)
+    stats = {
+        "reward/sum": float(raw.sum()),
+        "reward/sumsq": float((raw**2).sum()),
+        "ppo/kl": float(sequence_kl.sum()),
+        "gen/response_length": float(mask.sum()),
+        "values/mean": float(masked_mean(values.float(), mask) * len(rows)),
+        "count": float(len(rows)),
+        "perf/gen_s": scored.gen_s,
+    }
+    for name, component in scores.components.items():
+        stats[f"reward/{name}"] = float(sum(component))
+    return Rollouts(generation, logprobs, values.float(), advantages, returns, stats)
+
+
+def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
+    """ppo.epochs passes of minibatch updates over the rollouts; the means of the loss statistics."""
+    spec, backend, options = run.spec, run.backend, run.spec.ppo
+    size = batch.logprobs.shape[0]
+    minibatch = len(local_batch_range(spec.update_batch_size, backend.rank, backend.world_size))
+    keys = (
+        "ppo/policy_loss",
+        "ppo/value_loss",
+        "ppo/entropy",
+        "ppo/clipfrac",
+        "ppo/approx_kl",
+        "ppo/value_clipfrac",
+        "train/grad_norm",
+    )
+    sums = dict.fromkeys(keys, 0.0)
+    updates = 0
+    run.model.train()
+    for _ in range(options.epochs):
+        permutation = torch.randperm(size)  # the global generator: saved and restored with the checkpoint
+        for start in range(0, size, minibatch):
+            rows = permutation[start : start + minibatch]
+            micro = micro_batch_ranges(range(len(rows)), spec.micro_batch_size)
+            for i, piece in enumerate(micro):
+                index = rows[piece.start : piece.stop]
+                part = batch.generation.rows(index)
+                mask = part.response_mask
+                with contextlib.nullcontext() if i == len(micro) - 1 else backend.no_sync(run.model), backend.autocast():
+                    logprobs, values, logits = _logprobs_values(run.model, part)
+                    policy = ppo_policy_loss(logprobs, batch.logprobs[index], batch.advantages[index], mask, options.cliprange)
+                    value_loss, value_clipfrac = ppo_value_loss(
+                        values.float(), batch.values[index], batch.returns[index], mask, options.cliprange_value
+                    )
+                    loss = policy.loss + options.vf_coef * value_loss
+                    backend.backward(loss * len(index) / len(rows) * len(micro), len(micro))
+                with torch.no_grad():
+                    share = len(index) / len(rows)
+                    sums["ppo/policy_loss"] += float(policy.loss) * share
+                    sums["ppo/value_loss"] += float(value_loss) * share
+                    sums["ppo/entropy"] += float(masked_mean(entropy_from_logits(logits), mask)) * share
+                    sums["ppo/clipfrac"] += float(policy.clipfrac) * share
+                    sums["ppo/approx_kl"] += float(policy.approx_kl) * share
+                    sums["ppo/value_clipfrac"] += float(value_clipfrac) * share
+            sums["train/grad_norm"] += backend.step()
+            updates += 1
+    means = {key: value / updates for key, value in sums.items()}
+    return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
+
+
+def train_step(run: PpoRun) -> dict[str, float]:
+    """One PPO step: rollouts, updates, the KL controller; every reported value, reduced over ranks."""
+    backend = run.backend
+    lr = run.scheduler.get_last_lr()[0]
+    batch = rollout(run)
+    started = time.perf_counter()
+    losses = update(run, batch)
+    train_s = time.perf_counter() - started
+    run.scheduler.step()
+    run.step += 1
+
+    stats = batch.stats
+    keys = sorted(k for k in stats if k != "perf/gen_s")
+    totals = dict(
+        zip(keys, backend.all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), "sum").tolist(), strict=True)
+    )
+    losses = dict(
+        zip(losses, backend.all_reduce(torch.tensor(list(losses.values()), dtype=torch.float64), "mean").tolist(), strict=True)
+    )
+    count = totals.pop("count")
+    mean = totals.pop("reward/sum") / count
+    variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
+    values = {
+        "reward/mean": mean,
+        "reward/std": variance**0.5,
+        **{k: v / count for k, v in totals.items()},
+        **losses,
+        "ppo/kl_coef": run.kl.value,
+        "train/lr": lr,
+        "perf/gen_s": stats["perf/gen_s"],
+        "perf/train_s": train_s,
+    }
+    run.kl.update(values["ppo/kl"], int(count))
+    return values
+
+
+def evaluate(run: PpoRun) -> dict[str, float]:
+    return rollouts.evaluate(run, run.actor_critic.policy, rollouts.eval_rows(run), run.spec.ppo.gen, run.reward)
+
+
+def checkpoint(run: PpoRun) -> None:
+    common.save_and_rotate(
+        run.out_dir / "checkpoints",
+        run.step,
+        backend=run.backend,
+        model=run.actor_critic.policy,
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        keep_last=run.spec.train.keep_last,
+        reporter=run.reporter,
+        extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict()},
+        modules=run.actor_critic.checkpoint_modules(),
+    )
+
+
+def train(run: PpoRun, stop_at: int | None = None) -> None:
+    """PPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0:
+        reporter.metrics(0, evaluate(run))
+    window: list[dict[str, float]] = []
+    while run.step < last:
+        window.append(train_step(run))
+        step = run.step
+        if step % t.log_every == 0 or step == last:
+            reporter.metrics(step, {key: sum(w[key] for w in window) / len(window) for key in window[0]})
+            window = []
+        if common.is_due(step, t.eval_every, t.steps):
+            reporter.metrics(step, evaluate(run))
+        if common.is_due(step, t.checkpoint_every, last):
+            checkpoint(run)
+
+
+def run_ppo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> PpoRun:
+    """setup, train, export the policy; the reporter, backend and reward source are closed whatever happens."""
+    run = setup(spec, out_dir, resume_from)
+    try:
+        return common.drive(run, train, stop_at, export=lambda r: r.actor_critic.policy)
+    finally:
+        run.reward.close()
+
+
+run = run_ppo  # the name trainer_core.cli calls every recipe by
