@@ -1,5 +1,6 @@
 """`rlplane up` / `rlplane api` on the embedded default: migrate, bootstrap once, serve."""
 
+import json
 import os
 import stat
 import subprocess
@@ -68,3 +69,28 @@ def test_rlplane_train_runs_the_shipped_example(tmp_path, algorithm):
     again = rlplane("train", "--resume", str(out))  # a finished run resumes to nothing and exports again
     assert again.returncode == 0, again.stderr
     assert (out / "final" / "config.json").exists() and not list(out.glob(".final.*"))
+
+
+@pytest.mark.parametrize(("algorithm", "start"), [("ppo", "sft-randomwalks"), ("grpo", "sft-arithmetic"), ("ilql", None)])
+def test_rlplane_train_runs_the_shipped_rl_example(tmp_path, algorithm, start):
+    """The RL examples, shortened: ppo and grpo from a few steps of the SFT example they chain from
+    (their model.path points at that example's output), ilql on its own. Reward, KL (ppo, grpo)
+    and samples are reported, and the policy is exported."""
+    short = ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.checkpoint_every=2"]
+    sets = list(short)
+    if start is not None:
+        first = rlplane("train", f"examples/{start}.yaml", *short, "--out", str(tmp_path / start))
+        assert first.returncode == 0, first.stderr
+        sets += ["--set", f"model.path={tmp_path / start / 'final'}"]
+    out = tmp_path / "run"
+    result = rlplane("train", f"examples/{algorithm}.yaml", *sets, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    keys = {json.loads(line)["key"] for line in (out / "metrics.jsonl").read_text().splitlines()}
+    expected = {
+        "ppo": {"reward/mean", "ppo/kl", "ppo/kl_coef", "eval/optimality"},
+        "grpo": {"reward/mean", "grpo/kl", "eval/accuracy"},
+        "ilql": {"train/loss", "eval/optimality"},
+    }[algorithm]
+    assert expected <= keys, expected - keys
+    assert (out / "samples.jsonl").read_text().strip()
+    assert (out / "final" / "config.json").exists()

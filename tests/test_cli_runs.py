@@ -266,3 +266,44 @@ def test_wait_draws_a_progress_bar_on_a_terminal(stack, finished, monkeypatch):
     assert final["status"] == "succeeded"
     bar = screen.getvalue()
     assert "━" in bar and "20/20" in bar and "train/loss" in bar and f"run {finished['id']} succeeded" in bar
+
+
+def test_rl_examples_run_through_the_worker(stack):
+    """The shipped RL examples, shortened, through `rlplane submit --wait` and the worker: PPO and
+    GRPO from an SFT run named by run:<id> (recorded as lineage), ILQL on its own. Reward, KL and
+    samples with their reward and KL reach the API, where the dashboard draws them."""
+    short = ["--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "train.checkpoint_every=3", "--wait", "--json"]
+    walker = stack.cli("submit", "examples/sft-randomwalks.yaml", "--set", "train.steps=20", "--wait", "--json")
+    assert walker.exit_code == 0, walker.stderr + stack.server.log_path.read_text()[-2000:]
+    start = f"model.path=run:{json.loads(walker.stdout)['id']}"
+    grpo_on_walks = [
+        "--set",
+        "data.source=builtin:randomwalks",
+        "--set",
+        "reward.name=randomwalks",
+        "--set",
+        "grpo.gen.max_new_tokens=8",
+    ]
+    runs = {
+        "ppo": stack.cli("submit", "examples/ppo.yaml", "--set", start, *short),
+        "grpo": stack.cli("submit", "examples/grpo.yaml", "--set", start, *grpo_on_walks, *short),
+        "ilql": stack.cli("submit", "examples/ilql.yaml", *short),
+    }
+    expected = {
+        "ppo": {"reward/mean", "reward/std", "ppo/kl", "ppo/kl_coef", "ppo/policy_loss", "ppo/value_loss", "eval/optimality"},
+        "grpo": {"reward/mean", "grpo/kl", "grpo/policy_loss", "eval/optimality"},
+        "ilql": {"train/loss", "eval/optimality"},
+    }
+    for algorithm, result in runs.items():
+        assert result.exit_code == 0, algorithm + result.stderr + stack.server.log_path.read_text()[-3000:]
+        run = json.loads(result.stdout)
+        assert run["status"] == "succeeded" and run["last_step"] == 6, run
+        series = {s["key"]: s["points"] for s in json.loads(stack.cli("metrics", str(run["id"]), "--json").stdout)["series"]}
+        assert expected[algorithm] <= set(series), (algorithm, expected[algorithm] - set(series))
+        samples = json.loads(stack.cli("samples", str(run["id"]), "--json").stdout)["data"]
+        assert samples and all(s["reward"] is not None for s in samples), algorithm
+        if algorithm != "ilql":
+            assert [p["step"] for p in series["reward/mean"]] == list(range(1, 7))
+            assert all(s["kl"] is not None for s in samples)
+            parents = json.loads(stack.cli("runs", "lineage", str(run["id"]), "--json").stdout)["parents"]
+            assert [p["field"] for p in parents] == ["model.path"]

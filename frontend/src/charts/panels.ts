@@ -12,7 +12,8 @@ const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Reward', match: (k) => /^rewards?\//.test(k) },
   { title: 'KL', match: (k) => /^kl(_coef)?$/.test(last(k)) || /^ppo\/kl/.test(k) },
   { title: 'Losses', match: (k) => last(k).includes('loss') },
-  { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin/.test(last(k)) },
+  // eval/reward (the run's reward on held-out prompts) and eval/optimality (randomwalks) read like accuracy.
+  { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },
   { title: 'Gradient norm', match: (k) => last(k) === 'grad_norm' },
   { title: 'Performance', match: (k) => k.startsWith('perf/') },
