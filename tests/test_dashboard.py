@@ -45,32 +45,27 @@ def test_vitest_suite(npm):
     assert " passed" in result.stdout
 
 
-def _run_with_samples(http: httpx.Client) -> int:
-    """A run holding generations at several steps, posted through the ingest API with a worker token.
-
-    No recipe logs samples yet (PPO and GRPO will, issue 7), so this client stands in for that
-    trainer; the run sits on a queue no worker serves, leased by this client.
-    """
+def _ppo_run(http: httpx.Client) -> int:
+    """A real PPO run through the worker: reward and KL charts, and samples of the same prompts at every step
+    (the 20 randomwalks prompts in file order, all of them in each batch)."""
     spec = {
-        "name": "e2e-samples",
-        "algorithm": "sft",
-        "model": {"path": "builtin:tiny-gpt2"},
-        "data": {"source": "builtin:arithmetic"},
-        "train": {"steps": 10},
-        "resources": {"queue": "e2e-no-worker"},
+        "name": "e2e-ppo",
+        "algorithm": "ppo",
+        "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
+        "reward": {"kind": "builtin", "name": "randomwalks"},
+        "data": {"source": "builtin:randomwalks", "eval_fraction": 0.0, "shuffle": False},
+        "train": {"steps": 4, "batch_size": 20, "log_every": 1, "eval_every": None, "checkpoint_every": None},
+        "ppo": {"epochs": 1, "minibatch_size": 20, "samples_to_log": 4, "gen": {"max_new_tokens": 8}},
     }
-    run_id = http.post("/runs", json=spec).json()["id"]
-    assert http.post("/users", json={"name": "e2e-trainer"}).status_code == 201
-    token = http.post("/tokens", json={"name": "e2e", "scopes": ["worker"], "user": "e2e-trainer"}).json()["token"]
-    trainer = httpx.Client(base_url=str(http.base_url), headers={"Authorization": f"Bearer {token}"})
-    assert trainer.post(f"/runs/{run_id}/lease", json={"worker": "e2e"}).status_code == 200
-    prompts = ["2+3=", "7+8=", "12+30="]
-    samples = [
-        {"step": step, "index": i, "prompt": p, "response": f"answer at step {step}", "reward": step / 10, "kl": 0.01 * step}
-        for step in (10, 20, 30)
-        for i, p in enumerate(prompts)
-    ]
-    assert trainer.post(f"/runs/{run_id}/samples", json=samples).json()["accepted"] == len(samples)
+    created = http.post("/runs", json=spec)
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+    deadline = time.monotonic() + 180
+    while (run := http.get(f"/runs/{run_id}").json())["status"] != "succeeded":
+        assert time.monotonic() < deadline and run["status"] in ("queued", "starting", "running"), run
+        time.sleep(0.5)
+    samples = http.get(f"/runs/{run_id}/samples", params={"limit": 100}).json()["data"]
+    assert sorted({s["step"] for s in samples}) == [1, 2, 3, 4] and all(s["kl"] is not None for s in samples), samples
     return run_id
 
 
@@ -84,6 +79,7 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
     try:
         server.wait_ready()
         http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
+        ppo_run = _ppo_run(http)  # first: the one worker is free
         spec = {
             "name": "e2e-live",
             "algorithm": "sft",
@@ -98,9 +94,8 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
         while (run := http.get(f"/runs/{run_id}").json())["last_step"] is None:
             assert time.monotonic() < deadline and run["status"] in ("queued", "starting", "running"), run
             time.sleep(0.5)
-        samples_run = _run_with_samples(http)
         env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "RUN_ID": str(run_id)}
-        env["SAMPLES_RUN_ID"] = str(samples_run)
+        env["SAMPLES_RUN_ID"] = str(ppo_run)
         env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
         result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]

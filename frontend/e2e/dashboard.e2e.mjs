@@ -1,8 +1,8 @@
 // End-to-end check of the dashboard against a live `rlplane up`.
 // env: RLPLANE_URL (serving the built dashboard at /), RLPLANE_TOKEN, SCREENSHOTS (dir),
 //      RUN_ID (optional: a run training now; it gets cancelled, then a tiny run is submitted from
-//      New run and must train on the freed worker), SAMPLES_RUN_ID (optional: a run holding
-//      samples at several steps), CHROMIUM (browser binary).
+//      New run and must train on the freed worker), SAMPLES_RUN_ID (optional: a finished PPO
+//      run: its reward and KL charts, and samples of the same prompts at several steps), CHROMIUM (browser binary).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -163,24 +163,42 @@ try {
   }
 
   if (samplesRunId) {
+    await step('a PPO run shows reward and KL charts', async () => {
+      await page.goto(`${base}/runs/${samplesRunId}`);
+      for (const [panel, key] of [['Reward', 'reward/mean'], ['KL', 'ppo/kl'], ['KL', 'ppo/kl_coef']]) {
+        const chart = page.getByRole('region', { name: panel, exact: true }).locator(`[data-chart="${key}"]`);
+        await chart.waitFor({ timeout: 15_000 });
+        await page.waitForFunction(
+          (k) => Number(document.querySelector(`[data-chart="${k}"]`)?.getAttribute('data-points')) >= 4,
+          key,
+          { timeout: 15_000 },
+        ).catch(() => {
+          throw new Error(`${panel} panel: ${key} has fewer than 4 points`);
+        });
+      }
+      await shot('11-ppo-charts');
+    });
+
     await step('open a sample and follow its prompt across steps', async () => {
       await page.goto(`${base}/runs/${samplesRunId}/samples`);
       await page.locator('article.sample').first().waitFor();
-      await shot('11-samples-step');
+      const first = await page.locator('article.sample').first().innerText();
+      if (!/reward -?\d/.test(first) || !/kl -?\d/.test(first)) throw new Error(`a sample without reward and kl: ${first}`);
+      await shot('12-samples-step');
       const select = page.getByLabel('Follow a prompt');
       const option = await select.locator('option').nth(1).getAttribute('value');
       await select.selectOption(option);
       const cards = page.locator('.side-by-side article.sample');
       await cards.nth(1).waitFor();
       if ((await cards.count()) < 2) throw new Error('expected the prompt\'s responses at several steps');
-      await shot('12-samples-one-prompt');
+      await shot('13-samples-one-prompt');
     });
   }
 
   await step('workers page', async () => {
     await page.goto(`${base}/workers`);
     await page.locator('tr[data-worker]').first().waitFor();
-    await shot('13-workers');
+    await shot('14-workers');
   });
 
   await step('admin: a token is shown once', async () => {
@@ -190,7 +208,7 @@ try {
     const secret = page.getByTestId('new-token-secret');
     await secret.waitFor();
     if (!/^rlp_/.test(await secret.inputValue())) throw new Error('no token secret shown');
-    await shot('14-admin-token');
+    await shot('15-admin-token');
   });
 
   if (pageErrors.length) fail(`uncaught errors in the page: ${pageErrors.join(' | ')}`);
