@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lost_after_s=settings.lost_after_s,
             )
             reconciler.start()
+        app.state.reconciler = reconciler
         yield
         if reconciler is not None:
             reconciler.stop()

@@ -104,6 +104,8 @@ class ArtifactStore:
             with target.open("wb") as out:
                 shutil.copyfileobj(source, out, 1024 * 1024)
         else:
+            # Object stores have no directories (a no-op there); sftp and other real file systems need them.
+            self.fs.makedirs(self._remote(rel.parent), exist_ok=True)
             with self.fs.open(self._remote(rel), "wb") as out:
                 shutil.copyfileobj(source, out, 1024 * 1024)
 

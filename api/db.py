@@ -59,6 +59,10 @@ def get_uow(request: Request) -> Iterator[UnitOfWork]:
         except BaseException:
             session.rollback()
             raise
+        queued = session.info.pop("rlplane.dispatch", False)  # api.runs.service.DISPATCH
+    reconciler = getattr(request.app.state, "reconciler", None)
+    if queued and reconciler is not None:
+        reconciler.nudge()  # send it now rather than on the next tick; the tick stays the safety net
     uow.run_after_commit()
 
 

@@ -1,6 +1,6 @@
 """The database is the truth about runs; this loop makes the broker and the workers agree with it.
 
-Every `reconcile_s` seconds, in each API process:
+Every `reconcile_s` seconds, and at once when a request has just queued a run, in each API process:
 - queued runs are sent to their queue's broker queue (`runs.launch`), and sent again every
   `redispatch_s` while they stay queued: a flushed broker or a lost message costs a delay, never
   the run. Duplicates are harmless: only a queued run can be leased, once.
@@ -50,7 +50,7 @@ class Reconciler:
         factory: sessionmaker[Session],
         send: Send,
         *,
-        reconcile_s: float = 0.5,
+        reconcile_s: float = 2.0,
         redispatch_s: float = 30.0,
         lost_after_s: float = 20.0,
     ) -> None:
@@ -59,24 +59,31 @@ class Reconciler:
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
         self._born = utcnow()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="rlplane-reconcile", daemon=True)
         self._thread.start()
 
+    def nudge(self) -> None:
+        """Tick now: a run was just queued (called after the request's commit)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the tick: a nudge during it makes the next one start at once
             try:
                 self.tick()
             except Exception:  # a database or broker outage: log it and try again on the next tick
                 logger.exception("reconcile tick failed")
-            self._stop.wait(self.reconcile_s)
+            self._wake.wait(self.reconcile_s)
 
     def tick(self) -> None:
         self.find_lost()

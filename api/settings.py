@@ -41,10 +41,12 @@ class Settings(BaseSettings):
     )
     frontend_dir: Path | None = Field(default=None, description="Built dashboard to serve at /; default: frontend/dist")
     dispatch: bool = Field(default=True, description="Send queued runs to the broker and requeue runs whose worker went silent")
-    reconcile_s: float = Field(default=0.5, gt=0, description="How often queued and silent runs are looked for")
+    reconcile_s: float = Field(
+        default=2.0, gt=0, description="How often queued and silent runs are looked for (a submit is sent at once anyway)"
+    )
     redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")
     lost_after_s: float = Field(
-        default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~24 s)"
+        default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~25 s)"
     )
     # NoDecode: the variable is a comma-separated list (the trainer reads the same one), not JSON.
     reward_entrypoints: Annotated[list[str], NoDecode] = Field(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,14 +35,16 @@ SPEC = {
 
 
 class Stack:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, artifacts: str | None = None) -> None:
+        """`artifacts`: the artifact root of the API and the workers (default: a directory under home)."""
         self.home = tmp / "home"
+        self.artifacts = artifacts or str(self.home / "artifacts")
         self.database_url = create_postgres_database()
         self.broker = f"{REDIS_URL}/{1 + uuid.uuid4().int % 14}"
         redis.Redis.from_url(self.broker).flushdb()
         self.api_env = {"RLPLANE_BROKER_URL": self.broker, "RLPLANE_DISPATCH": "true", "RLPLANE_LOST_AFTER_S": "8"}
         self.api_env["RLPLANE_REDISPATCH_S"] = "3"
-        self.api_env["RLPLANE_ARTIFACTS"] = str(self.home / "artifacts")
+        self.api_env["RLPLANE_ARTIFACTS"] = self.artifacts
         self.api = ApiProcess(self.home, self.database_url, ADMIN, extra_env=self.api_env)
         self.api.wait_ready()
         self.http = httpx.Client(base_url=self.api.url + "/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
@@ -50,8 +53,9 @@ class Stack:
         self.worker_token = response.json()["token"]
         self.workers: list[subprocess.Popen] = []
 
-    def start_worker(self, name: str) -> subprocess.Popen:
-        env = {**os.environ, "RLPLANE_HOME": str(self.home), "RLPLANE_ARTIFACTS": str(self.home / "artifacts")}
+    def start_worker(self, name: str, home: Path | None = None) -> subprocess.Popen:
+        """`home`: the worker's own RLPLANE_HOME, as on another node (default: the stack's)."""
+        env = {**os.environ, "RLPLANE_HOME": str(home or self.home), "RLPLANE_ARTIFACTS": self.artifacts}
         env.update({"RLPLANE_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
         log = (self.home / f"{name}.log").open("w")
         command = [sys.executable, "-m", "cli.main", "worker", "--queues", "cpu", "--api", self.api.url]
@@ -104,7 +108,7 @@ class Stack:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
-        subprocess.run(["pkill", "-KILL", "-f", f"{self.home}/artifacts/runs/"], check=False)  # belt and braces
+        subprocess.run(["pkill", "-KILL", "-f", f"{self.home}/.*/runs/"], check=False)  # belt and braces
         self.http.close()
         self.api.stop()
         drop_postgres_database(self.database_url)
@@ -143,6 +147,17 @@ def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
     assert run["output"]["path"] == f"runs/{run_id}/final" and run["output"]["step"] == 30
     exported = stack.http.get(f"/runs/{run_id}/checkpoints/30/files", params={"kind": "export"}).json()["data"]
     assert {"model.safetensors", "config.json", "tokenizer.json", "manifest.json"} <= {f["name"] for f in exported}
+
+
+def test_an_uploaded_dataset_trains_on_a_worker(stack: Stack) -> None:
+    """dataset:<id> in a spec: the worker points its trainer at the artifact root's datasets/."""
+    rows = "".join(json.dumps({"prompt": f"{a}+{b}=", "completion": str(a + b)}) + "\n" for a in range(20) for b in range(20))
+    created = stack.http.post("/datasets", data={"kind": "sft"}, files={"file": ("sums.jsonl", rows.encode())})
+    assert created.status_code == 201, created.text
+    stack.start_worker("w1")
+    run_id = stack.submit({**SPEC, "data": {"source": created.json()["source"]}, "train": {**SPEC["train"], "steps": 10}})
+    run = stack.wait_status(run_id, {"succeeded", "failed"})
+    assert run["status"] == "succeeded" and run["last_step"] == 10, run["status_reason"]
 
 
 def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:

@@ -10,8 +10,10 @@ spool, which is sent first next time. Ingest is idempotent, so sending a line tw
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,25 @@ import orjson
 
 from trainer_core.reporting.http import ControlPlaneSink, row_requests
 
+logger = logging.getLogger("rlplane.worker")
+
 FILES = ("metrics", "samples", "events")
 OFFSETS = ".forwarded.json"
 
 
 class Forwarder:
-    def __init__(self, sink: ControlPlaneSink, out_dir: Path, artifact_prefix: str, attempt: int) -> None:
+    def __init__(
+        self,
+        sink: ControlPlaneSink,
+        out_dir: Path,
+        artifact_prefix: str,
+        attempt: int,
+        publish: Callable[[str], None] | None = None,
+    ) -> None:
+        """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote root)."""
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
+        self.publish = publish or (lambda _relative: None)
+        self._unpublished: list[dict[str, Any]] = []  # checkpoint events whose upload failed: retried each poll
         self.offsets: dict[str, int] = self._load_offsets()
         self.last_step: int | None = None
         self._lines: list[dict[str, Any]] = []
@@ -44,7 +58,7 @@ class Forwarder:
         metrics, samples, events = (self._read_new(name) for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
-        checkpoints = [self._checkpoint(e) for e in events if e.get("type") == "checkpoint"]
+        checkpoints = self._published([*self._unpublished, *(e for e in events if e.get("type") == "checkpoint")])
         with self._lock:
             logs, self._lines = self._lines, []
         requests = [*row_requests("metrics", metrics), *row_requests("samples", [_without_time(s) for s in samples])]
@@ -52,7 +66,23 @@ class Forwarder:
         requests += [("checkpoints", orjson.dumps(c)) for c in checkpoints]
         delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
         self._save_offsets()
-        return delivered
+        return delivered and not self._unpublished
+
+    def _published(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of the checkpoints that are where the API reads them; the rest wait for the next poll."""
+        records, self._unpublished = [], []
+        for event in events:
+            if self._unpublished:  # keep their order: a later checkpoint is not registered before an earlier one
+                self._unpublished.append(event)
+                continue
+            try:
+                self.publish(f"{self.prefix}/{event['path']}")
+            except Exception as exc:  # the remote store is down: training goes on, the upload is retried
+                logger.warning("upload of %s failed (retried at the next poll): %s", event["path"], exc)
+                self._unpublished.append(event)
+                continue
+            records.append(self._checkpoint(event))
+        return records
 
     def _checkpoint(self, event: dict[str, Any]) -> dict[str, Any]:
         record = {k: event[k] for k in ("step", "path", "size", "sha256", "metadata")}

@@ -31,7 +31,12 @@ class WorkerSettings(BaseSettings):
     token: str | None = Field(default=None, description="A worker token (scope worker)")
     queues: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
     name: str = Field(default_factory=_default_name, description="Unique per worker process")
-    artifacts: Path | None = Field(default=None, description="Artifact root shared with the API; default $RLPLANE_HOME/artifacts")
+    artifacts: str | None = Field(
+        default=None,
+        description="Artifact root shared with the API: a directory (shared file system) or an fsspec URL "
+        "(s3://..., trainers then write to $RLPLANE_HOME/scratch and checkpoints are uploaded); "
+        "default $RLPLANE_HOME/artifacts",
+    )
     heartbeat_s: float = Field(default=3.0, gt=0, description="Heartbeat (and cancel check) interval")
     poll_s: float = Field(default=0.5, gt=0, description="How often the trainer's reports are forwarded")
     python: str = Field(default=sys.executable, description="Interpreter that runs `-m trainer_core`")
@@ -43,5 +48,5 @@ class WorkerSettings(BaseSettings):
         return self.broker_url or embedded_broker_url(self.home)
 
     @property
-    def resolved_artifacts(self) -> Path:
-        return (self.artifacts or self.home / "artifacts").expanduser().resolve()
+    def artifact_root(self) -> str:
+        return self.artifacts or str(self.home / "artifacts")

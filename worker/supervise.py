@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.reporting.http import ControlPlaneSink
+from worker.artifacts import WorkerArtifacts
 from worker.client import ApiClient, LeaseRefused, Superseded
 from worker.forward import Forwarder
 from worker.launcher import Trainer, trainer_command
@@ -40,12 +41,6 @@ class Holding:
             self.status = status
 
 
-def run_dir(settings: WorkerSettings, run_id: int) -> tuple[Path, str]:
-    """(the run's directory, its path relative to the artifact root)."""
-    relative = f"runs/{run_id}"
-    return settings.resolved_artifacts / relative, relative
-
-
 def has_checkpoint(out_dir: Path) -> bool:
     """A complete checkpoint (its manifest is written last) to resume from."""
     return any((out_dir / "checkpoints").glob("step-*/manifest.json"))
@@ -59,21 +54,22 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         logger.info("run=%d not leased (%s): a duplicate or stale message, ignored", run_id, exc)
         return "ignored"
     attempt, spec = lease["attempt"], lease["run"]["spec"]
-    out_dir, relative = run_dir(settings, run_id)
+    artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch")
+    out_dir, relative = artifacts.run_dir(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / f"spec-attempt-{attempt}.json"
     spec_path.write_text(json.dumps(spec))
-    resume = has_checkpoint(out_dir)
     sink = ControlPlaneSink(
         settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
     )
-    forwarder = Forwarder(sink, out_dir, relative, attempt)
+    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish)
     holding.run_id, holding.last_step, holding.status = run_id, None, None
     try:
+        artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
+        resume = has_checkpoint(out_dir)
         client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
-        # run:<id>[@step] in the spec's model paths resolve to the runs this worker's artifact root holds.
-        trainer = Trainer(command, out_dir, forwarder.add_line, env={"RLPLANE_RUNS_DIR": str(out_dir.parent)})
+        trainer = Trainer(command, out_dir, forwarder.add_line, env=artifacts.trainer_env())
         return _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
     except Superseded as exc:
         logger.warning("run=%d attempt=%d superseded: %s", run_id, attempt, exc)

@@ -78,6 +78,9 @@ def locked_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True))
 
 
+DISPATCH = "rlplane.dispatch"  # session.info key: a run became queued; the request nudges the dispatcher after commit
+
+
 def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
     if not can_transition(run.status, target):
         raise conflict(f"run {run.id} is {run.status}; it cannot become {target}")
@@ -89,6 +92,7 @@ def _set_status(session: Session, run: Run, target: str, reason: str = "") -> No
         run.ended_at = now
     if target == "queued":
         run.ended_at = None
+        session.info[DISPATCH] = True
     session.add(RunEvent(run_id=run.id, kind="status", payload={"status": target, "reason": reason}))
     session.flush()
 
@@ -155,6 +159,7 @@ def create_run(session: Session, principal: Principal, spec: RunSpec, reward_ent
         session.add(RunLink(parent_id=parent.id, child_id=run.id, field=ref.field, step=ref.step))
     session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": "submitted"}))
     session.flush()
+    session.info[DISPATCH] = True
     return run
 
 

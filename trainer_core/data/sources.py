@@ -2,14 +2,16 @@
 
     load_examples(spec.data, "preference", seed=spec.train.seed, resolver=worker_resolver)
 
-Sources: builtin:<name> (generated, see tasks/), dataset:<id> (an upload, found by a resolver
-the worker supplies), a local .jsonl/.json/.parquet file. Hugging Face dataset ids are refused:
+Sources: builtin:<name> (generated, see tasks/), dataset:<id> (an upload, found by a resolver:
+the one passed, else the directory in RLPLANE_DATASETS_DIR, which the worker sets for its
+trainers), a local .jsonl/.json/.parquet file. Hugging Face dataset ids are refused:
 the trainer runs offline, so download the data and pass a local path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +22,7 @@ from trainer_core.data.tasks import builtin_examples
 from trainer_core.spec_sections import DataSpec
 
 MAX_LISTED_PROBLEMS = 5
+DATASETS_DIR_ENV = "RLPLANE_DATASETS_DIR"
 # The default data.columns names the sft target "response"; rows that use it are read as
 # "completion", but a missing target is reported as 'completion', the name uploads use.
 _DEFAULT_ALIASES = {("response", "completion")}
@@ -90,9 +93,12 @@ def problem_key(row: dict) -> str:
 
 
 def _resolve(dataset_id: int, resolver: DatasetResolver | None) -> Path:
+    if resolver is None and os.environ.get(DATASETS_DIR_ENV):
+        resolver = DirectoryDatasetResolver(os.environ[DATASETS_DIR_ENV])
     if resolver is None:
         raise DataError(
-            f"dataset:{dataset_id} needs a dataset resolver (the worker supplies one); to run without the worker, "
+            f"dataset:{dataset_id} needs a dataset resolver (the worker supplies one); to run without the worker, set "
+            f"{DATASETS_DIR_ENV} to the artifact root's datasets/ directory, or "
             "download the dataset and set data.source to its local path"
         )
     return Path(resolver.resolve(dataset_id))

@@ -1,0 +1,123 @@
+"""Where a worker's trainers read and write.
+
+A directory artifact root (the default, or a shared file system such as NFS) is used in place: the
+trainer writes `runs/<id>/` under it, the API reads the same files. An fsspec URL (s3://, gs://,
+sftp://, ...) cannot be written by a trainer directly, so the worker keeps a local scratch copy
+under `$RLPLANE_HOME/scratch`:
+
+    before an attempt   the run's latest complete checkpoint (to resume, maybe written on another
+                        node), the runs its spec names (run:<id>[@step]) and its uploaded dataset
+                        come down from the root
+    after a checkpoint  the directory goes up, its manifest.json last (a reader that sees the
+                        manifest sees a complete checkpoint), and only then is it registered
+                        with the API
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from trainer_core.spec import RunSpec
+
+logger = logging.getLogger("rlplane.worker")
+
+MANIFEST = "manifest.json"
+
+
+def is_url(root: str) -> bool:
+    return "://" in root and not root.startswith("file://")
+
+
+class WorkerArtifacts:
+    def __init__(self, root: str, scratch: Path) -> None:
+        self.url = root
+        if is_url(root):
+            self.fs, self.remote_root = fsspec.core.url_to_fs(root)
+            self.local_root = scratch.expanduser().resolve()
+        else:
+            self.fs, self.remote_root = None, ""
+            self.local_root = Path(root.removeprefix("file://")).expanduser().resolve()
+        self.local_root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def remote(self) -> bool:
+        return self.fs is not None
+
+    def run_dir(self, run_id: int) -> tuple[Path, str]:
+        """(the run's local directory, its path relative to the artifact root)."""
+        relative = f"runs/{run_id}"
+        return self.local_root / relative, relative
+
+    def trainer_env(self) -> dict[str, str]:
+        """What the trainer resolves run:<id>[@step] and dataset:<id> against (see trainer_core)."""
+        return {"RLPLANE_RUNS_DIR": str(self.local_root / "runs"), "RLPLANE_DATASETS_DIR": str(self.local_root / "datasets")}
+
+    def prepare(self, run_id: int, spec: dict[str, Any]) -> None:
+        """Bring down what the attempt needs from a remote root; nothing to do for a directory root."""
+        if not self.remote:
+            return
+        self._latest_checkpoint(f"runs/{run_id}/checkpoints")
+        parsed = RunSpec.model_validate(spec)
+        for ref in parsed.references():
+            if ref.step is None:
+                self._download(f"runs/{ref.run_id}/final")
+            else:
+                self._download(f"runs/{ref.run_id}/checkpoints/step-{ref.step:06d}")
+        source = parsed.data.source
+        if source.startswith("dataset:"):
+            self._download(f"datasets/{source.removeprefix('dataset:')}")
+
+    def publish(self, relative: str) -> None:
+        """Upload `relative` (a checkpoint or export directory, or a file) to a remote root, manifest last."""
+        if not self.remote:
+            return
+        local = self.local_root / relative
+        files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p.name == MANIFEST)  # stable: everything else first, in order
+        for path in files:
+            target = self._remote(path.relative_to(self.local_root).as_posix())
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.put_file(str(path), target)
+        logger.info("uploaded %s (%d files) to %s", relative, len(files), self.url)
+
+    def _remote(self, relative: str) -> str:
+        return f"{self.remote_root.rstrip('/')}/{relative}"
+
+    def _download(self, relative: str) -> None:
+        """Copy a remote directory down unless a complete copy is already here (a re-run on this node)."""
+        local = self.local_root / relative
+        remote = self._remote(relative)
+        if not self.fs.exists(remote):
+            return  # the trainer reports what is missing, with the fix
+        if local.is_dir() and ((local / MANIFEST).exists() or any(local.iterdir())):
+            return
+        partial = local.with_name(local.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for name in self.fs.find(remote):
+            target = partial / name[len(remote.rstrip("/")) + 1 :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(name, str(target))
+        shutil.rmtree(local, ignore_errors=True)
+        partial.rename(local)
+        logger.info("downloaded %s from %s", relative, self.url)
+
+    def _latest_checkpoint(self, relative: str) -> None:
+        """The newest remote checkpoint with a manifest, if it is newer than every local one."""
+        remote = self._remote(relative)
+        if not self.fs.exists(remote):
+            return
+        steps = sorted(
+            name.rstrip("/").rsplit("/", 1)[-1]
+            for name in self.fs.ls(remote, detail=False)
+            if self.fs.exists(f"{name.rstrip('/')}/{MANIFEST}")
+        )
+        local = self.local_root / relative
+        have = sorted(p.parent.name for p in local.glob(f"step-*/{MANIFEST}")) if local.is_dir() else []
+        if steps and (not have or steps[-1] > have[-1]):
+            self._download(f"{relative}/{steps[-1]}")
