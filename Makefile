@@ -30,8 +30,9 @@ up: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up
 
 ## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
+# DeepSpeed's compiled ops are kept in the checkout, so they build once per machine.
 test: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
-	$(VENV)/bin/python -m pytest -q
+	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
 docs: $(STAMP)

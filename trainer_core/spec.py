@@ -178,8 +178,8 @@ class RunSpec(StrictModel):
 
     @property
     def world_size(self) -> int:
-        """Training processes: one per GPU, or one on CPU."""
-        return self.resources.gpus * self.resources.nodes if self.resources.gpus else 1
+        """Training processes: one per GPU, or backend.processes on CPU."""
+        return self.resources.gpus * self.resources.nodes if self.resources.gpus else self.backend.processes
 
     @property
     def model_parallel_size(self) -> int:

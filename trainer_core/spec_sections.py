@@ -199,12 +199,17 @@ class DataSpec(StrictModel):
 # --- backend: how the training step is distributed ---
 
 
+def _processes() -> Any:
+    return Field(1, ge=1, le=64, description="Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.")
+
+
 class TorchBackend(StrictModel):
     """Plain PyTorch: one process on CPU or one GPU, DDP across GPUs."""
 
     kind: Literal["torch"] = Field("torch", description="torch: plain PyTorch, DDP across GPUs; the kind when backend has none.")
     precision: Precision = Field("fp32", description="Mixed precision of the training step.")
     ddp: bool = Field(True, description="Use DistributedDataParallel with more than one GPU; false allows one GPU only.")
+    processes: int = _processes()
 
 
 class DeepSpeedBackend(StrictModel):
@@ -222,6 +227,7 @@ class DeepSpeedBackend(StrictModel):
         description="Escape hatch: extra DeepSpeed config merged over the generated one; keys that "
         "contradict the spec (batch sizes, ZeRO stage, offload, precision) are rejected.",
     )
+    processes: int = _processes()
 
 
 class Fsdp2Backend(StrictModel):
@@ -233,6 +239,7 @@ class Fsdp2Backend(StrictModel):
         True, description="Free gathered parameters after forward (less memory, more communication)."
     )
     cpu_offload: bool = Field(False, description="Keep sharded parameters and optimizer state on CPU.")
+    processes: int = _processes()
 
 
 class MegatronBackend(StrictModel):
@@ -247,6 +254,7 @@ class MegatronBackend(StrictModel):
         description="Shard layer-norm and dropout activations along the sequence; needs tensor_parallel > 1.",
     )
     precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+    processes: int = _processes()
 
 
 def _default_backend_kind(value: Any) -> Any:
@@ -275,7 +283,10 @@ class ResourcesSpec(StrictModel):
         description="Attempts in all when workers are lost (killed, silent, hung); trainer errors are not retried.",
     )
     hang_timeout_s: int | None = Field(
-        1800, ge=10, description="Kill and retry the trainer when no step finishes for this long; null: never."
+        1800,
+        ge=10,
+        description="Kill and retry the trainer when no step finishes for this long (the first step gets at least 300 s); "
+        "null: never.",
     )
 
 

@@ -10,6 +10,7 @@ import ctypes
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -22,19 +23,32 @@ _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 
 
 def processes_per_node(spec: dict[str, Any]) -> int:
-    """One rank per GPU; a CPU run is one process."""
-    return max(1, int((spec.get("resources") or {}).get("gpus") or 0))
+    """One rank per GPU; a CPU run has backend.processes (default 1)."""
+    gpus = int((spec.get("resources") or {}).get("gpus") or 0)
+    return gpus if gpus > 0 else max(1, int((spec.get("backend") or {}).get("processes") or 1))
 
 
 def trainer_command(python: str, spec: dict[str, Any], spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
     nproc = processes_per_node(spec)
-    launcher = [python]
-    if nproc > 1:
+    command = [python, "-m", "trainer_core", "run"]
+    if nproc > 1 and (spec.get("backend") or {}).get("kind") == "deepspeed":
+        # DeepSpeed's own launcher (what its users expect; it sets up its accelerator's environment).
+        # --no_local_rank: the trainer reads LOCAL_RANK from the environment, not from an argument.
+        launcher = [python, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", str(free_port())]
+        command = [*launcher, "--no_local_rank", "--module", "trainer_core", "run"]
+    elif nproc > 1:
         # --tee 3 prefixes every line of rank N with "[defaultN]:" (and keeps per-rank files under --log-dir).
         launcher = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--tee", "3"]
-        launcher += ["--log-dir", str(out_dir / "rank-logs")]
-    command = [*launcher, "-m", "trainer_core", "run"]
+        launcher += ["--master_port", str(free_port()), "--log-dir", str(out_dir / "rank-logs")]
+        command = [*launcher, "-m", "trainer_core", "run"]
     return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def split_rank(line: str) -> tuple[int, str]:

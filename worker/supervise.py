@@ -26,6 +26,8 @@ from worker.settings import WorkerSettings
 
 logger = logging.getLogger("rlplane.worker")
 
+STARTUP_GRACE_S = 300  # the least a trainer gets for its first step, whatever resources.hang_timeout_s says
+
 
 @dataclass
 class Holding:
@@ -98,9 +100,13 @@ def _watch(
             holding.last_step = forwarder.last_step
             if forwarder.last_step != last_step:
                 last_progress, last_step = time.monotonic(), forwarder.last_step
-            if hang_s is not None and time.monotonic() - last_progress > hang_s:
+            # Before its first step a trainer imports, loads (or downloads) the model and joins its ranks:
+            # that may take longer than a step ever should, so the first step gets a grace period.
+            limit = hang_s if hang_s is None or last_step is not None else max(hang_s, STARTUP_GRACE_S)
+            if limit is not None and time.monotonic() - last_progress > limit:
                 trainer.kill_group()
-                return _end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: no step finished for {hang_s} s; killed")
+                what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
+                return _end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
             if holding.status is not None:
                 status = holding.status
                 if status == "cancelling":

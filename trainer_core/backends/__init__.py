@@ -13,11 +13,19 @@ from trainer_core.spec_sections import BackendSpec, TrainSpec
 
 
 def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> Backend:
-    """The backend for spec.backend; only kind torch exists so far."""
+    """The backend for spec.backend. DeepSpeed and FSDP2 are imported only when chosen."""
     if backend.kind == "torch":
         return TorchBackend(backend, train, env)
+    if backend.kind == "deepspeed":
+        from trainer_core.backends.deepspeed_backend import DeepSpeedBackend
+
+        return DeepSpeedBackend(backend, train, env)
+    if backend.kind == "fsdp2":
+        from trainer_core.backends.fsdp2_backend import Fsdp2Backend
+
+        return Fsdp2Backend(backend, train, env)
     raise NotImplementedError(
-        f"backend.kind {backend.kind!r} is not implemented yet: it arrives with issue 8/9; use backend.kind: torch for now."
+        f"backend.kind {backend.kind!r} is not implemented yet: it arrives with issue 9; use torch, deepspeed or fsdp2."
     )
 
 

@@ -6,7 +6,12 @@ summed over the rank's micro-batches are the mean over the rank's batch, and DDP
 over ranks) makes them the mean over the global batch. Micro-batches must be equal in size (see
 `batching.py`). All micro-steps but the last run inside `no_sync(model)`; then `step()` once.
 
-Checkpoints are not part of this interface yet: trainer_core.checkpoint saves and loads them.
+Checkpoints: trainer_core.checkpoint writes and reads the files; the backend supplies the states.
+`full_state` (every rank calls it: sharding backends gather) gives rank zero the whole model's and
+optimizer's state in a form that does not depend on the number of processes, or None where rank
+zero's live objects are whole already; rank zero writes them.
+On resume the weights go into the model before `prepare` (every rank reads the same files), and
+`load_optimizer_state` puts the optimizer's back after it.
 """
 
 from __future__ import annotations
@@ -73,6 +78,18 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release what the backend created (the process group, if it made one)."""
+
+    def full_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+    ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
+        """(the unwrapped model's state dict, the optimizer's state) gathered on rank zero by a sharding
+        backend; every rank must call it. (None, None): rank zero's live model and optimizer are whole
+        (a replica backend, the default), so the checkpoint is written from them directly."""
+        return None, None
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Restore what `full_state` returned for the optimizer (every rank calls it with the same state)."""
+        optimizer.load_state_dict(state)
 
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
         """Sample from the unwrapped model without tracking gradients (DDP's wrapper has no generate)."""

@@ -69,11 +69,16 @@ def save_checkpoint(
     spec: dict[str, Any],
     extra: dict[str, Any] | None = None,
     modules: dict[str, torch.nn.Module] | None = None,
+    model_state: dict[str, torch.Tensor] | None = None,
+    module_states: dict[str, dict[str, torch.Tensor]] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> CheckpointInfo:
     """Write the full training state for `step` atomically and return where it went.
 
     `extra` is plain JSON (e.g. a KL controller's coefficient); `modules` are trained modules that
-    are not part of the HF model (a value head, a critic, Q heads), saved by name.
+    are not part of the HF model (a value head, a critic, Q heads), saved by name. `model_state`,
+    `module_states` and `optimizer_state` replace what `model`, `modules` and `optimizer` hold when
+    a sharding backend gathered them (Backend.full_state).
     """
     if step < 0:
         raise CheckpointError(f"step must be >= 0, got {step}.")
@@ -94,15 +99,17 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         state.save_rng(tmp)  # first, so nothing below can move the generators before they are recorded
-        save_weights(model, tmp / "model")
+        save_weights(model, tmp / "model", state_dict=model_state)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
-        if optimizer is not None:
+        if optimizer_state is not None:
+            state.save_state(tmp, "optimizer", optimizer_state)
+        elif optimizer is not None:
             state.save_optimizer(tmp, optimizer)
         if scheduler is not None:
             state.save_scheduler(tmp, scheduler)
         for name, module in (modules or {}).items():
-            _save_module(tmp / "modules", name, module)
+            _save_module(tmp / "modules", name, module, (module_states or {}).get(name))
         files.write_json(tmp / "trainer_state.json", trainer_state)
         files.fsync_tree(tmp)
         files.write_manifest(tmp, step)
@@ -156,12 +163,13 @@ def load_checkpoint(
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def _save_module(root: Path, name: str, module: torch.nn.Module) -> None:
+def _save_module(root: Path, name: str, module: torch.nn.Module, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     if not _MODULE_NAME.match(name):
         raise CheckpointError(f"module name {name!r} must be letters, digits, '_', '.' or '-'.")
     root.mkdir(exist_ok=True)
+    tensors = module.state_dict() if state_dict is None else state_dict
     # clone: tied or shared tensors would otherwise make safetensors refuse the dict.
-    files.write_tensors(root / f"{name}.safetensors", {k: v.detach().clone() for k, v in module.state_dict().items()})
+    files.write_tensors(root / f"{name}.safetensors", {k: v.detach().clone() for k, v in tensors.items()})
 
 
 def _load_module(root: Path, name: str, module: torch.nn.Module) -> None:

@@ -32,9 +32,13 @@ def is_peft_model(model: torch.nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
-def save_weights(model: Any, directory: Path) -> None:
-    """HF save_pretrained: safetensors only (transformers 5 and PEFT write nothing else)."""
-    model.save_pretrained(str(directory))
+def save_weights(model: Any, directory: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """HF save_pretrained: safetensors only (transformers 5 and PEFT write nothing else). `state_dict`:
+    the model's weights gathered by a sharding backend, written in place of the model's own."""
+    if state_dict is None:
+        model.save_pretrained(str(directory))
+    else:
+        model.save_pretrained(str(directory), state_dict=state_dict)
 
 
 def _read_safetensors_dir(directory: Path) -> dict[str, torch.Tensor]:
@@ -92,8 +96,17 @@ def _load_adapter(model: Any, directory: Path) -> None:
         raise CheckpointError(f"adapter weights {result.unexpected_keys[:5]} do not fit the model; use the same LoRA settings.")
 
 
-def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = False, step: int | None = None) -> Path:
+def export_model(
+    model: Any,
+    tokenizer: Any,
+    out_dir: Path,
+    *,
+    replace: bool = False,
+    step: int | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """A plain HF directory for `from_pretrained`: LoRA merged into a copy, the live model untouched.
+    `state_dict`: the weights a sharding backend gathered (Backend.full_state), saved in place of the model's.
 
     Written to a temporary sibling and renamed, so `out_dir` is either absent or whole. With
     `replace`, an existing export is swapped out only once the new one is complete (a resumed run
@@ -107,7 +120,7 @@ def export_model(model: Any, tokenizer: Any, out_dir: Path, *, replace: bool = F
     plain = copy.deepcopy(model).merge_and_unload() if is_peft_model(model) else model
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{secrets.token_hex(4)}"
     try:
-        plain.save_pretrained(str(tmp))
+        save_weights(plain, tmp, state_dict=None if is_peft_model(model) else state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         fsync_tree(tmp)

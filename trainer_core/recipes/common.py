@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend
-from trainer_core.checkpoint import CheckpointInfo, export_model, load_checkpoint, rotate, save_checkpoint
+from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rotate, save_checkpoint
+from trainer_core.checkpoint import state as checkpoint_state
 from trainer_core.checkpoint.files import manifest_digest_and_size
 from trainer_core.models import load_from_spec
 from trainer_core.reporting import CheckpointEvent, Reporter
@@ -59,15 +60,31 @@ def prepare_optimization(
 ) -> Optimization:
     """Optimizer and schedule for `model`, wrapped by the backend; with `resume_from`, every state of the checkpoint."""
     train = spec.train
+    state = load_weights(resume_from, model) if resume_from is not None else None
     optimizer = make_optimizer(model, train)
     scheduler = make_scheduler(optimizer, train)
     model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
     position, step = None, 0
-    if resume_from is not None:
-        state = load_checkpoint(resume_from, model=backend.unwrap(model), optimizer=optimizer, scheduler=scheduler)
+    if resume_from is not None and state is not None:
+        restore_training(resume_from, backend, optimizer, scheduler)
         position, step = state.data_position, state.step
     order = BatchOrder(train_size, train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
     return Optimization(model, optimizer, scheduler, order, step)
+
+
+def load_weights(resume_from: Path, model: nn.Module, modules: dict[str, nn.Module] | None = None) -> TrainState:
+    """A resume's first half, before backend.prepare: the checkpoint's weights into the plain model (and
+    modules) on every rank, so a sharding backend partitions the resumed weights; returns the position."""
+    return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
+
+
+def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """A resume's second half, after backend.prepare: the optimizer (through the backend), the schedule
+    (after the optimizer: it sets each group's lr) and, last, every RNG."""
+    backend.load_optimizer_state(optimizer, checkpoint_state.load_state(resume_from, "optimizer"))
+    if scheduler is not None:
+        checkpoint_state.load_scheduler(resume_from, scheduler)
+    checkpoint_state.load_rng(resume_from)
 
 
 @contextlib.contextmanager
@@ -222,11 +239,16 @@ def save_and_rotate(
     reporter: Reporter,
     extra: dict[str, Any] | None = None,
     modules: dict[str, nn.Module] | None = None,
+    wrapped: nn.Module | None = None,
 ) -> CheckpointInfo | None:
     """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it.
 
-    `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model."""
+    `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model.
+    `wrapped`: what backend.prepare returned when `model` and `modules` are parts of it (PPO's
+    actor-critic); every rank calls this, since a sharding backend gathers the states from all."""
     info = None
+    full_model, full_optimizer = backend.full_state(wrapped if wrapped is not None else model, optimizer)
+    root = backend.unwrap(wrapped if wrapped is not None else model)
     if backend.is_rank_zero:
         # Reports up to this step reach the run directory before the checkpoint exists: a process
         # killed right after it is resumed past them, and nothing would report them again.
@@ -242,6 +264,9 @@ def save_and_rotate(
             spec=spec,
             extra=extra,
             modules=modules,
+            model_state=None if full_model is None else part_of(full_model, root, backend.unwrap(model)),
+            module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in (modules or {}).items()},
+            optimizer_state=full_optimizer,
         )
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
@@ -255,6 +280,16 @@ def save_and_rotate(
         )
     backend.barrier()
     return info
+
+
+def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) -> dict[str, torch.Tensor]:
+    """The entries of `root`'s state dict that belong to its submodule `part`, named as `part` names them."""
+    prefix = next((name for name, module in root.named_modules() if module is part), None)
+    if prefix is None:
+        raise ValueError(f"{type(part).__name__} is not a submodule of {type(root).__name__}")
+    if prefix == "":
+        return state
+    return {key[len(prefix) + 1 :]: value for key, value in state.items() if key.startswith(prefix + ".")}
 
 
 def checkpoint_run(run: Any) -> None:
@@ -281,8 +316,12 @@ def export_final(run: Any, model: nn.Module | None = None) -> Path | None:
     if run.step < run.spec.train.steps:
         return None
     final = run.out_dir / "final"
+    root = run.backend.unwrap(run.model)
+    target = model if model is not None else root
+    gathered, _ = run.backend.full_state(run.model)  # every rank: a sharding backend gathers
     if run.backend.is_rank_zero:
-        export_model(model or run.backend.unwrap(run.model), run.tokenizer, final, replace=True, step=run.step)
+        weights = None if gathered is None else part_of(gathered, root, target)
+        export_model(target, run.tokenizer, final, replace=True, step=run.step, state_dict=weights)
         sha256, size = manifest_digest_and_size(final)
         run.reporter.checkpoint(
             CheckpointEvent(step=run.step, path=final.name, size=size, sha256=sha256, metadata={"kind": "export", "format": "hf"})

@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
 from trainer_core.models import load_from_spec
@@ -74,12 +73,13 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         reward = make_reward(
             spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
         )
+        state = common.load_weights(resume_from, policy) if resume_from is not None else None
         optimizer = common.make_optimizer(policy, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, _ = backend.prepare(policy, optimizer, None)  # the schedule steps once per GRPO step
         position, step = None, 0
-        if resume_from is not None:
-            state = load_checkpoint(resume_from, model=policy, optimizer=optimizer, scheduler=scheduler)
+        if resume_from is not None and state is not None:
+            common.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
             reward.load_state_dict(state.extra["reward"])
             reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
@@ -264,6 +264,7 @@ def checkpoint(run: GrpoRun) -> None:
         keep_last=run.spec.train.keep_last,
         reporter=run.reporter,
         extra={"reward": run.reward.state_dict()},
+        wrapped=run.model,
     )
 
 

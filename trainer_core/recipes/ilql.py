@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.losses import IGNORE_INDEX
@@ -149,14 +148,15 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         column, max_len = spec.data.columns.reward, spec.model.max_seq_len
         train_examples, eval_examples = (_rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval))
+        state = None
+        if resume_from is not None:
+            state = common.load_weights(resume_from, lm, {"ilql_heads": heads})
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
         position, step = None, 0
-        if resume_from is not None:
-            state = load_checkpoint(
-                resume_from, model=lm, optimizer=optimizer, scheduler=scheduler, modules={"ilql_heads": heads}
-            )
+        if resume_from is not None and state is not None:
+            common.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
         order = common.BatchOrder(
             len(train_examples), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
@@ -365,6 +365,7 @@ def checkpoint(run: IlqlRun) -> None:
         keep_last=run.spec.train.keep_last,
         reporter=run.reporter,
         modules={"ilql_heads": run.ilql.heads},
+        wrapped=run.model,
     )
 
 

@@ -30,7 +30,6 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.checkpoint import load_checkpoint
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
     entropy_from_logits,
@@ -127,16 +126,17 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         reward = make_reward(
             spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
         )
+        state = None
+        if resume_from is not None:
+            state = common.load_weights(resume_from, policy, model.checkpoint_modules())
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         # No scheduler for the backend: it would step per minibatch update; train() steps it per PPO step.
         wrapped, optimizer, _ = backend.prepare(model, optimizer, None)
         kl = KlController(options.kl_coef, options.target_kl, options.horizon)
         position, step = None, 0
-        if resume_from is not None:
-            state = load_checkpoint(
-                resume_from, model=policy, optimizer=optimizer, scheduler=scheduler, modules=model.checkpoint_modules()
-            )
+        if resume_from is not None and state is not None:
+            common.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
             kl.load_state_dict(state.extra["kl"])
             reward.load_state_dict(state.extra["reward"])
@@ -319,6 +319,7 @@ def checkpoint(run: PpoRun) -> None:
         reporter=run.reporter,
         extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict()},
         modules=run.actor_critic.checkpoint_modules(),
+        wrapped=run.model,
     )
 
 

@@ -949,6 +949,12 @@ export interface components {
              */
             precision: "fp32" | "bf16" | "fp16";
             /**
+             * Processes
+             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @default 1
+             */
+            processes: number;
+            /**
              * Zero Stage
              * @description ZeRO stage: 0 off, 1 optimizer, 2 + gradients, 3 + parameters.
              * @default 2
@@ -1014,6 +1020,12 @@ export interface components {
              * @enum {string}
              */
             precision: "fp32" | "bf16" | "fp16";
+            /**
+             * Processes
+             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @default 1
+             */
+            processes: number;
             /**
              * Reshard After Forward
              * @description Free gathered parameters after forward (less memory, more communication).
@@ -1482,6 +1494,12 @@ export interface components {
              */
             precision: "fp32" | "bf16" | "fp16";
             /**
+             * Processes
+             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @default 1
+             */
+            processes: number;
+            /**
              * Sequence Parallel
              * @description Shard layer-norm and dropout activations along the sequence; needs tensor_parallel > 1.
              * @default false
@@ -1848,7 +1866,7 @@ export interface components {
             gpus: number;
             /**
              * Hang Timeout S
-             * @description Kill and retry the trainer when no step finishes for this long; null: never.
+             * @description Kill and retry the trainer when no step finishes for this long (the first step gets at least 300 s); null: never.
              * @default 1800
              */
             hang_timeout_s: number | null;
@@ -2436,6 +2454,12 @@ export interface components {
              * @enum {string}
              */
             precision: "fp32" | "bf16" | "fp16";
+            /**
+             * Processes
+             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @default 1
+             */
+            processes: number;
         };
         /**
          * TrainSpec
