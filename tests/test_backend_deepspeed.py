@@ -15,7 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.training import metrics
-from worker.launcher import free_port, trainer_command
+from trainer_core.launch import free_port
+from worker.launcher import trainer_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENSIONS = ROOT / ".cache" / "torch_extensions"
@@ -127,3 +128,16 @@ def test_the_deepspeed_launcher_trains_bf16_zero2(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     loss = metrics(tmp_path / "out", "train/loss")
     assert sorted(loss) == list(range(1, 31)) and loss[30] < loss[1] - 1.0, loss
+
+
+def test_a_cpu_spec_with_two_processes_starts_them_itself(tmp_path: Path) -> None:
+    """`python -m trainer_core run` (and so `rlplane train`) of a spec with backend.processes 2, started as
+    one process, re-runs itself under torchrun with that many ranks."""
+    spec = {**SFT, "backend": {"kind": "deepspeed", "precision": "fp32", "zero_stage": 2, "processes": 2}}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({**spec, "train": {**SFT["train"], "steps": 4, "checkpoint_every": None}}))
+    command = [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "starting 2 processes with torchrun" in result.stderr
+    assert sorted(metrics(tmp_path / "out", "train/loss")) == [1, 2, 3, 4]

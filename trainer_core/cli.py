@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 from trainer_core.data import DataError
+from trainer_core.launch import relaunch, under_a_launcher
 from trainer_core.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
 
 EXIT_BAD_INPUT = 2
@@ -59,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        return run(args, argv)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     resume_from = _resume_point(args.resume) if args.resume is not None else None
     spec = _spec(args, resume_from)
     out_dir = args.out or (_out_of(resume_from) if resume_from else None) or Path("runs") / spec.name
@@ -84,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.stop_at is not None and args.stop_at < 1:
         raise BadInput(f"--stop-at must be a step >= 1, got {args.stop_at}.")
+    if spec.resources.gpus == 0 and spec.backend.processes > 1 and not under_a_launcher() and argv is not None:
+        # A CPU spec that asks for several ranks, started as one process: start them.
+        print(f"starting {spec.backend.processes} processes with torchrun", file=sys.stderr)
+        return relaunch(spec.backend.processes, argv)
 
     import importlib  # torch from here on
 

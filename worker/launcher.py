@@ -10,7 +10,6 @@ import ctypes
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -18,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from trainer_core.launch import free_port
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 
@@ -42,13 +43,6 @@ def trainer_command(python: str, spec: dict[str, Any], spec_path: Path, out_dir:
         launcher += ["--master_port", str(free_port()), "--log-dir", str(out_dir / "rank-logs")]
         command = [*launcher, "-m", "trainer_core", "run"]
     return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
-
-
-def free_port() -> int:
-    """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def split_rank(line: str) -> tuple[int, str]:
