@@ -101,8 +101,11 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     indices = run.order.next_batch()
     local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
-    # Tokens that carry loss (labels[1:] not masked), so every token of the batch weighs the same.
-    loss_tokens = max(1, sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local))
+    # Tokens that carry loss (labels[1:] not masked) in the GLOBAL batch, so every token weighs the same
+    # on 1 or N ranks: each rank divides by the global count, times world_size since DDP averages gradients.
+    mine = sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local)
+    global_tokens = float(backend.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), "sum")[0])
+    loss_tokens = max(1.0, global_tokens) / backend.world_size
     totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
     run.model.train()
     for i, piece in enumerate(micro):

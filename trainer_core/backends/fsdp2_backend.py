@@ -1,0 +1,206 @@
+"""PyTorch FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded per transformer block.
+
+`prepare` shards each repeated block, then the root, over a 1-D mesh of all ranks; the parameters
+become DTensors in place, so the recipe's optimizer is pointed at them (same groups, same settings)
+and its schedule stays valid. Mixed precision is FSDP2's policy (bf16/fp16 compute, fp32 gradient
+reduction and fp32 sharded masters), so `autocast` does nothing.
+
+Checkpoints: `full_state` gathers the whole model and the optimizer's state keyed by parameter name
+(torch.distributed.checkpoint's full state dict), so rank zero writes the same files for any number
+of processes; `load_optimizer_state` scatters such a state back into the shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.distributed.tensor import DTensor
+
+from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.batching import accumulation_steps
+from trainer_core.backends.dist import DistEnv, default_device, init_process_group
+from trainer_core.backends.torch_backend import seed_rank
+from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
+from trainer_core.spec_sections import TrainSpec
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks: the children of the first ModuleList holding more than one module of one class
+    (GPT-2's transformer.h, Llama's model.layers); [] for a model without one."""
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 1 and len({type(child) for child in module}) == 1:
+            return list(module)
+    return []
+
+
+class Fsdp2Backend(Backend):
+    def __init__(self, spec: Fsdp2BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> None:
+        env = env or DistEnv.from_environ()
+        self.spec, self.train = spec, train
+        self.rank, self.world_size, self.local_rank = env.rank, env.world_size, env.local_rank
+        self.device = default_device(env)
+        if spec.precision == "fp16" and self.device.type != "cuda":
+            raise BackendError("backend.precision fp16 needs a CUDA GPU (no fp16 loss scaling on CPU): use bf16 or fp32 on CPU.")
+        self.accumulation_steps = accumulation_steps(train, env.world_size)  # checks the batch splits evenly
+        self._model: nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._scheduler: Any = None
+        seed_rank(train.seed, self.rank)
+        self._owns_group = init_process_group(env, self.device)
+        if not dist.is_initialized():
+            # fully_shard needs a process group even for one process: a world of one in this process's memory.
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+            self._owns_group = True
+        # fp16 overflows without loss scaling; a rank's shard alone cannot tell, so this scaler agrees over ranks.
+        self._scaler = ShardedGradScaler(enabled=spec.precision == "fp16")
+
+    def prepare(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
+    ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        if optimizer.state:
+            raise RuntimeError("backend.prepare needs a fresh optimizer: FSDP2 replaces the parameters it holds state for.")
+        model = model.to(self.device)
+        names = {id(param): name for name, param in model.named_parameters()}
+        # Each group's parameters by name: sharding swaps every parameter for a DTensor.
+        group_names = []
+        for index, group in enumerate(optimizer.param_groups):
+            missing = [tuple(p.shape) for p in group["params"] if id(p) not in names]
+            if missing:
+                raise BackendError(f"optimizer group {index} holds parameters of shapes {missing[:3]} that are not the model's.")
+            group_names.append([names[id(p)] for p in group["params"]])
+        self._shard(model)
+        sharded = dict(model.named_parameters())
+        # In place, so the scheduler built on this optimizer (and its groups' initial_lr) stays valid.
+        for group, params in zip(optimizer.param_groups, group_names, strict=True):
+            group["params"] = [sharded[name] for name in params]
+        self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
+        return model, optimizer, scheduler
+
+    def _shard(self, model: nn.Module) -> None:
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        dtype = DTYPES[self.spec.precision]
+        options: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.spec.reshard_after_forward}
+        if dtype is not None:
+            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if self.spec.cpu_offload and self.device.type != "cpu":  # on CPU the shards live in CPU memory already
+            options["offload_policy"] = CPUOffloadPolicy()
+        for block in repeated_blocks(model):
+            fully_shard(block, **options)
+        fully_shard(model, **options)
+
+    def backward(self, loss: torch.Tensor, accumulation_steps: int = 1) -> None:
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
+        self._scaler.scale(loss / accumulation_steps).backward()
+
+    def step(self) -> float:
+        model, optimizer = self._prepared()
+        self._scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
+        params = [p for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a reduction over the shards
+        if self.train.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(params, self.train.max_grad_norm, norm)
+        self._scaler.step(optimizer)
+        self._scaler.update()
+        if self._scheduler is not None:
+            self._scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
+        return _gradient_sync_off(model) if isinstance(model, FSDPModule) else contextlib.nullcontext()
+
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
+        if op not in ("mean", "sum"):
+            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
+        result = tensor.detach().to(self.device, copy=True)
+        if self.world_size == 1:
+            return result
+        dist.all_reduce(result, op=dist.ReduceOp.SUM)  # gloo has no AVG
+        return result / self.world_size if op == "mean" else result
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model  # fully_shard changes the module in place; there is no wrapper
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # the mixed precision policy casts parameters at each all-gather
+
+    def generate(self, model: nn.Module, **kwargs: Any) -> Any:
+        # Every forward all-gathers each block: all ranks must run as many forwards, finished or not.
+        if self.world_size > 1:
+            kwargs.setdefault("synced_gpus", True)
+        with torch.no_grad():
+            return model.generate(**kwargs)
+
+    def full_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+    ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
+        # Collectives on every rank; with cpu_offload only rank zero keeps the gathered tensors.
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=options)
+        state = None if optimizer is None else get_optimizer_state_dict(model, optimizer, options=options)
+        if not self.is_rank_zero:
+            return None, None
+        return _share_tied(model, weights), state
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        model, _ = self._prepared()
+        keys = list(state.get("state", {})) + [p for group in state.get("param_groups", []) for p in group.get("params", [])]
+        if not all(isinstance(key, str) for key in keys):
+            raise BackendError(
+                "this checkpoint's optimizer state is keyed by parameter index, not name (another backend wrote it); "
+                "resume it with the backend that wrote it."
+            )
+        # Every rank read the same full state from disk: each keeps its own shard of it.
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+
+    def close(self) -> None:
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
+
+    def _prepared(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        if self._model is None or self._optimizer is None:
+            raise RuntimeError("call backend.prepare(model, optimizer) first.")
+        return self._model, self._optimizer
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(model: FSDPModule) -> Iterator[None]:
+    """Accumulate unsharded gradients locally; the next backward outside reduce-scatters the sum."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _share_tied(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gathering copies each key's tensor: names of one live tensor (GPT-2's lm_head and wte) share one copy again."""
+    first: dict[int, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if name in weights:
+            weights[name] = weights[first.setdefault(id(tensor), name)]
+    return weights
