@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -66,14 +67,26 @@ def main(argv: list[str] | None = None) -> int:
         return run(args, argv)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return _leave_if_a_rank(130)
     except (BadInput, SpecError, DataError) as exc:
-        return _bad_input(exc)
+        return _leave_if_a_rank(_bad_input(exc))
     except Exception as exc:
         if _is_bad_input(exc):
-            return _bad_input(exc)
+            return _leave_if_a_rank(_bad_input(exc))
         traceback.print_exc()
-        return 1
+        return _leave_if_a_rank(1)
+
+
+def _leave_if_a_rank(code: int) -> int:
+    """One of several ranks exits here, before Python tears the run down: freeing torch's gloo process
+    group can deadlock when its worker thread still frees a finished collective (that thread waits for
+    the GIL the freeing thread holds); seen as a 2-process DPO run that never exited. Everything the run
+    writes is closed and flushed by the time the recipe returns or raises."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -95,8 +108,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
     # One module per algorithm, each with run(spec, out_dir, resume_from, stop_at=...).
     recipe = importlib.import_module(f"trainer_core.recipes.{spec.algorithm}")
-    recipe.run(spec, out_dir, resume_from, stop_at=args.stop_at)
-    return 0
+    finished = recipe.run(spec, out_dir, resume_from, stop_at=args.stop_at)  # noqa: F841  (alive until the exit below)
+    return _leave_if_a_rank(0)
 
 
 def _spec(args: argparse.Namespace, resume_from: Path | None) -> RunSpec:
