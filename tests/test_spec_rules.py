@@ -47,7 +47,6 @@ RULE_CASES = {
     ),
     "torch-no-ddp": ("sft", ["resources.gpus=2", "backend.ddp=false"], "backend.ddp", "set ddp: true"),
     "fp16-on-cpu": ("sft", ["backend.precision=fp16"], "backend.precision", "fp16 needs a GPU"),
-    "grpo-on-fsdp2": ("grpo", ["backend.kind=fsdp2", "backend.precision=fp32"], "backend.kind", "not run on fsdp2 yet"),
     "ds-nvme-path": (
         "sft",
         ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=3", "backend.offload=nvme"],

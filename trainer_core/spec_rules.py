@@ -100,16 +100,6 @@ def fp16_needs_gpu(spec: RunSpec) -> Rules:
         yield Violation(("backend", "precision"), "fp16 needs a GPU: use bf16 or fp32 on CPU, or set resources.gpus >= 1")
 
 
-def online_rl_not_on_fsdp2_yet(spec: RunSpec) -> Rules:
-    """ppo and grpo generate rollouts inside the training loop, which FSDP2 does not support here yet."""
-    if spec.backend.kind == "fsdp2" and spec.algorithm in ("ppo", "grpo"):
-        yield Violation(
-            ("backend", "kind"),
-            f"{spec.algorithm} does not run on fsdp2 yet (generating rollouts from the sharded policy is not "
-            "supported); use backend.kind torch or deepspeed",
-        )
-
-
 def deepspeed_offload_needs_zero(spec: RunSpec) -> Rules:
     """deepspeed offload needs zero_stage >= 1, and offload nvme needs zero_stage 3 and a nvme_path."""
     backend = spec.backend
@@ -263,7 +253,6 @@ RULES = (
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,
     fp16_needs_gpu,
-    online_rl_not_on_fsdp2_yet,
     deepspeed_offload_needs_zero,
     ds_config_agrees_with_spec,
     batch_splits_over_ranks,

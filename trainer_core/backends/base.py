@@ -16,6 +16,7 @@ On resume the weights go into the model before `prepare` (every rank reads the s
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Literal
@@ -90,6 +91,28 @@ class Backend(ABC):
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Restore what `full_state` returned for the optimizer (every rank calls it with the same state)."""
         optimizer.load_state_dict(state)
+
+    @property
+    def forward_is_collective(self) -> bool:
+        """True where a forward pass gathers parameters from every rank (ZeRO-3, FSDP2 with several
+        processes): then every rank must run as many forward passes as the others, or all hang."""
+        return False
+
+    def modifying(self, params: list[nn.Parameter]) -> AbstractContextManager[None]:
+        """Inside it, `params` of a prepared model may be changed in place outside the optimizer (ILQL's
+        target heads), every rank alike. A backend that partitions parameters gathers them whole first."""
+        return contextlib.nullcontext()
+
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """Place a model that is only run forward (a reference or reward model): frozen, in eval mode.
+        Here a whole copy on this rank's device; sharding backends shard it as they shard the policy,
+        and then every rank must run it as many times as the others."""
+        return model.to(self.device).eval().requires_grad_(False)
+
+    def describe_placement(self, model: nn.Module) -> str:
+        """How much of `model` this rank holds, for the run's log."""
+        total = sum(p.numel() for p in model.parameters())
+        return f"whole on {self.device} ({total:,} parameters on rank {self.rank})"
 
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
         """Sample from the unwrapped model without tracking gradients (DDP's wrapper has no generate)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -81,6 +82,7 @@ class DeepSpeedBackend(Backend):
         self._engine: Any = None
         self._scheduler: Any = None
         self._plain_norm: float | None = None
+        self._frozen_engines: list[Any] = []  # kept alive: they own the partitioning hooks of frozen models
         seed_rank(train.seed, self.rank)
         self._owns_group = not dist.is_initialized()
         # Without a launcher DeepSpeed would look for MPI; one process is a world of one.
@@ -94,6 +96,8 @@ class DeepSpeedBackend(Backend):
             os.environ.setdefault(name, str(value))
         import deepspeed
 
+        # DeepSpeed's ZeRO-3 gathers call a torch collective that now warns on every call (hundreds per step).
+        warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
         deepspeed.init_distributed(
             dist_backend="nccl" if self.device.type == "cuda" else "gloo", auto_mpi_discovery=False, verbose=False
         )
@@ -167,6 +171,60 @@ class DeepSpeedBackend(Backend):
     def autocast(self) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()  # the engine casts the module to its precision
 
+    @property
+    def forward_is_collective(self) -> bool:
+        return self.stage == 3 and self.world_size > 1
+
+    def modifying(self, params: list[nn.Parameter]) -> AbstractContextManager[None]:
+        if self.stage != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        # ZeRO-3 keeps a partition per rank (and small parameters whole besides): gather, let the caller change
+        # the whole tensors, then partition again from rank zero's copy.
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """Below ZeRO-3 every rank holds the policy whole, so a frozen model is a whole copy too (in the
+        engine's precision, so a reference starts at KL 0). At ZeRO-3 it is partitioned like the policy
+        (and its parameters offloaded when backend.offload says so) by an engine with no optimizer."""
+        model = model.eval().requires_grad_(False)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.spec.precision)
+        if self.stage != 3:
+            model = model.to(self.device)
+            return model.to(dtype) if dtype is not None else model
+        import deepspeed
+
+        zero: dict[str, Any] = {"stage": 3}
+        if self.spec.offload != "none":
+            zero["offload_param"] = {
+                "device": self.spec.offload,
+                **({"nvme_path": self.spec.nvme_path} if self.spec.offload == "nvme" else {}),
+            }
+        config: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": zero,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        if self.spec.precision == "bf16":
+            config["bf16"] = {"enabled": True}
+        elif self.spec.precision == "fp16":
+            config["fp16"] = {"enabled": True}
+        engine, *_ = deepspeed.initialize(model=model.to(self.device), config=config)
+        engine.eval()
+        self._frozen_engines.append(engine)
+        return engine.module  # its forward gathers each layer's partitions (hooks installed by the engine)
+
+    def describe_placement(self, model: nn.Module) -> str:
+        params = list(model.parameters())
+        if not any(hasattr(p, "ds_tensor") for p in params):
+            return super().describe_placement(model)
+        total = sum(p.ds_numel for p in params)
+        local = sum(p.ds_tensor.numel() for p in params)
+        where = f", parameters offloaded to {self.spec.offload}" if self.spec.offload != "none" else ""
+        return f"ZeRO-3 partitioned over {self.world_size} ranks ({local:,} of {total:,} parameters on rank {self.rank}{where})"
+
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
         # ZeRO-3 gathers each layer's parameters in forward: every rank must run as many forwards.
         if self.stage == 3 and self.world_size > 1:
@@ -225,6 +283,7 @@ class DeepSpeedBackend(Backend):
                     self._base_optimizer().state[param][key].copy_(value)
 
     def close(self) -> None:
+        self._frozen_engines.clear()
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False

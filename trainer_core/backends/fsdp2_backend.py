@@ -147,12 +147,39 @@ class Fsdp2Backend(Backend):
     def autocast(self) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()  # the mixed precision policy casts parameters at each all-gather
 
+    @property
+    def forward_is_collective(self) -> bool:
+        return self.world_size > 1
+
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """A frozen model is sharded per block like the policy (no optimizer, never gathered for a checkpoint)."""
+        model = model.to(self.device).eval().requires_grad_(False)
+        self._shard(model)
+        return model
+
+    def describe_placement(self, model: nn.Module) -> str:
+        params = list(model.parameters())
+        total = sum(p.numel() for p in params)
+        local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+        return f"FSDP2-sharded over {self.world_size} ranks ({local:,} of {total:,} parameters on rank {self.rank})"
+
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
         # Every forward all-gathers each block: all ranks must run as many forwards, finished or not.
         if self.world_size > 1:
             kwargs.setdefault("synced_gpus", True)
+        root = self._model
         with torch.no_grad():
-            return model.generate(**kwargs)
+            if root is None or model is root or not isinstance(root, FSDPModule):
+                return model.generate(**kwargs)
+            # A part of the prepared model generates (PPO's policy inside its actor-critic). Only the root's
+            # forward would gather the root's own parameters (embeddings, LM head) and settle which FSDP
+            # state is the root, so both are done here by hand.
+            root._get_fsdp_state()._lazy_init()
+            root.unshard()
+            try:
+                return model.generate(**kwargs)
+            finally:
+                root.reshard()
 
     def full_state(
         self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None

@@ -10,10 +10,10 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -26,6 +26,8 @@ from trainer_core.models import load_from_spec
 from trainer_core.reporting import CheckpointEvent, Reporter
 from trainer_core.spec import RunSpec, dump_spec
 from trainer_core.spec_sections import ModelSpec, TrainSpec
+
+T = TypeVar("T")
 
 # --- optimizer and schedule ---
 
@@ -117,14 +119,17 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> torch.
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def frozen_reference(spec: ModelSpec | None, policy: nn.Module, device: torch.device, *, seed: int) -> nn.Module:
+def frozen_reference(spec: ModelSpec | None, policy: nn.Module, backend: Backend, reporter: Reporter, *, seed: int) -> nn.Module:
     """The reference model of a KL penalty: `spec`, or a copy of the freshly loaded policy (call it
-    before a checkpoint is loaded into the policy); frozen and in eval mode (no dropout)."""
+    before a checkpoint is loaded into the policy); frozen, in eval mode (no dropout), and placed by
+    the backend (sharded like the policy under ZeRO-3 and FSDP2)."""
     if spec is not None:
         reference, _ = load_from_spec(spec, "causal", seed=seed)
     else:
         reference = copy.deepcopy(policy)
-    return reference.to(device).eval().requires_grad_(False)
+    reference = backend.prepare_frozen(reference)
+    reporter.log(f"reference model: {backend.describe_placement(reference)}")
+    return reference
 
 
 # --- data order ---
@@ -196,21 +201,36 @@ class StepTimer:
 # --- eval ---
 
 
+def rank_chunks(items: Sequence[T], size: int, backend: Backend) -> Iterator[tuple[list[T], bool]]:
+    """This rank's share of `items` (every world_size-th, from its rank) in chunks of `size`, as (chunk, real).
+
+    Every rank gets as many chunks as the rank with the largest share: one whose share runs out first
+    gets stand-in chunks (real=False) to run and discard, because a forward pass through a sharded
+    model (ZeRO-3, FSDP2) gathers parameters from every rank and hangs unless every rank joins it."""
+    mine = list(items[backend.rank :: backend.world_size])
+    largest_share = -(-len(items) // backend.world_size)
+    for i in range(-(-largest_share // size)):
+        chunk = mine[i * size : (i + 1) * size]
+        yield (chunk, True) if chunk else (list(items[:1]), False)
+
+
 def evaluate(
     model: nn.Module,
-    batches: Iterable[dict[str, torch.Tensor]],
+    batches: Iterable[tuple[dict[str, torch.Tensor], bool]],
     loss_fn: Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]],
     backend: Backend,
 ) -> float:
-    """Token-weighted mean of `loss_fn` (returning (summed loss, tokens)) over this rank's batches, reduced over ranks."""
+    """Token-weighted mean of `loss_fn` (returning (summed loss, tokens)) over this rank's (batch, real) pairs
+    (see rank_chunks: stand-ins run but do not count), reduced over ranks."""
     was_training = model.training
     model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
     with torch.no_grad(), backend.autocast():
-        for batch in batches:
+        for batch, real in batches:
             batch = {k: v.to(backend.device) for k, v in batch.items()}
             loss_sum, tokens = loss_fn(model, batch)
-            totals += torch.stack([loss_sum.double(), tokens.double()])
+            if real:
+                totals += torch.stack([loss_sum.double(), tokens.double()])
     model.train(was_training)
     loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
     return loss_sum / tokens if tokens else float("nan")

@@ -148,13 +148,13 @@ def evaluate(run: DpoRun) -> dict[str, float] | None:
     if not run.eval_pairs:
         return None
     backend, model = run.backend, run.model
-    mine, size = run.eval_pairs[backend.rank :: backend.world_size], run.spec.micro_batch_size
     totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
     was_training = model.training
     model.eval()
     with torch.no_grad(), backend.autocast():
-        for i in range(0, len(mine), size):
-            totals += _sums(_dpo(run, _batch(run, mine[i : i + size])))
+        for chunk, real in common.rank_chunks(run.eval_pairs, run.spec.micro_batch_size, backend):
+            sums = _sums(_dpo(run, _batch(run, chunk)))
+            totals += sums if real else 0
     model.train(was_training)
     loss, chosen, rejected, correct, pairs = backend.all_reduce(totals, "sum").tolist()
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}

@@ -68,10 +68,14 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
         reference = None
         if options.beta > 0:
-            reference = common.frozen_reference(options.ref_model, policy, backend.device, seed=train.seed)
+            reference = common.frozen_reference(options.ref_model, policy, backend, reporter, seed=train.seed)
         split = load_examples(spec.data, "prompts", seed=train.seed)
         reward = make_reward(
-            spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
+            spec.reward,
+            device=backend.device,
+            seed=train.seed,
+            reduce_sum=lambda t: backend.all_reduce(t, "sum"),
+            place=backend.prepare_frozen,
         )
         state = common.load_weights(resume_from, policy) if resume_from is not None else None
         optimizer = common.make_optimizer(policy, train)
@@ -136,9 +140,14 @@ def sample(run: GrpoRun) -> Groups:
             old = _logprobs(run.policy, generation)[0]
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
+        shown = torch.arange(0, len(scored.responses), options.group_size)[: options.samples_to_log]
+        # Every rank runs this forward, though only rank zero reports: a sharded policy's forward is a collective.
+        shown_logprobs = None
+        if ref is not None and old is None and len(shown):
+            shown_logprobs = _logprobs(run.policy, generation.rows(shown))[0]
     mask = generation.response_mask
     if backend.is_rank_zero and options.samples_to_log:
-        _report_samples(run, scored, old, ref)
+        _report_samples(run, scored, shown, old[shown] if old is not None else shown_logprobs, ref)
     groups = rewards.view(-1, options.group_size)
     raw = rewards.double()
     stats = {
@@ -154,14 +163,14 @@ def sample(run: GrpoRun) -> Groups:
     return Groups(generation, advantages, old, ref, stats)
 
 
-def _report_samples(run: GrpoRun, scored: rollouts.Scored, old: torch.Tensor | None, ref: torch.Tensor | None) -> None:
-    """One response to each of the first samples_to_log prompts (not one group), with its KL to the reference."""
-    options = run.spec.grpo
-    shown = torch.arange(0, len(scored.responses), options.group_size)[: options.samples_to_log]
+def _report_samples(
+    run: GrpoRun, scored: rollouts.Scored, shown: torch.Tensor, logprobs: torch.Tensor | None, ref: torch.Tensor | None
+) -> None:
+    """One response to each of the first samples_to_log prompts (not one group: `shown`), with its KL to the
+    reference from the policy's `logprobs` of those rows."""
     kls = None
-    if ref is not None:
+    if ref is not None and logprobs is not None:
         part = scored.generation.rows(shown)
-        logprobs = _logprobs(run.policy, part)[0] if old is None else old[shown]
         kls = ((logprobs - ref[shown]) * part.response_mask).sum(1).tolist()
     pick = shown.tolist()
     run.reporter.samples(

@@ -60,17 +60,20 @@ class IlqlHeads(nn.Module):
         self.target_q_heads = copy.deepcopy(self.q_heads).requires_grad_(False)
 
     def forward(self, hidden: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-        hidden = hidden.float()
-        qs = [head(hidden) for head in self.q_heads]
+        hidden = hidden.to(self.v_head[0].weight.dtype)  # fp32 beside an autocast trunk; bf16 under DeepSpeed's cast
+        qs = [head(hidden).float() for head in self.q_heads]
         with torch.no_grad():
-            target_qs = [head(hidden) for head in self.target_q_heads]
-        return qs, target_qs, self.v_head(hidden).squeeze(-1)
+            target_qs = [head(hidden).float() for head in self.target_q_heads]
+        return qs, target_qs, self.v_head(hidden).float().squeeze(-1)
 
     @torch.no_grad()
-    def sync_targets(self, alpha: float) -> None:
-        """target <- alpha·Q + (1 - alpha)·target (Polyak averaging)."""
-        for target, source in zip(self.target_q_heads.parameters(), self.q_heads.parameters(), strict=True):
-            target.lerp_(source, alpha)
+    def sync_targets(self, alpha: float, backend: Backend | None = None) -> None:
+        """target <- alpha·Q + (1 - alpha)·target (Polyak averaging); with a backend that partitions parameters,
+        on whole parameters it gathers for the update and partitions again."""
+        targets, sources = list(self.target_q_heads.parameters()), list(self.q_heads.parameters())
+        with contextlib.nullcontext() if backend is None else backend.modifying(targets + sources):
+            for target, source in zip(targets, sources, strict=True):
+                target.lerp_(source, alpha)
 
 
 class IlqlOutput(NamedTuple):
@@ -268,7 +271,10 @@ def generate(run: IlqlRun, prompts: list[list[int]], gen: GenSpec, *, greedy: bo
             if not done[i]:
                 tokens[i].append(token)
                 texts[i], done[i] = _cut(tokenizer.decode(tokens[i], skip_special_tokens=True), gen.stop)
-        if all(done):
+        finished = all(done)
+        if run.backend.forward_is_collective:  # a sharded model: every rank decodes until the last rank is done
+            finished = run.backend.all_reduce(torch.tensor(float(not finished)), "sum").item() == 0
+        if finished:
             break
         mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
         positions = positions[:, -1:] + 1
@@ -282,24 +288,25 @@ def generate(run: IlqlRun, prompts: list[list[int]], gen: GenSpec, *, greedy: bo
 
 
 def _eval_loss(run: IlqlRun) -> dict[str, float]:
-    mine, size = run.eval_examples[run.backend.rank :: run.backend.world_size], run.spec.micro_batch_size
     totals = torch.zeros(7, dtype=torch.float64, device=run.backend.device)
     with torch.no_grad(), run.backend.autocast():
-        for i in range(0, len(mine), size):
-            totals += _loss(run, _batch(run, mine[i : i + size])).sums()
+        for chunk, real in common.rank_chunks(run.eval_examples, run.spec.micro_batch_size, run.backend):
+            sums = _loss(run, _batch(run, chunk)).sums()
+            totals += sums if real else 0
     return {"eval/loss": _means(run, totals)["train/loss"]}
 
 
 def _eval_rewards(run: IlqlRun, task: str, step: int) -> dict[str, float]:
     """Greedy guided responses to this rank's share of the prompts, scored by the task's reward; samples from rank zero."""
     backend, gen = run.backend, run.spec.ilql.gen
-    mine = run.prompts[backend.rank :: backend.world_size]
-    reward, total, shown = builtin_reward(task), 0.0, []
-    for start in range(0, len(mine), 64):
-        chunk = mine[start : start + 64]
+    reward, total, count, shown = builtin_reward(task), 0.0, 0, []
+    for chunk, real in common.rank_chunks(run.prompts, 64, backend):
         ids = rollouts.encode_prompts(chunk, run.tokenizer, rollouts.prompt_budget(run.spec, gen))
         with backend.autocast():
             responses = generate(run, ids, gen, greedy=True)
+        if not real:
+            continue
+        count += len(chunk)
         for row, response in zip(chunk, responses, strict=True):
             score = reward(row["prompt"], response)
             total += score
@@ -307,7 +314,7 @@ def _eval_rewards(run: IlqlRun, task: str, step: int) -> dict[str, float]:
                 shown.append(Sample(prompt=row["prompt"], response=response, reward=score))
     if backend.is_rank_zero and shown:
         run.reporter.samples(step, shown)
-    score_sum, count = backend.all_reduce(torch.tensor([total, len(mine)], dtype=torch.float64), "sum").tolist()
+    score_sum, count = backend.all_reduce(torch.tensor([total, count], dtype=torch.float64), "sum").tolist()
     mean = score_sum / max(count, 1.0)
     return {"eval/reward": mean, f"eval/{BUILTIN_EVAL_NAMES[task]}": mean}
 
@@ -345,7 +352,7 @@ def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
     grad_norm = backend.step()
     run.step += 1
     if run.step % spec.ilql.steps_for_target_q_sync == 0:
-        run.ilql.heads.sync_targets(spec.ilql.alpha)
+        run.ilql.heads.sync_targets(spec.ilql.alpha, backend)
     tokens = sum(len(e["input_ids"]) for e, _ in local) * backend.world_size
     return _means(run, totals), grad_norm, tokens
 

@@ -58,7 +58,8 @@ class ValueHead(nn.Module):
             self.net = nn.Sequential(nn.Linear(hidden_size, 2 * hidden_size), nn.ReLU(), nn.Linear(2 * hidden_size, 1))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.net(hidden.float()).squeeze(-1)
+        # In the head's own dtype: fp32 beside an autocast trunk, bf16 where DeepSpeed cast the whole model.
+        return self.net(hidden.to(self.net[0].weight.dtype)).float().squeeze(-1)
 
 
 class ActorCritic(nn.Module):
@@ -116,7 +117,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
-        reference = common.frozen_reference(options.ref_model, policy, backend.device, seed=train.seed)
+        reference = common.frozen_reference(options.ref_model, policy, backend, reporter, seed=train.seed)
         critic = None
         if options.critic is not None:
             critic = load_from_spec(options.critic, "causal", seed=train.seed)[0].base_model  # the trunk: no LM head to train
@@ -124,7 +125,11 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         model = ActorCritic(policy, ValueHead(hidden, train.seed), critic)
         split = load_examples(spec.data, "prompts", seed=train.seed)
         reward = make_reward(
-            spec.reward, device=backend.device, seed=train.seed, reduce_sum=lambda t: backend.all_reduce(t, "sum")
+            spec.reward,
+            device=backend.device,
+            seed=train.seed,
+            reduce_sum=lambda t: backend.all_reduce(t, "sum"),
+            place=backend.prepare_frozen,
         )
         state = None
         if resume_from is not None:

@@ -95,14 +95,14 @@ def evaluate(run: RewardRun) -> dict[str, float] | None:
     if not run.eval_pairs:
         return None
     backend, model = run.backend, run.model
-    mine, size = run.eval_pairs[backend.rank :: backend.world_size], run.spec.micro_batch_size
     totals = torch.zeros(4, dtype=torch.float64, device=backend.device)
     was_training = model.training
     model.eval()
     with torch.no_grad(), backend.autocast():
-        for i in range(0, len(mine), size):
-            batch = {k: v.to(backend.device) for k, v in collate_pairs(mine[i : i + size], pad_id(run.tokenizer)).items()}
-            totals += _sums(run, *_rewards(model, batch)).to(backend.device)
+        for chunk, real in common.rank_chunks(run.eval_pairs, run.spec.micro_batch_size, backend):
+            batch = {k: v.to(backend.device) for k, v in collate_pairs(chunk, pad_id(run.tokenizer)).items()}
+            sums = _sums(run, *_rewards(model, batch)).to(backend.device)
+            totals += sums if real else 0
     model.train(was_training)
     loss, correct, margin, pairs = backend.all_reduce(totals, "sum").tolist()
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": margin / pairs}

@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer_core.backends import Backend
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
+from trainer_core.recipes.common import rank_chunks
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Sample
 from trainer_core.spec import RunSpec
@@ -95,9 +97,11 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(
-    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, device: torch.device, *, greedy: bool = False
+    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, *, greedy: bool = False
 ) -> Generation:
-    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy."""
+    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy, through the
+    backend (a sharded policy keeps every rank generating until the longest response on any rank ends)."""
+    device = backend.device
     pad = pad_id(tokenizer)
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
@@ -116,7 +120,8 @@ def generate(
         sampling |= {"stop_strings": list(gen.stop), "tokenizer": tokenizer}
     was_training = policy.training
     policy.eval()
-    out = policy.generate(
+    out = backend.generate(
+        policy,
         input_ids=ids,
         attention_mask=mask,
         max_new_tokens=gen.max_new_tokens,
@@ -166,7 +171,7 @@ def sample_and_score(run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
     prompt_ids = encode_prompts(rows, run.tokenizer, prompt_budget(run.spec, gen))
-    generation = generate(policy, prompt_ids, run.tokenizer, gen, run.backend.device)
+    generation = generate(policy, prompt_ids, run.tokenizer, gen, run.backend)
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
@@ -187,23 +192,29 @@ def evaluate(
     (eval/accuracy for arithmetic, eval/optimality for randomwalks), which does not change when
     a run swaps in a reward model."""
     backend, tokenizer = run.backend, run.tokenizer
-    mine = rows[backend.rank :: backend.world_size]
     task = builtin_task(run.spec.data.source)
     names = ["reward"] + ([BUILTIN_EVAL_NAMES[task]] if task else [])
     sums: dict[str, float] = {name: 0.0 for name in names}
-    budget = prompt_budget(run.spec, gen)
-    for start in range(0, len(mine), batch_size):
-        chunk = mine[start : start + batch_size]
-        generation = generate(policy, encode_prompts(chunk, tokenizer, budget), tokenizer, gen, backend.device, greedy=True)
+    budget, count = prompt_budget(run.spec, gen), 0
+    # Stand-in chunks run too (generation and a model or normalised reward are collectives) but do not count.
+    for chunk, real in rank_chunks(rows, batch_size, backend):
+        generation = generate(policy, encode_prompts(chunk, tokenizer, budget), tokenizer, gen, backend, greedy=True)
         responses = decode(tokenizer, generation)
         prompts = [prompt_text(r) for r in chunk]
+        scores = None
         if reward is not None:
             state = reward.state_dict()
             scores = reward(prompts, responses, [metadata(r) for r in chunk])
             reward.load_state_dict(state)
+            for name in scores.components:  # every rank reduces the same keys, stand-ins included
+                sums.setdefault(f"reward/{name}", 0.0)
+        if not real:
+            continue
+        count += len(chunk)
+        if scores is not None:
             sums["reward"] += sum(scores.total)
             for name, values in scores.components.items():
-                sums[f"reward/{name}"] = sums.get(f"reward/{name}", 0.0) + sum(values)
+                sums[f"reward/{name}"] += sum(values)
         if task:
             task_reward = builtin_reward(task)
             score = sum(
@@ -213,7 +224,7 @@ def evaluate(
     if reward is None:
         sums.pop("reward")
     keys = sorted(sums)
-    totals = backend.all_reduce(torch.tensor([sums[k] for k in keys] + [len(mine)], dtype=torch.float64), "sum").tolist()
+    totals = backend.all_reduce(torch.tensor([sums[k] for k in keys] + [count], dtype=torch.float64), "sum").tolist()
     count = max(totals[-1], 1)
     return {f"eval/{k}": v / count for k, v in zip(keys, totals[:-1], strict=True)}
 

@@ -82,10 +82,9 @@ def _loss_sum(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.T
     return sft_loss(logits, batch["labels"], reduction="sum")
 
 
-def _eval_batches(run: SftRun) -> list[dict[str, torch.Tensor]]:
-    mine = run.eval_examples[run.backend.rank :: run.backend.world_size]
-    size = run.spec.micro_batch_size
-    return [collate(mine[i : i + size], pad_id(run.tokenizer)) for i in range(0, len(mine), size)]
+def _eval_batches(run: SftRun) -> list[tuple[dict[str, torch.Tensor], bool]]:
+    chunks = common.rank_chunks(run.eval_examples, run.spec.micro_batch_size, run.backend)
+    return [(collate(chunk, pad_id(run.tokenizer)), real) for chunk, real in chunks]
 
 
 def evaluate(run: SftRun) -> float | None:

@@ -18,6 +18,7 @@ from trainer_core.rewards.base import Reward, RewardError, RewardScores
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
     from trainer_core.models import RunResolver
     from trainer_core.spec_sections import RewardSpec
@@ -32,10 +33,12 @@ def make_reward(
     seed: int,
     reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
     resolver: RunResolver | None = None,
+    place: Callable[[nn.Module], nn.Module] | None = None,
 ) -> Reward:
     """The reward `spec` describes. `reduce_sum` sums a tensor over data-parallel ranks (None: one
     process), so a normaliser sees the global batch; `resolver` finds run:<id> reward models (None: the
-    same lookup as model.path, i.e. the worker's RLPLANE_RUNS_DIR)."""
+    same lookup as model.path, i.e. the worker's RLPLANE_RUNS_DIR); `place` puts a frozen reward model
+    where the backend keeps frozen models (None: whole, on `device`)."""
     from trainer_core.rewards.combine import build
 
-    return build(spec, "reward", device=device, seed=seed, reduce_sum=reduce_sum, resolver=resolver)
+    return build(spec, "reward", device=device, seed=seed, reduce_sum=reduce_sum, resolver=resolver, place=place)

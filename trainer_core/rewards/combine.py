@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from trainer_core.rewards.base import RewardScores, Scorer
 from trainer_core.rewards.normalize import RunningNorm
@@ -95,17 +96,18 @@ def build(
     seed: int,
     reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None,
     resolver: RunResolver | None,
+    place: Callable[[nn.Module], nn.Module] | None = None,
 ) -> SourceReward | WeightedSum:
     """The Reward for `spec`, found at `field` of the run spec (named in errors)."""
     shaping = _Shaping(spec, device, reduce_sum)
     if not isinstance(spec, SumReward):
-        name, scorer = _scorer(spec, field, device=device, seed=seed, resolver=resolver)
+        name, scorer = _scorer(spec, field, device=device, seed=seed, resolver=resolver, place=place)
         return SourceReward(name, scorer, shaping)
     terms: list[tuple[str, float, SourceReward]] = []
     try:
         for i, term in enumerate(spec.terms):
             where = f"{field}.terms[{i}].source"
-            _, scorer = _scorer(term.source, where, device=device, seed=seed, resolver=resolver)
+            _, scorer = _scorer(term.source, where, device=device, seed=seed, resolver=resolver, place=place)
             terms.append((term.name, term.weight, SourceReward(term.name, scorer, _Shaping(term.source, device, reduce_sum))))
     except BaseException:
         for _, _, reward in terms:  # a later term failed: free the reward models already loaded
@@ -115,7 +117,13 @@ def build(
 
 
 def _scorer(
-    spec: RewardSource, field: str, *, device: torch.device, seed: int, resolver: RunResolver | None
+    spec: RewardSource,
+    field: str,
+    *,
+    device: torch.device,
+    seed: int,
+    resolver: RunResolver | None,
+    place: Callable[[nn.Module], nn.Module] | None = None,
 ) -> tuple[str, Scorer]:
     """(component name, scorer) of one source; each kind's module is imported only when used."""
     if isinstance(spec, BuiltinReward):
@@ -134,5 +142,7 @@ def _scorer(
     if isinstance(spec, ModelReward):
         from trainer_core.rewards.model import ModelScorer
 
-        return "model", ModelScorer(spec, torch.device(spec.device) if spec.device else device, seed=seed, resolver=resolver)
+        if spec.device:  # a device of its own: whole there, outside the backend's placement
+            return "model", ModelScorer(spec, torch.device(spec.device), seed=seed, resolver=resolver)
+        return "model", ModelScorer(spec, device, seed=seed, resolver=resolver, place=place)
     raise TypeError(f"unknown reward spec {type(spec).__name__}")  # the spec's union and this function disagree

@@ -4,14 +4,18 @@ Sequences are tokenized exactly as the reward recipe trained on them (recipes/pa
 prompt as prompt + response + eos; a conversation (metadata["prompt_messages"], a message list,
 which the RL recipe passes for message-list prompt rows) through the chat template with the
 response as the assistant turn. The score is the head's output at the last non-pad token, read
-by one forward pass per batch_size responses, in eval mode, without gradients, on a frozen copy.
+by one forward pass per batch_size responses, in eval mode, without gradients, on a frozen copy,
+placed by the backend (`place`: whole on every rank, or sharded where the backend shards frozen
+models, in which case every rank must score as many batches as the others).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from trainer_core.models import RunResolver, load_model
 from trainer_core.models.from_spec import max_positions
@@ -24,11 +28,20 @@ _FALLBACK_MAX_TOKENS = 512
 
 
 class ModelScorer:
-    def __init__(self, spec: ModelReward, device: torch.device, *, seed: int, resolver: RunResolver | None) -> None:
+    def __init__(
+        self,
+        spec: ModelReward,
+        device: torch.device,
+        *,
+        seed: int,
+        resolver: RunResolver | None,
+        place: Callable[[nn.Module], nn.Module] | None = None,
+    ) -> None:
         self.spec, self.device = spec, device
         model, self.tokenizer = load_model(spec.path, "score", resolver=resolver, seed=seed)
-        self.model = model.to(device).eval().requires_grad_(False)
         self.max_tokens = max_positions(model) or _FALLBACK_MAX_TOKENS
+        model = model.eval().requires_grad_(False)
+        self.model = place(model) if place is not None else model.to(device)
 
     def tokenize(self, prompt: str, response: str, meta: dict) -> Example:
         """The reward recipe's tokenization of one (prompt, response) as its chosen side."""
