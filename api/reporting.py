@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth.deps import principal_from_request
 from api.auth.principal import Principal
+from api.prometheus import record_ingest
 
 T = TypeVar("T")
 
@@ -46,4 +47,6 @@ async def in_one_hop(request: Request, work: Callable[[Session, Principal, bytes
             session.commit()
             return result
 
-    return await run_in_threadpool(run)
+    result = await run_in_threadpool(run)
+    record_ingest(request, result)  # the ingest rate on /metrics
+    return result

@@ -1,7 +1,7 @@
 """Typed settings for the API process, read from RLPLANE_* environment variables."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")
     lost_after_s: float = Field(
         default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~25 s)"
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text, or json: one JSON object per log line (uvicorn's loggers too), for log collectors"
     )
     # NoDecode: the variable is a comma-separated list (the trainer reads the same one), not JSON.
     reward_entrypoints: Annotated[list[str], NoDecode] = Field(

@@ -101,10 +101,14 @@ def worker(
     token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN)")] = None,
     name: Annotated[str | None, typer.Option(help="Unique worker name (default <host>-<pid>)")] = None,
     broker: Annotated[str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on this port (RLPLANE_METRICS_PORT; off)", min=1, max=65535)
+    ] = None,
 ) -> None:
     """Serve runs from the broker on this node: lease each through the API, run its trainer, report.
 
-    A worker needs the broker, the API URL and a worker token - never the database.
+    A worker needs the broker, the API URL and a worker token - never the database. On SIGTERM it
+    stops its trainer and hands the run back; another worker resumes it from its latest checkpoint.
 
     \b
     Example:
@@ -114,12 +118,33 @@ def worker(
     from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
-    overrides["broker_url"] = broker
+    overrides.update(broker_url=broker, metrics_port=metrics_port)
     settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     if not settings.token:
         typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
         raise typer.Exit(2)
     run_worker(settings)
+
+
+@app.command()
+def migrate() -> None:
+    """Migrate the database to the newest schema and create the first admin if there is none, then exit.
+
+    `rlplane api` does this on start too; run it alone before an upgrade (a Helm hook, a compose
+    one-off) so that the new API processes start on a migrated database. RLPLANE_* variables as for `api`.
+
+    \b
+    Example:
+      RLPLANE_DATABASE_URL=postgresql://rlplane:secret@db/rlplane rlplane migrate
+    """
+    from cli.server import StartupError, load_settings, prepare_or_explain
+
+    try:
+        prepare_or_explain(load_settings())
+    except StartupError as exc:
+        typer.echo(f"rlplane: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("rlplane: the database is at the newest schema", err=True)
 
 
 def _serve(host: str, port: int, workers: int, log_level: str) -> None:

@@ -17,13 +17,14 @@ from celery import Celery, signals
 from kombu import Exchange, Queue
 
 from worker.client import ApiClient
+from worker.prometheus import WorkerMetrics
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise
 
 logger = logging.getLogger("rlplane.worker")
 
 
-def make_app(settings: WorkerSettings) -> Celery:
+def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> Celery:
     app = Celery("rlplane-worker", broker=settings.resolved_broker_url)
     app.conf.update(
         task_serializer="json",
@@ -36,11 +37,22 @@ def make_app(settings: WorkerSettings) -> Celery:
     )
     client = ApiClient(settings.api_url, settings.token or "")
     holding = Holding()
-    heartbeat = Heartbeat(settings, client, holding)
+    metrics = metrics or WorkerMetrics()
+    heartbeat = Heartbeat(settings, client, holding, metrics)
 
     @app.task(name="runs.launch")
     def launch(run_id: int) -> str:
-        return supervise(settings, client, holding, int(run_id))
+        result = supervise(settings, client, holding, int(run_id))
+        metrics.attempts.labels(result).inc()
+        return result
+
+    @signals.worker_shutting_down.connect(weak=False)
+    def _hand_back(sig: str = "a signal", how: str = "Warm", **_: object) -> None:
+        # Runs in the signal handler: only set a flag. A warm shutdown (SIGTERM) waits for the task, which
+        # stops its trainer and gives the run back so that another worker resumes it at once. A cold one
+        # (SIGQUIT, as `rlplane up` stops its workers) ends the task at once: the run is found lost later.
+        if how == "Warm":
+            holding.stopping = f"worker {settings.name} received {sig} (warm shutdown)"
 
     @signals.worker_ready.connect(weak=False)
     def _start_heartbeat(**_: object) -> None:
@@ -56,8 +68,8 @@ def make_app(settings: WorkerSettings) -> Celery:
 class Heartbeat:
     """Tells the API every heartbeat_s that this worker lives, what it serves and what it holds."""
 
-    def __init__(self, settings: WorkerSettings, client: ApiClient, holding: Holding) -> None:
-        self.settings, self.client, self.holding = settings, client, holding
+    def __init__(self, settings: WorkerSettings, client: ApiClient, holding: Holding, metrics: WorkerMetrics) -> None:
+        self.settings, self.client, self.holding, self.metrics = settings, client, holding, metrics
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rlplane-heartbeat", daemon=True)
 
@@ -78,12 +90,15 @@ class Heartbeat:
                 "current_run_id": self.holding.run_id,
                 "last_step": self.holding.last_step,
             }
+            ok = False
             try:
                 answer = self.client.heartbeat(body)
+                ok = True
                 if body["current_run_id"] is not None and answer.get("current_run_status"):
                     self.holding.seen(body["current_run_id"], answer["current_run_status"])
             except Exception as exc:  # the API is down or restarting: training goes on
                 logger.warning("heartbeat failed: %s", exc)
+            self.metrics.heartbeat(ok, body["current_run_id"], body["last_step"], body["gpus"])
             self._stop.wait(self.settings.heartbeat_s)
 
 
@@ -134,8 +149,18 @@ def declare_queues(app: Celery, queues: list[str], tries: int = 5) -> None:
 
 
 def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
-    """Serve settings.queues until stopped: one run at a time per worker process (pool solo)."""
-    app = make_app(settings)
+    """Serve settings.queues until stopped: one run at a time per worker process (pool solo).
+
+    SIGTERM (docker stop, a Kubernetes pod's termination) is Celery's warm shutdown: the run in
+    progress is handed back (see make_app) before the process exits."""
+    from api.logging_setup import configure_logging
+
+    metrics = WorkerMetrics()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    if settings.log_format == "json":
+        signals.setup_logging.connect(lambda **_: configure_logging("json"), weak=False)  # Celery then leaves logging alone
+    app = make_app(settings, metrics)
     declare_queues(app, settings.queues)
     app.worker_main(
         [

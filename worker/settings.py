@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,10 @@ class WorkerSettings(BaseSettings):
     heartbeat_s: float = Field(default=3.0, gt=0, description="Heartbeat (and cancel check) interval")
     poll_s: float = Field(default=0.5, gt=0, description="How often the trainer's reports are forwarded")
     python: str = Field(default=sys.executable, description="Interpreter that runs `-m trainer_core`")
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Serve Prometheus metrics (GET /metrics) on this port; default: off"
+    )
+    log_format: Literal["text", "json"] = Field(default="text", description="text, or json: one JSON object per log line")
 
     @property
     def resolved_broker_url(self) -> str:

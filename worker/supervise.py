@@ -4,6 +4,7 @@
     -> write the spec, start the trainer (resuming from the run directory's checkpoints, if any)
     -> every poll: forward reports; every heartbeat: look for a cancel; watch for a hang
     -> exit 0: succeeded | exit != 0: failed with the last lines | cancel: cancelled | hang: lost (retried)
+    | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
 A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
 """
@@ -37,6 +38,7 @@ class Holding:
     run_id: int | None = None
     last_step: int | None = None
     status: str | None = None
+    stopping: str | None = None  # why this worker shuts down (set from its signal handler): hand the run back
 
     def seen(self, run_id: int, status: str) -> None:
         if run_id == self.run_id:
@@ -107,6 +109,10 @@ def _watch(
                 trainer.kill_group()
                 what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
                 return _end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
+            if holding.stopping is not None:
+                trainer.kill_group()
+                reason = f"handed back: {holding.stopping}; resumes from its latest checkpoint"
+                return _end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
             if holding.status is not None:
                 status = holding.status
                 if status == "cancelling":
@@ -126,7 +132,16 @@ def _watch(
     return _end(client, forwarder, trainer, run_id, attempt, "failed", f"trainer exited with {code}:\n{last_lines}")
 
 
-def _end(client: ApiClient, forwarder: Forwarder, trainer: Trainer, run_id: int, attempt: int, status: str, reason: str) -> str:
+def _end(
+    client: ApiClient,
+    forwarder: Forwarder,
+    trainer: Trainer,
+    run_id: int,
+    attempt: int,
+    status: str,
+    reason: str,
+    handed_back: bool = False,
+) -> str:
     trainer.wait_output()
     deadline = time.monotonic() + 120
     while not forwarder.poll() and time.monotonic() < deadline:
@@ -134,8 +149,8 @@ def _end(client: ApiClient, forwarder: Forwarder, trainer: Trainer, run_id: int,
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)
         try:
-            client.status(run_id, attempt, status, reason, forwarder.last_step)
-            return status
+            client.status(run_id, attempt, status, reason, forwarder.last_step, handed_back=handed_back)
+            return "handed_back" if handed_back else status
         except Superseded:
             raise
         except Exception as exc:

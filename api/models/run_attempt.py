@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, UtcDateTime, utcnow
@@ -20,3 +20,5 @@ class RunAttempt(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(2000))
     last_step: Mapped[int | None] = mapped_column(BigInteger)
+    # Given back by its worker on shutdown (SIGTERM): requeued at once and not counted against max_attempts.
+    handed_back: Mapped[bool] = mapped_column(default=False, server_default=false())

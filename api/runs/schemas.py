@@ -28,6 +28,7 @@ class AttemptPublic(BaseModel):
     ended_at: datetime | None
     end_reason: str | None
     last_step: int | None
+    handed_back: bool = Field(description="Its worker gave the run back on shutdown; not counted against max_attempts")
 
 
 class RunPublic(BaseModel):
@@ -102,3 +103,8 @@ class StatusUpdate(BaseModel):
     status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
     reason: str = Field(default="", max_length=2000)
     last_step: Step | None = None
+    handed_back: bool = Field(
+        default=False,
+        description="With status lost: the worker is shutting down and gives the run back; it is requeued at once "
+        "and this attempt does not count against resources.max_attempts",
+    )

@@ -1,7 +1,7 @@
 """Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
 
 from fastapi import HTTPException, status
-from sqlalchemy import BigInteger, and_, bindparam, case, or_, select, update
+from sqlalchemy import BigInteger, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal, forbidden
@@ -241,6 +241,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         attempt.last_step = run.last_step
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
+            attempt.handed_back = body.status == "lost" and body.handed_back
     if body.status == "lost":
         _retry_or_fail(session, run)
     session.flush()
@@ -252,8 +253,12 @@ def max_attempts(run: Run) -> int:
 
 
 def _retry_or_fail(session: Session, run: Run) -> None:
-    """A lost run goes back to the queue (it resumes from its latest checkpoint) while attempts remain."""
-    if run.attempt_count < max_attempts(run):
+    """A lost run goes back to the queue (it resumes from its latest checkpoint) while attempts remain;
+    attempts handed back by a worker that was shutting down do not count."""
+    counted = session.scalar(
+        select(func.count()).select_from(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.handed_back.is_(False))
+    )
+    if counted < max_attempts(run):
         step = repository.latest_checkpoint_step(session, run.id)
         where = f"checkpoint at step {step}" if step is not None else "the start"
         _set_status(session, run, "queued", f"{run.status_reason}; retrying from {where} (attempt {run.attempt_count + 1})")

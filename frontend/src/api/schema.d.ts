@@ -592,6 +592,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Metrics
+         * @description Operational metrics in Prometheus's text format: a site admin's token with the read scope (the
+         *     figures span every project), e.g. `rlplane tokens create --name prometheus --scope read`.
+         */
+        get: operations["metrics_metrics_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/readyz": {
         parameters: {
             query?: never;
@@ -622,6 +643,11 @@ export interface components {
             end_reason: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Handed Back
+             * @description Its worker gave the run back on shutdown; not counted against max_attempts
+             */
+            handed_back: boolean;
             /** Last Step */
             last_step: number | null;
             /** Number */
@@ -2308,6 +2334,12 @@ export interface components {
              * @description The fencing token from the lease
              */
             attempt: number;
+            /**
+             * Handed Back
+             * @description With status lost: the worker is shutting down and gives the run back; it is requeued at once and this attempt does not count against resources.max_attempts
+             * @default false
+             */
+            handed_back: boolean;
             /** Last Step */
             last_step?: number | null;
             /**
@@ -4639,6 +4671,40 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Health"];
                 };
+            };
+        };
+    };
+    metrics_metrics_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4; charset=utf-8": unknown;
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
