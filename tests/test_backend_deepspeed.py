@@ -54,6 +54,7 @@ def launch(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processe
     command += ["--master_port", str(free_port())]
     result = subprocess.run([*command, "-m", "trainer_core", "run", *run], cwd=ROOT, env=env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    (tmp / f"{name}.log").write_text(result.stdout + result.stderr)
     return out
 
 
@@ -103,6 +104,30 @@ def test_resume_continues_the_same_curve(tmp_path: Path, runs: dict[str, Path], 
     launch(tmp_path, SFT, backend, "resumed", "--resume")
     assert metrics(out, "train/loss") == metrics(runs[name], "train/loss")
     assert metrics(out, "train/lr") == metrics(runs[name], "train/lr")
+
+
+def test_zero_init_builds_the_model_partitioned_and_trains_the_same_curve(tmp_path: Path, runs: dict[str, Path]) -> None:
+    """backend.zero_init: from_pretrained (here of the torch SFT run's export) builds the model inside
+    deepspeed.zero.Init, so no rank holds it whole; SFT then follows plain ZeRO-3's curve from the same
+    weights, a resume (weights loaded through gathered parameters) is exact, and DPO, whose
+    reference is loaded again from the spec instead of copied, follows plain ZeRO-3's too."""
+    start = {**SFT["model"], "path": str(runs["torch-sft"] / "final")}
+    zero3 = {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}
+    zero_init = {**zero3, "zero_init": True}
+    sft = {**SFT, "model": start}
+    plain = launch(tmp_path, sft, zero3, "plain")
+    built = launch(tmp_path, sft, zero_init, "built")
+    assert "model built by zero.Init: ZeRO-3 partitioned over 2 ranks" in (tmp_path / "built.log").read_text()
+    assert max_diff(metrics(built, "train/loss"), metrics(plain, "train/loss")) < TOLERANCE
+
+    resumed = launch(tmp_path, sft, zero_init, "resumed", "--stop-at", "6")
+    launch(tmp_path, sft, zero_init, "resumed", "--resume")
+    assert metrics(resumed, "train/loss") == metrics(built, "train/loss")
+
+    dpo = {**DPO, "model": start}
+    plain_dpo, built_dpo = launch(tmp_path, dpo, zero3, "plain-dpo"), launch(tmp_path, dpo, zero_init, "built-dpo")
+    assert "reference model: ZeRO-3 partitioned over 2 ranks" in (tmp_path / "built-dpo.log").read_text()
+    assert max_diff(metrics(built_dpo, "train/loss"), metrics(plain_dpo, "train/loss")) < TOLERANCE
 
 
 def test_zero3_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:

@@ -47,6 +47,12 @@ RULE_CASES = {
     ),
     "torch-no-ddp": ("sft", ["resources.gpus=2", "backend.ddp=false"], "backend.ddp", "set ddp: true"),
     "fp16-on-cpu": ("sft", ["backend.precision=fp16"], "backend.precision", "fp16 needs a GPU"),
+    "ds-zero-init-stage": (
+        "sft",
+        [DEEPSPEED, "backend.zero_init=true"],
+        "backend.zero_init",
+        "set zero_stage: 3",
+    ),
     "ds-nvme-path": (
         "sft",
         ["resources.gpus=1", DEEPSPEED, "backend.zero_stage=3", "backend.offload=nvme"],

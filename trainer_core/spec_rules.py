@@ -100,6 +100,13 @@ def fp16_needs_gpu(spec: RunSpec) -> Rules:
         yield Violation(("backend", "precision"), "fp16 needs a GPU: use bf16 or fp32 on CPU, or set resources.gpus >= 1")
 
 
+def zero_init_needs_stage_3(spec: RunSpec) -> Rules:
+    """deepspeed zero_init (models built partitioned) needs zero_stage 3, the stage that partitions parameters."""
+    backend = spec.backend
+    if backend.kind == "deepspeed" and backend.zero_init and backend.zero_stage != 3:
+        yield Violation(("backend", "zero_init"), "zero_init partitions parameters as models are built: set zero_stage: 3")
+
+
 def deepspeed_offload_needs_zero(spec: RunSpec) -> Rules:
     """deepspeed offload needs zero_stage >= 1, and offload nvme needs zero_stage 3 and a nvme_path."""
     backend = spec.backend
@@ -253,6 +260,7 @@ RULES = (
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,
     fp16_needs_gpu,
+    zero_init_needs_stage_3,
     deepspeed_offload_needs_zero,
     ds_config_agrees_with_spec,
     batch_splits_over_ranks,

@@ -222,6 +222,11 @@ class DeepSpeedBackend(StrictModel):
     )
     nvme_path: str | None = Field(None, description="Local NVMe directory for offload: nvme.")
     precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+    zero_init: bool = Field(
+        False,
+        description="Build models already partitioned (deepspeed.zero.Init): no rank ever holds a whole "
+        "model, for models larger than one device's memory. Needs zero_stage 3.",
+    )
     ds_config: dict[str, Any] | None = Field(
         None,
         description="Escape hatch: extra DeepSpeed config merged over the generated one; keys that "

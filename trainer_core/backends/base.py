@@ -103,6 +103,16 @@ class Backend(ABC):
         target heads), every rank alike. A backend that partitions parameters gathers them whole first."""
         return contextlib.nullcontext()
 
+    @property
+    def builds_partitioned(self) -> bool:
+        """True where models come out of loading already partitioned (DeepSpeed zero_init): such a model
+        cannot be copied, and its weights are written through `whole_parameters`."""
+        return False
+
+    def whole_parameters(self, *modules: nn.Module) -> AbstractContextManager[Any]:
+        """Inside it, the parameters of `modules` (not yet prepared) are whole tensors that may be loaded into."""
+        return contextlib.nullcontext()
+
     def prepare_frozen(self, model: nn.Module) -> nn.Module:
         """Place a model that is only run forward (a reference or reward model): frozen, in eval mode.
         Here a whole copy on this rank's device; sharding backends shard it as they shard the policy,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from contextlib import AbstractContextManager
 from typing import Any
@@ -101,6 +102,14 @@ class DeepSpeedBackend(Backend):
         deepspeed.init_distributed(
             dist_backend="nccl" if self.device.type == "cuda" else "gloo", auto_mpi_discovery=False, verbose=False
         )
+        self._hf_zero3: Any = None
+        if spec.zero_init and spec.zero_stage == 3:
+            from transformers.integrations import HfDeepSpeedConfig
+
+            # While this object lives, transformers builds every model (from_pretrained, from_config) inside
+            # deepspeed.zero.Init: each layer is partitioned as soon as it exists, and from_pretrained loads
+            # the weights layer by layer into the partitions.
+            self._hf_zero3 = HfDeepSpeedConfig(self._config())
 
     @property
     def stage(self) -> int:
@@ -120,13 +129,31 @@ class DeepSpeedBackend(Backend):
             )
         self._plain_norm = float(norm)
 
+    def _config(self) -> dict:
+        micro = self.train.micro_batch_size or max(1, self.train.batch_size // (self.world_size * self.accumulation_steps))
+        return ds_config(self.spec, self.train, self.world_size, micro, self.accumulation_steps)
+
+    @property
+    def builds_partitioned(self) -> bool:
+        return self._hf_zero3 is not None
+
+    def whole_parameters(self, *modules: nn.Module) -> AbstractContextManager[Any]:
+        params = [p for module in modules for p in module.parameters() if hasattr(p, "ds_id")]
+        if not params:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        # Whole on every rank inside; what rank zero holds at the end is partitioned again.
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+
     def prepare(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
         import deepspeed
 
-        micro = self.train.micro_batch_size or max(1, self.train.batch_size // (self.world_size * self.accumulation_steps))
-        config = ds_config(self.spec, self.train, self.world_size, micro, self.accumulation_steps)
+        config = self._config()
+        if self.builds_partitioned and self.is_rank_zero:
+            print(f"model built by zero.Init: {self.describe_placement(model)}", file=sys.stderr, flush=True)
         if self._plain:
             # Stage 0 in fp32 steps our optimizer itself and clips without keeping the norm: measure and
             # clip in a hook that runs after DeepSpeed's reduction, just before the update.
@@ -220,8 +247,9 @@ class DeepSpeedBackend(Backend):
         params = list(model.parameters())
         if not any(hasattr(p, "ds_tensor") for p in params):
             return super().describe_placement(model)
-        total = sum(p.ds_numel for p in params)
-        local = sum(p.ds_tensor.numel() for p in params)
+        # A module built outside zero.Init (PPO's value head) is whole until deepspeed.initialize.
+        total = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+        local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
         where = f", parameters offloaded to {self.spec.offload}" if self.spec.offload != "none" else ""
         return f"ZeRO-3 partitioned over {self.world_size} ranks ({local:,} of {total:,} parameters on rank {self.rank}{where})"
 
@@ -284,6 +312,7 @@ class DeepSpeedBackend(Backend):
 
     def close(self) -> None:
         self._frozen_engines.clear()
+        self._hf_zero3 = None
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False

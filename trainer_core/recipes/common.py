@@ -62,7 +62,7 @@ def prepare_optimization(
 ) -> Optimization:
     """Optimizer and schedule for `model`, wrapped by the backend; with `resume_from`, every state of the checkpoint."""
     train = spec.train
-    state = load_weights(resume_from, model) if resume_from is not None else None
+    state = load_weights(resume_from, model, backend=backend) if resume_from is not None else None
     optimizer = make_optimizer(model, train)
     scheduler = make_scheduler(optimizer, train)
     model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
@@ -74,10 +74,15 @@ def prepare_optimization(
     return Optimization(model, optimizer, scheduler, order, step)
 
 
-def load_weights(resume_from: Path, model: nn.Module, modules: dict[str, nn.Module] | None = None) -> TrainState:
+def load_weights(
+    resume_from: Path, model: nn.Module, modules: dict[str, nn.Module] | None = None, *, backend: Backend | None = None
+) -> TrainState:
     """A resume's first half, before backend.prepare: the checkpoint's weights into the plain model (and
-    modules) on every rank, so a sharding backend partitions the resumed weights; returns the position."""
-    return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
+    modules) on every rank, so a sharding backend partitions the resumed weights; returns the position.
+    A model built partitioned (zero_init) is gathered whole for it, once."""
+    parts = [model, *(modules or {}).values()]
+    with backend.whole_parameters(*parts) if backend is not None else contextlib.nullcontext():
+        return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
 
 
 def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
@@ -119,12 +124,15 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> torch.
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def frozen_reference(spec: ModelSpec | None, policy: nn.Module, backend: Backend, reporter: Reporter, *, seed: int) -> nn.Module:
+def frozen_reference(
+    spec: ModelSpec | None, policy: nn.Module, policy_spec: ModelSpec, backend: Backend, reporter: Reporter, *, seed: int
+) -> nn.Module:
     """The reference model of a KL penalty: `spec`, or a copy of the freshly loaded policy (call it
-    before a checkpoint is loaded into the policy); frozen, in eval mode (no dropout), and placed by
-    the backend (sharded like the policy under ZeRO-3 and FSDP2)."""
-    if spec is not None:
-        reference, _ = load_from_spec(spec, "causal", seed=seed)
+    before a checkpoint is loaded into the policy; a policy built partitioned is loaded again from
+    `policy_spec` instead); frozen, in eval mode (no dropout), and placed by the backend (sharded like
+    the policy under ZeRO-3 and FSDP2)."""
+    if spec is not None or backend.builds_partitioned:
+        reference, _ = load_from_spec(spec or policy_spec, "causal", seed=seed)
     else:
         reference = copy.deepcopy(policy)
     reference = backend.prepare_frozen(reference)

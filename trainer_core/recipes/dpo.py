@@ -19,7 +19,6 @@ accuracy counts a tie as one half, so step 0 (policy == reference, every reward 
 from __future__ import annotations
 
 import contextlib
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,22 +54,14 @@ class DpoRun:
     step: int = 0  # optimizer steps done
 
 
-def load_reference(spec: RunSpec, policy: nn.Module, device: torch.device) -> nn.Module:
-    """dpo.ref_model, or a copy of the freshly loaded policy; frozen and in eval mode (no dropout)."""
-    if spec.dpo.ref_model is not None:
-        reference, _ = load_from_spec(spec.dpo.ref_model, "causal", seed=spec.train.seed)
-    else:
-        reference = copy.deepcopy(policy)
-    return reference.to(device).eval().requires_grad_(False)
-
-
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> DpoRun:
     train = spec.train
     backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
-        reference = load_reference(spec, model, backend.device)  # before a checkpoint overwrites the policy
+        # Before a checkpoint overwrites the policy; sharded like it under ZeRO-3 and FSDP2.
+        reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=train.seed)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
         eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)

@@ -68,7 +68,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
         reference = None
         if options.beta > 0:
-            reference = common.frozen_reference(options.ref_model, policy, backend, reporter, seed=train.seed)
+            reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=train.seed)
         split = load_examples(spec.data, "prompts", seed=train.seed)
         reward = make_reward(
             spec.reward,
@@ -77,7 +77,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
             reduce_sum=lambda t: backend.all_reduce(t, "sum"),
             place=backend.prepare_frozen,
         )
-        state = common.load_weights(resume_from, policy) if resume_from is not None else None
+        state = common.load_weights(resume_from, policy, backend=backend) if resume_from is not None else None
         optimizer = common.make_optimizer(policy, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, _ = backend.prepare(policy, optimizer, None)  # the schedule steps once per GRPO step

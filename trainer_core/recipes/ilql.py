@@ -153,7 +153,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         train_examples, eval_examples = (_rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval))
         state = None
         if resume_from is not None:
-            state = common.load_weights(resume_from, lm, {"ilql_heads": heads})
+            state = common.load_weights(resume_from, lm, {"ilql_heads": heads}, backend=backend)
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)

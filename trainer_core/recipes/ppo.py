@@ -117,7 +117,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
-        reference = common.frozen_reference(options.ref_model, policy, backend, reporter, seed=train.seed)
+        reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=train.seed)
         critic = None
         if options.critic is not None:
             critic = load_from_spec(options.critic, "causal", seed=train.seed)[0].base_model  # the trunk: no LM head to train
@@ -133,7 +133,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         )
         state = None
         if resume_from is not None:
-            state = common.load_weights(resume_from, policy, model.checkpoint_modules())
+            state = common.load_weights(resume_from, policy, model.checkpoint_modules(), backend=backend)
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         # No scheduler for the backend: it would step per minibatch update; train() steps it per PPO step.

@@ -981,6 +981,12 @@ export interface components {
              */
             processes: number;
             /**
+             * Zero Init
+             * @description Build models already partitioned (deepspeed.zero.Init): no rank ever holds a whole model, for models larger than one device's memory. Needs zero_stage 3.
+             * @default false
+             */
+            zero_init: boolean;
+            /**
              * Zero Stage
              * @description ZeRO stage: 0 off, 1 optimizer, 2 + gradients, 3 + parameters.
              * @default 2
