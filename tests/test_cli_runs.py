@@ -268,6 +268,21 @@ def test_wait_draws_a_progress_bar_on_a_terminal(stack, finished, monkeypatch):
     assert "━" in bar and "20/20" in bar and "train/loss" in bar and f"run {finished['id']} succeeded" in bar
 
 
+@pytest.mark.parametrize("example", ["sft-deepspeed", "sft-fsdp2"])
+def test_multi_process_examples_run_through_the_worker(stack, example):
+    """The shipped 2-process examples, shortened, through `rlplane submit --wait`: the worker starts
+    DeepSpeed's launcher or torchrun, both ranks train, the sharded checkpoints are gathered and
+    registered, and the run succeeds."""
+    sets = ["--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "train.checkpoint_every=3"]
+    result = stack.cli("submit", f"examples/{example}.yaml", *sets, "--wait", "--json")
+    assert result.exit_code == 0, result.stderr + stack.server.log_path.read_text()[-3000:]
+    run = json.loads(result.stdout)
+    assert run["status"] == "succeeded" and run["last_step"] == 6, run
+    assert run["spec"]["backend"]["processes"] == 2
+    checkpoints = json.loads(stack.cli("checkpoints", str(run["id"]), "--json").stdout)["data"]
+    assert {c["step"] for c in checkpoints if c["kind"] == "checkpoint"} == {3, 6}
+
+
 def test_rl_examples_run_through_the_worker(stack):
     """The shipped RL examples, shortened, through `rlplane submit --wait` and the worker: PPO and
     GRPO from an SFT run named by run:<id> (recorded as lineage), ILQL on its own. Reward, KL and

@@ -88,6 +88,15 @@ class Backend(ABC):
         (a replica backend, the default), so the checkpoint is written from them directly."""
         return None, None
 
+    @property
+    def keeps_master_weights(self) -> bool:
+        """True where the optimizer steps fp32 master weights kept apart from lower-precision model weights
+        (DeepSpeed in bf16/fp16): built from the cast weights, they need the checkpoint's own on resume."""
+        return False
+
+    def load_master_weights(self, weights: dict[str, torch.Tensor]) -> None:  # noqa: B027  (a no-op by default)
+        """After prepare, on resume: the checkpoint's full-precision weights into the fp32 masters."""
+
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Restore what `full_state` returned for the optimizer (every rank calls it with the same state)."""
         optimizer.load_state_dict(state)

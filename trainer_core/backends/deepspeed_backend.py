@@ -287,6 +287,19 @@ class DeepSpeedBackend(Backend):
             state = {"format": "by-name", "step": self._adam_step(), "lr": lrs, "moments": moments}
         return _with_tied(module, weights), state
 
+    @property
+    def keeps_master_weights(self) -> bool:
+        return self.spec.precision != "fp32"
+
+    def load_master_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        # DeepSpeed made its fp32 masters from the bf16/fp16 weights, i.e. rounded: put the saved ones back.
+        module = self.unwrap(self._prepared())
+        for name, param in module.named_parameters():
+            if param.requires_grad and name in weights:
+                safe_set_full_fp32_param(param, weights[name].to(self.device, torch.float32))
+
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         from deepspeed.utils import safe_set_full_optimizer_state
 

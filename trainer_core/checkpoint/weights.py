@@ -41,6 +41,11 @@ def save_weights(model: Any, directory: Path, state_dict: dict[str, torch.Tensor
         model.save_pretrained(str(directory), state_dict=state_dict)
 
 
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The full-precision tensors of a checkpoint's (or export's) model/ directory, by state-dict key."""
+    return _read_safetensors_dir(directory)
+
+
 def _read_safetensors_dir(directory: Path) -> dict[str, torch.Tensor]:
     index = directory / SAFETENSORS_INDEX
     if index.exists():

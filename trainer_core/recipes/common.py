@@ -22,6 +22,7 @@ from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rotate, save_checkpoint
 from trainer_core.checkpoint import state as checkpoint_state
 from trainer_core.checkpoint.files import manifest_digest_and_size
+from trainer_core.checkpoint.weights import read_weights
 from trainer_core.models import load_from_spec
 from trainer_core.reporting import CheckpointEvent, Reporter
 from trainer_core.spec import RunSpec, dump_spec
@@ -88,6 +89,8 @@ def load_weights(
 def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     """A resume's second half, after backend.prepare: the optimizer (through the backend), the schedule
     (after the optimizer: it sets each group's lr) and, last, every RNG."""
+    if backend.keeps_master_weights:
+        backend.load_master_weights(read_weights(resume_from / "model"))
     backend.load_optimizer_state(optimizer, checkpoint_state.load_state(resume_from, "optimizer"))
     if scheduler is not None:
         checkpoint_state.load_scheduler(resume_from, scheduler)
