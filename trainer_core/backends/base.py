@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 ReduceOp = Literal["mean", "sum"]
@@ -60,13 +61,20 @@ class Backend(ABC):
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
         """Skip the gradient all-reduce during accumulation micro-steps (all but the last)."""
 
-    @abstractmethod
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        """A new tensor reduced over all ranks (the input is left as it was)."""
+        """A new tensor reduced over all ranks (the input is left as it was), on this rank's device."""
+        if op not in ("mean", "sum"):
+            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
+        result = tensor.detach().to(self.device, copy=True)
+        if self.world_size == 1:
+            return result
+        dist.all_reduce(result, op=dist.ReduceOp.SUM)  # gloo has no AVG
+        return result / self.world_size if op == "mean" else result
 
-    @abstractmethod
     def barrier(self) -> None:
         """Wait for every rank."""
+        if dist.is_initialized():
+            dist.barrier()
 
     @abstractmethod
     def unwrap(self, model: nn.Module) -> nn.Module:

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.base import Backend, BackendError
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device
 from trainer_core.backends.torch_backend import seed_rank
@@ -178,19 +178,6 @@ class DeepSpeedBackend(Backend):
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # unmanaged accumulation: backward never reduces before step()
-
-    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        if op not in ("mean", "sum"):
-            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
-        result = tensor.detach().to(self.device, copy=True)
-        if self.world_size == 1:
-            return result
-        dist.all_reduce(result, op=dist.ReduceOp.SUM)
-        return result / self.world_size if op == "mean" else result
-
-    def barrier(self) -> None:
-        if dist.is_initialized():
-            dist.barrier()
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return getattr(model, "module", model) if model is self._engine else model

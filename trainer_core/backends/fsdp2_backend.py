@@ -31,7 +31,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 
-from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.base import Backend, BackendError
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -127,19 +127,6 @@ class Fsdp2Backend(Backend):
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
         return _gradient_sync_off(model) if isinstance(model, FSDPModule) else contextlib.nullcontext()
-
-    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        if op not in ("mean", "sum"):
-            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
-        result = tensor.detach().to(self.device, copy=True)
-        if self.world_size == 1:
-            return result
-        dist.all_reduce(result, op=dist.ReduceOp.SUM)  # gloo has no AVG
-        return result / self.world_size if op == "mean" else result
-
-    def barrier(self) -> None:
-        if dist.is_initialized():
-            dist.barrier()
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model  # fully_shard changes the module in place; there is no wrapper

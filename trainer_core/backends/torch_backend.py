@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.base import Backend, BackendError
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
@@ -82,19 +82,6 @@ class TorchBackend(Backend):
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
         return model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
-
-    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        if op not in ("mean", "sum"):
-            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
-        result = tensor.detach().to(self.device, copy=True)
-        if self.world_size == 1:
-            return result
-        dist.all_reduce(result, op=dist.ReduceOp.SUM)  # gloo has no AVG
-        return result / self.world_size if op == "mean" else result
-
-    def barrier(self) -> None:
-        if dist.is_initialized():
-            dist.barrier()
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model
