@@ -7,24 +7,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from tests.test_worker_runs import LONG, Stack, assert_metrics_once
+from tests.test_worker_runs import LONG, Stack, assert_metrics_once, stack  # noqa: F401  (the fixture)
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    stack = Stack(tmp_path)
-    try:
-        yield stack
-    finally:
-        stack.close()
-
-
-def test_sigterm_hands_the_run_back_and_another_worker_resumes_it(stack: Stack) -> None:
+def test_sigterm_hands_the_run_back_and_another_worker_resumes_it(stack: Stack) -> None:  # noqa: F811  (the fixture)
     first = stack.start_worker("w1")
     # One attempt allowed: a handed-back attempt must not count, or the run would fail instead.
     run_id = stack.submit({**LONG, "resources": {"queue": "cpu", "max_attempts": 1}})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
@@ -84,9 +85,11 @@ class Backend(ABC):
     def autocast(self) -> AbstractContextManager[Any]:
         """Run forward passes in backend.precision."""
 
-    @abstractmethod
     def close(self) -> None:
         """Release what the backend created (the process group, if it made one)."""
+        if getattr(self, "_owns_group", False) and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
 
     def full_state(
         self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
@@ -115,19 +118,16 @@ class Backend(ABC):
         processes): then every rank must run as many forward passes as the others, or all hang."""
         return False
 
-    def modifying(self, params: list[nn.Parameter]) -> AbstractContextManager[None]:
-        """Inside it, `params` of a prepared model may be changed in place outside the optimizer (ILQL's
-        target heads), every rank alike. A backend that partitions parameters gathers them whole first."""
-        return contextlib.nullcontext()
-
     @property
     def builds_partitioned(self) -> bool:
         """True where models come out of loading already partitioned (DeepSpeed zero_init): such a model
-        cannot be copied, and its weights are written through `whole_parameters`."""
+        cannot be copied, and its weights are loaded through `whole_parameters`."""
         return False
 
-    def whole_parameters(self, *modules: nn.Module) -> AbstractContextManager[Any]:
-        """Inside it, the parameters of `modules` (not yet prepared) are whole tensors that may be loaded into."""
+    def whole_parameters(self, params: Iterable[nn.Parameter]) -> AbstractContextManager[Any]:
+        """Inside it, `params` are whole tensors that every rank may change alike outside the optimizer
+        (weights loaded on resume, ILQL's target heads). A backend that partitions parameters gathers
+        them first and partitions the result again."""
         return contextlib.nullcontext()
 
     def prepare_frozen(self, model: nn.Module) -> nn.Module:

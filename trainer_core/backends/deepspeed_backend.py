@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import warnings
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -137,14 +138,15 @@ class DeepSpeedBackend(Backend):
     def builds_partitioned(self) -> bool:
         return self._hf_zero3 is not None
 
-    def whole_parameters(self, *modules: nn.Module) -> AbstractContextManager[Any]:
-        params = [p for module in modules for p in module.parameters() if hasattr(p, "ds_id")]
-        if not params:
+    def whole_parameters(self, params: Iterable[nn.Parameter]) -> AbstractContextManager[Any]:
+        partitioned = [p for p in params if hasattr(p, "ds_id")]
+        if not partitioned:  # below ZeRO-3, or modules built outside zero.Init and not yet prepared
             return contextlib.nullcontext()
         import deepspeed
 
-        # Whole on every rank inside; what rank zero holds at the end is partitioned again.
-        return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+        # ZeRO-3 keeps a partition per rank (and small parameters whole besides): gather, let the caller
+        # change the whole tensors, then partition again from rank zero's copy.
+        return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=0)
 
     def prepare(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
@@ -188,15 +190,6 @@ class DeepSpeedBackend(Backend):
     @property
     def forward_is_collective(self) -> bool:
         return self.stage == 3 and self.world_size > 1
-
-    def modifying(self, params: list[nn.Parameter]) -> AbstractContextManager[None]:
-        if self.stage != 3:
-            return contextlib.nullcontext()
-        import deepspeed
-
-        # ZeRO-3 keeps a partition per rank (and small parameters whole besides): gather, let the caller change
-        # the whole tensors, then partition again from rank zero's copy.
-        return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
 
     def prepare_frozen(self, model: nn.Module) -> nn.Module:
         """Below ZeRO-3 every rank holds the policy whole, so a frozen model is a whole copy too (in the
@@ -313,9 +306,7 @@ class DeepSpeedBackend(Backend):
     def close(self) -> None:
         self._frozen_engines.clear()
         self._hf_zero3 = None
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self._owns_group = False
+        super().close()
 
     # --- helpers ---
 

@@ -190,11 +190,6 @@ class Fsdp2Backend(Backend):
         # Every rank read the same full state from disk: each keeps its own shard of it.
         set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
-    def close(self) -> None:
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self._owns_group = False
-
     def _prepared(self) -> tuple[nn.Module, torch.optim.Optimizer]:
         if self._model is None or self._optimizer is None:
             raise RuntimeError("call backend.prepare(model, optimizer) first.")

@@ -8,7 +8,6 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -90,11 +89,6 @@ class TorchBackend(Backend):
         if self._dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self._dtype)
-
-    def close(self) -> None:
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self._owns_group = False
 
     def _prepared(self) -> tuple[nn.Module, torch.optim.Optimizer]:
         if self._model is None or self._optimizer is None:

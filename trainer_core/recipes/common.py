@@ -81,8 +81,8 @@ def load_weights(
     """A resume's first half, before backend.prepare: the checkpoint's weights into the plain model (and
     modules) on every rank, so a sharding backend partitions the resumed weights; returns the position.
     A model built partitioned (zero_init) is gathered whole for it, once."""
-    parts = [model, *(modules or {}).values()]
-    with backend.whole_parameters(*parts) if backend is not None else contextlib.nullcontext():
+    params = [p for part in (model, *(modules or {}).values()) for p in part.parameters()]
+    with backend.whole_parameters(params) if backend is not None else contextlib.nullcontext():
         return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
 
 

@@ -71,7 +71,7 @@ class IlqlHeads(nn.Module):
         """target <- alpha·Q + (1 - alpha)·target (Polyak averaging); with a backend that partitions parameters,
         on whole parameters it gathers for the update and partitions again."""
         targets, sources = list(self.target_q_heads.parameters()), list(self.q_heads.parameters())
-        with contextlib.nullcontext() if backend is None else backend.modifying(targets + sources):
+        with contextlib.nullcontext() if backend is None else backend.whole_parameters(targets + sources):
             for target, source in zip(targets, sources, strict=True):
                 target.lerp_(source, alpha)
 
