@@ -1,0 +1,134 @@
+"""Build a Megatron-Core GPTModel for one tensor-parallel rank from an `Architecture`, and run it.
+
+Needs torch.distributed initialised (gloo on CPU, nccl on GPU) and megatron's model-parallel
+groups (`init_model_parallel`). Uses megatron-core's local layer spec (no Transformer Engine), so
+the same code builds on a CPU test machine and a GPU node.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state, tensor_parallel
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from trainer_core.megatron.config import Architecture
+from trainer_core.megatron.convert import StateDict
+from trainer_core.megatron.cpu_shim import apply_cpu_shim
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's "gelu_new". megatron's own fast_gelu is wrapped in torch.compile, which CPU runs avoid."""
+    return F.gelu(x, approximate="tanh")
+
+
+_ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu}
+
+
+def init_model_parallel(tp_size: int, seed: int = 0) -> None:
+    """Megatron's parallel groups (TP of `tp_size`, data parallel over the rest) and its RNG tracker.
+
+    The inference RNG tracker forks nothing; with every dropout at 0 no tracked RNG is drawn, and
+    the CUDA tracker would need CUDA generators a CPU machine lacks.
+    """
+    apply_cpu_shim()
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
+
+
+def transformer_config(arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32) -> TransformerConfig:
+    """The TransformerConfig under which a GPTModel computes what the Hugging Face model does."""
+    return TransformerConfig(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_query_groups,
+        kv_channels=arch.head_dim,
+        ffn_hidden_size=arch.ffn_hidden_size,
+        normalization=arch.normalization,
+        layernorm_epsilon=arch.norm_eps,
+        activation_func=_ACTIVATIONS[arch.activation],
+        gated_linear_unit=arch.gated_linear_unit,
+        add_bias_linear=arch.add_bias_linear,
+        # Exactness against the HF model: no dropout, no fused kernels (CUDA-only or compiled).
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        tensor_model_parallel_size=tp_size,
+        params_dtype=params_dtype,
+        use_cpu_initialization=True,
+    )
+
+
+def build_gpt_model(
+    arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32, parallel_output: bool = True
+) -> GPTModel:
+    """This rank's GPTModel with initial (random) weights; load a converted shard into it next.
+
+    `parallel_output=True` keeps each rank's vocabulary slice of the logits (for megatron's
+    vocab-parallel cross entropy); False gathers the full padded vocabulary on every rank.
+    """
+    arch.check_tp_size(tp_size)
+    apply_cpu_shim()
+    return GPTModel(
+        config=transformer_config(arch, tp_size, params_dtype),
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization=arch.normalization),
+        vocab_size=arch.padded_vocab_size(tp_size),
+        max_sequence_length=arch.max_position_embeddings,
+        parallel_output=parallel_output,
+        share_embeddings_and_output_weights=arch.tie_word_embeddings,
+        position_embedding_type=arch.position_embedding_type,
+        rotary_base=arch.rotary_base,  # GPTModel types it int, but only uses it as a float exponent base
+    )
+
+
+def load_shard(model: GPTModel, shard: StateDict) -> None:
+    """Copy a converted shard into `model`; RuntimeError naming any missing or unexpected weight."""
+    missing, unexpected = model.load_state_dict(shard, strict=False)
+    # megatron registers `_extra_state` entries (fp8 metadata) that converted weights never carry.
+    missing = [name for name in missing if not name.endswith("._extra_state")]
+    if missing or unexpected:
+        raise RuntimeError(f"converted shard does not fit the GPTModel: missing {missing}, unexpected {unexpected}")
+
+
+def model_shard(model: GPTModel) -> StateDict:
+    """This rank's weights in the converted-shard format (the inverse of `load_shard`)."""
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items() if not name.endswith("._extra_state")}
+
+
+def causal_inputs(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(position_ids, attention_mask) for a batch of unpadded rows [batch, seq].
+
+    megatron's own default mask is allocated on "cuda"; this one lives beside `input_ids`. True
+    marks a masked (future) position, megatron's convention, shaped [batch, 1, seq, seq].
+    """
+    batch, length = input_ids.shape
+    positions = torch.arange(length, device=input_ids.device).unsqueeze(0).expand(batch, length)
+    future = torch.triu(torch.ones(length, length, dtype=torch.bool, device=input_ids.device), diagonal=1)
+    return positions, future.view(1, 1, length, length).expand(batch, 1, length, length)
+
+
+def gather_tp_shards(shard: StateDict) -> list[StateDict]:
+    """Every TP rank's shard (rank order) on every rank of this rank's TP group.
+
+    Tensors, not objects, travel (all_gather per weight): a rank's shards all share names and
+    shapes, and no collective here pickles anything.
+    """
+    group = parallel_state.get_tensor_model_parallel_group()
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    shards: list[StateDict] = [{} for _ in range(size)]
+    for name in sorted(shard):
+        tensor = shard[name].contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(size)]
+        torch.distributed.all_gather(parts, tensor, group=group)
+        for rank, part in enumerate(parts):
+            shards[rank][name] = part
+    return shards
