@@ -19,6 +19,7 @@ from api.logging_setup import configure_logging
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
 from api.reconcile import Reconciler, make_sender
+from api.reports import endpoints as reports
 from api.runs import endpoints as runs
 from api.samples import endpoints as samples
 from api.settings import Settings
@@ -70,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_limit=settings.max_upload_bytes,
         upload_paths=(datasets.UPLOAD_PATH,),
     )
-    for module in (health, auth, runs, metrics, logs, samples, checkpoints, datasets, workers, events):
+    for module in (health, auth, runs, metrics, logs, samples, reports, checkpoints, datasets, workers, events):
         app.include_router(module.router)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware
     errors.install(app)

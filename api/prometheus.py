@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE
 from prometheus_client.registry import Collector
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -109,11 +110,15 @@ def _route(scope: Scope) -> str:
     return getattr(route, "path", None) or "unmatched"  # unmatched: the dashboard's pages, files and 404s
 
 
-def record_ingest(request: Request, result: object) -> None:
-    """Called by the reporting hot path after its commit: /api/v1/runs/{id}/metrics|logs|samples."""
+def record_ingest(request: Request, result: BaseModel) -> None:
+    """Called by the reporting hot path after its commit: /api/v1/runs/{id}/metrics|logs|samples, or
+    /reports, whose result holds one IngestResult per kind."""
     if isinstance(result, IngestResult):
-        kind = request.url.path.rstrip("/").rsplit("/", 1)[-1]
-        request.app.state.prometheus.ingested.labels(kind).inc(result.accepted)
+        results = {request.url.path.rstrip("/").rsplit("/", 1)[-1]: result}
+    else:
+        results = {kind: part for kind, part in result if isinstance(part, IngestResult)}
+    for kind, part in results.items():
+        request.app.state.prometheus.ingested.labels(kind).inc(part.accepted)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})

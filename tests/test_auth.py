@@ -174,6 +174,7 @@ BODIES = {
     ("POST", "/api/v1/runs/{run_id}/metrics"): {"json": [{"key": "a", "step": 1, "value": 1.0}]},
     ("POST", "/api/v1/runs/{run_id}/logs"): {"json": [{"seq": 1, "text": "x"}]},
     ("POST", "/api/v1/runs/{run_id}/samples"): {"json": [{"step": 1, "prompt": "p", "response": "r"}]},
+    ("POST", "/api/v1/runs/{run_id}/reports"): {"json": {"logs": [{"seq": 1, "text": "x"}]}},
     ("POST", "/api/v1/runs/{run_id}/checkpoints"): {"json": {"step": 6, "path": "ck", "size": 1, "sha256": SHA}},
     ("POST", "/api/v1/datasets"): {
         "data": {"kind": "prompts", "project": "secret"},

@@ -25,7 +25,8 @@ def _point(key, step, value):
 def _stored_rollups(db, run_id):
     db.expire_all()
     rows = db.scalars(select(MetricRollup).where(MetricRollup.run_id == run_id))
-    return {(r.width, r.key, r.block): rollups._summary(r) for r in rows}
+    fields = ("count", "min", "max", "first_step", "last_step", "last_value", "last_is_nan", "last_time")
+    return {(r.width, r.key, r.block): rollups.Summary(*(getattr(r, f) for f in fields)) for r in rows}
 
 
 def _from_points(db, run_id):

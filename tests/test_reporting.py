@@ -26,7 +26,7 @@ from trainer_core.reporting import (
     WandbSink,
     make_reporter,
 )
-from trainer_core.reporting.events import Batch
+from trainer_core.reporting.events import Batch, MetricPoint
 
 
 class Collect:
@@ -180,6 +180,18 @@ class Flaky:
         return response
 
 
+class OlderApi:
+    """The real API, answering POST .../reports as an API from before that endpoint does (the 404 of an
+    unknown path) unless `knows_reports`; it records the endpoints posted to."""
+
+    def __init__(self, client, knows_reports: bool = False) -> None:
+        self.client, self.knows_reports, self.paths = client, knows_reports, []
+
+    def post(self, url, **kwargs):
+        self.paths.append(url.rsplit("/", 1)[-1])
+        return self.client.post(url if self.knows_reports else url.replace("/reports", "/no-such-endpoint"), **kwargs)
+
+
 def _sink(client, run_id, token=ADMIN_TOKEN, attempt=0, **kwargs) -> ControlPlaneSink:
     return ControlPlaneSink("http://testserver", token, run_id, attempt, client=client, backoff=0, **kwargs)
 
@@ -235,6 +247,19 @@ class TestControlPlaneSink:
         assert [(c["step"], c["path"], c["metadata"]) for c in checkpoints] == [(3, rel, {"data_position": 12})]
         assert client.get(f"/api/v1/runs/{run['id']}/logs").json()["data"][0]["attempt"] == 1
 
+    def test_an_older_api_gets_the_same_rows_one_request_per_kind(self, client, db):
+        run = create_run(client)
+        older = OlderApi(client)
+        reporter = AsyncReporter([_sink(older, run["id"])])
+        reporter.metrics(1, {"train/loss": 1.5})
+        reporter.log("a line")
+        reporter.close()
+        assert older.paths == ["reports", "metrics", "logs"]
+        assert _count(db, Metric, run["id"]) == 1 and _count(db, LogLine, run["id"]) == 1
+        missing = OlderApi(client, knows_reports=True)
+        _sink(missing, 999_999).write(Batch(metrics=[MetricPoint("a", 1, 1.0, 0.0)]))  # the run's own 404: not split
+        assert missing.paths == ["reports"]
+
     def test_rejected_requests_are_logged_not_retried(self, client, db, caplog):
         run = create_run(client)
         counting = Flaky(client)
@@ -257,9 +282,10 @@ class TestControlPlaneSink:
             reporter.metrics(step, {"train/loss": step, "nan": math.nan})
             reporter.log(f"line {step}")
             reporter.flush(timeout=10)  # each flush: one batch, retried twice, then spooled while the API is down
-        # the 6th post reached the API, which stored step 0, but its reply was lost: step 0 is spooled anyway
-        assert flaky.posts == 6 and _count(db, Metric, run["id"]) == 2 and len(sink.spool) == 6
-        assert [p.name.split(".")[1] for p in sorted((tmp_path / "spool").glob("*.json"))] == ["metrics", "logs"] * 3
+        # each batch is one request (metrics and logs together). The 6th post reached the API, which
+        # stored step 0 and its line, but its reply was lost: step 0 is spooled anyway
+        assert flaky.posts == 6 and _count(db, Metric, run["id"]) == 2 and _count(db, LogLine, run["id"]) == 1
+        assert [p.name.split(".")[1] for p in sorted((tmp_path / "spool").glob("*.json"))] == ["reports"] * 3
         reporter.metrics(3, {"train/loss": 3})
         reporter.close()  # the API is back: the spool goes first, then the new batch
         assert len(sink.spool) == 0

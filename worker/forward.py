@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from trainer_core.reporting.http import ControlPlaneSink, row_requests
+from trainer_core.reporting.http import ControlPlaneSink, report_requests
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -61,8 +61,7 @@ class Forwarder:
         checkpoints = self._published([*self._unpublished, *(e for e in events if e.get("type") == "checkpoint")])
         with self._lock:
             logs, self._lines = self._lines, []
-        requests = [*row_requests("metrics", metrics), *row_requests("samples", [_without_time(s) for s in samples])]
-        requests += row_requests("logs", logs)
+        requests = report_requests(metrics, [_without_time(s) for s in samples], logs)
         requests += [("checkpoints", orjson.dumps(c)) for c in checkpoints]
         delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
         self._save_offsets()

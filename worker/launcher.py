@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
@@ -80,6 +81,21 @@ class Trainer:
 
     def poll(self) -> int | None:
         return self.process.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit code once the trainer exits, or None after `timeout` seconds: wakes at the exit, not a tick
+        later (Popen.wait's own timeout polls every 50 ms, which a worker would pay for the whole run)."""
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3), or the process is already reaped
+            if self.poll() is None:
+                time.sleep(timeout)
+            return self.poll()
+        try:
+            select.select([pidfd], [], [], timeout)
+        finally:
+            os.close(pidfd)
+        return self.poll()
 
     def wait_output(self, timeout: float = 10.0) -> None:
         """Let the reader drain what the process printed before it exited."""

@@ -39,7 +39,9 @@ class WorkerSettings(BaseSettings):
         "default $RLPLANE_HOME/artifacts",
     )
     heartbeat_s: float = Field(default=3.0, gt=0, description="Heartbeat (and cancel check) interval")
-    poll_s: float = Field(default=0.5, gt=0, description="How often the trainer's reports are forwarded")
+    poll_s: float = Field(
+        default=1.0, gt=0, description="How often the trainer's reports are forwarded (one request per interval)"
+    )
     python: str = Field(default=sys.executable, description="Interpreter that runs `-m trainer_core`")
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="Serve Prometheus metrics (GET /metrics) on this port; default: off"

@@ -96,8 +96,7 @@ def _watch(
     hang_s = (spec.get("resources") or {}).get("hang_timeout_s", 1800)
     last_progress, last_step = time.monotonic(), None
     try:
-        while trainer.poll() is None:
-            time.sleep(settings.poll_s)
+        while trainer.wait(settings.poll_s) is None:
             forwarder.poll()
             holding.last_step = forwarder.last_step
             if forwarder.last_step != last_step:

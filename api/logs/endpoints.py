@@ -28,11 +28,16 @@ async def append_logs(run_id: RunId, request: Request) -> IngestResult:
 
     def append(session: Session, principal: Principal, raw: bytes) -> IngestResult:
         claim_for_report(session, principal, run_id)
-        now = time.time()
-        rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in parse(_LINES, raw)]
-        return ingest_rows(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
+        return store(session, run_id, parse(_LINES, raw))
 
     return await in_one_hop(request, append)
+
+
+def store(session: Session, run_id: int, lines: list[schemas.LogLineIn]) -> IngestResult:
+    """Insert lines; the caller has claimed the run (claim_for_report)."""
+    now = time.time()
+    rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in lines]
+    return ingest_rows(session, LogLine, rows, ["run_id", "attempt", "rank", "seq"])
 
 
 @router.get("", response_model=schemas.LogPage)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, select, text, tuple_
+from sqlalchemy import and_, func, select, text
 from sqlalchemy.orm import Session
 
 from api.metrics import schemas
@@ -40,20 +40,6 @@ class Summary:
     last_value: float
     last_is_nan: bool
     last_time: float
-
-    def merged(self, other: Summary) -> Summary:
-        later = other if other.last_step > self.last_step else self
-        return replace(
-            later,
-            count=self.count + other.count,
-            min=_edge(min, self.min, other.min),
-            max=_edge(max, self.max, other.max),
-            first_step=min(self.first_step, other.first_step),
-        )
-
-
-def _edge(pick, a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else pick(a, b)
 
 
 def summarise(rows: Iterable[dict[str, Any]]) -> dict[Block, Summary]:
@@ -85,26 +71,10 @@ def record(session: Session, run_id: int, batch: dict[Block, Summary], accepted:
     """Bring the blocks a batch touched up to date, given how many of its `sent` rows were new."""
     if accepted == 0 or not batch:
         return
-    if accepted == sent:
-        stored = _stored(session, run_id, batch.keys())
-        _upsert(session, run_id, {b: stored[b].merged(s) if b in stored else s for b, s in batch.items()})
+    if accepted == sent:  # merged into the stored blocks by the database: no read on the hot path
+        _upsert(session, run_id, batch, merge=True)
     else:
-        _upsert(session, run_id, _recomputed(session, run_id, batch.keys()))
-
-
-def _stored(session: Session, run_id: int, blocks: Iterable[Block]) -> dict[Block, Summary]:
-    wanted = list(blocks)
-    rows = session.scalars(
-        select(MetricRollup).where(
-            MetricRollup.run_id == run_id,
-            tuple_(MetricRollup.width, MetricRollup.key, MetricRollup.block).in_(wanted),
-        )
-    )
-    return {(r.width, r.key, r.block): _summary(r) for r in rows}
-
-
-def _summary(r: MetricRollup) -> Summary:
-    return Summary(r.count, r.min, r.max, r.first_step, r.last_step, r.last_value, r.last_is_nan, r.last_time)
+        _upsert(session, run_id, _recomputed(session, run_id, batch.keys()), merge=False)
 
 
 def _recomputed(session: Session, run_id: int, blocks: Iterable[Block]) -> dict[Block, Summary]:
@@ -117,25 +87,42 @@ def _recomputed(session: Session, run_id: int, blocks: Iterable[Block]) -> dict[
     return out
 
 
+_COLUMNS = ("run_id", "key", "width", "block", "count", "min", "max", "first_step", "last_step", "last_value",
+            "last_is_nan", "last_time")  # fmt: skip
+
+
+def _assignment(column: str, merge: bool) -> str:
+    """The new value of a column on conflict: the incoming one, or (merge) both combined: counts add,
+    NULL min/max are skipped, the block's later point wins."""
+    old, new = f'metric_rollups."{column}"', f'excluded."{column}"'
+    if not merge:
+        return new
+    if column == "count":
+        return f"{old} + {new}"
+    if column in ("min", "max", "first_step"):
+        better = "<" if column != "max" else ">"
+        return f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND {new} {better} {old}) THEN {new} ELSE {old} END"
+    return f'CASE WHEN excluded."last_step" > metric_rollups."last_step" THEN {new} ELSE {old} END'
+
+
 @functools.cache
-def _upsert_statement():
-    columns = ("run_id", "key", "width", "block", "count", "min", "max", "first_step", "last_step", "last_value",
-               "last_is_nan", "last_time")  # fmt: skip
-    names = ", ".join(f'"{c}"' for c in columns)
-    values = ", ".join(f":{c}" for c in columns)
-    updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[4:])
+def _upsert_statement(merge: bool):
+    names = ", ".join(f'"{c}"' for c in _COLUMNS)
+    values = ", ".join(f":{c}" for c in _COLUMNS)
+    updates = ", ".join(f'"{c}" = {_assignment(c, merge)}' for c in _COLUMNS[4:])
     return text(
         f"INSERT INTO metric_rollups ({names}) VALUES ({values}) "
         f'ON CONFLICT ("run_id", "key", "width", "block") DO UPDATE SET {updates}'
     )
 
 
-def _upsert(session: Session, run_id: int, blocks: dict[Block, Summary]) -> None:
+def _upsert(session: Session, run_id: int, blocks: dict[Block, Summary], merge: bool) -> None:
+    """Write blocks; `merge`: add them to what is stored (a batch of new points), else replace (recomputed blocks)."""
     rows = [
         {"run_id": run_id, "key": key, "width": width, "block": block, **s.__dict__} for (width, key, block), s in blocks.items()
     ]
     if rows:
-        session.connection().execute(_upsert_statement(), rows)
+        session.connection().execute(_upsert_statement(merge), rows)
 
 
 def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.Series | None:

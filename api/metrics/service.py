@@ -14,7 +14,16 @@ from api.runs.service import claim_for_report
 
 
 def ingest(session: Session, principal: Principal, run_id: int, points: list[schemas.MetricPoint]) -> IngestResult:
-    claim_for_report(session, principal, run_id, max((p.step for p in points), default=None))
+    claim_for_report(session, principal, run_id, top_step(points))
+    return store(session, run_id, points)
+
+
+def top_step(points: list[schemas.MetricPoint]) -> int | None:
+    return max((p.step for p in points), default=None)
+
+
+def store(session: Session, run_id: int, points: list[schemas.MetricPoint]) -> IngestResult:
+    """Insert points and keep the rollups; the caller has claimed the run (claim_for_report)."""
     now = time.time()
     rows = [
         {

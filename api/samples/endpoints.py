@@ -55,11 +55,16 @@ _SAMPLES = TypeAdapter(Annotated[list[schemas.SampleIn], Field(max_length=5_000)
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_SAMPLES, "Up to 5,000 samples"))
 async def add_samples(run_id: RunId, request: Request) -> IngestResult:
     """Store generations; a re-sent (step, index) is stored once."""
-    return await in_one_hop(request, lambda session, principal, raw: _add(session, principal, run_id, parse(_SAMPLES, raw)))
+
+    def add(session: Session, principal: Principal, raw: bytes) -> IngestResult:
+        claim_for_report(session, principal, run_id)
+        return store(session, run_id, parse(_SAMPLES, raw))
+
+    return await in_one_hop(request, add)
 
 
-def _add(session: Session, principal: Principal, run_id: int, samples: list[schemas.SampleIn]) -> IngestResult:
-    claim_for_report(session, principal, run_id)
+def store(session: Session, run_id: int, samples: list[schemas.SampleIn]) -> IngestResult:
+    """Insert generations; the caller has claimed the run (claim_for_report)."""
     now = time.time()
     rows = [
         {

@@ -1,6 +1,8 @@
 """Sends reports to the control plane's REST API, surviving an API that is down for minutes.
 
-Each batch becomes a few requests (metrics, samples, logs, checkpoints, status, in that order).
+Each batch becomes one `reports` request (metrics, samples and logs together: the API's cost is
+mostly per request) or, when that would be too big, one request per kind; then checkpoints, then
+status, in that order.
 A request that still fails after the retries goes to a spool, oldest first, and the spool is sent
 before anything new. The API ingests idempotently, so a request sent twice stores nothing twice.
 """
@@ -93,6 +95,9 @@ class ControlPlaneSink:
                 continue
             if response.status_code < 400:
                 return True
+            if endpoint == "reports" and response.status_code in (404, 405) and not _names_the_run(response):
+                # an API older than this endpoint (a worker upgraded first): the same rows, one request per kind
+                return all(self._send(*request) for request in split_report(body))
             if response.status_code == 429 or response.status_code >= 500:
                 problem = f"HTTP {response.status_code}"
                 continue
@@ -103,13 +108,11 @@ class ControlPlaneSink:
 
     def _requests(self, batch: Batch) -> Iterator[Request]:
         metrics = [{"key": p.key, "step": p.step, "value": json_float(p.value), "time": p.time} for p in batch.metrics]
-        yield from row_requests("metrics", metrics)
-        yield from row_requests("samples", [sample_record(s) for s in batch.samples])
         logs = [
             {"attempt": self.attempt, "rank": line.rank, "seq": line.seq, "text": line.text[:MAX_LOG_CHARS], "time": line.time}
             for line in batch.logs
         ]
-        yield from row_requests("logs", logs)
+        yield from report_requests(metrics, [sample_record(s) for s in batch.samples], logs)
         for event in batch.checkpoints:
             yield "checkpoints", orjson.dumps(checkpoint_record(event))
         for status in batch.statuses:
@@ -117,6 +120,31 @@ class ControlPlaneSink:
             if status.last_step is not None:
                 body["last_step"] = status.last_step
             yield "status", orjson.dumps(body)
+
+
+def report_requests(
+    metrics: Sequence[dict[str, Any]], samples: Sequence[dict[str, Any]], logs: Sequence[dict[str, Any]]
+) -> list[Request]:
+    """One `reports` request holding all three kinds when it fits the limits, else row_requests per kind."""
+    kinds = {"metrics": metrics, "samples": samples, "logs": logs}
+    if not any(kinds.values()):
+        return []
+    if all(len(rows) <= MAX_ROWS[kind] for kind, rows in kinds.items()):
+        body = orjson.dumps({kind: rows for kind, rows in kinds.items() if rows})
+        if len(body) <= MAX_BODY_BYTES:
+            return [("reports", body)]
+    return [request for kind, rows in kinds.items() for request in row_requests(kind, rows)]
+
+
+def _names_the_run(response: httpx.Response) -> bool:
+    """True for the API's own 404 of a missing run, as against the 404 of a path it does not know."""
+    return "run" in _detail(response).lower()
+
+
+def split_report(body: bytes) -> list[Request]:
+    """A `reports` body as per-kind requests."""
+    report = orjson.loads(body)
+    return [request for kind in ("metrics", "samples", "logs") for request in row_requests(kind, report.get(kind, []))]
 
 
 def row_requests(endpoint: str, rows: Sequence[dict[str, Any]]) -> Iterator[Request]:

@@ -387,6 +387,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/reports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ingest Report
+         * @description Store what the metrics, samples and logs endpoints store, in one request and one transaction (a
+         *     worker's forwarder sends this once per tick: per-request work is most of the API's cost). Idempotent.
+         */
+        post: operations["ingest_report_api_v1_runs__run_id__reports_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/resume": {
         parameters: {
             query?: never;
@@ -1878,6 +1899,12 @@ export interface components {
              * @default 1
              */
             scale: number;
+        };
+        /** ReportResult */
+        ReportResult: {
+            logs: components["schemas"]["IngestResult"];
+            metrics: components["schemas"]["IngestResult"];
+            samples: components["schemas"]["IngestResult"];
         };
         /**
          * ResourcesSpec
@@ -4036,6 +4063,64 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["KeyList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    ingest_report_api_v1_runs__run_id__reports_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        /** @description Metrics, samples and log lines, each list as its own endpoint takes it */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** Logs */
+                    logs?: components["schemas"]["LogLineIn"][];
+                    /** Metrics */
+                    metrics?: components["schemas"]["MetricPoint"][];
+                    /** Samples */
+                    samples?: components["schemas"]["SampleIn"][];
+                };
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportResult"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */

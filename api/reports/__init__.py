@@ -1,0 +1,1 @@
+"""One request per forwarding tick: a worker's metrics, samples and log lines in one transaction."""
