@@ -1,6 +1,7 @@
 """FSDP2 (fully_shard) on CPU (gloo) under torchrun: the torch backend's loss curves for SFT (GPT-2, tied
-embeddings) and DPO (Llama), in 2 processes and in 1, an exact resume in a fresh set of processes, and an
-export that loads with from_pretrained."""
+embeddings) and DPO (Llama), in 2 processes and in 1, sharded checkpoints (each rank's shards through
+torch.distributed.checkpoint, safetensors and JSON) that resume exactly in a fresh set of processes and in
+one process, and an export that loads with from_pretrained."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from tests.training import metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks
+from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
 from trainer_core.launch import free_port
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
@@ -121,8 +124,9 @@ def test_dpo_loss_curve_matches_the_torch_backend(runs: dict[str, Path]) -> None
 
 
 def test_resume_continues_the_same_curve(runs: dict[str, Path]) -> None:
-    """The straight run's step-6 checkpoint (gathered weights and name-keyed Adam state), resumed by a new set
-    of processes: steps 7-12 and the final weights are the straight run's, bit for bit."""
+    """The straight run's step-6 checkpoint (each rank's shards of the weights and name-keyed Adam state, loaded
+    with dcp after prepare), resumed by a new set of processes: steps 7-12 and the final weights are the
+    straight run's, bit for bit."""
     straight, resumed = runs["fsdp2-sft"], runs["resumed"]
     assert sorted(metrics(resumed, "train/loss")) == list(range(7, 13))
     for key in ("train/loss", "train/lr", "train/grad_norm"):
@@ -133,20 +137,45 @@ def test_resume_continues_the_same_curve(runs: dict[str, Path]) -> None:
 
 
 def test_a_two_process_checkpoint_resumes_in_one(runs: dict[str, Path]) -> None:
-    """The checkpoint does not depend on the process count: one process resumes it where two left off and
-    goes on along the two-process curve."""
+    """The sharded checkpoint does not tie a resume to the process count: one process reads both ranks' shards
+    (dcp reshards) and goes on along the two-process curve."""
     straight, resumed = metrics(runs["fsdp2-sft"], "train/loss"), metrics(runs["resumed-1"], "train/loss")
     assert sorted(resumed) == list(range(7, 13))
     assert max_diff(resumed, {s: v for s, v in straight.items() if s > 6}) < TOLERANCE
     assert metrics(runs["resumed-1"], "train/lr") == {s: v for s, v in metrics(runs["fsdp2-sft"], "train/lr").items() if s > 6}
 
 
-def test_checkpoint_optimizer_state_is_keyed_by_name(runs: dict[str, Path]) -> None:
-    """Adam's moments under parameter names, whole (not one rank's shard): any process count can load them."""
-    state = json.loads((runs["fsdp2-sft"] / "checkpoints" / "step-000012" / "optimizer.json").read_text())
-    moments = load_file(str(runs["fsdp2-sft"] / "checkpoints" / "step-000012" / "optimizer.safetensors"))
-    assert "transformer.h.0.attn.c_attn.weight" in state["state"]
-    assert moments["state.transformer.wte.weight.exp_avg"].shape == (len(build_tokenizer()), 64)
+def test_checkpoint_is_sharded_safetensors_and_json(runs: dict[str, Path]) -> None:
+    """Each rank wrote its own half of the weights and of Adam's moments (keyed by parameter name) to dcp/; the
+    index and the optimizer's settings are JSON, no file of the checkpoint is a pickle, and its manifest
+    covers the shards. No gathered optimizer state is written."""
+    checkpoint = runs["fsdp2-sft"] / "checkpoints" / "step-000012"
+    assert verify(checkpoint) and not (checkpoint / "optimizer.json").exists()
+    manifest = json.loads((checkpoint / "manifest.json").read_text())["files"]
+    assert {"dcp/__0_0.safetensors", "dcp/__1_0.safetensors", "dcp/metadata.json", "dcp/values.json"} <= manifest.keys()
+    for path in checkpoint.rglob("*"):
+        assert path.is_dir() or not path.read_bytes().startswith(b"\x80"), path  # pickle's first byte
+    moments = json.loads((checkpoint / "dcp" / "metadata.json").read_text())["entries"][
+        "optimizer.state.transformer.wte.weight.exp_avg"
+    ]
+    vocab = len(build_tokenizer())
+    assert moments["size"] == [vocab, 64] and [c["offsets"] for c in moments["chunks"]] == [[0, 0], [-(-vocab // 2), 0]]
+    with safe_open(str(checkpoint / "dcp" / "__1_0.safetensors"), framework="pt") as rank1:
+        assert rank1.get_slice(f"optimizer.state.transformer.wte.weight.exp_avg@{-(-vocab // 2)},0").get_shape() == [
+            vocab // 2,
+            64,
+        ]
+    settings = json.loads((checkpoint / "dcp" / "values.json").read_text())
+    assert settings["optimizer.param_groups.transformer.wte.weight.initial_lr"] == SFT["train"]["lr"]
+
+
+def test_only_fsdp2_resumes_the_optimizer_of_a_sharded_checkpoint(runs: dict[str, Path]) -> None:
+    """The gathered model/ still loads anywhere (run:<id>@<step> readers); the sharded optimizer state names the fix."""
+    checkpoint = runs["fsdp2-sft"] / "checkpoints" / "step-000012"
+    model, _ = build_builtin("tiny-gpt2")
+    load_checkpoint(checkpoint, model=model, restore_rng=False)
+    with pytest.raises(CheckpointError, match="resume it with backend.kind: fsdp2"):
+        load_checkpoint(checkpoint, model=model, optimizer=torch.optim.AdamW(model.parameters()), restore_rng=False)
 
 
 def test_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:

@@ -12,6 +12,10 @@ optimizer's state in a form that does not depend on the number of processes, or 
 zero's live objects are whole already; rank zero writes them.
 On resume the weights go into the model before `prepare` (every rank reads the same files), and
 `load_optimizer_state` puts the optimizer's back after it.
+A backend that `shards_checkpoints` (FSDP2) instead has every rank write its own shards of the
+prepared model's and optimizer's state (`save_sharded_state`, into the checkpoint's dcp/) and read
+them back after `prepare` (`load_sharded_state`), for any number of processes; the gathered model
+is still written too, as the checkpoint's Hugging Face model/ for readers other than a resume.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -111,6 +116,23 @@ class Backend(ABC):
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Restore what `full_state` returned for the optimizer (every rank calls it with the same state)."""
         optimizer.load_state_dict(state)
+
+    @property
+    def shards_checkpoints(self) -> bool:
+        """True where every rank writes its own shards of the model's and optimizer's state into a checkpoint
+        (`save_sharded_state`) instead of rank zero writing the state `full_state` gathered."""
+        return False
+
+    def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Every rank: its shards of the prepared model's and `optimizer`'s state into `directory`."""
+        raise BackendError(f"{type(self).__name__} writes gathered checkpoints, not sharded ones (shards_checkpoints is False).")
+
+    def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Every rank, after prepare: the state `save_sharded_state` wrote, resharded to this run's processes."""
+        raise BackendError(
+            f"this checkpoint keeps its model and optimizer state in sharded form ({directory}, written by backend.kind "
+            "fsdp2), which this backend cannot read; resume it with backend.kind: fsdp2 (any number of processes)."
+        )
 
     @property
     def forward_is_collective(self) -> bool:

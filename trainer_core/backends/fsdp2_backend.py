@@ -5,16 +5,20 @@ become DTensors in place, so the recipe's optimizer is pointed at them (same gro
 and its schedule stays valid. Mixed precision is FSDP2's policy (bf16/fp16 compute, fp32 gradient
 reduction and fp32 sharded masters), so `autocast` does nothing.
 
-Checkpoints: `full_state` gathers the whole model and the optimizer's state keyed by parameter name
-(torch.distributed.checkpoint's full state dict), so rank zero writes the same files for any number
-of processes; `load_optimizer_state` scatters such a state back into the shards.
+Checkpoints are sharded: `save_sharded_state` has every rank write its own shards of the model's and
+the optimizer's state (torch.distributed.checkpoint's sharded state dict, optimizer keyed by
+parameter name) through our safetensors + JSON storage layer, and `load_sharded_state` reads them
+back after `prepare` for any number of processes. `full_state` still gathers the whole model, for
+the checkpoint's Hugging Face model/ and the final export; `load_optimizer_state` scatters a
+gathered optimizer state (a checkpoint written before sharded ones) back into the shards.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,7 +28,9 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
+    get_state_dict,
     set_optimizer_state_dict,
+    set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -35,10 +41,15 @@ from trainer_core.backends.base import Backend, BackendError
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
+from trainer_core.checkpoint.sharded import load_sharded, save_sharded, saved_keys
 from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
 from trainer_core.spec_sections import TrainSpec
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The optimizer's state flattened to one key per value (`state.<param>.exp_avg`, `param_groups.<param>.lr`):
+# tensors and plain values can then be stored apart, and keys name parameters, not indices.
+_SHARDED = StateDictOptions(flatten_optimizer_state_dict=True)
+_MODEL, _OPTIMIZER = "model.", "optimizer."
 
 
 def repeated_blocks(model: nn.Module) -> list[nn.Module]:
@@ -190,10 +201,58 @@ class Fsdp2Backend(Backend):
         # Every rank read the same full state from disk: each keeps its own shard of it.
         set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
+    @property
+    def shards_checkpoints(self) -> bool:
+        return True
+
+    def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        save_sharded(directory, self._sharded_state(optimizer), is_rank_zero=self.is_rank_zero)
+
+    def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        model, _ = self._prepared()
+        # This run's own sharded state is the template: dcp reads into its shards the slices they need.
+        template = self._sharded_state(optimizer)
+        stateless = _stateless_parameters(model, optimizer, template.keys(), saved_keys(directory))
+        left_out = {key: template.pop(key) for name, param in stateless.items() for key in _state_keys(name, optimizer, param)}
+        state = load_sharded(directory, template) | left_out
+        model_state = {key.removeprefix(_MODEL): value for key, value in state.items() if key.startswith(_MODEL)}
+        optimizer_state = {key.removeprefix(_OPTIMIZER): value for key, value in state.items() if key.startswith(_OPTIMIZER)}
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state, options=_SHARDED)
+        for param in stateless.values():
+            optimizer.state.pop(param, None)  # as in the run that saved: no state until its first gradient
+
+    def _sharded_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The prepared model's and `optimizer`'s state as one flat dict of this rank's DTensor shards and plain values."""
+        model, _ = self._prepared()
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=_SHARDED)
+        return {_MODEL + key: value for key, value in model_state.items()} | {
+            _OPTIMIZER + key: value for key, value in optimizer_state.items()
+        }
+
     def _prepared(self) -> tuple[nn.Module, torch.optim.Optimizer]:
         if self._model is None or self._optimizer is None:
             raise RuntimeError("call backend.prepare(model, optimizer) first.")
         return self._model, self._optimizer
+
+
+def _state_keys(name: str, optimizer: torch.optim.Optimizer, param: nn.Parameter) -> list[str]:
+    """The flat state-dict keys of `param`'s optimizer state (`optimizer.state.<name>.exp_avg`, ...)."""
+    return [f"{_OPTIMIZER}state.{name}.{key}" for key in optimizer.state.get(param, {})]
+
+
+def _stateless_parameters(
+    model: nn.Module, optimizer: torch.optim.Optimizer, template: Iterable[str], saved: set[str]
+) -> dict[str, nn.Parameter]:
+    """Parameters that had no optimizer state when the checkpoint was saved (no gradient yet: unused so far).
+    torch's state-dict API gives every parameter state (a step with zero gradients) before a load, so
+    theirs is left out of the load and dropped after it."""
+    keys = set(template)
+    found = {}
+    for name, param in model.named_parameters():
+        own = [key for key in _state_keys(name, optimizer, param) if key in keys]
+        if own and not any(key in saved for key in own):
+            found[name] = param
+    return found
 
 
 @contextlib.contextmanager

@@ -5,8 +5,11 @@ Layout of `<run_dir>/step-000100/`:
   optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, trainer_state.json,
   modules/<name>.safetensors for modules beside the model (a value head, a critic, Q heads),
   manifest.json (written last).
-Each is built in `.step-000100.tmp-<random>`, fsynced, then renamed into place, so a crash
-never leaves a directory that looks complete.
+A backend that shards checkpoints (fsdp2) writes dcp/ (sharded.py: every rank's shards of the model
+and optimizer, what a resume reads) in place of optimizer.*; model/ and modules/ are still written,
+gathered, for readers that want a plain Hugging Face model (`run:<id>@<step>`).
+Each is built in `.step-000100.tmp-<random>` (`stage`; all ranks write their shards there),
+fsynced, then renamed into place by rank zero, so a crash never leaves a directory that looks complete.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 from trainer_core.checkpoint import files, state
 from trainer_core.checkpoint.errors import CheckpointError
+from trainer_core.checkpoint.sharded import DCP_DIR, has_sharded_state
 from trainer_core.checkpoint.weights import load_weights, save_weights
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -50,6 +54,23 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
+def staging_dir(run_dir: Path, step: int, token: str) -> Path:
+    """Where `step`'s checkpoint is built before it is renamed into place (`token` tells attempts apart)."""
+    return Path(run_dir) / f".{step_dir_name(step)}.tmp-{token}"
+
+
+def stage(run_dir: Path, step: int, token: str | None = None) -> Path:
+    """Create the empty staging directory of a new checkpoint for `step` and return it."""
+    run_dir = Path(run_dir)
+    final = run_dir / step_dir_name(step)
+    if final.exists():
+        raise CheckpointError(f"checkpoint {final} already exists; delete it or save under another step.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = staging_dir(run_dir, step, token or secrets.token_hex(4))
+    tmp.mkdir()
+    return tmp
+
+
 def _json_field(name: str, value: Any) -> Any:
     try:
         return json.loads(json.dumps(value, allow_nan=False))
@@ -72,13 +93,15 @@ def save_checkpoint(
     model_state: dict[str, torch.Tensor] | None = None,
     module_states: dict[str, dict[str, torch.Tensor]] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    staged: Path | None = None,
 ) -> CheckpointInfo:
     """Write the full training state for `step` atomically and return where it went.
 
     `extra` is plain JSON (e.g. a KL controller's coefficient); `modules` are trained modules that
     are not part of the HF model (a value head, a critic, Q heads), saved by name. `model_state`,
     `module_states` and `optimizer_state` replace what `model`, `modules` and `optimizer` hold when
-    a sharding backend gathered them (Backend.full_state).
+    a sharding backend gathered them (Backend.full_state). `staged`: the directory from `stage` into
+    which every rank already wrote its shards (dcp/); it is completed and renamed like a new one.
     """
     if step < 0:
         raise CheckpointError(f"step must be >= 0, got {step}.")
@@ -92,11 +115,7 @@ def save_checkpoint(
     }
     run_dir = Path(run_dir)
     final = run_dir / step_dir_name(step)
-    if final.exists():
-        raise CheckpointError(f"checkpoint {final} already exists; delete it or save under another step.")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{final.name}.tmp-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    tmp = stage(run_dir, step) if staged is None else Path(staged)
     try:
         state.save_rng(tmp)  # first, so nothing below can move the generators before they are recorded
         save_weights(model, tmp / "model", state_dict=model_state)
@@ -136,6 +155,27 @@ def load_checkpoint(
     """Load weights into `model` (and `modules`, by name) in place, then optimizer, scheduler and RNG;
     return the run position."""
     path = Path(path)
+    train_state = read_train_state(path, verify_hashes=verify_hashes)
+    load_weights(model, path / "model")
+    for name, module in (modules or {}).items():
+        _load_module(path / "modules", name, module)
+    if optimizer is not None:
+        if has_sharded_state(path) and not (path / "optimizer.json").exists():
+            raise CheckpointError(
+                f"{path} keeps its optimizer state sharded in {DCP_DIR}/ (the fsdp2 backend wrote it); "
+                "resume it with backend.kind: fsdp2, or load the weights alone (optimizer=None)."
+            )
+        state.load_optimizer(path, optimizer)  # before the scheduler: it restores each group's lr
+    if scheduler is not None:
+        state.load_scheduler(path, scheduler)
+    if restore_rng:
+        state.load_rng(path)
+    return train_state
+
+
+def read_train_state(path: Path, *, verify_hashes: bool = False) -> TrainState:
+    """The run position a complete checkpoint records, without loading any of its state."""
+    path = Path(path)
     complete = files.verify(path) if verify_hashes else files.is_complete(path)
     if not complete:
         raise CheckpointError(
@@ -143,15 +183,6 @@ def load_checkpoint(
             "resume from latest_checkpoint(run_dir) instead."
         )
     trainer_state = files.read_json(path / "trainer_state.json")
-    load_weights(model, path / "model")
-    for name, module in (modules or {}).items():
-        _load_module(path / "modules", name, module)
-    if optimizer is not None:
-        state.load_optimizer(path, optimizer)  # before the scheduler: it restores each group's lr
-    if scheduler is not None:
-        state.load_scheduler(path, scheduler)
-    if restore_rng:
-        state.load_rng(path)
     return TrainState(
         step=trainer_state["step"],
         data_position=trainer_state["data_position"],

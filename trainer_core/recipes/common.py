@@ -9,6 +9,8 @@ import contextlib
 import copy
 import math
 import random
+import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,12 +18,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rotate, save_checkpoint
 from trainer_core.checkpoint import state as checkpoint_state
+from trainer_core.checkpoint.errors import CheckpointError
 from trainer_core.checkpoint.files import manifest_digest_and_size
+from trainer_core.checkpoint.sharded import DCP_DIR, has_sharded_state
+from trainer_core.checkpoint.store import read_train_state, stage, staging_dir
 from trainer_core.checkpoint.weights import read_weights
 from trainer_core.models import load_from_spec
 from trainer_core.reporting import CheckpointEvent, Reporter
@@ -80,18 +86,25 @@ def load_weights(
 ) -> TrainState:
     """A resume's first half, before backend.prepare: the checkpoint's weights into the plain model (and
     modules) on every rank, so a sharding backend partitions the resumed weights; returns the position.
-    A model built partitioned (zero_init) is gathered whole for it, once."""
+    A model built partitioned (zero_init) is gathered whole for it, once. A backend that shards
+    checkpoints reads a sharded one after prepare instead (restore_training): only the position here."""
+    if backend is not None and backend.shards_checkpoints and has_sharded_state(resume_from):
+        return read_train_state(resume_from)
     params = [p for part in (model, *(modules or {}).values()) for p in part.parameters()]
     with backend.whole_parameters(params) if backend is not None else contextlib.nullcontext():
         return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
 
 
 def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """A resume's second half, after backend.prepare: the optimizer (through the backend), the schedule
-    (after the optimizer: it sets each group's lr) and, last, every RNG."""
-    if backend.keeps_master_weights:
-        backend.load_master_weights(read_weights(resume_from / "model"))
-    backend.load_optimizer_state(optimizer, checkpoint_state.load_state(resume_from, "optimizer"))
+    """A resume's second half, after backend.prepare: the optimizer (through the backend; a sharded
+    checkpoint's model state too), the schedule (after the optimizer: it sets each group's lr) and,
+    last, every RNG."""
+    if has_sharded_state(resume_from):
+        backend.load_sharded_state(resume_from / DCP_DIR, optimizer)
+    else:
+        if backend.keeps_master_weights:
+            backend.load_master_weights(read_weights(resume_from / "model"))
+        backend.load_optimizer_state(optimizer, checkpoint_state.load_state(resume_from, "optimizer"))
     if scheduler is not None:
         checkpoint_state.load_scheduler(resume_from, scheduler)
     checkpoint_state.load_rng(resume_from)
@@ -276,10 +289,20 @@ def save_and_rotate(
 
     `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model.
     `wrapped`: what backend.prepare returned when `model` and `modules` are parts of it (PPO's
-    actor-critic); every rank calls this, since a sharding backend gathers the states from all."""
+    actor-critic); every rank calls this, since a sharding backend gathers the states from all
+    (or, where it shards checkpoints, every rank first writes its shards into the staging directory)."""
     info = None
-    full_model, full_optimizer = backend.full_state(wrapped if wrapped is not None else model, optimizer)
+    sharded = backend.shards_checkpoints
+    full_model, full_optimizer = backend.full_state(wrapped if wrapped is not None else model, None if sharded else optimizer)
     root = backend.unwrap(wrapped if wrapped is not None else model)
+    staged = shared_staging_dir(checkpoint_dir, step, backend) if sharded else None
+    if staged is not None:
+        try:
+            backend.save_sharded_state(staged / DCP_DIR, optimizer)
+        except BaseException:
+            if backend.is_rank_zero:
+                shutil.rmtree(staged, ignore_errors=True)
+            raise
     if backend.is_rank_zero:
         # Reports up to this step reach the run directory before the checkpoint exists: a process
         # killed right after it is resumed past them, and nothing would report them again.
@@ -289,7 +312,7 @@ def save_and_rotate(
             step,
             model=backend.unwrap(model),
             tokenizer=tokenizer,
-            optimizer=optimizer,
+            optimizer=None if sharded else optimizer,
             scheduler=scheduler,
             data_position=data_position,
             spec=spec,
@@ -298,6 +321,7 @@ def save_and_rotate(
             model_state=None if full_model is None else part_of(full_model, root, backend.unwrap(model)),
             module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in (modules or {}).items()},
             optimizer_state=full_optimizer,
+            staged=staged,
         )
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
@@ -311,6 +335,28 @@ def save_and_rotate(
         )
     backend.barrier()
     return info
+
+
+def shared_staging_dir(checkpoint_dir: Path, step: int, backend: Backend) -> Path:
+    """The staging directory of `step`'s checkpoint, made by rank zero, its name agreed by every rank.
+
+    Rank zero's random token reaches the others as a broadcast number (broadcast_object_list would
+    pickle it), over the whole job rather than the backend's data-parallel ranks; 0 means rank zero
+    could not stage, and then every rank raises."""
+    token, error = 0, None
+    if backend.is_rank_zero:
+        token = secrets.randbits(31) + 1
+        try:
+            stage(checkpoint_dir, step, f"{token:08x}")
+        except (CheckpointError, OSError) as exc:
+            token, error = 0, exc
+    shared = torch.tensor([token], dtype=torch.int64, device=backend.device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast(shared, src=0)
+    agreed = int(shared.item())
+    if agreed == 0:
+        raise error or CheckpointError(f"rank 0 could not create the checkpoint directory for step {step}; its log says why.")
+    return staging_dir(checkpoint_dir, step, f"{agreed:08x}")
 
 
 def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) -> dict[str, torch.Tensor]:
