@@ -30,7 +30,16 @@ consecutive metrics rows, log_every 1; TRL: a callback's on_step_end). Peak RSS 
 each rank's VmHWM (the kernel's high-water mark of resident memory) from /proc/PID/status, read
 every 0.2 s by a poller thread for every direct child of the torchrun process (the ranks) until
 it exits; the last reading before a rank exits is its peak, short of growth in its last 0.2 s.
-Final loss is the mean of the last 10 steps' train/loss.
+Final loss is the mean of the last 10 steps' train/loss. Tokens/s per process is the median of the
+timed steps' perf/tokens_per_s (every rank's tokens) over the processes.
+
+On GPUs (`--gpu`: one rank per GPU, nccl, bf16, a Llama of --hidden x --layers built from a config
+with random weights instead of the tiny one) the table adds MFU: model FLOPs per token (6 N for a
+trained token; DPO adds 2 N for the reference model's forward; N = every parameter, attention's
+sequence-length term left out, as in the usual 6N estimate) x tokens/s per GPU / the GPU's dense
+bf16 peak (H100/H200 989, A100 312 TFLOP/s; others: no MFU). TRL is not run with --gpu.
+
+    .venv/bin/python bench/backends.py --gpu --skip-trl --processes 1 --batch 32 --micro-batch 8 --seq-len 512
 """
 
 from __future__ import annotations
@@ -84,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--trl-python", default=str(ROOT / "bench" / ".venv-trl" / "bin" / "python"), help="interpreter with trl")
     p.add_argument("--skip-trl", action="store_true", help="rlplane only")
+    p.add_argument("--gpu", action="store_true", help="one rank per GPU, bf16, a --hidden x --layers Llama; adds MFU")
+    p.add_argument("--hidden", type=int, default=1024, help="with --gpu: the Llama's hidden size (default 1024)")
+    p.add_argument("--layers", type=int, default=12, help="with --gpu: the Llama's layers (default 12)")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--keep", type=Path, help="keep the model, data and run directories here (default: a temp dir)")
     args = p.parse_args(argv)
@@ -106,8 +118,11 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
     from trainer_core.models import build_builtin
 
     model, tokenizer = build_builtin("tiny-llama", "causal", seed=0)
+    if args.gpu:
+        model = sized_llama(model.config, args.hidden, args.layers)
     model.config.use_cache = False
-    paths = {"model": work / "tiny-llama"}
+    args.parameters = sum(p.numel() for p in model.parameters())
+    paths = {"model": work / "llama"}
     model.save_pretrained(paths["model"])
     tokenizer.save_pretrained(paths["model"])
     for kind, columns in COLUMNS.items():
@@ -116,6 +131,45 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
         paths[kind] = work / f"arithmetic-{kind}.jsonl"
         paths[kind].write_text("".join(json.dumps({c: row[c] for c in columns}) + "\n" for row in rows))
     return paths
+
+
+def sized_llama(tiny_config, hidden: int, layers: int):
+    """A Llama of `hidden` x `layers` with the tiny one's tokenizer and vocabulary, random weights (seed 0)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=tiny_config.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=4096,
+        bos_token_id=tiny_config.bos_token_id,
+        eos_token_id=tiny_config.eos_token_id,
+        pad_token_id=tiny_config.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, per GPU (vendor data sheets)
+
+
+def peak_tflops() -> float | None:
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    return next((peak for model, peak in PEAK_BF16_TFLOPS.items() if model in name), None)
+
+
+def mfu(algorithm: str, parameters: int, tokens_per_s_per_gpu: float, peak: float | None) -> float | None:
+    """Model FLOPs utilisation: 6N per trained token (+2N for DPO's reference forward) over the bf16 peak."""
+    if peak is None:
+        return None
+    flops_per_token = (8 if algorithm == "dpo" else 6) * parameters
+    return flops_per_token * tokens_per_s_per_gpu / (peak * 1e12)
 
 
 def bench_env(args: argparse.Namespace, extensions: str) -> dict[str, str]:
@@ -206,8 +260,8 @@ def rlplane_spec(backend: str, algorithm: str, paths: dict[str, Path], args: arg
         "algorithm": algorithm,
         "model": {"path": str(paths["model"]), "max_seq_len": args.seq_len, "dtype": "fp32"},
         "data": {"source": str(paths[KIND[algorithm]]), "eval_fraction": 0.0, "shuffle": False},
-        "backend": {**BACKENDS[backend], "processes": args.processes},
-        "resources": {"queue": "cpu", "gpus": 0},
+        "backend": {**BACKENDS[backend], **({"precision": "bf16"} if args.gpu else {"processes": args.processes})},
+        "resources": {"queue": "gpu", "gpus": args.processes} if args.gpu else {"queue": "cpu", "gpus": 0},
         "train": {
             "steps": args.steps,
             "batch_size": args.batch,
@@ -245,7 +299,12 @@ def run_rlplane(backend: str, algorithm: str, work: Path, paths: dict[str, Path]
         times.setdefault(rec["step"], rec["time"])  # the first row of a step: its training metrics
     steps = sorted(s for s in by_step if "train/loss" in by_step[s])
     step_s = [times[s] - times[s - 1] for s in steps if s - 1 in times]  # step 1 has no row before it
-    return summarize(step_s, [by_step[s]["train/loss"] for s in steps], peaks, args.warmup - 1, wall)
+    out = summarize(step_s, [by_step[s]["train/loss"] for s in steps], peaks, args.warmup - 1, wall)
+    tokens = sorted(by_step[s]["perf/tokens_per_s"] for s in steps[args.warmup :] if "perf/tokens_per_s" in by_step[s])
+    out["tokens_per_s_per_process"] = tokens[len(tokens) // 2] / args.processes if tokens else None
+    if args.gpu and tokens:
+        out["mfu"] = mfu(algorithm, args.parameters, out["tokens_per_s_per_process"], peak_tflops())
+    return out
 
 
 # --- TRL ---
@@ -310,13 +369,18 @@ def median_run(runs: list[dict]) -> dict:
 
 def row(backend: str, algorithm: str, r: dict) -> str:
     if "error" in r:
-        return f"| {backend} | {algorithm} | {r['error']} | - | - |"
+        return f"| {backend} | {algorithm} | {r['error']} | - | - | - | - |"
     rss = " / ".join(f"{mb:,.0f}" for mb in r["peak_rss_mb"]) or "?"
-    return f"| {backend} | {algorithm} | {r['steps_per_s']:.2f} | {rss} | {r['final_loss']:.4f} |"
+    tokens = f"{r['tokens_per_s_per_process']:,.0f}" if r.get("tokens_per_s_per_process") else "-"
+    use = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+    return f"| {backend} | {algorithm} | {r['steps_per_s']:.2f} | {tokens} | {use} | {rss} | {r['final_loss']:.4f} |"
 
 
 def table(results: dict[str, dict], trl: dict | None) -> str:
-    lines = ["| backend | algorithm | steps/s | peak RSS per process (MB) | final loss (mean last 10) |", "|---|---|---|---|---|"]
+    lines = [
+        "| backend | algorithm | steps/s | tokens/s per process | MFU | peak RSS per process (MB) | final loss (mean last 10) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines += [row(backend, algorithm, r) for (backend, algorithm), r in results.items()]
     if trl is not None:
         lines.append(row("TRL DPOTrainer, zero3", "dpo", trl))
@@ -354,6 +418,8 @@ def brief(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.gpu:
+        args.skip_trl = True  # the TRL side is set up for CPU ranks
     if not args.skip_trl and not Path(args.trl_python).exists():
         print(f"no TRL interpreter at {args.trl_python}: create bench/.venv-trl (see the docstring) or pass --skip-trl")
         return 2
@@ -381,10 +447,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{trl['accelerate_type'].split('.')[-1]}), optimizer {trl['optimizer']}, bf16 {trl['bf16']}, "
             f"gradient checkpointing {trl['gradient_checkpointing']}, explicit ref_model"
         )
+    model = f"Llama {args.hidden} x {args.layers} (bf16, GPUs)" if args.gpu else "tiny-llama (fp32)"
     print(
-        f"tiny-llama, builtin:arithmetic, batch {args.batch} (micro {args.micro_batch} x {args.processes} ranks), "
+        f"{model}, {args.parameters:,} parameters, builtin:arithmetic, "
+        f"batch {args.batch} (micro {args.micro_batch} x {args.processes} ranks), "
         f"max len {args.seq_len}, {args.steps} steps ({args.warmup} warm-up steps not timed), median of {args.repeat} "
-        f"run(s),\nlr {args.lr:g} constant (dpo {args.lr / 10:g}, beta {args.beta:g}), fp32, no gradient checkpointing; "
+        f"run(s),\nlr {args.lr:g} constant (dpo {args.lr / 10:g}, beta {args.beta:g}), no gradient checkpointing; "
         "peak RSS: VmHWM of each rank, largest first\n"
     )
     print(table(results, trl))
