@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from trainer_core.reporting.http import ControlPlaneSink, report_requests
+from worker.uploads import Uploads
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -36,10 +37,11 @@ class Forwarder:
         attempt: int,
         publish: Callable[[str], None] | None = None,
     ) -> None:
-        """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote root)."""
+        """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote
+        root, in a thread of its own: see uploads.py); none for a directory root, where the API reads the
+        trainer's files in place."""
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
-        self.publish = publish or (lambda _relative: None)
-        self._unpublished: list[dict[str, Any]] = []  # checkpoint events whose upload failed: retried each poll
+        self.uploads = Uploads(publish, self.prefix) if publish is not None else None
         self.offsets: dict[str, int] = self._load_offsets()
         self.last_step: int | None = None
         self._lines: list[dict[str, Any]] = []
@@ -58,30 +60,26 @@ class Forwarder:
         metrics, samples, events = (self._read_new(name) for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
-        checkpoints = self._published([*self._unpublished, *(e for e in events if e.get("type") == "checkpoint")])
+        events = [e for e in events if e.get("type") == "checkpoint"]
+        if self.uploads is not None:
+            self.uploads.add(events)
+            events = self.uploads.done()
         with self._lock:
             logs, self._lines = self._lines, []
         requests = report_requests(metrics, [_without_time(s) for s in samples], logs)
-        requests += [("checkpoints", orjson.dumps(c)) for c in checkpoints]
+        requests += [("checkpoints", orjson.dumps(self._checkpoint(e))) for e in events]
         delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
         self._save_offsets()
-        return delivered and not self._unpublished
+        return delivered and (self.uploads is None or self.uploads.idle)
 
-    def _published(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The records of the checkpoints that are where the API reads them; the rest wait for the next poll."""
-        records, self._unpublished = [], []
-        for event in events:
-            if self._unpublished:  # keep their order: a later checkpoint is not registered before an earlier one
-                self._unpublished.append(event)
-                continue
-            try:
-                self.publish(f"{self.prefix}/{event['path']}")
-            except Exception as exc:  # the remote store is down: training goes on, the upload is retried
-                logger.warning("upload of %s failed (retried at the next poll): %s", event["path"], exc)
-                self._unpublished.append(event)
-                continue
-            records.append(self._checkpoint(event))
-        return records
+    @property
+    def uploading(self) -> bool:
+        """A checkpoint upload is under way and not failing."""
+        return self.uploads is not None and self.uploads.progressing
+
+    def close(self) -> None:
+        if self.uploads is not None:
+            self.uploads.close()
 
     def _checkpoint(self, event: dict[str, Any]) -> dict[str, Any]:
         record = {k: event[k] for k in ("step", "path", "size", "sha256", "metadata")}

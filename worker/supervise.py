@@ -66,7 +66,7 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
     sink = ControlPlaneSink(
         settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
     )
-    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish)
+    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish if artifacts.remote else None)
     holding.run_id, holding.last_step, holding.status = run_id, None, None
     try:
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
@@ -80,6 +80,7 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         return "superseded"
     finally:
         holding.run_id, holding.last_step, holding.status = None, None, None
+        forwarder.close()
         sink.close()
 
 
@@ -142,8 +143,8 @@ def _end(
     handed_back: bool = False,
 ) -> str:
     trainer.wait_output()
-    deadline = time.monotonic() + 120
-    while not forwarder.poll() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # for the API; an upload that is getting on is waited for however long it takes
+    while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading):
         time.sleep(1.0)  # everything reported goes in before the run's final status
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)

@@ -1,0 +1,83 @@
+"""Checkpoint uploads run beside the forwarding: a slow or failing upload holds back neither metrics
+nor the worker's checks, uploads keep the trainer's order, and a failed one is retried."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from api.models import Metric
+from tests.factories import ADMIN_TOKEN, create_run
+from trainer_core.reporting.http import ControlPlaneSink
+from worker.forward import Forwarder
+from worker.uploads import Uploads
+
+
+class Store:
+    """An upload target that blocks until let go, and fails its first `failures` calls."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures, self.uploaded, self.calls = failures, [], 0
+        self.go = threading.Event()
+
+    def publish(self, relative: str) -> None:
+        self.calls += 1
+        self.go.wait(10)
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the store is down")
+        self.uploaded.append(relative)
+
+
+def wait_for(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_uploads_keep_order_and_retry_a_failure() -> None:
+    store = Store(failures=1)
+    uploads = Uploads(store.publish, "runs/1", retry_s=0.05)
+    uploads.add([{"path": "checkpoints/step-000002"}, {"path": "checkpoints/step-000004"}])
+    assert not uploads.idle and uploads.done() == []
+    store.go.set()
+    wait_for(lambda: len(store.uploaded) == 2)
+    assert store.uploaded == ["runs/1/checkpoints/step-000002", "runs/1/checkpoints/step-000004"] and store.calls == 3
+    assert [e["path"] for e in uploads.done()] == ["checkpoints/step-000002", "checkpoints/step-000004"]
+    assert uploads.idle and not uploads.failing
+    uploads.close()
+
+
+def test_a_failing_store_is_not_waited_for_an_uploading_one_is() -> None:
+    store = Store(failures=10**6)
+    uploads = Uploads(store.publish, "runs/1", retry_s=0.05)
+    uploads.add([{"path": "final"}])
+    assert uploads.progressing  # under way, not failed yet
+    store.go.set()
+    wait_for(lambda: uploads.failing)
+    assert not uploads.progressing and not uploads.idle
+    uploads.close()
+
+
+def test_metrics_flow_while_a_checkpoint_uploads(client, db, tmp_path: Path) -> None:
+    run_id = create_run(client)["id"]
+    sink = ControlPlaneSink("http://testserver", ADMIN_TOKEN, run_id, 0, client=client, backoff=0)
+    store = Store()
+    forwarder = Forwarder(sink, tmp_path, f"runs/{run_id}", 0, publish=store.publish)
+    event = {"type": "checkpoint", "step": 1, "path": "checkpoints/step-000001", "size": 1, "sha256": "0" * 64, "metadata": {}}
+    (tmp_path / "events.jsonl").write_text(json.dumps(event) + "\n")
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"key": "train/loss", "step": 1, "value": 2.0, "time": 1.0}) + "\n")
+    started = time.monotonic()
+    assert forwarder.poll() is False  # the upload is still going
+    assert time.monotonic() - started < 5 and forwarder.uploading
+    assert db.scalar(select(func.count()).select_from(Metric).where(Metric.run_id == run_id)) == 1
+    store.go.set()
+    wait_for(lambda: store.uploaded == [f"runs/{run_id}/checkpoints/step-000001"])
+    forwarder.poll()  # collects the finished upload and registers it (refused here: no such directory)
+    assert forwarder.uploads is not None and forwarder.uploads.idle
+    forwarder.close()
