@@ -1,10 +1,12 @@
 """A worker that is shut down (SIGTERM: docker stop, a pod's termination) hands its run back: the
-trainer stops, the attempt ends "handed back", the run is requeued at once (not after the lost-worker
-limit) and another worker resumes it from its checkpoint; the attempt does not use up max_attempts.
+trainer checkpoints after its current step and exits, the attempt ends "handed back", the run is
+requeued at once (not after the lost-worker limit) and another worker resumes it from that
+checkpoint, so no step is trained twice; the attempt does not use up max_attempts.
 Real processes: an `rlplane api`, two `rlplane worker`s (Celery on Redis), Postgres, the trainers."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -25,6 +27,11 @@ def test_sigterm_hands_the_run_back_and_another_worker_resumes_it(stack: Stack) 
     [attempt] = run["attempts"]
     assert attempt["handed_back"] and attempt["ended_at"] is not None
     assert attempt["end_reason"].startswith("handed back: worker w1 received SIGTERM"), attempt["end_reason"]
+    checkpointed = re.search(r"checkpointed at step (\d+), where the next attempt resumes", attempt["end_reason"])
+    assert checkpointed, attempt["end_reason"]
+    handed_back_at = int(checkpointed.group(1))
+    # the step the trainer had reached: no later than the checkpoint, none of its steps lost
+    assert handed_back_at >= max(250, attempt["last_step"])
 
     stack.start_worker("w2")
     run = stack.wait_status(run_id, {"succeeded", "failed"})
@@ -33,5 +40,8 @@ def test_sigterm_hands_the_run_back_and_another_worker_resumes_it(stack: Stack) 
     assert (first_attempt["worker"], second["worker"]) == ("w1", "w2")
     assert not second["handed_back"]
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]]
-    assert any("resumed from" in text for text in logs), "the second attempt did not resume from a checkpoint"
+    # LONG checkpoints every 100 steps; the second attempt starts where the first stopped
+    assert any(f"step-{handed_back_at:06d} at step {handed_back_at}" in text for text in logs), [
+        text for text in logs if "resumed" in text
+    ]
     assert_metrics_once(stack, run_id)

@@ -8,6 +8,10 @@ import socket
 import subprocess
 import sys
 
+# Written into the run's directory by a worker that must stop (its node is drained): the trainer
+# checkpoints after its current step and exits, so the next attempt redoes no steps.
+HAND_BACK_FILE = ".hand-back"
+
 
 def free_port() -> int:
     """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""

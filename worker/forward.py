@@ -43,7 +43,8 @@ class Forwarder:
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
         self.uploads = Uploads(publish, self.prefix) if publish is not None else None
         self.offsets: dict[str, int] = self._load_offsets()
-        self.last_step: int | None = None
+        self.last_step: int | None = None  # of the metrics forwarded (logged every train.log_every steps)
+        self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
         self._lines: list[dict[str, Any]] = []
         self._seq: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -61,6 +62,9 @@ class Forwarder:
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
         events = [e for e in events if e.get("type") == "checkpoint"]
+        for event in events:
+            if event["metadata"].get("kind") != "export":
+                self.last_checkpoint = max(self.last_checkpoint or 0, int(event["step"]))
         if self.uploads is not None:
             self.uploads.add(events)
             events = self.uploads.done()

@@ -42,6 +42,12 @@ class WorkerSettings(BaseSettings):
     poll_s: float = Field(
         default=1.0, gt=0, description="How often the trainer's reports are forwarded (one request per interval)"
     )
+    hand_back_grace_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="On SIGTERM, how long the trainer gets to checkpoint after its current step and exit before it is "
+        "stopped (keep it under the pod's termination grace period, less a checkpoint upload)",
+    )
     python: str = Field(default=sys.executable, description="Interpreter that runs `-m trainer_core`")
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="Serve Prometheus metrics (GET /metrics) on this port; default: off"

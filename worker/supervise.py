@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer_core.launch import HAND_BACK_FILE
 from trainer_core.reporting.http import ControlPlaneSink
 from worker.artifacts import WorkerArtifacts
 from worker.client import ApiClient, LeaseRefused, Superseded
@@ -72,6 +73,7 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
         resume = has_checkpoint(out_dir)
         client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
+        (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
         trainer = Trainer(command, out_dir, forwarder.add_line, env=artifacts.trainer_env())
         return _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
@@ -110,8 +112,7 @@ def _watch(
                 what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
                 return _end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
             if holding.stopping is not None:
-                trainer.kill_group()
-                reason = f"handed back: {holding.stopping}; resumes from its latest checkpoint"
+                reason = _hand_back(settings, trainer, forwarder, holding.stopping)
                 return _end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
             if holding.status is not None:
                 status = holding.status
@@ -130,6 +131,19 @@ def _watch(
     trainer.wait_output()
     last_lines = "\n".join(list(trainer.tail)[-15:])
     return _end(client, forwarder, trainer, run_id, attempt, "failed", f"trainer exited with {code}:\n{last_lines}")
+
+
+def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, why: str) -> str:
+    """Ask the trainer to checkpoint after its current step and exit (HAND_BACK_FILE), forwarding meanwhile;
+    stop it after settings.hand_back_grace_s. Returns the attempt's end reason."""
+    (forwarder.out_dir / HAND_BACK_FILE).touch()
+    deadline = time.monotonic() + settings.hand_back_grace_s
+    while trainer.wait(settings.poll_s) is None and time.monotonic() < deadline:
+        forwarder.poll()
+    if trainer.poll() == 0:
+        return f"handed back: {why}; checkpointed at step {forwarder.last_checkpoint}, where the next attempt resumes"
+    trainer.kill_group()
+    return f"handed back: {why}; stopped after {settings.hand_back_grace_s:g} s, resumes from its latest checkpoint"
 
 
 def _end(

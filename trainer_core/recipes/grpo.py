@@ -32,7 +32,7 @@ from trainer_core.backends import Backend, local_batch_range, make_backend, micr
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, rollouts
+from trainer_core.recipes import common, hand_back, rollouts
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
 from trainer_core.spec import RunSpec, dump_spec
@@ -292,8 +292,11 @@ def train(run: GrpoRun, stop_at: int | None = None) -> None:
             window = []
         if common.is_due(step, t.eval_every, t.steps):
             reporter.metrics(step, evaluate(run))
-        if common.is_due(step, t.checkpoint_every, last):
+        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
+        if handing_back or common.is_due(step, t.checkpoint_every, last):
             checkpoint(run)
+        if handing_back:
+            break
 
 
 def run_grpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> GrpoRun:

@@ -34,7 +34,7 @@ from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.losses_ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, rollouts
+from trainer_core.recipes import common, hand_back, rollouts
 from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, Sample, make_reporter
 from trainer_core.spec import RunSpec, dump_spec
@@ -395,8 +395,11 @@ def train(run: IlqlRun, stop_at: int | None = None) -> None:
             window = []
         if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run, step)) is not None:
             reporter.metrics(step, values)
-        if common.is_due(step, t.checkpoint_every, last):
+        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
+        if handing_back or common.is_due(step, t.checkpoint_every, last):
             checkpoint(run)
+        if handing_back:
+            break
 
 
 def run_ilql(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> IlqlRun:
