@@ -174,6 +174,19 @@ class TestListCheckpoints:
         assert body["count"] == 2
         assert [(c["step"], c["path"]) for c in body["data"]] == [(10, ckpt_dir), (20, ckpt_file)]
 
+    def test_only_the_checkpoints_the_trainer_keeps_are_listed(self, client, db, ckpt_dir, ckpt_file):
+        """The trainer rotates to train.keep_last (by step); the records of the rotated ones go with them,
+        whatever order they were registered in, and an export is never rotated."""
+        run = create_run(client, train={"steps": 100, "batch_size": 8, "lr": 1e-3, "keep_last": 2})
+        for step in (10, 30, 20, 40):
+            assert register(client, run["id"], record(ckpt_dir, step=step)).status_code == 201
+        register(client, run["id"], record(ckpt_file, step=40, kind="export"))
+        listed = client.get(f"/api/v1/runs/{run['id']}/checkpoints").json()["data"]
+        assert [(c["step"], c["kind"]) for c in listed] == [(30, "checkpoint"), (40, "checkpoint"), (40, "export")]
+        assert [row[1] for row in stored(db, run["id"])] == [30, 40, 40]
+        again = register(client, run["id"], record(ckpt_dir, step=40))  # a replayed registration changes nothing
+        assert again.status_code == 200 and len(stored(db, run["id"])) == 3
+
     def test_empty_and_unknown_run(self, client, db):
         run = create_run(client)
         assert client.get(f"/api/v1/runs/{run['id']}/checkpoints").json() == {"data": [], "count": 0}

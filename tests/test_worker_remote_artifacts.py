@@ -72,8 +72,14 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     assert (node2 / "scratch" / f"datasets/{dataset['id']}/arith.jsonl").read_text() == upload
 
     # Every registered checkpoint is complete on the remote root, and the API serves it from there.
+    # Rotation (train.keep_last, 3 by default) reaches the remote copies and the API's records.
     registered = stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]
-    assert {c["step"] for c in registered if c["kind"] == "checkpoint"} >= {1500}
+    assert [c["step"] for c in registered if c["kind"] == "checkpoint"] == [1300, 1400, 1500]
+    assert sorted(p.name for p in (remote / f"runs/{run_id}/checkpoints").iterdir()) == [
+        "step-001300",
+        "step-001400",
+        "step-001500",
+    ]
     for checkpoint in registered:
         assert (remote / checkpoint["path"] / "manifest.json").exists(), checkpoint
     weights = stack.http.get(f"/runs/{run_id}/checkpoints/1500/files/model.safetensors", params={"kind": "export"})

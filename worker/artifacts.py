@@ -85,6 +85,25 @@ class WorkerArtifacts:
             self.fs.put_file(str(path), target)
         logger.info("uploaded %s (%d files) to %s", relative, len(files), self.url)
 
+    def prune_checkpoints(self, relative: str, keep_last: int) -> None:
+        """On a remote root, delete the complete checkpoints under `relative` older than the newest
+        `keep_last`, as the trainer rotates its local copies (train.keep_last); manifest first, so a
+        reader never finds a half-deleted checkpoint that looks complete."""
+        if not self.remote:
+            return
+        remote = self._remote(relative)
+        if not self.fs.exists(remote):
+            return
+        complete = sorted(
+            name.rstrip("/")
+            for name in self.fs.ls(remote, detail=False)
+            if name.rstrip("/").rsplit("/", 1)[-1].startswith("step-") and self.fs.exists(f"{name.rstrip('/')}/{MANIFEST}")
+        )
+        for name in complete[:-keep_last]:
+            self.fs.rm_file(f"{name}/{MANIFEST}")
+            self.fs.rm(name, recursive=True)
+            logger.info("removed %s from %s (rotated: train.keep_last %d)", name, self.url, keep_last)
+
     def _remote(self, relative: str) -> str:
         return f"{self.remote_root.rstrip('/')}/{relative}"
 

@@ -36,12 +36,13 @@ class Forwarder:
         artifact_prefix: str,
         attempt: int,
         publish: Callable[[str], None] | None = None,
+        uploaded: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote
         root, in a thread of its own: see uploads.py); none for a directory root, where the API reads the
-        trainer's files in place."""
+        trainer's files in place. `uploaded(event)` runs after each upload."""
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
-        self.uploads = Uploads(publish, self.prefix) if publish is not None else None
+        self.uploads = Uploads(publish, self.prefix, uploaded=uploaded) if publish is not None else None
         self.offsets: dict[str, int] = self._load_offsets()
         self.last_step: int | None = None  # of the metrics forwarded (logged every train.log_every steps)
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote

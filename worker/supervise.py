@@ -20,6 +20,7 @@ from typing import Any
 
 from trainer_core.launch import HAND_BACK_FILE
 from trainer_core.reporting.http import ControlPlaneSink
+from trainer_core.spec import RunSpec
 from worker.artifacts import WorkerArtifacts
 from worker.client import ApiClient, LeaseRefused, Superseded
 from worker.forward import Forwarder
@@ -67,7 +68,14 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
     sink = ControlPlaneSink(
         settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
     )
-    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish if artifacts.remote else None)
+
+    def rotate_remote(event: dict[str, Any]) -> None:
+        """The remote copies follow the trainer's rotation of its local ones (train.keep_last)."""
+        if event["metadata"].get("kind") != "export":
+            artifacts.prune_checkpoints(f"{relative}/checkpoints", RunSpec.model_validate(spec).train.keep_last)
+
+    publish = artifacts.publish if artifacts.remote else None
+    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote)
     holding.run_id, holding.last_step, holding.status = run_id, None, None
     try:
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names

@@ -18,9 +18,17 @@ logger = logging.getLogger("rlplane.worker")
 
 
 class Uploads:
-    def __init__(self, publish: Callable[[str], None], prefix: str, retry_s: float = 5.0) -> None:
-        """`publish(relative path)` uploads one checkpoint or export directory; `prefix` is the run's path."""
+    def __init__(
+        self,
+        publish: Callable[[str], None],
+        prefix: str,
+        retry_s: float = 5.0,
+        uploaded: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """`publish(relative path)` uploads one checkpoint or export directory; `prefix` is the run's path;
+        `uploaded(event)` runs after each upload (rotating the remote copies; its failure is only logged)."""
         self.publish, self.prefix, self.retry_s = publish, prefix, retry_s
+        self.uploaded = uploaded or (lambda _event: None)
         self._pending: deque[dict[str, Any]] = deque()
         self._done: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -80,3 +88,7 @@ class Uploads:
                 self.failing = False
                 self._pending.popleft()
                 self._done.append(event)
+            try:
+                self.uploaded(event)
+            except Exception as exc:  # what is left over is removed after the next upload
+                logger.warning("after the upload of %s: %s", event["path"], exc)

@@ -5,16 +5,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from api.artifacts import ArtifactStore, UnsafePath, safe_relative
 from api.auth.deps import CurrentPrincipal, Reader
 from api.auth.service import conflict, not_found
 from api.checkpoints import schemas
 from api.db import SessionDep
-from api.models import Checkpoint
+from api.models import Checkpoint, Run
 from api.runs.service import claim_for_report, readable_run, unprocessable
 from api.values import RunId, StepPath
+from trainer_core.spec_sections import TrainSpec
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
 
@@ -99,7 +100,23 @@ def register_checkpoint(
     )
     session.add(ckpt)
     session.flush()
+    if body.kind == "checkpoint":
+        _forget_rotated(session, run_id)
     return _public(ckpt)
+
+
+def _forget_rotated(session, run_id: int) -> None:
+    """Drop the records of checkpoints the trainer has rotated away: all but the newest train.keep_last (the
+    trainer keeps the same ones, by step), so a listing never offers a checkpoint whose files are gone."""
+    spec = session.scalar(select(Run.spec).where(Run.id == run_id)) or {}
+    keep_last = (spec.get("train") or {}).get("keep_last", TrainSpec.model_fields["keep_last"].default)
+    kept = select(Checkpoint.id).where(Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
+    kept = kept.order_by(Checkpoint.step.desc()).limit(keep_last)
+    session.execute(
+        delete(Checkpoint).where(
+            Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint", Checkpoint.id.not_in(kept.scalar_subquery())
+        )
+    )
 
 
 @router.get("", response_model=schemas.CheckpointList)
