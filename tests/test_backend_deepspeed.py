@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.training import metrics
 from trainer_core.launch import free_port
-from worker.launcher import trainer_command
+from worker.launcher import split_rank, trainer_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENSIONS = ROOT / ".cache" / "torch_extensions"
@@ -175,6 +175,9 @@ def test_the_deepspeed_launcher_trains_bf16_zero2(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     loss = metrics(tmp_path / "out", "train/loss")
     assert sorted(loss) == list(range(1, 31)) and loss[30] < loss[1] - 1.0, loss
+    # DeepSpeed's launcher does not prefix its ranks' lines as torchrun's --tee does; the trainer does
+    ranks = {split_rank(line)[0] for line in (result.stdout + result.stderr).splitlines()}
+    assert ranks == {0, 1}, ranks
 
 
 def test_a_cpu_spec_with_two_processes_starts_them_itself(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from trainer_core.data import DataError
-from trainer_core.launch import relaunch, under_a_launcher
+from trainer_core.launch import prefix_rank_output, relaunch, under_a_launcher
 from trainer_core.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
 
 EXIT_BAD_INPUT = 2
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefix_rank_output()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:

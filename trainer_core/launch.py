@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from typing import Any, TextIO
 
 # Written into the run's directory by a worker that must stop (its node is drained): the trainer
 # checkpoints after its current step and exits, so the next attempt redoes no steps.
@@ -18,6 +19,36 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class _RankPrefixed:
+    """A text stream that starts every line with `prefix`, as torchrun's --tee does for its ranks."""
+
+    def __init__(self, stream: TextIO, prefix: str) -> None:
+        self._stream, self._prefix, self._at_line_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        *lines, rest = text.split("\n")  # `rest` follows the last newline ("" when the text ends with one)
+        starts = [i > 0 or self._at_line_start for i in range(len(lines) + 1)]
+        out = [self._prefix + line if start else line for line, start in zip(lines, starts, strict=False)]
+        out.append(self._prefix + rest if rest and starts[-1] else rest)
+        self._stream.write("\n".join(out))
+        self._at_line_start = text.endswith("\n")
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding ...: the wrapped stream's
+        return getattr(self._stream, name)
+
+
+def prefix_rank_output() -> None:
+    """Under DeepSpeed's launcher (it sets CROSS_RANK; torchrun does not) with several ranks, start each line
+    this rank prints with `[rankN]: `, so the worker files it under its rank, as torchrun's lines are."""
+    if "CROSS_RANK" in os.environ and "TORCHELASTIC_RUN_ID" not in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        prefix = f"[rank{os.environ.get('RANK', '0')}]: "
+        sys.stdout = _RankPrefixed(sys.stdout, prefix)  # type: ignore[assignment]
+        sys.stderr = _RankPrefixed(sys.stderr, prefix)  # type: ignore[assignment]
 
 
 def under_a_launcher() -> bool:
