@@ -122,14 +122,20 @@ def test_fp16_on_cpu_is_refused_with_the_fix(monkeypatch):
         backend("fp16")
 
 
-def test_make_backend_refuses_megatron_until_it_arrives():
-    with pytest.raises(NotImplementedError, match=r"backend\.kind 'megatron'.*issue 9"):
-        make_backend(MegatronBackend(), TrainSpec(steps=1), SINGLE)
+def test_make_backend_builds_megatron_for_one_process():
+    """Tensor parallel 1 in a world of one (its own process group); the data-parallel view is the whole world."""
+    b = make_backend(MegatronBackend(precision="fp32"), TrainSpec(steps=1), SINGLE)
+    try:
+        assert (type(b).__name__, b.tp_size, b.data_rank, b.data_world_size, b.is_rank_zero) == ("MegatronBackend", 1, 0, 1, True)
+        assert b.all_reduce(torch.tensor([2.0, 4.0]), "sum").tolist() == [2.0, 4.0]
+    finally:
+        b.close()
 
 
 def test_make_backend_builds_the_torch_backend_for_one_process():
     b = make_backend(TorchBackendSpec(), TrainSpec(steps=1), SINGLE)
     assert (b.rank, b.world_size, b.is_rank_zero, b.device.type) == (0, 1, True, "cpu")
+    assert (b.data_rank, b.data_world_size) == (0, 1)  # no model parallelism: the data slice is the rank's
     assert b.all_reduce(torch.tensor([2.0, 4.0]), "sum").tolist() == [2.0, 4.0]
     b.barrier()
     b.close()

@@ -26,7 +26,26 @@ RULE_CASES = {
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
     "nodes-need-gpus": ("sft", ["resources.nodes=2"], "resources.nodes", "resources.gpus >= 1"),
-    "megatron-needs-gpus": ("sft", [MEGATRON], "resources.gpus", "megatron needs GPUs"),
+    "megatron-cpu-fp32": ("sft", [MEGATRON], "backend.precision", "megatron on CPU trains in fp32, not bf16"),
+    "megatron-cpu-pp": (
+        "sft",
+        [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"],
+        "backend.pipeline_parallel",
+        "pipeline_parallel needs GPUs (megatron's schedules allocate CUDA tensors)",
+    ),
+    "megatron-cpu-layout": (
+        "sft",
+        [MEGATRON, "backend.precision=fp32", "backend.processes=3", "backend.tensor_parallel=2"],
+        "backend.tensor_parallel",
+        "= 2 must divide the 3 CPU processes (backend.processes)",
+    ),
+    "megatron-ppo": ("ppo", ["resources.gpus=1", MEGATRON], "backend.kind", "megatron: ppo not yet supported"),
+    "megatron-ilql": (
+        "sft",
+        ["resources.gpus=1", MEGATRON, "algorithm=ilql"],
+        "backend.kind",
+        "megatron: ilql not yet supported (it trains sft, dpo, grpo); use deepspeed or fsdp2",
+    ),
     "megatron-layout": (
         "sft",
         ["resources.gpus=4", MEGATRON, "backend.tensor_parallel=3"],
@@ -175,6 +194,8 @@ class TestCrossFieldRules:
         "sets",
         [
             ["backend.precision=bf16"],  # bf16 runs on CPU
+            [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"],  # TP on CPU
+            [MEGATRON, "backend.precision=fp32", "algorithm=dpo"],
             [
                 "resources.gpus=8",
                 MEGATRON,

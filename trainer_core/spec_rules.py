@@ -61,17 +61,50 @@ def multi_node_needs_gpus(spec: RunSpec) -> Rules:
 
 
 def megatron_layout_fits(spec: RunSpec) -> Rules:
-    """megatron needs GPUs, and tensor_parallel * pipeline_parallel * context_parallel must divide gpus * nodes."""
+    """megatron: tensor_parallel * pipeline_parallel * context_parallel must divide the processes (GPUs, or CPU processes)."""
     backend = spec.backend
     if backend.kind != "megatron":
         return
-    if spec.resources.gpus == 0:
-        yield Violation(("resources", "gpus"), "backend megatron needs GPUs: set resources.gpus >= 1")
-    elif spec.world_size % spec.model_parallel_size:
+    if spec.world_size % spec.model_parallel_size:
+        where = (
+            f"the {spec.world_size} GPUs (resources.gpus * resources.nodes); change the parallel sizes or the GPUs"
+            if spec.resources.gpus
+            else f"the {spec.world_size} CPU processes (backend.processes); change the parallel sizes or backend.processes"
+        )
         yield Violation(
             ("backend", "tensor_parallel"),
-            f"tensor_parallel * pipeline_parallel * context_parallel = {spec.model_parallel_size} must divide "
-            f"the {spec.world_size} GPUs (resources.gpus * resources.nodes); change the parallel sizes or the GPUs",
+            f"tensor_parallel * pipeline_parallel * context_parallel = {spec.model_parallel_size} must divide {where}",
+        )
+
+
+def megatron_on_cpu(spec: RunSpec) -> Rules:
+    """megatron on CPU (resources.gpus 0) runs tensor parallelism only, in fp32: pipeline_parallel and context_parallel 1."""
+    backend = spec.backend
+    if backend.kind != "megatron" or spec.resources.gpus:
+        return
+    for field in ("pipeline_parallel", "context_parallel"):
+        if getattr(backend, field) > 1:
+            yield Violation(
+                ("backend", field),
+                f"{field} needs GPUs (megatron's schedules allocate CUDA tensors): set backend.{field}: 1 or resources.gpus >= 1",
+            )
+    if backend.precision != "fp32":
+        yield Violation(
+            ("backend", "precision"),
+            f"megatron on CPU trains in fp32, not {backend.precision}: set backend.precision: fp32 or resources.gpus >= 1",
+        )
+
+
+# Algorithms whose recipes the megatron backend runs; the others need heads beside the GPTModel it lacks yet.
+MEGATRON_ALGORITHMS = ("sft", "dpo", "grpo")
+
+
+def megatron_algorithms(spec: RunSpec) -> Rules:
+    """megatron trains sft, dpo and grpo; ppo, reward and ilql are not supported on it yet."""
+    if spec.backend.kind == "megatron" and spec.algorithm not in MEGATRON_ALGORITHMS:
+        yield Violation(
+            ("backend", "kind"),
+            f"megatron: {spec.algorithm} not yet supported (it trains {', '.join(MEGATRON_ALGORITHMS)}); use deepspeed or fsdp2",
         )
 
 
@@ -257,6 +290,8 @@ RULES = (
     reward_matches_algorithm,
     multi_node_needs_gpus,
     megatron_layout_fits,
+    megatron_on_cpu,
+    megatron_algorithms,
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,
     fp16_needs_gpu,

@@ -248,17 +248,17 @@ class Fsdp2Backend(StrictModel):
 
 
 class MegatronBackend(StrictModel):
-    """NeMo Megatron: tensor, pipeline and context parallelism; data parallel over the rest."""
+    """Megatron-Core: tensor parallelism (pipeline and context parallelism need GPUs); data parallel over the rest."""
 
     kind: Literal["megatron"] = Field("megatron", description="megatron: Megatron-Core model parallelism.")
-    tensor_parallel: int = Field(1, ge=1, description="GPUs each layer is split across.")
+    tensor_parallel: int = Field(1, ge=1, description="Processes (GPUs) each layer is split across.")
     pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages the layers are split into.")
     context_parallel: int = Field(1, ge=1, description="GPUs each sequence is split across.")
     sequence_parallel: bool = Field(
         False,
         description="Shard layer-norm and dropout activations along the sequence; needs tensor_parallel > 1.",
     )
-    precision: Precision = Field("bf16", description="Mixed precision of the training step.")
+    precision: Precision = Field("bf16", description="Mixed precision of the training step; fp32 on CPU.")
     processes: int = _processes()
 
 

@@ -13,7 +13,7 @@ from trainer_core.spec_sections import BackendSpec, TrainSpec
 
 
 def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> Backend:
-    """The backend for spec.backend. DeepSpeed and FSDP2 are imported only when chosen."""
+    """The backend for spec.backend. DeepSpeed, FSDP2 and Megatron are imported only when chosen."""
     if backend.kind == "torch":
         return TorchBackend(backend, train, env)
     if backend.kind == "deepspeed":
@@ -24,9 +24,9 @@ def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = N
         from trainer_core.backends.fsdp2_backend import Fsdp2Backend
 
         return Fsdp2Backend(backend, train, env)
-    raise NotImplementedError(
-        f"backend.kind {backend.kind!r} is not implemented yet: it arrives with issue 9; use torch, deepspeed or fsdp2."
-    )
+    from trainer_core.backends.megatron_backend import MegatronBackend
+
+    return MegatronBackend(backend, train, env)
 
 
 __all__ = [

@@ -49,6 +49,17 @@ class Backend(ABC):
         """Only rank zero reports metrics and writes shared files."""
         return self.rank == 0
 
+    @property
+    def data_rank(self) -> int:
+        """Which slice of each batch this rank trains on: its rank, except under model parallelism (megatron),
+        where the ranks holding one copy of the model share a slice."""
+        return self.rank
+
+    @property
+    def data_world_size(self) -> int:
+        """How many slices each batch is split into (the data-parallel size); see `data_rank`."""
+        return self.world_size
+
     @abstractmethod
     def prepare(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
@@ -68,7 +79,8 @@ class Backend(ABC):
         """Skip the gradient all-reduce during accumulation micro-steps (all but the last)."""
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
-        """A new tensor reduced over all ranks (the input is left as it was), on this rank's device."""
+        """A new tensor reduced over all ranks (the input is left as it was), on this rank's device. Under
+        model parallelism, over the data-parallel ranks only (a replica's ranks hold the same values)."""
         if op not in ("mean", "sum"):
             raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
         result = tensor.detach().to(self.device, copy=True)

@@ -226,13 +226,13 @@ class StepTimer:
 
 
 def rank_chunks(items: Sequence[T], size: int, backend: Backend) -> Iterator[tuple[list[T], bool]]:
-    """This rank's share of `items` (every world_size-th, from its rank) in chunks of `size`, as (chunk, real).
+    """This rank's share of `items` (every data_world_size-th, from its data_rank) in chunks of `size`, as (chunk, real).
 
     Every rank gets as many chunks as the rank with the largest share: one whose share runs out first
     gets stand-in chunks (real=False) to run and discard, because a forward pass through a sharded
     model (ZeRO-3, FSDP2) gathers parameters from every rank and hangs unless every rank joins it."""
-    mine = list(items[backend.rank :: backend.world_size])
-    largest_share = -(-len(items) // backend.world_size)
+    mine = list(items[backend.data_rank :: backend.data_world_size])
+    largest_share = -(-len(items) // backend.data_world_size)
     for i in range(-(-largest_share // size)):
         chunk = mine[i * size : (i + 1) * size]
         yield (chunk, True) if chunk else (list(items[:1]), False)

@@ -155,7 +155,7 @@ def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
     """One optimizer step over the next global batch: (loss and rewards/* means, pre-clip grad norm, tokens)."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
-    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
     run.model.train()
@@ -177,7 +177,7 @@ def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
         "rewards/margin": (chosen - rejected) / count,
         "rewards/accuracy": correct / count,
     }
-    return values, grad_norm, pair_tokens(local) * backend.world_size
+    return values, grad_norm, pair_tokens(local) * backend.data_world_size
 
 
 def train(run: DpoRun, stop_at: int | None = None) -> None:

@@ -129,7 +129,7 @@ def sample(run: GrpoRun) -> Groups:
     """group_size scored responses to each of this rank's prompts of the next global batch."""
     backend, options = run.backend, run.spec.grpo
     indices = run.order.next_batch()
-    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size)
     generation, scores = scored.generation, scored.scores
     rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)

@@ -338,7 +338,7 @@ def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
     """One optimizer step over the next global batch (then the target sync when due): (metrics, grad norm, tokens)."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
-    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     actions = max(1, _actions(local))  # every response token of the rank's rows weighs the same
     totals = torch.zeros(7, dtype=torch.float64, device=backend.device)
@@ -353,7 +353,7 @@ def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
     run.step += 1
     if run.step % spec.ilql.steps_for_target_q_sync == 0:
         run.ilql.heads.sync_targets(spec.ilql.alpha, backend)
-    tokens = sum(len(e["input_ids"]) for e, _ in local) * backend.world_size
+    tokens = sum(len(e["input_ids"]) for e, _ in local) * backend.data_world_size
     return _means(run, totals), grad_norm, tokens
 
 

@@ -180,7 +180,7 @@ def rollout(run: PpoRun) -> Rollouts:
     """Sample and score this rank's share of the next global batch of prompts, with advantages."""
     backend, options = run.backend, run.spec.ppo
     indices = run.order.next_batch()
-    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen)
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
@@ -225,7 +225,7 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     """ppo.epochs passes of minibatch updates over the rollouts; the means of the loss statistics."""
     spec, backend, options = run.spec, run.backend, run.spec.ppo
     size = batch.logprobs.shape[0]
-    minibatch = len(local_batch_range(spec.update_batch_size, backend.rank, backend.world_size))
+    minibatch = len(local_batch_range(spec.update_batch_size, backend.data_rank, backend.data_world_size))
     keys = (
         "ppo/policy_loss",
         "ppo/value_loss",

@@ -112,7 +112,7 @@ def train_step(run: RewardRun) -> tuple[float, float, float, int]:
     """One optimizer step over the next global batch: (mean loss, accuracy, pre-clip grad norm, tokens)."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
-    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     totals = torch.zeros(4, dtype=torch.float64, device=backend.device)
     run.model.train()
@@ -129,7 +129,7 @@ def train_step(run: RewardRun) -> tuple[float, float, float, int]:
     grad_norm = backend.step()
     run.step += 1
     loss_sum, correct, _, count = backend.all_reduce(totals, "sum").tolist()
-    return loss_sum / count, correct / count, grad_norm, pair_tokens(local) * backend.world_size
+    return loss_sum / count, correct / count, grad_norm, pair_tokens(local) * backend.data_world_size
 
 
 def train(run: RewardRun, stop_at: int | None = None) -> None:

@@ -98,13 +98,13 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     """One optimizer step over the next global batch: (mean token loss, pre-clip grad norm, tokens)."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
-    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.rank, backend.world_size)]
+    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     # Tokens that carry loss (labels[1:] not masked) in the GLOBAL batch, so every token weighs the same
-    # on 1 or N ranks: each rank divides by the global count, times world_size since DDP averages gradients.
+    # on 1 or N ranks: each rank divides by the global count, times the data-parallel size since DDP averages gradients.
     mine = sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local)
     global_tokens = float(backend.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), "sum")[0])
-    loss_tokens = max(1.0, global_tokens) / backend.world_size
+    loss_tokens = max(1.0, global_tokens) / backend.data_world_size
     totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
     run.model.train()
     for i, piece in enumerate(micro):
@@ -117,7 +117,7 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     grad_norm = backend.step()
     run.step += 1
     loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
-    input_tokens = sum(len(e["input_ids"]) for e in local) * backend.world_size
+    input_tokens = sum(len(e["input_ids"]) for e in local) * backend.data_world_size
     return loss_sum / max(tokens, 1.0), grad_norm, input_tokens
 
 

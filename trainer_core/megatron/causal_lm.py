@@ -1,0 +1,71 @@
+"""A Megatron-Core GPTModel shard that the recipes call like the Hugging Face causal LM it replaced.
+
+`MegatronCausalLM(input_ids=..., attention_mask=..., position_ids=...)` returns an object with `.logits` over the
+model's REAL vocabulary, [batch, seq, vocab_size], on every tensor-parallel rank: the output layer
+gathers its vocabulary slices (autograd-aware: the backward pass splits the gradient again) and the
+padding columns past vocab_size are cut off, so a softmax over them equals the HF model's (padded
+columns would otherwise add exp(0) terms to every normaliser).
+
+Gathering the logits costs a full [batch, seq, padded vocab] tensor per rank; megatron's
+vocab-parallel cross entropy would avoid it, but the recipes' losses (SFT, DPO log-probabilities)
+take whole logits, and this keeps them unchanged. The Hugging Face model it came from stays beside
+it, unregistered (its parameters are not this module's): checkpoints and exports write through it
+(config, save_pretrained) with the weights gathered from the shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from megatron.core.models.gpt import GPTModel
+from torch import nn
+from transformers import PreTrainedModel
+
+from trainer_core.megatron.config import Architecture
+from trainer_core.megatron.model import causal_inputs
+
+
+@dataclass
+class CausalLMOutput:
+    """What the recipes read off a causal LM's forward: the logits."""
+
+    logits: torch.Tensor
+
+
+class MegatronCausalLM(nn.Module):
+    def __init__(self, gpt: GPTModel, arch: Architecture, hf_model: PreTrainedModel) -> None:
+        super().__init__()
+        self.gpt = gpt
+        self.arch = arch
+        self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
+
+    @property
+    def hf_model(self) -> PreTrainedModel:
+        """The Hugging Face model this shard was converted from (its config and save_pretrained; weights stale)."""
+        return self._hf[0]
+
+    @property
+    def config(self) -> Any:
+        return self.hf_model.config
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **unused: Any,
+    ) -> CausalLMOutput:
+        if unused:
+            raise TypeError(f"the megatron causal LM takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
+        positions, mask = causal_inputs(input_ids)
+        if attention_mask is not None:
+            mask = mask | ~attention_mask.bool()[:, None, None, :]  # padded keys masked as HF masks them (True = masked)
+        if position_ids is not None:
+            # Learned positions (GPT-2) read them; megatron's rotary embedding (Llama) numbers the columns 0..seq-1
+            # whatever they say, which gives the same attention: rotary scores depend on position differences only,
+            # and a left-padded row's real tokens keep theirs (its padded keys are masked).
+            positions = position_ids
+        logits = self.gpt(input_ids, positions, mask)
+        return CausalLMOutput(logits=logits[..., : self.arch.vocab_size])
