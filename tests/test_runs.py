@@ -104,14 +104,20 @@ class TestStateMachine:
         resumed = client.post(f"/api/v1/runs/{run['id']}/resume").json()
         assert resumed["status"] == "queued" and "no checkpoint" in resumed["status_reason"]
 
-    def test_archive_and_delete_need_an_ended_run(self, client, db):
-        run = create_run(client)
+    def test_archive_and_delete_need_an_ended_run(self, client, db, artifacts_root):
+        run, other = create_run(client), create_run(client)
+        for run_id in (run["id"], other["id"]):
+            (artifacts_root / f"runs/{run_id}/checkpoints/step-000010").mkdir(parents=True)
+            (artifacts_root / f"runs/{run_id}/metrics.jsonl").write_text("{}\n")
         assert client.post(f"/api/v1/runs/{run['id']}/archive").status_code == 409
         assert client.delete(f"/api/v1/runs/{run['id']}").status_code == 409
+        assert (artifacts_root / f"runs/{run['id']}/metrics.jsonl").exists()  # a refused delete keeps everything
         client.post(f"/api/v1/runs/{run['id']}/cancel")
         assert client.delete(f"/api/v1/runs/{run['id']}").status_code == 204
         assert client.get(f"/api/v1/runs/{run['id']}").status_code == 404
         assert db.get(Run, run["id"]) is None
+        assert not (artifacts_root / f"runs/{run['id']}").exists()  # its files went with it
+        assert (artifacts_root / f"runs/{other['id']}/checkpoints/step-000010").is_dir()
 
     def test_worker_lifecycle_with_fencing(self, client, db):
         token = worker_token(client)

@@ -1,13 +1,18 @@
+import logging
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 
+from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
-from api.db import SessionDep
+from api.db import SessionDep, UowDep
 from api.runs import repository, schemas, service, views
 from api.values import Offset, RunId
 from trainer_core.spec import RunSpec, SpecError, load_spec
+
+logger = logging.getLogger("rlplane.api")
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -127,9 +132,20 @@ for _name, _apply, _doc in (
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_run(run_id: RunId, principal: Writer, session: SessionDep) -> Response:
-    service.delete(session, principal, run_id)
+def delete_run(run_id: RunId, principal: Writer, uow: UowDep, request: Request) -> Response:
+    """Delete an ended run with no child runs: its records, then (once that is committed) its files
+    under the artifact root: checkpoints, the export, logs and metrics files."""
+    service.delete(uow.session, principal, run_id)
+    store = request.app.state.artifacts
+    uow.after_commit(lambda: _remove_files(store, run_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _remove_files(store: ArtifactStore, run_id: int) -> None:
+    try:
+        store.delete_tree(PurePosixPath(f"runs/{run_id}"))
+    except Exception:  # the records are gone already: a file left over costs space, not correctness
+        logger.exception("run %d deleted; removing its files under the artifact root failed", run_id)
 
 
 @router.post("/{run_id}/lease", response_model=schemas.Lease)

@@ -175,7 +175,11 @@ export interface paths {
         get: operations["read_run_api_v1_runs__run_id__get"];
         put?: never;
         post?: never;
-        /** Delete Run */
+        /**
+         * Delete Run
+         * @description Delete an ended run with no child runs: its records, then (once that is committed) its files
+         *     under the artifact root: checkpoints, the export, logs and metrics files.
+         */
         delete: operations["delete_run_api_v1_runs__run_id__delete"];
         options?: never;
         head?: never;
@@ -1519,7 +1523,7 @@ export interface components {
         };
         /**
          * MegatronBackend
-         * @description NeMo Megatron: tensor, pipeline and context parallelism; data parallel over the rest.
+         * @description Megatron-Core: tensor parallelism (pipeline and context parallelism need GPUs); data parallel over the rest.
          */
         MegatronBackend: {
             /**
@@ -1541,7 +1545,7 @@ export interface components {
             pipeline_parallel: number;
             /**
              * Precision
-             * @description Mixed precision of the training step.
+             * @description Mixed precision of the training step; fp32 on CPU.
              * @default bf16
              * @enum {string}
              */
@@ -1560,7 +1564,7 @@ export interface components {
             sequence_parallel: boolean;
             /**
              * Tensor Parallel
-             * @description GPUs each layer is split across.
+             * @description Processes (GPUs) each layer is split across.
              * @default 1
              */
             tensor_parallel: number;
