@@ -1,5 +1,5 @@
 """Backends on a CUDA GPU: bf16 and fp16 (with loss scaling) on the torch, DeepSpeed and FSDP2
-backends, NCCL as the process group, and PPO generating under ZeRO-3 on the GPU.
+backends, bf16 on the Megatron backend (tensor parallel 1: one GPU), NCCL as the process group, and PPO generating under ZeRO-3 on the GPU.
 
 Marked `gpu`: `make test` (and CI, which has no GPU) deselects them; run them where a GPU exists with
 `python -m pytest -m gpu tests/test_gpu.py` (the lent device machine, see docs/backends.md). They
@@ -57,6 +57,7 @@ def train(tmp_path: Path, spec: dict, name: str) -> Path:
         {"kind": "deepspeed", "zero_stage": 3, "precision": "bf16", "zero_init": True},
         {"kind": "fsdp2", "precision": "bf16"},
         {"kind": "fsdp2", "precision": "fp16"},
+        {"kind": "megatron", "precision": "bf16", "tensor_parallel": 1},
     ],
     ids=[
         "torch-bf16",
@@ -67,6 +68,7 @@ def train(tmp_path: Path, spec: dict, name: str) -> Path:
         "zero3-init-bf16",
         "fsdp2-bf16",
         "fsdp2-fp16",
+        "megatron-tp1-bf16",
     ],
 )
 def test_sft_learns_in_mixed_precision_on_the_gpu(tmp_path: Path, backend: dict) -> None:
