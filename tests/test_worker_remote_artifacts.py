@@ -60,7 +60,11 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     first = stack.start_worker("w1", home=node1)
     run_id = stack.submit({**LONG, "data": {"source": dataset["source"], "eval_fraction": 0.1}})
     stack.wait_step(run_id, 250)
-    assert (remote / f"runs/{run_id}/checkpoints/step-000200/manifest.json").exists(), "checkpoints go up as they are made"
+    uploaded = remote / f"runs/{run_id}/checkpoints/step-000200/manifest.json"
+    deadline = time.monotonic() + 30  # uploads run beside the training, in a thread of their own
+    while not uploaded.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert uploaded.exists(), "checkpoints go up as they are made"
     os.killpg(first.pid, signal.SIGKILL)
     second = stack.start_worker("w2", home=node2)  # a node that never saw node1's disk
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
@@ -69,7 +73,12 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "node2 did not resume from the checkpoint it downloaded"
     assert_metrics_once(stack, run_id)
-    assert (node2 / "scratch" / f"datasets/{dataset['id']}/arith.jsonl").read_text() == upload
+    assert (node2 / "scratch" / f"datasets/{dataset['id']}/arith.jsonl").read_text() == upload  # inputs stay cached
+    scratch = node2 / "scratch" / f"runs/{run_id}"
+    deadline = time.monotonic() + 30  # removed right after the final status is sent
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not scratch.exists(), "the ended run's scratch copy was left on the node"
 
     # Every registered checkpoint is complete on the remote root, and the API serves it from there.
     # Rotation (train.keep_last, 3 by default) reaches the remote copies and the API's records.

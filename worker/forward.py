@@ -78,6 +78,11 @@ class Forwarder:
         return delivered and (self.uploads is None or self.uploads.idle)
 
     @property
+    def settled(self) -> bool:
+        """Everything read so far is in the API and every upload is done: nothing here is needed any more."""
+        return len(self.sink.spool) == 0 and (self.uploads is None or self.uploads.idle)
+
+    @property
     def uploading(self) -> bool:
         """A checkpoint upload is under way and not failing."""
         return self.uploads is not None and self.uploads.progressing

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +85,12 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
         trainer = Trainer(command, out_dir, forwarder.add_line, env=artifacts.trainer_env())
-        return _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
+        outcome = _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
+        if artifacts.remote and outcome in ("succeeded", "failed", "cancelled") and forwarder.settled:
+            # Its checkpoints and export are on the remote root and its reports in the API: the scratch
+            # copy would only fill this node's disk (a resumed failed run downloads what it needs again).
+            shutil.rmtree(out_dir, ignore_errors=True)
+        return outcome
     except Superseded as exc:
         logger.warning("run=%d attempt=%d superseded: %s", run_id, attempt, exc)
         return "superseded"
