@@ -39,12 +39,17 @@ RULE_CASES = {
         "backend.tensor_parallel",
         "= 2 must divide the 3 CPU processes (backend.processes)",
     ),
-    "megatron-ppo": ("ppo", ["resources.gpus=1", MEGATRON], "backend.kind", "megatron: ppo not yet supported"),
+    "megatron-ppo-critic": (
+        "ppo",
+        ["resources.gpus=1", MEGATRON, "ppo.critic={path: 'builtin:tiny-gpt2'}"],
+        "ppo.critic",
+        "megatron: ppo.critic (a separate critic model) not yet supported; remove it",
+    ),
     "megatron-ilql": (
         "sft",
         ["resources.gpus=1", MEGATRON, "algorithm=ilql"],
         "backend.kind",
-        "megatron: ilql not yet supported (it trains sft, dpo, grpo); use deepspeed or fsdp2",
+        "megatron: ilql not yet supported (it trains sft, dpo, grpo, ppo, reward; ilql's value-guided decoding",
     ),
     "megatron-layout": (
         "sft",
@@ -196,6 +201,7 @@ class TestCrossFieldRules:
             ["backend.precision=bf16"],  # bf16 runs on CPU
             [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"],  # TP on CPU
             [MEGATRON, "backend.precision=fp32", "algorithm=dpo"],
+            [MEGATRON, "backend.precision=fp32", "algorithm=reward"],
             [
                 "resources.gpus=8",
                 MEGATRON,
@@ -215,6 +221,9 @@ class TestCrossFieldRules:
     )
     def test_valid_combinations_pass(self, sets):
         parse_spec(spec_with("sft", sets))
+
+    def test_ppo_with_a_shared_trunk_passes_on_megatron(self):
+        parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"]))
 
     def test_several_violations_are_reported_together(self):
         data = spec_with("sft", ["train.checkpoint_every=100", "train.eval_every=100", "backend.precision=fp16"])

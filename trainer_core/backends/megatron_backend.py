@@ -3,17 +3,18 @@
 `prepare` converts the recipe's Hugging Face model to this TP rank's GPTModel shard
 (trainer_core.megatron: through the converted-weights cache when the model was loaded from a
 directory, else from its in-memory weights), wraps it so the recipes call it like the HF model
-(trainer_core/megatron/causal_lm.py: `.logits` over the real vocabulary, gathered over TP) and points
-the recipe's optimizer at the shards in place (same class, groups and settings; the scheduler built
-on it stays valid). Data parallelism is over the ranks outside a TP group: both TP ranks of a
-replica read the same batch (`data_rank`, `data_world_size`), gradients are averaged over the
-data-parallel group in `step`, and `all_reduce` reduces over that group (a replica's TP ranks hold
-the same metrics).
+(trainer_core/megatron/causal_lm.py: `.logits` over the real vocabulary, gathered over TP; a sequence
+classifier or PPO's actor-critic keeps its head whole on every rank beside the shard, reading its
+final hidden states: trainer_core/megatron/heads.py) and points the recipe's optimizer at the shards
+in place (same class, groups and settings; the scheduler built on it stays valid). Data parallelism
+is over the ranks outside a TP group: both TP ranks of a replica read the same batch (`data_rank`,
+`data_world_size`), gradients are averaged over the data-parallel group in `step`, and `all_reduce`
+reduces over that group (a replica's TP ranks hold the same metrics).
 
 The training step is torch's: megatron's own DistributedOptimizer and pipeline schedules allocate
 CUDA tensors, so a CPU run cannot use them; pipeline and context parallelism and sequence
 parallelism need them and are refused here. On GPU bf16 is torch autocast over fp32 shards (never
-run here: no GPU). `generate` (GRPO) is an interim: the shards gathered into the whole HF model on
+run here: no GPU). `generate` (GRPO, PPO) is an interim: the shards gathered into the whole HF model on
 every rank, which generates; a TP group's ranks are seeded alike so they sample the same rollouts.
 
 Checkpoints keep today's format: `full_state` gathers the shards over TP and converts them back to
@@ -126,18 +127,69 @@ class MegatronBackend(Backend):
 
         if optimizer.state:
             raise RuntimeError("backend.prepare needs a fresh optimizer: the megatron backend replaces its parameters.")
-        wrapped = self._convert(model)
-        self._hf_groups, groups = megatron_groups(model, optimizer, wrapped.gpt, wrapped.arch, self.tp_rank, self.tp_size)
+        wrapped = self._wrap(model)
+        self._hf_groups, groups = megatron_groups(
+            model, optimizer, local_parameters(wrapped), wrapped.layout, self.tp_rank, self.tp_size
+        )
         # In place, so the scheduler built on this optimizer (and its groups' initial_lr) stays valid.
         for group, params in zip(optimizer.param_groups, groups, strict=True):
             group["params"] = params
         self._model, self._optimizer, self._scheduler = wrapped, optimizer, scheduler
         return wrapped, optimizer, scheduler
 
+    def _wrap(self, model: nn.Module) -> Any:
+        """The recipe's model with its transformer as this rank's GPTModel shard: a causal LM (SFT, DPO, GRPO), a
+        sequence classifier (reward: its score head kept whole) or a module holding one causal LM (PPO's actor-critic:
+        its value head kept whole)."""
+        from transformers import PreTrainedModel
+
+        if isinstance(model, PreTrainedModel):
+            return self._convert(model) if model.get_output_embeddings() is not None else self._convert_classifier(model)
+        from trainer_core.megatron.heads import MegatronComposite
+        from trainer_core.megatron.layout import Layout
+
+        # The outermost HF models inside (a PPO critic is one: the trunk of another model).
+        every = [name for name, child in model.named_modules() if name and isinstance(child, PreTrainedModel)]
+        inner = [name for name in every if not any(name.startswith(f"{outer}.") for outer in every)]
+        causal = [name for name in inner if model.get_submodule(name).get_output_embeddings() is not None]
+        if len(inner) != 1 or len(causal) != 1 or "." in causal[0]:
+            raise BackendError(
+                f"the megatron backend converts one causal LM inside {type(model).__name__}, found {inner}: "
+                "a separate critic (ppo.critic) is not supported on megatron yet; remove ppo.critic or use fsdp2/deepspeed."
+            )
+        name = causal[0]
+        converted = self._convert(model.get_submodule(name))
+        prefix = name + "."
+        kept = tuple(n for n, _ in model.named_parameters() if not n.startswith(prefix))
+        return MegatronComposite(model, name, converted, Layout(converted.arch, prefix=prefix, kept=kept))
+
+    def _convert_classifier(self, model: nn.Module) -> Any:
+        """This rank's MegatronScoreModel for an HF sequence classifier (weights as they are now)."""
+        from dataclasses import replace
+
+        from trainer_core.megatron.heads import MegatronScoreModel
+        from trainer_core.megatron.layout import Layout
+        from trainer_core.megatron.model import build_gpt_model, load_shard
+        from trainer_core.megatron.optim_state import to_shard
+
+        if not isinstance(getattr(model, "score", None), nn.Linear):
+            raise BackendError(
+                f"the megatron backend cannot convert {type(model).__name__}: it has neither an LM head nor a score head."
+            )
+        # Tied: the trunk then needs no output layer of its own (a classifier has no LM head to fill one).
+        arch = replace(architecture_for(model.config, self.tp_size), tie_word_embeddings=True)
+        layout = Layout(arch, kept=tuple(f"score.{n}" for n, _ in model.score.named_parameters()), lm_head=False)
+        weights = to_shard(dict(model.state_dict()), layout, self.tp_rank, self.tp_size)
+        with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
+            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False)
+        load_shard(gpt, {n: t for n, t in weights.items() if n not in layout.kept})
+        return MegatronScoreModel(gpt.to(self.device), layout, model)
+
     def _convert(self, model: nn.Module) -> Any:
         """This rank's MegatronCausalLM for the HF `model` (weights as they are now)."""
         from trainer_core.megatron import convert_to_cache
         from trainer_core.megatron.causal_lm import MegatronCausalLM
+        from trainer_core.megatron.layout import Layout
         from trainer_core.megatron.model import build_gpt_model, load_shard
         from trainer_core.megatron.optim_state import to_shard
 
@@ -152,7 +204,7 @@ class MegatronBackend(Backend):
             self.barrier()
             weights = convert_to_cache(source, model, self.tp_size).load_shard(self.tp_rank)
         else:
-            weights = to_shard(dict(model.state_dict()), arch, self.tp_rank, self.tp_size)
+            weights = to_shard(dict(model.state_dict()), Layout(arch), self.tp_rank, self.tp_size)
         with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
             gpt = build_gpt_model(arch, self.tp_size, parallel_output=False)
         load_shard(gpt, weights)
@@ -167,10 +219,9 @@ class MegatronBackend(Backend):
         return self._convert(model).eval().requires_grad_(False)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
-        """The Hugging Face model (config, save_pretrained); its weights are stale: `full_state` has the trained ones."""
-        from trainer_core.megatron.causal_lm import MegatronCausalLM
-
-        return model.hf_model if isinstance(model, MegatronCausalLM) else model
+        """The recipe's model (HF config, save_pretrained); its transformer's weights are stale: `full_state` has the
+        trained ones (and `generate` refreshes a policy's)."""
+        return model.hf_model if _is_wrapper(model) else model
 
     def describe_placement(self, model: nn.Module) -> str:
         local = sum(p.numel() for p in model.parameters())
@@ -182,13 +233,15 @@ class MegatronBackend(Backend):
         """Interim: the shards' weights gathered over TP into the whole HF model on every rank, which generates
         (the same prompts and RNG on a TP group's ranks give the same samples). Megatron's own inference
         engine would generate from the shards; it is not used yet."""
+        from trainer_core.megatron.causal_lm import MegatronCausalLM
         from trainer_core.megatron.model import model_shard
         from trainer_core.megatron.optim_state import to_hf
 
         wrapped, _ = self._prepared()
-        if model is not wrapped.hf_model:
+        causal = next((m for m in wrapped.modules() if isinstance(m, MegatronCausalLM) and m.hf_model is model), None)
+        if causal is None:
             raise BackendError("the megatron backend generates from the prepared policy only (backend.unwrap(model)).")
-        weights = to_hf({name: tensor.cpu() for name, tensor in model_shard(wrapped.gpt).items()}, wrapped.arch)
+        weights = to_hf({name: tensor.cpu() for name, tensor in model_shard(causal.gpt).items()}, causal.layout)
         missing, unexpected = model.load_state_dict(weights, strict=False)
         parameters = {name for name, _ in model.named_parameters()}
         if unexpected or parameters & set(missing):
@@ -252,9 +305,13 @@ class MegatronBackend(Backend):
         from trainer_core.megatron.optim_state import gather_hf_state, to_hf
 
         wrapped, _ = self._prepared()
-        shard = {name: tensor.cpu() for name, tensor in model_shard(wrapped.gpt).items()}
-        weights = to_hf(shard, wrapped.arch)  # collectives over the TP group, every rank
-        state = None if optimizer is None else gather_hf_state(wrapped.gpt, optimizer, self._hf_groups, wrapped.arch)
+        shard = model_shard(wrapped.gpt) | {
+            name: p.detach().clone() for name, p in local_parameters(wrapped).items() if name in wrapped.layout.kept
+        }
+        weights = to_hf({name: tensor.cpu() for name, tensor in shard.items()}, wrapped.layout)  # collectives over TP, every rank
+        state = (
+            None if optimizer is None else gather_hf_state(local_parameters(wrapped), optimizer, self._hf_groups, wrapped.layout)
+        )
         if not self.is_rank_zero:
             return None, None
         return weights, state
@@ -264,7 +321,14 @@ class MegatronBackend(Backend):
 
         wrapped, _ = self._prepared()
         local = scatter_hf_state(
-            optimizer, state, wrapped.gpt, wrapped.hf_model, self._hf_groups, wrapped.arch, self.tp_rank, self.tp_size
+            optimizer,
+            state,
+            local_parameters(wrapped),
+            wrapped.hf_model,
+            self._hf_groups,
+            wrapped.layout,
+            self.tp_rank,
+            self.tp_size,
         )
         optimizer.load_state_dict(local)
 
@@ -291,6 +355,19 @@ def architecture_for(config: Any, tp_size: int) -> Any:
     except ModelError as exc:
         raise BackendError(f"backend.tensor_parallel {tp_size} does not fit this model: {exc}") from None
     return arch
+
+
+def local_parameters(wrapped: Any) -> dict[str, nn.Parameter]:
+    """This rank's trained parameters by the layout's local names: the GPTModel shard's and the kept heads' (the recipe's own)."""
+    kept = dict(wrapped.hf_model.named_parameters())
+    return dict(wrapped.gpt.named_parameters()) | {name: kept[name] for name in wrapped.layout.kept}
+
+
+def _is_wrapper(model: nn.Module) -> bool:
+    from trainer_core.megatron.causal_lm import MegatronCausalLM
+    from trainer_core.megatron.heads import MegatronComposite, MegatronScoreModel
+
+    return isinstance(model, MegatronCausalLM | MegatronScoreModel | MegatronComposite)
 
 
 def _is_directory(source: str) -> bool:

@@ -1,8 +1,10 @@
 """Megatron-Core for the megatron backend: HF <-> Megatron weight conversion, its cache, HF export.
 
 The modules here need torch and transformers only; trainer_core.megatron.model (building and
-running a GPTModel), causal_lm (the GPTModel shard behind the HF causal LM's call) and optim_state
-(a torch optimizer's state over the shards <-> over the HF parameters) also import megatron-core,
+running a GPTModel), causal_lm (the GPTModel shard behind the HF causal LM's call), trunk (its final
+hidden states), heads (a score or value head beside the shard), layout (the recipe's names <-> the
+shards') and optim_state (a torch optimizer's state over the shards <-> over the HF parameters) also
+import megatron-core,
 and are imported on their own (by trainer_core/backends/megatron_backend.py).
 
     arch = architecture_from_hf(model.config)                   # config.py

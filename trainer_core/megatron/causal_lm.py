@@ -11,6 +11,10 @@ vocab-parallel cross entropy would avoid it, but the recipes' losses (SFT, DPO l
 take whole logits, and this keeps them unchanged. The Hugging Face model it came from stays beside
 it, unregistered (its parameters are not this module's): checkpoints and exports write through it
 (config, save_pretrained) with the weights gathered from the shards.
+
+`output_hidden_states=True` (PPO's value head reads the trunk) also returns the final hidden states,
+after the final norm, as `.hidden_states[-1]` ([batch, seq, hidden], the same on every TP rank); the
+earlier layers' are not kept.
 """
 
 from __future__ import annotations
@@ -24,14 +28,32 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from trainer_core.megatron.config import Architecture
+from trainer_core.megatron.layout import Layout
 from trainer_core.megatron.model import causal_inputs
+from trainer_core.megatron.trunk import final_hidden_states, logits_from_hidden
 
 
 @dataclass
 class CausalLMOutput:
-    """What the recipes read off a causal LM's forward: the logits."""
+    """What the recipes read off a causal LM's forward: the logits (and the final hidden states when asked)."""
 
     logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+def attention_inputs(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, megatron's mask: True = masked) for an HF-style call."""
+    positions, mask = causal_inputs(input_ids)
+    if attention_mask is not None:
+        mask = mask | ~attention_mask.bool()[:, None, None, :]  # padded keys masked as HF masks them (True = masked)
+    if position_ids is not None:
+        # Learned positions (GPT-2) read them; megatron's rotary embedding (Llama) numbers the columns 0..seq-1
+        # whatever they say, which gives the same attention: rotary scores depend on position differences only,
+        # and a left-padded row's real tokens keep theirs (its padded keys are masked).
+        positions = position_ids
+    return positions, mask
 
 
 class MegatronCausalLM(nn.Module):
@@ -39,6 +61,7 @@ class MegatronCausalLM(nn.Module):
         super().__init__()
         self.gpt = gpt
         self.arch = arch
+        self.layout = Layout(arch)
         self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
 
     @property
@@ -55,17 +78,15 @@ class MegatronCausalLM(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
         **unused: Any,
     ) -> CausalLMOutput:
         if unused:
             raise TypeError(f"the megatron causal LM takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
-        positions, mask = causal_inputs(input_ids)
-        if attention_mask is not None:
-            mask = mask | ~attention_mask.bool()[:, None, None, :]  # padded keys masked as HF masks them (True = masked)
-        if position_ids is not None:
-            # Learned positions (GPT-2) read them; megatron's rotary embedding (Llama) numbers the columns 0..seq-1
-            # whatever they say, which gives the same attention: rotary scores depend on position differences only,
-            # and a left-padded row's real tokens keep theirs (its padded keys are masked).
-            positions = position_ids
-        logits = self.gpt(input_ids, positions, mask)
-        return CausalLMOutput(logits=logits[..., : self.arch.vocab_size])
+        positions, mask = attention_inputs(input_ids, attention_mask, position_ids)
+        if not output_hidden_states:
+            logits = self.gpt(input_ids, positions, mask)
+            return CausalLMOutput(logits=logits[..., : self.arch.vocab_size])
+        hidden = final_hidden_states(self.gpt, input_ids, positions, mask)
+        logits = logits_from_hidden(self.gpt, hidden)
+        return CausalLMOutput(logits=logits[..., : self.arch.vocab_size], hidden_states=(hidden.transpose(0, 1),))

@@ -24,33 +24,29 @@ import torch
 from torch import nn
 
 from trainer_core.backends.base import BackendError
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict, hf_to_megatron, megatron_to_hf
-from trainer_core.megatron.model import gather_tp_shards
-from trainer_core.megatron.sharding import shard, unshard
+from trainer_core.megatron.convert import StateDict
+from trainer_core.megatron.layout import Layout, to_hf, to_shard
+
+__all__ = ["Layout", "gather_hf_state", "megatron_groups", "scatter_hf_state", "to_hf", "to_shard"]
 
 STEP = "step"
 # Weights whose rows past the vocabulary are padding (zeros in every converted probe).
 _VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 
-def to_shard(hf: StateDict, arch: Architecture, tp_rank: int, tp_size: int) -> StateDict:
-    """HF-named tensors shaped like the weights -> this TP rank's GPTModel-named shards."""
-    return shard(hf_to_megatron(hf, arch), arch, tp_rank, tp_size)
-
-
-def to_hf(local: StateDict, arch: Architecture) -> StateDict:
-    """This TP rank's GPTModel-named shards -> the whole HF-named tensors (a collective over the TP group)."""
-    return megatron_to_hf(unshard(gather_tp_shards(local), arch), arch)
-
-
 def megatron_groups(
-    hf_model: nn.Module, optimizer: torch.optim.Optimizer, gpt: nn.Module, arch: Architecture, tp_rank: int, tp_size: int
+    hf_model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    local: dict[str, nn.Parameter],
+    layout: Layout,
+    tp_rank: int,
+    tp_size: int,
 ) -> tuple[list[list[str]], list[list[nn.Parameter]]]:
-    """(the HF parameter names of each optimizer group, the GPTModel parameters that take their place).
+    """(the HF parameter names of each optimizer group, the local parameters that take their place).
 
-    A GPTModel parameter fuses several HF ones (q, k and v); they must share a group. GPTModel
-    parameters of no group (frozen in the HF model) are frozen too."""
+    `local`: this rank's parameters by `to_shard`'s names (GPTModel shards and kept heads). A GPTModel
+    parameter fuses several HF ones (q, k and v); they must share a group. Local parameters of no
+    group (frozen in the HF model) are frozen too."""
     names = {id(p): name for name, p in hf_model.named_parameters()}
     hf_groups = []
     for index, group in enumerate(optimizer.param_groups):
@@ -62,9 +58,9 @@ def megatron_groups(
     for index, group_names in enumerate(hf_groups):
         for name in group_names:
             probe[name].fill_(index + 1)  # 0: in no group
-    converted = to_shard(probe, arch, tp_rank, tp_size)
+    converted = to_shard(probe, layout, tp_rank, tp_size)
     groups: list[list[nn.Parameter]] = [[] for _ in hf_groups]
-    for name, param in gpt.named_parameters():
+    for name, param in local.items():
         values = set(converted[name].unique().tolist())
         if name in _VOCAB:
             values = values - {0} or {0}  # the padding rows are zeros
@@ -93,10 +89,10 @@ def _moment_keys(optimizer: torch.optim.Optimizer) -> list[str]:
 
 
 def gather_hf_state(
-    gpt: nn.Module, optimizer: torch.optim.Optimizer, hf_groups: list[list[str]], arch: Architecture
+    local: dict[str, nn.Parameter], optimizer: torch.optim.Optimizer, hf_groups: list[list[str]], layout: Layout
 ) -> dict[str, Any]:
     """The optimizer's state as torch's state_dict of an optimizer over the HF model (every TP rank calls it)."""
-    named = dict(gpt.named_parameters())
+    named = local
     keys = _moment_keys(optimizer)
     # An agreed key list on every rank: each gather below is a collective.
     fields: dict[str, StateDict] = {key: {} for key in [STEP, *keys]}
@@ -107,7 +103,7 @@ def gather_hf_state(
         for key in keys:
             value = state.get(key)
             fields[key][name] = (value if value is not None else torch.zeros_like(param)).detach().cpu()
-    whole = {key: to_hf(local, arch) for key, local in fields.items()}
+    whole = {key: to_hf(tensors, layout) for key, tensors in fields.items()}
     state_out: dict[int, dict[str, torch.Tensor]] = {}
     groups_out = []
     index = 0
@@ -126,10 +122,10 @@ def gather_hf_state(
 def scatter_hf_state(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
-    gpt: nn.Module,
+    local: dict[str, nn.Parameter],
     hf_model: nn.Module,
     hf_groups: list[list[str]],
-    arch: Architecture,
+    layout: Layout,
     tp_rank: int,
     tp_size: int,
 ) -> dict[str, Any]:
@@ -155,7 +151,7 @@ def scatter_hf_state(
                 hf[name] = torch.full(shape, float(value) if value is not None else 0.0, dtype=torch.float32)
             else:
                 hf[name] = value.detach().cpu() if value is not None else torch.zeros(shape)
-        fields[key] = to_shard(hf, arch, tp_rank, tp_size)
+        fields[key] = to_shard(hf, layout, tp_rank, tp_size)
     megatron_state: dict[int, dict[str, torch.Tensor]] = {}
     groups_out = []
     index = 0
@@ -165,7 +161,7 @@ def scatter_hf_state(
             f"the checkpoint's optimizer has {len(saved_groups)} parameter groups, this run's {len(optimizer.param_groups)}; "
             "resume with the spec that wrote it."
         )
-    names = {id(p): name for name, p in gpt.named_parameters()}
+    names = {id(p): name for name, p in local.items()}
     for group, saved in zip(optimizer.param_groups, saved_groups, strict=True):
         ids = []
         for param in group["params"]:
