@@ -1,5 +1,6 @@
 """Backends on a CUDA GPU: bf16 and fp16 (with loss scaling) on the torch, DeepSpeed and FSDP2
-backends, bf16 on the Megatron backend (tensor parallel 1: one GPU), NCCL as the process group, and PPO generating under ZeRO-3 on the GPU.
+backends, bf16 on the Megatron backend (tensor parallel 1: one GPU), NCCL as the process group, and
+PPO generating under ZeRO-3 on the GPU.
 
 Marked `gpu`: `make test` (and CI, which has no GPU) deselects them; run them where a GPU exists with
 `python -m pytest -m gpu tests/test_gpu.py` (the lent device machine, see docs/backends.md). They
