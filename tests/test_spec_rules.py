@@ -57,6 +57,12 @@ RULE_CASES = {
         "backend.tensor_parallel",
         "must divide",
     ),
+    "megatron-tp-vs-builtin-heads": (
+        "sft",
+        ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=8"],
+        "backend.tensor_parallel",
+        "tensor_parallel 8 does not divide builtin:tiny-gpt2's attention heads (4), key/value heads (4): use one of 1, 2, 4",
+    ),
     "megatron-layout-pp-cp": (
         "sft",
         ["resources.gpus=8", MEGATRON, "backend.tensor_parallel=2", "backend.pipeline_parallel=2", "backend.context_parallel=4"],

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from trainer_core.builtin_shapes import BUILTIN_SHAPES
 from trainer_core.spec_algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 
 if TYPE_CHECKING:
@@ -77,6 +78,26 @@ def megatron_layout_fits(spec: RunSpec) -> Rules:
         )
 
 
+def megatron_tensor_parallel_fits_the_builtin_model(spec: RunSpec) -> Rules:
+    """megatron tensor_parallel must divide a builtin model's attention heads, key/value heads and MLP width
+    (other models are checked when the trainer has read their config)."""
+    backend, path = spec.backend, spec.model.path
+    if backend.kind != "megatron" or not path.startswith("builtin:"):
+        return
+    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:"))
+    if shape is None:
+        return  # an unknown builtin name is reported by the model loader, with the names that exist
+    parts = {"attention heads": shape.heads, "key/value heads": shape.kv_heads, "MLP width": shape.ffn}
+    uneven = [f"{name} ({count})" for name, count in parts.items() if count % backend.tensor_parallel]
+    if uneven:
+        fits = [tp for tp in range(1, shape.heads + 1) if all(count % tp == 0 for count in parts.values())]
+        yield Violation(
+            ("backend", "tensor_parallel"),
+            f"tensor_parallel {backend.tensor_parallel} does not divide {path}'s {', '.join(uneven)}: "
+            f"use one of {', '.join(map(str, fits))}",
+        )
+
+
 def megatron_on_cpu(spec: RunSpec) -> Rules:
     """megatron on CPU (resources.gpus 0) runs tensor parallelism only, in fp32: pipeline_parallel and context_parallel 1."""
     backend = spec.backend
@@ -95,16 +116,25 @@ def megatron_on_cpu(spec: RunSpec) -> Rules:
         )
 
 
-# Algorithms whose recipes the megatron backend runs; the others need heads beside the GPTModel it lacks yet.
-MEGATRON_ALGORITHMS = ("sft", "dpo", "grpo")
+# Algorithms whose recipes the megatron backend runs. ILQL is not one: its Q/V heads, their target
+# copies and its head-guided decoding read the trunk inside its own generation loop, which the
+# backend's gathered-copy generate() does not cover yet.
+MEGATRON_ALGORITHMS = ("sft", "dpo", "grpo", "ppo", "reward")
 
 
 def megatron_algorithms(spec: RunSpec) -> Rules:
-    """megatron trains sft, dpo and grpo; ppo, reward and ilql are not supported on it yet."""
+    """megatron trains sft, dpo, grpo, ppo (without ppo.critic) and reward; ilql is not supported on it yet."""
     if spec.backend.kind == "megatron" and spec.algorithm not in MEGATRON_ALGORITHMS:
         yield Violation(
             ("backend", "kind"),
-            f"megatron: {spec.algorithm} not yet supported (it trains {', '.join(MEGATRON_ALGORITHMS)}); use deepspeed or fsdp2",
+            f"megatron: {spec.algorithm} not yet supported (it trains {', '.join(MEGATRON_ALGORITHMS)}; ilql's "
+            "value-guided decoding needs the heads inside generation); use deepspeed or fsdp2",
+        )
+    elif spec.backend.kind == "megatron" and spec.ppo is not None and spec.ppo.critic is not None:
+        yield Violation(
+            ("ppo", "critic"),
+            "megatron: ppo.critic (a separate critic model) not yet supported; remove it (the value head then shares "
+            "the policy's trunk) or use deepspeed or fsdp2",
         )
 
 
@@ -291,6 +321,7 @@ RULES = (
     multi_node_needs_gpus,
     megatron_layout_fits,
     megatron_on_cpu,
+    megatron_tensor_parallel_fits_the_builtin_model,
     megatron_algorithms,
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,

@@ -25,6 +25,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from trainer_core.builtin_shapes import BUILTIN_SHAPES
 from trainer_core.models.errors import ModelError
 from trainer_core.models.tokenizer import build_tokenizer
 
@@ -42,17 +43,26 @@ def _special_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
 
 
 def _tiny_gpt2(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    shape = BUILTIN_SHAPES["tiny-gpt2"]
     no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "summary_first_dropout": 0.0}
-    return GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=MAX_POSITIONS, **no_dropout, **_special_ids(tokenizer))
+    return GPT2Config(
+        n_layer=shape.layers,
+        n_head=shape.heads,
+        n_embd=shape.hidden,  # n_inner left unset: GPT-2's MLP is 4 x n_embd (shape.ffn)
+        n_positions=MAX_POSITIONS,
+        **no_dropout,
+        **_special_ids(tokenizer),
+    )
 
 
 def _tiny_llama(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    shape = BUILTIN_SHAPES["tiny-llama"]
     return LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention, as in Llama 2/3
-        intermediate_size=128,
+        num_hidden_layers=shape.layers,
+        hidden_size=shape.hidden,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.ffn,
         max_position_embeddings=MAX_POSITIONS,
         **_special_ids(tokenizer),
     )
