@@ -165,7 +165,7 @@ def test_every_rank_gets_as_many_eval_chunks(items: int, size: int, world: int) 
     """A sharded model's forward is a collective: evaluation gives every rank the same number of chunks
     (stand-ins where a rank's share ran out), and the real chunks cover every item exactly once."""
     rows = list(range(items))
-    per_rank = [list(rank_chunks(rows, size, SimpleNamespace(rank=rank, world_size=world))) for rank in range(world)]
+    per_rank = [list(rank_chunks(rows, size, SimpleNamespace(data_rank=rank, data_world_size=world))) for rank in range(world)]
     assert len({len(chunks) for chunks in per_rank}) == 1
     real = sorted(item for chunks in per_rank for chunk, is_real in chunks if is_real for item in chunk)
     assert real == rows
