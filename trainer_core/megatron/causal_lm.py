@@ -56,22 +56,27 @@ def attention_inputs(
     return positions, mask
 
 
-class MegatronCausalLM(nn.Module):
-    def __init__(self, gpt: GPTModel, arch: Architecture, hf_model: PreTrainedModel) -> None:
+class ShardOf(nn.Module):
+    """A GPTModel shard standing in for the Hugging Face model it was converted from."""
+
+    def __init__(self, gpt: GPTModel, layout: Layout, hf_model: nn.Module) -> None:
         super().__init__()
-        self.gpt = gpt
-        self.arch = arch
-        self.layout = Layout(arch)
+        self.gpt, self.layout, self.arch = gpt, layout, layout.arch
         self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
 
     @property
-    def hf_model(self) -> PreTrainedModel:
+    def hf_model(self) -> Any:
         """The Hugging Face model this shard was converted from (its config and save_pretrained; weights stale)."""
         return self._hf[0]
 
     @property
     def config(self) -> Any:
         return self.hf_model.config
+
+
+class MegatronCausalLM(ShardOf):
+    def __init__(self, gpt: GPTModel, arch: Architecture, hf_model: PreTrainedModel) -> None:
+        super().__init__(gpt, Layout(arch), hf_model)
 
     def forward(
         self,

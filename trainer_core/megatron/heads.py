@@ -24,7 +24,7 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
 
-from trainer_core.megatron.causal_lm import MegatronCausalLM, attention_inputs
+from trainer_core.megatron.causal_lm import MegatronCausalLM, ShardOf, attention_inputs
 from trainer_core.megatron.layout import Layout
 from trainer_core.megatron.trunk import final_hidden_states
 
@@ -36,22 +36,10 @@ class ScoreOutput:
     logits: torch.Tensor
 
 
-class MegatronScoreModel(nn.Module):
+class MegatronScoreModel(ShardOf):
     def __init__(self, gpt: GPTModel, layout: Layout, hf_model: nn.Module) -> None:
-        super().__init__()
-        self.gpt = gpt
+        super().__init__(gpt, layout, hf_model)
         self.score = hf_model.score  # the recipe's own head: its parameters stay the optimizer's
-        self.layout = layout
-        self.arch = layout.arch
-        self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
-
-    @property
-    def hf_model(self) -> nn.Module:
-        return self._hf[0]
-
-    @property
-    def config(self) -> Any:
-        return self.hf_model.config
 
     def forward(
         self,
