@@ -4,6 +4,7 @@ nor the worker's checks, uploads keep the trainer's order, and a failed one is r
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from sqlalchemy import func, select
 from api.models import Metric
 from tests.factories import ADMIN_TOKEN, create_run
 from trainer_core.reporting.http import ControlPlaneSink
+from worker.artifacts import WorkerArtifacts
 from worker.forward import Forwarder
 from worker.uploads import Uploads
 
@@ -81,3 +83,58 @@ def test_metrics_flow_while_a_checkpoint_uploads(client, db, tmp_path: Path) -> 
     forwarder.poll()  # collects the finished upload and registers it (refused here: no such directory)
     assert forwarder.uploads is not None and forwarder.uploads.idle
     forwarder.close()
+
+
+def test_a_checkpoint_rotated_away_before_its_upload_is_not_registered() -> None:
+    """publish says False (the trainer deleted it first): nothing to register, but the remote copies are still pruned."""
+    pruned = []
+    uploads = Uploads(lambda relative: not relative.endswith("step-000002"), "runs/1", uploaded=pruned.append)
+    uploads.add([{"path": "checkpoints/step-000002"}, {"path": "checkpoints/step-000004"}])
+    wait_for(lambda: len(pruned) == 2)
+    assert [e["path"] for e in uploads.done()] == ["checkpoints/step-000004"]
+    assert [e["path"] for e in pruned] == ["checkpoints/step-000002", "checkpoints/step-000004"]
+    uploads.close()
+
+
+def remote_root(tmp_path: Path, name: str) -> WorkerArtifacts:
+    """A remote artifact root in fsspec's in-memory file system (its own folder per test)."""
+    return WorkerArtifacts(f"memory://{name}-{tmp_path.name}", tmp_path / "scratch")
+
+
+def write_checkpoint(root: Path, step: int) -> str:
+    relative = f"runs/1/checkpoints/step-{step:06d}"
+    (root / relative / "model").mkdir(parents=True)
+    for name in ("model/model.safetensors", "trainer_state.json", "manifest.json"):
+        (root / relative / name).write_text(name)
+    return relative
+
+
+def test_a_checkpoint_deleted_while_it_uploads_leaves_nothing_behind(tmp_path: Path, monkeypatch) -> None:
+    """The trainer rotates a checkpoint away (train.keep_last) while its upload runs: the half-uploaded copy goes."""
+    artifacts = remote_root(tmp_path, "rotated")
+    relative = write_checkpoint(artifacts.local_root, 800)
+    put_file = artifacts.fs.put_file
+
+    def put_then_rotate(local: str, remote: str) -> None:
+        put_file(local, remote)
+        shutil.rmtree(artifacts.local_root / relative, ignore_errors=True)  # the trainer's rotation, mid-upload
+
+    monkeypatch.setattr(artifacts.fs, "put_file", put_then_rotate)
+    assert artifacts.publish(relative) is False
+    assert not artifacts.fs.exists(artifacts._remote(relative))
+    assert artifacts.publish(relative) is False  # gone before its upload began: nothing uploaded either
+    assert not artifacts.fs.exists(artifacts._remote(relative))
+
+
+def test_pruning_keeps_the_newest_and_drops_unfinished_older_uploads(tmp_path: Path) -> None:
+    """keep_last complete checkpoints stay; older complete ones and older manifest-less leftovers (a lost worker's
+    cut-short upload) go; a manifest-less one newer than those kept (being written) stays."""
+    artifacts = remote_root(tmp_path, "prune")
+    for step in (100, 200, 300, 400, 500):
+        artifacts.publish(write_checkpoint(artifacts.local_root, step))
+    remote = artifacts._remote("runs/1/checkpoints")
+    for step in (150, 600):  # uploads without their manifest
+        artifacts.fs.pipe(f"{remote}/step-{step:06d}/model/model.safetensors", b"partial")
+    artifacts.prune_checkpoints("runs/1/checkpoints", keep_last=3)
+    left = sorted(name.rstrip("/").rsplit("/", 1)[-1] for name in artifacts.fs.ls(remote, detail=False))
+    assert left == ["step-000300", "step-000400", "step-000500", "step-000600"]

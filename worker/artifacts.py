@@ -72,18 +72,33 @@ class WorkerArtifacts:
         if source.startswith("dataset:"):
             self._download(f"datasets/{source.removeprefix('dataset:')}")
 
-    def publish(self, relative: str) -> None:
-        """Upload `relative` (a checkpoint or export directory, or a file) to a remote root, manifest last."""
+    def publish(self, relative: str) -> bool:
+        """Upload `relative` (a checkpoint or export directory, or a file) to a remote root, manifest last.
+
+        False where the trainer deleted it first (it rotated the checkpoint away, train.keep_last, while the
+        upload waited behind others or ran): nothing of it is left on the remote root, and it is not to be
+        registered."""
         if not self.remote:
-            return
+            return True
         local = self.local_root / relative
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         files.sort(key=lambda p: p.name == MANIFEST)  # stable: everything else first, in order
-        for path in files:
-            target = self._remote(path.relative_to(self.local_root).as_posix())
-            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.put_file(str(path), target)
+        try:
+            if not files:
+                raise FileNotFoundError(local)
+            for path in files:
+                target = self._remote(path.relative_to(self.local_root).as_posix())
+                self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                self.fs.put_file(str(path), target)
+        except FileNotFoundError:
+            if local.exists():
+                raise
+            if self.fs.exists(self._remote(relative)):
+                self.fs.rm(self._remote(relative), recursive=True)
+            logger.info("skipped %s: the trainer rotated it away before its upload finished", relative)
+            return False
         logger.info("uploaded %s (%d files) to %s", relative, len(files), self.url)
+        return True
 
     def prune_checkpoints(self, relative: str, keep_last: int) -> None:
         """On a remote root, delete the complete checkpoints under `relative` older than the newest
@@ -94,15 +109,20 @@ class WorkerArtifacts:
         remote = self._remote(relative)
         if not self.fs.exists(remote):
             return
-        complete = sorted(
-            name.rstrip("/")
-            for name in self.fs.ls(remote, detail=False)
-            if name.rstrip("/").rsplit("/", 1)[-1].startswith("step-") and self.fs.exists(f"{name.rstrip('/')}/{MANIFEST}")
-        )
+        names = [name.rstrip("/") for name in self.fs.ls(remote, detail=False)]
+        steps = sorted(name for name in names if name.rsplit("/", 1)[-1].startswith("step-"))
+        complete = [name for name in steps if self.fs.exists(f"{name}/{MANIFEST}")]
         for name in complete[:-keep_last]:
             self.fs.rm_file(f"{name}/{MANIFEST}")
             self.fs.rm(name, recursive=True)
             logger.info("removed %s from %s (rotated: train.keep_last %d)", name, self.url, keep_last)
+        # Uploads cut short by a lost worker, older than every checkpoint kept: nothing will finish them.
+        # (Uploads run one at a time, after this, so none of these is being written.)
+        oldest_kept = complete[-keep_last:][0] if complete[-keep_last:] else None
+        for name in steps:
+            if name not in complete and oldest_kept is not None and _step_of(name) < _step_of(oldest_kept):
+                self.fs.rm(name, recursive=True)
+                logger.info("removed %s from %s (an unfinished upload older than the checkpoints kept)", name, self.url)
 
     def _remote(self, relative: str) -> str:
         return f"{self.remote_root.rstrip('/')}/{relative}"
@@ -140,3 +160,8 @@ class WorkerArtifacts:
         have = sorted(p.parent.name for p in local.glob(f"step-*/{MANIFEST}")) if local.is_dir() else []
         if steps and (not have or steps[-1] > have[-1]):
             self._download(f"{relative}/{steps[-1]}")
+
+
+def _step_of(name: str) -> int:
+    """The step of a `.../step-000100` directory name."""
+    return int(name.rsplit("/", 1)[-1].removeprefix("step-"))

@@ -35,7 +35,7 @@ class Forwarder:
         out_dir: Path,
         artifact_prefix: str,
         attempt: int,
-        publish: Callable[[str], None] | None = None,
+        publish: Callable[[str], bool | None] | None = None,
         uploaded: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote

@@ -20,12 +20,13 @@ logger = logging.getLogger("rlplane.worker")
 class Uploads:
     def __init__(
         self,
-        publish: Callable[[str], None],
+        publish: Callable[[str], bool | None],
         prefix: str,
         retry_s: float = 5.0,
         uploaded: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        """`publish(relative path)` uploads one checkpoint or export directory; `prefix` is the run's path;
+        """`publish(relative path)` uploads one checkpoint or export directory (False: it was gone, nothing to
+        register); `prefix` is the run's path;
         `uploaded(event)` runs after each upload (rotating the remote copies; its failure is only logged)."""
         self.publish, self.prefix, self.retry_s = publish, prefix, retry_s
         self.uploaded = uploaded or (lambda _event: None)
@@ -78,7 +79,7 @@ class Uploads:
                 self._wake.clear()
                 continue
             try:
-                self.publish(f"{self.prefix}/{event['path']}")
+                published = self.publish(f"{self.prefix}/{event['path']}") is not False
             except Exception as exc:  # the remote store is down: training goes on, the upload is retried
                 self.failing = True
                 logger.warning("upload of %s failed (retried in %.0f s): %s", event["path"], self.retry_s, exc)
@@ -87,7 +88,8 @@ class Uploads:
             with self._lock:
                 self.failing = False
                 self._pending.popleft()
-                self._done.append(event)
+                if published:  # else the trainer rotated it away first: there is nothing to register
+                    self._done.append(event)
             try:
                 self.uploaded(event)
             except Exception as exc:  # what is left over is removed after the next upload
