@@ -17,6 +17,7 @@ from trainer_core.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    rank_rng,
     rotate,
     save_checkpoint,
     verify,
@@ -142,6 +143,63 @@ def test_rng_round_trip(tmp_path):
     assert torch.equal(torch.rand(4), expected[0])
     assert random.random() == expected[1]
     assert np.array_equal(np.random.rand(3), expected[2])
+
+
+def draws() -> tuple:
+    return torch.rand(4), random.random(), random.gauss(0, 1), np.random.rand(3), np.random.standard_normal()
+
+
+def assert_same_draws(a: tuple, b: tuple) -> None:
+    assert torch.equal(a[0], b[0]) and a[1:3] == b[1:3] and np.array_equal(a[3], b[3]) and a[4] == b[4]
+
+
+def seeded(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    random.gauss(0, 1)  # leaves a cached Gaussian in Python's state, numpy's too: both must travel
+    np.random.standard_normal()
+
+
+def test_rank_rng_tensors_round_trip():
+    seeded(5)
+    tensors = rank_rng.rng_tensors()
+    expected = draws()
+    seeded(6)
+    rank_rng.restore_rng_tensors(tensors)
+    assert_same_draws(draws(), expected)
+
+
+def test_each_data_parallel_rank_resumes_its_own_generators(tmp_path):
+    """Saved by data-parallel rank; the same data-parallel size restores each rank's own, another size gives
+    rank zero's to rank zero and draws apart from it elsewhere (never what rank zero draws)."""
+    states, expected = {}, {}
+    for rank in (0, 1):
+        seeded(10 + rank)
+        states[rank] = rank_rng.rng_tensors()
+        if rank == 0:
+            state_module.save_rng(tmp_path)  # rank zero's own, as save_checkpoint writes it
+        expected[rank] = draws()
+    rank_rng.save_rank_rngs(tmp_path, states)
+    for rank in (0, 1):
+        seeded(99)
+        rank_rng.restore_rank_rng(tmp_path, rank, 2)
+        assert_same_draws(draws(), expected[rank])
+    seeded(99)
+    rank_rng.restore_rank_rng(tmp_path, 0, 3)
+    assert_same_draws(draws(), expected[0])
+    seeded(99)
+    rank_rng.restore_rank_rng(tmp_path, 2, 3)
+    other = draws()
+    assert not torch.equal(other[0], expected[0][0]) and other[1] != expected[0][1]
+    seeded(99)
+    rank_rng.restore_rank_rng(tmp_path, 2, 3)
+    assert_same_draws(draws(), other)  # deterministic
+
+
+def test_one_rank_writes_no_rank_file(tmp_path):
+    rank_rng.save_rank_rngs(tmp_path, {0: rank_rng.rng_tensors()})
+    assert not (tmp_path / rank_rng.RANK_RNG).exists()
 
 
 def test_exception_mid_save_leaves_no_checkpoint(tmp_path, monkeypatch):
@@ -272,7 +330,7 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
     import json
 
     from trainer_core.backends import make_backend
-    from trainer_core.recipes.common import save_and_rotate
+    from trainer_core.recipes.checkpointing import save_and_rotate
     from trainer_core.reporting.reporter import AsyncReporter
     from trainer_core.reporting.sinks import JsonlSink
     from trainer_core.spec import parse_spec
@@ -291,15 +349,15 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
             saved.append((tmp_path / "metrics.jsonl").read_text() if (tmp_path / "metrics.jsonl").exists() else "")
             return info
 
-        import trainer_core.recipes.common as common
+        import trainer_core.recipes.checkpointing as checkpointing
 
-        original, common.save_checkpoint = common.save_checkpoint, save_then_look
+        original, checkpointing.save_checkpoint = checkpointing.save_checkpoint, save_then_look
         try:
             save_and_rotate(tmp_path / "checkpoints", 7, backend=make_backend(spec.backend, spec.train), model=model,
                             tokenizer=tokenizer, optimizer=optimizer, scheduler=None, data_position={}, spec={},
                             keep_last=2, reporter=reporter)  # fmt: skip
         finally:
-            common.save_checkpoint = original
+            checkpointing.save_checkpoint = original
         assert [json.loads(line)["step"] for line in saved[0].splitlines()] == [7]
     finally:
         reporter.close()

@@ -30,6 +30,7 @@ from trainer_core.checkpoint.dcp_metadata import decode_metadata, encode_metadat
 from trainer_core.checkpoint.dcp_storage import METADATA, SafetensorsReader, SafetensorsWriter
 from trainer_core.checkpoint.sharded import VALUES, load_sharded
 from trainer_core.launch import free_port
+from trainer_core.recipes.checkpointing import restore_training
 from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
 from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
 from trainer_core.spec_sections import TrainSpec
@@ -127,9 +128,15 @@ def test_a_non_tensor_item_is_refused_not_pickled(tmp_path: Path) -> None:
 
 
 def test_a_replica_backend_refuses_a_sharded_checkpoint(tmp_path: Path) -> None:
+    """A resume names the backend that can read the shards; the backend itself is never asked to."""
+    (tmp_path / "dcp").mkdir()
+    (tmp_path / "dcp" / METADATA).write_text("{}")
     backend = TorchBackend(TorchBackendSpec(), TrainSpec(steps=1, batch_size=8))
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
-    with pytest.raises(BackendError, match="resume it with backend.kind: fsdp2"):
+    expected = r"backend.kind fsdp2 writes it \(dcp/\), which backend.kind torch cannot read; resume it with backend.kind: fsdp2"
+    with pytest.raises(CheckpointError, match=expected):
+        restore_training(tmp_path, backend, optimizer, None)
+    with pytest.raises(BackendError, match="reads gathered checkpoints, not sharded ones"):
         backend.load_sharded_state(tmp_path / "dcp", optimizer)
 
 

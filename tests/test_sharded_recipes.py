@@ -39,22 +39,22 @@ def walker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "out" / "final"
 
 
-def launch(tmp: Path, spec: dict, name: str) -> tuple[Path, str]:
-    """torchrun --nproc_per_node 2 -m trainer_core run SPEC; (OUT, the ranks' output)."""
+def launch(tmp: Path, spec: dict, name: str, *args: str) -> tuple[Path, str]:
+    """torchrun --nproc_per_node 2 -m trainer_core run SPEC --out OUT [ARGS]; (OUT, the ranks' output)."""
     out, path = tmp / name, tmp / f"{name}.json"
     path.write_text(json.dumps(spec))
+    return out, torchrun_trainer(str(path), "--out", str(out), *args)
+
+
+def torchrun_trainer(*args: str) -> str:
+    """torchrun --nproc_per_node 2 -m trainer_core run ARGS; the ranks' output."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(EXTENSIONS)}
     result = subprocess.run(
-        [*command, "-m", "trainer_core", "run", str(path), "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [*command, "-m", "trainer_core", "run", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return out, result.stdout + result.stderr
+    return result.stdout + result.stderr
 
 
 def rl_spec(walker: Path, algorithm: str, backend: dict) -> dict:
@@ -101,6 +101,25 @@ def test_online_rl_learns_on_a_sharded_backend(
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert sorted({s["step"] for s in samples}) == list(range(1, 11)) and all(s["kl"] is not None for s in samples)
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_a_two_process_rl_run_resumes_exactly(walker: Path, tmp_path: Path) -> None:
+    """Each rank samples its own rollouts (seeded apart). A checkpoint keeps every rank's generators
+    (rng-ranks.safetensors), so the resumed pair samples what the straight pair sampled: 4 GRPO steps on DDP,
+    stopped after 2 and resumed, give the same rewards and losses and the same final weights. With rank zero's
+    generators alone both resumed ranks drew rank zero's rollouts (measured: reward/mean parted at step 3)."""
+    from safetensors.torch import load_file
+
+    spec = rl_spec(walker, "grpo", {"kind": "torch", "precision": "fp32"})
+    spec["train"] |= {"steps": 4, "checkpoint_every": 2, "eval_every": None}
+    straight, _ = launch(tmp_path, spec, "straight")
+    resumed, _ = launch(tmp_path, spec, "resumed", "--stop-at", "2")
+    assert (resumed / "checkpoints" / "step-000002" / "rng-ranks.safetensors").is_file()
+    torchrun_trainer("--resume", str(resumed))
+    for key in ("reward/mean", "train/loss", "grpo/kl"):
+        assert metrics(resumed, key) == metrics(straight, key), key
+    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
 
 
 ILQL = {

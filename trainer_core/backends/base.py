@@ -12,10 +12,10 @@ optimizer's state in a form that does not depend on the number of processes, or 
 zero's live objects are whole already; rank zero writes them.
 On resume the weights go into the model before `prepare` (every rank reads the same files), and
 `load_optimizer_state` puts the optimizer's back after it.
-A backend that `shards_checkpoints` (FSDP2) instead has every rank write its own shards of the
-prepared model's and optimizer's state (`save_sharded_state`, into the checkpoint's dcp/) and read
-them back after `prepare` (`load_sharded_state`), for any number of processes; the gathered model
-is still written too, as the checkpoint's Hugging Face model/ for readers other than a resume.
+A backend that `shards_checkpoints` (FSDP2, Megatron: `sharded_kind`) instead has every rank write its own
+shards of the prepared model's and optimizer's state (`save_sharded_state`, into the checkpoint's dcp/ or
+megatron/) and read them back after `prepare` (`load_sharded_state`), for any number of processes; the
+gathered model is still written too, as the checkpoint's Hugging Face model/ for readers other than a resume.
 """
 
 from __future__ import annotations
@@ -129,11 +129,14 @@ class Backend(ABC):
         """Restore what `full_state` returned for the optimizer (every rank calls it with the same state)."""
         optimizer.load_state_dict(state)
 
+    # The backend.kind whose sharded checkpoints this backend writes and reads (checkpoint/sharded.py), if any.
+    sharded_kind: str | None = None
+
     @property
     def shards_checkpoints(self) -> bool:
         """True where every rank writes its own shards of the model's and optimizer's state into a checkpoint
         (`save_sharded_state`) instead of rank zero writing the state `full_state` gathered."""
-        return False
+        return self.sharded_kind is not None
 
     def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Every rank: its shards of the prepared model's and `optimizer`'s state into `directory`."""
@@ -141,10 +144,7 @@ class Backend(ABC):
 
     def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Every rank, after prepare: the state `save_sharded_state` wrote, resharded to this run's processes."""
-        raise BackendError(
-            f"this checkpoint keeps its model and optimizer state in sharded form ({directory}, written by backend.kind "
-            "fsdp2), which this backend cannot read; resume it with backend.kind: fsdp2 (any number of processes)."
-        )
+        raise BackendError(f"{type(self).__name__} reads gathered checkpoints, not sharded ones ({directory}).")
 
     @property
     def forward_is_collective(self) -> bool:

@@ -62,6 +62,8 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 class Fsdp2Backend(Backend):
+    sharded_kind = "fsdp2"
+
     def __init__(self, spec: Fsdp2BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> None:
         env = env or DistEnv.from_environ()
         self.spec, self.train = spec, train
@@ -200,10 +202,6 @@ class Fsdp2Backend(Backend):
             )
         # Every rank read the same full state from disk: each keeps its own shard of it.
         set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
-
-    @property
-    def shards_checkpoints(self) -> bool:
-        return True
 
     def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         save_sharded(directory, self._sharded_state(optimizer), is_rank_zero=self.is_rank_zero)

@@ -45,6 +45,8 @@ from trainer_core.spec_sections import TrainSpec
 
 
 class MegatronBackend(Backend):
+    sharded_kind = "megatron"
+
     def __init__(self, spec: MegatronBackendSpec, train: TrainSpec, env: DistEnv | None = None) -> None:
         env = env or DistEnv.from_environ()
         self.spec, self.train = spec, train
@@ -316,7 +318,23 @@ class MegatronBackend(Backend):
             return None, None
         return weights, state
 
+    def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Every rank writes its shards of the GPTModel, the kept heads and Adam's state (megatron's dist_checkpointing)."""
+        from trainer_core.megatron.dist_checkpoint import save_distributed
+
+        wrapped, _ = self._prepared()
+        save_distributed(directory, wrapped.gpt, optimizer, {}, heads=_heads(wrapped))
+
+    def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
+        """Resharded to this run's tensor-parallel and data-parallel sizes by dist_checkpointing."""
+        from trainer_core.megatron.dist_checkpoint import load_distributed
+
+        wrapped, _ = self._prepared()
+        load_distributed(directory, wrapped.gpt, optimizer, heads=_heads(wrapped))
+
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """A gathered checkpoint's (the torch backend's, or megatron's before sharded ones) Adam state over the HF
+        parameters, converted to this rank's shards."""
         from trainer_core.megatron.optim_state import scatter_hf_state
 
         wrapped, _ = self._prepared()
@@ -361,6 +379,11 @@ def local_parameters(wrapped: Any) -> dict[str, nn.Parameter]:
     """This rank's trained parameters by the layout's local names: the GPTModel shard's and the kept heads' (the recipe's own)."""
     kept = dict(wrapped.hf_model.named_parameters())
     return dict(wrapped.gpt.named_parameters()) | {name: kept[name] for name in wrapped.layout.kept}
+
+
+def _heads(wrapped: Any) -> dict[str, nn.Parameter]:
+    """The recipe's parameters kept whole on every rank beside the GPTModel (score or value head), by the recipe's names."""
+    return {name: param for name, param in local_parameters(wrapped).items() if name in wrapped.layout.kept}
 
 
 def _is_wrapper(model: nn.Module) -> bool:

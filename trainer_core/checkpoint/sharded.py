@@ -27,11 +27,37 @@ from trainer_core.checkpoint.files import fsync_path, read_json, write_json
 
 DCP_DIR = "dcp"  # a checkpoint's sharded state, beside model/ and the rest
 VALUES = "values.json"
+# Where each backend.kind that shards checkpoints keeps its state in one, each a directory whose
+# metadata.json is written last: fsdp2's DCP shards (this module), megatron's dist_checkpointing
+# (trainer_core/megatron/dist_checkpoint.py).
+SHARDED_STATE_DIRS = {"fsdp2": DCP_DIR, "megatron": "megatron"}
+
+
+def sharded_state_kind(checkpoint: Path) -> str | None:
+    """The backend.kind whose sharded model and optimizer state the checkpoint keeps; None for gathered state."""
+    for kind, name in SHARDED_STATE_DIRS.items():
+        if (Path(checkpoint) / name / METADATA).is_file():
+            return kind
+    return None
 
 
 def has_sharded_state(checkpoint: Path) -> bool:
-    """True where the checkpoint keeps its model and optimizer state in dcp/ shards (the fsdp2 backend's)."""
-    return (Path(checkpoint) / DCP_DIR / METADATA).is_file()
+    """True where the checkpoint keeps its model and optimizer state in shards (fsdp2's dcp/, megatron's megatron/)."""
+    return sharded_state_kind(checkpoint) is not None
+
+
+def sharded_state_dir(checkpoint: Path, kind: str) -> Path:
+    return Path(checkpoint) / SHARDED_STATE_DIRS[kind]
+
+
+def foreign_sharded_state(checkpoint: Path, kind: str, reader: str) -> str:
+    """Why `reader` (a backend.kind, or "this loader") cannot resume a checkpoint whose state `kind` sharded."""
+    layouts = "any tensor_parallel size and number of processes" if kind == "megatron" else "any number of processes"
+    return (
+        f"{checkpoint} keeps its model and optimizer state sharded as backend.kind {kind} writes it "
+        f"({SHARDED_STATE_DIRS[kind]}/), which {reader} cannot read; resume it with backend.kind: {kind} ({layouts}), "
+        "or start a new run from its weights (model: run:<id>@<step>)."
+    )
 
 
 def saved_keys(directory: Path) -> set[str]:

@@ -2,11 +2,13 @@
 
 Layout of `<run_dir>/step-000100/`:
   model/ (HF save_pretrained: safetensors + config, or a PEFT adapter), tokenizer/,
-  optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, trainer_state.json,
+  optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors} (rank zero's generators;
+  rng-ranks.safetensors: every data-parallel rank's, rank_rng.py), trainer_state.json,
   modules/<name>.safetensors for modules beside the model (a value head, a critic, Q heads),
   manifest.json (written last).
-A backend that shards checkpoints (fsdp2) writes dcp/ (sharded.py: every rank's shards of the model
-and optimizer, what a resume reads) in place of optimizer.*; model/ and modules/ are still written,
+A backend that shards checkpoints writes its shards in place of optimizer.*: fsdp2 dcp/ (sharded.py),
+megatron megatron/ (megatron/dist_checkpoint.py): every rank's shards of the model and optimizer, what a
+resume reads; model/ and modules/ are still written,
 gathered, for readers that want a plain Hugging Face model (`run:<id>@<step>`).
 Each is built in `.step-000100.tmp-<random>` (`stage`; all ranks write their shards there),
 fsynced, then renamed into place by rank zero, so a crash never leaves a directory that looks complete.
@@ -25,9 +27,9 @@ from typing import Any
 
 import torch
 
-from trainer_core.checkpoint import files, state
+from trainer_core.checkpoint import files, rank_rng, state
 from trainer_core.checkpoint.errors import CheckpointError
-from trainer_core.checkpoint.sharded import DCP_DIR, has_sharded_state
+from trainer_core.checkpoint.sharded import foreign_sharded_state, sharded_state_kind
 from trainer_core.checkpoint.weights import load_weights, save_weights
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -94,6 +96,7 @@ def save_checkpoint(
     module_states: dict[str, dict[str, torch.Tensor]] | None = None,
     optimizer_state: dict[str, Any] | None = None,
     staged: Path | None = None,
+    rank_rngs: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> CheckpointInfo:
     """Write the full training state for `step` atomically and return where it went.
 
@@ -102,6 +105,7 @@ def save_checkpoint(
     `module_states` and `optimizer_state` replace what `model`, `modules` and `optimizer` hold when
     a sharding backend gathered them (Backend.full_state). `staged`: the directory from `stage` into
     which every rank already wrote its shards (dcp/); it is completed and renamed like a new one.
+    `rank_rngs`: every data-parallel rank's generators (rank_rng.py), written beside rank zero's own.
     """
     if step < 0:
         raise CheckpointError(f"step must be >= 0, got {step}.")
@@ -118,6 +122,7 @@ def save_checkpoint(
     tmp = stage(run_dir, step) if staged is None else Path(staged)
     try:
         state.save_rng(tmp)  # first, so nothing below can move the generators before they are recorded
+        rank_rng.save_rank_rngs(tmp, rank_rngs or {})
         save_weights(model, tmp / "model", state_dict=model_state)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp / "tokenizer"))
@@ -160,11 +165,10 @@ def load_checkpoint(
     for name, module in (modules or {}).items():
         _load_module(path / "modules", name, module)
     if optimizer is not None:
-        if has_sharded_state(path) and not (path / "optimizer.json").exists():
-            raise CheckpointError(
-                f"{path} keeps its optimizer state sharded in {DCP_DIR}/ (the fsdp2 backend wrote it); "
-                "resume it with backend.kind: fsdp2, or load the weights alone (optimizer=None)."
-            )
+        kind = sharded_state_kind(path)
+        if kind is not None and not (path / "optimizer.json").exists():
+            reason = foreign_sharded_state(path, kind, "load_checkpoint")
+            raise CheckpointError(f"{reason} (Or load the weights alone: optimizer=None.)")
         state.load_optimizer(path, optimizer)  # before the scheduler: it restores each group's lr
     if scheduler is not None:
         state.load_scheduler(path, scheduler)

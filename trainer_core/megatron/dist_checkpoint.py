@@ -8,7 +8,9 @@ reshard with the weights. Storage is safetensors + JSON through the strategies i
 dist_checkpoint_strategies.py; nothing is pickled.
 
 On CPU the backend trains with a plain torch optimizer (megatron's DistributedOptimizer needs CUDA),
-so the optimizer here is torch.optim.Adam/AdamW over the GPTModel's local parameters. As megatron's
+so the optimizer here is torch.optim.Adam/AdamW over the GPTModel's local parameters and any `heads`:
+small parameters replicated on every rank beside it (a reward model's score layer, PPO's value head),
+saved once as `heads.<name>` by the rank megatron names their main replica. As megatron's
 FP32Optimizer does, the step count, shared by every parameter, goes to the common state (JSON)
 rather than into a ShardedTensor, together with the param_groups' hyperparameters.
 
@@ -29,6 +31,8 @@ from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedState
 from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map, optim_state_to_sharding_state
 from megatron.core.dist_checkpointing.state_dict_utils import save_preprocess
 from megatron.core.models.gpt import GPTModel
+from megatron.core.utils import make_sharded_tensor_for_checkpoint
+from torch import nn
 
 from trainer_core.checkpoint.errors import CheckpointError
 from trainer_core.megatron.cpu_shim import apply_cpu_shim
@@ -41,12 +45,17 @@ from trainer_core.megatron.dist_checkpoint_strategies import (
 )
 
 COMMON_STEP = "common_step"  # megatron's FP32Optimizer keeps the shared step under this key too
+HEADS = "heads."  # the sharded key prefix of replicated parameters beside the GPTModel
 
 
 def save_distributed(
-    directory: str | Path, model: GPTModel, optimizer: torch.optim.Optimizer, extra_common: dict[str, Any]
+    directory: str | Path,
+    model: GPTModel,
+    optimizer: torch.optim.Optimizer,
+    extra_common: dict[str, Any],
+    heads: dict[str, nn.Parameter] | None = None,
 ) -> None:
-    """Write this rank's shards of `model` and `optimizer`, and (rank 0) `extra_common`, under `directory`.
+    """Write this rank's shards of `model`, `heads` and `optimizer`, and (rank 0) `extra_common`, under `directory`.
 
     `extra_common` (RNG, data position, the spec's step...) is JSON plus tensors and should be the same on
     every rank: rank 0's is written, and megatron only logs a warning where another rank's differs.
@@ -54,33 +63,55 @@ def save_distributed(
     apply_cpu_shim()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model_state = model.sharded_state_dict()
+    model_state = model_sharded_state(model, heads)
     optimizer_state = optimizer_sharded_state(model_state, optimizer, optimizer.state_dict())
     state = {"model": model_state, "optimizer": optimizer_state, "extra": extra_common}
     _save(state, directory)
     check_no_pickle(directory)
 
 
-def load_distributed(directory: str | Path, model: GPTModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Fill `model` and `optimizer` from the checkpoint in `directory`, resharded to this run's layout;
+def load_distributed(
+    directory: str | Path,
+    model: GPTModel,
+    optimizer: torch.optim.Optimizer,
+    heads: dict[str, nn.Parameter] | None = None,
+) -> dict[str, Any]:
+    """Fill `model`, `heads` and `optimizer` from the checkpoint in `directory`, resharded to this run's layout;
     returns the `extra_common` it was saved with."""
     apply_cpu_shim()
     directory = Path(directory)
-    if maybe_load_config(str(directory)) is None:
+    config = maybe_load_config(str(directory))
+    if config is None:
         raise CheckpointError(f"{directory} has no metadata.json: it is not a Megatron checkpoint, or its save did not finish.")
-    # A checkpoint written before the first step holds no moments, and then none are asked for.
-    saved_moments = COMMON_STEP in JsonLoadCommonStrategy().load_common(directory)["optimizer"]["state"]
-    model_state = model.sharded_state_dict()
-    optimizer_state = optimizer_sharded_state(model_state, optimizer, _loading_template(optimizer, saved_moments))
+    # Before reading anything else: megatron's own formats hold pickles.
+    SafetensorsLoadShardedStrategy().check_backend_compatibility(config.sharded_backend)
+    JsonLoadCommonStrategy().check_backend_compatibility(config.common_backend)
+    heads = heads or {}
+    model_state = model_sharded_state(model, heads)
+    _check_same_heads(directory, heads)
+    template = _loading_template(optimizer, model_state, _saved_keys(directory))
+    optimizer_state = optimizer_sharded_state(model_state, optimizer, template)
     loaded = serialization.load(
         {"model": model_state, "optimizer": optimizer_state},
         str(directory),
         sharded_strategy=SafetensorsLoadShardedStrategy(),
         common_strategy=JsonLoadCommonStrategy(),
     )
+    head_values = {name: loaded["model"].pop(HEADS + name) for name in heads}
     model.load_state_dict(loaded["model"])
+    with torch.no_grad():
+        for name, param in heads.items():
+            param.copy_(head_values[name])
     optimizer.load_state_dict(_restore_step(loaded["optimizer"]))
     return loaded.get("extra", {})
+
+
+def model_sharded_state(model: GPTModel, heads: dict[str, nn.Parameter] | None = None) -> ShardedStateDict:
+    """The GPTModel's sharded state and each head as a ShardedTensor replicated over TP and DP (`heads.<name>`)."""
+    state = model.sharded_state_dict()
+    for name, param in (heads or {}).items():
+        state[HEADS + name] = make_sharded_tensor_for_checkpoint(param, HEADS + name)
+    return state
 
 
 def optimizer_sharded_state(
@@ -99,8 +130,8 @@ def optimizer_sharded_state(
     by_id = get_param_id_to_sharded_param_map(model_state, params)
     if len(by_id) != len(params):
         raise CheckpointError(
-            f"{len(params) - len(by_id)} of the optimizer's {len(params)} parameters are not the GPTModel's; "
-            "build the optimizer over model.parameters()."
+            f"{len(params) - len(by_id)} of the optimizer's {len(params)} parameters are neither the GPTModel's nor a "
+            "head's; build the optimizer over model.parameters() and the heads'."
         )
     optim_state_to_sharding_state(state, by_id, exclude_keys=("step",))
     if step is not None:
@@ -113,15 +144,34 @@ def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [param for group in optimizer.param_groups for param in group["params"]]
 
 
-def _loading_template(optimizer: torch.optim.Optimizer, with_moments: bool) -> dict[str, Any]:
-    """The optimizer's state_dict with zero moments to read into (a fresh optimizer has none yet), or none."""
+def _saved_keys(directory: Path) -> set[str]:
+    """The sharded key of every tensor the checkpoint holds."""
+    return set(SafetensorsLoadShardedStrategy().load_tensors_metadata(directory))
+
+
+def _check_same_heads(directory: Path, heads: dict[str, nn.Parameter]) -> None:
+    """Heads beside the GPTModel must be the saved ones: a reward checkpoint's score head is not PPO's value head."""
+    saved = {key.removeprefix(HEADS) for key in _saved_keys(directory) if key.startswith(HEADS)}
+    if saved != set(heads):
+        raise CheckpointError(
+            f"the checkpoint in {directory} holds the heads {sorted(saved)} beside the transformer, this run's model "
+            f"{sorted(heads)}; resume with the algorithm and spec that wrote it."
+        )
+
+
+def _loading_template(optimizer: torch.optim.Optimizer, model_state: ShardedStateDict, saved: set[str]) -> dict[str, Any]:
+    """The optimizer's state_dict with zero moments to read into (a fresh optimizer has none yet) for each
+    parameter that had them when saved: none before the first step, none for a parameter without a gradient yet."""
     names = ["exp_avg", "exp_avg_sq"]
     if any(group.get("amsgrad") for group in optimizer.param_groups):
         names.append("max_exp_avg_sq")
     state = optimizer.state_dict()
-    state["state"] = {}
-    if with_moments:
-        state["state"] = {i: {name: torch.zeros_like(p) for name in names} for i, p in enumerate(_params(optimizer))}
+    by_id = get_param_id_to_sharded_param_map(model_state, _params(optimizer))
+    state["state"] = {
+        index: {name: torch.zeros_like(param) for name in names}
+        for index, param in enumerate(_params(optimizer))
+        if index in by_id and f"optimizer.state.{names[0]}.{by_id[index].key}" in saved
+    }
     return state
 
 

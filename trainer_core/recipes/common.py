@@ -1,6 +1,6 @@
 """Pieces every recipe shares: optimizer and LR schedule from the spec, a resumable batch order,
-the step timer, an eval-loss loop, and checkpoint-if-due with rotation. Functions and small
-classes; each recipe calls them top to bottom.
+the step timer, an eval-loss loop, frozen references and the run's driver (checkpoints: checkpointing.py).
+Functions and small classes; each recipe calls them top to bottom.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ import contextlib
 import copy
 import math
 import random
-import secrets
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,20 +16,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from trainer_core.backends import Backend
-from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rotate, save_checkpoint
-from trainer_core.checkpoint import state as checkpoint_state
-from trainer_core.checkpoint.errors import CheckpointError
-from trainer_core.checkpoint.files import manifest_digest_and_size
-from trainer_core.checkpoint.sharded import DCP_DIR, has_sharded_state
-from trainer_core.checkpoint.store import read_train_state, stage, staging_dir
-from trainer_core.checkpoint.weights import read_weights
 from trainer_core.models import load_from_spec
-from trainer_core.reporting import CheckpointEvent, Reporter
-from trainer_core.spec import RunSpec, dump_spec
+from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
+from trainer_core.reporting import Reporter
+from trainer_core.spec import RunSpec
 from trainer_core.spec_sections import ModelSpec, TrainSpec
 
 T = TypeVar("T")
@@ -79,35 +70,6 @@ def prepare_optimization(
         position, step = state.data_position, state.step
     order = BatchOrder(train_size, train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
     return Optimization(model, optimizer, scheduler, order, step)
-
-
-def load_weights(
-    resume_from: Path, model: nn.Module, modules: dict[str, nn.Module] | None = None, *, backend: Backend | None = None
-) -> TrainState:
-    """A resume's first half, before backend.prepare: the checkpoint's weights into the plain model (and
-    modules) on every rank, so a sharding backend partitions the resumed weights; returns the position.
-    A model built partitioned (zero_init) is gathered whole for it, once. A backend that shards
-    checkpoints reads a sharded one after prepare instead (restore_training): only the position here."""
-    if backend is not None and backend.shards_checkpoints and has_sharded_state(resume_from):
-        return read_train_state(resume_from)
-    params = [p for part in (model, *(modules or {}).values()) for p in part.parameters()]
-    with backend.whole_parameters(params) if backend is not None else contextlib.nullcontext():
-        return load_checkpoint(resume_from, model=model, restore_rng=False, modules=modules)
-
-
-def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """A resume's second half, after backend.prepare: the optimizer (through the backend; a sharded
-    checkpoint's model state too), the schedule (after the optimizer: it sets each group's lr) and,
-    last, every RNG."""
-    if has_sharded_state(resume_from):
-        backend.load_sharded_state(resume_from / DCP_DIR, optimizer)
-    else:
-        if backend.keeps_master_weights:
-            backend.load_master_weights(read_weights(resume_from / "model"))
-        backend.load_optimizer_state(optimizer, checkpoint_state.load_state(resume_from, "optimizer"))
-    if scheduler is not None:
-        checkpoint_state.load_scheduler(resume_from, scheduler)
-    checkpoint_state.load_rng(resume_from)
 
 
 @contextlib.contextmanager
@@ -266,146 +228,6 @@ def evaluate(
 def is_due(step: int, every: int | None, last_step: int) -> bool:
     """True on every `every`-th step and on the last one."""
     return step == last_step or (every is not None and step % every == 0)
-
-
-def save_and_rotate(
-    checkpoint_dir: Path,
-    step: int,
-    *,
-    backend: Backend,
-    model: nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    data_position: dict,
-    spec: dict,
-    keep_last: int,
-    reporter: Reporter,
-    extra: dict[str, Any] | None = None,
-    modules: dict[str, nn.Module] | None = None,
-    wrapped: nn.Module | None = None,
-) -> CheckpointInfo | None:
-    """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it.
-
-    `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model.
-    `wrapped`: what backend.prepare returned when `model` and `modules` are parts of it (PPO's
-    actor-critic); every rank calls this, since a sharding backend gathers the states from all
-    (or, where it shards checkpoints, every rank first writes its shards into the staging directory)."""
-    info = None
-    sharded = backend.shards_checkpoints
-    full_model, full_optimizer = backend.full_state(wrapped if wrapped is not None else model, None if sharded else optimizer)
-    root = backend.unwrap(wrapped if wrapped is not None else model)
-    staged = shared_staging_dir(checkpoint_dir, step, backend) if sharded else None
-    if staged is not None:
-        try:
-            backend.save_sharded_state(staged / DCP_DIR, optimizer)
-        except BaseException:
-            if backend.is_rank_zero:
-                shutil.rmtree(staged, ignore_errors=True)
-            raise
-    if backend.is_rank_zero:
-        # Reports up to this step reach the run directory before the checkpoint exists: a process
-        # killed right after it is resumed past them, and nothing would report them again.
-        reporter.flush(timeout=30)
-        info = save_checkpoint(
-            checkpoint_dir,
-            step,
-            model=backend.unwrap(model),
-            tokenizer=tokenizer,
-            optimizer=None if sharded else optimizer,
-            scheduler=scheduler,
-            data_position=data_position,
-            spec=spec,
-            extra=extra,
-            modules=modules,
-            model_state=None if full_model is None else part_of(full_model, root, backend.unwrap(model)),
-            module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in (modules or {}).items()},
-            optimizer_state=full_optimizer,
-            staged=staged,
-        )
-        rotate(checkpoint_dir, keep_last)
-        reporter.checkpoint(
-            CheckpointEvent(
-                step=step,
-                path=str(info.path.relative_to(checkpoint_dir.parent)),
-                size=info.size,
-                sha256=info.sha256,
-                metadata={"kind": "checkpoint"},
-            )
-        )
-    backend.barrier()
-    return info
-
-
-def shared_staging_dir(checkpoint_dir: Path, step: int, backend: Backend) -> Path:
-    """The staging directory of `step`'s checkpoint, made by rank zero, its name agreed by every rank.
-
-    Rank zero's random token reaches the others as a broadcast number (broadcast_object_list would
-    pickle it), over the whole job rather than the backend's data-parallel ranks; 0 means rank zero
-    could not stage, and then every rank raises."""
-    token, error = 0, None
-    if backend.is_rank_zero:
-        token = secrets.randbits(31) + 1
-        try:
-            stage(checkpoint_dir, step, f"{token:08x}")
-        except (CheckpointError, OSError) as exc:
-            token, error = 0, exc
-    shared = torch.tensor([token], dtype=torch.int64, device=backend.device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast(shared, src=0)
-    agreed = int(shared.item())
-    if agreed == 0:
-        raise error or CheckpointError(f"rank 0 could not create the checkpoint directory for step {step}; its log says why.")
-    return staging_dir(checkpoint_dir, step, f"{agreed:08x}")
-
-
-def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) -> dict[str, torch.Tensor]:
-    """The entries of `root`'s state dict that belong to its submodule `part`, named as `part` names them."""
-    prefix = next((name for name, module in root.named_modules() if module is part), None)
-    if prefix is None:
-        raise ValueError(f"{type(part).__name__} is not a submodule of {type(root).__name__}")
-    if prefix == "":
-        return state
-    return {key[len(prefix) + 1 :]: value for key, value in state.items() if key.startswith(prefix + ".")}
-
-
-def checkpoint_run(run: Any) -> None:
-    """Save the run's full training state under OUT/checkpoints and rotate to train.keep_last."""
-    save_and_rotate(
-        run.out_dir / "checkpoints",
-        run.step,
-        backend=run.backend,
-        model=run.model,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-    )
-
-
-def export_final(run: Any, model: nn.Module | None = None) -> Path | None:
-    """Export the trained model (`model`, else the run's unwrapped model) to OUT/final (rank zero) once
-    train.steps are done, and report it as the run's output: a checkpoint event with metadata
-    {"kind": "export"}, which the control plane registers like any checkpoint."""
-    if run.step < run.spec.train.steps:
-        return None
-    final = run.out_dir / "final"
-    root = run.backend.unwrap(run.model)
-    target = model if model is not None else root
-    gathered, _ = run.backend.full_state(run.model)  # every rank: a sharding backend gathers
-    if run.backend.is_rank_zero:
-        weights = None if gathered is None else part_of(gathered, root, target)
-        export_model(target, run.tokenizer, final, replace=True, step=run.step, state_dict=weights)
-        sha256, size = manifest_digest_and_size(final)
-        run.reporter.checkpoint(
-            CheckpointEvent(step=run.step, path=final.name, size=size, sha256=sha256, metadata={"kind": "export", "format": "hf"})
-        )
-        run.reporter.log(f"exported the final model to {final}")
-    run.backend.barrier()
-    return final
 
 
 def drive(

@@ -30,7 +30,7 @@ from trainer_core.backends import Backend, local_batch_range, make_backend, micr
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back
+from trainer_core.recipes import checkpointing, common, hand_back
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -201,7 +201,7 @@ def train(run: DpoRun, stop_at: int | None = None) -> None:
             reporter.metrics(step, values)
         handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
         if handing_back or common.is_due(step, t.checkpoint_every, last):
-            common.checkpoint_run(run)  # the policy only: the reference is rebuilt from the spec on resume
+            checkpointing.checkpoint_run(run)  # the policy only: the reference is rebuilt from the spec on resume
         if handing_back:
             break
 

@@ -32,7 +32,7 @@ from trainer_core.backends import Backend, local_batch_range, make_backend, micr
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, hand_back, rollouts
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
 from trainer_core.spec import RunSpec, dump_spec
@@ -77,13 +77,13 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
             reduce_sum=lambda t: backend.all_reduce(t, "sum"),
             place=backend.prepare_frozen,
         )
-        state = common.load_weights(resume_from, policy, backend=backend) if resume_from is not None else None
+        state = checkpointing.load_weights(resume_from, policy, backend=backend) if resume_from is not None else None
         optimizer = common.make_optimizer(policy, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, _ = backend.prepare(policy, optimizer, None)  # the schedule steps once per GRPO step
         position, step = None, 0
         if resume_from is not None and state is not None:
-            common.restore_training(resume_from, backend, optimizer, scheduler)
+            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
             reward.load_state_dict(state.extra["reward"])
             reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
@@ -260,7 +260,7 @@ def evaluate(run: GrpoRun) -> dict[str, float]:
 
 
 def checkpoint(run: GrpoRun) -> None:
-    common.save_and_rotate(
+    checkpointing.save_and_rotate(
         run.out_dir / "checkpoints",
         run.step,
         backend=run.backend,

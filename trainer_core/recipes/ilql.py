@@ -34,7 +34,7 @@ from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.losses_ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, hand_back, rollouts
 from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, Sample, make_reporter
 from trainer_core.spec import RunSpec, dump_spec
@@ -153,13 +153,13 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         train_examples, eval_examples = (_rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval))
         state = None
         if resume_from is not None:
-            state = common.load_weights(resume_from, lm, {"ilql_heads": heads}, backend=backend)
+            state = checkpointing.load_weights(resume_from, lm, {"ilql_heads": heads}, backend=backend)
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         wrapped, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
         position, step = None, 0
         if resume_from is not None and state is not None:
-            common.restore_training(resume_from, backend, optimizer, scheduler)
+            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
         order = common.BatchOrder(
             len(train_examples), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
@@ -359,7 +359,7 @@ def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
 
 def checkpoint(run: IlqlRun) -> None:
     """The LM as the checkpoint's model and every head (target heads included) as the module ilql_heads."""
-    common.save_and_rotate(
+    checkpointing.save_and_rotate(
         run.out_dir / "checkpoints",
         run.step,
         backend=run.backend,

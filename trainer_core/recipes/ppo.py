@@ -41,7 +41,7 @@ from trainer_core.losses_policy import (
     response_logprobs,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, hand_back, rollouts
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
@@ -133,7 +133,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         )
         state = None
         if resume_from is not None:
-            state = common.load_weights(resume_from, policy, model.checkpoint_modules(), backend=backend)
+            state = checkpointing.load_weights(resume_from, policy, model.checkpoint_modules(), backend=backend)
         optimizer = common.make_optimizer(model, train)
         scheduler = common.make_scheduler(optimizer, train)
         # No scheduler for the backend: it would step per minibatch update; train() steps it per PPO step.
@@ -141,7 +141,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         kl = KlController(options.kl_coef, options.target_kl, options.horizon)
         position, step = None, 0
         if resume_from is not None and state is not None:
-            common.restore_training(resume_from, backend, optimizer, scheduler)
+            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
             position, step = state.data_position, state.step
             kl.load_state_dict(state.extra["kl"])
             reward.load_state_dict(state.extra["reward"])
@@ -310,7 +310,7 @@ def evaluate(run: PpoRun) -> dict[str, float]:
 
 
 def checkpoint(run: PpoRun) -> None:
-    common.save_and_rotate(
+    checkpointing.save_and_rotate(
         run.out_dir / "checkpoints",
         run.step,
         backend=run.backend,

@@ -26,7 +26,7 @@ from trainer_core.backends import Backend, local_batch_range, make_backend, micr
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back
+from trainer_core.recipes import checkpointing, common, hand_back
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -159,7 +159,7 @@ def train(run: RewardRun, stop_at: int | None = None) -> None:
             reporter.metrics(step, values)
         handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
         if handing_back or common.is_due(step, t.checkpoint_every, last):
-            common.checkpoint_run(run)
+            checkpointing.checkpoint_run(run)
         if handing_back:
             break
 

@@ -24,7 +24,7 @@ from trainer_core.backends import Backend, local_batch_range, make_backend, micr
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, hand_back
+from trainer_core.recipes import checkpointing, common, hand_back
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.spec import RunSpec
@@ -143,7 +143,7 @@ def train(run: SftRun, stop_at: int | None = None) -> None:
             reporter.metrics(step, {"eval/loss": loss})
         handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
         if handing_back or common.is_due(step, t.checkpoint_every, last):
-            common.checkpoint_run(run)
+            checkpointing.checkpoint_run(run)
         if handing_back:
             break
 
