@@ -1,11 +1,16 @@
 """The megatron backend on CPU (gloo), tensor parallel 2 under torchrun: SFT gives the torch backend's
-loss curve (1 process) with data parallel 1 and 2, a resume continues the straight run bit for bit, the final export loads with
-from_pretrained and scores the held-out rows as the Megatron model did, DPO on TP=2 follows the
+loss curve (1 process) with data parallel 1 and 2, checkpoints are every rank's own shards (megatron's
+dist_checkpointing, no pickle), a resume continues the straight run bit for bit and on TP=1 (resharded),
+another backend refuses the shards with the fix, the final export loads with from_pretrained and scores the
+held-out rows as the Megatron model did, DPO on TP=2 follows the
 torch backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2
 (generation from the gathered weights) samples what the torch backend samples and learns."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,12 +18,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from tests.test_backend_deepspeed import launch, max_diff
+from tests.test_backend_deepspeed import ROOT, env, launch, max_diff
 from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
 from tests.training import metrics
 from trainer_core.backends import BackendError, make_backend
+from trainer_core.checkpoint.sharded import sharded_state_kind
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import sft_loss
+from trainer_core.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.tokenize import collate, pad_id, tokenize_rows
@@ -31,6 +38,7 @@ from trainer_core.spec_sections import TrainSpec
 TOLERANCE = 1e-5
 MEGATRON = {"kind": "megatron", "tensor_parallel": 2, "precision": "fp32"}
 TORCH = {"kind": "torch", "precision": "fp32"}
+SEQUENCE_PARALLEL = {**MEGATRON, "sequence_parallel": True}
 
 SFT = {
     "name": "megatron-sft",
@@ -67,11 +75,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "torch-sft": launch(tmp, SFT, TORCH, "torch-sft", processes=1),
         # 4 ranks: two TP pairs, data parallel 2 (each pair reads half the batch; gradients averaged over pairs).
         "tp2-dp2": launch(tmp, {**SFT, "train": {**SFT["train"], "checkpoint_every": None}}, MEGATRON, "tp2-dp2", processes=4),
+        "sequence-parallel": launch(tmp, {**SFT, "train": {**SFT["train"], "checkpoint_every": None}}, SEQUENCE_PARALLEL, "sp"),
         "megatron-dpo": launch(tmp, DPO, MEGATRON, "megatron-dpo"),
         "torch-dpo": launch(tmp, DPO, TORCH, "torch-dpo", processes=1),
     }
     checkpoint = str(out["megatron-sft"] / "checkpoints" / "step-000006")
     out["resumed"] = launch(tmp, SFT, MEGATRON, "resumed", "--resume", checkpoint)
+    # The TP=2 shards resharded into one process on resume.
+    out["resumed-tp1"] = launch(tmp, SFT, {**MEGATRON, "tensor_parallel": 1}, "resumed-tp1", "--resume", checkpoint, processes=1)
     return out
 
 
@@ -92,9 +103,37 @@ def test_tp2_with_data_parallel_2_gives_the_same_curve(runs: dict[str, Path]) ->
     assert max_diff(metrics(tp2_dp2, "eval/loss"), metrics(torch_run, "eval/loss")) < TOLERANCE
 
 
+def test_sequence_parallel_gives_the_same_curve(runs: dict[str, Path]) -> None:
+    """The TP pair splits the sequence outside the TP regions (odd lengths padded to even); the norms' gradients,
+    each rank's positions only, are summed before the step. Without that sum the curve parts by 1e-3."""
+    sequence_parallel, torch_run = runs["sequence-parallel"], runs["torch-sft"]
+    assert max_diff(metrics(sequence_parallel, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(sequence_parallel, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
+    assert max_diff(metrics(sequence_parallel, "eval/loss"), metrics(torch_run, "eval/loss")) < TOLERANCE
+
+
+def test_checkpoints_are_sharded_by_every_rank(runs: dict[str, Path]) -> None:
+    """Each TP rank wrote its own shards of the weights and Adam's state through megatron's dist_checkpointing
+    (megatron/, JSON and safetensors only); nothing gathered the optimizer. model/ is the gathered HF copy
+    that `run:<id>@<step>` reads."""
+    checkpoint = runs["megatron-sft"] / "checkpoints" / "step-000006"
+    assert sharded_state_kind(checkpoint) == "megatron"
+    assert not (checkpoint / "optimizer.json").exists() and not (checkpoint / "dcp").exists()
+    shards = checkpoint / "megatron" / "shards"
+    assert sorted(path.name for path in shards.glob("*.safetensors")) == ["__0_0.safetensors", "__1_0.safetensors"]
+    keys = set(json.loads((shards / "metadata.json").read_text())["entries"])
+    assert "decoder.layers.self_attention.linear_qkv.weight" in keys
+    assert "optimizer.state.exp_avg.decoder.layers.self_attention.linear_qkv.weight" in keys
+    check_no_pickle(checkpoint / "megatron")
+    # Beside it: no pickle or torch.save zip (a safetensors file may begin with 0x80: its header's length).
+    heads = {path.read_bytes()[:2] for path in checkpoint.rglob("*") if path.is_file() and path.suffix != ".safetensors"}
+    assert not any(head[:1] == b"\x80" or head == b"PK" for head in heads)
+    assert AutoModelForCausalLM.from_pretrained(checkpoint / "model").config.num_hidden_layers == 2
+
+
 def test_resume_continues_the_same_curve(runs: dict[str, Path]) -> None:
-    """The step-6 checkpoint (HF weights and torch-format Adam state gathered over TP), resumed by a new
-    pair of processes: steps 7-12 and the final weights are the straight run's, bit for bit."""
+    """The step-6 checkpoint (every rank's shards), resumed by a new pair of processes: steps 7-12 and the
+    final weights are the straight run's, bit for bit."""
     straight, resumed = runs["megatron-sft"], runs["resumed"]
     assert sorted(metrics(resumed, "train/loss")) == list(range(7, 13))
     for key in ("train/loss", "train/lr", "train/grad_norm", "eval/loss"):
@@ -102,6 +141,32 @@ def test_resume_continues_the_same_curve(runs: dict[str, Path]) -> None:
     a = load_file(str(straight / "final" / "model.safetensors"))
     b = load_file(str(resumed / "final" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_tp2_checkpoint_resumes_on_tp1(runs: dict[str, Path]) -> None:
+    """dist_checkpointing reshards on load: one process reads both ranks' shards and continues the curve (the
+    same maths summed in another order)."""
+    straight, resumed = runs["megatron-sft"], runs["resumed-tp1"]
+    assert sorted(metrics(resumed, "train/loss")) == list(range(7, 13))
+    for key in ("train/loss", "eval/loss"):
+        expected = {s: v for s, v in metrics(straight, key).items() if s > 6}
+        assert max_diff(metrics(resumed, key), expected) < TOLERANCE, key
+    assert metrics(resumed, "train/lr") == {s: v for s, v in metrics(straight, "train/lr").items() if s > 6}
+
+
+def test_another_backend_refuses_the_sharded_checkpoint(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The torch backend cannot read megatron's shards: exit 2 and the backend to resume with, nothing written."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SFT, "backend": TORCH}))
+    checkpoint = runs["megatron-sft"] / "checkpoints" / "step-000006"
+    command = [sys.executable, "-m", "trainer_core", "run", str(spec), "--out", str(tmp_path / "out")]
+    command += ["--resume", str(checkpoint)]
+    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "error (bad checkpoint)" in result.stderr and "Traceback" not in result.stderr
+    assert "sharded as backend.kind megatron writes it" in result.stderr
+    assert "resume it with backend.kind: megatron (any tensor_parallel size" in result.stderr
+    assert not (tmp_path / "out" / "checkpoints").exists()
 
 
 def test_export_scores_the_held_out_rows_as_megatron_did(runs: dict[str, Path]) -> None:
@@ -131,7 +196,7 @@ def test_dpo_on_tp2_matches_the_torch_backend_and_learns(runs: dict[str, Path]) 
 def test_unimplemented_layouts_are_refused_at_start() -> None:
     """What the spec rules let through to a GPU but the backend does not do yet fails before any work."""
     train = TrainSpec(steps=1, batch_size=2)
-    for field, value in (("pipeline_parallel", 2), ("context_parallel", 2), ("sequence_parallel", True)):
+    for field, value in (("pipeline_parallel", 2), ("context_parallel", 2)):
         spec = MegatronBackendSpec(kind="megatron", precision="fp32", **{field: value})
         with pytest.raises(BackendError, match=f"backend.{field} is not implemented"):
             make_backend(spec, train)

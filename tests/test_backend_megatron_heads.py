@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from tests.test_backend_deepspeed import launch, max_diff
 from tests.test_backend_megatron import MEGATRON, TOLERANCE, TORCH
+from tests.test_backend_megatron import SEQUENCE_PARALLEL as SP
 from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
 from tests.training import metrics
 from trainer_core.backends import make_backend
@@ -50,6 +51,7 @@ def reward_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {
         "megatron": launch(tmp, REWARD, MEGATRON, "megatron-reward"),
         "torch": launch(tmp, REWARD, TORCH, "torch-reward", processes=1),
+        "sequence-parallel": launch(tmp, {**REWARD, "train": {**REWARD["train"], "checkpoint_every": None}}, SP, "sp-reward"),
     }
     checkpoint = str(out["megatron"] / "checkpoints" / "step-000005")
     out["resumed"] = launch(tmp, REWARD, MEGATRON, "resumed-reward", "--resume", checkpoint)
@@ -63,6 +65,14 @@ def test_reward_on_tp2_matches_the_torch_backend(reward_runs: dict[str, Path]) -
         limit = 1e-4 if key == "train/grad_norm" else TOLERANCE
         assert max_diff(metrics(megatron, key), metrics(torch_run, key)) < limit, key
     assert metrics(megatron, "train/lr") == metrics(torch_run, "train/lr")
+
+
+def test_reward_with_sequence_parallel_matches_the_torch_backend(reward_runs: dict[str, Path]) -> None:
+    """The score head reads the final hidden states gathered over the sequence from the TP pair."""
+    sequence_parallel, torch_run = reward_runs["sequence-parallel"], reward_runs["torch"]
+    for key in REWARD_KEYS:
+        limit = 1e-4 if key == "train/grad_norm" else TOLERANCE
+        assert max_diff(metrics(sequence_parallel, key), metrics(torch_run, key)) < limit, key
 
 
 def test_reward_resume_continues_the_same_curve(reward_runs: dict[str, Path]) -> None:
@@ -88,6 +98,7 @@ def ppo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         out = {
             "megatron": launch(tmp, megatron, megatron["backend"], "megatron-ppo"),
             "torch": launch(tmp, torch_spec, TORCH, "torch-ppo", processes=1),
+            "sequence-parallel": launch(tmp, rl_spec(walker, "ppo", SP), SP, "sp-ppo"),
         }
         checkpoint = str(out["megatron"] / "checkpoints" / "step-000005")
         out["resumed"] = launch(tmp, megatron, megatron["backend"], "resumed-ppo", "--resume", checkpoint)
@@ -109,6 +120,16 @@ def test_ppo_on_tp2_learns_as_the_torch_backend(ppo_runs: dict[str, Path]) -> No
     log = (megatron.parent / "megatron-ppo.log").read_text()
     assert "reference model: megatron TP 2 x DP 1" in log  # the reference is TP-sharded like the policy
     assert (megatron / "final" / "model.safetensors").is_file()
+
+
+def test_ppo_with_sequence_parallel_learns_as_the_torch_backend(ppo_runs: dict[str, Path]) -> None:
+    """GPT-2 under sequence parallelism: row-parallel biases and norms summed over the pair, learned positions
+    scattered, the value head on the gathered hidden states of left-padded rollouts."""
+    sequence_parallel, torch_run = ppo_runs["sequence-parallel"], ppo_runs["torch"]
+    assert metrics(sequence_parallel, "reward/mean") == metrics(torch_run, "reward/mean")
+    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
+        assert max_diff(metrics(sequence_parallel, key), metrics(torch_run, key)) < TOLERANCE, key
+    assert max_diff(metrics(sequence_parallel, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
 
 
 def test_ppo_resume_continues_the_same_curve(ppo_runs: dict[str, Path]) -> None:

@@ -12,17 +12,21 @@ is over the ranks outside a TP group: both TP ranks of a replica read the same b
 reduces over that group (a replica's TP ranks hold the same metrics).
 
 The training step is torch's: megatron's own DistributedOptimizer and pipeline schedules allocate
-CUDA tensors, so a CPU run cannot use them; pipeline and context parallelism and sequence
-parallelism need them and are refused here. On GPU bf16 is torch autocast over fp32 shards (never
-run here: no GPU). `generate` (GRPO, PPO) is an interim: the shards gathered into the whole HF model on
-every rank, which generates; a TP group's ranks are seeded alike so they sample the same rollouts.
+CUDA tensors, so a CPU run cannot use them; pipeline and context parallelism need them and are
+refused here. Sequence parallelism runs (trainer_core/megatron/sequence_parallel.py): the norms'
+gradients, each rank's positions only, are summed over the TP group before the step. On GPU bf16 is
+torch autocast over fp32 shards (never run here: no GPU). `generate` (GRPO, PPO) is an interim: the
+shards gathered into the whole HF model on every rank, which generates; a TP group's ranks are
+seeded alike so they sample the same rollouts.
 
-Checkpoints keep today's format: `full_state` gathers the shards over TP and converts them back to
-the HF state dict, and Adam's state is gathered the same way into torch's optimizer state_dict over
-the HF parameters (trainer_core/megatron/optim_state.py), so a resume (HF weights into the HF model
-before `prepare`, then `load_optimizer_state`) is exact and may use another TP size or backend.
-Megatron's dist_checkpointing would let each rank write its own shards, but its common.pt is a
-torch.save pickle, which rlplane never writes.
+Checkpoints are sharded (`sharded_kind`): every rank writes its shards of the GPTModel, the kept
+heads and Adam's state into the checkpoint's megatron/ through megatron's dist_checkpointing with
+strategies of ours (safetensors + JSON, never a pickle: trainer_core/megatron/dist_checkpoint.py), and
+a resume reads them after `prepare`, resharded to this run's tensor- and data-parallel sizes. Only the
+weights are still gathered (`full_state` without the optimizer), for the checkpoint's Hugging Face
+model/. A gathered checkpoint (the torch backend's, or megatron's own before sharded ones) still
+resumes: its HF weights load before `prepare` and `load_optimizer_state` converts Adam's state over
+the HF parameters to this rank's shards (trainer_core/megatron/optim_state.py).
 """
 
 from __future__ import annotations
@@ -78,16 +82,12 @@ class MegatronBackend(Backend):
         self._hf_groups: list[list[str]] = []
 
     def _check_layout(self, spec: MegatronBackendSpec, world_size: int) -> None:
-        unsupported = {
-            "pipeline_parallel": spec.pipeline_parallel > 1,
-            "context_parallel": spec.context_parallel > 1,
-            "sequence_parallel": spec.sequence_parallel,
-        }
+        unsupported = {"pipeline_parallel": spec.pipeline_parallel > 1, "context_parallel": spec.context_parallel > 1}
         named = [name for name, on in unsupported.items() if on]
         if named:
             raise BackendError(
                 f"backend.{named[0]} is not implemented by the megatron backend yet (it needs megatron's own schedules); "
-                "use tensor_parallel only, with pipeline_parallel: 1, context_parallel: 1, sequence_parallel: false."
+                "use tensor_parallel (and sequence_parallel), with pipeline_parallel: 1 and context_parallel: 1."
             )
         if world_size % spec.tensor_parallel:
             raise BackendError(
@@ -183,7 +183,7 @@ class MegatronBackend(Backend):
         layout = Layout(arch, kept=tuple(f"score.{n}" for n, _ in model.score.named_parameters()), lm_head=False)
         weights = to_shard(dict(model.state_dict()), layout, self.tp_rank, self.tp_size)
         with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
-            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False)
+            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False, sequence_parallel=self.spec.sequence_parallel)
         load_shard(gpt, {n: t for n, t in weights.items() if n not in layout.kept})
         return MegatronScoreModel(gpt.to(self.device), layout, model)
 
@@ -208,7 +208,7 @@ class MegatronBackend(Backend):
         else:
             weights = to_shard(dict(model.state_dict()), Layout(arch), self.tp_rank, self.tp_size)
         with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
-            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False)
+            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False, sequence_parallel=self.spec.sequence_parallel)
         load_shard(gpt, weights)
         return MegatronCausalLM(gpt.to(self.device), arch, model)
 
@@ -269,6 +269,10 @@ class MegatronBackend(Backend):
     def step(self) -> float:
         model, optimizer = self._prepared()
         params = [p for p in model.parameters() if p.grad is not None]
+        if self.spec.sequence_parallel:
+            from trainer_core.megatron.sequence_parallel import allreduce_sequence_parallel_grads
+
+            allreduce_sequence_parallel_grads(params, self._ps.get_tensor_model_parallel_group())
         if self._dp_size > 1:
             group = self._ps.get_data_parallel_group()
             for param in params:

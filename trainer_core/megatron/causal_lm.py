@@ -30,7 +30,8 @@ from transformers import PreTrainedModel
 from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.layout import Layout
 from trainer_core.megatron.model import causal_inputs
-from trainer_core.megatron.trunk import final_hidden_states, logits_from_hidden
+from trainer_core.megatron.sequence_parallel import pad_sequence
+from trainer_core.megatron.trunk import final_hidden_states, logits_from_hidden, whole_sequence
 
 
 @dataclass
@@ -73,6 +74,17 @@ class ShardOf(nn.Module):
     def config(self) -> Any:
         return self.hf_model.config
 
+    def megatron_inputs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input ids, positions, megatron's mask) of an HF-style call; under sequence parallelism padded on the
+        right to a multiple of the TP size (cut the outputs back to input_ids' length)."""
+        if self.gpt.config.sequence_parallel:
+            tp_size = self.gpt.config.tensor_model_parallel_size
+            input_ids, attention_mask, position_ids = pad_sequence(input_ids, attention_mask, position_ids, tp_size)
+        positions, mask = attention_inputs(input_ids, attention_mask, position_ids)
+        return input_ids, positions, mask
+
 
 class MegatronCausalLM(ShardOf):
     def __init__(self, gpt: GPTModel, arch: Architecture, hf_model: PreTrainedModel) -> None:
@@ -88,10 +100,12 @@ class MegatronCausalLM(ShardOf):
     ) -> CausalLMOutput:
         if unused:
             raise TypeError(f"the megatron causal LM takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
-        positions, mask = attention_inputs(input_ids, attention_mask, position_ids)
+        length = input_ids.shape[-1]
+        ids, positions, mask = self.megatron_inputs(input_ids, attention_mask, position_ids)
         if not output_hidden_states:
-            logits = self.gpt(input_ids, positions, mask)
-            return CausalLMOutput(logits=logits[..., : self.arch.vocab_size])
-        hidden = final_hidden_states(self.gpt, input_ids, positions, mask)
+            logits = self.gpt(ids, positions, mask)
+            return CausalLMOutput(logits=logits[:, :length, : self.arch.vocab_size])
+        hidden = final_hidden_states(self.gpt, ids, positions, mask)
         logits = logits_from_hidden(self.gpt, hidden)
-        return CausalLMOutput(logits=logits[..., : self.arch.vocab_size], hidden_states=(hidden.transpose(0, 1),))
+        whole = whole_sequence(self.gpt, hidden)[:length]
+        return CausalLMOutput(logits=logits[:, :length, : self.arch.vocab_size], hidden_states=(whole.transpose(0, 1),))

@@ -24,9 +24,9 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
 
-from trainer_core.megatron.causal_lm import MegatronCausalLM, ShardOf, attention_inputs
+from trainer_core.megatron.causal_lm import MegatronCausalLM, ShardOf
 from trainer_core.megatron.layout import Layout
-from trainer_core.megatron.trunk import final_hidden_states
+from trainer_core.megatron.trunk import final_hidden_states, whole_sequence
 
 
 @dataclass
@@ -50,8 +50,9 @@ class MegatronScoreModel(ShardOf):
     ) -> ScoreOutput:
         if unused:
             raise TypeError(f"the megatron score model takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
-        positions, mask = attention_inputs(input_ids, attention_mask, position_ids)
-        hidden = final_hidden_states(self.gpt, input_ids, positions, mask).transpose(0, 1)
+        ids, positions, mask = self.megatron_inputs(input_ids, attention_mask, position_ids)
+        hidden = whole_sequence(self.gpt, final_hidden_states(self.gpt, ids, positions, mask))
+        hidden = hidden[: input_ids.shape[-1]].transpose(0, 1)
         logits = self.score(hidden)
         # As the HF classifier pools: the rightmost token that is not padding (left or right padded rows alike).
         pad = self.config.pad_token_id

@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state, tensor_parallel
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.convert import StateDict
 from trainer_core.megatron.cpu_shim import apply_cpu_shim
+from trainer_core.megatron.sequence_parallel import layer_spec
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -39,7 +39,9 @@ def init_model_parallel(tp_size: int, seed: int = 0) -> None:
     tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
 
 
-def transformer_config(arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32) -> TransformerConfig:
+def transformer_config(
+    arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32, sequence_parallel: bool = False
+) -> TransformerConfig:
     """The TransformerConfig under which a GPTModel computes what the Hugging Face model does."""
     return TransformerConfig(
         num_layers=arch.num_layers,
@@ -63,24 +65,30 @@ def transformer_config(arch: Architecture, tp_size: int, params_dtype: torch.dty
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
         tensor_model_parallel_size=tp_size,
+        sequence_parallel=sequence_parallel,
         params_dtype=params_dtype,
         use_cpu_initialization=True,
     )
 
 
 def build_gpt_model(
-    arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32, parallel_output: bool = True
+    arch: Architecture,
+    tp_size: int,
+    params_dtype: torch.dtype = torch.float32,
+    parallel_output: bool = True,
+    sequence_parallel: bool = False,
 ) -> GPTModel:
     """This rank's GPTModel with initial (random) weights; load a converted shard into it next.
 
     `parallel_output=True` keeps each rank's vocabulary slice of the logits (for megatron's
     vocab-parallel cross entropy); False gathers the full padded vocabulary on every rank.
+    `sequence_parallel`: the TP ranks split the sequence between the TP regions (sequence_parallel.py).
     """
     arch.check_tp_size(tp_size)
     apply_cpu_shim()
     return GPTModel(
-        config=transformer_config(arch, tp_size, params_dtype),
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization=arch.normalization),
+        config=transformer_config(arch, tp_size, params_dtype, sequence_parallel and tp_size > 1),
+        transformer_layer_spec=layer_spec(arch.normalization, arch.num_layers, sequence_parallel and tp_size > 1),
         vocab_size=arch.padded_vocab_size(tp_size),
         max_sequence_length=arch.max_position_embeddings,
         parallel_output=parallel_output,

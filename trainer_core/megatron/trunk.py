@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import torch
 from megatron.core.models.gpt import GPTModel
+from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 
 
 def final_hidden_states(gpt: GPTModel, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[seq, batch, hidden] (megatron's layout), the same on every TP rank (row-parallel outputs are all-reduced)."""
+    """[seq, batch, hidden] (megatron's layout), the same on every TP rank (row-parallel outputs are all-reduced);
+    under sequence parallelism this rank's [seq / tp, batch, hidden] (`whole_sequence` gathers them)."""
     preprocessed = gpt._preprocess(input_ids=input_ids, position_ids=position_ids)
     decoder_input, rotary_pos_emb, rotary_pos_cos, rotary_pos_sin, sequence_len_offset, padding_mask = preprocessed[:6]
     return gpt.decoder(
@@ -36,3 +38,13 @@ def logits_from_hidden(gpt: GPTModel, hidden: torch.Tensor) -> torch.Tensor:
     weight = gpt.shared_embedding_or_output_weight() if gpt.share_embeddings_and_output_weights else None
     logits, _ = gpt.output_layer(hidden, weight=weight)
     return logits.transpose(0, 1).contiguous()
+
+
+def whole_sequence(gpt: GPTModel, hidden: torch.Tensor) -> torch.Tensor:
+    """`final_hidden_states` over the whole sequence on every TP rank: gathered under sequence parallelism.
+
+    For a head whole on every rank (a score or value head): each rank computes the same loss from the
+    gathered states, so the backward pass keeps its own positions' gradient (a split, not a reduce-scatter)."""
+    if not gpt.config.sequence_parallel:
+        return hidden
+    return gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
