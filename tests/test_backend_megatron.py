@@ -4,7 +4,7 @@ dist_checkpointing, no pickle), a resume continues the straight run bit for bit 
 another backend refuses the shards with the fix, the final export loads with from_pretrained and scores the
 held-out rows as the Megatron model did, DPO on TP=2 follows the
 torch backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2
-(generation from the gathered weights) samples what the torch backend samples and learns."""
+(generation from the shards, with megatron's KV cache) samples what the torch backend samples and learns."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def grpo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def test_grpo_on_tp2_samples_as_the_torch_backend_and_learns(grpo_runs: dict[str, Path]) -> None:
-    """Both ranks of the TP pair are seeded alike and generate from the same gathered weights, so they sample
+    """Both ranks of the TP pair are seeded alike and generate from their shards (KV cache), so they sample
     the same rollouts, which are the torch backend's (the same seed); greedy optimality over all 20 start
     nodes rises as on the other backends (measured 0.55 -> 0.96, equal to torch's)."""
     megatron, torch_run = grpo_runs["megatron"], grpo_runs["torch"]

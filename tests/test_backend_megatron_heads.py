@@ -106,7 +106,7 @@ def ppo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def test_ppo_on_tp2_learns_as_the_torch_backend(ppo_runs: dict[str, Path]) -> None:
-    """The TP pair samples the torch backend's rollouts (the same seed, generation from the gathered weights);
+    """The TP pair samples the torch backend's rollouts (the same seed, generation from the shards);
     its losses and KL follow torch's, and greedy optimality over all 20 start nodes rises as on the sharded
     backends (tests/test_sharded_recipes.py)."""
     megatron, torch_run = ppo_runs["megatron"], ppo_runs["torch"]

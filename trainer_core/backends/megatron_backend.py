@@ -15,8 +15,8 @@ The training step is torch's: megatron's own DistributedOptimizer and pipeline s
 CUDA tensors, so a CPU run cannot use them; pipeline and context parallelism need them and are
 refused here. Sequence parallelism runs (trainer_core/megatron/sequence_parallel.py): the norms'
 gradients, each rank's positions only, are summed over the TP group before the step. On GPU bf16 is
-torch autocast over fp32 shards (never run here: no GPU). `generate` (GRPO, PPO) is an interim: the
-shards gathered into the whole HF model on every rank, which generates; a TP group's ranks are
+torch autocast over fp32 shards (never run here: no GPU). `generate` (GRPO, PPO) samples from the
+shards with megatron-core's KV cache (trainer_core/megatron/generate.py); a TP group's ranks are
 seeded alike so they sample the same rollouts.
 
 Checkpoints are sharded (`sharded_kind`): every rank writes its shards of the GPTModel, the kept
@@ -46,6 +46,9 @@ from trainer_core.backends.dist import DistEnv, default_device, init_process_gro
 from trainer_core.backends.torch_backend import seed_rank
 from trainer_core.spec_sections import MegatronBackend as MegatronBackendSpec
 from trainer_core.spec_sections import TrainSpec
+
+# transformers' generate() defaults for the sampling settings (GenerationConfig._get_default_generation_params).
+SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
 
 
 class MegatronBackend(Backend):
@@ -222,7 +225,7 @@ class MegatronBackend(Backend):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         """The recipe's model (HF config, save_pretrained); its transformer's weights are stale: `full_state` has the
-        trained ones (and `generate` refreshes a policy's)."""
+        trained ones. Forward passes go through the prepared model."""
         return model.hf_model if _is_wrapper(model) else model
 
     def describe_placement(self, model: nn.Module) -> str:
@@ -232,24 +235,21 @@ class MegatronBackend(Backend):
         )
 
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
-        """Interim: the shards' weights gathered over TP into the whole HF model on every rank, which generates
-        (the same prompts and RNG on a TP group's ranks give the same samples). Megatron's own inference
-        engine would generate from the shards; it is not used yet."""
+        """Sampled from the policy's GPTModel shards with megatron-core's KV cache (trainer_core/megatron/generate.py):
+        no rank gathers the model. A TP group's ranks, seeded alike, draw the same tokens."""
         from trainer_core.megatron.causal_lm import MegatronCausalLM
-        from trainer_core.megatron.model import model_shard
-        from trainer_core.megatron.optim_state import to_hf
+        from trainer_core.megatron.generate import generate
 
         wrapped, _ = self._prepared()
         causal = next((m for m in wrapped.modules() if isinstance(m, MegatronCausalLM) and m.hf_model is model), None)
         if causal is None:
             raise BackendError("the megatron backend generates from the prepared policy only (backend.unwrap(model)).")
-        weights = to_hf({name: tensor.cpu() for name, tensor in model_shard(causal.gpt).items()}, causal.layout)
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        parameters = {name for name, _ in model.named_parameters()}
-        if unexpected or parameters & set(missing):
-            raise RuntimeError(f"gathered weights do not fit the HF model: missing {missing}, unexpected {unexpected}")
-        with torch.no_grad():
-            return model.to(self.device).generate(**kwargs)
+        # Unset here, a setting comes from the model's generation config, else transformers' own default, as in its generate().
+        configured = model.generation_config
+        for key, default in SAMPLING_DEFAULTS.items():
+            if kwargs.get(key) is None:
+                kwargs[key] = default if getattr(configured, key, None) is None else getattr(configured, key)
+        return generate(causal.gpt, causal.arch.vocab_size, **kwargs)
 
     # --- the training step ---
 

@@ -137,14 +137,14 @@ def sample(run: GrpoRun) -> Groups:
     old = ref = None
     with backend.autocast():
         if options.epochs > 1:
-            old = _logprobs(run.policy, generation)[0]
+            old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
         shown = torch.arange(0, len(scored.responses), options.group_size)[: options.samples_to_log]
         # Every rank runs this forward, though only rank zero reports: a sharded policy's forward is a collective.
         shown_logprobs = None
         if ref is not None and old is None and len(shown):
-            shown_logprobs = _logprobs(run.policy, generation.rows(shown))[0]
+            shown_logprobs = _logprobs(run.model, generation.rows(shown))[0]
     mask = generation.response_mask
     if backend.is_rank_zero and options.samples_to_log:
         _report_samples(run, scored, shown, old[shown] if old is not None else shown_logprobs, ref)

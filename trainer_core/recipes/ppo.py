@@ -185,7 +185,7 @@ def rollout(run: PpoRun) -> Rollouts:
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
     with backend.autocast():
-        logprobs, values, _ = _logprobs_values(run.actor_critic, generation)
+        logprobs, values, _ = _logprobs_values(run.model, generation)  # the prepared model (megatron: its shards)
         ref_logprobs = response_logprobs(
             run.reference(**generation.inputs()).logits, generation.input_ids, generation.prompt_width
         )
