@@ -27,7 +27,8 @@ class ModelSpec(StrictModel):
 
     path: ModelPath = Field(
         description="Hugging Face id (gpt2, meta-llama/Llama-3.2-1B), local directory (/abs or "
-        "./relative), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), "
+        "./relative: a Hugging Face model, or an un-tarred NeMo checkpoint with model_config.yaml, "
+        "converted once), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), "
         "or run:<id>[@step] for the output (or a given checkpoint step) of an earlier run."
     )
     revision: str | None = Field(None, description="Hugging Face branch, tag or commit; null: the default branch.")

@@ -1,4 +1,5 @@
-"""`model.path` -> (model, tokenizer): builtin:<name>, run:<id>[@step], a local directory, or a Hub id.
+"""`model.path` -> (model, tokenizer): builtin:<name>, run:<id>[@step], a local directory (a Hugging Face
+one, or an un-tarred NeMo checkpoint: converted once, trainer_core/megatron/nemo.py), or a Hub id.
 
 `kind="causal"` gives a language model; `kind="score"` a one-output sequence-classification head
 (reward model, critic). A causal checkpoint loads as `score` too: the body keeps its weights and
@@ -27,6 +28,8 @@ from trainer_core.models.errors import ModelError
 from trainer_core.spec_base import parse_run_ref
 
 __all__ = ["DirectoryResolver", "ModelError", "RunResolver", "load_model", "torch_dtype"]
+
+NEMO_CONFIG = "model_config.yaml"  # an un-tarred NeMo checkpoint (trainer_core/megatron/nemo.py)
 
 DType = Literal["auto", "fp32", "bf16", "fp16"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -94,6 +97,11 @@ def load_model(
         directory = _resolve_run(path, run_ref, resolver)
         return _load_pretrained(*_local_dirs(directory), kind, dtype, None, trust_remote_code, seed)
     local = Path(path).expanduser()
+    if local.is_dir() and (local / NEMO_CONFIG).is_file():
+        from trainer_core.megatron.nemo import nemo_as_hf_directory  # needs torch and transformers only
+
+        converted = str(nemo_as_hf_directory(local))
+        return _load_pretrained(converted, converted, kind, dtype, None, trust_remote_code, seed)
     if local.is_dir():
         return _load_pretrained(*_local_dirs(local), kind, dtype, None, trust_remote_code, seed)
     if path.startswith(_LOCAL_PREFIXES):

@@ -1687,7 +1687,7 @@ export interface components {
             max_seq_len: number;
             /**
              * Path
-             * @description Hugging Face id (gpt2, meta-llama/Llama-3.2-1B), local directory (/abs or ./relative), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), or run:<id>[@step] for the output (or a given checkpoint step) of an earlier run.
+             * @description Hugging Face id (gpt2, meta-llama/Llama-3.2-1B), local directory (/abs or ./relative: a Hugging Face model, or an un-tarred NeMo checkpoint with model_config.yaml, converted once), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), or run:<id>[@step] for the output (or a given checkpoint step) of an earlier run.
              */
             path: string;
             /**
