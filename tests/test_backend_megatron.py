@@ -1,7 +1,9 @@
 """The megatron backend on CPU (gloo), tensor parallel 2 under torchrun: SFT gives the torch backend's
 loss curve (1 process) with data parallel 1 and 2, checkpoints are every rank's own shards (megatron's
 dist_checkpointing, no pickle), a resume continues the straight run bit for bit and on TP=1 (resharded),
-another backend refuses the shards with the fix, the final export loads with from_pretrained and scores the
+another backend refuses the shards with the fix, pipeline parallelism (2 stages through megatron's 1F1B
+schedule, with TP and sequence parallelism, with data parallelism and GPT-2's tied embedding, DPO) gives the same
+curves and its checkpoints resume exactly and reshard, the final export loads with from_pretrained and scores the
 held-out rows as the Megatron model did, DPO on TP=2 follows the
 torch backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2
 (generation from the shards, with megatron's KV cache) samples what the torch backend samples and learns."""
@@ -39,6 +41,7 @@ TOLERANCE = 1e-5
 MEGATRON = {"kind": "megatron", "tensor_parallel": 2, "precision": "fp32"}
 TORCH = {"kind": "torch", "precision": "fp32"}
 SEQUENCE_PARALLEL = {**MEGATRON, "sequence_parallel": True}
+PIPELINE = {**MEGATRON, "tensor_parallel": 1, "pipeline_parallel": 2}
 
 SFT = {
     "name": "megatron-sft",
@@ -86,6 +89,26 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.fixture(scope="module")
+def pipeline_runs(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Pipeline parallelism: 2 stages (one layer each) through megatron's 1F1B schedule, alone and with TP 2 and
+    sequence parallelism (4 processes); GPT-2's tied embedding over 2 stages x 2 data-parallel replicas."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    unsaved = {**SFT, "train": {**SFT["train"], "checkpoint_every": None}}
+    gpt2 = {**unsaved, "model": {**SFT["model"], "path": "builtin:tiny-gpt2"}}
+    out = {
+        "pp2": launch(tmp, SFT, PIPELINE, "pp2"),
+        "tp2-pp2-sp": launch(tmp, unsaved, {**SEQUENCE_PARALLEL, "pipeline_parallel": 2}, "tp2-pp2-sp", processes=4),
+        "pp2-dpo": launch(tmp, DPO, PIPELINE, "pp2-dpo"),
+        "torch-gpt2": launch(tmp, gpt2, TORCH, "torch-gpt2", processes=1),
+        "pp2-dp2-gpt2": launch(tmp, gpt2, PIPELINE, "pp2-dp2-gpt2", processes=4),
+    }
+    checkpoint = str(out["pp2"] / "checkpoints" / "step-000006")
+    out["pp2-resumed"] = launch(tmp, SFT, PIPELINE, "pp2-resumed", "--resume", checkpoint)
+    out["pp2-on-tp2"] = launch(tmp, SFT, MEGATRON, "pp2-on-tp2", "--resume", checkpoint)  # resharded: stages -> TP
+    return out
+
+
 def test_sft_on_tp2_matches_the_torch_backend(runs: dict[str, Path]) -> None:
     megatron, torch_run = runs["megatron-sft"], runs["torch-sft"]
     assert sorted(metrics(megatron, "train/loss")) == list(range(1, 13))
@@ -110,6 +133,50 @@ def test_sequence_parallel_gives_the_same_curve(runs: dict[str, Path]) -> None:
     assert max_diff(metrics(sequence_parallel, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
     assert max_diff(metrics(sequence_parallel, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
     assert max_diff(metrics(sequence_parallel, "eval/loss"), metrics(torch_run, "eval/loss")) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["pp2", "tp2-pp2-sp"])
+def test_pipeline_parallel_gives_the_same_curve(runs: dict[str, Path], pipeline_runs: dict[str, Path], name: str) -> None:
+    """Each stage holds one layer; megatron's schedule passes activations and their gradients between stages and
+    the loss (made on the last stage) reaches rank zero, which reports it."""
+    run, torch_run = pipeline_runs[name], runs["torch-sft"]
+    assert sorted(metrics(run, "train/loss")) == list(range(1, 13))
+    assert max_diff(metrics(run, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(run, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
+    assert max_diff(metrics(run, "eval/loss"), metrics(torch_run, "eval/loss")) < TOLERANCE
+
+
+def test_a_tied_embedding_over_two_stages_and_two_replicas(pipeline_runs: dict[str, Path]) -> None:
+    """GPT-2's output layer is its embedding: the last stage's copy and the first stage's take the sum of both
+    gradients each step, so the export (the first stage's) is the torch backend's model."""
+    run, torch_run = pipeline_runs["pp2-dp2-gpt2"], pipeline_runs["torch-gpt2"]
+    assert max_diff(metrics(run, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(run, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
+    ours, theirs = load_file(str(run / "final" / "model.safetensors")), load_file(str(torch_run / "final" / "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) < 1e-4
+
+
+def test_dpo_on_two_stages_matches_the_torch_backend(runs: dict[str, Path], pipeline_runs: dict[str, Path]) -> None:
+    """The reference model is pipelined too: its log-probabilities come from a forward-only pass of the schedule."""
+    run, torch_run = pipeline_runs["pp2-dpo"], runs["torch-dpo"]
+    assert max_diff(metrics(run, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(run, "rewards/margin"), metrics(torch_run, "rewards/margin")) < 1e-4
+    assert metrics(run, "eval/accuracy") == metrics(torch_run, "eval/accuracy")
+
+
+def test_a_pipeline_checkpoint_resumes_exactly_and_reshards(pipeline_runs: dict[str, Path]) -> None:
+    """Each stage wrote its layers' shards; the same layout resumes bit for bit, and TP 2 without stages reads the
+    same checkpoint (dist_checkpointing reshards) and continues the curve."""
+    straight, resumed, resharded = pipeline_runs["pp2"], pipeline_runs["pp2-resumed"], pipeline_runs["pp2-on-tp2"]
+    for key in ("train/loss", "train/lr", "train/grad_norm", "eval/loss"):
+        assert metrics(resumed, key) == {s: v for s, v in metrics(straight, key).items() if s > 6}, key
+        if key != "train/grad_norm":
+            assert max_diff(metrics(resharded, key), {s: v for s, v in metrics(straight, key).items() if s > 6}) < TOLERANCE
+    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    shards = straight / "checkpoints" / "step-000006" / "megatron" / "shards"
+    assert sorted(path.name for path in shards.glob("*.safetensors")) == ["__0_0.safetensors", "__1_0.safetensors"]
 
 
 def test_checkpoints_are_sharded_by_every_rank(runs: dict[str, Path]) -> None:
@@ -196,10 +263,12 @@ def test_dpo_on_tp2_matches_the_torch_backend_and_learns(runs: dict[str, Path]) 
 def test_unimplemented_layouts_are_refused_at_start() -> None:
     """What the spec rules let through to a GPU but the backend does not do yet fails before any work."""
     train = TrainSpec(steps=1, batch_size=2)
-    for field, value in (("pipeline_parallel", 2), ("context_parallel", 2)):
-        spec = MegatronBackendSpec(kind="megatron", precision="fp32", **{field: value})
-        with pytest.raises(BackendError, match=f"backend.{field} is not implemented"):
-            make_backend(spec, train)
+    spec = MegatronBackendSpec(kind="megatron", precision="fp32", context_parallel=2)
+    with pytest.raises(BackendError, match="backend.context_parallel is not implemented"):
+        make_backend(spec, train)
+    spec = MegatronBackendSpec(kind="megatron", precision="fp32", pipeline_parallel=2)
+    with pytest.raises(BackendError, match=r"tensor_parallel \* pipeline_parallel = 2 does not divide the 1 processes"):
+        make_backend(spec, train)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of bf16 without a GPU; with a GPU bf16 runs")
@@ -210,7 +279,7 @@ def test_bf16_without_a_gpu_is_refused_at_start() -> None:
 
 def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused() -> None:
     """Checked at trainer start (the spec does not read the model's config): tiny-llama has 4 heads, 2 key/value heads."""
-    from trainer_core.backends.megatron_backend import architecture_for
+    from trainer_core.megatron.wrap import architecture_for
 
     config = build_builtin("tiny-llama")[0].config
     assert architecture_for(config, 2).num_query_groups == 2

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.test_backend_deepspeed import launch, max_diff
-from tests.test_backend_megatron import MEGATRON, TOLERANCE, TORCH
+from tests.test_backend_megatron import MEGATRON, PIPELINE, TOLERANCE, TORCH
 from tests.test_backend_megatron import SEQUENCE_PARALLEL as SP
 from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
 from tests.training import metrics
@@ -52,6 +52,7 @@ def reward_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "megatron": launch(tmp, REWARD, MEGATRON, "megatron-reward"),
         "torch": launch(tmp, REWARD, TORCH, "torch-reward", processes=1),
         "sequence-parallel": launch(tmp, {**REWARD, "train": {**REWARD["train"], "checkpoint_every": None}}, SP, "sp-reward"),
+        "pipeline": launch(tmp, {**REWARD, "train": {**REWARD["train"], "checkpoint_every": None}}, PIPELINE, "pp2-reward"),
     }
     checkpoint = str(out["megatron"] / "checkpoints" / "step-000005")
     out["resumed"] = launch(tmp, REWARD, MEGATRON, "resumed-reward", "--resume", checkpoint)
@@ -73,6 +74,16 @@ def test_reward_with_sequence_parallel_matches_the_torch_backend(reward_runs: di
     for key in REWARD_KEYS:
         limit = 1e-4 if key == "train/grad_norm" else TOLERANCE
         assert max_diff(metrics(sequence_parallel, key), metrics(torch_run, key)) < limit, key
+
+
+def test_reward_on_two_pipeline_stages_matches_the_torch_backend(reward_runs: dict[str, Path]) -> None:
+    """The score head sits on the last stage, after the final norm; the first stage never holds it."""
+    pipeline, torch_run = reward_runs["pipeline"], reward_runs["torch"]
+    for key in REWARD_KEYS:
+        limit = 1e-4 if key == "train/grad_norm" else TOLERANCE
+        assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < limit, key
+    exported = load_file(str(pipeline / "final" / "model.safetensors"))
+    assert "score.weight" in exported and exported.keys() == load_file(str(torch_run / "final" / "model.safetensors")).keys()
 
 
 def test_reward_resume_continues_the_same_curve(reward_runs: dict[str, Path]) -> None:

@@ -268,7 +268,7 @@ def test_wait_draws_a_progress_bar_on_a_terminal(stack, finished, monkeypatch):
     assert "━" in bar and "20/20" in bar and "train/loss" in bar and f"run {finished['id']} succeeded" in bar
 
 
-@pytest.mark.parametrize("example", ["sft-deepspeed", "sft-fsdp2", "sft-megatron"])
+@pytest.mark.parametrize("example", ["sft-deepspeed", "sft-fsdp2", "sft-megatron", "sft-megatron-pipeline"])
 def test_multi_process_examples_run_through_the_worker(stack, example):
     """The shipped 2-process examples, shortened, through `rlplane submit --wait`: the worker starts
     DeepSpeed's launcher or torchrun, both ranks train, the sharded checkpoints are gathered and

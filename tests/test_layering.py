@@ -23,7 +23,12 @@ def test_api_and_cli_do_not_import_torch():
 
 
 def test_no_pickle_anywhere():
-    pattern = re.compile(r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|pickle\.loads?\(|torch\.load\(", re.M)
+    """No pickle module, no pickle.load, and torch.load only with weights_only=True: its restricted unpickler
+    builds tensors and plain containers only (the NeMo checkpoint reader, trainer_core/megatron/nemo.py)."""
+    pattern = re.compile(
+        r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|pickle\.loads?\(|torch\.load\((?![^)]*weights_only=True)",
+        re.M,
+    )
     offenders = [
         str(path.relative_to(ROOT))
         for folder in OUR_CODE

@@ -39,6 +39,28 @@ def test_without_cuda_the_shim_names_the_cpu_and_is_idempotent() -> None:
     )
 
 
+def test_only_the_pipeline_schedules_count_on_the_cpu_and_cuda_moves_only_while_a_model_is_built() -> None:
+    """The schedules module's `torch.zeros(device="cuda")` lands on the CPU; torch's own still refuses; Tensor.cuda()
+    is the identity inside tensors_stay_on_cpu() only."""
+    run_python(
+        """
+        import pytest, torch
+        from megatron.core.pipeline_parallel import schedules
+        from trainer_core.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
+        apply_cpu_shim()
+        assert schedules.torch.zeros([], dtype=torch.int, device="cuda").device.type == "cpu"
+        assert schedules.torch.cat is torch.cat  # everything else is torch's own
+        with pytest.raises((AssertionError, RuntimeError)):
+            torch.zeros(1, device="cuda")
+        tensor = torch.ones(2)
+        with tensors_stay_on_cpu():
+            assert tensor.cuda() is tensor
+        with pytest.raises((AssertionError, RuntimeError)):
+            tensor.cuda()
+        """
+    )
+
+
 def test_with_cuda_the_shim_changes_nothing() -> None:
     run_python(
         """
@@ -48,5 +70,7 @@ def test_with_cuda_the_shim_changes_nothing() -> None:
         from trainer_core.megatron.cpu_shim import apply_cpu_shim, cpu_shim_applied
         assert apply_cpu_shim() is False and not cpu_shim_applied()
         assert (torch.cuda.current_device, torch.cuda.synchronize) == original
+        from megatron.core.pipeline_parallel import schedules
+        assert schedules.torch is torch
         """
     )

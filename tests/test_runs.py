@@ -185,7 +185,7 @@ class TestExamples:
         from pathlib import Path
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-        assert len(examples) == 11
+        assert len(examples) == 12
         for path in examples:
             response = client.post("/api/v1/runs", content=path.read_bytes(), headers={"Content-Type": "application/yaml"})
             assert response.status_code == 201, (path.name, response.text)

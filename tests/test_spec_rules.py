@@ -27,11 +27,23 @@ RULE_CASES = {
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
     "nodes-need-gpus": ("sft", ["resources.nodes=2"], "resources.nodes", "resources.gpus >= 1"),
     "megatron-cpu-fp32": ("sft", [MEGATRON], "backend.precision", "megatron on CPU trains in fp32, not bf16"),
-    "megatron-cpu-pp": (
+    "megatron-cpu-cp": (
         "sft",
-        [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"],
+        [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.context_parallel=2"],
+        "backend.context_parallel",
+        "context_parallel needs GPUs (megatron-core's context parallelism runs in Transformer Engine's attention)",
+    ),
+    "megatron-pp-generating-algorithm": (
+        "ppo",
+        ["resources.gpus=2", MEGATRON, "backend.pipeline_parallel=2"],
         "backend.pipeline_parallel",
-        "pipeline_parallel needs GPUs (megatron's schedules allocate CUDA tensors)",
+        "megatron pipeline parallelism trains sft, dpo, reward, not ppo (its rollouts are generated on the shards",
+    ),
+    "megatron-pp-vs-builtin-layers": (
+        "sft",
+        ["resources.gpus=4", MEGATRON, "backend.pipeline_parallel=4"],
+        "backend.pipeline_parallel",
+        "pipeline_parallel 4 does not divide builtin:tiny-gpt2's 2 layers: use one of 1, 2",
     ),
     "megatron-cpu-layout": (
         "sft",
@@ -206,6 +218,8 @@ class TestCrossFieldRules:
         [
             ["backend.precision=bf16"],  # bf16 runs on CPU
             [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"],  # TP on CPU
+            [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"],  # PP on CPU
+            [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2", "algorithm=dpo"],
             [MEGATRON, "backend.precision=fp32", "algorithm=dpo"],
             [MEGATRON, "backend.precision=fp32", "algorithm=reward"],
             [

@@ -99,16 +99,16 @@ def megatron_tensor_parallel_fits_the_builtin_model(spec: RunSpec) -> Rules:
 
 
 def megatron_on_cpu(spec: RunSpec) -> Rules:
-    """megatron on CPU (resources.gpus 0) runs tensor parallelism only, in fp32: pipeline_parallel and context_parallel 1."""
+    """megatron on CPU (resources.gpus 0) runs in fp32, without context parallelism (it needs Transformer Engine)."""
     backend = spec.backend
     if backend.kind != "megatron" or spec.resources.gpus:
         return
-    for field in ("pipeline_parallel", "context_parallel"):
-        if getattr(backend, field) > 1:
-            yield Violation(
-                ("backend", field),
-                f"{field} needs GPUs (megatron's schedules allocate CUDA tensors): set backend.{field}: 1 or resources.gpus >= 1",
-            )
+    if backend.context_parallel > 1:
+        yield Violation(
+            ("backend", "context_parallel"),
+            "context_parallel needs GPUs (megatron-core's context parallelism runs in Transformer Engine's attention): "
+            "set backend.context_parallel: 1 or resources.gpus >= 1",
+        )
     if backend.precision != "fp32":
         yield Violation(
             ("backend", "precision"),
@@ -118,7 +118,7 @@ def megatron_on_cpu(spec: RunSpec) -> Rules:
 
 # Algorithms whose recipes the megatron backend runs. ILQL is not one: its Q/V heads, their target
 # copies and its head-guided decoding read the trunk inside its own generation loop, which the
-# backend's gathered-copy generate() does not cover yet.
+# backend's generate() (sampling from the shards) does not cover yet.
 MEGATRON_ALGORITHMS = ("sft", "dpo", "grpo", "ppo", "reward")
 
 
@@ -135,6 +135,35 @@ def megatron_algorithms(spec: RunSpec) -> Rules:
             ("ppo", "critic"),
             "megatron: ppo.critic (a separate critic model) not yet supported; remove it (the value head then shares "
             "the policy's trunk) or use deepspeed or fsdp2",
+        )
+
+
+# Algorithms whose recipes run their training micro-batches through backend.forward_backward (what megatron's
+# pipeline schedule drives) and need no generation: the others refuse pipeline_parallel > 1.
+MEGATRON_PIPELINE_ALGORITHMS = ("sft", "dpo", "reward")
+
+
+def megatron_pipeline_fits(spec: RunSpec) -> Rules:
+    """megatron pipeline_parallel > 1 trains sft, dpo and reward, and must divide a builtin model's layers.
+
+    grpo and ppo generate their rollouts, which the pipeline does not do yet; other models' layers are checked
+    when the trainer reads their config."""
+    backend, path = spec.backend, spec.model.path
+    if backend.kind != "megatron" or backend.pipeline_parallel == 1:
+        return
+    if spec.algorithm not in MEGATRON_PIPELINE_ALGORITHMS:
+        yield Violation(
+            ("backend", "pipeline_parallel"),
+            f"megatron pipeline parallelism trains {', '.join(MEGATRON_PIPELINE_ALGORITHMS)}, not {spec.algorithm} "
+            "(its rollouts are generated on the shards, which the pipeline does not do yet): set pipeline_parallel: 1",
+        )
+    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:")) if path.startswith("builtin:") else None
+    if shape is not None and shape.layers % backend.pipeline_parallel:
+        fits = [pp for pp in range(1, shape.layers + 1) if shape.layers % pp == 0]
+        yield Violation(
+            ("backend", "pipeline_parallel"),
+            f"pipeline_parallel {backend.pipeline_parallel} does not divide {path}'s {shape.layers} layers: "
+            f"use one of {', '.join(map(str, fits))}",
         )
 
 
@@ -323,6 +352,7 @@ RULES = (
     megatron_on_cpu,
     megatron_tensor_parallel_fits_the_builtin_model,
     megatron_algorithms,
+    megatron_pipeline_fits,
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,
     fp16_needs_gpu,

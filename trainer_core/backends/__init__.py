@@ -5,7 +5,7 @@ Imports torch; the torch-free parts of trainer_core never import this package.
 
 from __future__ import annotations
 
-from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp
 from trainer_core.backends.batching import BatchSplitError, accumulation_steps, local_batch_range, micro_batch_ranges
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import TorchBackend, seed_rank
@@ -34,6 +34,7 @@ __all__ = [
     "BackendError",
     "BatchSplitError",
     "DistEnv",
+    "MicroStep",
     "ReduceOp",
     "TorchBackend",
     "accumulation_steps",

@@ -5,6 +5,9 @@ Gradient accumulation convention: a recipe computes the MEAN loss of one micro-b
 summed over the rank's micro-batches are the mean over the rank's batch, and DDP's all-reduce (a mean
 over ranks) makes them the mean over the global batch. Micro-batches must be equal in size (see
 `batching.py`). All micro-steps but the last run inside `no_sync(model)`; then `step()` once.
+`forward_backward(model, steps)` does that loop for a recipe that states each micro-batch as a
+`MicroStep` (the model's inputs, and logits -> loss): the form pipeline parallelism needs, where
+megatron's schedule, not the recipe, decides when each stage runs which micro-batch.
 
 Checkpoints: trainer_core.checkpoint writes and reads the files; the backend supplies the states.
 `full_state` (every rank calls it: sharding backends gather) gives rank zero the whole model's and
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +36,17 @@ import torch.distributed as dist
 from torch import nn
 
 ReduceOp = Literal["mean", "sum"]
+
+
+@dataclass(frozen=True)
+class MicroStep:
+    """One micro-batch of an optimizer step: the model's keyword inputs, and what turns the model's output logits
+    into (the loss to backpropagate, a tensor of sums the recipe totals over micro-batches). A backend runs them
+    all (`forward_backward`); under pipeline parallelism `finish` runs on the last stage only. No `finish`: a
+    forward pass whose output is wanted (pipelined forward passes outside training)."""
+
+    inputs: dict[str, torch.Tensor]
+    finish: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 class BackendError(ValueError):
@@ -69,6 +84,21 @@ class Backend(ABC):
     @abstractmethod
     def backward(self, loss: torch.Tensor, accumulation_steps: int = 1) -> None:
         """Backpropagate a micro-batch's mean loss, divided by `accumulation_steps`."""
+
+    def forward_backward(self, model: nn.Module, steps: Sequence[MicroStep]) -> torch.Tensor:
+        """Forward and backward every micro-batch of one optimizer step (gradients synchronised on the last; the
+        backend divides each loss by len(steps)); the sum of their sums, on every rank."""
+        totals = None
+        for i, step in enumerate(steps):
+            if step.finish is None:
+                raise ValueError("forward_backward needs every MicroStep's finish (what turns the logits into a loss).")
+            with contextlib.nullcontext() if i == len(steps) - 1 else self.no_sync(model), self.autocast():
+                loss, sums = step.finish(model(**step.inputs).logits)
+                self.backward(loss, len(steps))
+            totals = sums.detach() if totals is None else totals + sums.detach()
+        if totals is None:
+            raise ValueError("forward_backward needs at least one micro-batch.")
+        return totals
 
     @abstractmethod
     def step(self) -> float:
@@ -179,3 +209,13 @@ class Backend(ABC):
         """Sample from the unwrapped model without tracking gradients (DDP's wrapper has no generate)."""
         with torch.no_grad():
             return self.unwrap(model).generate(**kwargs)
+
+
+def share_tied(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gathering copies each key's tensor: names of one live tensor in `model` (GPT-2's lm_head and wte) share one
+    copy again, so a save writes it once, as save_pretrained of the live model would."""
+    first: dict[int, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if name in weights:
+            weights[name] = weights[first.setdefault(id(tensor), name)]
+    return weights

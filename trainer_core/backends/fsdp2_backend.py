@@ -37,7 +37,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 
-from trainer_core.backends.base import Backend, BackendError
+from trainer_core.backends.base import Backend, BackendError, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -190,7 +190,7 @@ class Fsdp2Backend(Backend):
         state = None if optimizer is None else get_optimizer_state_dict(model, optimizer, options=options)
         if not self.is_rank_zero:
             return None, None
-        return _share_tied(model, weights), state
+        return share_tied(model, weights), state
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         model, _ = self._prepared()
@@ -261,12 +261,3 @@ def _gradient_sync_off(model: FSDPModule) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
-
-
-def _share_tied(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Gathering copies each key's tensor: names of one live tensor (GPT-2's lm_head and wte) share one copy again."""
-    first: dict[int, str] = {}
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if name in weights:
-            weights[name] = weights[first.setdefault(id(tensor), name)]
-    return weights

@@ -1,37 +1,44 @@
-"""Megatron-Core tensor parallelism behind the Backend interface: each rank trains its GPTModel shard.
+"""Megatron-Core tensor, sequence and pipeline parallelism behind the Backend interface: each rank trains its
+GPTModel shard.
 
-`prepare` converts the recipe's Hugging Face model to this TP rank's GPTModel shard
-(trainer_core.megatron: through the converted-weights cache when the model was loaded from a
-directory, else from its in-memory weights), wraps it so the recipes call it like the HF model
+`prepare` converts the recipe's Hugging Face model to this rank's GPTModel shard (its TP slice of
+its pipeline stage's layers: trainer_core/megatron/wrap.py, through the converted-weights cache when
+the model was loaded from a directory), wrapped so the recipes call it like the HF model
 (trainer_core/megatron/causal_lm.py: `.logits` over the real vocabulary, gathered over TP; a sequence
-classifier or PPO's actor-critic keeps its head whole on every rank beside the shard, reading its
-final hidden states: trainer_core/megatron/heads.py) and points the recipe's optimizer at the shards
-in place (same class, groups and settings; the scheduler built on it stays valid). Data parallelism
-is over the ranks outside a TP group: both TP ranks of a replica read the same batch (`data_rank`,
-`data_world_size`), gradients are averaged over the data-parallel group in `step`, and `all_reduce`
-reduces over that group (a replica's TP ranks hold the same metrics).
+classifier or PPO's actor-critic keeps its head whole beside the shard, reading its final hidden
+states: trainer_core/megatron/heads.py), and points the recipe's optimizer at the shards in place
+(same class, groups and settings; the scheduler built on it stays valid). Data parallelism is over
+the ranks outside a TP x PP group: they read the same batch (`data_rank`, `data_world_size`),
+gradients are averaged over the data-parallel group in `step`, and `all_reduce` reduces over it.
 
-The training step is torch's: megatron's own DistributedOptimizer and pipeline schedules allocate
-CUDA tensors, so a CPU run cannot use them; pipeline and context parallelism need them and are
-refused here. Sequence parallelism runs (trainer_core/megatron/sequence_parallel.py): the norms'
-gradients, each rank's positions only, are summed over the TP group before the step. On GPU bf16 is
-torch autocast over fp32 shards (never run here: no GPU). `generate` (GRPO, PPO) samples from the
-shards with megatron-core's KV cache (trainer_core/megatron/generate.py); a TP group's ranks are
-seeded alike so they sample the same rollouts.
+Pipeline parallelism (trainer_core/megatron/pipeline.py): `forward_backward` runs a step's
+micro-batches through megatron-core's own 1F1B schedule; a forward pass outside training runs the
+schedule forward-only, every stage getting the last stage's output; a tied embedding's two copies
+(first and last stage) take the sum of their gradients. On CPU the schedules run through the shim in
+cpu_shim.py. Generation (GRPO, PPO) is not pipelined yet and is refused with pipeline_parallel > 1.
+
+The optimizer step is torch's: megatron's own DistributedOptimizer needs CUDA (and apex or Transformer
+Engine), so a CPU run cannot use it; context parallelism needs Transformer Engine's attention and is
+refused. Sequence parallelism (trainer_core/megatron/sequence_parallel.py): the norms' gradients,
+each rank's positions only, are summed over the TP group before the step. On GPU bf16 is torch
+autocast over fp32 shards (never run here: no GPU). `generate` samples from the shards with
+megatron-core's KV cache (trainer_core/megatron/generate.py); a TP group's ranks are seeded alike so
+they sample the same rollouts.
 
 Checkpoints are sharded (`sharded_kind`): every rank writes its shards of the GPTModel, the kept
 heads and Adam's state into the checkpoint's megatron/ through megatron's dist_checkpointing with
 strategies of ours (safetensors + JSON, never a pickle: trainer_core/megatron/dist_checkpoint.py), and
-a resume reads them after `prepare`, resharded to this run's tensor- and data-parallel sizes. Only the
-weights are still gathered (`full_state` without the optimizer), for the checkpoint's Hugging Face
-model/. A gathered checkpoint (the torch backend's, or megatron's own before sharded ones) still
-resumes: its HF weights load before `prepare` and `load_optimizer_state` converts Adam's state over
-the HF parameters to this rank's shards (trainer_core/megatron/optim_state.py).
+a resume reads them after `prepare`, resharded to this run's tensor-, pipeline- and data-parallel
+sizes. Only the weights are still gathered (`full_state` without the optimizer), for the
+checkpoint's Hugging Face model/. A gathered checkpoint (the torch backend's, or megatron's own
+before sharded ones) still resumes: its HF weights load before `prepare` and `load_optimizer_state`
+converts Adam's state over the HF parameters to this rank's shards (trainer_core/megatron/optim_state.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer_core.backends.base import Backend, BackendError, ReduceOp
+from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -60,8 +67,8 @@ class MegatronBackend(Backend):
         self.rank, self.world_size, self.local_rank = env.rank, env.world_size, env.local_rank
         self.device = default_device(env)
         self._check_layout(spec, env.world_size)
-        self.tp_size = spec.tensor_parallel
-        self._dp_size = env.world_size // spec.tensor_parallel
+        self.tp_size, self.pp_size = spec.tensor_parallel, spec.pipeline_parallel
+        self._dp_size = env.world_size // (spec.tensor_parallel * spec.pipeline_parallel)
         self.accumulation_steps = accumulation_steps(train, self._dp_size)  # checks the batch splits evenly
         self._owns_group = init_process_group(env, self.device)
         if not dist.is_initialized():
@@ -74,9 +81,10 @@ class MegatronBackend(Backend):
         from trainer_core.megatron.model import init_model_parallel
 
         with torch.random.fork_rng(devices=[]):  # megatron seeds torch; the recipe seeds its own RNG just below
-            init_model_parallel(self.tp_size, seed=train.seed)
+            init_model_parallel(self.tp_size, seed=train.seed, pp_size=self.pp_size)
         self._ps = parallel_state
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.pp_rank = parallel_state.get_pipeline_model_parallel_rank()
         # Seeded per data-parallel rank: a TP group must sample the same rollouts, since its ranks run one model.
         seed_rank(train.seed, self.data_rank)
         self._model: Any = None
@@ -85,17 +93,15 @@ class MegatronBackend(Backend):
         self._hf_groups: list[list[str]] = []
 
     def _check_layout(self, spec: MegatronBackendSpec, world_size: int) -> None:
-        unsupported = {"pipeline_parallel": spec.pipeline_parallel > 1, "context_parallel": spec.context_parallel > 1}
-        named = [name for name, on in unsupported.items() if on]
-        if named:
+        if spec.context_parallel > 1:
             raise BackendError(
-                f"backend.{named[0]} is not implemented by the megatron backend yet (it needs megatron's own schedules); "
-                "use tensor_parallel (and sequence_parallel), with pipeline_parallel: 1 and context_parallel: 1."
+                "backend.context_parallel is not implemented by the megatron backend yet (megatron-core's context "
+                "parallelism needs Transformer Engine's attention); set context_parallel: 1."
             )
-        if world_size % spec.tensor_parallel:
+        if world_size % (spec.tensor_parallel * spec.pipeline_parallel):
             raise BackendError(
-                f"backend.tensor_parallel {spec.tensor_parallel} does not divide the {world_size} processes; "
-                "pick a tensor_parallel that divides them."
+                f"backend.tensor_parallel * pipeline_parallel = {spec.tensor_parallel * spec.pipeline_parallel} does not "
+                f"divide the {world_size} processes; pick sizes whose product divides them."
             )
         if spec.precision == "fp16" or (spec.precision == "bf16" and self.device.type != "cuda"):
             raise BackendError(
@@ -129,10 +135,11 @@ class MegatronBackend(Backend):
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
         from trainer_core.megatron.optim_state import megatron_groups
+        from trainer_core.megatron.wrap import local_parameters, wrap
 
         if optimizer.state:
             raise RuntimeError("backend.prepare needs a fresh optimizer: the megatron backend replaces its parameters.")
-        wrapped = self._wrap(model)
+        wrapped = wrap(model, self._placement, self._convert_cached)
         self._hf_groups, groups = megatron_groups(
             model, optimizer, local_parameters(wrapped), wrapped.layout, self.tp_rank, self.tp_size
         )
@@ -142,97 +149,43 @@ class MegatronBackend(Backend):
         self._model, self._optimizer, self._scheduler = wrapped, optimizer, scheduler
         return wrapped, optimizer, scheduler
 
-    def _wrap(self, model: nn.Module) -> Any:
-        """The recipe's model with its transformer as this rank's GPTModel shard: a causal LM (SFT, DPO, GRPO), a
-        sequence classifier (reward: its score head kept whole) or a module holding one causal LM (PPO's actor-critic:
-        its value head kept whole)."""
-        from transformers import PreTrainedModel
+    @property
+    def _placement(self) -> Any:
+        from trainer_core.megatron.wrap import Placement
 
-        if isinstance(model, PreTrainedModel):
-            return self._convert(model) if model.get_output_embeddings() is not None else self._convert_classifier(model)
-        from trainer_core.megatron.heads import MegatronComposite
-        from trainer_core.megatron.layout import Layout
+        return Placement(self.tp_rank, self.tp_size, self.pp_rank, self.pp_size, self.spec.sequence_parallel, self.device)
 
-        # The outermost HF models inside (a PPO critic is one: the trunk of another model).
-        every = [name for name, child in model.named_modules() if name and isinstance(child, PreTrainedModel)]
-        inner = [name for name in every if not any(name.startswith(f"{outer}.") for outer in every)]
-        causal = [name for name in inner if model.get_submodule(name).get_output_embeddings() is not None]
-        if len(inner) != 1 or len(causal) != 1 or "." in causal[0]:
-            raise BackendError(
-                f"the megatron backend converts one causal LM inside {type(model).__name__}, found {inner}: "
-                "a separate critic (ppo.critic) is not supported on megatron yet; remove ppo.critic or use fsdp2/deepspeed."
-            )
-        name = causal[0]
-        converted = self._convert(model.get_submodule(name))
-        prefix = name + "."
-        kept = tuple(n for n, _ in model.named_parameters() if not n.startswith(prefix))
-        return MegatronComposite(model, name, converted, Layout(converted.arch, prefix=prefix, kept=kept))
-
-    def _convert_classifier(self, model: nn.Module) -> Any:
-        """This rank's MegatronScoreModel for an HF sequence classifier (weights as they are now)."""
-        from dataclasses import replace
-
-        from trainer_core.megatron.heads import MegatronScoreModel
-        from trainer_core.megatron.layout import Layout
-        from trainer_core.megatron.model import build_gpt_model, load_shard
-        from trainer_core.megatron.optim_state import to_shard
-
-        if not isinstance(getattr(model, "score", None), nn.Linear):
-            raise BackendError(
-                f"the megatron backend cannot convert {type(model).__name__}: it has neither an LM head nor a score head."
-            )
-        # Tied: the trunk then needs no output layer of its own (a classifier has no LM head to fill one).
-        arch = replace(architecture_for(model.config, self.tp_size), tie_word_embeddings=True)
-        layout = Layout(arch, kept=tuple(f"score.{n}" for n, _ in model.score.named_parameters()), lm_head=False)
-        weights = to_shard(dict(model.state_dict()), layout, self.tp_rank, self.tp_size)
-        with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
-            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False, sequence_parallel=self.spec.sequence_parallel)
-        load_shard(gpt, {n: t for n, t in weights.items() if n not in layout.kept})
-        return MegatronScoreModel(gpt.to(self.device), layout, model)
-
-    def _convert(self, model: nn.Module) -> Any:
-        """This rank's MegatronCausalLM for the HF `model` (weights as they are now)."""
+    def _convert_cached(self, source: str, model: nn.Module) -> Any:
+        """The converted-weights cache's entry for a model loaded from `source` (rank zero writes it once)."""
         from trainer_core.megatron import convert_to_cache
-        from trainer_core.megatron.causal_lm import MegatronCausalLM
-        from trainer_core.megatron.layout import Layout
-        from trainer_core.megatron.model import build_gpt_model, load_shard
-        from trainer_core.megatron.optim_state import to_shard
 
-        if hasattr(model, "peft_config"):
-            raise BackendError("the megatron backend does not train LoRA adapters yet: remove model.lora or use fsdp2/deepspeed.")
-        arch = architecture_for(model.config, self.tp_size)
-        source = getattr(model, "name_or_path", "") or ""
-        if source and _is_directory(source):
-            # A model loaded from a directory: its conversion is cached per weights and TP size (rank zero writes it).
-            if self.is_rank_zero:
-                convert_to_cache(source, model, self.tp_size)
-            self.barrier()
-            weights = convert_to_cache(source, model, self.tp_size).load_shard(self.tp_rank)
-        else:
-            weights = to_shard(dict(model.state_dict()), Layout(arch), self.tp_rank, self.tp_size)
-        with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
-            gpt = build_gpt_model(arch, self.tp_size, parallel_output=False, sequence_parallel=self.spec.sequence_parallel)
-        load_shard(gpt, weights)
-        return MegatronCausalLM(gpt.to(self.device), arch, model)
+        if self.is_rank_zero:
+            convert_to_cache(source, model, self.tp_size)
+        self.barrier()
+        return convert_to_cache(source, model, self.tp_size)
 
     def prepare_frozen(self, model: nn.Module) -> nn.Module:
-        """A frozen causal LM (a reference) is TP-sharded like the policy; other models (a reward model's
+        """A frozen causal LM (a reference) is sharded like the policy; other models (a reward model's
         classifier) stay whole on each rank."""
+        from trainer_core.megatron.wrap import convert_causal
+
         model = model.eval().requires_grad_(False)
         if model.get_output_embeddings() is None:
             return super().prepare_frozen(model)
-        return self._convert(model).eval().requires_grad_(False)
+        return convert_causal(model, self._placement, self._convert_cached).eval().requires_grad_(False)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         """The recipe's model (HF config, save_pretrained); its transformer's weights are stale: `full_state` has the
         trained ones. Forward passes go through the prepared model."""
-        return model.hf_model if _is_wrapper(model) else model
+        from trainer_core.megatron.wrap import is_wrapper
+
+        return model.hf_model if is_wrapper(model) else model
 
     def describe_placement(self, model: nn.Module) -> str:
         local = sum(p.numel() for p in model.parameters())
-        return (
-            f"megatron TP {self.tp_size} x DP {self._dp_size} ({local:,} parameters on rank {self.rank}, TP rank {self.tp_rank})"
-        )
+        pipeline = f" x PP {self.pp_size}" if self.pp_size > 1 else ""
+        where = f"TP rank {self.tp_rank}" + (f", stage {self.pp_rank}" if self.pp_size > 1 else "")
+        return f"megatron TP {self.tp_size}{pipeline} x DP {self._dp_size} ({local:,} parameters on rank {self.rank}, {where})"
 
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
         """Sampled from the policy's GPTModel shards with megatron-core's KV cache (trainer_core/megatron/generate.py):
@@ -240,6 +193,11 @@ class MegatronBackend(Backend):
         from trainer_core.megatron.causal_lm import MegatronCausalLM
         from trainer_core.megatron.generate import generate
 
+        if self.pp_size > 1:
+            raise BackendError(
+                "the megatron backend does not generate under pipeline parallelism yet; set backend.pipeline_parallel: 1 "
+                "for grpo and ppo."
+            )
         wrapped, _ = self._prepared()
         causal = next((m for m in wrapped.modules() if isinstance(m, MegatronCausalLM) and m.hf_model is model), None)
         if causal is None:
@@ -252,6 +210,19 @@ class MegatronBackend(Backend):
         return generate(causal.gpt, causal.arch.vocab_size, **kwargs)
 
     # --- the training step ---
+
+    def forward_backward(self, model: nn.Module, steps: Sequence[MicroStep]) -> torch.Tensor:
+        """Under pipeline parallelism megatron-core's 1F1B schedule runs the micro-batches over the stages; the
+        recipe's sums, made on the last stage, reach every stage. Without it, the base class's loop."""
+        if self.pp_size == 1:
+            return super().forward_backward(model, steps)
+        from trainer_core.megatron.pipeline import broadcast_tensor, run_schedule
+
+        wrapped, _ = self._prepared()
+        with self.autocast():
+            results = run_schedule(wrapped, steps, forward_only=False, stage_forward=wrapped.stage_forward)
+        sums = torch.stack([result["sums"] for result in results]).sum(0) if results else None
+        return broadcast_tensor(sums, self.pp_size - 1, self.device)
 
     def backward(self, loss: torch.Tensor, accumulation_steps: int = 1) -> None:
         if accumulation_steps < 1:
@@ -273,6 +244,9 @@ class MegatronBackend(Backend):
             from trainer_core.megatron.sequence_parallel import allreduce_sequence_parallel_grads
 
             allreduce_sequence_parallel_grads(params, self._ps.get_tensor_model_parallel_group())
+        if self.pp_size > 1:
+            self._sum_tied_embedding_grads(model)
+            params = [p for p in model.parameters() if p.grad is not None]
         if self._dp_size > 1:
             group = self._ps.get_data_parallel_group()
             for param in params:
@@ -287,12 +261,26 @@ class MegatronBackend(Backend):
         optimizer.zero_grad(set_to_none=True)
         return float(norm)
 
+    def _sum_tied_embedding_grads(self, model: Any) -> None:
+        """Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's copy (its
+        output layer) take the sum of both gradients, so they stay equal (megatron's embedding group)."""
+        gpt = model.gpt
+        if not (gpt.share_embeddings_and_output_weights and self._ps.is_rank_in_embedding_group(ignore_virtual=True)):
+            return
+        weight = gpt.shared_embedding_or_output_weight()
+        if weight.grad is None:
+            weight.grad = torch.zeros_like(weight)
+        dist.all_reduce(weight.grad, group=self._ps.get_embedding_group())
+
     def _global_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         """The whole model's gradient norm: TP-split shards' squares summed over the TP group, replicated
-        weights (norms, row-parallel biases: equal on every TP rank) counted once."""
+        weights (norms, row-parallel biases: equal on every TP rank) counted once, each pipeline stage's
+        summed over the pipeline (the last stage's copy of a tied embedding not counted again)."""
         split = torch.zeros((), dtype=torch.float32, device=self.device)
         replicated = torch.zeros((), dtype=torch.float32, device=self.device)
         for param in params:
+            if getattr(param, "shared", False):
+                continue
             square = param.grad.detach().float().pow(2).sum()
             if getattr(param, "tensor_model_parallel", False):
                 split += square
@@ -300,7 +288,10 @@ class MegatronBackend(Backend):
                 replicated += square
         if self.tp_size > 1:
             dist.all_reduce(split, group=self._ps.get_tensor_model_parallel_group())
-        return (split + replicated).sqrt()
+        total = split + replicated
+        if self.pp_size > 1:
+            dist.all_reduce(total, group=self._ps.get_pipeline_model_parallel_group())
+        return total.sqrt()
 
     # --- checkpoints ---
 
@@ -309,37 +300,40 @@ class MegatronBackend(Backend):
     ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
         from trainer_core.megatron.model import model_shard
         from trainer_core.megatron.optim_state import gather_hf_state, to_hf
+        from trainer_core.megatron.wrap import heads, local_parameters
 
         wrapped, _ = self._prepared()
-        shard = model_shard(wrapped.gpt) | {
-            name: p.detach().clone() for name, p in local_parameters(wrapped).items() if name in wrapped.layout.kept
-        }
-        weights = to_hf({name: tensor.cpu() for name, tensor in shard.items()}, wrapped.layout)  # collectives over TP, every rank
+        shard = model_shard(wrapped.gpt) | {name: p.detach().clone() for name, p in heads(wrapped).items()}
+        # Collectives over TP and the pipeline, every rank.
+        weights = to_hf({name: tensor.cpu() for name, tensor in shard.items()}, wrapped.layout, self.device)
         state = (
             None if optimizer is None else gather_hf_state(local_parameters(wrapped), optimizer, self._hf_groups, wrapped.layout)
         )
         if not self.is_rank_zero:
             return None, None
-        return weights, state
+        return share_tied(wrapped.hf_model, weights), state
 
     def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Every rank writes its shards of the GPTModel, the kept heads and Adam's state (megatron's dist_checkpointing)."""
         from trainer_core.megatron.dist_checkpoint import save_distributed
+        from trainer_core.megatron.wrap import heads
 
         wrapped, _ = self._prepared()
-        save_distributed(directory, wrapped.gpt, optimizer, {}, heads=_heads(wrapped))
+        save_distributed(directory, wrapped.gpt, optimizer, {}, heads=heads(wrapped))
 
     def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Resharded to this run's tensor-parallel and data-parallel sizes by dist_checkpointing."""
         from trainer_core.megatron.dist_checkpoint import load_distributed
+        from trainer_core.megatron.wrap import heads
 
         wrapped, _ = self._prepared()
-        load_distributed(directory, wrapped.gpt, optimizer, heads=_heads(wrapped))
+        load_distributed(directory, wrapped.gpt, optimizer, heads=heads(wrapped), holds_heads=wrapped.layout.holds_heads)
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """A gathered checkpoint's (the torch backend's, or megatron's before sharded ones) Adam state over the HF
         parameters, converted to this rank's shards."""
         from trainer_core.megatron.optim_state import scatter_hf_state
+        from trainer_core.megatron.wrap import local_parameters
 
         wrapped, _ = self._prepared()
         local = scatter_hf_state(
@@ -363,39 +357,3 @@ class MegatronBackend(Backend):
         if self._model is None or self._optimizer is None:
             raise RuntimeError("call backend.prepare(model, optimizer) first.")
         return self._model, self._optimizer
-
-
-def architecture_for(config: Any, tp_size: int) -> Any:
-    """The Megatron architecture of an HF config, split over `tp_size` ranks; BackendError naming
-    backend.tensor_parallel when the heads, key/value groups or MLP do not split (the spec cannot know)."""
-    from trainer_core.megatron import architecture_from_hf
-    from trainer_core.models.errors import ModelError
-
-    arch = architecture_from_hf(config)
-    try:
-        arch.check_tp_size(tp_size)
-    except ModelError as exc:
-        raise BackendError(f"backend.tensor_parallel {tp_size} does not fit this model: {exc}") from None
-    return arch
-
-
-def local_parameters(wrapped: Any) -> dict[str, nn.Parameter]:
-    """This rank's trained parameters by the layout's local names: the GPTModel shard's and the kept heads' (the recipe's own)."""
-    kept = dict(wrapped.hf_model.named_parameters())
-    return dict(wrapped.gpt.named_parameters()) | {name: kept[name] for name in wrapped.layout.kept}
-
-
-def _heads(wrapped: Any) -> dict[str, nn.Parameter]:
-    """The recipe's parameters kept whole on every rank beside the GPTModel (score or value head), by the recipe's names."""
-    return {name: param for name, param in local_parameters(wrapped).items() if name in wrapped.layout.kept}
-
-
-def _is_wrapper(model: nn.Module) -> bool:
-    from trainer_core.megatron.causal_lm import MegatronCausalLM
-    from trainer_core.megatron.heads import MegatronComposite, MegatronScoreModel
-
-    return isinstance(model, MegatronCausalLM | MegatronScoreModel | MegatronComposite)
-
-
-def _is_directory(source: str) -> bool:
-    return Path(source).is_dir()

@@ -25,9 +25,7 @@ from typing import Any
 import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
-from transformers import PreTrainedModel
 
-from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.layout import Layout
 from trainer_core.megatron.model import causal_inputs
 from trainer_core.megatron.sequence_parallel import pad_sequence
@@ -58,12 +56,18 @@ def attention_inputs(
 
 
 class ShardOf(nn.Module):
-    """A GPTModel shard standing in for the Hugging Face model it was converted from."""
+    """A GPTModel shard standing in for the Hugging Face model it was converted from.
+
+    Under pipeline parallelism a call runs this rank's stage only while megatron's schedule drives it
+    (`stage_forward`: the last stage's output is the recipe's, the others' the hidden states they send on);
+    called directly, without gradients (evaluation, a reference model), it runs the whole pipeline
+    forward-only and every stage gets the last stage's output."""
 
     def __init__(self, gpt: GPTModel, layout: Layout, hf_model: nn.Module) -> None:
         super().__init__()
         self.gpt, self.layout, self.arch = gpt, layout, layout.arch
         self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
+        self._stage_local = False
 
     @property
     def hf_model(self) -> Any:
@@ -73,6 +77,43 @@ class ShardOf(nn.Module):
     @property
     def config(self) -> Any:
         return self.hf_model.config
+
+    @property
+    def pipelined(self) -> bool:
+        return self.gpt.config.pipeline_model_parallel_size > 1
+
+    @property
+    def last_stage(self) -> bool:
+        return bool(self.gpt.post_process)
+
+    def stage_forward(self, **inputs: Any) -> torch.Tensor:
+        """This stage's part of a forward pass, as megatron's schedule runs it: the tensor it sends on (hidden
+        states), or on the last stage the output tensor a recipe reads (logits, scores)."""
+        self._stage_local = True
+        try:
+            output = self(**inputs)
+        finally:
+            self._stage_local = False
+        return output if isinstance(output, torch.Tensor) else output.logits
+
+    def pipelined_forward(self, **inputs: Any) -> Any:
+        """The whole pipeline, forward only, for a call outside training: the last stage's output on every stage."""
+        from trainer_core.backends.base import MicroStep
+        from trainer_core.megatron.pipeline import broadcast_tensor, run_schedule
+
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "under pipeline parallelism a forward pass with gradients runs in backend.forward_backward (megatron's "
+                "schedule); call the model directly only under torch.no_grad()."
+            )
+        outputs = run_schedule(self, [MicroStep(inputs)], forward_only=True, stage_forward=self.stage_forward)
+        device = next(self.gpt.parameters()).device
+        stages = self.gpt.config.pipeline_model_parallel_size
+        return self.output(broadcast_tensor(outputs[0]["output"] if outputs else None, stages - 1, device))
+
+    def output(self, tensor: torch.Tensor) -> Any:
+        """The recipe's view of the last stage's output tensor."""
+        raise NotImplementedError
 
     def megatron_inputs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
@@ -87,9 +128,6 @@ class ShardOf(nn.Module):
 
 
 class MegatronCausalLM(ShardOf):
-    def __init__(self, gpt: GPTModel, arch: Architecture, hf_model: PreTrainedModel) -> None:
-        super().__init__(gpt, Layout(arch), hf_model)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -97,15 +135,24 @@ class MegatronCausalLM(ShardOf):
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         **unused: Any,
-    ) -> CausalLMOutput:
+    ) -> CausalLMOutput | torch.Tensor:
         if unused:
             raise TypeError(f"the megatron causal LM takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
+        if self.pipelined and output_hidden_states:
+            raise RuntimeError("the hidden states of a pipelined causal LM are not gathered (PPO's value head is refused there).")
+        if self.pipelined and not self._stage_local:
+            return self.pipelined_forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         length = input_ids.shape[-1]
         ids, positions, mask = self.megatron_inputs(input_ids, attention_mask, position_ids)
         if not output_hidden_states:
             logits = self.gpt(ids, positions, mask)
-            return CausalLMOutput(logits=logits[:, :length, : self.arch.vocab_size])
+            if not self.last_stage:
+                return logits  # the hidden states this stage sends on
+            return self.output(logits[:, :length, : self.arch.vocab_size])
         hidden = final_hidden_states(self.gpt, ids, positions, mask)
         logits = logits_from_hidden(self.gpt, hidden)
         whole = whole_sequence(self.gpt, hidden)[:length]
         return CausalLMOutput(logits=logits[:, :length, : self.arch.vocab_size], hidden_states=(whole.transpose(0, 1),))
+
+    def output(self, tensor: torch.Tensor) -> CausalLMOutput:
+        return CausalLMOutput(logits=tensor)

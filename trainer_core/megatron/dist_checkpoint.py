@@ -75,9 +75,11 @@ def load_distributed(
     model: GPTModel,
     optimizer: torch.optim.Optimizer,
     heads: dict[str, nn.Parameter] | None = None,
+    holds_heads: bool = True,
 ) -> dict[str, Any]:
     """Fill `model`, `heads` and `optimizer` from the checkpoint in `directory`, resharded to this run's layout;
-    returns the `extra_common` it was saved with."""
+    returns the `extra_common` it was saved with. `holds_heads`: False on a pipeline stage before the last, which
+    has none of the model's heads (so it does not check them)."""
     apply_cpu_shim()
     directory = Path(directory)
     config = maybe_load_config(str(directory))
@@ -88,7 +90,8 @@ def load_distributed(
     JsonLoadCommonStrategy().check_backend_compatibility(config.common_backend)
     heads = heads or {}
     model_state = model_sharded_state(model, heads)
-    _check_same_heads(directory, heads)
+    if holds_heads:
+        _check_same_heads(directory, heads)
     template = _loading_template(optimizer, model_state, _saved_keys(directory))
     optimizer_state = optimizer_sharded_state(model_state, optimizer, template)
     loaded = serialization.load(

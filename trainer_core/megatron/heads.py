@@ -47,12 +47,16 @@ class MegatronScoreModel(ShardOf):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         **unused: Any,
-    ) -> ScoreOutput:
+    ) -> ScoreOutput | torch.Tensor:
         if unused:
             raise TypeError(f"the megatron score model takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
+        if self.pipelined and not self._stage_local:
+            return self.pipelined_forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         ids, positions, mask = self.megatron_inputs(input_ids, attention_mask, position_ids)
-        hidden = whole_sequence(self.gpt, final_hidden_states(self.gpt, ids, positions, mask))
-        hidden = hidden[: input_ids.shape[-1]].transpose(0, 1)
+        hidden = final_hidden_states(self.gpt, ids, positions, mask)
+        if not self.last_stage:
+            return hidden  # this stage's output, sent on to the next
+        hidden = whole_sequence(self.gpt, hidden)[: input_ids.shape[-1]].transpose(0, 1)
         logits = self.score(hidden)
         # As the HF classifier pools: the rightmost token that is not padding (left or right padded rows alike).
         pad = self.config.pad_token_id
@@ -61,7 +65,10 @@ class MegatronScoreModel(ShardOf):
         else:
             indices = torch.arange(input_ids.shape[-1], device=input_ids.device, dtype=torch.int32)
             last = (indices * (input_ids != pad).to(torch.int32)).argmax(-1)
-        return ScoreOutput(logits=logits[torch.arange(len(input_ids), device=logits.device), last])
+        return self.output(logits[torch.arange(len(input_ids), device=logits.device), last])
+
+    def output(self, tensor: torch.Tensor) -> ScoreOutput:
+        return ScoreOutput(logits=tensor)
 
 
 class MegatronComposite(nn.Module):

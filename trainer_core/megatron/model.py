@@ -15,7 +15,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.convert import StateDict
-from trainer_core.megatron.cpu_shim import apply_cpu_shim
+from trainer_core.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
 from trainer_core.megatron.sequence_parallel import layer_spec
 
 
@@ -27,20 +27,25 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu}
 
 
-def init_model_parallel(tp_size: int, seed: int = 0) -> None:
-    """Megatron's parallel groups (TP of `tp_size`, data parallel over the rest) and its RNG tracker.
+def init_model_parallel(tp_size: int, seed: int = 0, pp_size: int = 1) -> None:
+    """Megatron's parallel groups (TP of `tp_size`, `pp_size` pipeline stages, data parallel over the rest) and its
+    RNG tracker.
 
     The inference RNG tracker forks nothing; with every dropout at 0 no tracked RNG is drawn, and
     the CUDA tracker would need CUDA generators a CPU machine lacks.
     """
     apply_cpu_shim()
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size)
     tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
 
 
 def transformer_config(
-    arch: Architecture, tp_size: int, params_dtype: torch.dtype = torch.float32, sequence_parallel: bool = False
+    arch: Architecture,
+    tp_size: int,
+    params_dtype: torch.dtype = torch.float32,
+    sequence_parallel: bool = False,
+    pp_size: int = 1,
 ) -> TransformerConfig:
     """The TransformerConfig under which a GPTModel computes what the Hugging Face model does."""
     return TransformerConfig(
@@ -66,6 +71,12 @@ def transformer_config(
         persist_layer_norm=False,
         tensor_model_parallel_size=tp_size,
         sequence_parallel=sequence_parallel,
+        pipeline_model_parallel_size=pp_size,
+        pipeline_dtype=params_dtype,
+        # Batches differ in length: the schedules send each activation's shape before it. (The check that
+        # comes with it is for MoE token dispatch, which these dense models do not use.)
+        variable_seq_lengths=pp_size > 1,
+        moe_token_dispatcher_type="alltoall" if pp_size > 1 else "allgather",
         params_dtype=params_dtype,
         use_cpu_initialization=True,
     )
@@ -77,25 +88,32 @@ def build_gpt_model(
     params_dtype: torch.dtype = torch.float32,
     parallel_output: bool = True,
     sequence_parallel: bool = False,
+    pp_size: int = 1,
 ) -> GPTModel:
     """This rank's GPTModel with initial (random) weights; load a converted shard into it next.
 
     `parallel_output=True` keeps each rank's vocabulary slice of the logits (for megatron's
     vocab-parallel cross entropy); False gathers the full padded vocabulary on every rank.
     `sequence_parallel`: the TP ranks split the sequence between the TP regions (sequence_parallel.py).
+    `pp_size` > 1: this rank's pipeline stage (megatron's parallel state says which), its share of the layers.
     """
     arch.check_tp_size(tp_size)
     apply_cpu_shim()
-    return GPTModel(
-        config=transformer_config(arch, tp_size, params_dtype, sequence_parallel and tp_size > 1),
-        transformer_layer_spec=layer_spec(arch.normalization, arch.num_layers, sequence_parallel and tp_size > 1),
-        vocab_size=arch.padded_vocab_size(tp_size),
-        max_sequence_length=arch.max_position_embeddings,
-        parallel_output=parallel_output,
-        share_embeddings_and_output_weights=arch.tie_word_embeddings,
-        position_embedding_type=arch.position_embedding_type,
-        rotary_base=arch.rotary_base,  # GPTModel types it int, but only uses it as a float exponent base
-    )
+    sequence_parallel = sequence_parallel and tp_size > 1
+    config = transformer_config(arch, tp_size, params_dtype, sequence_parallel, pp_size)
+    with tensors_stay_on_cpu():  # a tied embedding's last-stage copy is moved to CUDA while it is built
+        return GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec(arch.normalization, arch.num_layers // pp_size, sequence_parallel),
+            vocab_size=arch.padded_vocab_size(tp_size),
+            max_sequence_length=arch.max_position_embeddings,
+            parallel_output=parallel_output,
+            share_embeddings_and_output_weights=arch.tie_word_embeddings,
+            position_embedding_type=arch.position_embedding_type,
+            rotary_base=arch.rotary_base,  # GPTModel types it int, but only uses it as a float exponent base
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+        )
 
 
 def load_shard(model: GPTModel, shard: StateDict) -> None:

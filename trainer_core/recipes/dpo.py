@@ -18,15 +18,15 @@ accuracy counts a tie as one half, so step 0 (policy == reference, every reward 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
@@ -99,12 +99,40 @@ def _sequence_logps(run: DpoRun, logps: torch.Tensor, mask: torch.Tensor) -> tup
     return summed.chunk(2)
 
 
-def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
-    options = run.spec.dpo
-    logps, mask = _token_logps(run.model, batch)
-    policy_chosen, policy_rejected = _sequence_logps(run, logps, mask)
+def _reference(run: DpoRun, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference model's (log π_ref(chosen), log π_ref(rejected)) [B] each."""
     with torch.no_grad():
-        ref_chosen, ref_rejected = _sequence_logps(run, *_token_logps(run.reference, batch))
+        return _sequence_logps(run, *_token_logps(run.reference, batch))
+
+
+def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
+    return _dpo_from_logits(run, _logits(run.model, batch), batch, _reference(run, batch))
+
+
+def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return model(**_inputs(batch)).logits
+
+
+def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def _finish(
+    logits: torch.Tensor, run: DpoRun, batch: dict[str, torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor], weight: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A training micro-batch's loss to backpropagate (weighted by its share of the rank's pairs, times the micro-batch
+    count the backend divides by) and its sums."""
+    out = _dpo_from_logits(run, logits, batch, reference)
+    return out.loss * weight, _sums(out)
+
+
+def _dpo_from_logits(
+    run: DpoRun, logits: torch.Tensor, batch: dict[str, torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor]
+) -> DpoLoss:
+    options = run.spec.dpo
+    logps, mask = token_logprobs(logits, batch["labels"])
+    policy_chosen, policy_rejected = _sequence_logps(run, logps, mask)
+    ref_chosen, ref_rejected = reference
     chosen_nll = None
     if options.nll_weight > 0:
         chosen_logps, chosen_mask = logps.chunk(2)[0], mask.chunk(2)[0]
@@ -157,16 +185,18 @@ def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
     indices = run.order.next_batch()
     local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
-    totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
     run.model.train()
-    for i, piece in enumerate(micro):
+    steps = []
+    for piece in micro:
         pairs = local[piece.start : piece.stop]
-        sync = i == len(micro) - 1
-        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
-            out = _dpo(run, _batch(run, pairs))
-            # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
-            backend.backward(out.loss * len(pairs) / len(local) * len(micro), len(micro))
-        totals += _sums(out)
+        batch = _batch(run, pairs)
+        # The reference's log-probabilities first, on every rank (a sharded or pipelined reference runs collectively).
+        with backend.autocast():
+            reference = _reference(run, batch)
+        # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
+        weight = len(pairs) / len(local) * len(micro)
+        steps.append(MicroStep(_inputs(batch), partial(_finish, run=run, batch=batch, reference=reference, weight=weight)))
+    totals = backend.forward_backward(run.model, steps).to(device=backend.device, dtype=torch.float64)
     grad_norm = backend.step()
     run.step += 1
     loss, chosen, rejected, correct, count = backend.all_reduce(totals, "sum").tolist()

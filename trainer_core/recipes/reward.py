@@ -14,15 +14,15 @@ A step's loss is the mean over the global batch's pairs; train.batch_size counts
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
@@ -79,8 +79,19 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
 
 def _rewards(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(chosen rewards [B], rejected rewards [B]) from one forward pass over the 2B collated rows."""
-    scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1).float()
-    return scores.chunk(2)
+    return _chosen_rejected(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits)
+
+
+def _chosen_rejected(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    chosen, rejected = logits.squeeze(-1).float().chunk(2)
+    return chosen, rejected
+
+
+def _finish(logits: torch.Tensor, run: RewardRun, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A training micro-batch's loss to backpropagate (weighted as train_step says) and its sums."""
+    chosen, rejected = _chosen_rejected(logits)
+    loss = bradley_terry_loss(chosen, rejected, run.spec.reward_model.margin)
+    return loss * weight, _sums(run, chosen, rejected).to(logits.device)
 
 
 def _sums(run: RewardRun, chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
@@ -114,18 +125,16 @@ def train_step(run: RewardRun) -> tuple[float, float, float, int]:
     indices = run.order.next_batch()
     local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
-    totals = torch.zeros(4, dtype=torch.float64, device=backend.device)
     run.model.train()
-    for i, piece in enumerate(micro):
+    steps = []
+    for piece in micro:
         pairs = local[piece.start : piece.stop]
         batch = {k: v.to(backend.device) for k, v in collate_pairs(pairs, pad_id(run.tokenizer)).items()}
-        sync = i == len(micro) - 1
-        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
-            chosen, rejected = _rewards(run.model, batch)
-            loss = bradley_terry_loss(chosen, rejected, spec.reward_model.margin)
-            # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
-            backend.backward(loss * len(pairs) / len(local) * len(micro), len(micro))
-        totals += _sums(run, chosen, rejected).to(backend.device)
+        # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
+        weight = len(pairs) / len(local) * len(micro)
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        steps.append(MicroStep(inputs, partial(_finish, run=run, weight=weight)))
+    totals = backend.forward_backward(run.model, steps).to(device=backend.device, dtype=torch.float64)
     grad_norm = backend.step()
     run.step += 1
     loss_sum, correct, _, count = backend.all_reduce(totals, "sum").tolist()

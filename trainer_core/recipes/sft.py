@@ -12,15 +12,15 @@ backend divides out again).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
@@ -82,6 +82,13 @@ def _loss_sum(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.T
     return sft_loss(logits, batch["labels"], reduction="sum")
 
 
+def _finish(logits: torch.Tensor, labels: torch.Tensor, scale: int, loss_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A micro-batch's loss to backpropagate (its token-loss sum over the global batch's loss tokens, times the
+    micro-batch count the backend divides by) and its [loss sum, loss tokens]."""
+    loss_sum, tokens = sft_loss(logits, labels, reduction="sum")
+    return loss_sum / loss_tokens * scale, torch.stack([loss_sum.detach().double(), tokens.double()])
+
+
 def _eval_batches(run: SftRun) -> list[tuple[dict[str, torch.Tensor], bool]]:
     chunks = common.rank_chunks(run.eval_examples, run.spec.micro_batch_size, run.backend)
     return [(collate(chunk, pad_id(run.tokenizer)), real) for chunk, real in chunks]
@@ -105,15 +112,13 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     mine = sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local)
     global_tokens = float(backend.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), "sum")[0])
     loss_tokens = max(1.0, global_tokens) / backend.data_world_size
-    totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
     run.model.train()
-    for i, piece in enumerate(micro):
+    steps = []
+    for piece in micro:
         batch = {k: v.to(backend.device) for k, v in collate(local[piece.start : piece.stop], pad_id(run.tokenizer)).items()}
-        sync = i == len(micro) - 1
-        with contextlib.nullcontext() if sync else backend.no_sync(run.model), backend.autocast():
-            loss_sum, tokens = _loss_sum(run.model, batch)
-            backend.backward(loss_sum / loss_tokens * len(micro), len(micro))
-        totals += torch.stack([loss_sum.detach().double(), tokens.double()])
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        steps.append(MicroStep(inputs, partial(_finish, labels=batch["labels"], scale=len(micro), loss_tokens=loss_tokens)))
+    totals = backend.forward_backward(run.model, steps).to(device=backend.device, dtype=torch.float64)
     grad_norm = backend.step()
     run.step += 1
     loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
