@@ -1,6 +1,7 @@
 """Backends on a CUDA GPU: bf16 and fp16 (with loss scaling) on the torch, DeepSpeed and FSDP2
-backends, bf16 on the Megatron backend (tensor parallel 1: one GPU), NCCL as the process group, and
-PPO generating under ZeRO-3 on the GPU.
+backends, bf16 on the Megatron backend (tensor parallel 1: one GPU; pipeline parallel 2 and tensor x
+pipeline parallel 2 x 2 on 2 and 4 GPUs, skipped on a machine with fewer), NCCL as the process group,
+and PPO generating under ZeRO-3 on the GPU.
 
 Marked `gpu`: `make test` (and CI, which has no GPU) deselects them; run them where a GPU exists with
 `python -m pytest -m gpu tests/test_gpu.py` (the lent device machine, see docs/backends.md). They
@@ -111,3 +112,19 @@ def test_ppo_generates_and_learns_under_zero3_on_the_gpu(tmp_path: Path) -> None
     }
     optimality = metrics(train(tmp_path, spec, "ppo"), "eval/optimality")
     assert optimality[10] >= optimality[0] + 0.2, optimality
+
+
+@pytest.mark.parametrize(("tensor_parallel", "pipeline_parallel"), [(1, 2), (2, 2)], ids=["pp2", "tp2-pp2"])
+def test_megatron_pipeline_learns_in_bf16_on_gpus(tmp_path: Path, tensor_parallel: int, pipeline_parallel: int) -> None:
+    """Megatron's 1F1B schedule over NCCL, one process per GPU, bf16: 40 SFT steps on tiny-llama (one layer per
+    stage) lower the loss by more than 1 nat and stay within bf16's precision of the fp32 curve on one GPU."""
+    gpus = tensor_parallel * pipeline_parallel
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPUs, this machine has {torch.cuda.device_count()}")
+    spec = {**SFT, "model": {**SFT["model"], "path": "builtin:tiny-llama"}, "resources": {"gpus": gpus}}
+    megatron = {"kind": "megatron", "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel}
+    loss = metrics(train(tmp_path, {**spec, "backend": {**megatron, "precision": "bf16"}}, "pipeline"), "train/loss")
+    one_gpu = {**spec, "resources": {"gpus": 1}, "backend": {"kind": "torch", "precision": "fp32"}}
+    reference = metrics(train(tmp_path, one_gpu, "fp32"), "train/loss")
+    assert loss[40] < loss[1] - 1.0, loss
+    assert max(abs(loss[s] - reference[s]) for s in reference) < 0.05, (loss, reference)
