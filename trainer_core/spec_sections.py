@@ -249,11 +249,14 @@ class Fsdp2Backend(StrictModel):
 
 
 class MegatronBackend(StrictModel):
-    """Megatron-Core: tensor parallelism (pipeline and context parallelism need GPUs); data parallel over the rest."""
+    """Megatron-Core: tensor, sequence and pipeline parallelism (context parallelism needs GPUs); data parallel over
+    the rest."""
 
     kind: Literal["megatron"] = Field("megatron", description="megatron: Megatron-Core model parallelism.")
     tensor_parallel: int = Field(1, ge=1, description="Processes (GPUs) each layer is split across.")
-    pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages the layers are split into.")
+    pipeline_parallel: int = Field(
+        1, ge=1, description="Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo and reward."
+    )
     context_parallel: int = Field(1, ge=1, description="GPUs each sequence is split across.")
     sequence_parallel: bool = Field(
         False,

@@ -1523,7 +1523,8 @@ export interface components {
         };
         /**
          * MegatronBackend
-         * @description Megatron-Core: tensor parallelism (pipeline and context parallelism need GPUs); data parallel over the rest.
+         * @description Megatron-Core: tensor, sequence and pipeline parallelism (context parallelism needs GPUs); data parallel over
+         *     the rest.
          */
         MegatronBackend: {
             /**
@@ -1539,7 +1540,7 @@ export interface components {
             kind: "megatron";
             /**
              * Pipeline Parallel
-             * @description Pipeline stages the layers are split into.
+             * @description Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo and reward.
              * @default 1
              */
             pipeline_parallel: number;
