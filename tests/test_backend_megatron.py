@@ -298,6 +298,7 @@ def grpo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         return {
             "megatron": launch(tmp, megatron, megatron["backend"], "megatron-grpo"),
             "torch": launch(tmp, torch_spec, TORCH, "torch-grpo", processes=1),
+            "pipeline": launch(tmp, rl_spec(walker, "grpo", PIPELINE), PIPELINE, "pp2-grpo"),
             "converted": tmp / "converted",
         }
 
@@ -313,7 +314,19 @@ def test_grpo_on_tp2_samples_as_the_torch_backend_and_learns(grpo_runs: dict[str
     optimality = metrics(megatron, "eval/optimality")
     assert sorted(optimality) == [0, 10]
     assert optimality[10] >= optimality[0] + 0.2 and optimality[10] >= 0.85, optimality
-    assert [path.name for path in grpo_runs["converted"].glob("*/*")] == ["tp2-vocab128"]  # one conversion, reused
+    # One conversion per TP size (this run's, and the pipelined run's at TP 1), each reused by the reference.
+    assert sorted(path.name for path in grpo_runs["converted"].glob("*/*")) == ["tp1-vocab128", "tp2-vocab128"]
+
+
+def test_grpo_on_two_pipeline_stages_samples_as_the_torch_backend(grpo_runs: dict[str, Path]) -> None:
+    """Rollouts are decoded through the pipeline (each stage caching its layer's keys and values, every stage
+    drawing from the last stage's logits), old log-probabilities come from a forward-only pass and the update
+    from megatron's schedule: the torch backend's rollouts and curve."""
+    pipeline, torch_run = grpo_runs["pipeline"], grpo_runs["torch"]
+    assert metrics(pipeline, "reward/mean") == metrics(torch_run, "reward/mean")
+    for key in ("train/loss", "grpo/kl"):
+        assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < TOLERANCE, key
+    assert metrics(pipeline, "eval/optimality") == metrics(torch_run, "eval/optimality")
 
 
 def test_a_padded_vocabulary_steps_and_round_trips_the_optimizer_state() -> None:

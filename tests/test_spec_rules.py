@@ -37,7 +37,7 @@ RULE_CASES = {
         "ppo",
         ["resources.gpus=2", MEGATRON, "backend.pipeline_parallel=2"],
         "backend.pipeline_parallel",
-        "megatron pipeline parallelism trains sft, dpo, reward, not ppo (its rollouts are generated on the shards",
+        "megatron pipeline parallelism trains sft, dpo, reward, grpo, not ppo (PPO's value head reads the trunk's",
     ),
     "megatron-pp-vs-builtin-layers": (
         "sft",

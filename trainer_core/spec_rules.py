@@ -139,15 +139,15 @@ def megatron_algorithms(spec: RunSpec) -> Rules:
 
 
 # Algorithms whose recipes run their training micro-batches through backend.forward_backward (what megatron's
-# pipeline schedule drives) and need no generation: the others refuse pipeline_parallel > 1.
-MEGATRON_PIPELINE_ALGORITHMS = ("sft", "dpo", "reward")
+# pipeline schedule drives): the others refuse pipeline_parallel > 1.
+MEGATRON_PIPELINE_ALGORITHMS = ("sft", "dpo", "reward", "grpo")
 
 
 def megatron_pipeline_fits(spec: RunSpec) -> Rules:
-    """megatron pipeline_parallel > 1 trains sft, dpo and reward, and must divide a builtin model's layers.
+    """megatron pipeline_parallel > 1 trains sft, dpo, reward and grpo, and must divide a builtin model's layers.
 
-    grpo and ppo generate their rollouts, which the pipeline does not do yet; other models' layers are checked
-    when the trainer reads their config."""
+    ppo is not pipelined yet (its value head reads the policy trunk's hidden states inside the actor-critic);
+    other models' layers are checked when the trainer reads their config."""
     backend, path = spec.backend, spec.model.path
     if backend.kind != "megatron" or backend.pipeline_parallel == 1:
         return
@@ -155,7 +155,8 @@ def megatron_pipeline_fits(spec: RunSpec) -> Rules:
         yield Violation(
             ("backend", "pipeline_parallel"),
             f"megatron pipeline parallelism trains {', '.join(MEGATRON_PIPELINE_ALGORITHMS)}, not {spec.algorithm} "
-            "(its rollouts are generated on the shards, which the pipeline does not do yet): set pipeline_parallel: 1",
+            "(PPO's value head reads the trunk's hidden states, which the pipeline does not hand it yet): "
+            "set pipeline_parallel: 1",
         )
     shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:")) if path.startswith("builtin:") else None
     if shape is not None and shape.layers % backend.pipeline_parallel:

@@ -193,11 +193,6 @@ class MegatronBackend(Backend):
         from trainer_core.megatron.causal_lm import MegatronCausalLM
         from trainer_core.megatron.generate import generate
 
-        if self.pp_size > 1:
-            raise BackendError(
-                "the megatron backend does not generate under pipeline parallelism yet; set backend.pipeline_parallel: 1 "
-                "for grpo and ppo."
-            )
         wrapped, _ = self._prepared()
         causal = next((m for m in wrapped.modules() if isinstance(m, MegatronCausalLM) and m.hf_model is model), None)
         if causal is None:
@@ -207,6 +202,12 @@ class MegatronBackend(Backend):
         for key, default in SAMPLING_DEFAULTS.items():
             if kwargs.get(key) is None:
                 kwargs[key] = default if getattr(configured, key, None) is None else getattr(configured, key)
+        if self.pp_size > 1:
+            from functools import partial
+
+            from trainer_core.megatron.pipeline import inference_step
+
+            kwargs["step"] = partial(inference_step, causal)
         return generate(causal.gpt, causal.arch.vocab_size, **kwargs)
 
     # --- the training step ---

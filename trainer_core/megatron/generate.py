@@ -16,11 +16,15 @@ an eos id or a stop string (`StopStringCriteria`); generation ends when every ro
 after `max_new_tokens`. Prompts are left-padded with an attention mask, as the recipes build them.
 
 Sequence parallelism is switched off for the duration (megatron's `set_model_to_sequence_parallel`,
-as its own inference engine does): a one-token step cannot be split over the sequence.
+as its own inference engine does): a one-token step cannot be split over the sequence. Under pipeline
+parallelism each step runs through the pipeline forward-only (`step`; pipeline.py): every stage keeps
+its own layers' cache and every stage gets the last stage's logits, so they all draw the same token.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -39,6 +43,8 @@ from trainer_core.megatron.causal_lm import attention_inputs
 
 # What rollouts.generate passes that changes nothing here (the cache is always used).
 _IGNORED = ("use_cache",)
+# (input ids, positions, megatron's mask, the KV cache) -> the last position's logits [batch, 1, padded vocab].
+StepForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, StaticInferenceContext], torch.Tensor]
 
 
 @torch.no_grad()
@@ -57,9 +63,11 @@ def generate(
     top_p: float | None = None,
     stop_strings: list[str] | None = None,
     tokenizer: Any = None,
+    step: StepForward | None = None,
     **options: Any,
 ) -> torch.Tensor:
-    """[batch, prompt + generated] token ids, as `PreTrainedModel.generate(...)` returns them."""
+    """[batch, prompt + generated] token ids, as `PreTrainedModel.generate(...)` returns them. `step`: how one forward
+    runs (the whole pipeline, under pipeline parallelism); by default `gpt` itself."""
     unknown = sorted(set(options) - set(_IGNORED))
     if unknown:
         raise TypeError(f"megatron generation does not support {unknown}; it takes what the RL recipes pass.")
@@ -80,8 +88,9 @@ def generate(
         unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
         step_ids, step_positions = ids, _positions(mask)
         _, step_mask = attention_inputs(ids, mask, step_positions)
+        forward = step or partial(_one_stage, gpt)
         for _ in range(max_new_tokens):
-            logits = gpt(step_ids, step_positions, step_mask, inference_context=context, runtime_gather_output=True)
+            logits = forward(step_ids, step_positions, step_mask, context)
             context.sequence_len_offset += step_ids.shape[1]
             scores = warpers(ids, logits[:, -1, :vocab_size].to(dtype=torch.float32))
             if do_sample:
@@ -105,6 +114,12 @@ def generate(
         gpt.train(was_training)
         if sequence_parallel:
             set_model_to_sequence_parallel(gpt, True)
+
+
+def _one_stage(
+    gpt: GPTModel, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, context: StaticInferenceContext
+) -> torch.Tensor:
+    return gpt(ids, positions, mask, inference_context=context, runtime_gather_output=True)
 
 
 def _warpers(do_sample: bool, temperature: float | None, top_k: int | None, top_p: float | None) -> LogitsProcessorList:

@@ -193,3 +193,16 @@ def run_schedule(
         micro_batch_size=first.shape[0],
         forward_only=forward_only,
     )
+
+
+def inference_step(wrapper: Any, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, context: Any) -> torch.Tensor:
+    """One decoding forward through the pipeline (generate.py's `step`): each stage runs its layers with its own
+    KV cache in `context`; every stage gets the last stage's logits for the last position."""
+
+    def stage_forward(input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return wrapper.gpt(input_ids, position_ids, attention_mask, inference_context=context, runtime_gather_output=True)
+
+    step = MicroStep({"input_ids": ids, "position_ids": positions, "attention_mask": mask})
+    outputs = run_schedule(wrapper, [step], forward_only=True, stage_forward=stage_forward)
+    device, last = next(wrapper.gpt.parameters()).device, wrapper.gpt.config.pipeline_model_parallel_size - 1
+    return broadcast_tensor(outputs[0]["output"] if outputs else None, last, device)

@@ -63,7 +63,7 @@ def wrap(model: nn.Module, placement: Placement, convert_cached: Callable[[str, 
     if placement.pp_size > 1:
         raise BackendError(
             "the megatron backend runs PPO's actor-critic without pipeline parallelism (its value head reads the "
-            "trunk's hidden states, and rollouts are generated on the shards): set backend.pipeline_parallel: 1."
+            "trunk's hidden states, which the pipeline does not hand it yet): set backend.pipeline_parallel: 1."
         )
     name = causal[0]
     converted = convert_causal(model.get_submodule(name), placement, convert_cached)

@@ -19,16 +19,16 @@ normaliser; the reference is rebuilt from the spec.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
 from trainer_core.models import load_from_spec
@@ -185,43 +185,56 @@ def _report_samples(
     )
 
 
+# The sums each micro-batch adds (weighted by its share of the responses), in this order.
+_UPDATE_KEYS = ("train/loss", "grpo/policy_loss", "grpo/kl", "grpo/clipfrac", "grpo/approx_kl", "grpo/entropy")
+
+
 def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
     """grpo.epochs passes, each one optimizer update over all of this step's responses (in micro-batches)."""
     spec, backend, options = run.spec, run.backend, run.spec.grpo
     size = groups.advantages.shape[0]
-    keys = ("train/loss", "grpo/policy_loss", "grpo/kl", "grpo/clipfrac", "grpo/approx_kl", "grpo/entropy", "train/grad_norm")
-    sums = dict.fromkeys(keys, 0.0)
+    sums = torch.zeros(len(_UPDATE_KEYS), dtype=torch.float64)
+    grad_norm = 0.0
     run.model.train()
     for _ in range(options.epochs):
         micro = micro_batch_ranges(range(size), spec.micro_batch_size)
-        for i, piece in enumerate(micro):
+        steps = []
+        for piece in micro:
             index = torch.arange(piece.start, piece.stop)
             part = groups.generation.rows(index)
-            with contextlib.nullcontext() if i == len(micro) - 1 else backend.no_sync(run.model), backend.autocast():
-                logprobs, logits = _logprobs(run.model, part)
-                old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]
-                ref = None if groups.ref_logprobs is None else groups.ref_logprobs[index]
-                out = grpo_loss(
-                    logprobs,
-                    old,
-                    ref,
-                    groups.advantages[index],
-                    part.response_mask,
-                    options.cliprange,
-                    options.beta,
-                    options.kl_estimator,
-                )
-                backend.backward(out.loss * len(index) / size * len(micro), len(micro))
-            share = len(index) / size
-            with torch.no_grad():
-                sums["train/loss"] += float(out.loss) * share
-                sums["grpo/policy_loss"] += float(out.policy_loss) * share
-                sums["grpo/kl"] += float(out.kl) * share
-                sums["grpo/clipfrac"] += float(out.clipfrac) * share
-                sums["grpo/approx_kl"] += float(out.approx_kl) * share
-                sums["grpo/entropy"] += float(masked_mean(entropy_from_logits(logits), part.response_mask)) * share
-        sums["train/grad_norm"] += backend.step()
-    return {key: value / options.epochs for key, value in sums.items()}
+            finish = partial(_finish, run=run, groups=groups, index=index, part=part, size=size, scale=len(micro))
+            steps.append(MicroStep(part.inputs(), finish))
+        sums += backend.forward_backward(run.model, steps).cpu().double()
+        grad_norm += backend.step()
+    means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
+    return {**means, "train/grad_norm": grad_norm / options.epochs}
+
+
+def _finish(
+    logits: torch.Tensor,
+    run: GrpoRun,
+    groups: Groups,
+    index: torch.Tensor,
+    part: rollouts.Generation,
+    size: int,
+    scale: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A micro-batch's GRPO loss to backpropagate (its share of the step's responses, times the micro-batch count the
+    backend divides by) and its share-weighted sums of _UPDATE_KEYS."""
+    options = run.spec.grpo
+    p = part.prompt_width
+    logprobs = response_logprobs(logits, part.input_ids, p)
+    old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]
+    ref = None if groups.ref_logprobs is None else groups.ref_logprobs[index]
+    out = grpo_loss(
+        logprobs, old, ref, groups.advantages[index], part.response_mask, options.cliprange, options.beta, options.kl_estimator
+    )
+    share = len(index) / size
+    with torch.no_grad():
+        entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), part.response_mask)
+        values = [out.loss, out.policy_loss, out.kl, out.clipfrac, out.approx_kl, entropy]
+        sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=logits.device) * share for v in values])
+    return out.loss * len(index) / size * scale, sums
 
 
 def train_step(run: GrpoRun) -> dict[str, float]:

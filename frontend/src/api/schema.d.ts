@@ -1540,7 +1540,7 @@ export interface components {
             kind: "megatron";
             /**
              * Pipeline Parallel
-             * @description Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo and reward.
+             * @description Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo, reward, grpo.
              * @default 1
              */
             pipeline_parallel: number;
