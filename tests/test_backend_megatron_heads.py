@@ -1,7 +1,8 @@
 """The megatron backend (CPU, gloo, tensor parallel 2 under torchrun) for the recipes with a head on the
 trunk: the reward model (a score head on the GPTModel shard's final hidden states) follows the torch
-backend's curve and resumes bit for bit, and PPO (a value head on the policy's trunk, the reference
-TP-sharded too) samples what the torch backend samples and learns; in one process, the heads read
+backend's curve (also with sequence parallelism and on 2 pipeline stages) and resumes bit for bit, and PPO
+(a value head on the policy's trunk, the reference TP-sharded too) samples what the torch backend samples and
+learns, also with sequence parallelism and on 2 pipeline stages; in one process, the heads read
 the hidden states the HF models compute."""
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def ppo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             "megatron": launch(tmp, megatron, megatron["backend"], "megatron-ppo"),
             "torch": launch(tmp, torch_spec, TORCH, "torch-ppo", processes=1),
             "sequence-parallel": launch(tmp, rl_spec(walker, "ppo", SP), SP, "sp-ppo"),
+            "pipeline": launch(tmp, rl_spec(walker, "ppo", PIPELINE), PIPELINE, "pp2-ppo"),
         }
         checkpoint = str(out["megatron"] / "checkpoints" / "step-000005")
         out["resumed"] = launch(tmp, megatron, megatron["backend"], "resumed-ppo", "--resume", checkpoint)
@@ -141,6 +143,17 @@ def test_ppo_with_sequence_parallel_learns_as_the_torch_backend(ppo_runs: dict[s
     for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
         assert max_diff(metrics(sequence_parallel, key), metrics(torch_run, key)) < TOLERANCE, key
     assert max_diff(metrics(sequence_parallel, "train/grad_norm"), metrics(torch_run, "train/grad_norm")) < 1e-4
+
+
+def test_ppo_on_two_pipeline_stages_learns_as_the_torch_backend(ppo_runs: dict[str, Path]) -> None:
+    """The actor-critic on 2 stages: rollouts decoded through the pipeline, the value head on the last stage reading
+    its final hidden states (logits and values reach the schedule as one tensor), GPT-2's tied embedding summed over
+    the stages: the torch backend's rollouts, losses and values."""
+    pipeline, torch_run = ppo_runs["pipeline"], ppo_runs["torch"]
+    assert metrics(pipeline, "reward/mean") == metrics(torch_run, "reward/mean")
+    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
+        assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < TOLERANCE, key
+    assert metrics(pipeline, "eval/optimality") == metrics(torch_run, "eval/optimality")
 
 
 def test_ppo_resume_continues_the_same_curve(ppo_runs: dict[str, Path]) -> None:

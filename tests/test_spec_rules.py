@@ -33,12 +33,6 @@ RULE_CASES = {
         "backend.context_parallel",
         "context_parallel needs GPUs (megatron-core's context parallelism runs in Transformer Engine's attention)",
     ),
-    "megatron-pp-generating-algorithm": (
-        "ppo",
-        ["resources.gpus=2", MEGATRON, "backend.pipeline_parallel=2"],
-        "backend.pipeline_parallel",
-        "megatron pipeline parallelism trains sft, dpo, reward, grpo, not ppo (PPO's value head reads the trunk's",
-    ),
     "megatron-pp-vs-builtin-layers": (
         "sft",
         ["resources.gpus=4", MEGATRON, "backend.pipeline_parallel=4"],
@@ -244,6 +238,7 @@ class TestCrossFieldRules:
 
     def test_ppo_with_a_shared_trunk_passes_on_megatron(self):
         parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"]))
+        parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"]))
 
     def test_several_violations_are_reported_together(self):
         data = spec_with("sft", ["train.checkpoint_every=100", "train.eval_every=100", "backend.precision=fp16"])

@@ -138,27 +138,13 @@ def megatron_algorithms(spec: RunSpec) -> Rules:
         )
 
 
-# Algorithms whose recipes run their training micro-batches through backend.forward_backward (what megatron's
-# pipeline schedule drives): the others refuse pipeline_parallel > 1.
-MEGATRON_PIPELINE_ALGORITHMS = ("sft", "dpo", "reward", "grpo")
-
-
 def megatron_pipeline_fits(spec: RunSpec) -> Rules:
-    """megatron pipeline_parallel > 1 trains sft, dpo, reward and grpo, and must divide a builtin model's layers.
-
-    ppo is not pipelined yet (its value head reads the policy trunk's hidden states inside the actor-critic);
-    other models' layers are checked when the trainer reads their config."""
+    """megatron pipeline_parallel must divide a builtin model's layers (other models are checked when the trainer
+    has read their config)."""
     backend, path = spec.backend, spec.model.path
-    if backend.kind != "megatron" or backend.pipeline_parallel == 1:
+    if backend.kind != "megatron" or backend.pipeline_parallel == 1 or not path.startswith("builtin:"):
         return
-    if spec.algorithm not in MEGATRON_PIPELINE_ALGORITHMS:
-        yield Violation(
-            ("backend", "pipeline_parallel"),
-            f"megatron pipeline parallelism trains {', '.join(MEGATRON_PIPELINE_ALGORITHMS)}, not {spec.algorithm} "
-            "(PPO's value head reads the trunk's hidden states, which the pipeline does not hand it yet): "
-            "set pipeline_parallel: 1",
-        )
-    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:")) if path.startswith("builtin:") else None
+    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:"))
     if shape is not None and shape.layers % backend.pipeline_parallel:
         fits = [pp for pp in range(1, shape.layers + 1) if shape.layers % pp == 0]
         yield Violation(

@@ -255,7 +255,7 @@ class MegatronBackend(StrictModel):
     kind: Literal["megatron"] = Field("megatron", description="megatron: Megatron-Core model parallelism.")
     tensor_parallel: int = Field(1, ge=1, description="Processes (GPUs) each layer is split across.")
     pipeline_parallel: int = Field(
-        1, ge=1, description="Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo, reward, grpo."
+        1, ge=1, description="Pipeline stages the layers are split into (megatron's 1F1B schedule); must divide the layers."
     )
     context_parallel: int = Field(1, ge=1, description="GPUs each sequence is split across.")
     sequence_parallel: bool = Field(

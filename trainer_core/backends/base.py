@@ -40,13 +40,14 @@ ReduceOp = Literal["mean", "sum"]
 
 @dataclass(frozen=True)
 class MicroStep:
-    """One micro-batch of an optimizer step: the model's keyword inputs, and what turns the model's output logits
-    into (the loss to backpropagate, a tensor of sums the recipe totals over micro-batches). A backend runs them
-    all (`forward_backward`); under pipeline parallelism `finish` runs on the last stage only. No `finish`: a
-    forward pass whose output is wanted (pipelined forward passes outside training)."""
+    """One micro-batch of an optimizer step: the model's keyword inputs, and what turns the model's output (what
+    calling it returns: an HF output with .logits, PPO's (logits, values)) into (the loss to backpropagate, a tensor
+    of sums the recipe totals over micro-batches). A backend runs them all (`forward_backward`); under pipeline
+    parallelism `finish` runs on the last stage only. No `finish`: a forward pass whose output is wanted
+    (pipelined forward passes outside training)."""
 
     inputs: dict[str, torch.Tensor]
-    finish: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    finish: Callable[[Any], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 class BackendError(ValueError):
@@ -91,9 +92,9 @@ class Backend(ABC):
         totals = None
         for i, step in enumerate(steps):
             if step.finish is None:
-                raise ValueError("forward_backward needs every MicroStep's finish (what turns the logits into a loss).")
+                raise ValueError("forward_backward needs every MicroStep's finish (what turns the output into a loss).")
             with contextlib.nullcontext() if i == len(steps) - 1 else self.no_sync(model), self.autocast():
-                loss, sums = step.finish(model(**step.inputs).logits)
+                loss, sums = step.finish(model(**step.inputs))
                 self.backward(loss, len(steps))
             totals = sums.detach() if totals is None else totals + sums.detach()
         if totals is None:

@@ -55,28 +55,16 @@ def attention_inputs(
     return positions, mask
 
 
-class ShardOf(nn.Module):
-    """A GPTModel shard standing in for the Hugging Face model it was converted from.
+class PipelineStage:
+    """What a wrapper around this rank's GPTModel does under pipeline parallelism (`self.gpt`, `self.output`).
 
-    Under pipeline parallelism a call runs this rank's stage only while megatron's schedule drives it
-    (`stage_forward`: the last stage's output is the recipe's, the others' the hidden states they send on);
-    called directly, without gradients (evaluation, a reference model), it runs the whole pipeline
-    forward-only and every stage gets the last stage's output."""
+    A call runs this rank's stage only while megatron's schedule drives it (`stage_forward`: the last stage's output
+    is the recipe's, the others' the hidden states they send on); called directly, without gradients
+    (evaluation, a reference model), it runs the whole pipeline forward-only and every stage gets the last
+    stage's output (`pipelined_forward`)."""
 
-    def __init__(self, gpt: GPTModel, layout: Layout, hf_model: nn.Module) -> None:
-        super().__init__()
-        self.gpt, self.layout, self.arch = gpt, layout, layout.arch
-        self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
-        self._stage_local = False
-
-    @property
-    def hf_model(self) -> Any:
-        """The Hugging Face model this shard was converted from (its config and save_pretrained; weights stale)."""
-        return self._hf[0]
-
-    @property
-    def config(self) -> Any:
-        return self.hf_model.config
+    gpt: GPTModel
+    _stage_local = False
 
     @property
     def pipelined(self) -> bool:
@@ -88,13 +76,16 @@ class ShardOf(nn.Module):
 
     def stage_forward(self, **inputs: Any) -> torch.Tensor:
         """This stage's part of a forward pass, as megatron's schedule runs it: the tensor it sends on (hidden
-        states), or on the last stage the output tensor a recipe reads (logits, scores)."""
-        self._stage_local = True
+        states), or on the last stage the tensor `output` turns into what the recipe reads (logits, scores)."""
+        wrappers = [m for m in self.modules() if isinstance(m, PipelineStage)]  # type: ignore[attr-defined]
+        for wrapper in wrappers:
+            wrapper._stage_local = True
         try:
-            output = self(**inputs)
+            output = self(**inputs)  # type: ignore[operator]
         finally:
-            self._stage_local = False
-        return output if isinstance(output, torch.Tensor) else output.logits
+            for wrapper in wrappers:
+                wrapper._stage_local = False
+        return output if isinstance(output, torch.Tensor) else self.output_tensor(output)
 
     def pipelined_forward(self, **inputs: Any) -> Any:
         """The whole pipeline, forward only, for a call outside training: the last stage's output on every stage."""
@@ -114,6 +105,28 @@ class ShardOf(nn.Module):
     def output(self, tensor: torch.Tensor) -> Any:
         """The recipe's view of the last stage's output tensor."""
         raise NotImplementedError
+
+    def output_tensor(self, output: Any) -> torch.Tensor:
+        """The inverse of `output`: what the last stage hands the schedule."""
+        return output.logits
+
+
+class ShardOf(PipelineStage, nn.Module):
+    """A GPTModel shard standing in for the Hugging Face model it was converted from."""
+
+    def __init__(self, gpt: GPTModel, layout: Layout, hf_model: nn.Module) -> None:
+        super().__init__()
+        self.gpt, self.layout, self.arch = gpt, layout, layout.arch
+        self._hf = [hf_model]  # a list: an attribute holding a Module would register its parameters here
+
+    @property
+    def hf_model(self) -> Any:
+        """The Hugging Face model this shard was converted from (its config and save_pretrained; weights stale)."""
+        return self._hf[0]
+
+    @property
+    def config(self) -> Any:
+        return self.hf_model.config
 
     def megatron_inputs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
@@ -138,8 +151,8 @@ class MegatronCausalLM(ShardOf):
     ) -> CausalLMOutput | torch.Tensor:
         if unused:
             raise TypeError(f"the megatron causal LM takes input_ids, attention_mask and position_ids, not {sorted(unused)}")
-        if self.pipelined and output_hidden_states:
-            raise RuntimeError("the hidden states of a pipelined causal LM are not gathered (PPO's value head is refused there).")
+        if self.pipelined and output_hidden_states and not (self._stage_local and self.last_stage):
+            raise RuntimeError("a pipelined causal LM gives its hidden states on the last stage, inside megatron's schedule.")
         if self.pipelined and not self._stage_local:
             return self.pipelined_forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         length = input_ids.shape[-1]

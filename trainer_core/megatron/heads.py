@@ -24,7 +24,7 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
 
-from trainer_core.megatron.causal_lm import MegatronCausalLM, ShardOf
+from trainer_core.megatron.causal_lm import MegatronCausalLM, PipelineStage, ShardOf
 from trainer_core.megatron.layout import Layout
 from trainer_core.megatron.trunk import final_hidden_states, whole_sequence
 
@@ -71,7 +71,7 @@ class MegatronScoreModel(ShardOf):
         return ScoreOutput(logits=tensor)
 
 
-class MegatronComposite(nn.Module):
+class MegatronComposite(PipelineStage, nn.Module):
     def __init__(self, root: nn.Module, name: str, causal: MegatronCausalLM, layout: Layout) -> None:
         super().__init__()
         swapped = copy.copy(root)
@@ -95,5 +95,17 @@ class MegatronComposite(nn.Module):
         """The recipe's module as it built it (its causal LM the HF one: weights stale, `full_state` has them)."""
         return self._hf[0]
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+    def forward(self, **inputs: Any) -> Any:
+        if self.pipelined and not self._stage_local:
+            return self.pipelined_forward(**inputs)
+        if self.pipelined and not self.last_stage:
+            return self._causal[0](**inputs)  # the hidden states this stage sends on
+        return self.module(**inputs)
+
+    def output(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, values): the last stage hands them to the schedule as one tensor, values in the last column."""
+        return tensor[..., :-1], tensor[..., -1]
+
+    def output_tensor(self, output: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        logits, values = output
+        return torch.cat([logits, values.unsqueeze(-1).to(logits.dtype)], dim=-1)

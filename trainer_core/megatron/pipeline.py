@@ -162,9 +162,9 @@ def run_schedule(
     wrapper: Any, steps: Sequence[MicroStep], forward_only: bool, stage_forward: Callable[..., torch.Tensor]
 ) -> list[dict[str, torch.Tensor]]:
     """Run `steps` through megatron-core's pipeline schedule; on the last stage, each step's {"sums"} (training:
-    each step's `finish` gives the loss megatron backpropagates) or {"output"} (forward only, no `finish`), on the
-    others []. `stage_forward(**inputs)`: this stage's part of the forward, the tensor it sends on (the last
-    stage's: the tensor `finish` reads)."""
+    each step's `finish` of `wrapper.output(tensor)` gives the loss megatron backpropagates) or {"output"} (forward
+    only, no `finish`), on the others []. `stage_forward(**inputs)`: this stage's part of the forward, the tensor it
+    sends on (the last stage's: the tensor its output is made of)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from trainer_core.megatron.cpu_shim import apply_cpu_shim
@@ -178,7 +178,7 @@ def run_schedule(
         def loss_func(tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if step.finish is None:
                 return tensor.new_zeros(()), {"output": tensor.detach()}
-            loss, sums = step.finish(tensor)
+            loss, sums = step.finish(wrapper.output(tensor))
             return loss, {"sums": sums.detach()}
 
         return output, loss_func

@@ -60,16 +60,13 @@ def wrap(model: nn.Module, placement: Placement, convert_cached: Callable[[str, 
             f"the megatron backend converts one causal LM inside {type(model).__name__}, found {inner}: "
             "a separate critic (ppo.critic) is not supported on megatron yet; remove ppo.critic or use fsdp2/deepspeed."
         )
-    if placement.pp_size > 1:
-        raise BackendError(
-            "the megatron backend runs PPO's actor-critic without pipeline parallelism (its value head reads the "
-            "trunk's hidden states, which the pipeline does not hand it yet): set backend.pipeline_parallel: 1."
-        )
     name = causal[0]
     converted = convert_causal(model.get_submodule(name), placement, convert_cached)
     prefix = name + "."
     kept = tuple(n for n, _ in model.named_parameters() if not n.startswith(prefix))
-    return MegatronComposite(model, name, converted, Layout(converted.arch, prefix=prefix, kept=kept))
+    return MegatronComposite(
+        model, name, converted, Layout(converted.arch, prefix=prefix, kept=kept, stage=converted.layout.stage)
+    )
 
 
 def convert_causal(model: nn.Module, placement: Placement, convert_cached: Callable[[str, nn.Module], Any]) -> MegatronCausalLM:

@@ -118,11 +118,11 @@ def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _finish(
-    logits: torch.Tensor, run: DpoRun, batch: dict[str, torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor], weight: float
+    output: Any, run: DpoRun, batch: dict[str, torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor], weight: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A training micro-batch's loss to backpropagate (weighted by its share of the rank's pairs, times the micro-batch
     count the backend divides by) and its sums."""
-    out = _dpo_from_logits(run, logits, batch, reference)
+    out = _dpo_from_logits(run, output.logits, batch, reference)
     return out.loss * weight, _sums(out)
 
 

@@ -211,7 +211,7 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
 
 
 def _finish(
-    logits: torch.Tensor,
+    output: Any,
     run: GrpoRun,
     groups: Groups,
     index: torch.Tensor,
@@ -221,7 +221,7 @@ def _finish(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A micro-batch's GRPO loss to backpropagate (its share of the step's responses, times the micro-batch count the
     backend divides by) and its share-weighted sums of _UPDATE_KEYS."""
-    options = run.spec.grpo
+    options, logits = run.spec.grpo, output.logits
     p = part.prompt_width
     logprobs = response_logprobs(logits, part.input_ids, p)
     old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]

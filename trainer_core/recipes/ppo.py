@@ -20,16 +20,16 @@ normaliser: a resumed run samples the same rollouts the straight run would have.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
     entropy_from_logits,
@@ -221,52 +221,63 @@ def rollout(run: PpoRun) -> Rollouts:
     return Rollouts(generation, logprobs, values.float(), advantages, returns, stats)
 
 
+# The sums each micro-batch adds (weighted by its share of the minibatch), in this order.
+_UPDATE_KEYS = ("ppo/policy_loss", "ppo/value_loss", "ppo/entropy", "ppo/clipfrac", "ppo/approx_kl", "ppo/value_clipfrac")
+
+
 def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     """ppo.epochs passes of minibatch updates over the rollouts; the means of the loss statistics."""
     spec, backend, options = run.spec, run.backend, run.spec.ppo
     size = batch.logprobs.shape[0]
     minibatch = len(local_batch_range(spec.update_batch_size, backend.data_rank, backend.data_world_size))
-    keys = (
-        "ppo/policy_loss",
-        "ppo/value_loss",
-        "ppo/entropy",
-        "ppo/clipfrac",
-        "ppo/approx_kl",
-        "ppo/value_clipfrac",
-        "train/grad_norm",
-    )
-    sums = dict.fromkeys(keys, 0.0)
-    updates = 0
+    sums = torch.zeros(len(_UPDATE_KEYS), dtype=torch.float64)
+    grad_norm, updates = 0.0, 0
     run.model.train()
     for _ in range(options.epochs):
         permutation = torch.randperm(size)  # the global generator: saved and restored with the checkpoint
         for start in range(0, size, minibatch):
             rows = permutation[start : start + minibatch]
             micro = micro_batch_ranges(range(len(rows)), spec.micro_batch_size)
-            for i, piece in enumerate(micro):
+            steps = []
+            for piece in micro:
                 index = rows[piece.start : piece.stop]
                 part = batch.generation.rows(index)
-                mask = part.response_mask
-                with contextlib.nullcontext() if i == len(micro) - 1 else backend.no_sync(run.model), backend.autocast():
-                    logprobs, values, logits = _logprobs_values(run.model, part)
-                    policy = ppo_policy_loss(logprobs, batch.logprobs[index], batch.advantages[index], mask, options.cliprange)
-                    value_loss, value_clipfrac = ppo_value_loss(
-                        values.float(), batch.values[index], batch.returns[index], mask, options.cliprange_value
-                    )
-                    loss = policy.loss + options.vf_coef * value_loss
-                    backend.backward(loss * len(index) / len(rows) * len(micro), len(micro))
-                with torch.no_grad():
-                    share = len(index) / len(rows)
-                    sums["ppo/policy_loss"] += float(policy.loss) * share
-                    sums["ppo/value_loss"] += float(value_loss) * share
-                    sums["ppo/entropy"] += float(masked_mean(entropy_from_logits(logits), mask)) * share
-                    sums["ppo/clipfrac"] += float(policy.clipfrac) * share
-                    sums["ppo/approx_kl"] += float(policy.approx_kl) * share
-                    sums["ppo/value_clipfrac"] += float(value_clipfrac) * share
-            sums["train/grad_norm"] += backend.step()
+                finish = partial(_finish, run=run, batch=batch, index=index, part=part, rows=len(rows), scale=len(micro))
+                steps.append(MicroStep(part.inputs(), finish))
+            sums += backend.forward_backward(run.model, steps).cpu().double()
+            grad_norm += backend.step()
             updates += 1
-    means = {key: value / updates for key, value in sums.items()}
+    means = {key: float(value) / updates for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
+    means["train/grad_norm"] = grad_norm / updates
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
+
+
+def _finish(
+    output: tuple[torch.Tensor, torch.Tensor],
+    run: PpoRun,
+    batch: Rollouts,
+    index: torch.Tensor,
+    part: rollouts.Generation,
+    rows: int,
+    scale: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A micro-batch's PPO loss to backpropagate (its share of the minibatch, times the micro-batch count the backend
+    divides by) and its share-weighted sums of _UPDATE_KEYS, from the actor-critic's (logits, values)."""
+    options, (logits, values) = run.spec.ppo, output
+    p, mask = part.prompt_width, part.response_mask
+    logprobs = response_logprobs(logits, part.input_ids, p)
+    values = values[:, p - 1 : -1]
+    policy = ppo_policy_loss(logprobs, batch.logprobs[index], batch.advantages[index], mask, options.cliprange)
+    value_loss, value_clipfrac = ppo_value_loss(
+        values.float(), batch.values[index], batch.returns[index], mask, options.cliprange_value
+    )
+    loss = policy.loss + options.vf_coef * value_loss
+    share = len(index) / rows
+    with torch.no_grad():
+        entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), mask)
+        values_out = [policy.loss, value_loss, entropy, policy.clipfrac, policy.approx_kl, value_clipfrac]
+        sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=logits.device) * share for v in values_out])
+    return loss * len(index) / rows * scale, sums
 
 
 def train_step(run: PpoRun) -> dict[str, float]:

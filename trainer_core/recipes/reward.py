@@ -87,8 +87,9 @@ def _chosen_rejected(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return chosen, rejected
 
 
-def _finish(logits: torch.Tensor, run: RewardRun, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _finish(output: Any, run: RewardRun, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A training micro-batch's loss to backpropagate (weighted as train_step says) and its sums."""
+    logits = output.logits
     chosen, rejected = _chosen_rejected(logits)
     loss = bradley_terry_loss(chosen, rejected, run.spec.reward_model.margin)
     return loss * weight, _sums(run, chosen, rejected).to(logits.device)

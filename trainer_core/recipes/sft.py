@@ -82,10 +82,10 @@ def _loss_sum(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.T
     return sft_loss(logits, batch["labels"], reduction="sum")
 
 
-def _finish(logits: torch.Tensor, labels: torch.Tensor, scale: int, loss_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _finish(output: Any, labels: torch.Tensor, scale: int, loss_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A micro-batch's loss to backpropagate (its token-loss sum over the global batch's loss tokens, times the
     micro-batch count the backend divides by) and its [loss sum, loss tokens]."""
-    loss_sum, tokens = sft_loss(logits, labels, reduction="sum")
+    loss_sum, tokens = sft_loss(output.logits, labels, reduction="sum")
     return loss_sum / loss_tokens * scale, torch.stack([loss_sum.detach().double(), tokens.double()])
 
 

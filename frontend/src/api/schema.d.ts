@@ -1540,7 +1540,7 @@ export interface components {
             kind: "megatron";
             /**
              * Pipeline Parallel
-             * @description Pipeline stages the layers are split into (megatron's 1F1B schedule); sft, dpo, reward, grpo.
+             * @description Pipeline stages the layers are split into (megatron's 1F1B schedule); must divide the layers.
              * @default 1
              */
             pipeline_parallel: number;
