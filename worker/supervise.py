@@ -155,6 +155,9 @@ def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder,
     while trainer.wait(settings.poll_s) is None and time.monotonic() < deadline:
         forwarder.poll()
     if trainer.poll() == 0:
+        # The hand-back checkpoint's event is the trainer's last write: read it now, after the trainer left.
+        trainer.wait_output()
+        forwarder.poll()
         return f"handed back: {why}; checkpointed at step {forwarder.last_checkpoint}, where the next attempt resumes"
     trainer.kill_group()
     return f"handed back: {why}; stopped after {settings.hand_back_grace_s:g} s, resumes from its latest checkpoint"
