@@ -39,6 +39,19 @@ RULE_CASES = {
         "backend.pipeline_parallel",
         "pipeline_parallel 4 does not divide builtin:tiny-gpt2's 2 layers: use one of 1, 2",
     ),
+    "megatron-vp-needs-pp": (
+        "sft",
+        ["resources.gpus=2", MEGATRON, "backend.pipeline_parallel=2", "backend.virtual_pipeline_parallel=2"],
+        "backend.virtual_pipeline_parallel",
+        "virtual_pipeline_parallel needs pipeline_parallel >= 3, not 2",
+    ),
+    "megatron-vp-vs-builtin-layers": (
+        "sft",
+        ["resources.gpus=3", MEGATRON, "backend.pipeline_parallel=3", "backend.virtual_pipeline_parallel=2"],
+        "backend.virtual_pipeline_parallel",
+        "pipeline_parallel 3 x virtual_pipeline_parallel 2 = 6 chunks do not divide builtin:tiny-gpt2's 2 layers: "
+        "use virtual_pipeline_parallel 1 with a pipeline_parallel that divides them",
+    ),
     "megatron-cpu-layout": (
         "sft",
         [MEGATRON, "backend.precision=fp32", "backend.processes=3", "backend.tensor_parallel=2"],

@@ -139,19 +139,39 @@ def megatron_algorithms(spec: RunSpec) -> Rules:
 
 
 def megatron_pipeline_fits(spec: RunSpec) -> Rules:
-    """megatron pipeline_parallel must divide a builtin model's layers (other models are checked when the trainer
-    has read their config)."""
+    """megatron virtual_pipeline_parallel needs pipeline_parallel >= 3; pipeline_parallel x virtual_pipeline_parallel
+    must divide a builtin model's layers (other models are checked when the trainer has read their config)."""
     backend, path = spec.backend, spec.model.path
-    if backend.kind != "megatron" or backend.pipeline_parallel == 1 or not path.startswith("builtin:"):
+    if backend.kind != "megatron":
         return
-    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:"))
-    if shape is not None and shape.layers % backend.pipeline_parallel:
+    virtual = backend.virtual_pipeline_parallel
+    if virtual > 1 and backend.pipeline_parallel < 3:
+        yield Violation(
+            ("backend", "virtual_pipeline_parallel"),
+            f"virtual_pipeline_parallel needs pipeline_parallel >= 3, not {backend.pipeline_parallel} (with 2 stages "
+            "megatron-core's interleaved schedule exchanges activation shapes with one rank in both directions at once "
+            "and mismatches them): raise pipeline_parallel or set virtual_pipeline_parallel: 1",
+        )
+        return
+    shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:")) if path.startswith("builtin:") else None
+    chunks = backend.pipeline_parallel * virtual
+    if shape is None or shape.layers % chunks == 0:
+        return
+    if virtual == 1:
         fits = [pp for pp in range(1, shape.layers + 1) if shape.layers % pp == 0]
         yield Violation(
             ("backend", "pipeline_parallel"),
             f"pipeline_parallel {backend.pipeline_parallel} does not divide {path}'s {shape.layers} layers: "
             f"use one of {', '.join(map(str, fits))}",
         )
+        return
+    fits = [vp for vp in range(1, shape.layers + 1) if shape.layers % (backend.pipeline_parallel * vp) == 0]
+    yield Violation(
+        ("backend", "virtual_pipeline_parallel"),
+        f"pipeline_parallel {backend.pipeline_parallel} x virtual_pipeline_parallel {virtual} = {chunks} chunks do not "
+        f"divide {path}'s {shape.layers} layers: use virtual_pipeline_parallel "
+        + (", ".join(map(str, fits)) if fits else "1 with a pipeline_parallel that divides them"),
+    )
 
 
 def megatron_sequence_parallel_needs_tp(spec: RunSpec) -> Rules:

@@ -257,6 +257,13 @@ class MegatronBackend(StrictModel):
     pipeline_parallel: int = Field(
         1, ge=1, description="Pipeline stages the layers are split into (megatron's 1F1B schedule); must divide the layers."
     )
+    virtual_pipeline_parallel: int = Field(
+        1,
+        ge=1,
+        description="Model chunks per pipeline stage (megatron's interleaved schedule: a smaller pipeline bubble); needs "
+        "pipeline_parallel >= 3, pipeline_parallel x virtual_pipeline_parallel dividing the layers, and a multiple of "
+        "pipeline_parallel micro-batches per step on each data-parallel replica.",
+    )
     context_parallel: int = Field(1, ge=1, description="GPUs each sequence is split across.")
     sequence_parallel: bool = Field(
         False,

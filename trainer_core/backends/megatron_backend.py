@@ -15,7 +15,8 @@ Pipeline parallelism (trainer_core/megatron/pipeline.py): `forward_backward` run
 micro-batches through megatron-core's own 1F1B schedule; a forward pass outside training runs the
 schedule forward-only, every stage getting the last stage's output; a tied embedding's two copies
 (first and last stage) take the sum of their gradients. On CPU the schedules run through the shim in
-cpu_shim.py. Generation (GRPO, PPO) is not pipelined yet and is refused with pipeline_parallel > 1.
+cpu_shim.py. Virtual stages (`virtual_pipeline_parallel`): each rank holds that many chunks of layers
+(trainer_core/megatron/virtual_stages.py) and training runs megatron's interleaved schedule.
 
 The optimizer step is torch's: megatron's own DistributedOptimizer needs CUDA (and apex or Transformer
 Engine), so a CPU run cannot use it; context parallelism needs Transformer Engine's attention and is
@@ -67,7 +68,7 @@ class MegatronBackend(Backend):
         self.rank, self.world_size, self.local_rank = env.rank, env.world_size, env.local_rank
         self.device = default_device(env)
         self._check_layout(spec, env.world_size)
-        self.tp_size, self.pp_size = spec.tensor_parallel, spec.pipeline_parallel
+        self.tp_size, self.pp_size, self.vp_size = spec.tensor_parallel, spec.pipeline_parallel, spec.virtual_pipeline_parallel
         self._dp_size = env.world_size // (spec.tensor_parallel * spec.pipeline_parallel)
         self.accumulation_steps = accumulation_steps(train, self._dp_size)  # checks the batch splits evenly
         self._owns_group = init_process_group(env, self.device)
@@ -81,7 +82,7 @@ class MegatronBackend(Backend):
         from trainer_core.megatron.model import init_model_parallel
 
         with torch.random.fork_rng(devices=[]):  # megatron seeds torch; the recipe seeds its own RNG just below
-            init_model_parallel(self.tp_size, seed=train.seed, pp_size=self.pp_size)
+            init_model_parallel(self.tp_size, seed=train.seed, pp_size=self.pp_size, vp_size=self.vp_size)
         self._ps = parallel_state
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
         self.pp_rank = parallel_state.get_pipeline_model_parallel_rank()
@@ -97,6 +98,12 @@ class MegatronBackend(Backend):
             raise BackendError(
                 "backend.context_parallel is not implemented by the megatron backend yet (megatron-core's context "
                 "parallelism needs Transformer Engine's attention); set context_parallel: 1."
+            )
+        if spec.virtual_pipeline_parallel > 1 and spec.pipeline_parallel < 3:
+            raise BackendError(
+                "backend.virtual_pipeline_parallel needs pipeline_parallel >= 3 (with fewer stages megatron-core's "
+                "interleaved schedule mismatches the activation shapes it exchanges); raise pipeline_parallel or set "
+                "virtual_pipeline_parallel: 1."
             )
         if world_size % (spec.tensor_parallel * spec.pipeline_parallel):
             raise BackendError(
@@ -153,7 +160,8 @@ class MegatronBackend(Backend):
     def _placement(self) -> Any:
         from trainer_core.megatron.wrap import Placement
 
-        return Placement(self.tp_rank, self.tp_size, self.pp_rank, self.pp_size, self.spec.sequence_parallel, self.device)
+        sizes = (self.tp_rank, self.tp_size, self.pp_rank, self.pp_size)
+        return Placement(*sizes, self.spec.sequence_parallel, self.device, self.vp_size)
 
     def _convert_cached(self, source: str, model: nn.Module) -> Any:
         """The converted-weights cache's entry for a model loaded from `source` (rank zero writes it once)."""
@@ -184,6 +192,7 @@ class MegatronBackend(Backend):
     def describe_placement(self, model: nn.Module) -> str:
         local = sum(p.numel() for p in model.parameters())
         pipeline = f" x PP {self.pp_size}" if self.pp_size > 1 else ""
+        pipeline += f" (virtual {self.vp_size})" if self.vp_size > 1 else ""
         where = f"TP rank {self.tp_rank}" + (f", stage {self.pp_rank}" if self.pp_size > 1 else "")
         return f"megatron TP {self.tp_size}{pipeline} x DP {self._dp_size} ({local:,} parameters on rank {self.rank}, {where})"
 
@@ -265,10 +274,15 @@ class MegatronBackend(Backend):
     def _sum_tied_embedding_grads(self, model: Any) -> None:
         """Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's copy (its
         output layer) take the sum of both gradients, so they stay equal (megatron's embedding group)."""
+        from trainer_core.megatron.virtual_stages import chunks_of
+
         gpt = model.gpt
         if not (gpt.share_embeddings_and_output_weights and self._ps.is_rank_in_embedding_group(ignore_virtual=True)):
             return
-        weight = gpt.shared_embedding_or_output_weight()
+        # The embedding is the first stage's first chunk's, the copy the last stage's last chunk's.
+        chunks = chunks_of(gpt)
+        chunk = chunks[0] if self._ps.is_pipeline_first_stage(ignore_virtual=True) else chunks[-1]
+        weight = chunk.shared_embedding_or_output_weight()
         if weight.grad is None:
             weight.grad = torch.zeros_like(weight)
         dist.all_reduce(weight.grad, group=self._ps.get_embedding_group())

@@ -17,6 +17,7 @@ from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.convert import StateDict
 from trainer_core.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
 from trainer_core.megatron.sequence_parallel import layer_spec
+from trainer_core.megatron.virtual_stages import VirtualStages
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -27,16 +28,20 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu}
 
 
-def init_model_parallel(tp_size: int, seed: int = 0, pp_size: int = 1) -> None:
-    """Megatron's parallel groups (TP of `tp_size`, `pp_size` pipeline stages, data parallel over the rest) and its
-    RNG tracker.
+def init_model_parallel(tp_size: int, seed: int = 0, pp_size: int = 1, vp_size: int = 1) -> None:
+    """Megatron's parallel groups (TP of `tp_size`, `pp_size` pipeline stages of `vp_size` virtual stages each, data
+    parallel over the rest) and its RNG tracker.
 
     The inference RNG tracker forks nothing; with every dropout at 0 no tracked RNG is drawn, and
     the CUDA tracker would need CUDA generators a CPU machine lacks.
     """
     apply_cpu_shim()
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size)
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=tp_size,
+            pipeline_model_parallel_size=pp_size,
+            virtual_pipeline_model_parallel_size=vp_size if vp_size > 1 else None,
+        )
     tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
 
 
@@ -46,6 +51,7 @@ def transformer_config(
     params_dtype: torch.dtype = torch.float32,
     sequence_parallel: bool = False,
     pp_size: int = 1,
+    vp_size: int = 1,
 ) -> TransformerConfig:
     """The TransformerConfig under which a GPTModel computes what the Hugging Face model does."""
     return TransformerConfig(
@@ -72,6 +78,7 @@ def transformer_config(
         tensor_model_parallel_size=tp_size,
         sequence_parallel=sequence_parallel,
         pipeline_model_parallel_size=pp_size,
+        virtual_pipeline_model_parallel_size=vp_size if vp_size > 1 else None,
         pipeline_dtype=params_dtype,
         # Batches differ in length: the schedules send each activation's shape before it. (The check that
         # comes with it is for MoE token dispatch, which these dense models do not use.)
@@ -89,31 +96,42 @@ def build_gpt_model(
     parallel_output: bool = True,
     sequence_parallel: bool = False,
     pp_size: int = 1,
-) -> GPTModel:
+    vp_size: int = 1,
+) -> GPTModel | VirtualStages:
     """This rank's GPTModel with initial (random) weights; load a converted shard into it next.
 
     `parallel_output=True` keeps each rank's vocabulary slice of the logits (for megatron's
     vocab-parallel cross entropy); False gathers the full padded vocabulary on every rank.
     `sequence_parallel`: the TP ranks split the sequence between the TP regions (sequence_parallel.py).
-    `pp_size` > 1: this rank's pipeline stage (megatron's parallel state says which), its share of the layers.
+    `pp_size` > 1: this rank's pipeline stage (megatron's parallel state says which), its share of the layers;
+    `vp_size` > 1: its virtual stages, one GPTModel each, in a VirtualStages.
     """
     arch.check_tp_size(tp_size)
     apply_cpu_shim()
     sequence_parallel = sequence_parallel and tp_size > 1
-    config = transformer_config(arch, tp_size, params_dtype, sequence_parallel, pp_size)
-    with tensors_stay_on_cpu():  # a tied embedding's last-stage copy is moved to CUDA while it is built
-        return GPTModel(
-            config=config,
-            transformer_layer_spec=layer_spec(arch.normalization, arch.num_layers // pp_size, sequence_parallel),
-            vocab_size=arch.padded_vocab_size(tp_size),
-            max_sequence_length=arch.max_position_embeddings,
-            parallel_output=parallel_output,
-            share_embeddings_and_output_weights=arch.tie_word_embeddings,
-            position_embedding_type=arch.position_embedding_type,
-            rotary_base=arch.rotary_base,  # GPTModel types it int, but only uses it as a float exponent base
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-        )
+    config = transformer_config(arch, tp_size, params_dtype, sequence_parallel, pp_size, vp_size)
+    spec = layer_spec(arch.normalization, arch.num_layers // (pp_size * vp_size), sequence_parallel)
+
+    def chunk(vp_stage: int | None) -> GPTModel:
+        stage = {"ignore_virtual": vp_stage is None, "vp_stage": vp_stage}
+        with tensors_stay_on_cpu():  # a tied embedding's last-stage copy is moved to CUDA while it is built
+            return GPTModel(
+                config=config,
+                transformer_layer_spec=spec,
+                vocab_size=arch.padded_vocab_size(tp_size),
+                max_sequence_length=arch.max_position_embeddings,
+                parallel_output=parallel_output,
+                share_embeddings_and_output_weights=arch.tie_word_embeddings,
+                position_embedding_type=arch.position_embedding_type,
+                rotary_base=arch.rotary_base,  # GPTModel types it int, but only uses it as a float exponent base
+                pre_process=parallel_state.is_pipeline_first_stage(**stage),
+                post_process=parallel_state.is_pipeline_last_stage(**stage),
+                vp_stage=vp_stage,
+            )
+
+    if vp_size == 1:
+        return chunk(None)
+    return VirtualStages([chunk(index) for index in range(vp_size)])
 
 
 def load_shard(model: GPTModel, shard: StateDict) -> None:

@@ -8,12 +8,18 @@ gradients over megatron's embedding group). A training step runs its micro-batch
 `get_forward_backward_func()` (1F1B; on CPU through the shim in cpu_shim.py); the loss, and the
 sums a recipe totals, exist on the last stage and are broadcast to the others. A forward pass
 outside training (evaluation, a reference model) runs the same schedule forward-only and gives
-every stage the last stage's output. Nothing here pickles: what travels between ranks is tensors
-(a JSON header as bytes where the receiver cannot know a shape).
+every stage the last stage's output.
+
+With virtual stages (virtual_stages.py) a rank holds several chunks of layers: training runs
+megatron-core's interleaved schedule over them; a forward-only pass walks the chunks itself, since
+that schedule needs at least pipeline_parallel micro-batches and such a pass has one. Nothing here
+pickles: what travels between ranks is tensors (a JSON header as bytes where the receiver cannot
+know a shape).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -24,9 +30,10 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
-from trainer_core.backends.base import MicroStep
+from trainer_core.backends.base import BackendError, MicroStep
 from trainer_core.megatron.config import Architecture
 from trainer_core.megatron.convert import StateDict
+from trainer_core.megatron.virtual_stages import VirtualStages, chunks_of
 from trainer_core.models.errors import ModelError
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
@@ -38,22 +45,25 @@ _HEADER = 10  # ndim, up to 8 sizes, dtype index
 
 @dataclass(frozen=True)
 class Stage:
-    """This rank's share of the layers: `num_layers` from `first_layer` on, stage `rank` of `size`."""
+    """This rank's share of the layers: stage `rank` of `size`, in `chunks` model chunks (virtual stages,
+    virtual_stages.py) of `layers_per_chunk` layers each; chunk v holds layers from (v * size + rank) * layers_per_chunk.
+
+    Its weights' local names are the chunk's GPTModel's (layers numbered from 0), under `<v>.` with more than one
+    chunk (VirtualStages names them so)."""
 
     rank: int
     size: int
-    first_layer: int
-    num_layers: int
+    layers_per_chunk: int
+    chunks: int = 1
 
     @classmethod
-    def of(cls, arch: Architecture, rank: int, size: int) -> Stage:
-        if arch.num_layers % size:
+    def of(cls, arch: Architecture, rank: int, size: int, chunks: int = 1) -> Stage:
+        if arch.num_layers % (size * chunks):
+            what = f"pipeline_parallel {size}" + (f" x virtual_pipeline_parallel {chunks}" if chunks > 1 else "")
             raise ModelError(
-                f"pipeline_parallel {size} does not divide the model's {arch.num_layers} layers; "
-                "pick a pipeline_parallel that divides them."
+                f"{what} does not divide the model's {arch.num_layers} layers; pick sizes whose product divides them."
             )
-        per_stage = arch.num_layers // size
-        return cls(rank, size, rank * per_stage, per_stage)
+        return cls(rank, size, arch.num_layers // (size * chunks), chunks)
 
     @property
     def first(self) -> bool:
@@ -63,29 +73,56 @@ class Stage:
     def last(self) -> bool:
         return self.rank == self.size - 1
 
-    def holds(self, name: str) -> bool:
-        """Whether a whole-model weight name (megatron's) lives on this stage."""
+    def first_layer(self, chunk: int = 0) -> int:
+        return (chunk * self.size + self.rank) * self.layers_per_chunk
+
+    def local_name(self, name: str) -> str | None:
+        """A whole-model weight name (megatron's) -> its name on this rank; None where another stage holds it."""
+        chunk, local = 0, name
         match = _LAYER.match(name)
         if match is not None:
-            return self.first_layer <= int(match.group(1)) < self.first_layer + self.num_layers
-        if name.startswith(_FIRST_ONLY):
-            return self.first
-        if name.startswith(_LAST_ONLY):
-            return self.last
-        return True
+            block, offset = divmod(int(match.group(1)), self.layers_per_chunk)
+            chunk, rank = divmod(block, self.size)
+            if rank != self.rank:
+                return None
+            local = f"decoder.layers.{offset}.{name[match.end() :]}"
+        elif name.startswith(_FIRST_ONLY):
+            if not self.first:
+                return None
+        elif name.startswith(_LAST_ONLY):
+            if not self.last:
+                return None
+            chunk = self.chunks - 1
+        return self._in_chunk(chunk, local)
+
+    def whole_name(self, local: str) -> str:
+        """The inverse of `local_name`."""
+        chunk = 0
+        if self.chunks > 1:
+            head, local = local.split(".", 1)
+            chunk = int(head)
+        return _renumber(local, self.first_layer(chunk))
+
+    @property
+    def output_name(self) -> str:
+        """The last stage's output layer weight, by its local name."""
+        return self._in_chunk(self.chunks - 1, "output_layer.weight")
+
+    def _in_chunk(self, chunk: int, name: str) -> str:
+        return f"{chunk}.{name}" if self.chunks > 1 else name
 
 
 WHOLE = None  # a layout without pipeline parallelism holds every weight
 
 
 def stage_weights(weights: StateDict, stage: Stage | None, arch: Architecture) -> StateDict:
-    """Whole-model weights (a TP rank's shard of them) -> this stage's, layers numbered from 0; the last stage's
+    """Whole-model weights (a TP rank's shard of them) -> this stage's, by their local names; the last stage's
     output layer is the embedding itself where they are tied (megatron keeps a copy there)."""
     if stage is None or stage.size == 1:
         return weights
-    out = {_renumber(name, -stage.first_layer): tensor for name, tensor in weights.items() if stage.holds(name)}
+    out = {local: tensor for name, tensor in weights.items() if (local := stage.local_name(name)) is not None}
     if stage.last and arch.tie_word_embeddings and "embedding.word_embeddings.weight" in weights:
-        out["output_layer.weight"] = weights["embedding.word_embeddings.weight"]
+        out[stage.output_name] = weights["embedding.word_embeddings.weight"]
     return out
 
 
@@ -93,7 +130,7 @@ def whole_model_names(weights: StateDict, stage: Stage | None, arch: Architectur
     """The inverse for gathering: this stage's names -> the whole model's (the tied copy dropped)."""
     if stage is None or stage.size == 1:
         return weights
-    out = {_renumber(name, stage.first_layer): tensor for name, tensor in weights.items()}
+    out = {stage.whole_name(name): tensor for name, tensor in weights.items()}
     if stage.last and not stage.first and arch.tie_word_embeddings:
         out.pop("output_layer.weight", None)
     return out
@@ -164,16 +201,25 @@ def run_schedule(
     """Run `steps` through megatron-core's pipeline schedule; on the last stage, each step's {"sums"} (training:
     each step's `finish` of `wrapper.output(tensor)` gives the loss megatron backpropagates) or {"output"} (forward
     only, no `finish`), on the others []. `stage_forward(**inputs)`: this stage's part of the forward, the tensor it
-    sends on (the last stage's: the tensor its output is made of)."""
+    sends on (the last stage's: the tensor its output is made of).
+
+    With virtual stages, training runs megatron's interleaved schedule over the rank's chunks; a forward-only pass
+    walks the chunks itself (`walk_chunks`), since that schedule needs at least pipeline_parallel micro-batches."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from trainer_core.megatron.cpu_shim import apply_cpu_shim
 
     apply_cpu_shim()
+    chunks = chunks_of(wrapper.gpt)
+    if len(chunks) > 1 and forward_only:
+        return walk_chunks(wrapper, steps, stage_forward)
+    if len(chunks) > 1:
+        _check_micro_batches(chunks[0].config, len(steps))
 
-    def forward_step(iterator: Iterator[MicroStep], _model: Any) -> tuple[torch.Tensor, Callable[..., Any]]:
+    def forward_step(iterator: Iterator[MicroStep], chunk: Any) -> tuple[torch.Tensor, Callable[..., Any]]:
         step = next(iterator)
-        output = stage_forward(**step.inputs)
+        with _running(wrapper.gpt, chunk):
+            output = stage_forward(**step.inputs)
 
         def loss_func(tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if step.finish is None:
@@ -186,13 +232,81 @@ def run_schedule(
     first = steps[0].inputs["input_ids"]
     return get_forward_backward_func()(
         forward_step_func=forward_step,
-        data_iterator=iter(steps),
-        model=[wrapper.gpt],  # megatron reads its config and sets each stage's input tensor on it
+        # One iterator per chunk: the interleaved schedule draws each chunk's micro-batches from its own.
+        data_iterator=[iter(steps) for _ in chunks] if len(chunks) > 1 else iter(steps),
+        model=chunks,  # megatron reads its config and sets each stage's input tensor on it
         num_microbatches=len(steps),
         seq_length=first.shape[-1],  # shapes travel with the tensors (variable_seq_lengths)
         micro_batch_size=first.shape[0],
         forward_only=forward_only,
     )
+
+
+def _check_micro_batches(config: Any, count: int) -> None:
+    """megatron's interleaved schedule runs a chunk's micro-batches in groups of pipeline_parallel
+    (`microbatch_group_size_per_vp_stage`'s default): a step needs a whole number of groups."""
+    size = config.pipeline_model_parallel_size
+    if count % size:
+        raise BackendError(
+            f"backend.virtual_pipeline_parallel needs a multiple of pipeline_parallel ({size}) micro-batches per "
+            f"optimizer step on each data-parallel replica; this step has {count}. Pick train.micro_batch_size (and "
+            f"train.batch_size) so each replica's batch splits into a multiple of {size}, or set "
+            "virtual_pipeline_parallel: 1."
+        )
+
+
+@contextlib.contextmanager
+def _running(gpt: Any, chunk: Any) -> Iterator[None]:
+    """Calls on the wrapper go to `chunk` (a rank's one GPTModel, or one of its virtual stages)."""
+    if not isinstance(gpt, VirtualStages):
+        yield
+        return
+    index = next(i for i, candidate in enumerate(gpt) if candidate is chunk)
+    with gpt.running(index):
+        yield
+
+
+def walk_chunks(
+    wrapper: Any, steps: Sequence[MicroStep], stage_forward: Callable[..., torch.Tensor]
+) -> list[dict[str, torch.Tensor]]:
+    """A forward-only pass through virtual stages, a micro-batch at a time: every rank's chunk 0 in pipeline order,
+    then every rank's chunk 1, and so on (each chunk's input from the rank before it, rank 0's from the last rank's
+    previous chunk). On the last rank each step's {"output"}, on the others []."""
+    stages: VirtualStages = wrapper.gpt
+    ranks = dist.get_process_group_ranks(pipeline_group())
+    rank, size = ranks.index(dist.get_rank()), len(ranks)
+    device = next(stages.parameters()).device
+    outputs: list[dict[str, torch.Tensor]] = []
+    for step in steps:
+        for index, chunk in enumerate(stages):
+            first, last = rank == 0 and index == 0, rank == size - 1 and index == len(stages) - 1
+            chunk.set_input_tensor(None if first else _receive(ranks[(rank - 1) % size], device))
+            with stages.running(index):
+                output = stage_forward(**step.inputs)
+            if last:
+                outputs.append({"output": output.detach()})
+            else:
+                _send(output, ranks[(rank + 1) % size])
+    return outputs
+
+
+def _send(tensor: torch.Tensor, destination: int) -> None:
+    tensor = tensor.detach().contiguous()
+    header = torch.zeros(_HEADER, dtype=torch.int64, device=tensor.device)
+    header[0] = tensor.dim()
+    header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+    header[-1] = _DTYPES.index(tensor.dtype)
+    dist.send(header, destination)
+    dist.send(tensor, destination)
+
+
+def _receive(source: int, device: torch.device) -> torch.Tensor:
+    header = torch.zeros(_HEADER, dtype=torch.int64, device=device)
+    dist.recv(header, source)
+    ndim, dtype = int(header[0]), _DTYPES[int(header[-1])]
+    tensor = torch.empty(header[1 : 1 + ndim].tolist(), dtype=dtype, device=device)
+    dist.recv(tensor, source)
+    return tensor
 
 
 def inference_step(wrapper: Any, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, context: Any) -> torch.Tensor:

@@ -37,9 +37,10 @@ class Placement:
     pp_size: int
     sequence_parallel: bool
     device: torch.device
+    vp_size: int = 1  # virtual stages per pipeline stage
 
     def stage(self, arch: Architecture) -> Stage | None:
-        return Stage.of(arch, self.pp_rank, self.pp_size) if self.pp_size > 1 else None
+        return Stage.of(arch, self.pp_rank, self.pp_size, self.vp_size) if self.pp_size > 1 else None
 
 
 def wrap(model: nn.Module, placement: Placement, convert_cached: Callable[[str, nn.Module], Any]) -> Any:
@@ -73,7 +74,7 @@ def convert_causal(model: nn.Module, placement: Placement, convert_cached: Calla
     """This rank's MegatronCausalLM for the HF `model` (weights as they are now)."""
     if hasattr(model, "peft_config"):
         raise BackendError("the megatron backend does not train LoRA adapters yet: remove model.lora or use fsdp2/deepspeed.")
-    arch = architecture_for(model.config, placement.tp_size, placement.pp_size)
+    arch = architecture_for(model.config, placement.tp_size, placement.pp_size, placement.vp_size)
     layout = Layout(arch, stage=placement.stage(arch))
     source = getattr(model, "name_or_path", "") or ""
     if source and Path(source).is_dir():
@@ -92,7 +93,9 @@ def convert_classifier(model: nn.Module, placement: Placement) -> MegatronScoreM
         what = "it has neither an LM head nor a score head"
         raise BackendError(f"the megatron backend cannot convert {type(model).__name__}: {what}.")
     # Tied: the trunk then needs no output layer of its own (a classifier has no LM head to fill one).
-    arch = replace(architecture_for(model.config, placement.tp_size, placement.pp_size), tie_word_embeddings=True)
+    arch = replace(
+        architecture_for(model.config, placement.tp_size, placement.pp_size, placement.vp_size), tie_word_embeddings=True
+    )
     kept = tuple(f"score.{n}" for n, _ in model.score.named_parameters())
     layout = Layout(arch, kept=kept, lm_head=False, stage=placement.stage(arch))
     weights = to_shard(dict(model.state_dict()), layout, placement.tp_rank, placement.tp_size)
@@ -103,12 +106,13 @@ def convert_classifier(model: nn.Module, placement: Placement) -> MegatronScoreM
 
 def _build(arch: Architecture, placement: Placement) -> Any:
     with torch.random.fork_rng(devices=[]):  # random init (overwritten next) must not move the recipe's RNG
-        sizes = {"sequence_parallel": placement.sequence_parallel, "pp_size": placement.pp_size}
+        sizes = {"sequence_parallel": placement.sequence_parallel, "pp_size": placement.pp_size, "vp_size": placement.vp_size}
         return build_gpt_model(arch, placement.tp_size, parallel_output=False, **sizes)
 
 
-def architecture_for(config: Any, tp_size: int, pp_size: int = 1) -> Architecture:
-    """The Megatron architecture of an HF config, split over `tp_size` ranks and `pp_size` stages; BackendError naming
+def architecture_for(config: Any, tp_size: int, pp_size: int = 1, vp_size: int = 1) -> Architecture:
+    """The Megatron architecture of an HF config, split over `tp_size` ranks and `pp_size` stages of `vp_size` virtual
+    stages; BackendError naming
     the backend field when the heads, key/value groups, MLP or layers do not split (the spec cannot know)."""
     from trainer_core.megatron import architecture_from_hf
     from trainer_core.models.errors import ModelError
@@ -118,10 +122,9 @@ def architecture_for(config: Any, tp_size: int, pp_size: int = 1) -> Architectur
         arch.check_tp_size(tp_size)
     except ModelError as exc:
         raise BackendError(f"backend.tensor_parallel {tp_size} does not fit this model: {exc}") from None
-    if arch.num_layers % pp_size:
-        raise BackendError(
-            f"backend.pipeline_parallel {pp_size} does not divide this model's {arch.num_layers} layers; pick one that does."
-        )
+    if arch.num_layers % (pp_size * vp_size):
+        what = f"backend.pipeline_parallel {pp_size}" + (f" x virtual_pipeline_parallel {vp_size}" if vp_size > 1 else "")
+        raise BackendError(f"{what} does not divide this model's {arch.num_layers} layers; pick sizes whose product does.")
     return arch
 
 

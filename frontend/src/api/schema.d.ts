@@ -1569,6 +1569,12 @@ export interface components {
              * @default 1
              */
             tensor_parallel: number;
+            /**
+             * Virtual Pipeline Parallel
+             * @description Model chunks per pipeline stage (megatron's interleaved schedule: a smaller pipeline bubble); needs pipeline_parallel >= 3, pipeline_parallel x virtual_pipeline_parallel dividing the layers, and a multiple of pipeline_parallel micro-batches per step on each data-parallel replica.
+             * @default 1
+             */
+            virtual_pipeline_parallel: number;
         };
         /** MemberPublic */
         MemberPublic: {
