@@ -3,27 +3,22 @@ each over 6-layer models saved to directories (the builtin models have 2 layers)
 interleaved schedule; evaluation, a reference model and generation walk the chunks forward-only. SFT gives the
 torch backend's curve, its checkpoint resumes bit for bit and, resharded, without virtual stages; GRPO and PPO
 on GPT-2 (a tied embedding: rank 0's first chunk and rank 2's last) sample the torch backend's rollouts, and the
-reward model's score head follows the torch backend's curve. What cannot run is refused with the fix: a step
-whose micro-batches do not fill the schedule."""
+reward model's score head follows the torch backend's curve."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from tests.test_backend_deepspeed import ROOT, env, launch, max_diff
+from tests.test_backend_deepspeed import launch, max_diff
 from tests.test_backend_megatron import SFT, TOLERANCE, TORCH
 from tests.test_backend_megatron_heads import REWARD
 from tests.test_sharded_recipes import rl_spec
 from tests.training import metrics
 from trainer_core.backends import BackendError
-from trainer_core.launch import free_port
 from trainer_core.megatron.pipeline import Stage, _check_micro_batches, stage_weights, whole_model_names
 from trainer_core.models.builtin import BUILTIN_MODELS, build_tokenizer, model_from_config
 
@@ -115,22 +110,6 @@ def test_ppo_and_the_reward_model_on_virtual_stages_match_the_torch_backend(runs
         assert max_diff(metrics(runs["reward"], key), metrics(runs["torch-reward"], key)) < TOLERANCE, key
 
 
-def test_too_few_micro_batches_are_refused_with_the_fix(tmp_path: Path) -> None:
-    """A step of 2 micro-batches cannot fill megatron's interleaved schedule over 3 stages: the trainer stops at the
-    first step naming the fields to change."""
-    llama = six_layers("tiny-llama", tmp_path / "llama6")
-    spec = {**VIRTUAL_SFT, "model": {"path": str(llama), "max_seq_len": 32}, "train": {**VIRTUAL_SFT["train"], "batch_size": 4}}
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps({**spec, "backend": {**VIRTUAL, "processes": 3}}))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "3", "--master_port", str(free_port())]
-    command += ["-m", "trainer_core", "run", str(path), "--out", str(tmp_path / "out")]
-    environment = {**env(), "RLPLANE_MEGATRON_CHECKPOINT_DIR": str(tmp_path / "converted")}
-    result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)
-    assert result.returncode != 0
-    assert "needs a multiple of pipeline_parallel (3) micro-batches per optimizer step" in result.stdout + result.stderr
-    assert "Traceback" not in result.stdout
-
-
 def test_chunk_names_map_to_whole_model_names_and_back() -> None:
     """Rank 1 of 3 stages x 2 chunks over 6 layers holds layers 1 (chunk 0) and 4 (chunk 1), each numbered 0 in its
     chunk; the last rank's last chunk holds the final norm and the tied embedding's copy."""
@@ -157,6 +136,7 @@ def test_chunk_names_map_to_whole_model_names_and_back() -> None:
 
 
 def test_the_interleaved_schedule_needs_a_multiple_of_the_stages() -> None:
+    """The spec refuses such a step at submit (tests/test_spec_rules.py); the backend checks each step again."""
     config = SimpleNamespace(pipeline_model_parallel_size=3)
     _check_micro_batches(config, 6)
     with pytest.raises(BackendError, match=r"this step has 4\. Pick train\.micro_batch_size"):

@@ -45,6 +45,13 @@ RULE_CASES = {
         "backend.virtual_pipeline_parallel",
         "virtual_pipeline_parallel needs pipeline_parallel >= 3, not 2",
     ),
+    "megatron-vp-micro-batches": (
+        "sft",
+        ["resources.gpus=3", MEGATRON, "backend.pipeline_parallel=3", "backend.virtual_pipeline_parallel=2"],
+        "train.micro_batch_size",
+        "virtual_pipeline_parallel needs a multiple of pipeline_parallel (3) micro-batches per optimizer step on each "
+        "data-parallel replica (megatron's interleaved schedule runs them in groups of that many); this spec gives 1",
+    ),
     "megatron-vp-vs-builtin-layers": (
         "sft",
         ["resources.gpus=3", MEGATRON, "backend.pipeline_parallel=3", "backend.virtual_pipeline_parallel=2"],

@@ -139,8 +139,9 @@ def megatron_algorithms(spec: RunSpec) -> Rules:
 
 
 def megatron_pipeline_fits(spec: RunSpec) -> Rules:
-    """megatron virtual_pipeline_parallel needs pipeline_parallel >= 3; pipeline_parallel x virtual_pipeline_parallel
-    must divide a builtin model's layers (other models are checked when the trainer has read their config)."""
+    """megatron virtual_pipeline_parallel needs pipeline_parallel >= 3 and a multiple of pipeline_parallel micro-batches
+    per step; pipeline_parallel x virtual_pipeline_parallel must divide a builtin model's layers (other models are
+    checked when the trainer has read their config)."""
     backend, path = spec.backend, spec.model.path
     if backend.kind != "megatron":
         return
@@ -153,6 +154,16 @@ def megatron_pipeline_fits(spec: RunSpec) -> Rules:
             "and mismatches them): raise pipeline_parallel or set virtual_pipeline_parallel: 1",
         )
         return
+    steps = spec.gradient_accumulation_steps
+    if virtual > 1 and steps % backend.pipeline_parallel:
+        yield Violation(
+            ("train", "micro_batch_size"),
+            f"virtual_pipeline_parallel needs a multiple of pipeline_parallel ({backend.pipeline_parallel}) micro-batches "
+            f"per optimizer step on each data-parallel replica (megatron's interleaved schedule runs them in groups of "
+            f"that many); this spec gives {steps} ({spec.update_batch_size} examples over {spec.data_parallel_size} "
+            f"replica(s) in micro-batches of {spec.micro_batch_size}): pick a train.micro_batch_size that gives a "
+            "multiple, or set virtual_pipeline_parallel: 1",
+        )
     shape = BUILTIN_SHAPES.get(path.removeprefix("builtin:")) if path.startswith("builtin:") else None
     chunks = backend.pipeline_parallel * virtual
     if shape is None or shape.layers % chunks == 0:
