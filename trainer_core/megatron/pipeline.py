@@ -158,15 +158,10 @@ def _stage_rank(stage: int) -> int:
 def broadcast_tensor(tensor: torch.Tensor | None, stage: int, device: torch.device) -> torch.Tensor:
     """`tensor` from pipeline stage `stage` to every stage of this pipeline (the others pass None)."""
     group, src = pipeline_group(), _stage_rank(stage)
-    header = torch.zeros(_HEADER, dtype=torch.int64, device=device)
-    if tensor is not None:
-        header[0] = tensor.dim()
-        header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-        header[-1] = _DTYPES.index(tensor.dtype)
+    header = _header(tensor, device)
     dist.broadcast(header, src=src, group=group)
-    ndim, dtype = int(header[0]), _DTYPES[int(header[-1])]
     if tensor is None:
-        tensor = torch.empty(header[1 : 1 + ndim].tolist(), dtype=dtype, device=device)
+        tensor = _empty_like_header(header, device)
     else:
         tensor = tensor.detach().to(device).contiguous()
     dist.broadcast(tensor, src=src, group=group)
@@ -292,21 +287,31 @@ def walk_chunks(
 
 def _send(tensor: torch.Tensor, destination: int) -> None:
     tensor = tensor.detach().contiguous()
-    header = torch.zeros(_HEADER, dtype=torch.int64, device=tensor.device)
-    header[0] = tensor.dim()
-    header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-    header[-1] = _DTYPES.index(tensor.dtype)
-    dist.send(header, destination)
+    dist.send(_header(tensor, tensor.device), destination)
     dist.send(tensor, destination)
 
 
 def _receive(source: int, device: torch.device) -> torch.Tensor:
-    header = torch.zeros(_HEADER, dtype=torch.int64, device=device)
+    header = _header(None, device)
     dist.recv(header, source)
-    ndim, dtype = int(header[0]), _DTYPES[int(header[-1])]
-    tensor = torch.empty(header[1 : 1 + ndim].tolist(), dtype=dtype, device=device)
+    tensor = _empty_like_header(header, device)
     dist.recv(tensor, source)
     return tensor
+
+
+def _header(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """A tensor's shape and dtype as a fixed-size int64 tensor (zeros to receive into, for None)."""
+    header = torch.zeros(_HEADER, dtype=torch.int64, device=device)
+    if tensor is not None:
+        header[0] = tensor.dim()
+        header[1 : 1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+        header[-1] = _DTYPES.index(tensor.dtype)
+    return header
+
+
+def _empty_like_header(header: torch.Tensor, device: torch.device) -> torch.Tensor:
+    ndim, dtype = int(header[0]), _DTYPES[int(header[-1])]
+    return torch.empty(header[1 : 1 + ndim].tolist(), dtype=dtype, device=device)
 
 
 def inference_step(wrapper: Any, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, context: Any) -> torch.Tensor:
