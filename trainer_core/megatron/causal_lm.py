@@ -89,18 +89,14 @@ class PipelineStage:
 
     def pipelined_forward(self, **inputs: Any) -> Any:
         """The whole pipeline, forward only, for a call outside training: the last stage's output on every stage."""
-        from trainer_core.backends.base import MicroStep
-        from trainer_core.megatron.pipeline import broadcast_tensor, run_schedule
+        from trainer_core.megatron.pipeline import forward_everywhere
 
         if torch.is_grad_enabled():
             raise RuntimeError(
                 "under pipeline parallelism a forward pass with gradients runs in backend.forward_backward (megatron's "
                 "schedule); call the model directly only under torch.no_grad()."
             )
-        outputs = run_schedule(self, [MicroStep(inputs)], forward_only=True, stage_forward=self.stage_forward)
-        device = next(self.gpt.parameters()).device
-        stages = self.gpt.config.pipeline_model_parallel_size
-        return self.output(broadcast_tensor(outputs[0]["output"] if outputs else None, stages - 1, device))
+        return self.output(forward_everywhere(self, inputs, self.stage_forward))
 
     def output(self, tensor: torch.Tensor) -> Any:
         """The recipe's view of the last stage's output tensor."""

@@ -112,13 +112,10 @@ class Stage:
         return f"{chunk}.{name}" if self.chunks > 1 else name
 
 
-WHOLE = None  # a layout without pipeline parallelism holds every weight
-
-
 def stage_weights(weights: StateDict, stage: Stage | None, arch: Architecture) -> StateDict:
     """Whole-model weights (a TP rank's shard of them) -> this stage's, by their local names; the last stage's
     output layer is the embedding itself where they are tied (megatron keeps a copy there)."""
-    if stage is None or stage.size == 1:
+    if stage is None:
         return weights
     out = {local: tensor for name, tensor in weights.items() if (local := stage.local_name(name)) is not None}
     if stage.last and arch.tie_word_embeddings and "embedding.word_embeddings.weight" in weights:
@@ -128,7 +125,7 @@ def stage_weights(weights: StateDict, stage: Stage | None, arch: Architecture) -
 
 def whole_model_names(weights: StateDict, stage: Stage | None, arch: Architecture) -> StateDict:
     """The inverse for gathering: this stage's names -> the whole model's (the tied copy dropped)."""
-    if stage is None or stage.size == 1:
+    if stage is None:
         return weights
     out = {stage.whole_name(name): tensor for name, tensor in weights.items()}
     if stage.last and not stage.first and arch.tie_word_embeddings:
@@ -176,7 +173,7 @@ def broadcast_names(names: list[str] | None, stage: int, device: torch.device) -
 
 def gather_stages(local: StateDict, stage: Stage | None, device: torch.device) -> StateDict:
     """Every stage's tensors (whole-model names) on every rank of the pipeline: the whole model's."""
-    if stage is None or stage.size == 1:
+    if stage is None:
         return local
     whole: StateDict = {}
     for source in range(stage.size):
@@ -321,7 +318,11 @@ def inference_step(wrapper: Any, ids: torch.Tensor, positions: torch.Tensor, mas
     def stage_forward(input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return wrapper.gpt(input_ids, position_ids, attention_mask, inference_context=context, runtime_gather_output=True)
 
-    step = MicroStep({"input_ids": ids, "position_ids": positions, "attention_mask": mask})
-    outputs = run_schedule(wrapper, [step], forward_only=True, stage_forward=stage_forward)
+    return forward_everywhere(wrapper, {"input_ids": ids, "position_ids": positions, "attention_mask": mask}, stage_forward)
+
+
+def forward_everywhere(wrapper: Any, inputs: dict[str, Any], stage_forward: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """One forward-only pass of `inputs` through the pipeline; the last stage's output tensor on every stage."""
+    outputs = run_schedule(wrapper, [MicroStep(inputs)], forward_only=True, stage_forward=stage_forward)
     device, last = next(wrapper.gpt.parameters()).device, wrapper.gpt.config.pipeline_model_parallel_size - 1
     return broadcast_tensor(outputs[0]["output"] if outputs else None, last, device)
