@@ -1,5 +1,6 @@
 """Metric ingest is idempotent; series are downsampled deterministically with min/max/last per bucket."""
 
+import json
 import math
 import random
 
@@ -112,6 +113,36 @@ class TestSeries:
         unknown = client.get(f"/api/v1/runs/{run['id']}/metrics", params={"keys": "nope"}).json()["series"][0]
         assert unknown["total_points"] == 0 and unknown["points"] == []
         assert db.scalar(select(func.count()).select_from(Metric)) == 150
+
+    def test_a_nan_inside_a_downsampled_bucket_is_not_lost(self, client, db):
+        run = create_run(client)
+        nan_steps = {101, 102, 500}  # none is the last step of its bucket (buckets of 20 steps end at 119 and 519)
+
+        def value(step):
+            return math.nan if step in nan_steps else float(step)
+
+        points = [{**p, "value": "NaN" if math.isnan(p["value"]) else p["value"]} for p in _points("k", range(2000), value)]
+        _ingest(client, run["id"], points)
+        series = client.get(f"/api/v1/runs/{run['id']}/metrics", params={"keys": "k", "max_points": 100}).json()["series"][0]
+        assert series["downsampled"]
+        marked = {p["step"]: p["first_nan_step"] for p in series["points"] if p["first_nan_step"] is not None}
+        assert marked == {119: 101, 519: 500}
+        assert all(p["value"] != "NaN" for p in series["points"])  # each bucket's last value is finite
+        raw = client.get(f"/api/v1/runs/{run['id']}/metrics", params={"keys": "k", "step_max": 102}).json()["series"][0]
+        assert [(p["step"], p["first_nan_step"]) for p in raw["points"][-3:]] == [(100, None), (101, 101), (102, 102)]
+
+    def test_every_key_is_one_json_document_written_series_by_series(self, client, db):
+        run = create_run(client)
+        _ingest(client, run["id"], _points("b", range(5)) + _points("a", range(3)))
+        with client.stream("GET", f"/api/v1/runs/{run['id']}/metrics", params={"max_points": 10}) as response:
+            assert response.headers["content-type"] == "application/json"
+            chunks = list(response.iter_raw())
+        assert len(chunks) >= 3  # the head, each series, the tail: not one body built first
+        body = json.loads(b"".join(chunks))
+        assert body["run_id"] == run["id"] and body["max_points"] == 10
+        assert [(s["key"], s["total_points"]) for s in body["series"]] == [("a", 3), ("b", 5)]
+        none = client.get(f"/api/v1/runs/{create_run(client)['id']}/metrics").json()
+        assert none["series"] == []
 
     def test_bad_parameters(self, client, db):
         run = create_run(client)

@@ -1,6 +1,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 from pydantic import Field, TypeAdapter
 
 from api.auth.deps import Reader
@@ -30,15 +31,17 @@ def read_metrics(
     run_id: RunId,
     principal: Reader,
     session: SessionDep,
+    request: Request,
     keys: Annotated[list[str], Query(max_length=100, description="Keys to return; default: all")] = [],  # noqa: B006
     max_points: Annotated[int, Query(ge=2, le=20_000)] = 1000,
     step_min: StepQuery = None,
     step_max: StepQuery = None,
-) -> schemas.SeriesResponse:
+) -> StreamingResponse:
     readable_run(session, principal, run_id)
     wanted = keys or [k.key for k in service.key_summaries(session, run_id)]
-    series = [service.series(session, run_id, key, max_points, step_min, step_max) for key in wanted]
-    return schemas.SeriesResponse(run_id=run_id, max_points=max_points, series=series)
+    factory = request.app.state.sessionmaker
+    document = service.series_document(factory, run_id, wanted, max_points, step_min, step_max)
+    return StreamingResponse(document, media_type="application/json")
 
 
 @router.get("/keys", response_model=schemas.KeyList)

@@ -159,7 +159,10 @@ def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.
         .order_by(grouped.c.last)
     )
     points = [
-        schemas.SeriesPoint(step=step, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t)
+        # Blocks do not count NaN points: only a NaN at the bucket's last step is known here.
+        schemas.SeriesPoint(
+            step=step, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t, first_nan_step=step if nan else None
+        )
         for step, vmin, vmax, n, value, nan, t in rows
     ]
     return schemas.Series(key=key, total_points=total, downsampled=True, points=points)

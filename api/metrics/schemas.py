@@ -21,6 +21,12 @@ class SeriesPoint(BaseModel):
     max: MaybeFloat = Field(description="Largest non-NaN value in the bucket")
     count: int = Field(description="Points in the bucket")
     time: float
+    first_nan_step: int | None = Field(
+        default=None,
+        description="The bucket's first step whose value is NaN, so a NaN inside a bucket is not lost to its last "
+        "value; null when there is none. Series over 50,000 points (answered from rollups) only know a NaN at the "
+        "bucket's last step",
+    )
 
 
 class Series(BaseModel):

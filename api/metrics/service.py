@@ -2,9 +2,10 @@
 
 import math
 import time
+from collections.abc import Iterator
 
 from sqlalchemy import and_, case, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth.principal import Principal
 from api.inserts import IngestResult, ingest_rows
@@ -78,24 +79,53 @@ def series(
             func.min(finite).label("lo"),
             func.max(finite).label("hi"),
             func.count().label("n"),
+            func.min(case((Metric.is_nan, Metric.step), else_=None)).label("nan_from"),
         )
         .where(*scope)
         .group_by(bucket)
         .subquery()
     )
     rows = session.execute(
-        select(grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, Metric.value, Metric.is_nan, Metric.time)
+        select(
+            grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, grouped.c.nan_from, Metric.value, Metric.is_nan, Metric.time
+        )
         .join(Metric, and_(*scope, Metric.step == grouped.c.last))
         .order_by(grouped.c.last)
     )
     points = [
-        schemas.SeriesPoint(step=last, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t)
-        for last, vmin, vmax, n, value, nan, t in rows
+        schemas.SeriesPoint(
+            step=last, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t, first_nan_step=nan_from
+        )
+        for last, vmin, vmax, n, nan_from, value, nan, t in rows
     ]
     return schemas.Series(key=key, total_points=total, downsampled=True, points=points)
+
+
+def series_document(
+    factory: sessionmaker[Session],
+    run_id: int,
+    keys: list[str],
+    max_points: int,
+    step_min: int | None,
+    step_max: int | None,
+) -> Iterator[str]:
+    """A SeriesResponse as JSON text, written one series at a time.
+
+    A run may log thousands of keys: read whole, every key's series is built and serialised before
+    the first byte (seconds, and a copy in memory). Written as they are read, the work stops with
+    the series in hand when the client hangs up (the dashboard drops index.html's early all-keys
+    request once the key list shows a run too big to load at once).
+    """
+    yield f'{{"run_id":{run_id},"max_points":{max_points},"series":['
+    with factory() as session:
+        for i, key in enumerate(keys):
+            text = series(session, run_id, key, max_points, step_min, step_max).model_dump_json()
+            session.rollback()  # no read snapshot held while the client takes its time
+            yield text if i == 0 else "," + text
+    yield "]}"
 
 
 def _raw_point(step: int, value: float, nan: bool, t: float) -> schemas.SeriesPoint:
     v = math.nan if nan else value
     edge = None if nan else value
-    return schemas.SeriesPoint(step=step, value=v, min=edge, max=edge, count=1, time=t)
+    return schemas.SeriesPoint(step=step, value=v, min=edge, max=edge, count=1, time=t, first_nan_step=step if nan else None)

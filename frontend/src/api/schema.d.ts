@@ -2299,6 +2299,11 @@ export interface components {
              */
             count: number;
             /**
+             * First Nan Step
+             * @description The bucket's first step whose value is NaN, so a NaN inside a bucket is not lost to its last value; null when there is none. Series over 50,000 points (answered from rollups) only know a NaN at the bucket's last step
+             */
+            first_nan_step?: number | null;
+            /**
              * Max
              * @description Largest non-NaN value in the bucket
              */
