@@ -109,6 +109,19 @@ def test_wait_exits_1_when_the_run_fails(stack, tmp_path):
     assert "error (bad model): model directory" in result.stderr
 
 
+def test_a_diverged_run_fails_with_where_it_went_nan(stack):
+    """examples/sft.yaml at lr=1e30: the loss is NaN at step 2. The run is failed (not succeeded), --wait exits 1,
+    the end reason says where, and no final model was registered."""
+    result = stack.cli("submit", "examples/sft.yaml", *SHORT, "--set", "train.lr=1e30", "--wait")
+    assert result.exit_code == 1, result.stderr
+    run = stack.run(int(result.stdout))
+    reason = "diverged: train/loss is NaN at step 2 (train.on_nonfinite: fail)"
+    assert run["status"] == "failed" and run["attempts"][-1]["end_reason"] == reason, run
+    assert reason in result.stderr
+    checkpoints = stack.http.get(f"/runs/{run['id']}/checkpoints").json()["data"]
+    assert checkpoints == [], checkpoints
+
+
 def test_wait_exits_2_when_the_run_is_cancelled_and_resume_requeues_it(stack, finished):
     env = {**os.environ, **stack.env}
     waiting = subprocess.Popen(

@@ -114,12 +114,15 @@ class TestPython:
         [
             ("one_short", "returned 3 rewards for 4 responses"),
             ("not_a_number", r"returned 'high' \(str\) for response 0; rewards must be numbers"),
-            ("nan", "returned nan for response 0; rewards must be finite"),
         ],
     )
     def test_wrong_returns_are_clear_errors(self, reward_module, function, message):
         with pytest.raises(RewardError, match=message):
             score(PythonReward(entrypoint=f"{reward_module}:{function}"))
+
+    def test_a_nan_reward_is_passed_on(self, reward_module):
+        """A NaN is a number: train.on_nonfinite decides what becomes of its step (tests/test_divergence.py)."""
+        assert math.isnan(score(PythonReward(entrypoint=f"{reward_module}:nan")).total[0])
 
 
 # --- http ---

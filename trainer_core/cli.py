@@ -1,7 +1,8 @@
 """The trainer's command line: `python -m trainer_core run SPEC.yaml [--set k=v ...] [--out DIR] [--resume DIR]`.
 
 Bad input (the spec, the data, the model, batch sizes, a checkpoint) ends with one paragraph on
-stderr and exit status 2; anything unexpected prints its traceback and exits 1. Torch is imported
+stderr and exit status 2; a run that diverged (train.on_nonfinite) says where in one line and exits 3;
+anything unexpected prints its traceback and exits 1. Torch is imported
 only inside `run`, so `--help` and spec errors stay fast.
 """
 
@@ -15,7 +16,8 @@ import traceback
 from pathlib import Path
 
 from trainer_core.data import DataError
-from trainer_core.launch import prefix_rank_output, relaunch, under_a_launcher
+from trainer_core.launch import EXIT_DIVERGED, prefix_rank_output, relaunch, under_a_launcher
+from trainer_core.recipes.divergence import Diverged
 from trainer_core.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
 
 EXIT_BAD_INPUT = 2
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, SpecError, DataError) as exc:
         return _leave_if_a_rank(_bad_input(exc))
     except Exception as exc:
+        if isinstance(exc, Diverged):  # the run went NaN/inf: said in one line, no traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return _leave_if_a_rank(EXIT_DIVERGED)
         if _is_bad_input(exc):
             return _leave_if_a_rank(_bad_input(exc))
         traceback.print_exc()

@@ -13,6 +13,9 @@ from typing import Any, TextIO
 # checkpoints after its current step and exits, so the next attempt redoes no steps.
 HAND_BACK_FILE = ".hand-back"
 
+# The trainer's exit status when train.on_nonfinite ended the run (its last status event says where).
+EXIT_DIVERGED = 3
+
 
 def free_port() -> int:
     """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""

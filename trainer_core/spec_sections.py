@@ -333,3 +333,13 @@ class TrainSpec(StrictModel):
     keep_last: int = Field(3, ge=1, description="Checkpoints kept (older ones are deleted; the final one always stays).")
     eval_every: int | None = Field(None, gt=0, description="Evaluate every N steps; null: only at the end.")
     log_every: int = Field(1, gt=0, description="Report metrics every N steps.")
+    on_nonfinite: Literal["fail", "skip"] = Field(
+        "fail",
+        description="A step whose train loss, gradient norm or mean reward is NaN or infinite: fail ends the run "
+        "failed (diverged: ... at step N) with no final model; skip leaves the weights and optimizer as they were "
+        "for that step (as DeepSpeed skips fp16 overflow steps), counts it in train/skipped_steps and fails after "
+        "max_consecutive_skips such steps in a row. Either way a non-finite update is never applied.",
+    )
+    max_consecutive_skips: int = Field(
+        10, ge=1, description="With on_nonfinite: skip, the run fails once this many steps in a row were skipped."
+    )

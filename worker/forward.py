@@ -46,6 +46,7 @@ class Forwarder:
         self.offsets: dict[str, int] = self._load_offsets()
         self.last_step: int | None = None  # of the metrics forwarded (logged every train.log_every steps)
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
+        self.trainer_failure: str | None = None  # the reason of the trainer's own "failed" status, if it sent one
         self._lines: list[dict[str, Any]] = []
         self._seq: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -62,6 +63,9 @@ class Forwarder:
         metrics, samples, events = (self._read_new(name) for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
+        for event in events:
+            if event.get("type") == "status" and event.get("status") == "failed":
+                self.trainer_failure = str(event.get("reason") or "") or None
         events = [e for e in events if e.get("type") == "checkpoint"]
         for event in events:
             if event["metadata"].get("kind") != "export":

@@ -3,7 +3,8 @@
     lease (409: a duplicate delivery or a run that is no longer queued -> ignore the message)
     -> write the spec, start the trainer (resuming from the run directory's checkpoints, if any)
     -> every poll: forward reports; every heartbeat: look for a cancel; watch for a hang
-    -> exit 0: succeeded | exit != 0: failed with the last lines | cancel: cancelled | hang: lost (retried)
+    -> exit 0: succeeded | exit 3: failed, diverged (the trainer's reason) | other exit: failed with the last lines
+    | cancel: cancelled | hang: lost (retried)
     | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
 A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_core.launch import HAND_BACK_FILE
+from trainer_core.launch import EXIT_DIVERGED, HAND_BACK_FILE
 from trainer_core.reporting.http import ControlPlaneSink
 from trainer_core.spec import RunSpec
 from worker.artifacts import WorkerArtifacts
@@ -140,9 +141,12 @@ def _watch(
         trainer.kill_group()
         raise
     code = trainer.poll()
+    trainer.wait_output()
+    forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"trainer exited 0 at step {forwarder.last_step}")
-    trainer.wait_output()
+    if code == EXIT_DIVERGED and forwarder.trainer_failure:
+        return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure)
     last_lines = "\n".join(list(trainer.tail)[-15:])
     return _end(client, forwarder, trainer, run_id, attempt, "failed", f"trainer exited with {code}:\n{last_lines}")
 

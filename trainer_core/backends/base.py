@@ -24,6 +24,7 @@ gathered model is still written too, as the checkpoint's Hugging Face model/ for
 from __future__ import annotations
 
 import contextlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -103,7 +104,9 @@ class Backend(ABC):
 
     @abstractmethod
     def step(self) -> float:
-        """Clip to train.max_grad_norm, step optimizer and scheduler, zero grads; returns the pre-clip global norm."""
+        """Clip to train.max_grad_norm, step optimizer and scheduler, zero grads; returns the pre-clip global norm.
+        An update whose norm is NaN or infinite is never applied (weights and optimizer state stay as they
+        were; the schedule still advances): recipes/divergence.py decides whether the run goes on."""
 
     @abstractmethod
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
@@ -210,6 +213,12 @@ class Backend(ABC):
         """Sample from the unwrapped model without tracking gradients (DDP's wrapper has no generate)."""
         with torch.no_grad():
             return self.unwrap(model).generate(**kwargs)
+
+
+def applies_update(norm: torch.Tensor | float) -> bool:
+    """Whether an update with this global gradient norm may be applied: not when it is NaN or infinite (the
+    norm is global, so every rank decides alike)."""
+    return math.isfinite(float(norm))
 
 
 def share_tied(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

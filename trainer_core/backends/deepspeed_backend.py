@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer_core.backends.base import Backend, BackendError
+from trainer_core.backends.base import Backend, BackendError, applies_update
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device
 from trainer_core.backends.torch_backend import seed_rank
@@ -124,7 +124,11 @@ class DeepSpeedBackend(Backend):
     def _clip_before_update(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads)
-        if self.train.max_grad_norm is not None:
+        if not applies_update(norm):
+            # ZeRO's optimizers skip a non-finite step themselves; here the update is about to run: without
+            # gradients AdamW leaves every parameter and its state as they are.
+            optimizer.zero_grad(set_to_none=True)
+        elif self.train.max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(
                 [p for group in optimizer.param_groups for p in group["params"]], self.train.max_grad_norm, norm
             )

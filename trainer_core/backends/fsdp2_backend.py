@@ -37,7 +37,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 
-from trainer_core.backends.base import Backend, BackendError, share_tied
+from trainer_core.backends.base import Backend, BackendError, applies_update, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -131,12 +131,14 @@ class Fsdp2Backend(Backend):
         norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a reduction over the shards
         if self.train.max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(params, self.train.max_grad_norm, norm)
-        self._scaler.step(optimizer)
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if applies_update(norm) or self._scaler.is_enabled():  # fp16's scaler skips an overflow itself
+            self._scaler.step(optimizer)
         self._scaler.update()
         if self._scheduler is not None:
             self._scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        return norm
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[None]:
         return _gradient_sync_off(model) if isinstance(model, FSDPModule) else contextlib.nullcontext()

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, share_tied
+from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, applies_update, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -265,7 +265,8 @@ class MegatronBackend(Backend):
         norm = self._global_norm(params)
         if self.train.max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(params, self.train.max_grad_norm, norm)
-        optimizer.step()
+        if applies_update(norm):
+            optimizer.step()
         if self._scheduler is not None:
             self._scheduler.step()
         optimizer.zero_grad(set_to_none=True)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer_core.backends.base import Backend, BackendError
+from trainer_core.backends.base import Backend, BackendError, applies_update
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
@@ -72,7 +72,8 @@ class TorchBackend(Backend):
         norm = torch.nn.utils.get_total_norm(grads)
         if self.train.max_grad_norm is not None:
             torch.nn.utils.clip_grads_with_norm_(model.parameters(), self.train.max_grad_norm, norm)
-        self._scaler.step(optimizer)
+        if applies_update(norm) or self._scaler.is_enabled():  # fp16's scaler skips an overflow itself
+            self._scaler.step(optimizer)
         self._scaler.update()
         if self._scheduler is not None:
             self._scheduler.step()

@@ -63,11 +63,13 @@ def generate(
     top_p: float | None = None,
     stop_strings: list[str] | None = None,
     tokenizer: Any = None,
+    logits_processor: LogitsProcessorList | None = None,
     step: StepForward | None = None,
     **options: Any,
 ) -> torch.Tensor:
-    """[batch, prompt + generated] token ids, as `PreTrainedModel.generate(...)` returns them. `step`: how one forward
-    runs (the whole pipeline, under pipeline parallelism); by default `gpt` itself."""
+    """[batch, prompt + generated] token ids, as `PreTrainedModel.generate(...)` returns them. `logits_processor` runs
+    on each step's logits before the warpers, as in generate(). `step`: how one forward runs (the whole pipeline,
+    under pipeline parallelism); by default `gpt` itself."""
     unknown = sorted(set(options) - set(_IGNORED))
     if unknown:
         raise TypeError(f"megatron generation does not support {unknown}; it takes what the RL recipes pass.")
@@ -92,7 +94,8 @@ def generate(
         for _ in range(max_new_tokens):
             logits = forward(step_ids, step_positions, step_mask, context)
             context.sequence_len_offset += step_ids.shape[1]
-            scores = warpers(ids, logits[:, -1, :vocab_size].to(dtype=torch.float32))
+            scores = logits[:, -1, :vocab_size].to(dtype=torch.float32)
+            scores = warpers(ids, logits_processor(ids, scores) if logits_processor else scores)
             if do_sample:
                 next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
             else:

@@ -1,5 +1,7 @@
 """One recipe per algorithm, each a readable top-to-bottom setup / train / save_checkpoint.
 
-`sft`, `reward` and `dpo` exist so far; `common` holds the pieces recipes share, `tokenize` turns
-sft rows into token ids and labels, and `pairs` does the same for preference pairs. Imports torch.
+One module per algorithm (sft, reward, dpo, ppo, grpo, ilql); `loop` runs every recipe's steps (reporting,
+evaluation, checkpoints, `divergence`'s judgement of non-finite steps), `common` holds the other shared
+pieces, `checkpointing` the checkpoint half, `tokenize` and `pairs` turn rows into token ids. The recipes
+import torch; `divergence` does not (the trainer's command line reads its error type).
 """

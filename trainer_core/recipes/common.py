@@ -21,6 +21,7 @@ from torch import nn
 from trainer_core.backends import Backend
 from trainer_core.models import load_from_spec
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
+from trainer_core.recipes.divergence import Diverged
 from trainer_core.reporting import Reporter
 from trainer_core.spec import RunSpec
 from trainer_core.spec_sections import ModelSpec, TrainSpec
@@ -237,7 +238,7 @@ def drive(
     export: Callable[[Any], nn.Module] | None = None,
 ) -> Any:
     """train, export (`export(run)`, else the run's model) and report the final status; the reporter
-    and backend are closed whatever happens."""
+    and backend are closed whatever happens. A run that diverged (divergence.py) exports nothing."""
     try:
         run.reporter.status("running")
         train(run, stop_at)
@@ -246,7 +247,7 @@ def drive(
         run.reporter.status("completed" if done else "stopped", f"step {run.step}")
         return run
     except BaseException as exc:
-        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        run.reporter.status("failed", str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}")
         raise
     finally:
         run.reporter.close()

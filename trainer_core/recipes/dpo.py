@@ -30,7 +30,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back
+from trainer_core.recipes import checkpointing, common, loop
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -179,8 +179,8 @@ def evaluate(run: DpoRun) -> dict[str, float] | None:
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}
 
 
-def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
-    """One optimizer step over the next global batch: (loss and rewards/* means, pre-clip grad norm, tokens)."""
+def train_step(run: DpoRun) -> loop.StepResult:
+    """One optimizer step over the next global batch: loss and rewards/* means, pre-clip grad norm, input tokens."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
     local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
@@ -206,34 +206,15 @@ def train_step(run: DpoRun) -> tuple[dict[str, float], float, int]:
         "rewards/rejected": rejected / count,
         "rewards/margin": (chosen - rejected) / count,
         "rewards/accuracy": correct / count,
+        "train/grad_norm": grad_norm,
     }
-    return values, grad_norm, pair_tokens(local) * backend.data_world_size
+    return loop.StepResult(values, pair_tokens(local) * backend.data_world_size)
 
 
 def train(run: DpoRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0 and (values := evaluate(run)) is not None:
-        reporter.metrics(0, values)
-    timer, window = common.StepTimer(), []
-    while run.step < last:
-        lr = run.scheduler.get_last_lr()[0]
-        values, grad_norm, tokens = train_step(run)
-        timer.add(tokens)
-        window.append({**values, "train/grad_norm": grad_norm})
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            means = {key: sum(w[key] for w in window) / len(window) for key in window[0]}
-            reporter.metrics(step, {**means, "train/lr": lr, **timer.report()})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
-            reporter.metrics(step, values)
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpointing.checkpoint_run(run)  # the policy only: the reference is rebuilt from the spec on resume
-        if handing_back:
-            break
+    # The policy only is checkpointed: the reference is rebuilt from the spec on resume.
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpointing.checkpoint_run)
 
 
 def run_dpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> DpoRun:

@@ -32,7 +32,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, loop, rollouts
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
 from trainer_core.spec import RunSpec, dump_spec
@@ -237,9 +237,8 @@ def _finish(
     return out.loss * len(index) / size * scale, sums
 
 
-def train_step(run: GrpoRun) -> dict[str, float]:
+def train_step(run: GrpoRun) -> loop.StepResult:
     backend = run.backend
-    lr = run.scheduler.get_last_lr()[0]
     groups = sample(run)
     started = time.perf_counter()
     losses = update(run, groups)
@@ -257,15 +256,16 @@ def train_step(run: GrpoRun) -> dict[str, float]:
     count = totals.pop("count")
     mean = totals.pop("reward/sum") / count
     variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
-    return {
-        "reward/mean": mean,
-        "reward/std": variance**0.5,
-        **{k: v / count for k, v in totals.items()},
-        **losses,
-        "train/lr": lr,
-        "perf/gen_s": stats["perf/gen_s"],
-        "perf/train_s": train_s,
-    }
+    return loop.StepResult(
+        {
+            "reward/mean": mean,
+            "reward/std": variance**0.5,
+            **{k: v / count for k, v in totals.items()},
+            **losses,
+            "perf/gen_s": stats["perf/gen_s"],
+            "perf/train_s": train_s,
+        }
+    )
 
 
 def evaluate(run: GrpoRun) -> dict[str, float]:
@@ -292,24 +292,7 @@ def checkpoint(run: GrpoRun) -> None:
 
 def train(run: GrpoRun, stop_at: int | None = None) -> None:
     """GRPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0:
-        reporter.metrics(0, evaluate(run))
-    window: list[dict[str, float]] = []
-    while run.step < last:
-        window.append(train_step(run))
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            reporter.metrics(step, {key: sum(w[key] for w in window) / len(window) for key in window[0]})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps):
-            reporter.metrics(step, evaluate(run))
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpoint(run)
-        if handing_back:
-            break
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpoint)
 
 
 def run_grpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> GrpoRun:

@@ -34,7 +34,7 @@ from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.losses_ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, loop, rollouts
 from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, Sample, make_reporter
 from trainer_core.spec import RunSpec, dump_spec
@@ -334,8 +334,8 @@ def evaluate(run: IlqlRun, step: int) -> dict[str, float] | None:
 # --- training ---
 
 
-def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
-    """One optimizer step over the next global batch (then the target sync when due): (metrics, grad norm, tokens)."""
+def train_step(run: IlqlRun) -> loop.StepResult:
+    """One optimizer step over the next global batch (then the target sync when due): metrics, grad norm, tokens."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
     local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
@@ -354,7 +354,7 @@ def train_step(run: IlqlRun) -> tuple[dict[str, float], float, int]:
     if run.step % spec.ilql.steps_for_target_q_sync == 0:
         run.ilql.heads.sync_targets(spec.ilql.alpha, backend)
     tokens = sum(len(e["input_ids"]) for e, _ in local) * backend.data_world_size
-    return _means(run, totals), grad_norm, tokens
+    return loop.StepResult({**_means(run, totals), "train/grad_norm": grad_norm}, tokens)
 
 
 def checkpoint(run: IlqlRun) -> None:
@@ -378,28 +378,14 @@ def checkpoint(run: IlqlRun) -> None:
 
 def train(run: IlqlRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0:
-        reporter.metrics(0, {"data/reward_mean": run.reward_mean, **(evaluate(run, 0) or {})})
-    timer, window = common.StepTimer(), []
-    while run.step < last:
-        lr = run.scheduler.get_last_lr()[0]
-        values, grad_norm, tokens = train_step(run)
-        timer.add(tokens)
-        window.append({**values, "train/grad_norm": grad_norm})
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            means = {key: sum(w[key] for w in window) / len(window) for key in window[0]}
-            reporter.metrics(step, {**means, "train/lr": lr, **timer.report()})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run, step)) is not None:
-            reporter.metrics(step, values)
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpoint(run)
-        if handing_back:
-            break
+    loop.run_loop(
+        run,
+        stop_at,
+        step=train_step,
+        evaluate=lambda r: evaluate(r, r.step),
+        checkpoint=checkpoint,
+        first_eval=lambda r: {"data/reward_mean": r.reward_mean, **(evaluate(r, 0) or {})},
+    )
 
 
 def run_ilql(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> IlqlRun:

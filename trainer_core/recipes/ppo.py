@@ -20,6 +20,7 @@ normaliser: a resumed run samples the same rollouts the straight run would have.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -41,7 +42,7 @@ from trainer_core.losses_policy import (
     response_logprobs,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back, rollouts
+from trainer_core.recipes import checkpointing, common, loop, rollouts
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
@@ -280,10 +281,9 @@ def _finish(
     return loss * len(index) / rows * scale, sums
 
 
-def train_step(run: PpoRun) -> dict[str, float]:
+def train_step(run: PpoRun) -> loop.StepResult:
     """One PPO step: rollouts, updates, the KL controller; every reported value, reduced over ranks."""
     backend = run.backend
-    lr = run.scheduler.get_last_lr()[0]
     batch = rollout(run)
     started = time.perf_counter()
     losses = update(run, batch)
@@ -308,12 +308,12 @@ def train_step(run: PpoRun) -> dict[str, float]:
         **{k: v / count for k, v in totals.items()},
         **losses,
         "ppo/kl_coef": run.kl.value,
-        "train/lr": lr,
         "perf/gen_s": stats["perf/gen_s"],
         "perf/train_s": train_s,
     }
-    run.kl.update(values["ppo/kl"], int(count))
-    return values
+    if math.isfinite(values["ppo/kl"]):  # a skipped step (train.on_nonfinite: skip) leaves the controller as it was
+        run.kl.update(values["ppo/kl"], int(count))
+    return loop.StepResult(values)
 
 
 def evaluate(run: PpoRun) -> dict[str, float]:
@@ -341,24 +341,7 @@ def checkpoint(run: PpoRun) -> None:
 
 def train(run: PpoRun, stop_at: int | None = None) -> None:
     """PPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0:
-        reporter.metrics(0, evaluate(run))
-    window: list[dict[str, float]] = []
-    while run.step < last:
-        window.append(train_step(run))
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            reporter.metrics(step, {key: sum(w[key] for w in window) / len(window) for key in window[0]})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps):
-            reporter.metrics(step, evaluate(run))
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpoint(run)
-        if handing_back:
-            break
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpoint)
 
 
 def run_ppo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> PpoRun:

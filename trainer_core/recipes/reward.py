@@ -26,7 +26,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back
+from trainer_core.recipes import checkpointing, common, loop
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -120,8 +120,8 @@ def evaluate(run: RewardRun) -> dict[str, float] | None:
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": margin / pairs}
 
 
-def train_step(run: RewardRun) -> tuple[float, float, float, int]:
-    """One optimizer step over the next global batch: (mean loss, accuracy, pre-clip grad norm, tokens)."""
+def train_step(run: RewardRun) -> loop.StepResult:
+    """One optimizer step over the next global batch: mean loss, accuracy, pre-clip grad norm, input tokens."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
     local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
@@ -139,39 +139,13 @@ def train_step(run: RewardRun) -> tuple[float, float, float, int]:
     grad_norm = backend.step()
     run.step += 1
     loss_sum, correct, _, count = backend.all_reduce(totals, "sum").tolist()
-    return loss_sum / count, correct / count, grad_norm, pair_tokens(local) * backend.data_world_size
+    values = {"train/loss": loss_sum / count, "train/accuracy": correct / count, "train/grad_norm": grad_norm}
+    return loop.StepResult(values, pair_tokens(local) * backend.data_world_size)
 
 
 def train(run: RewardRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0 and (values := evaluate(run)) is not None:
-        reporter.metrics(0, values)
-    timer, window = common.StepTimer(), []
-    while run.step < last:
-        lr = run.scheduler.get_last_lr()[0]
-        loss, accuracy, grad_norm, tokens = train_step(run)
-        timer.add(tokens)
-        window.append((loss, accuracy, grad_norm))
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            losses, accuracies, norms = zip(*window, strict=True)
-            values = {
-                "train/loss": sum(losses) / len(losses),
-                "train/accuracy": sum(accuracies) / len(accuracies),
-                "train/lr": lr,
-                "train/grad_norm": sum(norms) / len(norms),
-            }
-            reporter.metrics(step, {**values, **timer.report()})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps) and (values := evaluate(run)) is not None:
-            reporter.metrics(step, values)
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpointing.checkpoint_run(run)
-        if handing_back:
-            break
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpointing.checkpoint_run)
 
 
 def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> RewardRun:

@@ -20,10 +20,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from trainer_core.backends import Backend
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.recipes.common import rank_chunks
+from trainer_core.recipes.divergence import Diverged
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Sample
 from trainer_core.spec import RunSpec
@@ -95,6 +97,18 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+class FiniteLogits(LogitsProcessor):
+    """Stops sampling from a policy whose next-token logits hold NaN or +inf (its weights went too far, finite or
+    not): torch's sampler would fail on them (on a GPU, in a device-side assert) with no word of why. -inf is left
+    alone: filters put it there on purpose. Either train.on_nonfinite mode ends such a run: no step can be skipped
+    to mend a policy that is already broken."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if bool(torch.isnan(scores).any() or torch.isposinf(scores).any()):
+            raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
+        return scores
+
+
 @torch.no_grad()
 def generate(
     policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, *, greedy: bool = False
@@ -128,6 +142,7 @@ def generate(
         pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,
         use_cache=True,
+        logits_processor=LogitsProcessorList([FiniteLogits()]),
         **sampling,
     )
     policy.train(was_training)

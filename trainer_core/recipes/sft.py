@@ -24,7 +24,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, hand_back
+from trainer_core.recipes import checkpointing, common, loop
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.spec import RunSpec
@@ -101,8 +101,8 @@ def evaluate(run: SftRun) -> float | None:
     return common.evaluate(run.model, _eval_batches(run), _loss_sum, run.backend)
 
 
-def train_step(run: SftRun) -> tuple[float, float, int]:
-    """One optimizer step over the next global batch: (mean token loss, pre-clip grad norm, tokens)."""
+def train_step(run: SftRun) -> loop.StepResult:
+    """One optimizer step over the next global batch: mean token loss, pre-clip grad norm, input tokens."""
     backend, spec = run.backend, run.spec
     indices = run.order.next_batch()
     local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
@@ -123,34 +123,17 @@ def train_step(run: SftRun) -> tuple[float, float, int]:
     run.step += 1
     loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
     input_tokens = sum(len(e["input_ids"]) for e in local) * backend.data_world_size
-    return loss_sum / max(tokens, 1.0), grad_norm, input_tokens
+    return loop.StepResult({"train/loss": loss_sum / max(tokens, 1.0), "train/grad_norm": grad_norm}, input_tokens)
 
 
 def train(run: SftRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    t, reporter = run.spec.train, run.reporter
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-    if run.step == 0 and (loss := evaluate(run)) is not None:
-        reporter.metrics(0, {"eval/loss": loss})
-    timer, window = common.StepTimer(), []
-    while run.step < last:
-        lr = run.scheduler.get_last_lr()[0]
-        loss, grad_norm, tokens = train_step(run)
-        timer.add(tokens)
-        window.append((loss, grad_norm))
-        step = run.step
-        if step % t.log_every == 0 or step == last:
-            losses, norms = zip(*window, strict=True)
-            values = {"train/loss": sum(losses) / len(losses), "train/lr": lr, "train/grad_norm": sum(norms) / len(norms)}
-            reporter.metrics(step, {**values, **timer.report()})
-            window = []
-        if common.is_due(step, t.eval_every, t.steps) and (loss := evaluate(run)) is not None:
-            reporter.metrics(step, {"eval/loss": loss})
-        handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-        if handing_back or common.is_due(step, t.checkpoint_every, last):
-            checkpointing.checkpoint_run(run)
-        if handing_back:
-            break
+    loop.run_loop(run, stop_at, step=train_step, evaluate=_eval_metrics, checkpoint=checkpointing.checkpoint_run)
+
+
+def _eval_metrics(run: SftRun) -> dict[str, float] | None:
+    loss = evaluate(run)
+    return None if loss is None else {"eval/loss": loss}
 
 
 def run_sft(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> SftRun:

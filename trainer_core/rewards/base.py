@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
@@ -40,7 +39,8 @@ class RewardError(DataError):
 
 
 def checked_scores(values: Any, count: int, source: str) -> list[float]:
-    """`values` as `count` finite floats, or a RewardError saying what `source` got wrong."""
+    """`values` as `count` floats, or a RewardError saying what `source` got wrong. A NaN or infinite score is a
+    number: it reaches reward/mean, where train.on_nonfinite fails or skips that step (recipes/divergence.py)."""
     if hasattr(values, "tolist"):  # numpy arrays, torch tensors
         values = values.tolist()
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
@@ -51,7 +51,5 @@ def checked_scores(values: Any, count: int, source: str) -> list[float]:
     for i, value in enumerate(values):
         if not isinstance(value, numbers.Real):
             raise RewardError(f"{source} returned {value!r} ({type(value).__name__}) for response {i}; rewards must be numbers")
-        if not math.isfinite(value):
-            raise RewardError(f"{source} returned {value} for response {i}; rewards must be finite (no NaN or infinity)")
         scores.append(float(value))
     return scores

@@ -9,6 +9,7 @@ parallel update. The std is the population one (numpy's default, ddof=0).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -27,9 +28,10 @@ class RunningNorm:
         return (self.m2 / self.count) ** 0.5 if self.count else 0.0
 
     def update(self, values: list[float]) -> None:
-        """Merge this rank's `values` (and, through reduce_sum, every other rank's) into the running state."""
-        shifted = torch.tensor(values, dtype=torch.float64) - self.mean
-        local = torch.stack([torch.tensor(float(len(values)), dtype=torch.float64), shifted.sum(), (shifted**2).sum()])
+        """Merge this rank's `values` (and, through reduce_sum, every other rank's) into the running state. A NaN
+        or infinite reward is left out: it fails or skips its own step (train.on_nonfinite), not every later one."""
+        shifted = torch.tensor([v for v in values if math.isfinite(v)], dtype=torch.float64) - self.mean
+        local = torch.stack([torch.tensor(float(len(shifted)), dtype=torch.float64), shifted.sum(), (shifted**2).sum()])
         total = local.to(self.device)
         if self.reduce_sum is not None:
             total = self.reduce_sum(total)

@@ -1,0 +1,96 @@
+"""The loop around every recipe's step: judge the step (train.on_nonfinite), report the log window, evaluate,
+checkpoint when due or when the worker asks for the run back. The algorithm stays in the recipe's step
+function; this is the platform around it (torchtune's recipes keep the same split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_core.recipes import common, hand_back
+from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
+
+
+@dataclass
+class StepResult:
+    """One optimizer step's reported values (already reduced over ranks), and the input tokens it trained on
+    (None: the recipe times its phases itself, as the RL recipes do with perf/gen_s and perf/train_s)."""
+
+    values: dict[str, float]
+    tokens: int | None = None
+
+
+class LogWindow:
+    """The steps since the last report: their values averaged over the steps whose update counted (a skipped
+    step's NaN would hide the rest), train/lr as at the reported step, and how many updates were skipped."""
+
+    def __init__(self, count_skips: bool) -> None:
+        self.count_skips = count_skips
+        self.timer = common.StepTimer()
+        self._counted: list[Mapping[str, float]] = []
+        self._skipped: list[Mapping[str, float]] = []
+        self._last: Mapping[str, float] = {}
+        self._timed = False
+
+    def add(self, result: StepResult, values: Mapping[str, float], counted: bool) -> None:
+        (self._counted if counted else self._skipped).append(values)
+        self._last = values
+        if result.tokens is not None:
+            self.timer.add(result.tokens)
+            self._timed = True
+
+    def report(self) -> dict[str, float]:
+        rows = self._counted or self._skipped  # a window of skipped steps only shows what they were
+        means = {key: sum(row[key] for row in rows) / len(rows) for key in rows[0]}
+        if "train/lr" in self._last:
+            means["train/lr"] = self._last["train/lr"]
+        if self.count_skips:
+            means["train/skipped_steps"] = float(len(self._skipped))
+        if self._timed:
+            means |= self.timer.report()
+        self._counted, self._skipped, self._timed = [], [], False
+        return means
+
+
+def run_loop(
+    run: Any,
+    stop_at: int | None,
+    *,
+    step: Callable[[Any], StepResult],
+    evaluate: Callable[[Any], Mapping[str, float] | None],
+    checkpoint: Callable[[Any], None],
+    first_eval: Callable[[Any], Mapping[str, float] | None] | None = None,
+) -> None:
+    """Train `run` (spec, reporter, backend, scheduler, step, out_dir) to train.steps, or stop after step
+    `stop_at`, checkpointed, as a preempted run would. `first_eval` (default `evaluate`) reports step 0 of a
+    fresh run; `evaluate` runs every train.eval_every steps and at the end."""
+    t, reporter = run.spec.train, run.reporter
+    last = t.steps if stop_at is None else min(stop_at, t.steps)
+    if run.step == 0 and (values := (first_eval or evaluate)(run)):
+        reporter.metrics(0, values)
+    guard = NonFiniteGuard(t, reporter, loss_scaled=run.spec.backend.precision == "fp16")
+    window = LogWindow(count_skips=t.on_nonfinite == "skip")
+    working_on = run.step + 1
+    try:
+        while run.step < last:
+            working_on = run.step + 1
+            lr = run.scheduler.get_last_lr()[0]
+            result = step(run)
+            values = {**result.values, "train/lr": lr}
+            window.add(result, values, guard.check(run.step, values))
+            done = run.step
+            if done % t.log_every == 0 or done == last:
+                reporter.metrics(done, window.report())
+            if common.is_due(done, t.eval_every, t.steps) and (values := evaluate(run)):
+                reporter.metrics(done, values)
+            handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
+            if handing_back or common.is_due(done, t.checkpoint_every, last):
+                checkpoint(run)
+            if handing_back:
+                break
+    except Diverged as exc:
+        if " at step " in str(exc):
+            raise
+        raise Diverged(f"{exc} at step {working_on}") from None  # raised while sampling, which knows no step
