@@ -22,12 +22,15 @@ rlplane metrics "$run_id" --json > "$out/metrics.json"
 rlplane download "$run_id" -o "$out/model"
 
 python3 - "$out/metrics.json" "${MAX_EVAL_LOSS:-}" <<'PY'
-import json, sys
+import json, math, sys
 
 series = {s["key"]: s["points"] for s in json.load(open(sys.argv[1]))["series"]}
-if "eval/loss" not in series:
+if not series.get("eval/loss"):
     sys.exit("no eval/loss in the run's metrics")
-last = series["eval/loss"][-1]["value"]
+point = series["eval/loss"][-1]
+last = float(point["value"])  # JSON has no NaN: the API sends "NaN", "Infinity", "-Infinity"
+if not math.isfinite(last):
+    sys.exit(f"eval/loss is {point['value']} at step {point['step']}: the model is not usable")
 print(f"eval/loss at the last evaluation: {last:.4f}")
 if sys.argv[2] and last > float(sys.argv[2]):
     sys.exit(f"eval/loss {last:.4f} is above MAX_EVAL_LOSS={sys.argv[2]}")

@@ -45,6 +45,23 @@ class TestCreateRun:
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"] == ["body", "project"]
 
+    def test_a_learning_rate_of_1_or_more_is_accepted_with_a_warning(self, client, db):
+        response = client.post("/api/v1/runs", json=spec(train={"steps": 20, "lr": 1e30}))
+        assert response.status_code == 201, response.text
+        [warning] = response.json()["warnings"]
+        assert warning["loc"] == ["train", "lr"] and warning["msg"].startswith("train.lr 1e+30 is almost certainly a mistake")
+        checked = client.post("/api/v1/runs/validate", json=spec(train={"steps": 20, "lr": 1.0})).json()
+        assert [w["loc"] for w in checked["warnings"]] == [["train", "lr"]]
+        assert client.post("/api/v1/runs", json=spec()).json()["warnings"] == []
+
+    def test_no_token_is_401_before_the_body_is_read(self, anon, db):
+        """Authentication before validation: a bad body from an unauthenticated client learns nothing but 401."""
+        for path in ("/api/v1/runs", "/api/v1/runs/validate"):
+            for token in ({}, {"Authorization": "Bearer wrong"}):
+                response = anon.post(path, content=b"name: [", headers={"Content-Type": "application/yaml", **token})
+                assert response.status_code == 401, (path, token, response.text)
+        assert db.scalar(select(Run.id)) is None
+
     def test_malformed_yaml_and_json(self, client, db):
         r = client.post("/api/v1/runs", content="name: [unclosed", headers={"Content-Type": "application/yaml"})
         assert r.status_code == 422 and r.json()["detail"]

@@ -58,3 +58,17 @@ def _environ(pid: str) -> str:
         return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_the_ci_gate_says_a_nan_eval_loss_in_one_line(tmp_path: Path) -> None:
+    """examples/ci.sh's gate (its embedded Python, run as the script runs it) on metrics whose last eval/loss is NaN."""
+    script = (ROOT / "examples" / "ci.sh").read_text()
+    gate = script[script.index("<<'PY'\n") + len("<<'PY'\n") : script.index("\nPY\n")]
+    metrics = tmp_path / "metrics.json"
+    cases = (("NaN", "eval/loss is NaN at step 60: the model is not usable"), (0.5, "eval/loss at the last evaluation: 0.5000"))
+    for value, said in cases:
+        points = [{"step": 30, "value": 1.2}, {"step": 60, "value": value}]
+        metrics.write_text(json.dumps({"series": [{"key": "eval/loss", "points": points}]}))
+        result = subprocess.run([sys.executable, "-", str(metrics), "20"], input=gate, capture_output=True, text=True)
+        assert "Traceback" not in result.stderr and said in result.stdout + result.stderr
+        assert result.returncode == (1 if value == "NaN" else 0)

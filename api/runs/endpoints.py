@@ -11,6 +11,7 @@ from api.db import SessionDep, UowDep
 from api.runs import repository, schemas, service, views
 from api.values import Offset, RunId
 from trainer_core.spec import RunSpec, SpecError, load_spec
+from trainer_core.spec_warnings import spec_warnings
 
 logger = logging.getLogger("rlplane.api")
 
@@ -46,17 +47,19 @@ async def spec_body(request: Request) -> RunSpec:
         ) from None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail, openapi_extra=_SPEC_BODY)
+# The principal comes before the body in every signature: FastAPI resolves dependencies in that order, so a
+# request without a valid token is answered 401 before its body is read (not 422 for a body it may not send).
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.RunCreated, openapi_extra=_SPEC_BODY)
 def create_run(
-    spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep, request: Request
-) -> schemas.RunDetail:
+    principal: Writer, spec: Annotated[RunSpec, Depends(spec_body)], session: SessionDep, request: Request
+) -> schemas.RunCreated:
     run = service.create_run(session, principal, spec, request.app.state.settings.reward_entrypoints)
-    return views.run_detail(session, run.id)
+    return schemas.RunCreated(**views.run_detail(session, run.id).model_dump(), warnings=_warnings(spec))
 
 
 @router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
 def validate_run(
-    spec: Annotated[RunSpec, Depends(spec_body)], principal: Writer, session: SessionDep, request: Request
+    principal: Writer, spec: Annotated[RunSpec, Depends(spec_body)], session: SessionDep, request: Request
 ) -> schemas.SpecCheck:
     """Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run."""
     _, parents = service.check_submission(session, principal, spec, request.app.state.settings.reward_entrypoints)
@@ -64,7 +67,12 @@ def validate_run(
         spec=spec.model_dump(mode="json"),
         total_steps=spec.total_steps,
         parents=[views.link_public(ref, parent) for parent, ref in parents],
+        warnings=_warnings(spec),
     )
+
+
+def _warnings(spec: RunSpec) -> list[schemas.SpecWarningPublic]:
+    return [schemas.SpecWarningPublic(loc=list(w.loc), msg=w.msg) for w in spec_warnings(spec)]
 
 
 @router.get("", response_model=schemas.RunList)

@@ -68,6 +68,15 @@ class RunDetail(RunPublic):
     )
 
 
+class SpecWarningPublic(BaseModel):
+    loc: list[str] = Field(description="The field, as a path into the spec (like an error's loc)")
+    msg: str
+
+
+class RunCreated(RunDetail):
+    warnings: list[SpecWarningPublic] = Field(description="Settings accepted but almost certainly a mistake (train.lr >= 1)")
+
+
 class RunList(BaseModel):
     data: list[RunPublic]
     count: int
@@ -78,6 +87,7 @@ class SpecCheck(BaseModel):
     spec: dict[str, Any] = Field(description="The spec with every default filled in, as a submit would store it")
     total_steps: int
     parents: list[RunLinkPublic] = Field(description="The runs this spec names (model: run:<id>@<step>, ...)")
+    warnings: list[SpecWarningPublic] = Field(description="Settings accepted but almost certainly a mistake (train.lr >= 1)")
 
 
 class Lineage(BaseModel):

@@ -50,6 +50,15 @@ def _invalid(errors: list[dict]) -> typer.Exit:
     return typer.Exit(EXIT_INVALID_SPEC)
 
 
+def _print_warnings(warnings: list[dict]) -> None:
+    """What the server accepted but thinks a mistake (train.lr >= 1, ...): said on stderr, the run stands."""
+    from trainer_core.spec_base import format_loc
+
+    for warning in warnings:
+        where, why = escape(format_loc(warning["loc"])), escape(warning["msg"])
+        output.stderr.print(f"[bold yellow]warning[/] [bold]{where}[/]: {why}", highlight=False)
+
+
 def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: bool) -> None:
     client = state(ctx).client()
     try:
@@ -59,6 +68,7 @@ def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: b
             raise _invalid(exc.detail) from None
         raise
     output.say(f"submitted run {run['id']} ({run['name']}) to queue {run['queue']}: {client.url}/runs/{run['id']}")
+    _print_warnings(run.get("warnings", []))
     if not (wait or follow):
         output.print_json(run) if as_json else typer.echo(run["id"])
         return

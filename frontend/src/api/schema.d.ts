@@ -1993,6 +1993,69 @@ export interface components {
              */
             weight: number;
         };
+        /** RunCreated */
+        RunCreated: {
+            /** Algorithm */
+            algorithm: string;
+            /** Archived */
+            archived: boolean;
+            /** Attempts */
+            attempts: components["schemas"]["AttemptPublic"][];
+            /** Backend */
+            backend: string;
+            /** Children */
+            children: components["schemas"]["RunLinkPublic"][];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string | null;
+            /** Ended At */
+            ended_at: string | null;
+            /** Id */
+            id: number;
+            /** Last Step */
+            last_step: number | null;
+            /** Latest Checkpoint Step */
+            latest_checkpoint_step: number | null;
+            /** Name */
+            name: string;
+            /** @description The final model export, once registered (download: checkpoints/{step}/files?kind=export) */
+            output: components["schemas"]["RunOutput"] | null;
+            /** Parents */
+            parents: components["schemas"]["RunLinkPublic"][];
+            /** Project */
+            project: string;
+            /** Queue */
+            queue: string;
+            /** Spec */
+            spec: {
+                [key: string]: unknown;
+            };
+            /** Started At */
+            started_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost";
+            /** Status Reason */
+            status_reason: string;
+            /** Total Steps */
+            total_steps: number;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /**
+             * Warnings
+             * @description Settings accepted but almost certainly a mistake (train.lr >= 1)
+             */
+            warnings: components["schemas"]["SpecWarningPublic"][];
+        };
         /** RunDetail */
         RunDetail: {
             /** Algorithm */
@@ -2375,6 +2438,21 @@ export interface components {
              * @constant
              */
             valid: true;
+            /**
+             * Warnings
+             * @description Settings accepted but almost certainly a mistake (train.lr >= 1)
+             */
+            warnings: components["schemas"]["SpecWarningPublic"][];
+        };
+        /** SpecWarningPublic */
+        SpecWarningPublic: {
+            /**
+             * Loc
+             * @description The field, as a path into the spec (like an error's loc)
+             */
+            loc: string[];
+            /** Msg */
+            msg: string;
         };
         /** StatusUpdate */
         StatusUpdate: {
@@ -2584,6 +2662,12 @@ export interface components {
              */
             lr: number;
             /**
+             * Max Consecutive Skips
+             * @description With on_nonfinite: skip, the run fails once this many steps in a row were skipped.
+             * @default 10
+             */
+            max_consecutive_skips: number;
+            /**
              * Max Grad Norm
              * @description Clip the global gradient norm; null: no clipping.
              * @default 1
@@ -2595,6 +2679,13 @@ export interface components {
              * @default null
              */
             micro_batch_size: number | null;
+            /**
+             * On Nonfinite
+             * @description A step whose train loss, gradient norm or mean reward is NaN or infinite: fail ends the run failed (diverged: ... at step N) with no final model; skip leaves the weights and optimizer as they were for that step (as DeepSpeed skips fp16 overflow steps), counts it in train/skipped_steps and fails after max_consecutive_skips such steps in a row. Either way a non-finite update is never applied.
+             * @default fail
+             * @enum {string}
+             */
+            on_nonfinite: "fail" | "skip";
             /**
              * Schedule
              * @description Learning-rate decay after warmup.
@@ -3253,7 +3344,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RunDetail"];
+                    "application/json": components["schemas"]["RunCreated"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
