@@ -109,6 +109,25 @@ def test_wait_exits_1_when_the_run_fails(stack, tmp_path):
     assert "error (bad model): model directory" in result.stderr
 
 
+def test_submit_uploads_a_local_data_file_and_names_it_dataset_id(stack, tmp_path):
+    """A relative data.source is uploaded (prompt/response rows: the trainer's default columns) and the spec sent
+    names dataset:<id>; the run trains on it. A file whose rows do not fit is refused at data.source, unsent."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{a}+1=", "response": str(a + 1)}) + "\n" for a in range(40)))
+    source = os.path.relpath(rows)
+    result = stack.cli("submit", "examples/sft.yaml", *SHORT, "--set", f"data.source={source}", "--wait")
+    assert result.exit_code == 0, result.stderr
+    run = stack.run(int(result.stdout))
+    assert run["status"] == "succeeded" and run["spec"]["data"]["source"].startswith("dataset:"), run["spec"]["data"]
+    assert f"uploaded {source} (40 rows) as {run['spec']['data']['source']}" in result.stderr
+    before = stack.http.get("/runs", params={"limit": 1}).json()["count"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "q"}\n{"prompt": "r"}\n')
+    refused = stack.cli("submit", "examples/sft.yaml", "--set", f"data.source={os.path.relpath(bad)}")
+    assert refused.exit_code == 3 and "data.source:" in refused.stderr and "column 'completion' in 2 of 2 rows" in refused.stderr
+    assert stack.http.get("/runs", params={"limit": 1}).json()["count"] == before
+
+
 def test_a_diverged_run_fails_with_where_it_went_nan(stack):
     """examples/sft.yaml at lr=1e30: the loss is NaN at step 2. The run is failed (not succeeded), --wait exits 1,
     the end reason says where, and no final model was registered."""

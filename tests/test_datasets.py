@@ -114,7 +114,7 @@ class TestValidation:
     def test_preference_row_missing_chosen_names_row_and_column(self, client, db, datasets_dir):
         rows = [PREFERENCE_ROWS[0], {"prompt": "q", "rejected": "r"}, PREFERENCE_ROWS[1]]
         response = upload(client, "p.jsonl", jsonl(rows), kind="preference")
-        assert _messages(response) == ["row 2, column 'chosen': is missing"]
+        assert _messages(response) == ["row 2, column 'chosen': is missing; the file's columns are prompt, chosen, rejected"]
         assert response.json()["detail"][0]["loc"] == ["body", "file", "row 2", "chosen"]
         assert_nothing_stored(db, datasets_dir)
 
@@ -128,7 +128,7 @@ class TestValidation:
         rows = [{"prompt": "p"}, {"messages": [{"role": "user"}]}, {"text": 5}]
         messages = _messages(upload(client, "s.jsonl", jsonl(rows)))
         assert messages == [
-            "row 1, column 'completion': is missing",
+            "row 1, column 'completion': is missing; the file's columns are prompt, messages, text",
             "row 2, column 'messages': must be a non-empty list of {role, content} objects",
             "row 3, column 'text': must be a string, got int",
         ]
@@ -150,20 +150,41 @@ class TestValidation:
     def test_parquet_rows_name_the_column(self, client, db, datasets_dir):
         content = parquet({"prompt": ["a", "b"], "chosen": ["x", None], "rejected": [1, 2]})
         messages = _messages(upload(client, "p.parquet", content, kind="preference"))
-        assert "row 1, column 'rejected': must be a string or a list of {role, content} messages, got int" in messages
+        assert (
+            "column 'rejected' in 2 of 2 rows (rows 1, 2): must be a string or a list of {role, content} messages, got int"
+            in messages
+        )
         assert "row 2, column 'chosen': must be a string or a list of {role, content} messages, got NoneType" in messages
         assert_nothing_stored(db, datasets_dir)
 
+    def test_a_problem_every_row_shares_is_said_once_with_the_columns_found(self, client, db, datasets_dir):
+        response = upload(client, "s.jsonl", jsonl([{"prompt": f"q{i}", "answer": "a"} for i in range(50)]))
+        assert _messages(response) == [
+            "column 'completion' in 50 of 50 rows (rows 1, 2, 3, 4, 5, ...): is missing; the file's columns are prompt, answer"
+        ]
+        assert response.json()["detail"][0]["loc"] == ["body", "file", "completion"]
+
     def test_errors_stop_at_twenty(self, client, db, datasets_dir):
-        messages = _messages(upload(client, "s.jsonl", jsonl([{"nope": i} for i in range(50)])))
+        content = b"".join(b'{"text": "unterminated\n' for _ in range(50))
+        messages = _messages(upload(client, "s.jsonl", content))
         assert len(messages) == 20 and messages[-1].startswith("row 20")
 
-    @pytest.mark.parametrize("filename", ["data.csv", "data.json", "data", "data.jsonl.gz", ".jsonl"])
+    def test_every_format_the_trainer_reads_is_accepted(self, client, db, datasets_dir):
+        """sft rows as prompt/response (the trainer's default data.columns), and a .json array of rows."""
+        rows = [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "4"}]
+        body = upload(client, "pr.jsonl", jsonl(rows)).json()
+        assert body["rows"] == 2 and body["columns"] == ["prompt", "response"], body
+        array = upload(client, "pr.json", json.dumps(rows).encode()).json()
+        assert array["rows"] == 2 and array["format"] == "json", array
+        not_array = upload(client, "o.json", b'{"prompt": "p"}')
+        assert _messages(not_array) == ["row 0: a .json data file must hold an array of row objects, not a dict"]
+
+    @pytest.mark.parametrize("filename", ["data.csv", "data", "data.jsonl.gz", ".jsonl"])
     def test_wrong_extension(self, client, db, datasets_dir, filename):
         response = upload(client, filename, jsonl(SFT_ROWS))
         assert response.status_code == 422
         [error] = response.json()["detail"]
-        assert error["loc"] == ["body", "file"] and ".jsonl or .parquet" in error["msg"]
+        assert error["loc"] == ["body", "file"] and ".jsonl, .json or .parquet" in error["msg"]
         assert_nothing_stored(db, datasets_dir)
 
     @pytest.mark.parametrize(

@@ -62,6 +62,29 @@ class TestCreateRun:
                 assert response.status_code == 401, (path, token, response.text)
         assert db.scalar(select(Run.id)) is None
 
+    def test_what_no_worker_can_reach_is_refused_at_submit_naming_the_field_and_the_fix(self, client, db):
+        sft_rows = b'{"prompt": "1+1=", "response": "2"}\n'
+        dataset = client.post("/api/v1/datasets", files={"file": ("a.jsonl", sft_rows)}, data={"kind": "sft"}).json()
+        cases = [
+            ({"data": {"source": "./file.jsonl"}}, ["data", "source"], "is a file on your machine, which the workers"),
+            ({"data": {"source": "file.jsonl"}}, ["data", "source"], "`rlplane submit` uploads it for you"),
+            ({"data": {"source": "dataset:999"}}, ["data", "source"], "dataset:999 does not exist or is not visible"),
+            ({"data": {"source": "builtin:tiny-sfft"}}, ["data", "source"], "did you mean builtin:tiny-sft?"),
+            ({"model": {"path": "builtin:tiny-gpt3"}}, ["model", "path"], "did you mean builtin:tiny-gpt2?"),
+            ({"model": {"path": "./my-model"}}, ["model", "path"], "is relative to your machine"),
+            ({"model": {"path": "~/models/x"}}, ["model", "path"], "use run:<id>[@step] for a model trained here"),
+            ({"model": {"path": "run:<sft id>"}}, ["model", "path"], "placeholder: write the run's id in place of <sft id>"),
+            ({"algorithm": "dpo", "data": {"source": dataset["source"]}}, ["data", "source"], "holds sft rows but a dpo run"),
+        ]
+        for overrides, loc, says in cases:
+            response = client.post("/api/v1/runs", json=spec(**overrides))
+            assert response.status_code == 422, (overrides, response.text)
+            [error] = response.json()["detail"]
+            assert error["loc"] == ["body", *loc] and says in error["msg"], (overrides, error)
+        assert db.scalar(select(Run.id)) is None
+        fine = client.post("/api/v1/runs", json=spec(data={"source": dataset["source"]}, model={"path": "/shared/models/x"}))
+        assert fine.status_code == 201, fine.text  # an absolute path: the workers may share that file system
+
     def test_malformed_yaml_and_json(self, client, db):
         r = client.post("/api/v1/runs", content="name: [unclosed", headers={"Content-Type": "application/yaml"})
         assert r.status_code == 422 and r.json()["detail"]
@@ -203,8 +226,16 @@ class TestExamples:
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
         assert len(examples) == 12
+        sft = create_run(client, name="parent")
         for path in examples:
-            response = client.post("/api/v1/runs", content=path.read_bytes(), headers={"Content-Type": "application/yaml"})
+            text = path.read_text()
+            response = client.post("/api/v1/runs", content=text, headers={"Content-Type": "application/yaml"})
+            if "path: ./runs/" in text:  # an RL example chained to another example's local output (rlplane train)
+                assert response.status_code == 422, (path.name, response.text)
+                [error] = response.json()["detail"]
+                assert error["loc"] == ["body", "model", "path"] and "relative to your machine" in error["msg"]
+                chained = yaml.safe_load(text) | {"model": {"path": f"run:{sft['id']}", "max_seq_len": 32}}
+                response = client.post("/api/v1/runs", json=chained)
             assert response.status_code == 201, (path.name, response.text)
             assert response.json()["algorithm"] == path.stem.split("-")[0]
 

@@ -83,6 +83,19 @@ def test_checkpoints_rotate_to_keep_last(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir()) == ["step-000004", "step-000006"]
 
 
+def test_a_minimal_spec_trains_at_the_models_context_length(tmp_path: Path) -> None:
+    """No model.max_seq_len: the builtin model's 256 positions (it was a fixed 512, which the builtins refused)."""
+    minimal = {
+        "name": "minimal",
+        "algorithm": "sft",
+        "model": {"path": "builtin:tiny-gpt2"},
+        "data": {"source": "builtin:tiny-sft"},
+    }
+    run_spec(tmp_path / "sft.yaml", {**minimal, "train": {"steps": 2}}, "--out", str(tmp_path / "out"))
+    state = json.loads((tmp_path / "out" / "checkpoints" / "step-000002" / "trainer_state.json").read_text())
+    assert state["spec"]["model"]["max_seq_len"] == 256
+
+
 def test_final_model_loads_with_transformers(sft_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer

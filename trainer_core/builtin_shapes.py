@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# Positions of every builtin model: their context length, what an unset model.max_seq_len means for them.
+MAX_POSITIONS = 256
+# An unset model.max_seq_len is the model's context length, but no more than this: a 128k-position model does
+# not get 128k-token training rows by default.
+DEFAULT_MAX_SEQ_LEN_CAP = 2048
+
 
 class Shape(NamedTuple):
     layers: int

@@ -38,6 +38,7 @@ from trainer_core.spec_base import (
     kind_of,
     model_classes,
     parse_run_ref,
+    path_fields,
     resolve_loc,
 )
 from trainer_core.spec_rules import RULES, check_rules
@@ -217,17 +218,9 @@ class RunSpec(StrictModel):
 
 
 def _collect_references(model: BaseModel, prefix: str, found: list[RunReference]) -> None:
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        where = f"{prefix}{name}"
-        if isinstance(value, BaseModel):
-            _collect_references(value, where + ".", found)
-        elif isinstance(value, list):  # reward.terms: a sum's model terms can name runs too
-            for i, item in enumerate(value):
-                if isinstance(item, BaseModel):
-                    _collect_references(item, f"{where}.{i}.", found)
-        elif name == "path" and isinstance(value, str) and (ref := parse_run_ref(value)):
-            found.append(RunReference(run_id=ref[0], step=ref[1], field=where))
+    for loc, value in path_fields(model):
+        if ref := parse_run_ref(value):
+            found.append(RunReference(run_id=ref[0], step=ref[1], field=prefix + ".".join(str(part) for part in loc)))
 
 
 # --- turning pydantic errors into SpecErrors that name the field and the fix ---

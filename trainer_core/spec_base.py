@@ -73,9 +73,17 @@ def parse_run_ref(value: str) -> tuple[int, int | None] | None:
     return int(match.group(1)), (int(match.group(2)) if match.group(2) is not None else None)
 
 
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
+
+
 def check_model_path(value: str) -> str:
     if re.match(MODEL_PATH_PATTERN, value):
         return value
+    if value.startswith("run:") and (hole := _PLACEHOLDER.search(value)):
+        raise ValueError(
+            f"{value!r} is a template's placeholder: write the run's id in place of {hole.group()} (the runs list "
+            "shows ids), e.g. run:12 or run:12@250"
+        )
     if value.startswith("run:"):
         raise ValueError(f"{value!r} is not a run reference; write run:<id> or run:<id>@<step>, e.g. run:12@400")
     if value.startswith("builtin:"):
@@ -113,6 +121,21 @@ DataSource = Annotated[
     AfterValidator(check_data_source),
     WithJsonSchema({"type": "string", "minLength": 1, "pattern": DATA_SOURCE_PATTERN}),
 ]
+
+
+def path_fields(model: BaseModel, loc: tuple[str | int, ...] = ()) -> typing.Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every `path` field in a spec tree (model.path, a reference or critic model, a reward model, a sum's
+    model terms), with where it is."""
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            yield from path_fields(value, (*loc, name))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from path_fields(item, (*loc, name, i))
+        elif name == "path" and isinstance(value, str):
+            yield (*loc, name), value
 
 
 # --- looking inside annotations (used by error messages, overrides and the docs generator) ---

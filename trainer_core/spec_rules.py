@@ -11,8 +11,9 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from trainer_core.builtin_shapes import BUILTIN_SHAPES
+from trainer_core.builtin_shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
 from trainer_core.spec_algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
+from trainer_core.spec_builtins import builtin_names_exist
 
 if TYPE_CHECKING:
     from trainer_core.spec import RunSpec
@@ -351,18 +352,22 @@ def ppo_adaptive_kl_needs_kl_coef(spec: RunSpec) -> Rules:
 
 
 def generation_fits_context(spec: RunSpec) -> Rules:
-    """ppo, grpo, ilql: gen.max_new_tokens must be less than model.max_seq_len (the prompt needs room)."""
+    """ppo, grpo, ilql: gen.max_new_tokens must be less than model.max_seq_len (the prompt needs room); unset, that
+    is the model's context length, known here for the builtin models (the trainer checks the others)."""
     section = ALGORITHM_SECTIONS[spec.algorithm]
     gen = getattr(getattr(spec, section), "gen", None)
-    if gen is not None and gen.max_new_tokens >= spec.model.max_seq_len:
+    length, fix = spec.model.max_seq_len, "lower it or raise model.max_seq_len"
+    if length is None and spec.model.path.removeprefix("builtin:") in BUILTIN_SHAPES:
+        length, fix = min(MAX_POSITIONS, DEFAULT_MAX_SEQ_LEN_CAP), f"lower it ({spec.model.path} has {MAX_POSITIONS} positions)"
+    if gen is not None and length is not None and gen.max_new_tokens >= length:
         yield Violation(
             (section, "gen", "max_new_tokens"),
-            f"max_new_tokens {gen.max_new_tokens} leaves no room for the prompt in model.max_seq_len "
-            f"{spec.model.max_seq_len}; lower it or raise model.max_seq_len",
+            f"max_new_tokens {gen.max_new_tokens} leaves no room for the prompt in a {length}-token sequence; {fix}",
         )
 
 
 RULES = (
+    builtin_names_exist,
     section_matches_algorithm,
     reward_matches_algorithm,
     multi_node_needs_gpus,

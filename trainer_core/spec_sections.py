@@ -37,7 +37,12 @@ class ModelSpec(StrictModel):
     )
     lora: LoraSpec | None = Field(None, description="LoRA adapters; null: full fine-tune of every weight.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_seq_len: int = Field(512, ge=8, description="Longest sequence in tokens (prompt + response); longer ones are truncated.")
+    max_seq_len: int | None = Field(
+        None,
+        ge=8,
+        description="Longest sequence in tokens (prompt + response); longer ones are truncated. null: the model's "
+        "context length (its max_position_embeddings: 256 for the builtin models), at most 2048.",
+    )
     trust_remote_code: bool = Field(
         False, description="Allow model code from the Hub repository to run; only for repositories you trust."
     )

@@ -18,6 +18,10 @@ def conflict(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_409_CONFLICT, detail=detail)
 
 
+def unprocessable(loc: list, msg: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
+
+
 def not_found(what: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{what} not found")
 

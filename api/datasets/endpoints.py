@@ -53,7 +53,7 @@ def upload_dataset(
     principal: Writer,
     session: SessionDep,
     request: Request,
-    file: Annotated[UploadFile, File(description="A .jsonl or .parquet file")],
+    file: Annotated[UploadFile, File(description="A .jsonl, .json (one array of rows) or .parquet file")],
     kind: Annotated[schemas.DatasetKind, Form()],
     project: Annotated[str, Form(pattern=NAME_PATTERN)] = "default",
     name: Annotated[str | None, Form(max_length=256)] = None,
@@ -63,7 +63,7 @@ def upload_dataset(
     filename = Path(file.filename or "").name
     fmt = validate.FORMATS.get(Path(filename).suffix.lower())
     if fmt is None:
-        raise unprocessable(["body", "file"], f"'{filename}' must end in .jsonl or .parquet")
+        raise unprocessable(["body", "file"], f"'{filename}' must end in .jsonl, .json or .parquet")
     safe_name = re.sub(r"[^A-Za-z0-9._-]", "_", filename)[-200:] or f"data.{fmt}"
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / safe_name

@@ -11,7 +11,7 @@ class DatasetPublic(BaseModel):
     project: str
     name: str
     kind: DatasetKind
-    format: Literal["jsonl", "parquet"]
+    format: Literal["jsonl", "json", "parquet"]
     size: int
     sha256: str
     rows: int

@@ -9,11 +9,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from trainer_core.data.formats import row_problems
+from trainer_core.data.formats import apply_columns, column_map, row_problems
+from trainer_core.spec_sections import DataColumns
 
-FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}  # what the trainer reads (data/files.py)
 MAX_ERRORS = 20
+ROWS_NAMED = 5  # a problem many rows share is said once, naming the first few
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# The trainer reads rows through the default data.columns (an sft "response" is its "completion"): so does the check.
+_DEFAULT_COLUMNS = column_map(DataColumns())
 
 
 @dataclass
@@ -21,26 +25,57 @@ class Report:
     rows: int = 0
     columns: list[str] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    # (column, message) -> (rows that have it, how many): one error each, however many rows share it
+    shared: dict[tuple[str | None, str], tuple[list[int], int]] = field(default_factory=dict)
 
     def error(self, row: int, column: str | None, msg: str) -> None:
+        """A problem of this row alone (it is not JSON, the file cannot be read)."""
         if len(self.errors) < MAX_ERRORS:
-            where = f"row {row}" + (f", column '{column}'" if column else "")
-            self.errors.append(
-                {
-                    "loc": ["body", "file", f"row {row}", *([column] if column else [])],
-                    "msg": f"{where}: {msg}",
-                    "type": "value_error",
-                }
-            )
+            self.errors.append(_error(row, column, msg))
+
+    def problem(self, row: int, column: str | None, msg: str) -> None:
+        """A rule a row breaks, which other rows may break alike."""
+        rows, count = self.shared.get((column, msg), ([], 0))
+        self.shared[(column, msg)] = (rows if len(rows) >= ROWS_NAMED else [*rows, row], count + 1)
+
+    def finish(self) -> None:
+        found = f"; the file's columns are {', '.join(self.columns)}" if self.columns else ""
+        for (column, msg), (rows, count) in self.shared.items():
+            if len(self.errors) >= MAX_ERRORS:
+                break
+            said = f"{msg}{found if msg == 'is missing' else ''}"
+            if count == 1:
+                self.errors.append(_error(rows[0], column, said))
+                continue
+            named = ", ".join(map(str, rows)) + (", ..." if count > len(rows) else "")
+            where = f"column '{column}' " if column else ""
+            message = f"{where}in {count} of {self.rows} rows (rows {named}): {said}"
+            self.errors.append({"loc": ["body", "file", *([column] if column else [])], "msg": message, "type": "value_error"})
+
+
+def _error(row: int, column: str | None, msg: str) -> dict[str, Any]:
+    where = f"row {row}" + (f", column '{column}'" if column else "")
+    return {"loc": ["body", "file", f"row {row}", *([column] if column else [])], "msg": f"{where}: {msg}", "type": "value_error"}
 
 
 def check_row(kind: str, row_no: int, row: Any, report: Report) -> None:
     # The rules live in trainer_core so an upload and a training run judge a row alike.
-    for problem in row_problems(kind, row):
-        report.error(row_no, problem.column, problem.message)
+    for problem in row_problems(kind, apply_columns(row, _DEFAULT_COLUMNS)):
+        report.problem(row_no, problem.column, problem.message)
 
 
 def iter_rows(path: Path, fmt: str, report: Report) -> Iterator[tuple[int, Any]]:
+    if fmt == "json":
+        try:
+            rows = json.loads(path.read_bytes())
+        except (json.JSONDecodeError, UnicodeError) as exc:
+            report.error(0, None, f"is not valid JSON ({exc}); a .json data file holds one array of row objects")
+            return
+        if not isinstance(rows, list):
+            report.error(0, None, f"a .json data file must hold an array of row objects, not a {type(rows).__name__}")
+            return
+        yield from enumerate(rows, start=1)
+        return
     if fmt == "parquet":
         parquet = pq.ParquetFile(path)
         row_no = 0
@@ -77,6 +112,7 @@ def validate_file(path: Path, fmt: str, kind: str) -> Report:
     if report.rows == 0 and not report.errors:
         report.error(0, None, "the file has no rows")
     report.columns = list(columns)
+    report.finish()
     return report
 
 

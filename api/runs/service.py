@@ -1,21 +1,18 @@
 """Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
 
-from fastapi import HTTPException, status
+from fastapi import HTTPException
 from sqlalchemy import BigInteger, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal, forbidden
-from api.auth.service import conflict, not_found, project_by_name
+from api.auth.service import conflict, not_found, project_by_name, unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import repository, schemas
+from api.runs.sources import check_sources
 from api.runs.state import ACTIVE, RESUMABLE, TERMINAL, can_transition
 from trainer_core.rewards.allowlist import is_allowed, refusal
 from trainer_core.spec import PythonReward, RunSpec, SumReward
-
-
-def unprocessable(loc: list, msg: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
 
 
 def readable_run(session: Session, principal: Principal, run_id: int, action: str = "read") -> Run:
@@ -105,6 +102,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
     project = project_by_name_or_422(session, spec.project)
     principal.require(project.id, "write")
     check_reward_entrypoints(spec, reward_entrypoints)
+    check_sources(session, principal, spec)
     parents = []
     for ref in spec.references():
         parent = session.get(Run, ref.run_id)

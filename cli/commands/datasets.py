@@ -24,7 +24,7 @@ class Kind(StrEnum):
 @handled
 def upload(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="A .jsonl or .parquet file")],
+    file: Annotated[Path, typer.Argument(help="A .jsonl, .json (one array of rows) or .parquet file")],
     kind: Annotated[Kind, typer.Option(help="sft: prompt/completion rows; preference: prompt/chosen/rejected; prompts")],
     project: Annotated[str | None, typer.Option(help="Project (default: default)")] = None,
     name: Annotated[str | None, typer.Option(help="Display name (default: the file name)")] = None,

@@ -59,9 +59,32 @@ def _print_warnings(warnings: list[dict]) -> None:
         output.stderr.print(f"[bold yellow]warning[/] [bold]{where}[/]: {why}", highlight=False)
 
 
+def _upload_local_data(client: Client, spec: dict) -> dict:
+    """A data.source that is a file relative to here (which no worker can read) is uploaded and named
+    dataset:<id> in what is sent, as W&B artifacts and ClearML do; an absolute path is sent as it is (workers
+    may share that file system)."""
+    from trainer_core.data.formats import kind_for_algorithm
+
+    source = spec["data"]["source"]
+    if not source.endswith((".jsonl", ".json", ".parquet")) or source.startswith("/"):
+        return spec
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise _invalid([{"loc": ["data", "source"], "msg": f"{source!r}: no such file here ({path.absolute()})"}])
+    try:
+        dataset = client.upload_dataset(path, kind_for_algorithm(spec["algorithm"]), project=spec.get("project"), name=path.name)
+    except ApiError as exc:
+        if exc.status == 422 and isinstance(exc.detail, list):
+            raise _invalid([{"loc": ["data", "source"], "msg": f"{source}: {err.get('msg')}"} for err in exc.detail]) from None
+        raise
+    output.say(f"uploaded {source} ({dataset['rows']} rows) as {dataset['source']}")
+    return {**spec, "data": {**spec["data"], "source": dataset["source"]}}
+
+
 def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: bool) -> None:
     client = state(ctx).client()
     try:
+        spec = _upload_local_data(client, spec)
         run = client.submit(spec)
     except ApiError as exc:
         if exc.status == 422 and exc.field_errors:

@@ -25,12 +25,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from trainer_core.builtin_shapes import BUILTIN_SHAPES
+from trainer_core.builtin_shapes import BUILTIN_SHAPES, MAX_POSITIONS
 from trainer_core.models.errors import ModelError
 from trainer_core.models.tokenizer import build_tokenizer
 
 ModelKind = Literal["causal", "score"]
-MAX_POSITIONS = 256
 
 
 def _special_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:

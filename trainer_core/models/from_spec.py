@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer_core.builtin_shapes import DEFAULT_MAX_SEQ_LEN_CAP
 from trainer_core.models.builtin import ModelKind
 from trainer_core.models.errors import ModelError
 from trainer_core.models.loading import RunResolver, load_model
@@ -14,6 +15,13 @@ from trainer_core.spec_sections import ModelSpec
 def max_positions(model: PreTrainedModel) -> int | None:
     config = model.config
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def context_length(spec: ModelSpec, model: PreTrainedModel) -> int:
+    """model.max_seq_len, or when it is unset the model's own context length, at most DEFAULT_MAX_SEQ_LEN_CAP."""
+    if spec.max_seq_len is not None:
+        return spec.max_seq_len
+    return min(max_positions(model) or DEFAULT_MAX_SEQ_LEN_CAP, DEFAULT_MAX_SEQ_LEN_CAP)
 
 
 def load_from_spec(
@@ -30,7 +38,7 @@ def load_from_spec(
         seed=seed,
     )
     limit = max_positions(model)
-    if limit is not None and spec.max_seq_len > limit:
+    if limit is not None and spec.max_seq_len is not None and spec.max_seq_len > limit:
         raise ModelError(
             f"model.max_seq_len is {spec.max_seq_len} but {spec.path!r} has only {limit} positions; "
             f"set model.max_seq_len to {limit} or less."

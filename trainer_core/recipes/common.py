@@ -19,14 +19,35 @@ import torch
 from torch import nn
 
 from trainer_core.backends import Backend
-from trainer_core.models import load_from_spec
+from trainer_core.models import ModelError, load_from_spec
+from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
 from trainer_core.recipes.divergence import Diverged
 from trainer_core.reporting import Reporter
 from trainer_core.spec import RunSpec
+from trainer_core.spec_algorithms import ALGORITHM_SECTIONS
 from trainer_core.spec_sections import ModelSpec, TrainSpec
 
 T = TypeVar("T")
+
+# --- the spec, completed by the model ---
+
+
+def fit_context(spec: RunSpec, model: nn.Module) -> RunSpec:
+    """`spec` with model.max_seq_len set: unset, it becomes the model's context length (capped; models/from_spec.py).
+    A response budget (gen.max_new_tokens) that leaves no room for a prompt is refused here, where that length
+    is first known for a model the spec rules could not look into."""
+    length = context_length(spec.model, model)
+    gen = getattr(getattr(spec, ALGORITHM_SECTIONS[spec.algorithm]), "gen", None)
+    if gen is not None and gen.max_new_tokens >= length:
+        raise ModelError(
+            f"gen.max_new_tokens {gen.max_new_tokens} leaves no room for the prompt in {spec.model.path!r}'s "
+            f"{length}-token context; lower max_new_tokens or set model.max_seq_len"
+        )
+    if spec.model.max_seq_len == length:
+        return spec
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"max_seq_len": length})})
+
 
 # --- optimizer and schedule ---
 

@@ -60,6 +60,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        spec = common.fit_context(spec, model)
         # Before a checkpoint overwrites the policy; sharded like it under ZeRO-3 and FSDP2.
         reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=train.seed)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)

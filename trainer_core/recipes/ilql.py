@@ -146,6 +146,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         lm, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        spec = common.fit_context(spec, lm)
         heads = IlqlHeads(lm.config.hidden_size, lm.get_output_embeddings().out_features, options.two_qs, train.seed)
         model = IlqlModel(lm, heads)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)

@@ -118,6 +118,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        spec = common.fit_context(spec, policy)
         reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=train.seed)
         critic = None
         if options.critic is not None:

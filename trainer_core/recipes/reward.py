@@ -55,6 +55,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "score", seed=train.seed)
+        spec = common.fit_context(spec, model)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
         eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)

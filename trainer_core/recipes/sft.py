@@ -52,6 +52,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
     with common.closed_on_failure(backend, reporter):
         model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+        spec = common.fit_context(spec, model)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
         max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
         train_examples = tokenize_rows(split.train, tokenizer, max_len, on_prompt)

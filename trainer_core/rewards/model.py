@@ -17,14 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer_core.builtin_shapes import DEFAULT_MAX_SEQ_LEN_CAP
 from trainer_core.models import RunResolver, load_model
 from trainer_core.models.from_spec import max_positions
 from trainer_core.recipes.pairs import tokenize_side
 from trainer_core.recipes.tokenize import Example, collate, pad_id
 from trainer_core.spec_sections import ModelReward
-
-# A model that states no position limit (rare) is cut here, as model.max_seq_len's default would.
-_FALLBACK_MAX_TOKENS = 512
 
 
 class ModelScorer:
@@ -39,7 +37,7 @@ class ModelScorer:
     ) -> None:
         self.spec, self.device = spec, device
         model, self.tokenizer = load_model(spec.path, "score", resolver=resolver, seed=seed)
-        self.max_tokens = max_positions(model) or _FALLBACK_MAX_TOKENS
+        self.max_tokens = max_positions(model) or DEFAULT_MAX_SEQ_LEN_CAP  # no stated limit (rare): the default cap
         model = model.eval().requires_grad_(False)
         self.model = place(model) if place is not None else model.to(device)
 

@@ -689,7 +689,7 @@ export interface components {
         Body_upload_dataset_api_v1_datasets_post: {
             /**
              * File
-             * @description A .jsonl or .parquet file
+             * @description A .jsonl, .json (one array of rows) or .parquet file
              */
             file: string;
             /**
@@ -937,7 +937,7 @@ export interface components {
              * Format
              * @enum {string}
              */
-            format: "jsonl" | "parquet";
+            format: "jsonl" | "json" | "parquet";
             /** Id */
             id: number;
             /**
@@ -1688,10 +1688,10 @@ export interface components {
             lora: components["schemas"]["LoraSpec"] | null;
             /**
              * Max Seq Len
-             * @description Longest sequence in tokens (prompt + response); longer ones are truncated.
-             * @default 512
+             * @description Longest sequence in tokens (prompt + response); longer ones are truncated. null: the model's context length (its max_position_embeddings: 256 for the builtin models), at most 2048.
+             * @default null
              */
-            max_seq_len: number;
+            max_seq_len: number | null;
             /**
              * Path
              * @description Hugging Face id (gpt2, meta-llama/Llama-3.2-1B), local directory (/abs or ./relative: a Hugging Face model, or an un-tarred NeMo checkpoint with model_config.yaml, converted once), builtin:<name> (tiny CPU models: builtin:tiny-gpt2, builtin:tiny-llama), or run:<id>[@step] for the output (or a given checkpoint step) of an earlier run.
