@@ -1,7 +1,11 @@
 # The two set-up commands of the README. Each installs what it needs into .venv first.
 PYTHON ?= python3.11
 VENV := .venv
-STAMP := $(VENV)/.installed
+# What running needs (the API, the workers, the trainer), and beside it what the tests need.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+# make up PORT=8080 (the CLI on this machine finds the server on whatever port it is)
+PORT ?= 8000
 
 NPM_STAMP := frontend/node_modules/.installed
 DASHBOARD := frontend/dist/index.html
@@ -9,12 +13,18 @@ FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.
 
 .PHONY: up test docs
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "rlplane needs Python 3.11 ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e ".[train]"
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q -e ".[dev]"
-	touch $(STAMP)
+	touch $(DEV_STAMP)
 
 $(NPM_STAMP): frontend/package.json frontend/package-lock.json
 	@command -v npm >/dev/null || { echo "the dashboard needs Node.js 20+ and npm"; exit 1; }
@@ -37,15 +47,15 @@ $(HELM): deploy/tools/package.json deploy/tools/package-lock.json
 .PHONY: deploy-tools
 deploy-tools: $(HELM)
 
-## make up: run rlplane on this machine (SQLite and artifacts under ~/.rlplane; no services needed)
-up: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
-	$(VENV)/bin/rlplane up
+## make up: run rlplane on this machine (SQLite and artifacts under ~/.rlplane; no services needed); PORT=8000
+up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
+	$(VENV)/bin/rlplane up --port $(PORT)
 
 ## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
 # DeepSpeed's compiled ops are kept in the checkout, so they build once per machine.
-test: $(STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
+test: $(DEV_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
-docs: $(STAMP)
+docs: $(RUN_STAMP)
 	$(VENV)/bin/python scripts/gen_spec_docs.py

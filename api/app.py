@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api import dashboard, errors, health, prometheus
+from api import dashboard, docs_ui, errors, health, prometheus
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="rlplane",
         version="0.1.0",
         openapi_url=OPENAPI_URL,
-        docs_url="/api/docs",
+        docs_url=None,  # docs_ui.py serves it without a CDN
         redoc_url=None,
         lifespan=lifespan,
         description="Control plane for LLM post-training runs. Authenticate with `Authorization: Bearer <token>`.",
@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, auth, runs, metrics, logs, samples, reports, checkpoints, datasets, workers, events):
         app.include_router(module.router)
+    docs_ui.install(app, OPENAPI_URL)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware
     errors.install(app)
     dashboard.install(app, settings.frontend_dir or dashboard.default_directory())

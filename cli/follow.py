@@ -30,8 +30,9 @@ def headline(client: Client, run_id: int) -> str:
 
 
 def log_text(line: dict) -> str:
-    """A stored log line as printed: lines of ranks other than 0 say which rank they came from."""
-    return (f"[rank {line['rank']}] " if line["rank"] else "") + line["text"]
+    """A stored log line as printed: the local time it was printed at, and for ranks other than 0 which rank."""
+    when = time.strftime("%H:%M:%S", time.localtime(line["time"])) + " " if line.get("time") else ""
+    return when + (f"[rank {line['rank']}] " if line["rank"] else "") + line["text"]
 
 
 def log_lines(client: Client, run_id: int, offset: int, **filters: object) -> Iterator[tuple[int, dict]]:

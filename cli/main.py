@@ -98,7 +98,7 @@ def up(
 def worker(
     queues: Annotated[str, typer.Option(help="Comma-separated queues to serve, e.g. gpu,gpu-80g")] = "cpu",
     api: Annotated[str | None, typer.Option("--api", help="API URL (default RLPLANE_API_URL or http://127.0.0.1:8000)")] = None,
-    token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN)")] = None,
+    token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN, which `ps` does not show)")] = None,
     name: Annotated[str | None, typer.Option(help="Unique worker name (default <host>-<pid>)")] = None,
     broker: Annotated[str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")] = None,
     metrics_port: Annotated[
@@ -115,6 +115,7 @@ def worker(
       rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
     """
     from worker.app import run_worker
+    from worker.client import ApiClient, TokenRefused
     from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
@@ -123,6 +124,14 @@ def worker(
     if not settings.token:
         typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
         raise typer.Exit(2)
+    client = ApiClient(settings.api_url, settings.token)
+    try:
+        client.check_token()
+    except TokenRefused as exc:
+        typer.echo(f"rlplane worker: {exc}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        client.close()
     run_worker(settings)
 
 

@@ -1,7 +1,9 @@
 """Start the API: migrate, bootstrap the admin on first start, then serve with uvicorn."""
 
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,8 +14,10 @@ from sqlalchemy.exc import OperationalError
 
 from api.auth.bootstrap import announce, bootstrap_admin, local_worker_token
 from api.db import make_engine, make_sessionmaker
+from api.logging_setup import uvicorn_log_config
 from api.migrate import upgrade_to_head
 from api.settings import Settings
+from cli.config import local_server, local_url
 
 
 def prepare(settings: Settings) -> None:
@@ -72,6 +76,7 @@ def serve(host: str, port: int, workers: int, log_level: str, *, prepared: bool 
         log_level=log_level,
         proxy_headers=False,
         timeout_graceful_shutdown=10,
+        log_config=uvicorn_log_config(),
     )
 
 
@@ -82,13 +87,45 @@ def _redacted(url: str) -> str:
     return scheme + sep + rest
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached `rlplane up`: stop as Ctrl-C does."""
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port something already listens on, before anything is created (an admin token, workers)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT port is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (another rlplane up?); choose another port with "
+                "`rlplane up --port N` or `make up PORT=N`"
+            ) from None
+
+
 def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) -> None:
-    """`rlplane up`: the API in this process and `workers` worker processes beside it, stopped together."""
+    """`rlplane up`: the API in this process and `workers` worker processes beside it, stopped together, whether by
+    Ctrl-C, SIGTERM (systemd, docker, CI) or SIGHUP (a closed terminal)."""
     settings = load_settings()
+    check_port(host, port)
     prepare_or_explain(settings)
-    processes = _start_workers(settings, host, port, workers, queues)
+    # uvicorn stops on SIGTERM and then raises it again, once its own handler is gone: with the default action
+    # the process would die there, skipping the `finally` below, and the workers (in sessions of their own)
+    # would live on, heartbeating a dead API. Ours raises instead, like Ctrl-C's KeyboardInterrupt.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
+    processes: list[subprocess.Popen] = []
     try:
-        serve(host, port, 1, "info", prepared=True)
+        processes = _start_workers(settings, host, port, workers, queues)
+        with local_server(settings.home, host, port):
+            serve(host, port, 1, "info", prepared=True)
+    except _Stopped as stopped:
+        print(f"rlplane: {stopped}: stopping", file=sys.stderr, flush=True)
     finally:
         _stop_workers(processes)
 
@@ -102,15 +139,21 @@ def _start_workers(settings: Settings, host: str, port: int, count: int, queues:
             token = local_worker_token(session, settings.home)
     finally:
         engine.dispose()
-    api = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    api = local_url(host, port)
     env = {**os.environ, "RLPLANE_HOME": str(settings.home), "RLPLANE_ARTIFACTS": settings.resolved_artifacts}
-    env["RLPLANE_BROKER_URL"] = settings.resolved_broker_url
+    # The token goes in the environment, which only this user can read (/proc/PID/environ), never on the
+    # command line, which `ps` shows to every local user.
+    env["RLPLANE_BROKER_URL"], env["RLPLANE_TOKEN"] = settings.resolved_broker_url, token
     processes = []
     for i in range(1, count + 1):
-        command = [sys.executable, "-m", "cli.main", "worker", "--queues", ",".join(queues), "--api", api, "--token", token]
+        command = [sys.executable, "-m", "cli.main", "worker", "--queues", ",".join(queues), "--api", api]
         log = (settings.home / f"worker-{i}.log").open("a")
         command += ["--name", f"local-{i}"]
-        processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_quit_with_parent
+            )
+        )
     print(
         f"rlplane: {count} worker(s) on queues {','.join(queues)}; their logs are in {settings.home}/worker-*.log",
         file=sys.stderr,
@@ -132,3 +175,11 @@ def _stop_workers(processes: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _quit_with_parent() -> None:
+    """In a worker child: a cold shutdown (SIGQUIT) when `rlplane up` dies without stopping it (SIGKILL)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGQUIT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -111,10 +111,14 @@ class UpServer:
         except httpx.HTTPError:
             return False
 
-    def stop(self) -> int:
-        """Ctrl-C, as a terminal sends it to the foreground group; returns the exit status."""
+    def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
+        """Ctrl-C, as a terminal sends it to the foreground group; or `sig` to the `rlplane up` process alone, as
+        docker and systemd's stop do. Returns the exit status."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)
+            if sig == signal.SIGINT:
+                os.killpg(self.process.pid, signal.SIGINT)
+            else:
+                os.kill(self.process.pid, sig)
         try:
             code = self.process.wait(30)
         except subprocess.TimeoutExpired:

@@ -176,8 +176,9 @@ def test_clone_with_follow_streams_the_logs(stack, finished):
     clone = stack.run(int(lines[0]))
     assert clone["name"] == "cli-clone" and clone["spec"]["train"]["steps"] == 10
     assert clone["spec"]["train"]["lr"] == finished["spec"]["train"]["lr"]
-    stored = [line["text"] for line in stack.http.get(f"/runs/{clone['id']}/logs", params={"limit": 10_000}).json()["data"]]
-    assert lines[1:] == stored and any("exported the final model" in line for line in stored)
+    stored = stack.http.get(f"/runs/{clone['id']}/logs", params={"limit": 10_000}).json()["data"]
+    assert lines[1:] == [follow.log_text(line) for line in stored]  # with the time each was printed
+    assert any("exported the final model" in line["text"] for line in stored)
 
 
 def test_list_show_archive(stack, finished):
@@ -213,7 +214,8 @@ def test_logs_metrics_and_samples(stack, finished):
     tail = stack.cli("logs", run_id, "--tail", "3")
     assert tail.exit_code == 0 and len(tail.stdout.splitlines()) == 3
     every = [json.loads(line) for line in stack.cli("logs", run_id, "--json").stdout.splitlines()]
-    assert len(every) > 3 and tail.stdout.splitlines() == [line["text"] for line in every[-3:]]
+    stamped = [f"{time.strftime('%H:%M:%S', time.localtime(line['time']))} {line['text']}" for line in every[-3:]]
+    assert len(every) > 3 and tail.stdout.splitlines() == stamped  # each line with the time it was printed
     assert stack.cli("logs", run_id, "--rank", "1").stdout == ""
     assert [json.loads(line)["text"] for line in stack.cli("logs", run_id, "-q", "EXPORTED", "--json").stdout.splitlines()]
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -23,7 +27,8 @@ def test_ci_script_against_rlplane_up_then_ctrl_c_stops_everything(tmp_path: Pat
         server.wait_ready()
         # No token: the CLI uses the admin token `rlplane up` keeps in RLPLANE_HOME, as on a laptop.
         env = {**server.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OUT": str(tmp_path / "ci")}
-        env.update({"RLPLANE_URL": server.url, "MAX_EVAL_LOSS": "20", "XDG_CONFIG_HOME": str(tmp_path / "config")})
+        # No RLPLANE_URL either: the server runs on a port of its own, and the CLI finds it from RLPLANE_HOME.
+        env.update({"MAX_EVAL_LOSS": "20", "XDG_CONFIG_HOME": str(tmp_path / "config")})
         job = subprocess.run(["examples/ci.sh", "examples/sft.yaml"], cwd=ROOT, env=env, capture_output=True, text=True)
         assert job.returncode == 0, job.stdout + job.stderr + server.log_path.read_text()[-3000:]
         assert "Traceback" not in job.stderr
@@ -33,6 +38,7 @@ def test_ci_script_against_rlplane_up_then_ctrl_c_stops_everything(tmp_path: Pat
         run = http.get(f"/runs/{run_id}").json()
         assert run["status"] == "succeeded" and run["name"] == "ci-local"
         assert run["attempts"][0]["worker"] == "local-1"
+        assert run["attempts"][0]["end_reason"] == "trainer exited 0 at step 60"  # the step the progress shows
         registered = http.get(f"/runs/{run_id}/checkpoints").json()["data"]
         assert [(c["step"], c["kind"]) for c in registered] == [(30, "checkpoint"), (60, "checkpoint"), (60, "export")]
         assert run["output"]["path"] == f"runs/{run_id}/final"
@@ -72,3 +78,67 @@ def test_the_ci_gate_says_a_nan_eval_loss_in_one_line(tmp_path: Path) -> None:
         result = subprocess.run([sys.executable, "-", str(metrics), "20"], input=gate, capture_output=True, text=True)
         assert "Traceback" not in result.stderr and said in result.stdout + result.stderr
         assert result.returncode == (1 if value == "NaN" else 0)
+
+
+def _worker_pids(home: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", "cli.main worker"], capture_output=True, text=True).stdout.split()
+    return [pid for pid in found if str(home) in _environ(pid)]
+
+
+def test_sigterm_stops_rlplane_up_and_its_workers_and_the_token_stays_out_of_ps(tmp_path: Path) -> None:
+    """What systemd and docker send: SIGTERM to `rlplane up` alone ends it (exit 0) and the workers it started.
+    The worker's token is in its environment, not on its command line; heartbeats are not logged at INFO, and
+    every line of the server's log has a time. A worker started with a token without the worker scope says which
+    token it needs and exits at once (it heartbeat 403 forever before)."""
+    server = UpServer(tmp_path / "home", workers=1)
+    try:
+        server.wait_ready()
+        [pid] = _worker_pids(server.home)
+        assert server.token not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
+        deadline = time.monotonic() + 30
+        while not (workers := http.get("/workers").json()["data"]) or workers[0]["seconds_since_heartbeat"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(7)  # a few heartbeats (every 3 s)
+        env = {**server.env, "RLPLANE_TOKEN": server.token}  # the admin's: read, write, admin, but not worker
+        wrong = subprocess.run(
+            [sys.executable, "-m", "cli.main", "worker", "--api", server.url, "--name", "wrong"],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert wrong.returncode == 2 and "a worker needs a token with the scope worker" in wrong.stderr, wrong.stderr
+        assert "rlplane tokens create --name <node> --scope worker" in wrong.stderr
+    finally:
+        code = server.stop(signal.SIGTERM)
+    assert code == 0, server.log_path.read_text()[-3000:]
+    deadline = time.monotonic() + 15
+    while _worker_pids(server.home):
+        assert time.monotonic() < deadline, "the worker outlived rlplane up"
+        time.sleep(0.5)
+    log = server.log_path.read_text()
+    assert "rlplane: SIGTERM: stopping" in log and "/workers/heartbeat" not in log
+    assert "/workers/heartbeat" not in (server.home / "worker-1.log").read_text()
+    served = [line for line in log.splitlines() if "INFO" in line]
+    assert served and all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line) for line in served), served[:5]
+    assert not (server.home / "server.json").exists()
+
+
+def test_a_port_in_use_is_said_before_anything_is_created(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        home = tmp_path / "home"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")} | {"RLPLANE_HOME": str(home)}
+        result = subprocess.run(
+            [sys.executable, "-m", "cli.main", "up", "--port", str(port)], env=env, cwd=ROOT, capture_output=True, text=True
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr, result.stderr
+    assert not (home / "admin.token").exists() and not (home / "rlplane.db").exists()
+
+
+def test_make_up_installs_what_running_needs_on_the_port_given() -> None:
+    """make up installs the trainer, not the test tools (the dev extra), and passes PORT on."""
+    planned = subprocess.run(["make", "-n", "-B", "up", "PORT=8123"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert '-e ".[train]"' in planned and ".[dev]" not in planned and "rlplane up --port 8123" in planned

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     prefix_rank_output()
+    # Hugging Face's progress bars (writing shards, loading checkpoints) redraw one line with "\r": in a run's
+    # log they are noise, and the trainer's own step lines say how far it is. Set before transformers loads.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:

@@ -155,6 +155,9 @@ def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
     progress is handed back (see make_app) before the process exits."""
     from api.logging_setup import configure_logging
 
+    # httpx says every request at INFO: a heartbeat every few seconds and a report batch every second would
+    # be most of the log. The worker logs what happens to runs itself (supervise.py).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     metrics = WorkerMetrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -13,6 +14,13 @@ class LeaseRefused(Exception):
 
 class Superseded(Exception):
     """Our fencing token is stale: the run was marked lost or cancelled and may run elsewhere."""
+
+
+class TokenRefused(Exception):
+    """The worker's token is not one a worker can work with: said once at start, with the token it needs."""
+
+
+CREATE_WORKER_TOKEN = "create one with `rlplane tokens create --name <node> --scope worker` (an admin's command)"
 
 
 class ApiClient:
@@ -44,6 +52,29 @@ class ApiClient:
             raise Superseded(response.json().get("detail", response.text))
         response.raise_for_status()
         return response.json()
+
+    def check_token(self, tries: int = 10, wait_s: float = 2.0) -> None:
+        """Raise TokenRefused unless the API takes this token with the worker scope. An API that cannot be
+        reached yet (it may be starting beside this worker) is tried `tries` times, then left to the heartbeats."""
+        for attempt in range(tries):
+            try:
+                response = self.http.get(f"{self.base}/me")
+                break
+            except httpx.TransportError:
+                if attempt == tries - 1:
+                    return
+                time.sleep(wait_s)
+        if response.status_code == 401:
+            raise TokenRefused(
+                f"the API at {self.base} does not accept this token (unknown, revoked or expired); {CREATE_WORKER_TOKEN}"
+            )
+        response.raise_for_status()
+        scopes = response.json().get("scopes", [])
+        if "worker" not in scopes:
+            raise TokenRefused(
+                f"this token has the scopes {', '.join(scopes) or 'none'}, but a worker needs a token with the scope worker; "
+                f"{CREATE_WORKER_TOKEN}"
+            )
 
     def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         response = self.http.post(f"{self.base}/workers/heartbeat", json=body)

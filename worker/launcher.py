@@ -52,6 +52,17 @@ def split_rank(line: str) -> tuple[int, str]:
     return (int(match.group(1)), line[match.end() :]) if match else (0, line)
 
 
+def terminal_line(text: str) -> str:
+    """What a terminal shows of one printed line: a progress bar (tqdm) redraws it after each "\r", so only its
+    last state stays (as torchrun's rank prefix is printed once, it is kept before it)."""
+    text = text.rstrip("\n").removesuffix("\r")
+    if "\r" not in text:
+        return text
+    last = text.rsplit("\r", 1)[-1]
+    prefix = _RANK_PREFIX.match(text)
+    return prefix.group(0) + last if prefix and not _RANK_PREFIX.match(last) else last
+
+
 class Trainer:
     """A running trainer: its process group, and its output lines as they arrive."""
 
@@ -66,16 +77,14 @@ class Trainer:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=_die_with_parent,
-            text=True,
-            errors="replace",
         )
         self._reader = threading.Thread(target=self._read, args=(on_line,), name="trainer-output", daemon=True)
         self._reader.start()
 
     def _read(self, on_line: Callable[[int, str], None]) -> None:
         assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.rstrip("\n")
+        for raw in self.process.stdout:  # bytes, split at "\n" only: a "\r" is a progress bar redrawing its line
+            line = terminal_line(raw.decode("utf-8", errors="replace"))
             self.tail.append(line)
             on_line(*split_rank(line))
 

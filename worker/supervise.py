@@ -84,6 +84,7 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         resume = has_checkpoint(out_dir)
         client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
         (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
+        logger.info("run=%d attempt=%d leased: starting its trainer%s", run_id, attempt, " (resuming)" if resume else "")
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
         trainer = Trainer(command, out_dir, forwarder.add_line, env=artifacts.trainer_env())
         outcome = _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
@@ -185,6 +186,7 @@ def _end(
         time.sleep(wait)
         try:
             client.status(run_id, attempt, status, reason, forwarder.last_step, handed_back=handed_back)
+            logger.info("run=%d attempt=%d %s: %s", run_id, attempt, status, reason.splitlines()[0] if reason else "")
             return "handed_back" if handed_back else status
         except Superseded:
             raise
