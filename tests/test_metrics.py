@@ -136,6 +136,7 @@ class TestSeries:
         _ingest(client, run["id"], _points("b", range(5)) + _points("a", range(3)))
         with client.stream("GET", f"/api/v1/runs/{run['id']}/metrics", params={"max_points": 10}) as response:
             assert response.headers["content-type"] == "application/json"
+            assert response.headers["x-series-count"] == "2"  # known before the body: the dashboard may hang up
             chunks = list(response.iter_raw())
         assert len(chunks) >= 3  # the head, each series, the tail: not one body built first
         body = json.loads(b"".join(chunks))

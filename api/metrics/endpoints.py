@@ -26,7 +26,15 @@ async def ingest_metrics(run_id: RunId, request: Request) -> IngestResult:
     return await in_one_hop(request, lambda session, who, raw: service.ingest(session, who, run_id, parse(_POINTS, raw)))
 
 
-@router.get("", response_model=schemas.SeriesResponse)
+_COUNT_HEADER = {
+    "X-Series-Count": {
+        "description": "How many series the body holds: a client can drop a big answer on its headers",
+        "schema": {"type": "integer"},
+    }
+}
+
+
+@router.get("", response_model=schemas.SeriesResponse, responses={200: {"headers": _COUNT_HEADER}})
 def read_metrics(
     run_id: RunId,
     principal: Reader,
@@ -41,7 +49,7 @@ def read_metrics(
     wanted = keys or [k.key for k in service.key_summaries(session, run_id)]
     factory = request.app.state.sessionmaker
     document = service.series_document(factory, run_id, wanted, max_points, step_min, step_max)
-    return StreamingResponse(document, media_type="application/json")
+    return StreamingResponse(document, media_type="application/json", headers={"X-Series-Count": str(len(wanted))})
 
 
 @router.get("/keys", response_model=schemas.KeyList)

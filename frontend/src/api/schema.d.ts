@@ -4069,6 +4069,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description How many series the body holds: a client can drop a big answer on its headers */
+                    "X-Series-Count"?: number;
                     [name: string]: unknown;
                 };
                 content: {
