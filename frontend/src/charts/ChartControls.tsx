@@ -1,4 +1,5 @@
 import type { ReactNode } from 'react';
+import { SPARSE_POINTS } from './smoothing';
 
 /** Smoothing weight from `smooth=`, clamped to what ema() accepts. */
 export function parseSmoothing(raw: string | null, fallback = 0.6): number {
@@ -16,7 +17,7 @@ interface Props {
   children?: ReactNode;
 }
 
-/** The smoothing slider and log-scale toggle shared by the run's charts and Compare. */
+/** The smoothing slider (dense series only: smoothing.ts) and log-scale toggle shared by the run's charts and Compare. */
 export function ChartControls({ id, smoothing, logScale, onParam, children }: Props) {
   return (
     <form className="chart-controls" onSubmit={(e) => e.preventDefault()}>
@@ -31,7 +32,11 @@ export function ChartControls({ id, smoothing, logScale, onParam, children }: Pr
         step={0.01}
         value={smoothing}
         onChange={(e) => onParam('smooth', e.target.value)}
+        aria-describedby={`${id}-hint`}
       />
+      <span id={`${id}-hint`} className="muted">
+        eval/*, learning rates and series under {SPARSE_POINTS} points stay raw
+      </span>
       <label className="check">
         <input type="checkbox" checked={logScale} onChange={(e) => onParam('log', e.target.checked ? '1' : null)} />
         Log scale

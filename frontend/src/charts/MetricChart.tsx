@@ -1,102 +1,179 @@
-import { useEffect, useRef } from 'react';
+import { useEffect, useRef, useState, type ReactNode } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { formatNumber } from '../lib/format';
-import { ema } from './ema';
-import type { MetricStore } from './store';
-import { xValues, yValues, type ChartOptions } from './series';
+import { resolveColor, useThemeAttribute } from '../lib/theme';
+import { describeNonFinite } from './nonFinite';
+import { buildPlot, type Plot } from './plotData';
+import { plotOptions } from './plotOptions';
+import { smoothingFor } from './smoothing';
+import type { ChartSource } from './source';
 
-interface Props extends ChartOptions {
+interface Props {
+  source: ChartSource;
   metricKey: string;
-  store: MetricStore;
+  /** The smoothing slider's weight; sparse keys ignore it (smoothing.ts). */
   smoothing: number;
-}
-
-function cssVar(name: string): string {
-  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || '#888';
+  logScale: boolean;
+  /** Several runs share a step axis only. */
+  xBy: 'step' | 'time';
+  /** Keys whose series are identical to this one, drawn here instead of twice. */
+  same?: readonly string[];
+  /** Buttons for the caption (pin). */
+  actions?: ReactNode;
+  height?: number;
 }
 
 /**
- * One uPlot chart. It is built once per (key, axis kind) and then only fed with setData,
- * so live points and smoothing changes never rebuild the canvas.
+ * The one uPlot wrapper, for the run page and Compare. Built once per (lines drawn, scale type,
+ * theme) and fed with setData otherwise. A live point calls setData(data, !zoomed), as
+ * Determined's wrapper does, so a drag-zoom survives it; double-click zooms back out.
  */
-export function MetricChart({ metricKey, store, smoothing, xBy, logScale }: Props) {
+export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same, actions, height = 200 }: Props) {
   const box = useRef<HTMLDivElement>(null);
-  const plot = useRef<uPlot | null>(null);
-  const smoothingRef = useRef(smoothing);
-  smoothingRef.current = smoothing;
+  const chart = useRef<uPlot | null>(null);
+  const zoom = useRef<{ zoomed: boolean; x?: { min: number; max: number } }>({ zoomed: false });
+  const theme = useThemeAttribute();
+  const multi = source.lines(metricKey).length > 1;
+  const axis = multi ? 'step' : xBy;
 
-  const dataFor = (): uPlot.AlignedData => {
-    const buf = store.get(metricKey) ?? { steps: [], times: [], values: [] };
-    const ys = yValues(buf, logScale);
-    return [xValues(buf, xBy), ys, ema(ys, smoothingRef.current)] as uPlot.AlignedData;
+  const compute = (): Plot => {
+    const lines = source.lines(metricKey);
+    const points = lines.reduce((m, l) => Math.max(m, l.buf?.steps.length ?? 0), 0);
+    return buildPlot(lines, axis, logScale, smoothingFor(metricKey, points, smoothing));
   };
+  const plot = useRef<Plot>(null as unknown as Plot);
+  if (plot.current === null) plot.current = compute();
+  const [shapeKey, setShapeKey] = useState(plot.current.shapeKey);
+  const [note, setNote] = useState<string | null>(null);
+  // Built once the history is here, so the first build already has its final lines.
+  const [ready, setReady] = useState(() => source.loaded(metricKey));
 
-  const redraw = () => {
+  // data-* attributes say what is on the canvas: the e2e checks and bench/dashboard.py read them.
+  const markDrawn = () => {
     const el = box.current;
-    if (!plot.current || !el) return;
-    plot.current.setData(dataFor());
-    markDrawn(el);
-  };
-
-  // data-points / data-last-step say what is on the canvas: tests and bench/dashboard.py read them.
-  const markDrawn = (el: HTMLElement) => {
-    const steps = store.get(metricKey)?.steps ?? [];
-    el.dataset.points = String(steps.length);
-    const last = steps.length ? String(steps[steps.length - 1]) : '';
+    const p = plot.current;
+    if (!el) return;
+    el.dataset.points = String(p.points);
+    el.dataset.series = String(source.lines(metricKey).filter((l) => l.buf && l.buf.steps.length > 0).length);
+    el.dataset.smoothing = String(p.lines[0]?.smoothed ? smoothingFor(metricKey, p.points, smoothing) : 0);
+    el.dataset.bands = String(p.lines.filter((l) => l.band).length);
+    el.dataset.loaded = String(source.loaded(metricKey));
+    const last = p.lastStep == null ? '' : String(p.lastStep);
     // uPlot paints on the next frame; the attribute follows it so a reader sees drawn points only.
     requestAnimationFrame(() => {
-      el.dataset.lastStep = last;
+      if (box.current) box.current.dataset.lastStep = last;
     });
   };
 
-  // Build on mount and when the axis kind changes: uPlot fixes scale types at creation.
+  const refresh = () => {
+    const p = (plot.current = compute());
+    const lines = source.lines(metricKey);
+    const text = lines.length === 1 ? describeNonFinite(lines[0]!.buf) : describeMany(lines.map((l) => [l.label, describeNonFinite(l.buf)]));
+    setNote(text);
+    if (source.loaded(metricKey)) setReady(true);
+    const u = chart.current;
+    if (!u || p.shapeKey !== shapeKey) {
+      setShapeKey(p.shapeKey); // rebuilt by the effect below, with this data
+      return;
+    }
+    if (zoom.current.zoomed) {
+      const { min, max } = u.scales.x!;
+      u.setData(p.data, false);
+      if (min != null && max != null) u.setScale('x', { min, max }); // re-fits y to the window, then draws
+    } else {
+      u.setData(p.data);
+    }
+    markDrawn();
+  };
+  const refreshRef = useRef(refresh);
+  refreshRef.current = refresh;
+
+  useEffect(() => {
+    const off = source.subscribe(metricKey, () => refreshRef.current());
+    source.request(metricKey);
+    refreshRef.current(); // whatever arrived between the first render and the subscription
+    return off;
+  }, [source, metricKey]);
+
+  useEffect(() => refreshRef.current(), [smoothing, logScale, axis]);
+
+  // A zoom means nothing on another axis kind.
+  useEffect(() => {
+    zoom.current = { zoomed: false };
+  }, [axis, logScale]);
+
   useEffect(() => {
     const el = box.current;
-    if (!el) return;
-    const stroke = cssVar('--chart-line');
-    const opts: uPlot.Options = {
+    if (!el || !ready) return;
+    const ticks: [string[], string[]] = [[], []];
+    const opts = plotOptions(plot.current.lines, {
       width: Math.max(200, el.clientWidth),
-      height: 200,
-      scales: { x: { time: xBy === 'time' }, y: logScale ? { distr: 3 } : {} },
-      axes: [
-        { stroke: cssVar('--fg-muted'), grid: { stroke: cssVar('--grid') } },
-        {
-          stroke: cssVar('--fg-muted'),
-          grid: { stroke: cssVar('--grid') },
-          size: 70,
-          // uPlot's default rounds tiny values such as learning rates to 0.
-          values: (_u, splits) => splits.map((v) => (v == null ? '' : formatNumber(v))),
-        },
-      ],
-      series: [
-        { label: xBy },
-        { label: 'raw', stroke: cssVar('--chart-raw'), width: 1, value: (_u, v) => formatNumber(v) },
-        { label: 'smoothed', stroke, width: 2, value: (_u, v) => formatNumber(v) },
-      ],
-      legend: { live: true },
-      cursor: { drag: { x: true, y: false } },
+      height,
+      xBy: axis,
+      logScale,
+      color: resolveColor,
+      spans: () => plot.current.spans,
+      ticks,
+      onZoom: () => {
+        zoom.current.zoomed = true;
+      },
+    });
+    opts.hooks!.draw!.push((u) => {
+      el.dataset.xTicks = ticks[0].join('|');
+      el.dataset.yTicks = ticks[1].join('|');
+      el.dataset.yAxisPx = String(Math.round(u.bbox.left / (u.ctx.canvas.width / u.width || 1)));
+      el.dataset.xRange = `${u.scales.x!.min ?? ''},${u.scales.x!.max ?? ''}`;
+      el.dataset.zoomed = String(zoom.current.zoomed);
+    });
+    const u = new uPlot(opts, plot.current.data, el);
+    chart.current = u;
+    el.dataset.theme = theme;
+    const saved = zoom.current.x; // kept across a rebuild (theme toggle, a line gaining its smoothed twin)
+    if (zoom.current.zoomed && saved) u.setScale('x', saved);
+    const unzoom = () => {
+      zoom.current = { zoomed: false };
+      el.dataset.zoomed = 'false';
     };
-    plot.current = new uPlot(opts, dataFor(), el);
-    markDrawn(el);
-    const unsubscribe = store.subscribe(metricKey, redraw);
-    const resize = new ResizeObserver(() => plot.current?.setSize({ width: Math.max(200, el.clientWidth), height: 200 }));
+    u.over.addEventListener('dblclick', unzoom);
+    markDrawn();
+    const resize = new ResizeObserver(() => u.setSize({ width: Math.max(200, el.clientWidth), height }));
     resize.observe(el);
     return () => {
-      unsubscribe();
+      const { min, max } = u.scales.x!;
+      if (zoom.current.zoomed && min != null && max != null) zoom.current.x = { min, max };
       resize.disconnect();
-      plot.current?.destroy();
-      plot.current = null;
+      u.over.removeEventListener('dblclick', unzoom);
+      u.destroy();
+      chart.current = null;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt only when the axis kind changes
-  }, [store, metricKey, xBy, logScale]);
-
-  useEffect(redraw, [smoothing]); // eslint-disable-line react-hooks/exhaustive-deps
+    // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt only when what is drawn changes, not for new points
+  }, [ready, shapeKey, theme, logScale, axis, height]);
 
   return (
     <figure className="chart">
-      <figcaption>{metricKey}</figcaption>
-      <div ref={box} className="chart-canvas" data-chart={metricKey} data-points="0" />
+      <figcaption>
+        <span className="chart-key">{metricKey}</span>
+        {same && same.length > 0 && <span className="chart-same">= {same.join(' = ')} (same values)</span>}
+        {note && (
+          <span className="chart-note" role="note">
+            {note}
+          </span>
+        )}
+        {actions}
+      </figcaption>
+      <div
+        ref={box}
+        className={ready ? 'chart-canvas' : 'chart-canvas chart-loading'}
+        style={ready ? undefined : { height: height + 32 }}
+        data-chart={metricKey}
+        data-points="0"
+        data-nonfinite={note ?? undefined}
+      />
     </figure>
   );
+}
+
+function describeMany(notes: Array<[string, string | null]>): string | null {
+  const said = notes.filter(([, n]) => n != null).map(([label, n]) => `${label}: ${n}`);
+  return said.length ? said.join('; ') : null;
 }

@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { historyUrl, takeEarly } from './earlyFetch';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { cancelEarly, historyUrl, readEarly, takeEarlyResponse } from './earlyFetch';
 import { MAX_POINTS } from './useMetricHistory';
 import html from '../../index.html?raw';
 
@@ -16,12 +16,20 @@ describe('early metric history', () => {
   it('is taken once, and only for its own URL and a 200 answer', async () => {
     const body = { run_id: 7, max_points: MAX_POINTS, series: [] };
     window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.resolve(new Response(JSON.stringify(body))) };
-    expect(await takeEarly(historyUrl(8, MAX_POINTS))).toBeNull();
-    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toEqual(body);
-    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+    expect(takeEarlyResponse(historyUrl(8, MAX_POINTS))).toBeNull();
+    expect(await readEarly(takeEarlyResponse(historyUrl(7, MAX_POINTS))!)).toEqual(body);
+    expect(takeEarlyResponse(historyUrl(7, MAX_POINTS))).toBeNull();
     window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.resolve(new Response('{}', { status: 401 })) };
-    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+    expect(await readEarly(takeEarlyResponse(historyUrl(7, MAX_POINTS))!)).toBeNull();
     window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.reject(new Error('offline')) };
-    expect(await takeEarly(historyUrl(7, MAX_POINTS))).toBeNull();
+    expect(await readEarly(takeEarlyResponse(historyUrl(7, MAX_POINTS))!)).toBeNull();
+  });
+
+  it('can be dropped unread, which cancels its body', async () => {
+    const response = new Response(new ReadableStream({ pull: () => {} }));
+    const cancel = vi.spyOn(response.body!, 'cancel');
+    window.__rlplaneEarly = { url: historyUrl(7, MAX_POINTS), response: Promise.resolve(response) };
+    cancelEarly(takeEarlyResponse(historyUrl(7, MAX_POINTS))!);
+    await vi.waitFor(() => expect(cancel).toHaveBeenCalled());
   });
 });

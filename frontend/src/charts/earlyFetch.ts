@@ -15,17 +15,35 @@ export function historyUrl(runId: number, maxPoints: number): string {
 }
 
 /**
- * Takes the early request for `url` (once). Anything but a 200 answer yields null, so the caller
- * asks again through the typed client, which handles 401 and error details as everywhere else.
+ * Takes the early request for `url` (once): its 200 answer, not yet read, or null (no such
+ * request, another URL, an error status). The caller reads it, or cancels it: the server writes
+ * every key's history series by series and stops when the body is cancelled.
  */
-export async function takeEarly<T>(url: string): Promise<T | null> {
+export function takeEarlyResponse(url: string): Promise<Response | null> | null {
   const early = window.__rlplaneEarly;
   if (!early || early.url !== url) return null;
   window.__rlplaneEarly = undefined;
+  return early.response.then(
+    (response) => {
+      if (response.status === 200) return response;
+      void response.body?.cancel();
+      return null;
+    },
+    () => null,
+  );
+}
+
+/** Reads an early answer; anything unreadable yields null, so the caller asks again normally. */
+export async function readEarly<T>(response: Promise<Response | null>): Promise<T | null> {
   try {
-    const response = await early.response;
-    return response.status === 200 ? ((await response.json()) as T) : null;
+    const r = await response;
+    return r ? ((await r.json()) as T) : null;
   } catch {
     return null;
   }
+}
+
+/** Drops an early answer unread, which ends the server's work on it. */
+export function cancelEarly(response: Promise<Response | null>): void {
+  void response.then((r) => r?.body?.cancel().catch(() => {}));
 }

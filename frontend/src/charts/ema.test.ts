@@ -20,3 +20,12 @@ describe('ema', () => {
     expect(out[4]).toBeLessThan(10);
   });
 });
+
+describe('ema on a column shared with other runs', () => {
+  it('keeps "no point here" (undefined) apart from NaN gaps (null)', () => {
+    const out = ema([1, undefined, null, 3], 0.5);
+    expect(out[1]).toBeUndefined();
+    expect(out[2]).toBeNull();
+    expect(out[3]).toBeGreaterThan(1);
+  });
+});

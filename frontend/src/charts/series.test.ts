@@ -1,12 +1,18 @@
-import { describe, expect, it } from 'vitest';
-import { appendPoints, fromSeries, toNumber, xValues, yValues } from './series';
+import { describe, expect, it, vi } from 'vitest';
+import type { Series } from '../api/types';
+import { appendPoints, emptyBuffer, forLog, fromSeries, toNumber, xValues } from './series';
 import { MetricStore } from './store';
 
-const series = (key: string, steps: number[]) => ({
+type Point = Series['points'][number];
+const series = (key: string, steps: number[], value = (s: number): Point['value'] => s * 2, extra: Partial<Point> = {}): Series => ({
   key,
   total_points: steps.length,
   downsampled: false,
-  points: steps.map((step) => ({ step, value: step * 2, min: step * 2, max: step * 2, count: 1, time: 1000 + step })),
+  points: steps.map((step) => {
+    const v = value(step);
+    const edge = typeof v === 'number' ? v : null;
+    return { step, value: v, min: edge, max: edge, count: 1, time: 1000 + step, first_nan_step: v === 'NaN' ? step : null, ...extra };
+  }),
 });
 
 describe('series helpers', () => {
@@ -14,6 +20,22 @@ describe('series helpers', () => {
     expect(toNumber('NaN')).toBeNull();
     expect(toNumber('Infinity')).toBeNull();
     expect(toNumber(1.5)).toBe(1.5);
+  });
+
+  it('keeps where the series was non-finite, including a NaN inside a bucket', () => {
+    const buf = fromSeries(series('train/loss', [1, 2, 3, 4], (s) => (s === 2 ? 'Infinity' : s === 4 ? 'NaN' : s)));
+    expect(buf.values).toEqual([1, null, 3, null]);
+    expect(buf.nonFinite).toEqual([
+      { step: 2, at: 1, kind: '+inf' },
+      { step: 4, at: 3, kind: 'NaN' },
+    ]);
+    const bucket = fromSeries({
+      key: 'k', total_points: 40, downsampled: true,
+      points: [{ step: 19, value: 1, min: 0, max: 'Infinity', count: 20, time: 1, first_nan_step: 7 }],
+    });
+    expect(bucket.nonFinite).toEqual([{ step: 7, at: 0, kind: 'NaN' }, { step: 19, at: 0, kind: '+inf' }]);
+    expect(bucket.downsampled).toBe(true);
+    expect(bucket.maxs).toEqual([null]);
   });
 
   it('appends only points past the last step, in step order', () => {
@@ -26,36 +48,76 @@ describe('series helpers', () => {
     expect(added).toBe(2);
     expect(buf.steps).toEqual([1, 2, 3, 4, 5]);
     expect(buf.values).toEqual([2, 4, 6, null, 10]);
+    expect(buf.nonFinite).toEqual([{ step: 4, at: 3, kind: 'NaN' }]);
   });
 
   it('blanks non-positive values on a log axis and keeps time monotonic', () => {
-    const buf = { steps: [1, 2, 3], times: [10, 9, 11], values: [0, -1, 2] };
-    expect(yValues(buf, true)).toEqual([null, null, 2]);
+    const buf = { ...emptyBuffer(), steps: [1, 2, 3], times: [10, 9, 11], values: [0, -1, 2] };
+    expect(forLog(buf.values, true)).toEqual([null, null, 2]);
     expect(xValues(buf, 'time')).toEqual([10, 10, 11]);
     expect(xValues(buf, 'step')).toBe(buf.steps);
   });
 });
 
+const summary = (key: string, count: number, last: number) => ({ key, count, last_step: last, last_value: last, last_time: 1 });
+
 describe('MetricStore', () => {
-  it('holds live points that arrive before the history, then merges them', () => {
-    const store = new MetricStore();
+  it('fetches only the keys charts ask for, batched, and holds live points that arrive meanwhile', async () => {
+    const fetched: string[][] = [];
+    let answer: (s: Series[]) => void = () => {};
+    const store = new MetricStore((keys) => {
+      fetched.push(keys);
+      return new Promise((resolve) => (answer = resolve));
+    });
+    store.setKeyList([summary('train/loss', 4, 4), summary('train/lr', 3, 4), summary('other/x', 2, 4)]);
+    expect(store.keys().map((k) => k.key)).toEqual(['train/loss', 'train/lr', 'other/x']);
+    store.request('train/loss');
+    store.request('train/lr');
+    await vi.waitFor(() => expect(fetched).toEqual([['train/loss', 'train/lr']]));
+    store.append([{ key: 'train/loss', step: 5, value: 1, time: 2 }, { key: 'other/x', step: 5, value: 1, time: 2 }]);
     let redraws = 0;
-    store.append([{ key: 'train/loss', step: 4, value: 1, time: 1 }]);
-    store.load([series('train/loss', [1, 2, 3, 4])]);
     store.subscribe('train/loss', () => redraws++);
-    expect(store.get('train/loss')?.steps).toEqual([1, 2, 3, 4]);
-    store.append([{ key: 'train/loss', step: 5, value: 1, time: 2 }]);
-    expect(store.get('train/loss')?.steps).toEqual([1, 2, 3, 4, 5]);
+    answer([series('train/loss', [1, 2, 3, 4]), series('train/lr', [1, 2, 3, 4])]);
+    await vi.waitFor(() => expect(store.get('train/loss')?.steps).toEqual([1, 2, 3, 4, 5]));
     expect(redraws).toBe(1);
+    expect(store.loaded('other/x')).toBe(false); // never on screen: never fetched
+    store.append([{ key: 'train/loss', step: 6, value: 1, time: 3 }]);
+    expect(store.get('train/loss')?.steps.at(-1)).toBe(6);
+    expect(redraws).toBe(2);
   });
 
   it('announces a key it has not seen', () => {
-    const store = new MetricStore();
-    store.load([]);
+    const store = new MetricStore(async () => []);
+    store.setKeyList([]);
     let announced = 0;
     store.subscribeKeys(() => announced++);
     store.append([{ key: 'reward/mean', step: 1, value: 1, time: 1 }]);
     expect(announced).toBe(1);
-    expect(store.keys()).toEqual(['reward/mean']);
+    expect(store.keys().map((k) => k.key)).toEqual(['reward/mean']);
+  });
+
+  it('waits while held (the early answer may bring everything), then fetches only what it lacks', async () => {
+    const fetched: string[][] = [];
+    const store = new MetricStore(async (keys) => (fetched.push(keys), []));
+    store.hold();
+    store.setKeyList([summary('a', 2, 2), summary('b', 2, 2)]);
+    store.request('a');
+    store.request('b');
+    store.load([series('a', [1, 2])]);
+    await new Promise((r) => setTimeout(r, 5));
+    expect(fetched).toEqual([]);
+    store.release();
+    await vi.waitFor(() => expect(fetched).toEqual([['b']]));
+  });
+
+  it('fetches a key with its candidate twins and folds the identical one into the first', async () => {
+    const data: Record<string, Series> = {
+      'reward/mean': series('reward/mean', [1, 2, 3], (s) => s / 10),
+      'reward/arithmetic': series('reward/arithmetic', [1, 2, 3], (s) => s / 10),
+    };
+    const store = new MetricStore(async (keys) => keys.map((k) => data[k]!));
+    store.setKeyList([{ ...summary('reward/mean', 3, 3), last_value: 0.3 }, { ...summary('reward/arithmetic', 3, 3), last_value: 0.3 }]);
+    store.request('reward/mean');
+    await vi.waitFor(() => expect(store.duplicates()).toEqual(new Map([['reward/arithmetic', 'reward/mean']])));
   });
 });

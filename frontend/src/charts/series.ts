@@ -1,25 +1,62 @@
 import type { Series } from '../api/types';
 
+/** Where a series was NaN or infinite: drawn as a marker, never silently dropped. */
+export interface NonFinite {
+  step: number;
+  /** Index of the point (or bucket) in the buffer, for its time on a time axis. */
+  at: number;
+  kind: 'NaN' | '+inf' | '-inf';
+}
+
 /** One metric's points in columns, the shape uPlot draws without copying. */
 export interface SeriesBuffer {
   steps: number[];
   times: number[];
   values: Array<number | null>;
+  /** Each bucket's smallest and largest finite value (the value itself for a raw point). */
+  mins: Array<number | null>;
+  maxs: Array<number | null>;
+  nonFinite: NonFinite[];
+  /** The server merged points into buckets: the chart draws their min/max as a band. */
+  downsampled: boolean;
 }
 
-/** The API sends NaN and infinities as strings; a chart shows them as gaps. */
+export const emptyBuffer = (): SeriesBuffer => ({
+  steps: [], times: [], values: [], mins: [], maxs: [], nonFinite: [], downsampled: false,
+});
+
+/** The API sends NaN and infinities as strings; on the line they are gaps (and get a marker). */
 export function toNumber(value: number | string | null | undefined): number | null {
   if (typeof value === 'number') return Number.isFinite(value) ? value : null;
   return null;
 }
 
+function kindOf(value: number | string | null | undefined): NonFinite['kind'] | null {
+  if (value === 'NaN' || (typeof value === 'number' && Number.isNaN(value))) return 'NaN';
+  if (value === 'Infinity' || value === Infinity) return '+inf';
+  if (value === '-Infinity' || value === -Infinity) return '-inf';
+  return null;
+}
+
 export function fromSeries(series: Series): SeriesBuffer {
-  const buf: SeriesBuffer = { steps: [], times: [], values: [] };
+  const buf = emptyBuffer();
+  buf.downsampled = series.downsampled;
   for (const p of series.points) {
+    const at = buf.steps.length;
     buf.steps.push(p.step);
     buf.times.push(p.time);
     buf.values.push(toNumber(p.value));
+    buf.mins.push(toNumber(p.min));
+    buf.maxs.push(toNumber(p.max));
+    // A bucket's value is its last point; a NaN or infinity earlier in it shows in first_nan_step, min and max.
+    if (p.first_nan_step != null) buf.nonFinite.push({ step: p.first_nan_step, at, kind: 'NaN' });
+    const kind = kindOf(p.value);
+    if (kind && kind !== 'NaN') buf.nonFinite.push({ step: p.step, at, kind });
+    else if (kind === 'NaN' && p.first_nan_step == null) buf.nonFinite.push({ step: p.step, at, kind });
+    if (!kind && kindOf(p.max) === '+inf') buf.nonFinite.push({ step: p.step, at, kind: '+inf' });
+    if (!kind && kindOf(p.min) === '-inf') buf.nonFinite.push({ step: p.step, at, kind: '-inf' });
   }
+  buf.nonFinite.sort((a, b) => a.step - b.step);
   return buf;
 }
 
@@ -37,22 +74,22 @@ export function appendPoints(
   for (const p of sorted) {
     const last = buf.steps.length ? buf.steps[buf.steps.length - 1]! : -Infinity;
     if (p.step <= last) continue;
+    const value = toNumber(p.value);
+    const kind = kindOf(p.value);
+    if (kind) buf.nonFinite.push({ step: p.step, at: buf.steps.length, kind });
     buf.steps.push(p.step);
     buf.times.push(p.time);
-    buf.values.push(toNumber(p.value));
+    buf.values.push(value);
+    buf.mins.push(value);
+    buf.maxs.push(value);
     added++;
   }
   return added;
 }
 
-export interface ChartOptions {
-  xBy: 'step' | 'time';
-  logScale: boolean;
-}
-
 /** Log axes cannot show zero or negatives; blank them rather than let uPlot throw. */
-export function yValues(buf: SeriesBuffer, logScale: boolean): Array<number | null> {
-  return logScale ? buf.values.map((v) => (v != null && v > 0 ? v : null)) : buf.values;
+export function forLog<T extends number | null | undefined>(values: readonly T[], logScale: boolean): T[] {
+  return logScale ? values.map((v) => (v != null && v > 0 ? v : (null as T))) : (values as T[]);
 }
 
 /** Time-x charts need increasing x; a resumed run can log an old step later, so keep order by step but clamp time. */

@@ -1,43 +1,112 @@
-import type { Series } from '../api/types';
+import type { KeySummary, Series } from '../api/types';
 import type { LivePoint } from '../sse/runEvents';
-import { appendPoints, fromSeries, type SeriesBuffer } from './series';
+import { KeyBatcher } from './batcher';
+import { candidateGroups, findDuplicates } from './duplicates';
+import { appendPoints, fromSeries, toNumber, type SeriesBuffer } from './series';
+import type { ChartLine, ChartSource, KeyInfo } from './source';
 
 type Listener = () => void;
+interface Known {
+  points: number;
+  lastStep: number;
+  lastValue: string;
+}
 
 /**
- * Holds every metric's points outside React state so live points redraw only their chart
- * (through uPlot's setData) instead of re-rendering the page.
+ * A run's metrics for its charts, outside React state so a live point redraws only its chart
+ * (through uPlot's setData). The key list comes first (from the keys endpoint and the stream);
+ * a key's history is fetched when its chart asks (it scrolled near the viewport), in batches.
  */
-export class MetricStore {
+export class MetricStore implements ChartSource {
+  private known = new Map<string, Known>();
   private buffers = new Map<string, SeriesBuffer>();
+  private loading = new Map<string, LivePoint[]>(); // key -> live points that came while its history was on the way
   private listeners = new Map<string, Set<Listener>>();
   private keyListeners = new Set<Listener>();
-  private pending: LivePoint[] = [];
-  private loaded = false;
+  private keyList: KeyInfo[] = [];
+  private groups: string[][] = [];
+  private dups = new Map<string, string>();
+  private batcher: KeyBatcher;
+
+  constructor(fetchSeries: (keys: string[]) => Promise<Series[]>, onError: (err: unknown) => void = () => {}) {
+    this.batcher = new KeyBatcher((keys) =>
+      fetchSeries(keys).then(
+        (series) => this.load(series),
+        (err: unknown) => {
+          for (const k of keys) this.loading.delete(k); // asked again when its chart next mounts
+          onError(err);
+        },
+      ),
+    );
+  }
+
+  keys(): readonly KeyInfo[] {
+    return this.keyList;
+  }
+
+  /** duplicate key -> the key whose chart draws it. */
+  duplicates(): ReadonlyMap<string, string> {
+    return this.dups;
+  }
+
+  lines(key: string): ChartLine[] {
+    return [{ label: key, color: 'var(--chart-line)', buf: this.buffers.get(key) }];
+  }
 
   get(key: string): SeriesBuffer | undefined {
     return this.buffers.get(key);
   }
 
-  keys(): string[] {
-    return [...this.buffers.keys()];
+  loaded(key: string): boolean {
+    return this.buffers.has(key);
   }
 
-  /** The initial (downsampled) history; live points that came before it are applied after. */
-  load(series: Series[]): void {
-    for (const s of series) this.buffers.set(s.key, fromSeries(s));
-    this.loaded = true;
-    const pending = this.pending;
-    this.pending = [];
-    this.append(pending, true);
-    this.notifyKeys();
-  }
-
-  append(points: LivePoint[], quietKeys = false): void {
-    if (!this.loaded) {
-      this.pending.push(...points);
-      return;
+  /** The keys endpoint's answer. */
+  setKeyList(summaries: readonly KeySummary[]): void {
+    for (const s of summaries) {
+      const mine = this.known.get(s.key);
+      if (!mine || mine.lastStep <= s.last_step) {
+        this.known.set(s.key, { points: s.count, lastStep: s.last_step, lastValue: String(s.last_value) });
+      }
     }
+    this.keysChanged();
+  }
+
+  request(key: string): void {
+    const wanted = [key, ...(this.groups.find((g) => g.includes(key)) ?? [])];
+    const fresh = wanted.filter((k) => !this.buffers.has(k) && !this.loading.has(k));
+    for (const k of fresh) this.loading.set(k, []);
+    if (fresh.length) this.batcher.add(fresh);
+  }
+
+  /** Defers fetching while index.html's early answer (every key at once) may make it unneeded. */
+  hold(): void {
+    this.batcher.hold();
+  }
+
+  release(): void {
+    this.batcher.release((k) => !this.buffers.has(k));
+  }
+
+  /** Histories arrived (a batch, or the early answer with every key). */
+  load(series: readonly Series[]): void {
+    let newKey = false;
+    for (const s of series) {
+      const buf = fromSeries(s);
+      appendPoints(buf, this.loading.get(s.key) ?? []);
+      this.loading.delete(s.key);
+      this.buffers.set(s.key, buf);
+      if (!this.known.has(s.key) && s.points.length) {
+        this.learn(s.key, s.total_points, s.points.at(-1)!.step, s.points.at(-1)!.value);
+        newKey = true;
+      }
+    }
+    if (newKey) this.keysChanged();
+    else if (this.updateDuplicates()) this.notifyKeys();
+    for (const s of series) this.notify(s.key);
+  }
+
+  append(points: readonly LivePoint[]): void {
     const byKey = new Map<string, LivePoint[]>();
     for (const p of points) {
       let list = byKey.get(p.key);
@@ -46,14 +115,22 @@ export class MetricStore {
     }
     let newKey = false;
     for (const [key, list] of byKey) {
-      let buf = this.buffers.get(key);
-      if (!buf) {
-        this.buffers.set(key, (buf = { steps: [], times: [], values: [] }));
-        newKey = true;
+      const top = list.reduce((a, b) => (b.step > a.step ? b : a));
+      const mine = this.known.get(key);
+      if (!mine) newKey = true;
+      if (!mine || top.step > mine.lastStep) {
+        const added = list.filter((p) => p.step > (mine?.lastStep ?? -Infinity)).length;
+        this.learn(key, (mine?.points ?? 0) + added, top.step, top.value);
       }
-      if (appendPoints(buf, list) > 0) this.listeners.get(key)?.forEach((fn) => fn());
+      const buf = this.buffers.get(key);
+      if (buf) {
+        if (appendPoints(buf, list) > 0) this.notify(key);
+      } else {
+        this.loading.get(key)?.push(...list); // else not on screen: its history is fetched when it is
+      }
     }
-    if (newKey && !quietKeys) this.notifyKeys();
+    if (newKey) this.keysChanged();
+    else if (this.updateGroups() || this.updateDuplicates()) this.notifyKeys();
   }
 
   subscribe(key: string, fn: Listener): () => void {
@@ -63,9 +140,47 @@ export class MetricStore {
     return () => set.delete(fn);
   }
 
+  /** The key list or the duplicates changed. */
   subscribeKeys(fn: Listener): () => void {
     this.keyListeners.add(fn);
     return () => this.keyListeners.delete(fn);
+  }
+
+  private learn(key: string, points: number, lastStep: number, lastValue: number | string): void {
+    this.known.set(key, { points, lastStep, lastValue: String(toNumber(lastValue) ?? lastValue) });
+  }
+
+  private keysChanged(): void {
+    this.keyList = [...this.known].map(([key, k]) => ({ key, points: k.points, signature: `${k.points}|${k.lastStep}|${k.lastValue}` }));
+    this.updateGroups();
+    this.updateDuplicates();
+    this.notifyKeys();
+  }
+
+  /** Regroups candidates; a group one of whose keys is on screen is fetched whole, to be compared. */
+  private updateGroups(): boolean {
+    const list = this.keyList.map((k) => ({ ...k, ...this.signatureOf(k.key) }));
+    const groups = candidateGroups(list);
+    const same = JSON.stringify(groups) === JSON.stringify(this.groups);
+    this.groups = groups;
+    for (const g of groups) if (g.some((k) => this.buffers.has(k) || this.loading.has(k))) g.forEach((k) => this.request(k));
+    return !same;
+  }
+
+  private signatureOf(key: string): { points: number; signature: string } {
+    const k = this.known.get(key)!;
+    return { points: k.points, signature: `${k.points}|${k.lastStep}|${k.lastValue}` };
+  }
+
+  private updateDuplicates(): boolean {
+    const next = findDuplicates(this.groups, (key) => (this.buffers.has(key) ? [this.buffers.get(key)] : null));
+    const same = next.size === this.dups.size && [...next].every(([k, v]) => this.dups.get(k) === v);
+    if (!same) this.dups = next;
+    return !same;
+  }
+
+  private notify(key: string): void {
+    this.listeners.get(key)?.forEach((fn) => fn());
   }
 
   private notifyKeys(): void {

@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'react';
+import { useEffect, useState, useSyncExternalStore } from 'react';
 
 export type Theme = 'light' | 'dark';
 const KEY = 'rlplane.theme';
@@ -22,4 +22,25 @@ export function useTheme(): [Theme, () => void] {
       return next;
     });
   return [theme, toggle];
+}
+
+// The toggle flips `data-theme` on <html>; charts read colours from CSS variables when they are
+// built, so they watch the attribute and rebuild.
+function subscribeThemeAttribute(notify: () => void): () => void {
+  const observer = new MutationObserver(notify);
+  observer.observe(document.documentElement, { attributes: true, attributeFilter: ['data-theme'] });
+  return () => observer.disconnect();
+}
+const themeAttribute = () => document.documentElement.dataset.theme ?? '';
+
+/** The theme <html> is drawn in now (re-renders when the toggle flips it). */
+export function useThemeAttribute(): string {
+  return useSyncExternalStore(subscribeThemeAttribute, themeAttribute);
+}
+
+/** A colour, with `var(--name)` resolved against the current theme (canvas cannot read CSS variables). */
+export function resolveColor(color: string): string {
+  const m = /^var\((--[\w-]+)\)$/.exec(color.trim());
+  if (!m) return color;
+  return getComputedStyle(document.documentElement).getPropertyValue(m[1]!).trim() || '#888';
 }

@@ -1,53 +1,50 @@
-import { useMemo } from 'react';
-import type { Series } from '../../api/types';
-import { OverlayChart, type OverlaySeries } from '../../charts/OverlayChart';
-import { groupPanels } from '../../charts/panels';
-import { useShallowStable } from './useShallowStable';
-import { alignRuns, runsWithData, seriesByKey, shapeForChart } from './align';
+import { useEffect, useMemo, useSyncExternalStore } from 'react';
+import type { KeySummary } from '../../api/types';
+import { ChartPanels } from '../../charts/ChartPanels';
+import { CompareStore, type ComparedLine } from './compareStore';
+import { fetchCompareSeries } from './useCompareData';
 
 interface Props {
-  /** Each run's series, in legend order; `undefined` while loading or on error. */
-  perRun: ReadonlyArray<Series[] | undefined>;
-  legend: readonly OverlaySeries[];
+  /** The runs with a line on the charts, in legend order. */
+  lines: readonly ComparedLine[];
+  /** Each of those runs' key list (undefined while loading). */
+  keys: ReadonlyArray<KeySummary[] | undefined>;
   smoothing: number;
   logScale: boolean;
+  search: string;
+  onSearch: (query: string) => void;
 }
 
-export function CompareCharts({ perRun, legend, smoothing, logScale }: Props) {
-  const byKey = useMemo(() => seriesByKey(perRun), [perRun]);
-  const panels = useMemo(() => groupPanels([...byKey.keys()]), [byKey]);
-  if (perRun.every((s) => s === undefined)) return null;
-  if (panels.length === 0) return <p className="muted">None of these runs has logged metrics yet.</p>;
-  return (
-    <>
-      {panels.map((panel) => (
-        <section key={panel.title} className="panel" aria-label={panel.title}>
-          <h2>{panel.title}</h2>
-          <div className="chart-grid">
-            {panel.keys.map((key) => (
-              <KeyChart key={key} metricKey={key} series={byKey.get(key)!} legend={legend} smoothing={smoothing} logScale={logScale} />
-            ))}
-          </div>
-        </section>
-      ))}
-    </>
+/** Compare's charts: the run page's panels, search, pins and chart, with a line per run. */
+export function CompareCharts({ lines, keys, smoothing, logScale, search, onSearch }: Props) {
+  const store = useMemo(() => new CompareStore(fetchCompareSeries), []);
+  useEffect(() => store.setRuns(lines), [store, lines]);
+  useEffect(() => {
+    lines.forEach((line, i) => {
+      const list = keys[i];
+      if (list) store.setKeys(line.id, list);
+    });
+  }, [store, lines, keys]);
+  const keyList = useSyncExternalStore(
+    (fn) => store.subscribeKeys(fn),
+    () => store.keys(),
   );
-}
-
-interface KeyChartProps {
-  metricKey: string;
-  series: Array<Series | undefined>;
-  legend: readonly OverlaySeries[];
-  smoothing: number;
-  logScale: boolean;
-}
-
-function KeyChart({ metricKey, series, legend, smoothing, logScale }: KeyChartProps) {
-  // seriesByKey builds new arrays when any run refetches; realign only when this key's series change.
-  const stable = useShallowStable(series);
-  const aligned = useMemo(() => alignRuns(stable.map((s) => s?.points)), [stable]);
-  const data = useMemo(() => shapeForChart(aligned, smoothing, logScale), [aligned, smoothing, logScale]);
+  const duplicates = useSyncExternalStore(
+    (fn) => store.subscribeKeys(fn),
+    () => store.duplicates(),
+  );
+  if (keys.every((k) => k === undefined)) return null;
+  if (keyList.length === 0) return <p className="muted">None of these runs has logged metrics yet.</p>;
   return (
-    <OverlayChart metricKey={metricKey} series={legend} data={data} logScale={logScale} seriesWithData={runsWithData(stable)} />
+    <ChartPanels
+      source={store}
+      keys={keyList}
+      duplicates={duplicates}
+      search={search}
+      onSearch={onSearch}
+      smoothing={smoothing}
+      logScale={logScale}
+      xBy="step"
+    />
   );
 }

@@ -1,14 +1,24 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { useEffect, useReducer } from 'react';
 import { fireEvent, render, screen, within } from '@testing-library/react';
 import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import type { ChartSource } from '../../charts/source';
 import { ComparePage } from './ComparePage';
 
-// uPlot needs a canvas; the chart is stood in for by its container and attributes.
-vi.mock('../../charts/OverlayChart', () => ({
-  OverlayChart: (p: { metricKey: string; seriesWithData: number; data: unknown[][] }) => (
-    <div data-chart={p.metricKey} data-series={p.seriesWithData} data-points={p.data[0]?.length ?? 0} />
-  ),
+// uPlot needs a canvas; the chart is stood in for by its container and attributes, fed like the real one.
+vi.mock('../../charts/MetricChart', () => ({
+  MetricChart: ({ source, metricKey }: { source: ChartSource; metricKey: string }) => {
+    const [, redraw] = useReducer((n: number) => n + 1, 0);
+    useEffect(() => {
+      const off = source.subscribe(metricKey, redraw);
+      source.request(metricKey);
+      return off;
+    }, [source, metricKey]);
+    const lines = source.lines(metricKey).filter((l) => l.buf && l.buf.steps.length > 0);
+    const steps = new Set(lines.flatMap((l) => l.buf!.steps));
+    return <div data-chart={metricKey} data-series={lines.length} data-points={steps.size} />;
+  },
 }));
 
 const run = (id: number, name: string, spec: object, status = 'succeeded') => ({
@@ -18,14 +28,17 @@ const run = (id: number, name: string, spec: object, status = 'succeeded') => ({
 });
 const series = (key: string, steps: number[]) => ({
   key, total_points: steps.length, downsampled: false,
-  points: steps.map((step) => ({ step, value: step / 10, min: null, max: null, count: 1, time: step })),
+  points: steps.map((step) => ({ step, value: step / 10, min: null, max: null, count: 1, time: step, first_nan_step: null })),
+});
+const summary = (s: ReturnType<typeof series>) => ({
+  key: s.key, count: s.total_points, last_step: s.points.at(-1)!.step, last_value: s.points.at(-1)!.value, last_time: 1,
 });
 
 const RUNS: Record<number, ReturnType<typeof run>> = {
   3: run(3, 'alpha', { train: { lr: 0.0001, steps: 100 }, seed: 1 }),
   7: run(7, 'beta', { train: { lr: 0.0002, steps: 100 }, seed: 1 }),
 };
-const METRICS: Record<number, unknown[]> = {
+const METRICS: Record<number, Array<ReturnType<typeof series>>> = {
   3: [series('train/loss', [0, 10, 20]), series('train/lr', [0, 10])],
   7: [series('train/loss', [5, 15])],
 };
@@ -36,11 +49,16 @@ function json(body: unknown, status = 200) {
 
 function stubApi() {
   vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
-    const m = /\/api\/v1\/runs\/(\d+)(\/metrics)?$/.exec(new URL(req.url).pathname);
+    const url = new URL(req.url);
+    const m = /\/api\/v1\/runs\/(\d+)(\/metrics(\/keys)?)?$/.exec(url.pathname);
     const id = Number(m?.[1]);
     if (id === 5) return json({ detail: 'Not allowed' }, 403);
     if (!m || !RUNS[id]) return json({ detail: 'Run not found' }, 404);
-    return json(m[2] ? { run_id: id, max_points: 1500, series: METRICS[id] } : RUNS[id]);
+    const all = METRICS[id]!;
+    if (m[3]) return json({ data: all.map(summary), count: all.length });
+    const keys = url.searchParams.getAll('keys');
+    if (m[2]) return json({ run_id: id, max_points: 1500, series: all.filter((s) => keys.includes(s.key)) });
+    return json(RUNS[id]);
   }));
 }
 
@@ -74,11 +92,10 @@ describe('ComparePage', () => {
     expect(await within(legend).findByRole('link', { name: '#3 alpha' })).toBeTruthy();
     expect(within(legend).getByRole('link', { name: '#7 beta' }).getAttribute('href')).toBe('/runs/7');
 
-    await vi.waitFor(() => expect(document.querySelector('[data-chart="train/loss"]')).toBeTruthy());
+    await vi.waitFor(() => expect(document.querySelector<HTMLElement>('[data-chart="train/loss"]')?.dataset.series).toBe('2'));
     const loss = document.querySelector<HTMLElement>('[data-chart="train/loss"]')!;
-    expect(loss.dataset.series).toBe('2');
     expect(loss.dataset.points).toBe('5'); // union of 0,10,20 and 5,15
-    expect(document.querySelector<HTMLElement>('[data-chart="train/lr"]')!.dataset.series).toBe('1');
+    await vi.waitFor(() => expect(document.querySelector<HTMLElement>('[data-chart="train/lr"]')!.dataset.series).toBe('1'));
 
     const diff = screen.getByRole('region', { name: 'Spec differences' });
     const rows = within(diff).getAllByRole('row');

@@ -2,9 +2,9 @@ import { useMemo } from 'react';
 import { Link, useNavigate, useSearchParams } from 'react-router';
 import type { RunDetail } from '../../api/types';
 import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
-import type { OverlaySeries } from '../../charts/OverlayChart';
 import { runColor } from './colors';
 import { CompareCharts } from './CompareCharts';
+import type { ComparedLine } from './compareStore';
 import { Legend } from './Legend';
 import { parseRunIds, toSearch, withRunIds } from './params';
 import { SpecDiff } from './SpecDiff';
@@ -17,13 +17,14 @@ export function ComparePage() {
   const { ids, invalid } = useMemo(() => parseRunIds(params.get('runs')), [params]);
   const smoothing = parseSmoothing(params.get('smooth'));
   const logScale = params.get('log') === '1';
+  const search = params.get('search') ?? '';
   const runs = useCompareData(ids);
 
   const navigate = useNavigate();
   const go = (next: URLSearchParams, replace: boolean) => navigate({ search: toSearch(next) }, { replace });
   const setParam = (name: string, value: string | null) => {
     const next = new URLSearchParams(params);
-    if (value == null) next.delete(name);
+    if (value == null || value === '') next.delete(name);
     else next.set(name, value);
     go(next, true);
   };
@@ -31,10 +32,10 @@ export function ComparePage() {
 
   // Runs that failed to load keep their colour (by URL position) but get no line on the charts.
   const charted = runs.map((r, i) => ({ r, color: runColor(i) })).filter(({ r }) => r.run != null && r.error == null);
-  const perRun = useShallowStable(charted.map(({ r }) => r.series));
+  const keys = useShallowStable(charted.map(({ r }) => r.keys));
   const legendKey = charted.map(({ r, color }) => `${r.id}:${r.run?.name ?? ''}:${color}`).join(',');
-  const legend = useMemo<OverlaySeries[]>(
-    () => charted.map(({ r, color }) => ({ label: `#${r.id} ${r.run?.name ?? ''}`.trim(), color })),
+  const lines = useMemo<ComparedLine[]>(
+    () => charted.map(({ r, color }) => ({ id: r.id, label: `#${r.id} ${r.run?.name ?? ''}`.trim(), color })),
     [legendKey], // eslint-disable-line react-hooks/exhaustive-deps
   );
   const details = useShallowStable(runs.map((r) => r.run).filter((r): r is RunDetail => r != null));
@@ -57,7 +58,14 @@ export function ComparePage() {
         <>
           <ChartControls id="compare-smoothing" smoothing={smoothing} logScale={logScale} onParam={setParam} />
           {details.length >= 2 && <SpecDiff runs={details} />}
-          <CompareCharts perRun={perRun} legend={legend} smoothing={smoothing} logScale={logScale} />
+          <CompareCharts
+            lines={lines}
+            keys={keys}
+            smoothing={smoothing}
+            logScale={logScale}
+            search={search}
+            onSearch={(q) => setParam('search', q)}
+          />
         </>
       )}
     </div>

@@ -1,46 +1,35 @@
-import { describe, expect, it } from 'vitest';
-import { alignRuns, runsWithData, seriesByKey, shapeForChart } from './align';
+import { describe, expect, it, vi } from 'vitest';
+import type { Series } from '../../api/types';
 import { parseSmoothing } from '../../charts/ChartControls';
+import { CompareStore } from './compareStore';
 import { parseRunIds, toSearch, withRunIds } from './params';
 import { diffSpecs, flattenSpec } from './specDiff';
 
-const pts = (...pairs: Array<[number, unknown]>) => pairs.map(([step, value]) => ({ step, value }));
-const series = (key: string, n: number) => ({
-  key, total_points: n, downsampled: false,
-  points: Array.from({ length: n }, (_, i) => ({ step: i, value: i, min: i, max: i, count: 1, time: i })),
+const series = (key: string, steps: number[]): Series => ({
+  key, total_points: steps.length, downsampled: false,
+  points: steps.map((s) => ({ step: s, value: s, min: s, max: s, count: 1, time: s, first_nan_step: null })),
 });
+const summary = (key: string, count: number) => ({ key, count, last_step: count, last_value: count, last_time: 1 });
 
-describe('alignRuns', () => {
-  it('puts every run on the sorted union of steps with null gaps', () => {
-    const a = alignRuns([pts([0, 1], [10, 2], [20, 3]), pts([5, 9], [10, 8]), undefined]);
-    expect(a.steps).toEqual([0, 5, 10, 20]);
-    expect(a.values).toEqual([
-      [1, null, 2, 3],
-      [null, 9, 8, null],
-      [null, null, null, null],
-    ]);
-  });
-
-  it('turns NaN, null and the API string spellings into gaps', () => {
-    const a = alignRuns([pts([1, null], [2, 'NaN'], [3, Number.NaN], [4, 'Infinity'], [5, 0.5])]);
-    expect(a.values[0]).toEqual([null, null, null, null, 0.5]);
-  });
-
-  it('smooths each run and blanks non-positive values on log scales', () => {
-    const a = alignRuns([pts([0, 1], [1, 1]), pts([0, -1], [1, 4])]);
-    expect(shapeForChart(a, 0, false)).toEqual([[0, 1], [1, 1], [-1, 4]]);
-    expect(shapeForChart(a, 0, true)).toEqual([[0, 1], [1, 1], [null, 4]]);
-    const smoothed = shapeForChart(a, 0.5, false);
-    expect(smoothed[1]).toEqual([1, 1]); // debiased EMA of a constant is the constant
-  });
-});
-
-describe('seriesByKey', () => {
-  it('takes the union of keys and leaves runs without a key undefined', () => {
-    const byKey = seriesByKey([[series('loss', 3), series('lr', 2)], [series('loss', 0)], undefined]);
-    expect([...byKey.keys()].sort()).toEqual(['loss', 'lr']);
-    expect(byKey.get('lr')!.map((s) => s?.key)).toEqual(['lr', undefined, undefined]);
-    expect(runsWithData(byKey.get('loss')!)).toBe(1);
+describe('CompareStore', () => {
+  it('gives a chart a line per run, fetched per run when the chart asks, and refetched when a run gains points', async () => {
+    const asked: Array<[number, string[]]> = [];
+    const store = new CompareStore(async (run, keys) => {
+      asked.push([run, keys]);
+      return keys.map((k) => series(k, run === 3 ? [0, 10, 20] : [5, 15]));
+    });
+    store.setRuns([{ id: 3, label: '#3 a', color: 'var(--series-0)' }, { id: 7, label: '#7 b', color: 'var(--series-1)' }]);
+    store.setKeys(3, [summary('train/loss', 3), summary('train/lr', 2)]);
+    store.setKeys(7, [summary('train/loss', 2)]);
+    expect(store.keys().map((k) => [k.key, k.points])).toEqual([['train/loss', 3], ['train/lr', 2]]);
+    store.request('train/loss');
+    await vi.waitFor(() => expect(store.loaded('train/loss')).toBe(true));
+    expect(asked).toEqual([[3, ['train/loss']], [7, ['train/loss']]]);
+    expect(store.lines('train/loss').map((l) => [l.label, l.buf?.steps])).toEqual([['#3 a', [0, 10, 20]], ['#7 b', [5, 15]]]);
+    expect(store.loaded('train/lr')).toBe(false);
+    store.setKeys(7, [summary('train/loss', 3)]);
+    await vi.waitFor(() => expect(asked).toHaveLength(3));
+    expect(asked[2]).toEqual([7, ['train/loss']]);
   });
 });
 

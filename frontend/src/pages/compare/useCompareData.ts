@@ -1,16 +1,16 @@
 import { useEffect, useRef } from 'react';
 import { useQueries, useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, unwrap } from '../../api/client';
-import { ACTIVE, type RunDetail, type Series } from '../../api/types';
+import { ACTIVE, type KeySummary, type RunDetail, type Series } from '../../api/types';
+import { MAX_POINTS } from '../../charts/useMetricHistory';
 
-// The server keeps each bucket's min and max, so ~1500 points still show spikes.
-const MAX_POINTS = 1500;
 const ACTIVE_REFRESH_MS = 10_000;
 
 export interface ComparedRun {
   id: number;
   run: RunDetail | undefined;
-  series: Series[] | undefined;
+  /** The run's metric keys with their counts and last points; histories are fetched per chart. */
+  keys: KeySummary[] | undefined;
   loading: boolean;
   /** Why this run (or its metrics) cannot be shown, worded for the page: "run 99: not found". */
   error: string | null;
@@ -27,7 +27,13 @@ export function describeError(id: number, error: unknown): string {
   return `run ${id}: ${error instanceof Error ? error.message : String(error)}`;
 }
 
-/** Each run's detail and metrics; active runs poll every 10 s, finished ones are fetched once. */
+/** One run's history for some keys: what a chart on screen asks for. */
+export async function fetchCompareSeries(runId: number, keys: string[]): Promise<Series[]> {
+  const query = { keys, max_points: MAX_POINTS };
+  return (await unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: runId }, query } }))).series;
+}
+
+/** Each run's detail and key list; active runs poll every 10 s, finished ones are fetched once. */
 export function useCompareData(ids: readonly number[]): ComparedRun[] {
   const details = useQueries({
     queries: ids.map((id) => ({
@@ -43,9 +49,8 @@ export function useCompareData(ids: readonly number[]): ComparedRun[] {
       const run = details[i]?.data;
       const active = run != null && ACTIVE.has(run.status);
       return {
-        queryKey: ['compare-metrics', id, MAX_POINTS],
-        queryFn: () =>
-          unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: id }, query: { max_points: MAX_POINTS } } })),
+        queryKey: ['compare-keys', id],
+        queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/metrics/keys', { params: { path: { run_id: id } } })),
         enabled: run != null,
         retry: noRetryOn4xx,
         refetchInterval: active ? ACTIVE_REFRESH_MS : (false as const),
@@ -61,7 +66,7 @@ export function useCompareData(ids: readonly number[]): ComparedRun[] {
     return {
       id,
       run: detail.data,
-      series: metric.data?.series,
+      keys: metric.data?.data,
       loading: detail.isPending || (detail.data != null && metric.isPending),
       error: error ? describeError(id, error) : null,
     };
@@ -78,7 +83,7 @@ function useRefreshWhenFinished(ids: readonly number[], statuses: ReadonlyArray<
       const status = statuses[i];
       if (status == null) return;
       const active = ACTIVE.has(status);
-      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: ['compare-metrics', id] });
+      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: ['compare-keys', id] });
       wasActive.current.set(id, active);
     });
   }, [signature]); // eslint-disable-line react-hooks/exhaustive-deps

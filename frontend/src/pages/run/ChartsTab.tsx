@@ -1,9 +1,8 @@
-import { useMemo, useSyncExternalStore } from 'react';
+import { useSyncExternalStore } from 'react';
 import { useSearchParams } from 'react-router';
 import { ErrorNote } from '../../components/ErrorNote';
 import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
-import { MetricChart } from '../../charts/MetricChart';
-import { groupPanels } from '../../charts/panels';
+import { ChartPanels } from '../../charts/ChartPanels';
 import { useRunContext } from './context';
 
 export function ChartsTab() {
@@ -14,22 +13,27 @@ export function ChartsTab() {
   const smoothing = parseSmoothing(params.get('smooth'));
   const logScale = params.get('log') === '1';
   const xBy = params.get('x') === 'time' ? 'time' : 'step';
+  const search = params.get('search') ?? '';
   const setParam = (name: string, value: string | null) =>
     setParams(
       (prev) => {
         const next = new URLSearchParams(prev);
-        if (value == null) next.delete(name);
+        if (value == null || value === '') next.delete(name);
         else next.set(name, value);
         return next;
       },
       { replace: true },
     );
 
-  const keysVersion = useSyncExternalStore(
+  // The store hands out a new key list (and duplicates map) only when they change.
+  const keys = useSyncExternalStore(
     (fn) => store.subscribeKeys(fn),
-    () => store.keys().length,
+    () => store.keys(),
   );
-  const panels = useMemo(() => groupPanels(store.keys()), [store, keysVersion]); // eslint-disable-line react-hooks/exhaustive-deps
+  const duplicates = useSyncExternalStore(
+    (fn) => store.subscribeKeys(fn),
+    () => store.duplicates(),
+  );
 
   return (
     <div className="charts-tab">
@@ -41,17 +45,19 @@ export function ChartsTab() {
         </select>
       </ChartControls>
       <ErrorNote error={error} />
-      {loaded && panels.length === 0 && <p className="muted">No metrics yet; charts appear when the first points arrive.</p>}
-      {panels.map((panel) => (
-        <section key={panel.title} className="panel" aria-label={panel.title}>
-          <h2>{panel.title}</h2>
-          <div className="chart-grid">
-            {panel.keys.map((key) => (
-              <MetricChart key={key} metricKey={key} store={store} smoothing={smoothing} logScale={logScale} xBy={xBy} />
-            ))}
-          </div>
-        </section>
-      ))}
+      {loaded && keys.length === 0 && <p className="muted">No metrics yet; charts appear when the first points arrive.</p>}
+      {keys.length > 0 && (
+        <ChartPanels
+          source={store}
+          keys={keys}
+          duplicates={duplicates}
+          search={search}
+          onSearch={(q) => setParam('search', q)}
+          smoothing={smoothing}
+          logScale={logScale}
+          xBy={xBy}
+        />
+      )}
     </div>
   );
 }
