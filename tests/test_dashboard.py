@@ -1,6 +1,7 @@
 """The dashboard's own suites, run by `make test`: the generated API client is current, Vitest's
-unit and component tests pass, and the end-to-end script drives Debian's Chromium against a real
-`rlplane up` serving the built dashboard, with a run training while it looks."""
+unit and component tests pass, and the end-to-end scripts drive Debian's Chromium against a real
+`rlplane up` serving the built dashboard: with a run training while it looks, and on runs filled
+through the ingest API to check what the charts show."""
 
 from __future__ import annotations
 
@@ -103,5 +104,23 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
         submitted = http.get("/runs", params={"q": "e2e-from-new-run"}).json()["data"]
         assert len(submitted) == 1 and submitted[0]["last_step"] is not None, submitted
         assert sorted(p.suffix for p in shots.iterdir()) and all(p.stat().st_size > 1000 for p in shots.glob("*.png"))
+    finally:
+        assert server.stop() == 0
+
+
+def test_charts_in_chromium_against_rlplane_up(npm, tmp_path):
+    """frontend/e2e/charts.e2e.mjs: what the charts must show, on runs the script fills through the ingest API."""
+    chromium = shutil.which("chromium")
+    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
+    assert (FRONTEND / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
+    shots = tmp_path / "screenshots"
+    print(f"\ncharts screenshots: {shots}")
+    server = UpServer(tmp_path / "home", workers=0)
+    try:
+        server.wait_ready()
+        env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token}
+        env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
+        result = _run(["node", "e2e/charts.e2e.mjs"], cwd=FRONTEND, env=env)
+        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     finally:
         assert server.stop() == 0
