@@ -1,8 +1,10 @@
 """Checkpoints: registration (idempotent, path checked under the artifact root), listing, files, downloads."""
 
 import hashlib
+import io
 import json
 import math
+import tarfile
 import uuid
 
 import pytest
@@ -222,6 +224,25 @@ class TestCheckpointFiles:
         assert nested.status_code == 200 and nested.content == OPTIM_BYTES
         single = client.get(f"/api/v1/runs/{run['id']}/checkpoints/6/files/final.safetensors")
         assert single.status_code == 200 and single.content == MODEL_BYTES
+
+    def test_the_whole_checkpoint_downloads_as_one_tar(self, client, db, ckpt_dir, ckpt_file):
+        run = create_run(client)
+        register(client, run["id"], record(ckpt_dir))
+        register(client, run["id"], record(ckpt_file, step=6))
+        response = client.get(f"/api/v1/runs/{run['id']}/checkpoints/5/archive")
+        assert response.status_code == 200 and response.headers["content-type"] == "application/x-tar"
+        top = f"run-{run['id']}-checkpoint-step-5"
+        assert response.headers["content-disposition"] == f'attachment; filename="{top}.tar"'
+        with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+            names = sorted(m.name for m in tar.getmembers())
+            assert names == [f"{top}/model.safetensors", f"{top}/optim/state.json"]
+            assert tar.extractfile(f"{top}/model.safetensors").read() == MODEL_BYTES
+            assert tar.extractfile(f"{top}/optim/state.json").read() == OPTIM_BYTES
+        single = client.get(f"/api/v1/runs/{run['id']}/checkpoints/6/archive")
+        with tarfile.open(fileobj=io.BytesIO(single.content)) as tar:
+            [member] = tar.getmembers()
+            assert tar.extractfile(member).read() == MODEL_BYTES
+        assert client.get(f"/api/v1/runs/{run['id']}/checkpoints/7/archive").status_code == 404
 
     @pytest.mark.parametrize(
         "url",

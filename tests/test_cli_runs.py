@@ -71,6 +71,10 @@ def finished(stack: Stack) -> dict:
     assert final["status"] == "succeeded" and final["name"] == "cli-sft" and final["last_step"] == 20
     stored = stack.run(final["id"])
     assert stored["spec"]["train"]["steps"] == 20 and stored["spec"]["name"] == "cli-sft"
+    # The spec as written, comments kept, --set and --name applied in place (not a 66-line expansion).
+    text = stored["spec_text"]
+    assert text.startswith("# Supervised fine-tuning (SFT)") and "name: cli-sft\n" in text and "dpo:" not in text
+    assert "  steps: 20\n" in text and "  lr: 5.0e-4                # tiny models want a larger learning rate" in text
     assert "submitted run" in result.stderr and "succeeded" in result.stderr
     return stored
 
@@ -107,6 +111,10 @@ def test_wait_exits_1_when_the_run_fails(stack, tmp_path):
     run = stack.run(int(result.stdout))
     assert run["status"] == "failed" and f"run {run['id']} failed at step 0/20 (trainer exited with 2:" in result.stderr
     assert "error (bad model): model directory" in result.stderr
+    # Its own configuration failed it: resuming would fail it again, so it is not offered (and refused).
+    assert (run["failure"], run["resumable"], run["attempts"][-1]["failure"]) == ("config", False, "config")
+    refused = stack.cli("runs", "resume", str(run["id"]))
+    assert refused.exit_code == 4 and "failed on its own configuration" in refused.stderr and "clone it" in refused.stderr
 
 
 def test_submit_uploads_a_local_data_file_and_names_it_dataset_id(stack, tmp_path):
@@ -136,6 +144,7 @@ def test_a_diverged_run_fails_with_where_it_went_nan(stack):
     run = stack.run(int(result.stdout))
     reason = "diverged: train/loss is NaN at step 2 (train.on_nonfinite: fail)"
     assert run["status"] == "failed" and run["attempts"][-1]["end_reason"] == reason, run
+    assert (run["failure"], run["resumable"]) == ("diverged", False)
     assert reason in result.stderr
     checkpoints = stack.http.get(f"/runs/{run['id']}/checkpoints").json()["data"]
     assert checkpoints == [], checkpoints
@@ -170,11 +179,12 @@ def test_wait_exits_2_when_the_run_is_cancelled_and_resume_requeues_it(stack, fi
 
 
 def test_clone_with_follow_streams_the_logs(stack, finished):
-    result = stack.cli("runs", "clone", str(finished["id"]), "--set", "train.steps=10", "--name", "cli-clone", "--follow")
+    result = stack.cli("runs", "clone", str(finished["id"]), "--set", "train.steps=10", "--follow")
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     clone = stack.run(int(lines[0]))
-    assert clone["name"] == "cli-clone" and clone["spec"]["train"]["steps"] == 10
+    assert clone["name"] == "cli-sft-clone" and clone["spec"]["train"]["steps"] == 10  # a name of its own
+    assert clone["spec_text"].startswith("# Supervised fine-tuning (SFT)") and "  steps: 10\n" in clone["spec_text"]
     assert clone["spec"]["train"]["lr"] == finished["spec"]["train"]["lr"]
     stored = stack.http.get(f"/runs/{clone['id']}/logs", params={"limit": 10_000}).json()["data"]
     assert lines[1:] == [follow.log_text(line) for line in stored]  # with the time each was printed

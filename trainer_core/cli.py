@@ -16,11 +16,9 @@ import traceback
 from pathlib import Path
 
 from trainer_core.data import DataError
-from trainer_core.launch import EXIT_DIVERGED, prefix_rank_output, relaunch, under_a_launcher
+from trainer_core.launch import EXIT_BAD_INPUT, EXIT_DIVERGED, prefix_rank_output, relaunch, under_a_launcher
 from trainer_core.recipes.divergence import Diverged
 from trainer_core.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
-
-EXIT_BAD_INPUT = 2
 
 EXAMPLES = """\
 examples:

@@ -13,7 +13,9 @@ from typing import Any, TextIO
 # checkpoints after its current step and exits, so the next attempt redoes no steps.
 HAND_BACK_FILE = ".hand-back"
 
-# The trainer's exit status when train.on_nonfinite ended the run (its last status event says where).
+# The trainer's exit status when the spec, the data, the model or a checkpoint is wrong (said on stderr), and when
+# train.on_nonfinite ended the run (its last status event says where). Anything else unexpected exits 1.
+EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 
 

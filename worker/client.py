@@ -40,11 +40,20 @@ class ApiClient:
         return response.json()
 
     def status(
-        self, run_id: int, attempt: int, status: str, reason: str = "", last_step: int | None = None, handed_back: bool = False
+        self,
+        run_id: int,
+        attempt: int,
+        status: str,
+        reason: str = "",
+        last_step: int | None = None,
+        handed_back: bool = False,
+        failure: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"attempt": attempt, "status": status, "reason": reason[-2000:]}
         if handed_back:
             body["handed_back"] = True
+        if failure is not None:
+            body["failure"] = failure
         if last_step is not None:
             body["last_step"] = last_step
         response = self.http.post(f"{self.base}/runs/{run_id}/status", json=body)

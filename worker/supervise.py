@@ -3,8 +3,8 @@
     lease (409: a duplicate delivery or a run that is no longer queued -> ignore the message)
     -> write the spec, start the trainer (resuming from the run directory's checkpoints, if any)
     -> every poll: forward reports; every heartbeat: look for a cancel; watch for a hang
-    -> exit 0: succeeded | exit 3: failed, diverged (the trainer's reason) | other exit: failed with the last lines
-    | cancel: cancelled | hang: lost (retried)
+    -> exit 0: succeeded | exit 2: failed on its configuration | exit 3: failed, diverged (the trainer's reason)
+    | other exit: failed, crashed (with the last lines) | cancel: cancelled | hang: lost (retried)
     | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
 A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_core.launch import EXIT_DIVERGED, HAND_BACK_FILE
+from trainer_core.launch import EXIT_BAD_INPUT, EXIT_DIVERGED, HAND_BACK_FILE
 from trainer_core.reporting.http import ControlPlaneSink
 from trainer_core.spec import RunSpec
 from worker.artifacts import WorkerArtifacts
@@ -146,10 +146,12 @@ def _watch(
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"trainer exited 0 at step {forwarder.last_step}")
+    failure = {EXIT_BAD_INPUT: "config", EXIT_DIVERGED: "diverged"}.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:
-        return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure)
+        return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure, failure=failure)
     last_lines = "\n".join(list(trainer.tail)[-15:])
-    return _end(client, forwarder, trainer, run_id, attempt, "failed", f"trainer exited with {code}:\n{last_lines}")
+    reason = f"trainer exited with {code}:\n{last_lines}"
+    return _end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
 
 
 def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, why: str) -> str:
@@ -177,6 +179,7 @@ def _end(
     status: str,
     reason: str,
     handed_back: bool = False,
+    failure: str | None = None,
 ) -> str:
     trainer.wait_output()
     deadline = time.monotonic() + 120  # for the API; an upload that is getting on is waited for however long it takes
@@ -185,7 +188,7 @@ def _end(
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)
         try:
-            client.status(run_id, attempt, status, reason, forwarder.last_step, handed_back=handed_back)
+            client.status(run_id, attempt, status, reason, forwarder.last_step, handed_back=handed_back, failure=failure)
             logger.info("run=%d attempt=%d %s: %s", run_id, attempt, status, reason.splitlines()[0] if reason else "")
             return "handed_back" if handed_back else status
         except Superseded:

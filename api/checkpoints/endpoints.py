@@ -1,5 +1,6 @@
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
@@ -11,6 +12,7 @@ from api.artifacts import ArtifactStore, UnsafePath, safe_relative
 from api.auth.deps import CurrentPrincipal, Reader
 from api.auth.service import conflict, not_found
 from api.checkpoints import schemas
+from api.checkpoints.archive import tar_stream
 from api.db import SessionDep
 from api.models import Checkpoint, Run
 from api.runs.service import claim_for_report, readable_run, unprocessable
@@ -187,3 +189,31 @@ def download_checkpoint_file(
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"file path rejected: {exc}") from None
     except (FileNotFoundError, NotADirectoryError):
         raise not_found(f"file '{file_path}' in checkpoint at step {step}") from None
+
+
+@router.get(
+    "/{step}/archive",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-tar": {}}, "description": "Every file of the checkpoint, as one tar"}},
+)
+def download_checkpoint_archive(
+    run_id: RunId,
+    step: StepPath,
+    principal: Reader,
+    session: SessionDep,
+    request: Request,
+    kind: KindQuery = "checkpoint",
+) -> StreamingResponse:
+    """The whole checkpoint (or export) as one uncompressed tar, streamed: what `rlplane download` fetches file by file."""
+    ckpt = _checkpoint(session, principal, run_id, step, kind)
+    store = _store(request)
+    try:
+        base = safe_relative(ckpt.path)
+        files = list(store.files_under(base))
+    except (UnsafePath, FileNotFoundError):
+        raise not_found(f"files of checkpoint {ckpt.path}") from None
+    single = len(files) == 1 and store.is_file(base)
+    entries = [(name, size, partial(store.open_read, base if single else base / name)) for name, size in files]
+    top = f"run-{run_id}-{kind}-step-{step}"
+    headers = {"Content-Disposition": f'attachment; filename="{top}.tar"'}
+    return StreamingResponse(tar_stream(top, entries), media_type="application/x-tar", headers=headers)

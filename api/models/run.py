@@ -1,7 +1,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, JsonDoc, UtcDateTime, utcnow
@@ -23,6 +23,12 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(String(2000), default="")
     spec: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    # The body as it was submitted (YAML comments kept), shown by the Spec tab and used by Clone; null before 0005.
+    spec_text: Mapped[str | None] = mapped_column(Text)
+    # A few spec fields for run lists (views.config_summary): the list does not load the spec itself.
+    config: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)
+    # Why the run last failed: config (its spec, data or model), diverged (train.on_nonfinite), crashed.
+    failure: Mapped[str | None] = mapped_column(String(16))
     total_steps: Mapped[int]
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     archived: Mapped[bool] = mapped_column(default=False)

@@ -22,3 +22,4 @@ class RunAttempt(Base):
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     # Given back by its worker on shutdown (SIGTERM): requeued at once and not counted against max_attempts.
     handed_back: Mapped[bool] = mapped_column(default=False, server_default=false())
+    failure: Mapped[str | None] = mapped_column(String(16))  # with a failed end: config, diverged or crashed

@@ -28,4 +28,7 @@ class Sample(Base):
     kl: Mapped[float | None] = mapped_column(Float(precision=53))
     kl_is_nan: Mapped[bool] = mapped_column(default=False)
     scores: Mapped[dict[str, Any]] = mapped_column(JsonDoc, doc="non-finite scores are kept as 'NaN'/'Infinity' strings")
+    # What the response is: chosen / rejected (a preference pair), generation (at an evaluation), rollout; null: rollout.
+    label: Mapped[str | None] = mapped_column(String(32))
+    reference: Mapped[str | None] = mapped_column(Text)  # the dataset's own answer to the prompt, where it has one
     time: Mapped[float] = mapped_column(Float(precision=53))

@@ -1,4 +1,5 @@
 import logging
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
@@ -30,7 +31,13 @@ _SPEC_BODY: dict[str, Any] = {
 }
 
 
-async def spec_body(request: Request) -> RunSpec:
+@dataclass(frozen=True)
+class SubmittedSpec:
+    spec: RunSpec
+    text: str  # the body as sent: YAML keeps its comments
+
+
+async def spec_body(request: Request) -> SubmittedSpec:
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if content_type not in ("application/json", *_YAML_TYPES):
         raise HTTPException(
@@ -39,7 +46,8 @@ async def spec_body(request: Request) -> RunSpec:
         )
     body = await request.body()
     try:
-        return load_spec(body, "json" if content_type == "application/json" else "yaml")
+        spec = load_spec(body, "json" if content_type == "application/json" else "yaml")
+        return SubmittedSpec(spec, body.decode(errors="replace").replace("\x00", "\ufffd"))  # Postgres text holds no NUL
     except SpecError as exc:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -51,17 +59,19 @@ async def spec_body(request: Request) -> RunSpec:
 # request without a valid token is answered 401 before its body is read (not 422 for a body it may not send).
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.RunCreated, openapi_extra=_SPEC_BODY)
 def create_run(
-    principal: Writer, spec: Annotated[RunSpec, Depends(spec_body)], session: SessionDep, request: Request
+    principal: Writer, body: Annotated[SubmittedSpec, Depends(spec_body)], session: SessionDep, request: Request
 ) -> schemas.RunCreated:
-    run = service.create_run(session, principal, spec, request.app.state.settings.reward_entrypoints)
-    return schemas.RunCreated(**views.run_detail(session, run.id).model_dump(), warnings=_warnings(spec))
+    allowed = request.app.state.settings.reward_entrypoints
+    run = service.create_run(session, principal, body.spec, allowed, spec_text=body.text)
+    return schemas.RunCreated(**views.run_detail(session, run.id).model_dump(), warnings=_warnings(body.spec))
 
 
 @router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
 def validate_run(
-    principal: Writer, spec: Annotated[RunSpec, Depends(spec_body)], session: SessionDep, request: Request
+    principal: Writer, body: Annotated[SubmittedSpec, Depends(spec_body)], session: SessionDep, request: Request
 ) -> schemas.SpecCheck:
     """Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run."""
+    spec = body.spec
     _, parents = service.check_submission(session, principal, spec, request.app.state.settings.reward_entrypoints)
     return schemas.SpecCheck(
         spec=spec.model_dump(mode="json"),

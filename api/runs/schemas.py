@@ -3,11 +3,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.runs.state import STATUSES
+from api.runs.state import FAILURES, STATUSES
 from api.values import INT32_MAX, Step
 from trainer_core.spec import ALGORITHMS
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
+Failure = Literal[FAILURES]  # type: ignore[valid-type]
 Algorithm = Literal[ALGORITHMS]  # type: ignore[valid-type]
 RunSort = Literal["created_at", "-created_at", "updated_at", "-updated_at", "name", "-name", "status", "-status", "id", "-id"]
 
@@ -29,6 +30,9 @@ class AttemptPublic(BaseModel):
     end_reason: str | None
     last_step: int | None
     handed_back: bool = Field(description="Its worker gave the run back on shutdown; not counted against max_attempts")
+    failure: Failure | None = Field(
+        None, description="With a failed end, why: config (its spec, data or model), diverged (NaN/inf), crashed"
+    )
 
 
 class RunPublic(BaseModel):
@@ -48,6 +52,14 @@ class RunPublic(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    failure: Failure | None = Field(description="Why a failed run failed: config, diverged or crashed")
+    resumable: bool = Field(
+        description="POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration "
+        "or by diverging (it would fail the same way)"
+    )
+    config: dict[str, Any] = Field(
+        description="A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision"
+    )
 
 
 class RunOutput(BaseModel):
@@ -59,6 +71,9 @@ class RunOutput(BaseModel):
 
 class RunDetail(RunPublic):
     spec: dict[str, Any]
+    spec_text: str | None = Field(
+        description="The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept"
+    )
     parents: list[RunLinkPublic]
     children: list[RunLinkPublic]
     attempts: list[AttemptPublic]
@@ -113,6 +128,9 @@ class StatusUpdate(BaseModel):
     status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
     reason: str = Field(default="", max_length=2000)
     last_step: Step | None = None
+    failure: Failure | None = Field(
+        default=None, description="With status failed: config (exit 2: the spec, data or model), diverged (exit 3), crashed"
+    )
     handed_back: bool = Field(
         default=False,
         description="With status lost: the worker is shutting down and gives the run back; it is requeued at once "

@@ -8,9 +8,9 @@ from api.auth.principal import Principal, forbidden
 from api.auth.service import conflict, not_found, project_by_name, unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
-from api.runs import repository, schemas
+from api.runs import repository, schemas, views
 from api.runs.sources import check_sources
-from api.runs.state import ACTIVE, RESUMABLE, TERMINAL, can_transition
+from api.runs.state import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 from trainer_core.rewards.allowlist import is_allowed, refusal
 from trainer_core.spec import PythonReward, RunSpec, SumReward
 
@@ -137,8 +137,12 @@ def check_reward_entrypoints(spec: RunSpec, allowed: list[str]) -> None:
             raise unprocessable(loc, refusal(entrypoint, field, allowed))
 
 
-def create_run(session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str]) -> Run:
+def create_run(
+    session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str], spec_text: str | None = None
+) -> Run:
+    """`spec_text`: the body as submitted (its comments), kept beside the validated spec."""
     project, parents = check_submission(session, principal, spec, reward_entrypoints)
+    stored = spec.model_dump(mode="json")
     run = Run(
         project_id=project.id,
         name=spec.name,
@@ -146,7 +150,9 @@ def create_run(session: Session, principal: Principal, spec: RunSpec, reward_ent
         backend=spec.backend.kind,
         queue=spec.resources.queue,
         status="queued",
-        spec=spec.model_dump(mode="json"),
+        spec=stored,
+        spec_text=spec_text,
+        config=views.config_summary(stored),
         total_steps=spec.total_steps,
         last_step=None,
         created_by=principal.user_id,
@@ -185,6 +191,12 @@ def resume(session: Session, principal: Principal, run_id: int) -> Run:
     run = readable_run(session, principal, run_id, "write")
     if run.status not in RESUMABLE:
         raise conflict(f"run {run.id} is {run.status}; only failed, cancelled or lost runs can be resumed")
+    if run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES:
+        why = "on its own configuration" if run.failure == "config" else "by diverging"
+        raise conflict(
+            f"run {run.id} failed {why} ({run.status_reason.splitlines()[0] if run.status_reason else run.failure}); "
+            "resumed, it would fail the same way: clone it with the fix instead"
+        )
     step = repository.latest_checkpoint_step(session, run.id)
     where = f"checkpoint at step {step}" if step is not None else "the start (no checkpoint yet)"
     _set_status(session, run, "queued", f"resumed by {principal.user_name} from {where}")
@@ -232,6 +244,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         raise conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
     if body.status != run.status:
         _set_status(session, run, body.status, body.reason)
+        run.failure = body.failure if body.status == "failed" else None
     if body.last_step is not None:
         run.last_step = max(run.last_step or 0, body.last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
@@ -240,6 +253,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
             attempt.handed_back = body.status == "lost" and body.handed_back
+            attempt.failure = body.failure if body.status == "failed" else None
     if body.status == "lost":
         _retry_or_fail(session, run)
     session.flush()

@@ -4,6 +4,10 @@ STATUSES = ("queued", "starting", "running", "succeeded", "failed", "cancelling"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE = frozenset({"starting", "running", "cancelling"})
 RESUMABLE = frozenset({"failed", "cancelled", "lost"})
+# Why a run failed, as its worker says: its spec, data or model (the trainer's exit 2), its training went
+# NaN/inf (exit 3), or the trainer crashed. The first two fail again the same way if resumed: fix and resubmit.
+FAILURES = ("config", "diverged", "crashed")
+NOT_RESUMABLE_FAILURES = frozenset({"config", "diverged"})
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"starting", "cancelled"}),

@@ -1,9 +1,12 @@
 """Shape ORM rows into the public run schemas."""
 
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from api.models import Run
 from api.runs import repository, schemas
+from api.runs.state import NOT_RESUMABLE_FAILURES, RESUMABLE
 
 
 def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic:
@@ -24,7 +27,23 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
         updated_at=run.updated_at,
         started_at=run.started_at,
         ended_at=run.ended_at,
+        failure=run.failure,
+        resumable=run.status in RESUMABLE and not (run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES),
+        config=run.config or {},
     )
+
+
+def config_summary(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec fields a runs table shows beside the metrics."""
+    model, train, backend = (spec.get(name) or {} for name in ("model", "train", "backend"))
+    return {
+        "model": model.get("path"),
+        "lr": train.get("lr"),
+        "batch_size": train.get("batch_size"),
+        "steps": train.get("steps"),
+        "backend": backend.get("kind"),
+        "precision": backend.get("precision"),
+    }
 
 
 def link_public(link, run: Run) -> schemas.RunLinkPublic:
@@ -48,6 +67,7 @@ def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
     return schemas.RunDetail(
         **run_public(run, project, creator).model_dump(),
         spec=run.spec,
+        spec_text=run.spec_text,
         parents=links.parents,
         children=links.children,
         attempts=attempts,

@@ -45,6 +45,8 @@ def _public(row: Sample) -> schemas.SampleOut:
         reward=math.nan if row.reward_is_nan else row.reward,
         kl=math.nan if row.kl_is_nan else row.kl,
         scores=row.scores,
+        label=row.label,
+        reference=row.reference,
         time=row.time,
     )
 
@@ -79,6 +81,8 @@ def store(session: Session, run_id: int, samples: list[schemas.SampleIn]) -> Ing
             "kl": _stored(s.kl),
             "kl_is_nan": _is_nan(s.kl),
             "scores": {k: encode(v) for k, v in s.scores.items()},
+            "label": s.label,
+            "reference": s.reference,
             "time": now,
         }
         for s in samples

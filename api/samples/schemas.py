@@ -5,6 +5,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.floats import AnyFloat, MaybeFloat
 from api.values import Step, StoredText
 
+SampleLabel = Literal["rollout", "generation", "chosen", "rejected"]
+
 
 class SampleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -16,7 +18,17 @@ class SampleIn(BaseModel):
     response: StoredText = Field(max_length=200_000)
     reward: MaybeFloat = None
     kl: MaybeFloat = None
-    scores: dict[StoredText, AnyFloat] = Field(default_factory=dict, max_length=64, description="Any extra per-sample scores")
+    scores: dict[StoredText, AnyFloat] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Any extra per-sample scores: reward components by name, advantage, length (tokens), ...",
+    )
+    label: SampleLabel | None = Field(
+        default=None,
+        description="What the response is: rollout (RL training, the default), generation (at an evaluation), "
+        "chosen / rejected (the two sides of a preference pair)",
+    )
+    reference: StoredText | None = Field(default=None, max_length=200_000, description="The dataset's own answer to the prompt")
 
 
 class SampleOut(BaseModel):
@@ -29,6 +41,8 @@ class SampleOut(BaseModel):
     reward: MaybeFloat
     kl: MaybeFloat
     scores: dict[str, AnyFloat]
+    label: SampleLabel | None
+    reference: str | None
     time: float
 
 

@@ -12,6 +12,7 @@ from cli import output
 from cli.client import ApiError, Client
 from cli.context import EXIT_INVALID_SPEC, JsonFlag, RunArg, handled, state
 from cli.follow import exit_code, wait_for
+from cli.submission import Submission, prepare, with_value
 
 app = typer.Typer(help="List runs and act on them.", no_args_is_help=True)
 
@@ -24,15 +25,12 @@ Wait = Annotated[bool, typer.Option("--wait", help="Show progress until the run 
 Follow = Annotated[bool, typer.Option("--follow", "-f", help="Like --wait, and stream the run's logs")]
 
 
-def validated(data: dict, sets: list[str] | None, name: str | None) -> dict:
+def validated(text: str | None, data: dict, sets: list[str] | None, name: str | None) -> Submission:
     """Apply overrides and validate locally, so a bad spec is explained before anything is sent."""
-    from trainer_core.spec import SpecError, apply_overrides, dump_spec, parse_spec
+    from trainer_core.spec import SpecError
 
     try:
-        data = apply_overrides(data, sets) if sets else dict(data)
-        if name is not None:
-            data["name"] = name
-        return dump_spec(parse_spec(data))
+        return prepare(text, data, sets, name)
     except SpecError as exc:
         raise _invalid(exc.errors) from None
 
@@ -59,15 +57,16 @@ def _print_warnings(warnings: list[dict]) -> None:
         output.stderr.print(f"[bold yellow]warning[/] [bold]{where}[/]: {why}", highlight=False)
 
 
-def _upload_local_data(client: Client, spec: dict) -> dict:
+def _upload_local_data(client: Client, submission: Submission) -> Submission:
     """A data.source that is a file relative to here (which no worker can read) is uploaded and named
     dataset:<id> in what is sent, as W&B artifacts and ClearML do; an absolute path is sent as it is (workers
     may share that file system)."""
     from trainer_core.data.formats import kind_for_algorithm
 
+    spec = submission.data
     source = spec["data"]["source"]
     if not source.endswith((".jsonl", ".json", ".parquet")) or source.startswith("/"):
-        return spec
+        return submission
     path = Path(source).expanduser()
     if not path.is_file():
         raise _invalid([{"loc": ["data", "source"], "msg": f"{source!r}: no such file here ({path.absolute()})"}])
@@ -78,14 +77,14 @@ def _upload_local_data(client: Client, spec: dict) -> dict:
             raise _invalid([{"loc": ["data", "source"], "msg": f"{source}: {err.get('msg')}"} for err in exc.detail]) from None
         raise
     output.say(f"uploaded {source} ({dataset['rows']} rows) as {dataset['source']}")
-    return {**spec, "data": {**spec["data"], "source": dataset["source"]}}
+    return with_value(submission, "data.source", dataset["source"])
 
 
-def _submit(ctx: typer.Context, spec: dict, wait: bool, follow: bool, as_json: bool) -> None:
+def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool, as_json: bool) -> None:
     client = state(ctx).client()
     try:
-        spec = _upload_local_data(client, spec)
-        run = client.submit(spec)
+        submission = _upload_local_data(client, submission)
+        run = client.submit(submission.body)
     except ApiError as exc:
         if exc.status == 422 and exc.field_errors:
             raise _invalid(exc.detail) from None
@@ -131,7 +130,8 @@ def submit(
         data = read_spec_file(spec_file)
     except SpecError as exc:
         raise _invalid(exc.errors) from None
-    _submit(ctx, validated(data, sets, name), wait, follow, as_json)
+    text = spec_file.read_text() if spec_file.suffix.lower() != ".json" else None  # YAML: sent as written
+    _submit(ctx, validated(text, data, sets, name), wait, follow, as_json)
 
 
 def _step(run: dict) -> str:
@@ -304,15 +304,20 @@ def clone(
     follow: Follow = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Submit a new run with the spec of an existing one, changed by --set.
+    """Submit a new run with the spec of an existing one as it was submitted (comments kept), changed by --set;
+    named <name>-clone unless --name says otherwise.
 
     \b
     Example:
       rlplane runs clone 12 --set train.lr=1e-4 --name sft-lower-lr --wait
     """
+    from trainer_core.spec_io import read_document
+
     client: Client = state(ctx).client()
-    spec: dict[str, Any] = client.run(run_id)["spec"]
-    _submit(ctx, validated(spec, sets, name), wait, follow, as_json)
+    source = client.run(run_id)
+    text = source.get("spec_text")
+    data: dict[str, Any] = read_document(text) if text else source["spec"]
+    _submit(ctx, validated(text, data, sets, name or f"{data.get('name', source['name'])}-clone"), wait, follow, as_json)
 
 
 @app.command()

@@ -22,11 +22,17 @@ class LogLine(NamedTuple):
 
 @dataclass(frozen=True)
 class Sample:
+    """One response to one prompt. The samples of a step that share a prompt are its group (GRPO's G responses,
+    a preference pair). `scores`: reward components by name, advantage, length (tokens), ...; `label`: rollout
+    (None), generation (at an evaluation), chosen or rejected; `reference`: the dataset's own answer."""
+
     prompt: str
     response: str
     reward: float | None = None
     kl: float | None = None
     scores: Mapping[str, float] = field(default_factory=dict)
+    label: str | None = None
+    reference: str | None = None
 
 
 class StepSample(NamedTuple):
@@ -92,6 +98,8 @@ def sample_record(item: StepSample) -> dict[str, Any]:
         "reward": json_float(sample.reward),
         "kl": json_float(sample.kl),
         "scores": {name: json_float(value) for name, value in sample.scores.items()},
+        **({"label": sample.label} if sample.label is not None else {}),
+        **({"reference": sample.reference} if sample.reference is not None else {}),
     }
 
 

@@ -244,6 +244,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/checkpoints/{step}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Checkpoint Archive
+         * @description The whole checkpoint (or export) as one uncompressed tar, streamed: what `rlplane download` fetches file by file.
+         */
+        get: operations["download_checkpoint_archive_api_v1_runs__run_id__checkpoints__step__archive_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/checkpoints/{step}/files": {
         parameters: {
             query?: never;
@@ -668,6 +688,11 @@ export interface components {
             end_reason: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Failure
+             * @description With a failed end, why: config (its spec, data or model), diverged (NaN/inf), crashed
+             */
+            failure?: ("config" | "diverged" | "crashed") | null;
             /**
              * Handed Back
              * @description Its worker gave the run back on shutdown; not counted against max_attempts
@@ -2006,6 +2031,13 @@ export interface components {
             /** Children */
             children: components["schemas"]["RunLinkPublic"][];
             /**
+             * Config
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
              * Created At
              * Format: date-time
              */
@@ -2014,6 +2046,11 @@ export interface components {
             created_by: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Failure
+             * @description Why a failed run failed: config, diverged or crashed
+             */
+            failure: ("config" | "diverged" | "crashed") | null;
             /** Id */
             id: number;
             /** Last Step */
@@ -2030,10 +2067,20 @@ export interface components {
             project: string;
             /** Queue */
             queue: string;
+            /**
+             * Resumable
+             * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
+             */
+            resumable: boolean;
             /** Spec */
             spec: {
                 [key: string]: unknown;
             };
+            /**
+             * Spec Text
+             * @description The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept
+             */
+            spec_text: string | null;
             /** Started At */
             started_at: string | null;
             /**
@@ -2069,6 +2116,13 @@ export interface components {
             /** Children */
             children: components["schemas"]["RunLinkPublic"][];
             /**
+             * Config
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
              * Created At
              * Format: date-time
              */
@@ -2077,6 +2131,11 @@ export interface components {
             created_by: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Failure
+             * @description Why a failed run failed: config, diverged or crashed
+             */
+            failure: ("config" | "diverged" | "crashed") | null;
             /** Id */
             id: number;
             /** Last Step */
@@ -2093,10 +2152,20 @@ export interface components {
             project: string;
             /** Queue */
             queue: string;
+            /**
+             * Resumable
+             * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
+             */
+            resumable: boolean;
             /** Spec */
             spec: {
                 [key: string]: unknown;
             };
+            /**
+             * Spec Text
+             * @description The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept
+             */
+            spec_text: string | null;
             /** Started At */
             started_at: string | null;
             /**
@@ -2165,6 +2234,13 @@ export interface components {
             /** Backend */
             backend: string;
             /**
+             * Config
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
              * Created At
              * Format: date-time
              */
@@ -2173,6 +2249,11 @@ export interface components {
             created_by: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Failure
+             * @description Why a failed run failed: config, diverged or crashed
+             */
+            failure: ("config" | "diverged" | "crashed") | null;
             /** Id */
             id: number;
             /** Last Step */
@@ -2183,6 +2264,11 @@ export interface components {
             project: string;
             /** Queue */
             queue: string;
+            /**
+             * Resumable
+             * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
+             */
+            resumable: boolean;
             /** Started At */
             started_at: string | null;
             /**
@@ -2292,15 +2378,25 @@ export interface components {
             index: number;
             /** Kl */
             kl?: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /**
+             * Label
+             * @description What the response is: rollout (RL training, the default), generation (at an evaluation), chosen / rejected (the two sides of a preference pair)
+             */
+            label?: ("rollout" | "generation" | "chosen" | "rejected") | null;
             /** Prompt */
             prompt: string;
+            /**
+             * Reference
+             * @description The dataset's own answer to the prompt
+             */
+            reference?: string | null;
             /** Response */
             response: string;
             /** Reward */
             reward?: number | ("NaN" | "Infinity" | "-Infinity") | null;
             /**
              * Scores
-             * @description Any extra per-sample scores
+             * @description Any extra per-sample scores: reward components by name, advantage, length (tokens), ...
              */
             scores?: {
                 [key: string]: number | ("NaN" | "Infinity" | "-Infinity");
@@ -2316,6 +2412,8 @@ export interface components {
             index: number;
             /** Kl */
             kl: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /** Label */
+            label: ("rollout" | "generation" | "chosen" | "rejected") | null;
             /** Prompt */
             prompt: string;
             /**
@@ -2323,6 +2421,8 @@ export interface components {
              * @description Stable id of the prompt: filter by it to see one prompt across steps
              */
             prompt_hash: string;
+            /** Reference */
+            reference: string | null;
             /** Response */
             response: string;
             /** Reward */
@@ -2461,6 +2561,11 @@ export interface components {
              * @description The fencing token from the lease
              */
             attempt: number;
+            /**
+             * Failure
+             * @description With status failed: config (exit 2: the spec, data or model), diverged (exit 3), crashed
+             */
+            failure?: ("config" | "diverged" | "crashed") | null;
             /**
              * Handed Back
              * @description With status lost: the worker is shutting down and gives the run back; it is requeued at once and this attempt does not count against resources.max_attempts
@@ -3663,6 +3768,57 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointPublic"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_checkpoint_archive_api_v1_runs__run_id__checkpoints__step__archive_get: {
+        parameters: {
+            query?: {
+                /** @description checkpoint (default) or export: the final model */
+                kind?: "checkpoint" | "export";
+            };
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                /** @description Optimizer step */
+                step: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every file of the checkpoint, as one tar */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": unknown;
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
