@@ -20,7 +20,6 @@ export const STATUSES: RunStatus[] = [
 ];
 export const ACTIVE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running', 'cancelling']);
 export const CANCELLABLE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running']);
-export const RESUMABLE: ReadonlySet<RunStatus> = new Set(['failed', 'cancelled', 'lost']);
 
 type ListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
 export type Algorithm = NonNullable<ListQuery['algorithm']>[number];

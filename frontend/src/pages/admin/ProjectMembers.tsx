@@ -2,7 +2,7 @@ import { useEffect, useRef, useState, type FormEvent } from 'react';
 import type { Me } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatDate } from '../../lib/format';
-import { ConfirmDialog } from './ConfirmDialog';
+import { ConfirmDialog } from '../../components/ConfirmDialog';
 import { Field } from './Field';
 import {
   canManageMembers, fieldError, FieldApiError, ROLES, unplacedError, useProject, useRemoveMember, useSetMember, type Role,

@@ -3,7 +3,7 @@ import { useSearchParams } from 'react-router';
 import type { Me } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatDate } from '../../lib/format';
-import { ConfirmDialog } from './ConfirmDialog';
+import { ConfirmDialog } from '../../components/ConfirmDialog';
 import { CreateTokenForm } from './CreateTokenForm';
 import { SecretOnce } from './SecretOnce';
 import { isSiteAdmin, useRevokeToken, useTokens, type Token } from './adminApi';

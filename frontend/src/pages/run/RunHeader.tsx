@@ -1,10 +1,8 @@
 import { Link } from 'react-router';
-import { useMutation, useQueryClient } from '@tanstack/react-query';
-import { api, unwrap } from '../../api/client';
-import { CANCELLABLE, RESUMABLE, type RunDetail, type RunLink } from '../../api/types';
-import { ErrorNote } from '../../components/ErrorNote';
+import type { RunDetail, RunLink } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
+import { RunActions } from './RunActions';
 
 function Links({ label, links }: { label: string; links: RunLink[] }) {
   if (!links.length) return null;
@@ -25,12 +23,6 @@ function Links({ label, links }: { label: string; links: RunLink[] }) {
 }
 
 export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveStep: number | null; connected: boolean }) {
-  const queryClient = useQueryClient();
-  const action = useMutation({
-    mutationFn: (name: 'cancel' | 'resume') =>
-      unwrap(api.POST(`/api/v1/runs/{run_id}/${name}`, { params: { path: { run_id: run.id } } })),
-    onSuccess: (detail) => queryClient.setQueryData(['run', run.id], detail),
-  });
   const step = Math.max(run.last_step ?? 0, liveStep ?? 0);
 
   return (
@@ -44,21 +36,7 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
           step {step}/{run.total_steps}
         </span>
         <span className={`live-dot${connected ? ' on' : ''}`} title={connected ? 'live' : 'not connected'} aria-label={connected ? 'live updates on' : 'live updates off'} />
-        <div className="actions">
-          {CANCELLABLE.has(run.status) && (
-            <button type="button" className="danger" disabled={action.isPending} onClick={() => action.mutate('cancel')}>
-              Cancel
-            </button>
-          )}
-          <Link className="button" to={`/new?clone=${run.id}`}>
-            Clone
-          </Link>
-          {RESUMABLE.has(run.status) && (
-            <button type="button" disabled={action.isPending} onClick={() => action.mutate('resume')}>
-              Resume
-            </button>
-          )}
-        </div>
+        <RunActions run={run} />
       </div>
       {run.status_reason && <p className="muted">{run.status_reason}</p>}
       <p className="muted">
@@ -98,7 +76,6 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
           </table>
         </details>
       )}
-      <ErrorNote error={action.error} />
     </header>
   );
 }

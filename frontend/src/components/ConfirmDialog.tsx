@@ -1,10 +1,13 @@
-import { useEffect, useRef, type ReactNode } from 'react';
-import { ErrorNote } from '../../components/ErrorNote';
+import { useEffect, useId, useRef, type ReactNode } from 'react';
+import { ErrorNote } from './ErrorNote';
+import './confirmDialog.css';
 
 interface Props {
   title: string;
   children: ReactNode;
   confirmLabel?: string;
+  /** The safe choice's label; a page whose action is itself called Cancel names it otherwise. */
+  dismissLabel?: string;
   busy?: boolean;
   error?: unknown;
   onConfirm: () => void;
@@ -13,10 +16,11 @@ interface Props {
 
 /**
  * A native modal <dialog>, mounted only while a confirmation is pending: Escape cancels, focus starts
- * on Cancel (the safe choice) and returns to whatever had it before.
+ * on the safe choice and returns to whatever had it before.
  */
-export function ConfirmDialog({ title, children, confirmLabel = 'Confirm', busy, error, onConfirm, onCancel }: Props) {
+export function ConfirmDialog({ title, children, confirmLabel = 'Confirm', dismissLabel = 'Cancel', busy, error, onConfirm, onCancel }: Props) {
   const ref = useRef<HTMLDialogElement>(null);
+  const titleId = useId();
   useEffect(() => {
     const dialog = ref.current;
     const before = document.activeElement as HTMLElement | null;
@@ -33,19 +37,19 @@ export function ConfirmDialog({ title, children, confirmLabel = 'Confirm', busy,
   return (
     <dialog
       ref={ref}
-      className="admin-dialog"
-      aria-labelledby="admin-dialog-title"
+      className="confirm-dialog"
+      aria-labelledby={titleId}
       onCancel={(e) => {
         e.preventDefault();
         onCancel();
       }}
     >
-      <h2 id="admin-dialog-title">{title}</h2>
+      <h2 id={titleId}>{title}</h2>
       <div>{children}</div>
       <ErrorNote error={error} />
-      <div className="admin-dialog-actions">
+      <div className="confirm-dialog-actions">
         <button type="button" data-autofocus onClick={onCancel}>
-          Cancel
+          {dismissLabel}
         </button>
         <button type="button" className="danger" onClick={onConfirm} disabled={busy}>
           {busy ? 'Working…' : confirmLabel}

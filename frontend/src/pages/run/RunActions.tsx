@@ -1,0 +1,70 @@
+import { useState } from 'react';
+import { Link } from 'react-router';
+import { useMutation, useQueryClient } from '@tanstack/react-query';
+import { api, unwrap } from '../../api/client';
+import { CANCELLABLE, type RunDetail } from '../../api/types';
+import { ConfirmDialog } from '../../components/ConfirmDialog';
+import { ErrorNote } from '../../components/ErrorNote';
+
+/**
+ * Cancel (after a confirmation: it stops a training process), Clone, and Resume where the API would take
+ * it: `run.resumable` is false for a run that failed on its own configuration or diverged, which would only
+ * fail again.
+ */
+export function RunActions({ run }: { run: RunDetail }) {
+  const queryClient = useQueryClient();
+  const [confirming, setConfirming] = useState(false);
+  const action = useMutation({
+    mutationFn: (name: 'cancel' | 'resume') =>
+      unwrap(api.POST(`/api/v1/runs/{run_id}/${name}`, { params: { path: { run_id: run.id } } })),
+    onSuccess: (detail) => {
+      queryClient.setQueryData(['run', run.id], detail);
+      setConfirming(false);
+    },
+  });
+
+  return (
+    <>
+      <div className="actions">
+        {CANCELLABLE.has(run.status) && (
+          <button type="button" className="danger" disabled={action.isPending} onClick={() => setConfirming(true)}>
+            Cancel
+          </button>
+        )}
+        <Link className="button" to={`/new?clone=${run.id}`}>
+          Clone
+        </Link>
+        {run.resumable && (
+          <button type="button" disabled={action.isPending} onClick={() => action.mutate('resume')}>
+            Resume
+          </button>
+        )}
+        {run.status === 'failed' && !run.resumable && (
+          <span className="muted" data-testid="not-resumable">
+            Not resumable: it failed {run.failure === 'diverged' ? 'by diverging' : 'on its configuration'}; clone it and change the spec
+          </span>
+        )}
+      </div>
+      {confirming && (
+        <ConfirmDialog
+          title={`Cancel run #${run.id}?`}
+          confirmLabel="Cancel run"
+          dismissLabel="Keep it"
+          busy={action.isPending}
+          error={action.error}
+          onConfirm={() => action.mutate('cancel')}
+          onCancel={() => {
+            action.reset();
+            setConfirming(false);
+          }}
+        >
+          <p>
+            {run.name} stops at its current step{run.status === 'queued' ? '' : ' (its worker ends the training process)'}. You can resume it
+            later from its latest checkpoint.
+          </p>
+        </ConfirmDialog>
+      )}
+      {!confirming && <ErrorNote error={action.error} />}
+    </>
+  );
+}
