@@ -2,11 +2,14 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fireEvent, render, screen, waitFor } from '@testing-library/react';
 import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { SubmitWarnings } from '../run/SubmitWarnings';
 import { NewRunPage } from './NewRunPage';
 
 function Where() {
   return <output data-testid="where">{useLocation().pathname}</output>;
 }
+
+const urlOf = (input: Request | string) => (typeof input === 'string' ? input : input.url);
 
 const json = (body: unknown, status = 200) =>
   new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
@@ -17,6 +20,7 @@ function renderAt(url: string) {
       <MemoryRouter initialEntries={[url]}>
         <Routes>
           <Route path="/new" element={<NewRunPage />} />
+          <Route path="/runs/:id" element={<><Where /><SubmitWarnings /></>} />
           <Route path="*" element={<Where />} />
         </Routes>
       </MemoryRouter>
@@ -64,15 +68,16 @@ describe('NewRunPage', () => {
     expect(await post.text()).toContain('algorithm: dpo');
   });
 
-  it('clones a run: its spec with the name suffixed, its algorithm as the template, and asks before replacing it', async () => {
+  it('clones a run: the spec as submitted (comments kept) renamed -clone, its algorithm as the template, and asks before replacing it', async () => {
+    const specText = '# tuned by hand\nname: base\nalgorithm: ppo\ntrain:\n  lr: 0.001  # lower than the example\n';
     vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
-      const url = typeof req === 'string' ? req : req.url;
-      if (url.includes('/api/v1/runs/7')) return json({ id: 7, spec: { name: 'base', algorithm: 'ppo' } });
-      return json({ valid: true, spec: {}, total_steps: 1, parents: [{ run_id: 3, name: 'sft-a', field: 'model.path', step: 40 }] });
+      if (urlOf(req).includes('/api/v1/runs/7')) return json({ id: 7, name: 'base', spec: { name: 'base', algorithm: 'ppo', dpo: null }, spec_text: specText });
+      return json({ valid: true, spec: {}, total_steps: 1, parents: [{ run_id: 3, name: 'sft-a', field: 'model.path', step: 40 }], warnings: [] });
     }));
     renderAt('/new?clone=7');
     const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
-    await waitFor(() => expect(editor.value).toContain('name: base-clone'));
+    await waitFor(() => expect(editor.value).toBe(specText.replace('name: base', 'name: base-clone')));
+    expect(editor.value).not.toContain('dpo: null');
     expect((screen.getByLabelText('Template') as HTMLSelectElement).value).toBe('ppo');
     expect((await screen.findByTestId('spec-valid', {}, { timeout: 3000 })).textContent).toBe(
       'Valid · 1 steps · parents: #3 sft-a (model.path @40)',
@@ -82,6 +87,49 @@ describe('NewRunPage', () => {
     fireEvent.change(screen.getByLabelText('Template'), { target: { value: 'dpo' } });
     expect(confirm).toHaveBeenCalledOnce();
     expect(editor.value).toContain('name: base-clone');
+  });
+
+  it('starts from a checkpoint: the source run\'s spec with model.path at that step and the new name', async () => {
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
+      if (urlOf(req).includes('/api/v1/runs/7')) {
+        return json({ id: 7, name: 'base', spec: {}, spec_text: '# mine\nname: base\nalgorithm: sft\nmodel:\n  path: builtin:tiny-gpt2  # start\n' });
+      }
+      return json({ valid: true, spec: {}, total_steps: 1, parents: [], warnings: [] });
+    }));
+    renderAt(`/new?clone=7&model=${encodeURIComponent('run:7@200')}&name=base-from-step-200`);
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    await waitFor(() =>
+      expect(editor.value).toBe('# mine\nname: base-from-step-200\nalgorithm: sft\nmodel:\n  path: run:7@200  # start\n'),
+    );
+  });
+
+  it('shows the warnings of a valid spec on their lines, and the submit\'s warnings on the new run', async () => {
+    const warnings = [{ loc: ['train', 'lr'], msg: 'a learning rate of 1 or more is almost certainly a mistake' }];
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
+      if (urlOf(req).endsWith('/validate')) return json({ valid: true, spec: {}, total_steps: 5, parents: [], warnings });
+      return json({ id: 42, warnings }, 201);
+    }));
+    renderAt('/new?algorithm=sft');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    const list = await screen.findByRole('list', { name: 'Warnings' }, { timeout: 3000 });
+    const lrLine = editor.value.split('\n').findIndex((l) => /^\s+lr:/.test(l)) + 1;
+    expect(list.textContent).toBe(`line ${lrLine} train.lr — a learning rate of 1 or more is almost certainly a mistake`);
+    expect(screen.getByTestId('spec-valid')).toBeTruthy();
+    fireEvent.click(screen.getByRole('button', { name: 'Submit run' }));
+    await waitFor(() => expect(screen.getByTestId('where').textContent).toBe('/runs/42'));
+    expect(screen.getByText('Submitted with a warning:').closest('[role=status]')?.textContent).toContain('train.lr — a learning rate of 1 or more');
+  });
+
+  it("opens a template whose model is another run as a placeholder, and shows the server's answer on its line", async () => {
+    const msg = "Value error, 'run:<id of your sft-arithmetic run>@250' is a template's placeholder: write the run's id in place of <id of your sft-arithmetic run>";
+    vi.stubGlobal('fetch', vi.fn(async () => json({ detail: [{ loc: ['body', 'model', 'path'], msg }] }, 422)));
+    renderAt('/new?algorithm=grpo');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    expect(editor.value).not.toContain('./runs/');
+    const pathLine = editor.value.split('\n').findIndex((l) => l.includes('path: run:<id of your sft-arithmetic run>@250')) + 1;
+    expect(pathLine).toBeGreaterThan(0);
+    const problem = await screen.findByText(/is a template's placeholder/, {}, { timeout: 3000 });
+    expect(problem.textContent).toContain(`line ${pathLine} model.path`);
   });
 
   it('keeps ?model= (and the comments) when another template is picked', async () => {

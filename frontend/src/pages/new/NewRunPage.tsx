@@ -4,17 +4,11 @@ import { api, authFetch, unwrap } from '../../api/client';
 import { ALGORITHMS, type Algorithm } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { goToLine, SpecEditor } from './SpecEditor';
+import { SpecVerdict, type Checked, type Verdict } from './SpecVerdict';
 import { cloneText, fieldErrors, isAlgorithm, TEMPLATES, withModelPath, type FieldError } from './spec';
 import './newRun.css';
 
 const YAML_HEADERS = { 'Content-Type': 'application/yaml' };
-
-interface Checked {
-  total_steps: number;
-  parents: Array<{ run_id: number; name: string; field: string; step: number | null }>;
-}
-
-type Verdict = { state: 'idle' } | { state: 'valid'; checked: Checked } | { state: 'invalid'; errors: FieldError[] };
 
 async function send(path: string, text: string): Promise<{ status: number; body: unknown }> {
   const response = await authFetch(path, { method: 'POST', headers: YAML_HEADERS, body: text });
@@ -27,6 +21,14 @@ function errorsOf(text: string, status: number, body: unknown): FieldError[] {
   return fieldErrors(text, detail);
 }
 
+interface Warned {
+  warnings: Array<{ loc: string[]; msg: string }>;
+}
+
+function validVerdict(text: string, body: Checked & Warned): Verdict {
+  return { state: 'valid', checked: body, warnings: fieldErrors(text, body.warnings ?? []) };
+}
+
 /** The template to edit, with `model.path` from ?model= (a checkpoint to start from) when given. */
 function templateText(algorithm: Algorithm, params: URLSearchParams): string {
   const model = params.get('model');
@@ -36,45 +38,6 @@ function templateText(algorithm: Algorithm, params: URLSearchParams): string {
 function initialAlgorithm(params: URLSearchParams): Algorithm {
   const a = params.get('algorithm');
   return isAlgorithm(a) ? a : 'sft';
-}
-
-function parentsText(parents: Checked['parents']): string {
-  return parents.map((p) => `#${p.run_id} ${p.name} (${p.field}${p.step != null ? ` @${p.step}` : ''})`).join(', ');
-}
-
-/** The server's verdict on the text: a summary when valid, else the problems, each a link to its line. */
-function SpecVerdict({ id, verdict, stale, onPick }: { id: string; verdict: Verdict; stale: boolean; onPick: (line: number) => void }) {
-  return (
-    <div id={id} className={`spec-check${stale ? ' stale' : ''}`} aria-live="polite">
-      {verdict.state === 'valid' && (
-        <p className="ok" data-testid="spec-valid">
-          Valid · {verdict.checked.total_steps} steps
-          {verdict.checked.parents.length > 0 && ` · parents: ${parentsText(verdict.checked.parents)}`}
-        </p>
-      )}
-      {verdict.state === 'invalid' && (
-        <ul className="spec-errors" aria-label="Problems in the spec">
-          {verdict.errors.map((err, i) => (
-            <li key={`${err.field}-${i}`}>
-              {err.line != null && (
-                <>
-                  <button type="button" className="linklike" onClick={() => err.line != null && onPick(err.line)}>
-                    line {err.line}
-                  </button>{' '}
-                </>
-              )}
-              {err.field && (
-                <>
-                  <code>{err.field}</code> —{' '}
-                </>
-              )}
-              {err.message}
-            </li>
-          ))}
-        </ul>
-      )}
-    </div>
-  );
 }
 
 export function NewRunPage() {
@@ -99,12 +62,16 @@ export function NewRunPage() {
         if (!current) return;
         const algorithm = run.spec.algorithm;
         if (typeof algorithm === 'string' && isAlgorithm(algorithm)) setTemplate(algorithm);
-        setText(cloneText(run.spec));
+        // ?name= and ?model= come with "Start a run from this checkpoint".
+        const text = cloneText(run, params.get('name') || `${run.name}-clone`);
+        const model = params.get('model');
+        setText(model ? withModelPath(text, model) : text);
       })
       .catch((err: unknown) => current && setLoadError(err));
     return () => {
       current = false;
     };
+    // Only a new ?clone= reloads: the other parameters are read with it.
   }, [cloneId]);
 
   // Ask the API after each pause in typing; the newest text wins.
@@ -120,7 +87,7 @@ export function NewRunPage() {
       let next: Verdict;
       try {
         const { status, body } = await send('/api/v1/runs/validate', text);
-        next = status === 200 ? { state: 'valid', checked: body as Checked } : { state: 'invalid', errors: errorsOf(text, status, body) };
+        next = status === 200 ? validVerdict(text, body as Checked & Warned) : { state: 'invalid', errors: errorsOf(text, status, body) };
       } catch (err) {
         next = { state: 'invalid', errors: fieldErrors(text, `Could not reach the server: ${String(err)}`) };
       }
@@ -146,7 +113,9 @@ export function NewRunPage() {
     try {
       const { status, body } = await send('/api/v1/runs', text);
       if (status === 201) {
-        navigate(`/runs/${(body as { id: number }).id}`);
+        // The run page shows the submit's warnings: this page is gone by then.
+        const { id, warnings } = body as { id: number } & Warned;
+        navigate(`/runs/${id}`, warnings?.length ? { state: { warnings: fieldErrors(text, warnings) } } : undefined);
         return;
       }
       if (mine === generation.current) setVerdict({ state: 'invalid', errors: errorsOf(text, status, body) });

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { cloneText, fieldErrors, lineOf, TEMPLATES, withModelPath } from './spec';
+import dpoExample from '../../../../examples/dpo.yaml?raw';
+import grpoExample from '../../../../examples/grpo.yaml?raw';
+import ppoExample from '../../../../examples/ppo.yaml?raw';
+import { cloneText, fieldErrors, lineOf, placeholderFor, TEMPLATES, withModelPath } from './spec';
 
 const TEXT = `# a comment
 name: x
@@ -43,7 +46,33 @@ describe('spec helpers', () => {
     const added = withModelPath('# top\nname: x\ntags: [a]\n', 'run:1');
     expect(parse(added)).toEqual({ name: 'x', tags: ['a'], model: { path: 'run:1' } });
     expect(added).toContain('# top');
-    expect(parse(cloneText({ name: 'a', train: { lr: 1 } }))).toEqual({ name: 'a-clone', train: { lr: 1 } });
+  });
+
+  it('clones the spec as submitted: comments kept, renamed in place; JSON as YAML; the stored spec for old runs', () => {
+    const text = '# why this run\nname: a   # the name\ntrain: {lr: 1}\n';
+    expect(cloneText({ spec: { name: 'a', dpo: null }, spec_text: text }, 'a-clone')).toBe(
+      '# why this run\nname: a-clone   # the name\ntrain: {lr: 1}\n',
+    );
+    const fromJson = cloneText({ spec: {}, spec_text: '{"name": "a", "train": {"lr": 1}}' }, 'a-clone');
+    expect(fromJson).toBe('name: a-clone\ntrain:\n  lr: 1\n');
+    expect(parse(cloneText({ spec: { name: 'a', train: { lr: 1 } }, spec_text: null }, 'a-clone'))).toEqual({
+      name: 'a-clone',
+      train: { lr: 1 },
+    });
+  });
+
+  it("turns an example's local model path into a run placeholder the server names, keeping its comment", () => {
+    expect(placeholderFor('./runs/sft-arithmetic/checkpoints/step-000250')).toBe('run:<id of your sft-arithmetic run>@250');
+    expect(placeholderFor('./runs/sft-randomwalks/final')).toBe('run:<id of your sft-randomwalks run>');
+    expect(placeholderFor('~/models/x')).toBe('run:<id of your SFT run>');
+    expect(TEMPLATES.grpo).toBe(
+      grpoExample.replace('path: ./runs/sft-arithmetic/checkpoints/step-000250', 'path: run:<id of your sft-arithmetic run>@250'),
+    );
+    expect(TEMPLATES.grpo).toContain('# from `rlplane train examples/sft-arithmetic.yaml`; or run:<id>@250');
+    expect(parse(TEMPLATES.ppo).model.path).toBe('run:<id of your sft-randomwalks run>');
+    expect(TEMPLATES.ppo).not.toBe(ppoExample);
+    expect(TEMPLATES.dpo).toBe(dpoExample); // a builtin model stays as it is
+    for (const text of Object.values(TEMPLATES)) expect(parse(text).model.path).not.toMatch(/^(\.|~)/);
   });
 
   it('has a template per algorithm, each naming its algorithm', () => {

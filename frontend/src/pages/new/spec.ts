@@ -7,33 +7,76 @@ import reward from '../../../../examples/reward.yaml?raw';
 import sft from '../../../../examples/sft.yaml?raw';
 import type { Algorithm } from '../../api/types';
 
+/**
+ * The text with the value at `path` set. An existing scalar is replaced in place so comments, alignment
+ * and flow style stay byte for byte; otherwise the Document API adds the field (comments kept, layout
+ * normalised).
+ */
+export function withValue(text: string, path: string[], value: string): string {
+  const doc = parseDocument(text);
+  const current = doc.getIn(path, true);
+  if (doc.errors.length === 0 && isScalar(current) && current.range) {
+    const [start, end] = current.range;
+    return text.slice(0, start) + stringify(value).trimEnd() + text.slice(end);
+  }
+  doc.setIn(path, value);
+  return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
+}
+
+/** The text with `model.path` set, e.g. to start from a checkpoint. */
+export function withModelPath(text: string, model: string): string {
+  return withValue(text, ['model', 'path'], model);
+}
+
+// A path on the submitter's machine (what `rlplane train` wrote); the server refuses it at submit.
+const LOCAL_PATH = /^(\.{1,2}\/|~)/;
+
+/**
+ * What an example's local model path becomes in a template: a run reference with a hole the server
+ * names ("is a template's placeholder"), e.g. ./runs/sft-arithmetic/checkpoints/step-000250 ->
+ * run:<id of your sft-arithmetic run>@250.
+ */
+export function placeholderFor(localPath: string): string {
+  const run = /(?:^|\/)runs\/([^/]+)/.exec(localPath)?.[1] ?? 'SFT';
+  const step = /step-0*(\d+)/.exec(localPath)?.[1];
+  return `run:<id of your ${run} run>${step ? `@${step}` : ''}`;
+}
+
+/** An example as a template: its local model path (if any) replaced by a placeholder, comments kept. */
+export function asTemplate(example: string): string {
+  const path: unknown = parseDocument(example).getIn(['model', 'path']);
+  return typeof path === 'string' && LOCAL_PATH.test(path) ? withModelPath(example, placeholderFor(path)) : example;
+}
+
 /** One template per algorithm: the repository's examples, so the two never drift. */
-export const TEMPLATES: Record<Algorithm, string> = { sft, reward, dpo, ppo, grpo, ilql };
+export const TEMPLATES: Record<Algorithm, string> = {
+  sft: asTemplate(sft),
+  reward: asTemplate(reward),
+  dpo: asTemplate(dpo),
+  ppo: asTemplate(ppo),
+  grpo: asTemplate(grpo),
+  ilql: asTemplate(ilql),
+};
 
 export function isAlgorithm(value: string | null): value is Algorithm {
   return value != null && value in TEMPLATES;
 }
 
 /**
- * The text with `model.path` set, e.g. to start from a checkpoint. An existing value is replaced
- * in place so comments, alignment and flow style stay byte for byte; otherwise the Document API
- * adds the field (comments kept, layout normalised).
+ * A run's spec to edit as a new run named `name`: the text as submitted (comments kept), or the stored
+ * spec for runs from before it was kept. A spec submitted as JSON has no comments to keep and reads
+ * better in the YAML editor as YAML.
  */
-export function withModelPath(text: string, model: string): string {
-  const doc = parseDocument(text);
-  const current = doc.getIn(['model', 'path'], true);
-  if (doc.errors.length === 0 && isScalar(current) && current.range) {
-    const [start, end] = current.range;
-    return text.slice(0, start) + stringify(model).trimEnd() + text.slice(end);
+export function cloneText(run: { spec: Record<string, unknown>; spec_text: string | null }, name: string): string {
+  let text = run.spec_text;
+  if (text != null && text.trimStart().startsWith('{')) {
+    try {
+      text = stringify(JSON.parse(text), { lineWidth: 0 });
+    } catch {
+      // Not JSON after all (a YAML flow map): edit it as written.
+    }
   }
-  doc.setIn(['model', 'path'], model);
-  return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
-}
-
-/** A run's stored spec as YAML to edit, renamed so the copy is told apart. */
-export function cloneText(spec: Record<string, unknown>): string {
-  const name = typeof spec.name === 'string' ? `${spec.name}-clone` : 'clone';
-  return stringify({ ...spec, name }, { lineWidth: 0 });
+  return withValue(text ?? stringify(run.spec, { lineWidth: 0 }), ['name'], name);
 }
 
 export type Path = Array<string | number>;

@@ -8,6 +8,7 @@ import { ErrorNote } from '../../components/ErrorNote';
 import { useRunEvents } from '../../sse/useRunEvents';
 import type { RunContext } from './context';
 import { RunHeader } from './RunHeader';
+import { SubmitWarnings } from './SubmitWarnings';
 
 const TABS = [
   ['', 'Charts'],
@@ -49,6 +50,7 @@ export function RunPage() {
     <section className="run-page">
       {/* An ended run gets no new points: the live dot goes off even while the stream stays open. */}
       <RunHeader run={run.data} liveStep={liveStep} connected={connected && ACTIVE.has(run.data.status)} />
+      <SubmitWarnings />
       <nav className="tabs" aria-label="Run sections">
         {TABS.map(([path, label]) => (
           <NavLink key={label} to={path ? `/runs/${runId}/${path}` : `/runs/${runId}`} end>
