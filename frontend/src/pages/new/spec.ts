@@ -6,6 +6,7 @@ import ppo from '../../../../examples/ppo.yaml?raw';
 import reward from '../../../../examples/reward.yaml?raw';
 import sft from '../../../../examples/sft.yaml?raw';
 import type { Algorithm } from '../../api/types';
+import { specSource } from '../../lib/specText';
 
 /**
  * The text with the value at `path` set. An existing scalar is replaced in place so comments, alignment
@@ -62,21 +63,9 @@ export function isAlgorithm(value: string | null): value is Algorithm {
   return value != null && value in TEMPLATES;
 }
 
-/**
- * A run's spec to edit as a new run named `name`: the text as submitted (comments kept), or the stored
- * spec for runs from before it was kept. A spec submitted as JSON has no comments to keep and reads
- * better in the YAML editor as YAML.
- */
+/** A run's spec to edit as a new run named `name`: as its author wrote it (lib/specText.ts), renamed in place. */
 export function cloneText(run: { spec: Record<string, unknown>; spec_text: string | null }, name: string): string {
-  let text = run.spec_text;
-  if (text != null && text.trimStart().startsWith('{')) {
-    try {
-      text = stringify(JSON.parse(text), { lineWidth: 0 });
-    } catch {
-      // Not JSON after all (a YAML flow map): edit it as written.
-    }
-  }
-  return withValue(text ?? stringify(run.spec, { lineWidth: 0 }), ['name'], name);
+  return withValue(specSource(run).text, ['name'], name);
 }
 
 export type Path = Array<string | number>;

@@ -1,10 +1,16 @@
 import { useMemo, useState } from 'react';
-import { stringify } from 'yaml';
+import { specSource } from '../../lib/specText';
 import { useRunContext } from './context';
+
+const ORIGIN = {
+  submitted: 'As submitted.',
+  json: 'As submitted (JSON, shown as YAML).',
+  stored: 'The stored spec with every default filled in: this run is from before specs were kept as submitted.',
+};
 
 export function SpecTab() {
   const { run } = useRunContext();
-  const text = useMemo(() => stringify(run.spec, { lineWidth: 0 }), [run.spec]);
+  const { text, origin } = useMemo(() => specSource(run), [run]);
   const [copied, setCopied] = useState('');
   const copy = async () => {
     try {
@@ -20,6 +26,9 @@ export function SpecTab() {
         <button type="button" onClick={copy}>
           Copy
         </button>
+        <span className="muted" data-testid="spec-origin">
+          {ORIGIN[origin]}
+        </span>
         <span role="status" className="muted">
           {copied}
         </span>
