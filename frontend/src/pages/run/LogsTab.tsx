@@ -3,7 +3,7 @@ import { api, unwrap } from '../../api/client';
 import type { LogLine } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunContext } from './context';
-import { ERROR_PATTERN, filterLines, mergeLines } from './logLines';
+import { clockTime, ERROR_PATTERN, filterLines, fullTime, mergeLines } from './logLines';
 
 const TAIL = 500;
 
@@ -83,6 +83,9 @@ export function LogsTab() {
       <div className="log-box" ref={box} role="log" aria-label="Run logs" data-lines={shown.length}>
         {shown.map((l) => (
           <div key={l.id} data-line-id={l.id} tabIndex={-1} className={ERROR_PATTERN.test(l.text) ? 'log-line err' : 'log-line'}>
+            <time className="log-time" dateTime={new Date(l.time * 1000).toISOString()} title={fullTime(l.time)}>
+              {clockTime(l.time)}
+            </time>{' '}
             {ranks.length > 1 && <span className="rank">[rank {l.rank}] </span>}
             {l.text}
           </div>

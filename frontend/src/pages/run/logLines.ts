@@ -16,3 +16,18 @@ export function filterLines(lines: readonly LogLine[], rank: number | null, sear
   const needle = search.toLowerCase();
   return lines.filter((l) => (rank == null || l.rank === rank) && (!needle || l.text.toLowerCase().includes(needle)));
 }
+
+const pad = (n: number) => String(n).padStart(2, '0');
+
+/** When a line was printed, compact: HH:MM:SS in the browser's time zone (`time` is Unix seconds). */
+export function clockTime(seconds: number): string {
+  const d = new Date(seconds * 1000);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+/** The full date and time, to the millisecond, for the hover. */
+export function fullTime(seconds: number): string {
+  const d = new Date(seconds * 1000);
+  const ms = String(d.getMilliseconds()).padStart(3, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clockTime(seconds)}.${ms}`;
+}
