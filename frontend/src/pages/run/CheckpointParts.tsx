@@ -1,0 +1,105 @@
+import { useState } from 'react';
+import { Link } from 'react-router';
+import { useQuery } from '@tanstack/react-query';
+import { api, unwrap } from '../../api/client';
+import { downloadFile } from '../../api/download';
+import type { Checkpoint, RunDetail } from '../../api/types';
+import { ErrorNote } from '../../components/ErrorNote';
+import { formatBytes, formatNumber } from '../../lib/format';
+import { metadataLines, type EvalValue } from './checkpointEval';
+
+const fileUrl = (c: Checkpoint, name: string) =>
+  `/api/v1/runs/${c.run_id}/checkpoints/${c.step}/files/${name.split('/').map(encodeURIComponent).join('/')}?kind=${c.kind}`;
+
+export function FileList({ ckpt }: { ckpt: Checkpoint }) {
+  const [error, setError] = useState<unknown>(null);
+  const files = useQuery({
+    queryKey: ['ckpt-files', ckpt.run_id, ckpt.step, ckpt.kind],
+    queryFn: () =>
+      unwrap(
+        api.GET('/api/v1/runs/{run_id}/checkpoints/{step}/files', {
+          params: { path: { run_id: ckpt.run_id, step: ckpt.step }, query: { kind: ckpt.kind } },
+        }),
+      ),
+  });
+  return (
+    <>
+      <ErrorNote error={files.error ?? error} />
+      <ul className="files">
+        {files.data?.data.map((f) => (
+          <li key={f.name}>
+            <button type="button" className="linklike" onClick={() => downloadFile(fileUrl(ckpt, f.name), f.name.split('/').pop() ?? f.name).catch(setError)}>
+              {f.name}
+            </button>{' '}
+            <span className="muted">{formatBytes(f.size)}</span>
+          </li>
+        ))}
+      </ul>
+    </>
+  );
+}
+
+/** The whole checkpoint as one tar, fetched with the token (a plain link could not send it). */
+export function DownloadArchive({ ckpt }: { ckpt: Checkpoint }) {
+  const [state, setState] = useState<{ busy: boolean; error: unknown }>({ busy: false, error: null });
+  const name = `run-${ckpt.run_id}-${ckpt.kind}-step-${ckpt.step}.tar`;
+  const download = () => {
+    setState({ busy: true, error: null });
+    downloadFile(`/api/v1/runs/${ckpt.run_id}/checkpoints/${ckpt.step}/archive?kind=${ckpt.kind}`, name)
+      .then(() => setState({ busy: false, error: null }))
+      .catch((error: unknown) => setState({ busy: false, error }));
+  };
+  return (
+    <>
+      <button type="button" onClick={download} disabled={state.busy} title={name}>
+        {state.busy ? 'Downloading…' : `Download (${formatBytes(ckpt.size)} .tar)`}
+      </button>
+      <ErrorNote error={state.error} />
+    </>
+  );
+}
+
+export function EvalList({ values, step }: { values: EvalValue[] | undefined; step: number }) {
+  if (!values) return <span className="muted">…</span>;
+  if (!values.length) return <span className="muted">no evaluation by this step</span>;
+  return (
+    <dl className="kv">
+      {values.map((v) => (
+        <div key={v.key}>
+          <dt>{v.key}</dt>
+          <dd className="num">
+            {formatNumber(v.value)}
+            {v.step !== step && <span className="muted"> (step {v.step})</span>}
+          </dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
+
+export function MetadataList({ ckpt }: { ckpt: Checkpoint }) {
+  // The kind has its own column.
+  const lines = metadataLines(ckpt.metadata, ['kind']);
+  return (
+    <dl className="kv">
+      {lines.map(([k, v]) => (
+        <div key={k}>
+          <dt>{k}</dt>
+          <dd>{v}</dd>
+        </div>
+      ))}
+      <div>
+        <dt>sha256</dt>
+        <dd>
+          <code title={ckpt.sha256}>{ckpt.sha256.slice(0, 12)}…</code>
+        </dd>
+      </div>
+    </dl>
+  );
+}
+
+/** New run from the source run's spec as submitted, its model at this checkpoint, under a new name. */
+export function StartFromCheckpoint({ run, step }: { run: RunDetail; step: number }) {
+  const query = new URLSearchParams({ clone: String(run.id), model: `run:${run.id}@${step}`, name: `${run.name}-from-step-${step}` });
+  return <Link to={`/new?${query}`}>Start a run from this checkpoint</Link>;
+}

@@ -1,0 +1,83 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { fireEvent, screen, waitFor, within } from '@testing-library/react';
+import { json, runDetail } from '../../test/fixtures';
+import { renderTab } from '../../test/renderTab';
+import { evalAt, metadataLines } from './checkpointEval';
+import { CheckpointsTab } from './CheckpointsTab';
+
+const ckpt = (step: number, kind = 'checkpoint', metadata: Record<string, unknown> = { kind }) => ({
+  id: step, run_id: 7, step, kind, path: `7/checkpoints/step-${step}`, size: 2048, sha256: 'ab'.repeat(32),
+  metadata, created_at: '2025-01-01T00:00:00Z',
+});
+const point = (step: number, value: number | string) => ({ step, value, min: value, max: value, count: 1, time: 0 });
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe('CheckpointsTab', () => {
+  it('shows the eval metrics at each checkpoint, readable metadata, and downloads the whole checkpoint with the token', async () => {
+    localStorage.setItem('rlplane.token', 'secret');
+    const requests: Request[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (input: Request | string, init?: RequestInit) => {
+      const req = typeof input === 'string' ? new Request(new URL(input, 'http://x'), init) : input;
+      requests.push(req);
+      const { pathname, searchParams } = new URL(req.url);
+      if (pathname.endsWith('/checkpoints')) {
+        return json({ data: [ckpt(200), ckpt(300), ckpt(300, 'export', { kind: 'export', format: 'hf' })], count: 3 });
+      }
+      if (pathname.endsWith('/metrics/keys')) {
+        const key = (k: string) => ({ key: k, count: 2, last_step: 200, last_value: 1, last_time: 0 });
+        return json({ data: [key('train/loss'), key('eval/loss'), key('eval/accuracy')], count: 3 });
+      }
+      if (pathname.endsWith('/metrics')) {
+        expect(searchParams.getAll('keys')).toEqual(['eval/accuracy', 'eval/loss']);
+        return json({
+          run_id: 7, max_points: 20000,
+          series: [
+            { key: 'eval/accuracy', total_points: 2, downsampled: false, points: [point(100, 0.5), point(200, 0.75)] },
+            { key: 'eval/loss', total_points: 2, downsampled: false, points: [point(100, 0.9), point(200, 0.595)] },
+          ],
+        });
+      }
+      if (pathname.endsWith('/archive')) return new Response('tar bytes', { status: 200 });
+      return json({ detail: 'unexpected' }, 404);
+    }));
+    const createObjectURL = vi.fn(() => 'blob:x');
+    vi.stubGlobal('URL', Object.assign(URL, { createObjectURL, revokeObjectURL: vi.fn() }));
+    const clicked: string[] = [];
+    const click = vi.spyOn(HTMLAnchorElement.prototype, 'click').mockImplementation(function (this: HTMLAnchorElement) {
+      clicked.push(this.download);
+    });
+
+    renderTab(<CheckpointsTab />, runDetail({ name: 'base' }));
+    const row200 = (await screen.findByRole('rowheader', { name: '200' })).closest('tr')!;
+    await waitFor(() => expect(within(row200).getByText('eval/loss').nextSibling?.textContent).toBe('0.595'));
+    expect(within(row200).getByText('eval/accuracy').nextSibling?.textContent).toBe('0.75');
+    const row300 = document.querySelector('tr[data-step="300"][data-kind="checkpoint"]')!;
+    expect(within(row300 as HTMLElement).getByText('eval/loss').nextSibling?.textContent).toBe('0.595 (step 200)');
+    const exportRow = document.querySelector('tr[data-kind="export"]') as HTMLElement;
+    expect(within(exportRow).getByText('format').nextSibling?.textContent).toBe('hf');
+    expect(document.body.textContent).not.toContain('{"kind"');
+
+    fireEvent.click(within(row200).getByRole('button', { name: /^Download/ }));
+    // A failed download shows its error instead: the assertion then prints it.
+    await waitFor(() => expect(screen.queryByRole('alert')?.textContent ?? clicked).toEqual(['run-7-checkpoint-step-200.tar']));
+    const archive = requests.find((r) => r.url.includes('/archive'))!;
+    expect(new URL(archive.url).pathname + new URL(archive.url).search).toBe('/api/v1/runs/7/checkpoints/200/archive?kind=checkpoint');
+    expect(archive.headers.get('Authorization')).toBe('Bearer secret');
+    click.mockRestore();
+
+    const start = within(row200).getByRole('link', { name: 'Start a run from this checkpoint' });
+    const params = new URLSearchParams(start.getAttribute('href')!.split('?')[1]);
+    expect(Object.fromEntries(params)).toEqual({ clone: '7', model: 'run:7@200', name: 'base-from-step-200' });
+  });
+
+  it('picks the evaluation at or before a step, and flattens metadata', () => {
+    const series = [{ key: 'eval/loss', total_points: 3, downsampled: false, points: [point(10, 3), point(20, 2), point(30, 'NaN')] }];
+    expect(evalAt(series, 25)).toEqual([{ key: 'eval/loss', value: 2, step: 20 }]);
+    expect(evalAt(series, 30)).toEqual([{ key: 'eval/loss', value: 'NaN', step: 30 }]);
+    expect(evalAt(series, 5)).toEqual([]);
+    expect(metadataLines({ kind: 'export', format: 'hf', shards: { count: 2 }, tags: ['a', 'b'] }, ['kind'])).toEqual([
+      ['format', 'hf'], ['shards.count', '2'], ['tags', 'a, b'],
+    ]);
+  });
+});
