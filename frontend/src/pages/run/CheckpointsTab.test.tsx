@@ -9,7 +9,7 @@ const ckpt = (step: number, kind = 'checkpoint', metadata: Record<string, unknow
   id: step, run_id: 7, step, kind, path: `7/checkpoints/step-${step}`, size: 2048, sha256: 'ab'.repeat(32),
   metadata, created_at: '2025-01-01T00:00:00Z',
 });
-const point = (step: number, value: number | string) => ({ step, value, min: value, max: value, count: 1, time: 0 });
+const point = (step: number, value: number | 'NaN') => ({ step, value, min: value, max: value, count: 1, time: 0 });
 
 afterEach(() => vi.unstubAllGlobals());
 
