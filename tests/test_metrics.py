@@ -6,6 +6,7 @@ import random
 
 from sqlalchemy import func, select
 
+from api.metrics import rollups, schemas
 from api.models import Metric, Run
 from tests.factories import create_run
 
@@ -144,6 +145,26 @@ class TestSeries:
         assert [(s["key"], s["total_points"]) for s in body["series"]] == [("a", 3), ("b", 5)]
         none = client.get(f"/api/v1/runs/{create_run(client)['id']}/metrics").json()
         assert none["series"] == []
+
+    def test_columns_hold_the_same_series_as_the_points(self, client, db, monkeypatch):
+        run = create_run(client)
+        weird = {5: "NaN", 6: "Infinity", 7: "-Infinity", 1500: "NaN"}
+        points = [{**p, "value": weird.get(p["step"], p["value"])} for p in _points("long", range(3000))]
+        _ingest(client, run["id"], points + _points("short", range(10)), batch=1000)
+        url = f"/api/v1/runs/{run['id']}/metrics"
+        monkeypatch.setattr(rollups, "RAW_LIMIT", 1000)  # "long" is also answered from its rollups
+        for params in ({"max_points": 100}, {"max_points": 100, "step_min": 0}, {"keys": "short"}):
+            as_points = client.get(url, params=params).json()
+            response = client.get(url + "/columns", params=params)
+            assert response.headers["x-series-count"] == str(len(as_points["series"]))
+            as_columns = schemas.ColumnsResponse.model_validate(response.json())  # the documented shape
+            assert as_columns.run_id == run["id"] and as_columns.max_points == as_points["max_points"]
+            for s, c in zip(as_points["series"], response.json()["series"], strict=True):
+                assert (c["key"], c["total_points"], c["downsampled"]) == (s["key"], s["total_points"], s["downsampled"])
+                for field in ("step", "value", "min", "max", "count", "time", "first_nan_step"):
+                    assert c[field] == [p[field] for p in s["points"]], (params, s["key"], field)
+        raw = client.get(url + "/columns", params={"keys": "long", "step_max": 7}).json()["series"][0]
+        assert raw["value"][-3:] == ["NaN", "Infinity", "-Infinity"] and raw["first_nan_step"][-3:] == [5, None, None]
 
     def test_bad_parameters(self, client, db):
         run = create_run(client)

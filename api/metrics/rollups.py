@@ -22,6 +22,7 @@ from sqlalchemy import and_, func, select, text
 from sqlalchemy.orm import Session
 
 from api.metrics import schemas
+from api.metrics.buckets import Buckets
 from api.models import Metric, MetricRollup
 
 WIDTHS = (32, 512)
@@ -125,13 +126,13 @@ def _upsert(session: Session, run_id: int, blocks: dict[Block, Summary], merge: 
         session.connection().execute(_upsert_statement(merge), rows)
 
 
-def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.Series | None:
+def series(session: Session, run_id: int, key: str, max_points: int) -> Buckets | None:
     """The series downsampled from its blocks, or None when it is short enough to read raw."""
     scope = [MetricRollup.run_id == run_id, MetricRollup.key == key]
     coarse = session.execute(
         select(func.count(), func.sum(MetricRollup.count)).where(*scope, MetricRollup.width == WIDTHS[-1])
     ).one()
-    blocks, total = coarse[0], coarse[1] or 0
+    blocks, total = coarse[0], int(coarse[1] or 0)  # Postgres sums as numeric
     if total <= max(RAW_LIMIT, max_points):
         return None
     # The widest blocks that still give the chart its max_points buckets: fewer rows to group.
@@ -158,14 +159,12 @@ def series(session: Session, run_id: int, key: str, max_points: int) -> schemas.
         .join(last, and_(*scope, last.block == grouped.c.last // width))
         .order_by(grouped.c.last)
     )
-    points = [
-        # Blocks do not count NaN points: only a NaN at the bucket's last step is known here.
-        schemas.SeriesPoint(
-            step=step, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t, first_nan_step=step if nan else None
-        )
+    # Blocks do not count NaN points: only a NaN at the bucket's last step is known here.
+    out = [
+        (step, math.nan if nan else value, vmin, vmax, int(n), t, step if nan else None)
         for step, vmin, vmax, n, value, nan, t in rows
     ]
-    return schemas.Series(key=key, total_points=total, downsampled=True, points=points)
+    return Buckets(key, total, True, out)
 
 
 def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:

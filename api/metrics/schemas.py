@@ -42,6 +42,27 @@ class SeriesResponse(BaseModel):
     series: list[Series]
 
 
+class SeriesColumns(BaseModel):
+    """A Series as one list per field: item i of each list is point (bucket) i."""
+
+    key: str
+    total_points: int
+    downsampled: bool
+    step: list[int]
+    value: list[AnyFloat]
+    min: list[MaybeFloat]
+    max: list[MaybeFloat]
+    count: list[int]
+    time: list[float]
+    first_nan_step: list[int | None]
+
+
+class ColumnsResponse(BaseModel):
+    run_id: int
+    max_points: int
+    series: list[SeriesColumns]
+
+
 class KeySummary(BaseModel):
     key: str
     count: int

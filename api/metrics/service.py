@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth.principal import Principal
 from api.inserts import IngestResult, ingest_rows
-from api.metrics import rollups, schemas
+from api.metrics import buckets, rollups, schemas
 from api.models import Metric
 from api.runs.service import claim_for_report
 
@@ -55,6 +55,12 @@ def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
 def series(
     session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
 ) -> schemas.Series:
+    return buckets.to_series(series_buckets(session, run_id, key, max_points, step_min, step_max))
+
+
+def series_buckets(
+    session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
+) -> buckets.Buckets:
     if step_min is None and step_max is None and (summarised := rollups.series(session, run_id, key, max_points)):
         return summarised
     scope = [Metric.run_id == run_id, Metric.key == key]
@@ -64,11 +70,10 @@ def series(
         scope.append(Metric.step <= step_max)
     total, lo, hi = session.execute(select(func.count(), func.min(Metric.step), func.max(Metric.step)).where(*scope)).one()
     if total == 0:
-        return schemas.Series(key=key, total_points=0, downsampled=False, points=[])
+        return buckets.Buckets(key, 0, False, [])
     if total <= max_points:
         rows = session.execute(select(Metric.step, Metric.value, Metric.is_nan, Metric.time).where(*scope).order_by(Metric.step))
-        points = [_raw_point(step, value, nan, t) for step, value, nan, t in rows]
-        return schemas.Series(key=key, total_points=total, downsampled=False, points=points)
+        return buckets.Buckets(key, total, False, [buckets.raw(*row) for row in rows])
     span = hi - lo + 1
     # Equal-width step buckets: the same points always give the same buckets, whatever order they arrived in.
     bucket = ((Metric.step - lo) * max_points) // span
@@ -87,18 +92,15 @@ def series(
     )
     rows = session.execute(
         select(
-            grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, grouped.c.nan_from, Metric.value, Metric.is_nan, Metric.time
+            grouped.c.last, grouped.c.lo, grouped.c.hi, grouped.c.n, Metric.value, Metric.is_nan, Metric.time, grouped.c.nan_from
         )
         .join(Metric, and_(*scope, Metric.step == grouped.c.last))
         .order_by(grouped.c.last)
     )
-    points = [
-        schemas.SeriesPoint(
-            step=last, value=math.nan if nan else value, min=vmin, max=vmax, count=n, time=t, first_nan_step=nan_from
-        )
-        for last, vmin, vmax, n, nan_from, value, nan, t in rows
+    out = [
+        (last, math.nan if nan else value, vmin, vmax, n, t, nan_from) for last, vmin, vmax, n, value, nan, t, nan_from in rows
     ]
-    return schemas.Series(key=key, total_points=total, downsampled=True, points=points)
+    return buckets.Buckets(key, total, True, out)
 
 
 def series_document(
@@ -108,24 +110,20 @@ def series_document(
     max_points: int,
     step_min: int | None,
     step_max: int | None,
-) -> Iterator[str]:
-    """A SeriesResponse as JSON text, written one series at a time.
+    columns: bool = False,
+) -> Iterator[bytes]:
+    """A SeriesResponse (or, with `columns`, a ColumnsResponse) as JSON, written one series at a time.
 
     A run may log thousands of keys: read whole, every key's series is built and serialised before
     the first byte (seconds, and a copy in memory). Written as they are read, the work stops with
     the series in hand when the client hangs up (the dashboard drops index.html's early all-keys
-    request once the key list shows a run too big to load at once).
+    request of a run with many keys).
     """
-    yield f'{{"run_id":{run_id},"max_points":{max_points},"series":['
+    yield f'{{"run_id":{run_id},"max_points":{max_points},"series":['.encode()
     with factory() as session:
         for i, key in enumerate(keys):
-            text = series(session, run_id, key, max_points, step_min, step_max).model_dump_json()
+            found = series_buckets(session, run_id, key, max_points, step_min, step_max)
             session.rollback()  # no read snapshot held while the client takes its time
-            yield text if i == 0 else "," + text
-    yield "]}"
-
-
-def _raw_point(step: int, value: float, nan: bool, t: float) -> schemas.SeriesPoint:
-    v = math.nan if nan else value
-    edge = None if nan else value
-    return schemas.SeriesPoint(step=step, value=v, min=edge, max=edge, count=1, time=t, first_nan_step=step if nan else None)
+            text = buckets.to_columns_json(found) if columns else buckets.to_series(found).model_dump_json().encode()
+            yield text if i == 0 else b"," + text
+    yield b"]}"

@@ -394,6 +394,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/metrics/columns": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read Metric Columns
+         * @description The same series as `GET /metrics`, one list per field: half the bytes and the server's work (the dashboard's charts).
+         */
+        get: operations["read_metric_columns_api_v1_runs__run_id__metrics_columns_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/metrics/keys": {
         parameters: {
             query?: never;
@@ -847,6 +867,15 @@ export interface components {
             size: number;
             /** Step */
             step: number;
+        };
+        /** ColumnsResponse */
+        ColumnsResponse: {
+            /** Max Points */
+            max_points: number;
+            /** Run Id */
+            run_id: number;
+            /** Series */
+            series: components["schemas"]["SeriesColumns"][];
         };
         /**
          * DataColumns
@@ -2453,6 +2482,32 @@ export interface components {
             points: components["schemas"]["SeriesPoint"][];
             /** Total Points */
             total_points: number;
+        };
+        /**
+         * SeriesColumns
+         * @description A Series as one list per field: item i of each list is point (bucket) i.
+         */
+        SeriesColumns: {
+            /** Count */
+            count: number[];
+            /** Downsampled */
+            downsampled: boolean;
+            /** First Nan Step */
+            first_nan_step: (number | null)[];
+            /** Key */
+            key: string;
+            /** Max */
+            max: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /** Min */
+            min: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /** Step */
+            step: number[];
+            /** Time */
+            time: number[];
+            /** Total Points */
+            total_points: number;
+            /** Value */
+            value: (number | ("NaN" | "Infinity" | "-Infinity"))[];
         };
         /** SeriesPoint */
         SeriesPoint: {
@@ -4282,6 +4337,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["IngestResult"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    read_metric_columns_api_v1_runs__run_id__metrics_columns_get: {
+        parameters: {
+            query?: {
+                /** @description Keys to return; default: all */
+                keys?: string[];
+                max_points?: number;
+                step_min?: number | null;
+                step_max?: number | null;
+            };
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    /** @description How many series the body holds: a client can drop a big answer on its headers */
+                    "X-Series-Count"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ColumnsResponse"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
