@@ -3,6 +3,7 @@ import { act, render, screen } from '@testing-library/react';
 import type { Series } from '../api/types';
 import { MetricChart } from './MetricChart';
 import { MetricStore } from './store';
+import { asColumns } from './testSeries';
 
 // jsdom has no canvas: a stand-in uPlot records what the chart asks of it.
 const plots: FakePlot[] = [];
@@ -58,7 +59,7 @@ const series = (key: string, steps: number[], value: (s: number) => Value = (s) 
 const range = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
 function setup(history: Series) {
-  const store = new MetricStore(async () => [history]);
+  const store = new MetricStore(async () => [asColumns(history)]);
   store.setKeyList([{ key: history.key, count: history.points.length, last_step: history.points.at(-1)!.step, last_value: 0, last_time: 0 }]);
   render(<MetricChart source={store} metricKey={history.key} smoothing={0.6} logScale={false} xBy="step" />);
   return store;

@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import type { Series } from '../api/types';
 import { appendPoints, emptyBuffer, forLog, fromSeries, toNumber, xValues } from './series';
 import { MetricStore } from './store';
+import { asColumns } from './testSeries';
 
 type Point = Series['points'][number];
 const series = (key: string, steps: number[], value = (s: number): Point['value'] => s * 2, extra: Partial<Point> = {}): Series => ({
@@ -67,7 +68,7 @@ describe('MetricStore', () => {
     let answer: (s: Series[]) => void = () => {};
     const store = new MetricStore((keys) => {
       fetched.push(keys);
-      return new Promise((resolve) => (answer = resolve));
+      return new Promise((resolve) => (answer = (s) => resolve(s.map(asColumns))));
     });
     store.setKeyList([summary('train/loss', 4, 4), summary('train/lr', 3, 4), summary('other/x', 2, 4)]);
     expect(store.keys().map((k) => k.key)).toEqual(['train/loss', 'train/lr', 'other/x']);
@@ -115,7 +116,7 @@ describe('MetricStore', () => {
       'reward/mean': series('reward/mean', [1, 2, 3], (s) => s / 10),
       'reward/arithmetic': series('reward/arithmetic', [1, 2, 3], (s) => s / 10),
     };
-    const store = new MetricStore(async (keys) => keys.map((k) => data[k]!));
+    const store = new MetricStore(async (keys) => keys.map((k) => asColumns(data[k]!)));
     store.setKeyList([{ ...summary('reward/mean', 3, 3), last_value: 0.3 }, { ...summary('reward/arithmetic', 3, 3), last_value: 0.3 }]);
     store.request('reward/mean');
     await vi.waitFor(() => expect(store.duplicates()).toEqual(new Map([['reward/arithmetic', 'reward/mean']])));

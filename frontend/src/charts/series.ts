@@ -1,4 +1,8 @@
+import type { components } from '../api/schema';
 import type { Series } from '../api/types';
+
+/** A series as one list per field (GET /metrics/columns): what charts fetch. */
+export type SeriesColumns = components['schemas']['SeriesColumns'];
 
 /** Where a series was NaN or infinite: drawn as a marker, never silently dropped. */
 export interface NonFinite {
@@ -38,24 +42,37 @@ function kindOf(value: number | string | null | undefined): NonFinite['kind'] | 
   return null;
 }
 
+type Value = Series['points'][number]['value'];
+type Edge = Series['points'][number]['min'];
+
+function push(buf: SeriesBuffer, step: number, time: number, value: Value, min: Edge, max: Edge, firstNan: number | null | undefined) {
+  const at = buf.steps.length;
+  buf.steps.push(step);
+  buf.times.push(time);
+  buf.values.push(toNumber(value));
+  buf.mins.push(toNumber(min));
+  buf.maxs.push(toNumber(max));
+  // A bucket's value is its last point; a NaN or infinity earlier in it shows in first_nan_step, min and max.
+  const kind = kindOf(value);
+  if (firstNan != null) buf.nonFinite.push({ step: firstNan, at, kind: 'NaN' });
+  else if (kind === 'NaN') buf.nonFinite.push({ step, at, kind });
+  if (kind && kind !== 'NaN') buf.nonFinite.push({ step, at, kind });
+  if (!kind && kindOf(max) === '+inf') buf.nonFinite.push({ step, at, kind: '+inf' });
+  if (!kind && kindOf(min) === '-inf') buf.nonFinite.push({ step, at, kind: '-inf' });
+}
+
 export function fromSeries(series: Series): SeriesBuffer {
   const buf = emptyBuffer();
   buf.downsampled = series.downsampled;
-  for (const p of series.points) {
-    const at = buf.steps.length;
-    buf.steps.push(p.step);
-    buf.times.push(p.time);
-    buf.values.push(toNumber(p.value));
-    buf.mins.push(toNumber(p.min));
-    buf.maxs.push(toNumber(p.max));
-    // A bucket's value is its last point; a NaN or infinity earlier in it shows in first_nan_step, min and max.
-    if (p.first_nan_step != null) buf.nonFinite.push({ step: p.first_nan_step, at, kind: 'NaN' });
-    const kind = kindOf(p.value);
-    if (kind && kind !== 'NaN') buf.nonFinite.push({ step: p.step, at, kind });
-    else if (kind === 'NaN' && p.first_nan_step == null) buf.nonFinite.push({ step: p.step, at, kind });
-    if (!kind && kindOf(p.max) === '+inf') buf.nonFinite.push({ step: p.step, at, kind: '+inf' });
-    if (!kind && kindOf(p.min) === '-inf') buf.nonFinite.push({ step: p.step, at, kind: '-inf' });
-  }
+  for (const p of series.points) push(buf, p.step, p.time, p.value, p.min, p.max, p.first_nan_step);
+  buf.nonFinite.sort((a, b) => a.step - b.step);
+  return buf;
+}
+
+export function fromColumns(c: SeriesColumns): SeriesBuffer {
+  const buf = emptyBuffer();
+  buf.downsampled = c.downsampled;
+  for (let i = 0; i < c.step.length; i++) push(buf, c.step[i]!, c.time[i]!, c.value[i]!, c.min[i]!, c.max[i]!, c.first_nan_step[i]);
   buf.nonFinite.sort((a, b) => a.step - b.step);
   return buf;
 }

@@ -2,7 +2,7 @@ import type { KeySummary, Series } from '../api/types';
 import type { LivePoint } from '../sse/runEvents';
 import { KeyBatcher } from './batcher';
 import { candidateGroups, findDuplicates } from './duplicates';
-import { appendPoints, fromSeries, toNumber, type SeriesBuffer } from './series';
+import { appendPoints, fromColumns, fromSeries, toNumber, type SeriesBuffer, type SeriesColumns } from './series';
 import type { ChartLine, ChartSource, KeyInfo } from './source';
 
 type Listener = () => void;
@@ -28,10 +28,10 @@ export class MetricStore implements ChartSource {
   private dups = new Map<string, string>();
   private batcher: KeyBatcher;
 
-  constructor(fetchSeries: (keys: string[]) => Promise<Series[]>, onError: (err: unknown) => void = () => {}) {
+  constructor(fetchSeries: (keys: string[]) => Promise<SeriesColumns[]>, onError: (err: unknown) => void = () => {}) {
     this.batcher = new KeyBatcher((keys) =>
       fetchSeries(keys).then(
-        (series) => this.load(series),
+        (series) => this.loadColumns(series),
         (err: unknown) => {
           for (const k of keys) this.loading.delete(k); // asked again when its chart next mounts
           onError(err);
@@ -88,22 +88,30 @@ export class MetricStore implements ChartSource {
     this.batcher.release((k) => !this.buffers.has(k));
   }
 
-  /** Histories arrived (a batch, or the early answer with every key). */
+  /** Every key's history at once (index.html's early answer). */
   load(series: readonly Series[]): void {
+    this.put(series.map((s) => ({ key: s.key, total: s.total_points, buf: fromSeries(s) })));
+  }
+
+  /** A batch of histories, as columns. */
+  loadColumns(series: readonly SeriesColumns[]): void {
+    this.put(series.map((s) => ({ key: s.key, total: s.total_points, buf: fromColumns(s) })));
+  }
+
+  private put(series: ReadonlyArray<{ key: string; total: number; buf: SeriesBuffer }>): void {
     let newKey = false;
-    for (const s of series) {
-      const buf = fromSeries(s);
-      appendPoints(buf, this.loading.get(s.key) ?? []);
-      this.loading.delete(s.key);
-      this.buffers.set(s.key, buf);
-      if (!this.known.has(s.key) && s.points.length) {
-        this.learn(s.key, s.total_points, s.points.at(-1)!.step, s.points.at(-1)!.value);
+    for (const { key, total, buf } of series) {
+      appendPoints(buf, this.loading.get(key) ?? []);
+      this.loading.delete(key);
+      this.buffers.set(key, buf);
+      if (!this.known.has(key) && buf.steps.length) {
+        this.learn(key, total, buf.steps.at(-1)!, buf.values.at(-1) ?? 'NaN');
         newKey = true;
       }
     }
     if (newKey) this.keysChanged();
     else if (this.updateDuplicates()) this.notifyKeys();
-    for (const s of series) this.notify(s.key);
+    for (const { key } of series) this.notify(key);
   }
 
   append(points: readonly LivePoint[]): void {

@@ -2,12 +2,16 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { renderHook, waitFor } from '@testing-library/react';
 import { RunEventBus } from '../sse/runEvents';
 import { historyUrl } from './earlyFetch';
+import { asColumns } from './testSeries';
 import { EAGER_KEYS, MAX_POINTS, useMetricHistory } from './useMetricHistory';
 
 const summary = (key: string, i: number) => ({ key, count: 3, last_step: 3, last_value: i, last_time: 1 });
 const series = (key: string) => ({
   key, total_points: 1, downsampled: false, points: [{ step: 1, value: 1, min: 1, max: 1, count: 1, time: 1, first_nan_step: null }],
 });
+const check = (ok: boolean) => {
+  if (!ok) throw new Error('charts fetch history from /metrics/columns');
+};
 const json = (body: unknown) => new Response(JSON.stringify(body), { headers: { 'Content-Type': 'application/json' } });
 
 /** The API: the key list, and per-key history (recorded). */
@@ -18,7 +22,8 @@ function stubApi(keys: string[]) {
     if (url.pathname.endsWith('/metrics/keys')) return json({ data: keys.map(summary), count: keys.length });
     const wanted = url.searchParams.getAll('keys');
     asked.push(wanted);
-    return json({ run_id: 7, max_points: MAX_POINTS, series: wanted.map(series) });
+    check(url.pathname.endsWith('/metrics/columns'));
+    return json({ run_id: 7, max_points: MAX_POINTS, series: wanted.map((k) => asColumns(series(k))) });
   }));
   return asked;
 }

@@ -3,6 +3,7 @@ import { api, unwrap } from '../api/client';
 import type { Series } from '../api/types';
 import type { RunEventBus } from '../sse/runEvents';
 import { cancelEarly, historyUrl, readEarly, takeEarlyResponse } from './earlyFetch';
+import type { SeriesColumns } from './series';
 import { MetricStore } from './store';
 
 // The server keeps each bucket's min and max, so ~1500 points still show spikes.
@@ -21,9 +22,9 @@ export interface MetricHistory {
   error: unknown;
 }
 
-async function fetchSeries(runId: number, keys: string[]): Promise<Series[]> {
+async function fetchSeries(runId: number, keys: string[]): Promise<SeriesColumns[]> {
   const query = { keys, max_points: MAX_POINTS };
-  const res = await unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: runId }, query } }));
+  const res = await unwrap(api.GET('/api/v1/runs/{run_id}/metrics/columns', { params: { path: { run_id: runId }, query } }));
   return res.series;
 }
 

@@ -4,6 +4,7 @@ import { fireEvent, render, screen, within } from '@testing-library/react';
 import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import type { ChartSource } from '../../charts/source';
+import { asColumns } from '../../charts/testSeries';
 import { ComparePage } from './ComparePage';
 
 // uPlot needs a canvas; the chart is stood in for by its container and attributes, fed like the real one.
@@ -50,14 +51,14 @@ function json(body: unknown, status = 200) {
 function stubApi() {
   vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
     const url = new URL(req.url);
-    const m = /\/api\/v1\/runs\/(\d+)(\/metrics(\/keys)?)?$/.exec(url.pathname);
+    const m = /\/api\/v1\/runs\/(\d+)(\/metrics(\/keys|\/columns))?$/.exec(url.pathname);
     const id = Number(m?.[1]);
     if (id === 5) return json({ detail: 'Not allowed' }, 403);
     if (!m || !RUNS[id]) return json({ detail: 'Run not found' }, 404);
     const all = METRICS[id]!;
-    if (m[3]) return json({ data: all.map(summary), count: all.length });
+    if (m[3] === '/keys') return json({ data: all.map(summary), count: all.length });
     const keys = url.searchParams.getAll('keys');
-    if (m[2]) return json({ run_id: id, max_points: 1500, series: all.filter((s) => keys.includes(s.key)) });
+    if (m[2]) return json({ run_id: id, max_points: 1500, series: all.filter((s) => keys.includes(s.key)).map(asColumns) });
     return json(RUNS[id]);
   }));
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { Series } from '../../api/types';
 import { parseSmoothing } from '../../charts/ChartControls';
+import { asColumns } from '../../charts/testSeries';
 import { CompareStore } from './compareStore';
 import { parseRunIds, toSearch, withRunIds } from './params';
 import { diffSpecs, flattenSpec } from './specDiff';
@@ -16,7 +17,7 @@ describe('CompareStore', () => {
     const asked: Array<[number, string[]]> = [];
     const store = new CompareStore(async (run, keys) => {
       asked.push([run, keys]);
-      return keys.map((k) => series(k, run === 3 ? [0, 10, 20] : [5, 15]));
+      return keys.map((k) => asColumns(series(k, run === 3 ? [0, 10, 20] : [5, 15])));
     });
     store.setRuns([{ id: 3, label: '#3 a', color: 'var(--series-0)' }, { id: 7, label: '#7 b', color: 'var(--series-1)' }]);
     store.setKeys(3, [summary('train/loss', 3), summary('train/lr', 2)]);

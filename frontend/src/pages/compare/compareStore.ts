@@ -1,7 +1,7 @@
-import type { KeySummary, Series } from '../../api/types';
+import type { KeySummary } from '../../api/types';
 import { KeyBatcher } from '../../charts/batcher';
 import { candidateGroups, findDuplicates } from '../../charts/duplicates';
-import { fromSeries, type SeriesBuffer } from '../../charts/series';
+import { fromColumns, type SeriesBuffer, type SeriesColumns } from '../../charts/series';
 import type { ChartLine, ChartSource, KeyInfo } from '../../charts/source';
 
 /** A run on the Compare page's charts: its line's label and colour. */
@@ -32,7 +32,7 @@ export class CompareStore implements ChartSource {
   private groups: string[][] = [];
   private dups: ReadonlyMap<string, string> = new Map();
 
-  constructor(private readonly fetchSeries: (runId: number, keys: string[]) => Promise<Series[]>) {}
+  constructor(private readonly fetchSeries: (runId: number, keys: string[]) => Promise<SeriesColumns[]>) {}
 
   keys(): readonly KeyInfo[] {
     return this.keyList;
@@ -120,11 +120,11 @@ export class CompareStore implements ChartSource {
     return b;
   }
 
-  private load(runId: number, series: readonly Series[]): void {
+  private load(runId: number, series: readonly SeriesColumns[]): void {
     const mine = this.buffers.get(runId) ?? new Map<string, SeriesBuffer>();
     this.buffers.set(runId, mine);
     for (const s of series) {
-      mine.set(s.key, fromSeries(s));
+      mine.set(s.key, fromColumns(s));
       this.loading.get(runId)?.delete(s.key);
     }
     if (this.updateDuplicates()) this.keyListeners.forEach((fn) => fn());

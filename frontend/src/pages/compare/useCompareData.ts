@@ -1,7 +1,8 @@
 import { useEffect, useRef } from 'react';
 import { useQueries, useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, unwrap } from '../../api/client';
-import { ACTIVE, type KeySummary, type RunDetail, type Series } from '../../api/types';
+import { ACTIVE, type KeySummary, type RunDetail } from '../../api/types';
+import type { SeriesColumns } from '../../charts/series';
 import { MAX_POINTS } from '../../charts/useMetricHistory';
 
 const ACTIVE_REFRESH_MS = 10_000;
@@ -28,9 +29,10 @@ export function describeError(id: number, error: unknown): string {
 }
 
 /** One run's history for some keys: what a chart on screen asks for. */
-export async function fetchCompareSeries(runId: number, keys: string[]): Promise<Series[]> {
+export async function fetchCompareSeries(runId: number, keys: string[]): Promise<SeriesColumns[]> {
   const query = { keys, max_points: MAX_POINTS };
-  return (await unwrap(api.GET('/api/v1/runs/{run_id}/metrics', { params: { path: { run_id: runId }, query } }))).series;
+  const res = await unwrap(api.GET('/api/v1/runs/{run_id}/metrics/columns', { params: { path: { run_id: runId }, query } }));
+  return res.series;
 }
 
 /** Each run's detail and key list; active runs poll every 10 s, finished ones are fetched once. */
