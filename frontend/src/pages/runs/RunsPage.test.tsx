@@ -4,12 +4,16 @@ import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { RunsPage } from './RunsPage';
 import { parseFilters, toParams } from './filters';
+import { pickHeadline } from './LatestMetric';
 
-const run = (id: number, status: string, name: string) => ({
-  id, name, status, project: 'default', algorithm: 'sft', backend: 'fake', queue: 'default', status_reason: '',
+const run = (id: number, status: string, name: string, algorithm = 'sft') => ({
+  id, name, status, project: 'default', algorithm, backend: 'fake', queue: 'default', status_reason: '',
   archived: false, total_steps: 100, last_step: 40, created_by: 'admin', created_at: '2025-01-01T00:00:00Z',
   updated_at: '2025-01-01T00:00:00Z', started_at: '2025-01-01T00:00:00Z', ended_at: '2025-01-01T00:10:00Z',
+  failure: null, resumable: false,
+  config: { model: `run:${id}@250`, lr: 0.0003, batch_size: 8 * id, steps: 100, backend: 'torch', precision: 'bf16' },
 });
+const key = (name: string, value: number) => ({ key: name, count: 3, last_step: 40, last_value: value, last_time: 1 });
 
 function Where() {
   const loc = useLocation();
@@ -61,6 +65,70 @@ describe('RunsPage', () => {
     fireEvent.click(screen.getByRole('checkbox', { name: 'Select run 2' }));
     expect(screen.getByRole('link', { name: /Compare/ }).getAttribute('href')).toBe('/compare?runs=1,2');
     client.clear();
+  });
+
+  it('shows config columns the user picks, kept across visits, and each algorithm\'s headline metric', async () => {
+    vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+      const u = new URL(req.url);
+      if (u.pathname === '/api/v1/runs') return json({ data: [run(1, 'running', 'pref', 'dpo')], count: 1 });
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
+      if (u.pathname.endsWith('/metrics/keys')) {
+        return json({ data: [key('rewards/chosen', -3), key('rewards/margin', 1.5), key('train/loss', 0.4)], count: 3 });
+      }
+      return new Response('{}', { status: 404 });
+    }));
+    const mount = () => {
+      const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+      const view = render(
+        <QueryClientProvider client={client}>
+          <MemoryRouter initialEntries={['/runs']}>
+            <RunsPage />
+          </MemoryRouter>
+        </QueryClientProvider>,
+      );
+      return () => {
+        view.unmount();
+        client.clear();
+      };
+    };
+    let unmount = mount();
+    const table = await screen.findByRole('table');
+    const headers = () => within(table).getAllByRole('columnheader').map((h) => h.textContent?.trim());
+    expect(headers()).toContain('LR');
+    expect(headers()).not.toContain('Precision');
+    const row = within(table).getAllByRole('row')[1]!;
+    expect(row.querySelector('[data-column="lr"]')?.textContent).toBe('0.0003');
+    expect(row.querySelector('[data-column="model"]')?.textContent).toBe('run:1@250');
+    await vi.waitFor(() => expect(within(row).getByText('rewards/margin').parentElement?.textContent).toBe('rewards/margin 1.5'));
+
+    fireEvent.click(screen.getByText(/^Columns/));
+    fireEvent.click(screen.getByRole('checkbox', { name: 'Precision' }));
+    fireEvent.click(screen.getByRole('checkbox', { name: 'LR' }));
+    expect(headers()).toContain('Precision');
+    expect(headers()).not.toContain('LR');
+    unmount();
+    unmount = mount();
+    const again = await screen.findByRole('table');
+    expect(within(again).getAllByRole('row')[1]!.querySelector('[data-column="precision"]')?.textContent).toBe('bf16');
+    expect(within(again).queryByRole('columnheader', { name: 'LR' })).toBeNull();
+    unmount();
+  });
+});
+
+describe('pickHeadline', () => {
+  const keys = (...names: string[]) => names.map((n) => key(n, 1));
+  it.each([
+    ['sft', ['train/loss', 'eval/loss'], 'eval/loss'],
+    ['sft', ['train/loss', 'train/lr'], 'train/loss'],
+    ['reward', ['train/loss', 'eval/accuracy', 'eval/loss'], 'eval/accuracy'],
+    ['dpo', ['rewards/chosen', 'rewards/margin', 'train/loss'], 'rewards/margin'],
+    ['dpo', ['rewards/chosen', 'rewards/margin', 'eval/loss'], 'eval/loss'],
+    ['ppo', ['train/loss', 'ppo/kl', 'reward/mean'], 'reward/mean'],
+    ['grpo', ['reward/mean', 'eval/accuracy'], 'reward/mean'],
+    ['ilql', ['train/loss', 'eval/loss', 'eval/reward', 'eval/optimality'], 'eval/optimality'],
+    ['ilql', ['train/loss', 'eval/loss'], 'train/loss'],
+  ])('%s with %j shows %s', (algorithm, names, expected) => {
+    expect(pickHeadline(keys(...names), algorithm)?.key).toBe(expected);
   });
 });
 

@@ -3,6 +3,8 @@ import { Link, useSearchParams } from 'react-router';
 import { keepPreviousData, useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
 import { ErrorNote } from '../../components/ErrorNote';
+import { ColumnPicker } from './ColumnPicker';
+import { loadColumns, saveColumns, type ConfigColumn } from './columns';
 import { nextSort, parseFilters, toParams, toQuery, type RunFilters } from './filters';
 import { RunFiltersForm } from './RunFiltersForm';
 import { RunsTable } from './RunsTable';
@@ -13,6 +15,11 @@ export function RunsPage() {
   const [params, setParams] = useSearchParams();
   const filters = parseFilters(params);
   const [selected, setSelected] = useState<Set<number>>(new Set());
+  const [columns, setColumns] = useState<ConfigColumn[]>(loadColumns);
+  const pickColumns = (next: ConfigColumn[]) => {
+    saveColumns(next);
+    setColumns(next);
+  };
 
   const runs = useQuery({
     queryKey: ['runs', toQuery(filters)],
@@ -49,6 +56,7 @@ export function RunsPage() {
         </Link>
       </div>
       <RunFiltersForm filters={filters} onChange={update} />
+      <ColumnPicker shown={columns} onChange={pickColumns} />
       <ErrorNote error={runs.error} />
       {runs.data && (
         <>
@@ -58,6 +66,7 @@ export function RunsPage() {
             onSort={(column) => update({ ...filters, sort: nextSort(filters.sort, column), offset: 0 })}
             selected={selected}
             onToggle={toggle}
+            columns={columns}
           />
           {count === 0 && <p className="muted">No runs match these filters.</p>}
           <nav className="pager" aria-label="Pages">

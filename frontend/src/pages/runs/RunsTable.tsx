@@ -2,6 +2,7 @@ import { Link } from 'react-router';
 import { ACTIVE, type Run, type RunSort } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate, formatDuration } from '../../lib/format';
+import { CONFIG_COLUMNS, configValue, type ConfigColumn } from './columns';
 import { LatestMetric } from './LatestMetric';
 
 interface Props {
@@ -10,6 +11,7 @@ interface Props {
   onSort: (column: string) => void;
   selected: ReadonlySet<number>;
   onToggle: (id: number) => void;
+  columns: readonly ConfigColumn[];
 }
 
 const SORTABLE: Record<string, string> = { id: 'ID', status: 'Status', name: 'Name', created_at: 'Created' };
@@ -25,7 +27,8 @@ function SortHeader({ column, sort, onSort }: { column: string; sort: RunSort; o
   );
 }
 
-export function RunsTable({ runs, sort, onSort, selected, onToggle }: Props) {
+export function RunsTable({ runs, sort, onSort, selected, onToggle, columns }: Props) {
+  const config = CONFIG_COLUMNS.filter((c) => columns.includes(c.id));
   return (
     <table className="runs">
       <thead>
@@ -43,7 +46,12 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle }: Props) {
           <SortHeader column="created_at" sort={sort} onSort={onSort} />
           <th scope="col">Duration</th>
           <th scope="col">Step</th>
-          <th scope="col">Latest reward / loss</th>
+          <th scope="col">Headline metric</th>
+          {config.map((c) => (
+            <th scope="col" key={c.id} data-column={c.id}>
+              {c.label}
+            </th>
+          ))}
         </tr>
       </thead>
       <tbody>
@@ -76,8 +84,13 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle }: Props) {
               {run.last_step ?? 0}/{run.total_steps}
             </td>
             <td>
-              <LatestMetric runId={run.id} live={ACTIVE.has(run.status)} />
+              <LatestMetric runId={run.id} algorithm={run.algorithm} live={ACTIVE.has(run.status)} />
             </td>
+            {config.map((c) => (
+              <td key={c.id} data-column={c.id} className={c.id === 'model' ? 'config-model' : 'num'}>
+                {configValue(run, c.id)}
+              </td>
+            ))}
           </tr>
         ))}
       </tbody>
