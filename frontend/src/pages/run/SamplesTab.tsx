@@ -1,70 +1,56 @@
-import { useState } from 'react';
-import { keepPreviousData, useQuery } from '@tanstack/react-query';
-import { api, unwrap } from '../../api/client';
-import type { Sample } from '../../api/types';
+import { useEffect, useState } from 'react';
+import { useQueryClient } from '@tanstack/react-query';
+import { ACTIVE } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
-import { formatNumber } from '../../lib/format';
 import { useRunContext } from './context';
+import { FollowPrompt } from './samples/FollowPrompt';
+import { groupSamples } from './samples/groups';
+import { SampleGroupView } from './samples/SampleViews';
+import { StepPicker } from './samples/StepPicker';
+import { samplesKey, useLatestStep, useNeighbourSteps, usePrompts, usePromptSamples, useStepSamples } from './samples/useSamples';
+import './samples/samples.css';
 
-function SampleCard({ sample, showStep }: { sample: Sample; showStep?: boolean }) {
+/** Why there is nothing to show, true for a run still going and for one that has ended. */
+function NoSamples({ active }: { active: boolean }) {
   return (
-    <article className="sample">
-      <header className="muted">
-        {showStep ? `step ${sample.step} · ` : ''}#{sample.index} · reward {formatNumber(sample.reward)} · kl {formatNumber(sample.kl)}
-        {Object.entries(sample.scores).map(([k, v]) => ` · ${k} ${formatNumber(v)}`)}
-      </header>
-      {!showStep && <pre className="prompt">{sample.prompt}</pre>}
-      <pre className="response">{sample.response}</pre>
-    </article>
+    <p className="muted" data-testid="no-samples">
+      {active
+        ? 'No samples yet: PPO and GRPO runs log them every few steps, SFT, DPO and reward-model runs at their evaluations.'
+        : 'This run ended without logging any samples (PPO and GRPO log them when samples_to_log is above 0; SFT, DPO and reward-model runs at their evaluations).'}
+    </p>
   );
 }
 
 export function SamplesTab() {
-  const { run } = useRunContext();
+  const { run, bus } = useRunContext();
+  const queryClient = useQueryClient();
   const [step, setStep] = useState<number | null>(null);
   const [byReward, setByReward] = useState(false);
   const [prompt, setPrompt] = useState('');
-  const path = { run_id: run.id };
 
-  const prompts = useQuery({
-    queryKey: ['prompts', run.id],
-    queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/samples/prompts', { params: { path, query: { limit: 1000 } } })),
-    refetchInterval: 15_000,
-  });
-  const lastStep = prompts.data?.data.reduce((m, p) => Math.max(m, p.last_step), -1) ?? -1;
-  const shownStep = step ?? (lastStep >= 0 ? lastStep : null);
+  // New samples refresh the latest step, the shown step and the prompt being followed.
+  useEffect(() => bus.on('samples', () => void queryClient.invalidateQueries({ queryKey: samplesKey(run.id) })), [bus, queryClient, run.id]);
 
-  const atStep = useQuery({
-    queryKey: ['samples', run.id, shownStep, byReward],
-    enabled: shownStep != null && !prompt,
-    placeholderData: keepPreviousData,
-    queryFn: () =>
-      unwrap(
-        api.GET('/api/v1/runs/{run_id}/samples', {
-          params: { path, query: { step: shownStep ?? 0, sort: byReward ? '-reward' : 'step', limit: 200 } },
-        }),
-      ),
-  });
-  const acrossSteps = useQuery({
-    queryKey: ['samples-prompt', run.id, prompt],
-    enabled: !!prompt,
-    queryFn: () =>
-      unwrap(api.GET('/api/v1/runs/{run_id}/samples', { params: { path, query: { prompt_hash: prompt, limit: 1000 } } })),
-  });
+  const latest = useLatestStep(run.id);
+  const shownStep = step ?? latest.data?.step ?? null;
+  const neighbours = useNeighbourSteps(run.id, prompt ? null : shownStep);
+  const atStep = useStepSamples(run.id, prompt ? null : shownStep, byReward);
+  const prompts = usePrompts(run.id);
+  const acrossSteps = usePromptSamples(run.id, prompt);
 
-  if (prompts.data && prompts.data.count === 0) return <p className="muted">This run has logged no samples yet.</p>;
+  if (latest.data?.count === 0) return <NoSamples active={ACTIVE.has(run.status)} />;
+  const groups = atStep.data ? groupSamples(atStep.data.data) : [];
 
   return (
     <div className="samples-tab">
       <form className="sample-controls" onSubmit={(e) => e.preventDefault()}>
-        <label htmlFor="sample-step">Step</label>
-        <input
-          id="sample-step"
-          type="number"
-          min={0}
-          value={shownStep ?? ''}
-          onChange={(e) => setStep(e.target.value === '' ? null : Number(e.target.value))}
+        <StepPicker
+          step={shownStep}
+          previous={neighbours.previous}
+          next={neighbours.next}
+          latest={latest.data?.step ?? null}
           disabled={!!prompt}
+          onStep={setStep}
         />
         <label className="check">
           <input type="checkbox" checked={byReward} onChange={(e) => setByReward(e.target.checked)} disabled={!!prompt} />
@@ -80,22 +66,14 @@ export function SamplesTab() {
           ))}
         </select>
       </form>
-      <ErrorNote error={prompts.error ?? atStep.error ?? acrossSteps.error} />
-      {prompt && acrossSteps.data && (
-        <>
-          <pre className="prompt">{acrossSteps.data.data[0]?.prompt}</pre>
-          <div className="side-by-side">
-            {acrossSteps.data.data.map((s) => (
-              <SampleCard key={s.id} sample={s} showStep />
-            ))}
-          </div>
-        </>
-      )}
+      <ErrorNote error={latest.error ?? prompts.error ?? atStep.error ?? acrossSteps.error ?? neighbours.error} />
+      {prompt && acrossSteps.data && <FollowPrompt samples={acrossSteps.data.data} />}
       {!prompt && atStep.data && (
-        <div className="sample-list">
-          {atStep.data.data.length === 0 && <p className="muted">No samples at step {shownStep}.</p>}
-          {atStep.data.data.map((s) => (
-            <SampleCard key={s.id} sample={s} />
+        // The step of the samples on screen: while the next step loads, the last one stays (marked busy).
+        <div className="sample-groups" data-step={atStep.data.data[0]?.step ?? shownStep} aria-busy={atStep.isPlaceholderData}>
+          {groups.length === 0 && <p className="muted">No samples at step {shownStep}.</p>}
+          {groups.map((g) => (
+            <SampleGroupView key={g.key} group={g} />
           ))}
         </div>
       )}
