@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fireEvent, render, screen, waitFor } from '@testing-library/react';
-import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
+import { Link, MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { SubmitWarnings } from '../run/SubmitWarnings';
 import { NewRunPage } from './NewRunPage';
@@ -145,6 +145,27 @@ describe('NewRunPage', () => {
     expect(editor.value).toContain('algorithm: ppo');
     expect(editor.value).toContain('  path: run:3@40');
     expect(editor.value).toContain('# PPO (RLHF)');
+  });
+
+  it('starts afresh when the query changes (New run from a clone)', async () => {
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) =>
+      urlOf(req).includes('/api/v1/runs/7')
+        ? json({ id: 7, name: 'base', spec: {}, spec_text: 'name: base\nalgorithm: ppo\n' })
+        : json({ valid: true, spec: {}, total_steps: 1, parents: [], warnings: [] }),
+    ));
+    render(
+      <QueryClientProvider client={new QueryClient()}>
+        <MemoryRouter initialEntries={['/new?clone=7']}>
+          <Routes>
+            <Route path="/new" element={<><Link to="/new">New run</Link><NewRunPage /></>} />
+          </Routes>
+        </MemoryRouter>
+      </QueryClientProvider>,
+    );
+    const editor = () => screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    await waitFor(() => expect(editor().value).toBe('name: base-clone\nalgorithm: ppo\n'));
+    fireEvent.click(screen.getByRole('link', { name: 'New run' }));
+    await waitFor(() => expect(editor().value).toMatch(/^# Supervised fine-tuning/));
   });
 
   it('shows a 403 without a line, and Tab indents until Escape', async () => {

@@ -40,10 +40,18 @@ function initialAlgorithm(params: URLSearchParams): Algorithm {
   return isAlgorithm(a) ? a : 'sft';
 }
 
+/** A new query (New run in the top bar from a clone, another checkpoint) starts the form afresh. */
 export function NewRunPage() {
   const [params] = useSearchParams();
+  return <NewRunForm key={params.toString()} params={params} />;
+}
+
+function NewRunForm({ params }: { params: URLSearchParams }) {
   const navigate = useNavigate();
   const cloneId = Number(params.get('clone')) || null;
+  // ?name= and ?model= come with "Start a run from this checkpoint".
+  const cloneName = params.get('name');
+  const cloneModel = params.get('model');
   const [template, setTemplate] = useState<Algorithm>(() => initialAlgorithm(params));
   const [text, setText] = useState(() => (cloneId ? '' : templateText(initialAlgorithm(params), params)));
   const [verdict, setVerdict] = useState<Verdict>({ state: 'idle' });
@@ -62,17 +70,14 @@ export function NewRunPage() {
         if (!current) return;
         const algorithm = run.spec.algorithm;
         if (typeof algorithm === 'string' && isAlgorithm(algorithm)) setTemplate(algorithm);
-        // ?name= and ?model= come with "Start a run from this checkpoint".
-        const text = cloneText(run, params.get('name') || `${run.name}-clone`);
-        const model = params.get('model');
-        setText(model ? withModelPath(text, model) : text);
+        const text = cloneText(run, cloneName || `${run.name}-clone`);
+        setText(cloneModel ? withModelPath(text, cloneModel) : text);
       })
       .catch((err: unknown) => current && setLoadError(err));
     return () => {
       current = false;
     };
-    // Only a new ?clone= reloads: the other parameters are read with it.
-  }, [cloneId]);
+  }, [cloneId, cloneName, cloneModel]);
 
   // Ask the API after each pause in typing; the newest text wins.
   useEffect(() => {
