@@ -3,7 +3,7 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { resolveColor, useThemeAttribute } from '../lib/theme';
 import { describeNonFinite } from './nonFinite';
-import { buildPlot, type Plot } from './plotData';
+import { buildPlot, pointsOf, type Plot } from './plotData';
 import { plotOptions } from './plotOptions';
 import { smoothingFor } from './smoothing';
 import type { ChartSource } from './source';
@@ -36,17 +36,16 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
   const multi = source.lines(metricKey).length > 1;
   const axis = multi ? 'step' : xBy;
 
+  // Before the history arrives the key list's point count decides the lines (smoothed? a band?),
+  // so the chart is built while the request is on the way and its first build is its last.
   const compute = (): Plot => {
     const lines = source.lines(metricKey);
-    const points = lines.reduce((m, l) => Math.max(m, l.buf?.steps.length ?? 0), 0);
-    return buildPlot(lines, axis, logScale, smoothingFor(metricKey, points, smoothing));
+    return buildPlot(lines, axis, logScale, smoothingFor(metricKey, pointsOf(lines), smoothing));
   };
-  const plot = useRef<Plot>(null as unknown as Plot);
-  if (plot.current === null) plot.current = compute();
-  const [shapeKey, setShapeKey] = useState(plot.current.shapeKey);
+  const [initial] = useState(compute);
+  const plot = useRef<Plot>(initial);
+  const [shapeKey, setShapeKey] = useState(initial.shapeKey);
   const [note, setNote] = useState<string | null>(null);
-  // Built once the history is here, so the first build already has its final lines.
-  const [ready, setReady] = useState(() => source.loaded(metricKey));
 
   // data-* attributes say what is on the canvas: the e2e checks and bench/dashboard.py read them.
   const markDrawn = () => {
@@ -55,7 +54,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
     if (!el) return;
     el.dataset.points = String(p.points);
     el.dataset.series = String(source.lines(metricKey).filter((l) => l.buf && l.buf.steps.length > 0).length);
-    el.dataset.smoothing = String(p.lines[0]?.smoothed ? smoothingFor(metricKey, p.points, smoothing) : 0);
+    el.dataset.smoothing = String(p.lines[0]?.smoothed ? smoothingFor(metricKey, pointsOf(source.lines(metricKey)), smoothing) : 0);
     el.dataset.bands = String(p.lines.filter((l) => l.band).length);
     el.dataset.loaded = String(source.loaded(metricKey));
     const last = p.lastStep == null ? '' : String(p.lastStep);
@@ -70,7 +69,6 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
     const lines = source.lines(metricKey);
     const text = lines.length === 1 ? describeNonFinite(lines[0]!.buf) : describeMany(lines.map((l) => [l.label, describeNonFinite(l.buf)]));
     setNote(text);
-    if (source.loaded(metricKey)) setReady(true);
     const u = chart.current;
     if (!u || p.shapeKey !== shapeKey) {
       setShapeKey(p.shapeKey); // rebuilt by the effect below, with this data
@@ -104,7 +102,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
 
   useEffect(() => {
     const el = box.current;
-    if (!el || !ready) return;
+    if (!el) return;
     const ticks: [string[], string[]] = [[], []];
     const opts = plotOptions(plot.current.lines, {
       width: Math.max(200, el.clientWidth),
@@ -147,7 +145,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
       chart.current = null;
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt only when what is drawn changes, not for new points
-  }, [ready, shapeKey, theme, logScale, axis, height]);
+  }, [shapeKey, theme, logScale, axis, height]);
 
   return (
     <figure className="chart">
@@ -161,14 +159,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
         )}
         {actions}
       </figcaption>
-      <div
-        ref={box}
-        className={ready ? 'chart-canvas' : 'chart-canvas chart-loading'}
-        style={ready ? undefined : { height: height + 32 }}
-        data-chart={metricKey}
-        data-points="0"
-        data-nonfinite={note ?? undefined}
-      />
+      <div ref={box} className="chart-canvas" data-chart={metricKey} data-points="0" data-nonfinite={note ?? undefined} />
     </figure>
   );
 }

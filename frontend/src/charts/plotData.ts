@@ -4,6 +4,9 @@ import { markSpans, type MarkSpan } from './nonFinite';
 import { forLog, xValues, type SeriesBuffer } from './series';
 import type { ChartLine } from './source';
 
+/** What charts ask the server for; a series with more points comes back downsampled. */
+export const MAX_POINTS = 1500;
+
 /** What decides a chart's uPlot options; the chart is rebuilt only when this changes. */
 export interface PlotLine {
   label: string;
@@ -27,6 +30,11 @@ export interface Plot {
 
 type Column = Array<number | null | undefined>;
 
+/** The most points any line has (or will have, by the key list): sparse keys are not smoothed. */
+export function pointsOf(lines: readonly ChartLine[]): number {
+  return lines.reduce((m, l) => Math.max(m, l.buf ? l.buf.steps.length : (l.expected ?? 0)), 0);
+}
+
 /**
  * One chart's data: x, then per line its raw values, the smoothed ones (when smoothing), and the
  * bucket max/min (when downsampled). Several runs are aligned on the union of their steps: a step
@@ -44,7 +52,8 @@ export function buildPlot(lines: readonly ChartLine[], xBy: 'step' | 'time', log
     const buf = bufs[i] ?? EMPTY;
     const raw = place(forLog(buf.values, logScale), i);
     const smoothed = smoothing > 0;
-    const band = buf.downsampled;
+    // Before its history arrives, a line is drawn as its stored count says it will be.
+    const band = bufs[i] ? buf.downsampled : (line.expected ?? 0) > MAX_POINTS;
     data.push(raw);
     if (smoothed) data.push(ema(raw, smoothing));
     if (band) data.push(place(forLog(buf.maxs, logScale), i), place(forLog(buf.mins, logScale), i));

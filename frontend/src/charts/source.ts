@@ -6,6 +6,8 @@ export interface ChartLine {
   /** A CSS colour or `var(--name)`, resolved against the theme when the chart is built. */
   color: string;
   buf: SeriesBuffer | undefined;
+  /** Points stored, from the key list: the chart is built for them before the history arrives. */
+  expected?: number;
 }
 
 /** What the key list knows before any history is fetched. */

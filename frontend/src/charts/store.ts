@@ -50,7 +50,7 @@ export class MetricStore implements ChartSource {
   }
 
   lines(key: string): ChartLine[] {
-    return [{ label: key, color: 'var(--chart-line)', buf: this.buffers.get(key) }];
+    return [{ label: key, color: 'var(--chart-line)', buf: this.buffers.get(key), expected: this.known.get(key)?.points }];
   }
 
   get(key: string): SeriesBuffer | undefined {

@@ -4,10 +4,11 @@ import type { Series } from '../api/types';
 import type { RunEventBus } from '../sse/runEvents';
 import { cancelEarly, historyUrl, readEarly, takeEarlyResponse } from './earlyFetch';
 import type { SeriesColumns } from './series';
+import { MAX_POINTS } from './plotData';
 import { MetricStore } from './store';
 
 // The server keeps each bucket's min and max, so ~1500 points still show spikes.
-export const MAX_POINTS = 1500;
+export { MAX_POINTS };
 
 // index.html's early request brings every key's history at once: worth reading for a run this
 // small (it is how a run opens in under a second); past it, charts fetch their own keys as they

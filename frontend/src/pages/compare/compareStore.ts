@@ -43,7 +43,12 @@ export class CompareStore implements ChartSource {
   }
 
   lines(key: string): ChartLine[] {
-    return this.runs.map((r) => ({ label: r.label, color: r.color, buf: this.buffers.get(r.id)?.get(key) }));
+    return this.runs.map((r) => ({
+      label: r.label,
+      color: r.color,
+      buf: this.buffers.get(r.id)?.get(key),
+      expected: this.summaries.get(r.id)?.get(key)?.count,
+    }));
   }
 
   loaded(key: string): boolean {
