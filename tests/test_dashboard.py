@@ -70,6 +70,9 @@ def _ppo_run(http: httpx.Client) -> int:
     return run_id
 
 
+LIVE_COMMENT = "# e2e: a long SFT run the script watches, then cancels"
+
+
 def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
     chromium = shutil.which("chromium")
     assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
@@ -81,14 +84,15 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
         server.wait_ready()
         http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
         ppo_run = _ppo_run(http)  # first: the one worker is free
-        spec = {
-            "name": "e2e-live",
-            "algorithm": "sft",
-            "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
-            "data": {"source": "builtin:arithmetic"},
-            "train": {"steps": 20000, "batch_size": 4, "log_every": 1, "eval_every": None, "checkpoint_every": None},
-        }
-        created = http.post("/runs", json=spec)
+        # Sent as YAML with a comment: the Spec tab and Clone must show the spec as written.
+        spec = f"""{LIVE_COMMENT}
+name: e2e-live
+algorithm: sft
+model: {{path: builtin:tiny-gpt2, max_seq_len: 32}}
+data: {{source: builtin:arithmetic}}
+train: {{steps: 20000, batch_size: 4, log_every: 1, eval_every: null, checkpoint_every: null}}
+"""
+        created = http.post("/runs", content=spec, headers={"Content-Type": "application/yaml"})
         assert created.status_code == 201, created.text
         run_id = created.json()["id"]
         deadline = time.monotonic() + 120
@@ -97,6 +101,7 @@ def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
             time.sleep(0.5)
         env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "RUN_ID": str(run_id)}
         env["SAMPLES_RUN_ID"] = str(ppo_run)
+        env["SPEC_COMMENT"] = LIVE_COMMENT
         env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
         result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]

@@ -3,6 +3,7 @@
 //      RUN_ID (optional: a run training now; it gets cancelled, then a tiny run is submitted from
 //      New run and must train on the freed worker), SAMPLES_RUN_ID (optional: a finished PPO
 //      run: its reward and KL charts, and samples of the same prompts at several steps), CHROMIUM (browser binary).
+// RUN_ID's spec is expected as submitted YAML with a comment (the Spec tab and Clone must keep it): SPEC_COMMENT.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -12,6 +13,25 @@ const token = process.env.RLPLANE_TOKEN ?? '';
 const shots = process.env.SCREENSHOTS ?? 'e2e/screenshots';
 const runId = process.env.RUN_ID;
 const samplesRunId = process.env.SAMPLES_RUN_ID;
+const specComment = process.env.SPEC_COMMENT;
+
+/** The API as the script's own client (to compare what the page shows with what the run logged). */
+async function apiGet(path) {
+  const response = await fetch(`${base}/api/v1${path}`, { headers: { Authorization: `Bearer ${token}` } });
+  if (!response.ok) throw new Error(`GET ${path}: ${response.status} ${await response.text()}`);
+  return response.json();
+}
+async function apiPost(path, body) {
+  const response = await fetch(`${base}/api/v1${path}`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body == null ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
+  return response.json();
+}
+const ENDED = ['succeeded', 'failed', 'cancelled', 'lost'];
+const lineOf = (text, pattern) => text.split('\n').findIndex((l) => pattern.test(l)) + 1;
 
 function fail(message) {
   console.error(`e2e FAILED: ${message}`);
@@ -41,7 +61,9 @@ const browser = await chromium.launch({
 });
 const pageErrors = [];
 try {
-  page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
+  page = await context.newPage();
   page.setDefaultTimeout(20_000);
   page.on('pageerror', (err) => pageErrors.push(err.message));
 
@@ -60,6 +82,26 @@ try {
     if (runId) await page.locator(`tr[data-run-id="${runId}"]`).waitFor();
     await shot('02-runs');
   });
+
+  if (samplesRunId) {
+    await step('runs list: headline metric per algorithm and config columns kept across a reload', async () => {
+      const row = page.locator(`tr[data-run-id="${samplesRunId}"]`);
+      await row.filter({ hasText: 'reward/mean' }).waitFor({ timeout: 15_000 });
+      const cell = async (column) => (await row.locator(`td[data-column="${column}"]`).innerText()).trim();
+      if ((await cell('batch_size')) !== '20') throw new Error(`batch size column reads ${await cell('batch_size')}, expected 20`);
+      if ((await cell('model')) !== 'builtin:tiny-gpt2') throw new Error(`model column reads ${await cell('model')}`);
+      await page.locator('.column-picker summary').click();
+      await page.getByRole('checkbox', { name: 'Precision' }).check();
+      await page.getByRole('checkbox', { name: 'LR' }).uncheck();
+      await page.reload();
+      await row.waitFor();
+      if (!(await row.locator('td[data-column="precision"]').count())) throw new Error('the Precision column was not kept across a reload');
+      if (await page.locator('th[data-column="lr"]').count()) throw new Error('the LR column came back after a reload');
+      await shot('02b-runs-columns');
+      // Back to the defaults for the rest of the run.
+      await page.evaluate(() => localStorage.removeItem('rlplane.runs.columns'));
+    });
+  }
 
   if (!runId) {
     console.log('RUN_ID not set: skipping the live run checks');
@@ -85,19 +127,39 @@ try {
     await step('logs tab shows lines', async () => {
       await page.getByRole('link', { name: 'Logs', exact: true }).click();
       await page.waitForURL(new RegExp(`/runs/${runId}/logs$`));
-      await page.locator('.log-line').first().waitFor({ timeout: 30_000 });
+      const first = page.locator('.log-line').first();
+      await first.waitFor({ timeout: 30_000 });
+      const time = first.locator('time');
+      const clock = await time.innerText();
+      const full = await time.getAttribute('title');
+      if (!/^\d\d:\d\d:\d\d$/.test(clock)) throw new Error(`a log line's time reads "${clock}", expected HH:MM:SS`);
+      if (!/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$/.test(full ?? '') || !full.includes(clock)) {
+        throw new Error(`a log line's full date on hover reads "${full}"`);
+      }
       await shot('04-run-logs');
     });
 
     await step('spec tab shows the YAML', async () => {
       await page.getByRole('link', { name: 'Spec', exact: true }).click();
       await page.waitForURL(new RegExp(`/runs/${runId}/spec$`));
-      await page.locator('pre.spec').filter({ hasText: 'algorithm:' }).waitFor();
+      const pre = page.locator('pre.spec');
+      await pre.filter({ hasText: 'algorithm:' }).waitFor();
+      const text = await pre.innerText();
+      if (specComment && !text.includes(specComment)) throw new Error(`the Spec tab lost the submitted comment "${specComment}"`);
+      if (text.includes('dpo: null')) throw new Error('the Spec tab shows the stored expansion, not the spec as submitted');
+      await page.getByRole('button', { name: 'Copy' }).click();
+      await page.getByRole('status').filter({ hasText: 'Copied' }).waitFor();
+      const copied = await page.evaluate(() => navigator.clipboard.readText());
+      if (copied.trim() !== text.trim()) throw new Error('Copy put other text on the clipboard than the Spec tab shows');
       await shot('05-run-spec');
     });
 
-    await step('cancel from the UI', async () => {
-      await page.getByRole('button', { name: 'Cancel' }).click();
+    await step('cancel from the UI, after a confirmation', async () => {
+      await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+      const dialog = page.getByRole('dialog', { name: `Cancel run #${runId}?` });
+      await dialog.waitFor();
+      await shot('06a-run-cancel-confirm');
+      await dialog.getByRole('button', { name: 'Cancel run' }).click();
       const badge = page.locator('.run-title .badge');
       await page.waitForFunction(
         () => document.querySelector('.run-title .badge')?.getAttribute('data-status') === 'cancelled',
@@ -106,6 +168,8 @@ try {
       ).catch(async () => {
         throw new Error(`status is ${await badge.getAttribute('data-status')}, expected cancelled within 90 s`);
       });
+      // A cancelled run is resumable (it stopped on request, not on its own spec).
+      await page.getByRole('button', { name: 'Resume' }).waitFor();
       await shot('06-run-cancelled');
     });
   }
@@ -122,6 +186,29 @@ try {
       }).catch(() => {});
       const template = await editor.inputValue();
       if (!template.includes('algorithm: sft')) throw new Error('the editor did not open on the sft template');
+      // A template that starts from another run names it by a placeholder the server explains, on its line.
+      await page.getByLabel('Template').selectOption('grpo');
+      const grpo = await editor.inputValue();
+      if (!grpo.includes('path: run:<id of your sft-arithmetic run>@250')) throw new Error('the grpo template has no run placeholder');
+      if (grpo.includes('./runs/')) throw new Error('the grpo template names a path on the submitter\'s machine');
+      const pathLine = lineOf(grpo, /^\s+path: run:</);
+      const placeholder = page.locator('.spec-errors li').filter({ hasText: "is a template's placeholder" });
+      await placeholder.waitFor();
+      if (!(await placeholder.innerText()).startsWith(`line ${pathLine} model.path`)) {
+        throw new Error(`the placeholder error is not on model.path's line ${pathLine}: ${await placeholder.innerText()}`);
+      }
+      await shot('07a-new-run-placeholder');
+      await page.getByLabel('Template').selectOption('sft');
+      await page.waitForFunction(() => document.querySelector('textarea#spec-text')?.value.includes('algorithm: sft'));
+      // Accepted but almost certainly a mistake: a warning on its line, beside any errors.
+      const risky = template.replace(/lr: [^\n#]+/, 'lr: 1 ');
+      await editor.fill(risky);
+      const warning = page.locator('.spec-warnings li').filter({ hasText: 'train.lr' });
+      await warning.waitFor();
+      const lrLine = lineOf(risky, /^\s+lr: 1/);
+      if (!(await warning.innerText()).startsWith(`line ${lrLine} train.lr`)) throw new Error(`the lr warning is not on line ${lrLine}`);
+      await page.getByTestId('spec-valid').waitFor();
+      await shot('07b-new-run-warning');
       // First a mistake: the server's validation names the field and its line.
       await editor.fill(template.replace(/lr: [^\n#]+/, 'lr: -1 '));
       await page.locator('.spec-errors').filter({ hasText: 'train.lr' }).waitFor();
@@ -160,6 +247,75 @@ try {
       await page.locator('[data-chart="train/loss"][data-series="2"]').waitFor({ timeout: 30_000 });
       await shot('10-compare');
     });
+
+    await step('Clone opens New run with the spec as submitted, renamed -clone, comments kept', async () => {
+      await page.goto(`${base}/runs/${runId}`);
+      await page.getByRole('link', { name: 'Clone' }).click();
+      await page.waitForURL(new RegExp(`/new\\?clone=${runId}$`));
+      await page.waitForFunction(() => document.querySelector('textarea#spec-text')?.value.includes('-clone'), null, { timeout: 10_000 });
+      const text = await page.getByRole('textbox', { name: 'Run spec (YAML)' }).inputValue();
+      if (!/^name: e2e-live-clone$/m.test(text)) throw new Error(`the clone is not named e2e-live-clone:\n${text}`);
+      if (specComment && !text.includes(specComment)) throw new Error('the clone lost the spec\'s comments');
+      if (text.includes('dpo: null')) throw new Error('the clone is the stored expansion, not the spec as submitted');
+      await shot('10b-clone');
+    });
+
+    await step('checkpoints: eval metrics at the step, readable metadata, the whole checkpoint downloads', async () => {
+      await page.goto(`${base}/runs/${newRunId}/checkpoints`);
+      // The run checkpoints and evaluates at step 200; the tab polls its list.
+      const row = page.locator('tr[data-step="200"][data-kind="checkpoint"]');
+      await row.waitFor({ timeout: 120_000 });
+      const evalLoss = row.locator('dt', { hasText: 'eval/loss' }).locator('xpath=following-sibling::dd[1]');
+      await evalLoss.waitFor({ timeout: 15_000 });
+      const value = await evalLoss.innerText();
+      if (!/^-?\d/.test(value) || value.includes('(step')) throw new Error(`eval/loss at step 200 reads "${value}"`);
+      if ((await row.innerText()).includes('{"')) throw new Error('the metadata is shown as raw JSON');
+      await row.locator('dt', { hasText: 'sha256' }).waitFor();
+      await shot('16-checkpoints');
+      const [download] = await Promise.all([
+        page.waitForEvent('download', { timeout: 60_000 }),
+        row.getByRole('button', { name: /^Download/ }).click(),
+      ]);
+      const expected = `run-${newRunId}-checkpoint-step-200.tar`;
+      if (download.suggestedFilename() !== expected) throw new Error(`downloaded ${download.suggestedFilename()}, expected ${expected}`);
+      const saved = await download.path();
+      const { size } = await import('node:fs').then((fs) => fs.promises.stat(saved));
+      const listed = (await apiGet(`/runs/${newRunId}/checkpoints`)).data.find((c) => c.step === 200 && c.kind === 'checkpoint');
+      if (size < listed.size) throw new Error(`the tar holds ${size} bytes, less than the checkpoint's ${listed.size}`);
+      console.log(`    ${expected}: ${size} bytes`);
+    });
+
+    await step('start a run from a checkpoint: the source spec, model at that step, a new name', async () => {
+      const row = page.locator('tr[data-step="200"][data-kind="checkpoint"]');
+      await row.getByRole('link', { name: 'Start a run from this checkpoint' }).click();
+      await page.waitForURL(/\/new\?/);
+      await page.waitForFunction(() => document.querySelector('textarea#spec-text')?.value.includes('-from-step-200'), null, { timeout: 10_000 });
+      const text = await page.getByRole('textbox', { name: 'Run spec (YAML)' }).inputValue();
+      if (!text.includes(`path: run:${newRunId}@200`)) throw new Error(`model.path is not run:${newRunId}@200:\n${text}`);
+      if (!/^name: e2e-from-new-run-from-step-200/m.test(text)) throw new Error('the new run is not renamed');
+      if (!text.includes('# Supervised fine-tuning')) throw new Error('the source spec\'s comments are gone');
+      await page.getByTestId('spec-valid').waitFor();
+      await shot('17-from-checkpoint');
+    });
+
+    await step('samples of an ended run without any say so, and never that they may still come', async () => {
+      // On a queue no worker serves, cancelled while it waits: it ends without ever logging a sample.
+      const spec = {
+        name: 'e2e-never-started', algorithm: 'sft', model: { path: 'builtin:tiny-gpt2' }, data: { source: 'builtin:arithmetic' },
+        train: { steps: 10 }, resources: { queue: 'e2e-no-worker' },
+      };
+      const queued = await apiPost('/runs', spec);
+      const cancelled = await apiPost(`/runs/${queued.id}/cancel`);
+      if (!ENDED.includes(cancelled.status) && cancelled.status !== 'cancelling') throw new Error(`cancel answered ${cancelled.status}`);
+      await page.goto(`${base}/runs/${queued.id}/samples`);
+      const logged = (await apiGet(`/runs/${queued.id}/samples?limit=1`)).count;
+      if (logged) throw new Error(`run ${queued.id} logged ${logged} samples before its cancel`);
+      const note = page.getByTestId('no-samples');
+      await note.waitFor();
+      const text = await note.innerText();
+      if (!text.startsWith('This run ended without logging any samples') || /\byet\b/.test(text)) throw new Error(`it says: ${text}`);
+      await shot('11a-no-samples');
+    });
   }
 
   if (samplesRunId) {
@@ -179,19 +335,88 @@ try {
       await shot('11-ppo-charts');
     });
 
-    await step('open a sample and follow its prompt across steps', async () => {
+    await step('samples: one group per prompt, labelled, with its numbers; previous step', async () => {
+      const all = (await apiGet(`/runs/${samplesRunId}/samples?limit=1000`)).data;
+      const steps = [...new Set(all.map((x) => x.step))].sort((a, b) => a - b);
+      const latest = steps.at(-1);
       await page.goto(`${base}/runs/${samplesRunId}/samples`);
-      await page.locator('article.sample').first().waitFor();
-      const first = await page.locator('article.sample').first().innerText();
-      if (!/reward -?\d/.test(first) || !/kl -?\d/.test(first)) throw new Error(`a sample without reward and kl: ${first}`);
+      const groups = page.locator(`.sample-groups[data-step="${latest}"] section.sample-group`);
+      await groups.first().waitFor();
+      // What the run logged at that step, grouped by prompt as the page must group it.
+      const atStep = all.filter((x) => x.step === latest);
+      const byPrompt = new Map();
+      for (const x of atStep) byPrompt.set(x.prompt_hash, (byPrompt.get(x.prompt_hash) ?? 0) + 1);
+      if ((await groups.count()) !== byPrompt.size) throw new Error(`${await groups.count()} groups at step ${latest}, the run logged ${byPrompt.size} prompts`);
+      for (const [hash, count] of byPrompt) {
+        const group = page.locator(`section.sample-group[data-prompt-hash="${hash}"]`);
+        if ((await group.locator('.field-label', { hasText: /^Prompt$/ }).count()) !== 1) throw new Error(`prompt ${hash} is not shown once`);
+        const responses = group.locator('article.sample');
+        if ((await responses.count()) !== count) throw new Error(`prompt ${hash}: ${await responses.count()} responses shown, ${count} logged`);
+        const first = await responses.first().innerText();
+        if (!/Response/.test(first) || !/reward -?\d/.test(first) || !/KL -?\d/.test(first)) throw new Error(`a response without its label, reward and KL: ${first}`);
+      }
       await shot('12-samples-step');
+      const previous = steps.at(-2);
+      if (previous == null) {
+        if (!(await page.getByRole('button', { name: /Previous/ }).isDisabled())) throw new Error('Previous is enabled on the only step with samples');
+        return;
+      }
+      await page.getByRole('button', { name: /Previous/ }).click();
+      await page.locator(`.sample-groups[data-step="${previous}"][aria-busy="false"] section.sample-group`).first().waitFor();
+      if ((await page.getByLabel('Step', { exact: true }).inputValue()) !== String(previous)) throw new Error('the step field did not follow Previous');
+      await page.getByRole('button', { name: /Next/ }).click();
+      await page.locator(`.sample-groups[data-step="${latest}"][aria-busy="false"]`).waitFor();
+    });
+
+    await step('follow a prompt across steps: the cards wrap inside a narrow window', async () => {
+      await page.setViewportSize({ width: 800, height: 900 });
       const select = page.getByLabel('Follow a prompt');
       const option = await select.locator('option').nth(1).getAttribute('value');
       await select.selectOption(option);
-      const cards = page.locator('.side-by-side article.sample');
-      await cards.nth(1).waitFor();
-      if ((await cards.count()) < 2) throw new Error('expected the prompt\'s responses at several steps');
+      const steps = new Set((await apiGet(`/runs/${samplesRunId}/samples?prompt_hash=${option}&limit=1000`)).data.map((x) => x.step));
+      const cards = page.locator('.step-cards section.step-card');
+      await cards.nth(steps.size - 1).waitFor();
+      if ((await cards.count()) !== steps.size) throw new Error(`${await cards.count()} step cards, the prompt was logged at ${steps.size} steps`);
+      const overflow = await page.evaluate(() => {
+        const width = document.documentElement.clientWidth;
+        const cardsOut = [...document.querySelectorAll('.step-card')].filter((c) => c.getBoundingClientRect().right > width + 1).length;
+        return { cardsOut, page: document.documentElement.scrollWidth - width };
+      });
+      if (overflow.cardsOut || overflow.page > 0) throw new Error(`cards run off the page: ${JSON.stringify(overflow)}`);
       await shot('13-samples-one-prompt');
+      await page.setViewportSize({ width: 1400, height: 900 });
+    });
+  }
+
+  for (const id of [runId, newRunId].filter(Boolean)) {
+    await step(`run ${id}: an SFT run's samples (generations beside the reference answer) as it logged them`, async () => {
+      // Read what it logged once it has ended, so no new step comes between the API's answer and the page's.
+      const deadline = Date.now() + 120_000;
+      while (!ENDED.includes((await apiGet(`/runs/${id}`)).status)) {
+        if (Date.now() > deadline) throw new Error(`run ${id} did not end within 120 s`);
+        await page.waitForTimeout(1000);
+      }
+      const logged = (await apiGet(`/runs/${id}/samples?limit=1000`)).data;
+      await page.goto(`${base}/runs/${id}/samples`);
+      if (!logged.length) {
+        await page.getByTestId('no-samples').waitFor();
+        console.log(`    run ${id} logged no samples`);
+        return;
+      }
+      const latest = Math.max(...logged.map((x) => x.step));
+      await page.locator(`.sample-groups[data-step="${latest}"]`).waitFor();
+      const atStep = logged.filter((x) => x.step === latest);
+      const shown = page.locator('div.beside[data-label="generation"]');
+      const expected = atStep.filter((x) => x.label === 'generation').length;
+      if ((await shown.count()) !== expected) throw new Error(`${await shown.count()} generations shown at step ${latest}, ${expected} logged`);
+      for (const x of atStep.filter((x) => x.label === 'generation').slice(0, 3)) {
+        const text = await page.locator(`section.sample-group[data-prompt-hash="${x.prompt_hash}"] div.beside[data-label="generation"]`).first().innerText();
+        if (!text.includes("Model's answer") || !text.includes('Reference answer') || (x.reference && !text.includes(x.reference.trim()))) {
+          throw new Error(`a generation without its reference answer: ${text}`);
+        }
+      }
+      console.log(`    run ${id} step ${latest}: ${expected} generations beside their references`);
+      await shot(`18-sft-generations-${id}`);
     });
   }
 
@@ -209,6 +434,30 @@ try {
     await secret.waitFor();
     if (!/^rlp_/.test(await secret.inputValue())) throw new Error('no token secret shown');
     await shot('15-admin-token');
+  });
+
+  // Last: a page of its own, and nothing after it depends on it.
+  await step('/api/docs renders offline (Swagger UI from the server, nothing from a CDN)', async () => {
+    const docs = await context.newPage();
+    const outside = [];
+    await docs.route('**/*', (route) => {
+      const url = route.request().url();
+      if (url.startsWith(base)) return route.continue();
+      outside.push(url);
+      return route.abort();
+    });
+    await docs.goto(`${base}/api/docs`);
+    await docs.locator('.opblock').first().waitFor({ timeout: 20_000 }).catch(async () => {
+      await docs.screenshot({ path: join(shots, 'FAILED-api-docs.png') });
+      // Swagger UI says why it rendered nothing (e.g. an OpenAPI version it cannot read).
+      const said = (await docs.locator('body').innerText()).replace(/\s+/g, ' ').slice(0, 300);
+      throw new Error(`no operations rendered${outside.length ? ` (it asked other hosts: ${outside.join(', ')})` : ''}: ${said}`);
+    });
+    const operations = await docs.locator('.opblock').count();
+    await docs.screenshot({ path: join(shots, '19-api-docs.png') });
+    await docs.close();
+    if (outside.length) throw new Error(`/api/docs asked other hosts: ${outside.join(', ')}`);
+    console.log(`    ${operations} operations rendered`);
   });
 
   if (pageErrors.length) fail(`uncaught errors in the page: ${pageErrors.join(' | ')}`);

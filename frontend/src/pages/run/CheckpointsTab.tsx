@@ -1,4 +1,4 @@
-import { useState } from 'react';
+import { useEffect, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
 import { useMetricKeys } from '../../api/queries';
@@ -9,9 +9,17 @@ import { evalAt, evalKeys } from './checkpointEval';
 import { DownloadArchive, EvalList, FileList, MetadataList, StartFromCheckpoint } from './CheckpointParts';
 import { useRunContext } from './context';
 
-/** Every eval key's history (evaluations are sparse: a few hundred points at most, so not downsampled). */
-function useEvalHistory(runId: number, live: boolean) {
+/**
+ * Every eval key's history (evaluations are sparse: a few hundred points at most, so not downsampled).
+ * `checked` is when the checkpoint list was last read: the evaluation at a new checkpoint's step may
+ * come just after it, or after the run ended and the key list stopped polling.
+ */
+function useEvalHistory(runId: number, live: boolean, checked: number) {
   const keys = useMetricKeys(runId, live);
+  const { refetch } = keys;
+  useEffect(() => {
+    if (checked) void refetch();
+  }, [checked, refetch]);
   const wanted = keys.data ? evalKeys(keys.data.data) : null;
   // A new evaluation changes the point counts, and with them the query: its history is fetched again.
   const counts = keys.data?.data.filter((k) => wanted?.includes(k.key)).map((k) => k.count);
@@ -39,7 +47,7 @@ export function CheckpointsTab() {
     queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path: { run_id: run.id } } })),
     refetchInterval: 15_000,
   });
-  const evals = useEvalHistory(run.id, live);
+  const evals = useEvalHistory(run.id, live, list.dataUpdatedAt);
   if (list.error) return <ErrorNote error={list.error} />;
   if (!list.data) return <p className="muted">Loading checkpoints…</p>;
   if (list.data.count === 0) return <p className="muted">{live ? 'No checkpoints yet.' : 'This run saved no checkpoints.'}</p>;
