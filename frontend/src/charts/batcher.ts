@@ -43,11 +43,11 @@ export class KeyBatcher {
   private schedule(): void {
     if (this.scheduled || this.held || this.queue.length === 0) return;
     this.scheduled = true;
-    // The observer reports every chart entering the viewport in one callback: wait for it to finish.
-    setTimeout(() => {
+    // Charts ask from one React commit or one observer callback: fetch once that has finished.
+    queueMicrotask(() => {
       this.scheduled = false;
       this.pump();
-    }, 0);
+    });
   }
 
   private pump(): void {
