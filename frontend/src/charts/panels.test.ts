@@ -21,11 +21,14 @@ describe('groupPanels', () => {
 
   it('gives the PPO and GRPO diagnostics their own panel, not Other', () => {
     const keys = ['ppo/clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/value_clipfrac', 'ppo/kl', 'ppo/policy_loss',
-      'grpo/clipfrac', 'grpo/zero_std_groups', 'grpo/kl', 'train/skipped_steps'];
+      'grpo/clipfrac', 'grpo/zero_std_groups', 'grpo/kl', 'train/skipped_steps', 'values/mean', 'gen/response_length'];
     expect(groupPanels(keys)).toEqual([
       { title: 'KL', keys: ['grpo/kl', 'ppo/kl'] },
       { title: 'Losses', keys: ['ppo/policy_loss'] },
-      { title: 'PPO diagnostics', keys: ['grpo/clipfrac', 'grpo/zero_std_groups', 'ppo/approx_kl', 'ppo/clipfrac', 'ppo/entropy', 'ppo/value_clipfrac'] },
+      {
+        title: 'PPO diagnostics',
+        keys: ['values/mean', 'gen/response_length', 'grpo/clipfrac', 'grpo/zero_std_groups', 'ppo/approx_kl', 'ppo/clipfrac', 'ppo/entropy', 'ppo/value_clipfrac'],
+      },
       { title: 'Gradient norm', keys: ['train/skipped_steps'] },
     ]);
   });

@@ -14,7 +14,8 @@ const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Reward', match: (k) => /^rewards?\//.test(k) },
   { title: 'KL', match: (k) => /^kl(_coef)?$/.test(last(k)) || /^ppo\/kl/.test(k) },
   { title: 'Losses', match: (k) => last(k).includes('loss') },
-  { title: 'PPO diagnostics', match: (k) => DIAGNOSTICS.has(last(k)) || /^(ppo|grpo)\//.test(k) },
+  // Rollout statistics (the critic's values, response length) read with the update's health.
+  { title: 'PPO diagnostics', match: (k) => DIAGNOSTICS.has(last(k)) || /^(ppo|grpo|values|gen)\//.test(k) },
   // eval/reward (the run's reward on held-out prompts) and eval/optimality (randomwalks) read like accuracy.
   { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },
