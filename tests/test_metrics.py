@@ -141,6 +141,7 @@ class TestSeries:
             chunks = list(response.iter_raw())
         assert len(chunks) >= 3  # the head, each series, the tail: not one body built first
         body = json.loads(b"".join(chunks))
+        schemas.SeriesResponse.model_validate(body)  # the documented shape, though written without the models
         assert body["run_id"] == run["id"] and body["max_points"] == 10
         assert [(s["key"], s["total_points"]) for s in body["series"]] == [("a", 3), ("b", 5)]
         none = client.get(f"/api/v1/runs/{create_run(client)['id']}/metrics").json()

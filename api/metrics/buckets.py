@@ -1,9 +1,9 @@
 """A downsampled series as plain tuples, shaped for the wire as points or as columns.
 
 The bucketing (service.series_buckets, rollups.series) produces tuples; building a pydantic
-object per point cost as much as reading the rows. The points shape keeps the documented
-SeriesPoint objects; the columns shape (what the dashboard's charts fetch) writes one list per
-field, with half the bytes and half the server's work.
+object per point cost as much as reading the rows, so both shapes are written straight to JSON:
+points (schemas.Series, what GET /metrics documents) and columns (schemas.SeriesColumns, one
+list per field: half the bytes, what the dashboard's charts fetch).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import orjson
 
 from api.floats import encode
-from api.metrics import schemas
 
 # step, value (NaN for a NaN point), min, max (None: no finite value), count, time, first NaN step
 Bucket = tuple[int, float, float | None, float | None, int, float, int | None]
@@ -34,16 +33,17 @@ def raw(step: int, value: float, nan: bool, time: float) -> Bucket:
     return (step, math.nan if nan else value, edge, edge, 1, time, step if nan else None)
 
 
-def to_series(b: Buckets) -> schemas.Series:
-    points = [
-        schemas.SeriesPoint(step=s, value=v, min=lo, max=hi, count=n, time=t, first_nan_step=f)
-        for s, v, lo, hi, n, t, f in b.rows
-    ]
-    return schemas.Series(key=b.key, total_points=b.total_points, downsampled=b.downsampled, points=points)
-
-
 def _wire(value: float | None) -> float | str | None:
     return value if value is None or math.isfinite(value) else encode(value)
+
+
+def to_series_json(b: Buckets) -> bytes:
+    """A Series document (schemas.Series), written without an object per point."""
+    points = [
+        {"step": s, "value": _wire(v), "min": _wire(lo), "max": _wire(hi), "count": n, "time": t, "first_nan_step": f}
+        for s, v, lo, hi, n, t, f in b.rows
+    ]
+    return orjson.dumps({"key": b.key, "total_points": b.total_points, "downsampled": b.downsampled, "points": points})
 
 
 def to_columns_json(b: Buckets) -> bytes:

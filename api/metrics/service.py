@@ -52,12 +52,6 @@ def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
     return rollups.key_summaries(session, run_id)
 
 
-def series(
-    session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
-) -> schemas.Series:
-    return buckets.to_series(series_buckets(session, run_id, key, max_points, step_min, step_max))
-
-
 def series_buckets(
     session: Session, run_id: int, key: str, max_points: int, step_min: int | None, step_max: int | None
 ) -> buckets.Buckets:
@@ -124,6 +118,6 @@ def series_document(
         for i, key in enumerate(keys):
             found = series_buckets(session, run_id, key, max_points, step_min, step_max)
             session.rollback()  # no read snapshot held while the client takes its time
-            text = buckets.to_columns_json(found) if columns else buckets.to_series(found).model_dump_json().encode()
+            text = buckets.to_columns_json(found) if columns else buckets.to_series_json(found)
             yield text if i == 0 else b"," + text
     yield b"]}"
