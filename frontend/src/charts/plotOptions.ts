@@ -97,7 +97,7 @@ export function plotOptions(lines: readonly PlotLine[], env: PlotEnv): uPlot.Opt
         stroke: muted,
         grid,
         font: AXIS_FONT,
-        values: (_u, splits) => record(1, formatTicks(splits)),
+        values: (_u, splits) => record(1, formatTicks(splits, env.logScale)),
         size: (_u, values) => yAxisSize(values),
       },
     ],

@@ -19,6 +19,10 @@ describe('formatTicks', () => {
     expect(formatTicks([10, 20, 30])).toEqual(['10', '20', '30']);
     expect(formatTicks([null, 1, 2])).toEqual(['', '1', '2']);
   });
+
+  it('writes each tick of a log axis as short as it goes', () => {
+    expect(formatTicks([0.001, null, 0.01, 0.1, 1], true)).toEqual(['0.001', '', '0.01', '0.1', '1']);
+  });
 });
 
 describe('formatStepTicks', () => {

@@ -38,20 +38,25 @@ export function formatBytes(n: number): string {
  * ("1e-5", not "1.000e-5"): long labels are what get clipped at the chart's edge.
  * Exponents lose their "+" and keep their sign; a mantissa keeps its minus.
  */
-export function formatTicks(splits: ReadonlyArray<number | null>): string[] {
+export function formatTicks(splits: ReadonlyArray<number | null>, log = false): string[] {
   const finite = splits.filter((v): v is number => v != null && Number.isFinite(v));
   const biggest = finite.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
   if (biggest === 0) return splits.map((v) => (v == null ? '' : '0'));
   const scientific = biggest >= 1e5 || biggest < 1e-3;
   const step = smallestGap(finite) || biggest;
   const close = (label: string, v: number) => Math.abs(Number(label) - v) <= step * 1e-6;
-  // Fixed notation: one decimal count for every tick, so they line up; scientific: per tick.
+  // Fixed notation on a linear axis: one decimal count for every tick, so they line up; on a log
+  // axis (0.001, 0.01, 0.1, 1) and in scientific notation: per tick.
   const shortest = (v: number, write: (v: number, digits: number) => string) => {
     for (let digits = 0; digits < 12; digits++) if (close(write(v, digits), v)) return digits;
     return 12;
   };
-  const decimals = scientific ? 0 : Math.max(0, ...finite.map((v) => shortest(v, (x, d) => x.toFixed(d))));
-  const format = (v: number) => (scientific ? v.toExponential(shortest(v, (x, d) => x.toExponential(d))) : v.toFixed(decimals));
+  const fixed = (v: number, digits: number) => v.toFixed(digits);
+  const decimals = scientific || log ? 0 : Math.max(0, ...finite.map((v) => shortest(v, fixed)));
+  const format = (v: number) => {
+    if (scientific) return v.toExponential(shortest(v, (x, d) => x.toExponential(d)));
+    return v.toFixed(log ? shortest(v, fixed) : decimals);
+  };
   return splits.map((v) => {
     if (v == null || !Number.isFinite(v)) return '';
     if (Math.abs(v) < step * 1e-9) return '0'; // -0 and float noise around zero
