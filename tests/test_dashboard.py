@@ -56,7 +56,7 @@ def _ppo_run(http: httpx.Client) -> int:
         "reward": {"kind": "builtin", "name": "randomwalks"},
         "data": {"source": "builtin:randomwalks", "eval_fraction": 0.0, "shuffle": False},
         "train": {"steps": 4, "batch_size": 20, "log_every": 1, "eval_every": None, "checkpoint_every": None},
-        "ppo": {"epochs": 1, "minibatch_size": 20, "samples_to_log": 4, "gen": {"max_new_tokens": 8}},
+        "ppo": {"epochs": 1, "minibatch_size": 20, "samples_to_log": 4, "samples_every": 1, "gen": {"max_new_tokens": 8}},
     }
     created = http.post("/runs", json=spec)
     assert created.status_code == 201, created.text

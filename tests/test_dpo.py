@@ -18,7 +18,9 @@ from tests.training import (
     load_causal,
     metrics,
     run_spec,
+    samples,
 )
+from trainer_core.cli import main
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_tokenizer
 from trainer_core.recipes.pairs import collate_pairs, tokenize_pair
@@ -65,6 +67,24 @@ def test_dpo_learns_held_out_preferences(trained: Path) -> None:
                 "rewards/rejected", "rewards/margin", "rewards/accuracy"):  # fmt: skip
         assert sorted(metrics(trained, key)) == list(range(50, 401, 50)), key
     assert metrics(trained, "rewards/margin")[400] > 0
+    # Each evaluation: the first 4 held-out pairs with their implicit rewards (0 at step 0: the policy is the
+    # reference), then the policy's greedy answers to the same prompts beside the dataset's answer.
+    shown = samples(trained)
+    assert sorted({s["step"] for s in shown}) == [0, 100, 200, 300, 400] and len(shown) == 5 * 4 * 3
+    first = [s for s in shown if s["step"] == 0]
+    assert [s["label"] for s in first] == ["chosen", "rejected"] * 4 + ["generation"] * 4
+    assert all(s["reward"] == 0 for s in first[:8]) and all(s["reference"] for s in first[8:])
+    last = [s for s in shown if s["step"] == 400]
+    assert sum(c["scores"]["margin"] > 0 for c in last[:8:2]) >= 3
+
+
+def test_the_shipped_example_learns(tmp_path: Path) -> None:
+    """examples/dpo.yaml as shipped (50 steps of a random tiny Llama): eval/loss 0.693 -> below 0.67 and held-out
+    accuracy 0.5 -> above 0.58 (measured 0.641 and 0.644; it was 0.6934 -> 0.6914 at lr 5e-5, beta 0.1)."""
+    out = tmp_path / "out"
+    assert main(["run", str(Path(__file__).resolve().parents[1] / "examples" / "dpo.yaml"), "--out", str(out)]) == 0
+    loss, accuracy = metrics(out, "eval/loss"), metrics(out, "eval/accuracy")
+    assert loss[50] < 0.67 < loss[0] and accuracy[0] == 0.5 and accuracy[50] > 0.58, (loss, accuracy)
 
 
 def test_dpo_policy_answers_more_problems_right(start: Path, trained: Path) -> None:

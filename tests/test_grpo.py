@@ -57,8 +57,18 @@ def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, baseline: st
     # The policy stays near the reference: measured mean KL 0.10 / 0.09; one step's k3 estimate spiked to 4.8.
     kl = metrics(out, "grpo/kl")
     assert sum(kl.values()) / len(kl) < 0.3 and max(kl.values()) < 10.0, kl
+    # Whole groups (8 responses) for the 2 tracked prompts at the first step, every 10th and the last; k3's KL is
+    # never negative (a sample showed the summed log-ratio, -1.33, before).
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 160 * 2 and len({s["prompt"] for s in samples if s["step"] == 1}) == 2
+    steps = sorted({s["step"] for s in samples})
+    assert steps == [1, *range(10, 161, 10)], steps
+    groups = {step: [s["prompt"] for s in samples if s["step"] == step] for step in steps}
+    assert all(len(g) == 16 and len(set(g)) == 2 and sorted(g) == sorted(groups[1]) for g in groups.values()), groups
+    assert all(s["kl"] >= 0 and set(s["scores"]) >= {"advantage", "length", "reward/arithmetic"} for s in samples)
+    for step in steps:  # advantages are taken within each group: they sum to 0 there
+        for prompt in set(groups[step]):
+            group = [s["scores"]["advantage"] for s in samples if s["step"] == step and s["prompt"] == prompt]
+            assert abs(sum(group)) < 1e-4, group
 
 
 def test_resume_is_exact(start: Path, tmp_path: Path) -> None:

@@ -76,9 +76,12 @@ def test_ppo_raises_optimality_with_kl_bounded(walker: Path, tmp_path: Path) -> 
         "reward/randomwalks",
     ):
         assert sorted(metrics(out, key)) == list(range(1, 31)), key
+    # The tracked prompts (2), answered at the first step, every 10th and the last: the same prompts each time.
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert sorted({s["step"] for s in samples}) == list(range(1, 31))
-    assert all(set(s) >= {"prompt", "response", "reward", "kl"} for s in samples)
+    assert sorted({s["step"] for s in samples}) == [1, 10, 20, 30]
+    prompts = {step: [s["prompt"] for s in samples if s["step"] == step] for step in (1, 10, 20, 30)}
+    assert len(prompts[1]) == 2 and all(p == prompts[1] for p in prompts.values()), prompts
+    assert all(set(s["scores"]) >= {"reward/randomwalks", "length", "truncated"} and s["kl"] is not None for s in samples)
     assert (out / "final" / "model.safetensors").exists()
 
 

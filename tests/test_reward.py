@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training import ARITHMETIC, assert_resume_is_exact, dropout_model, metrics, run_spec
+from tests.training import ARITHMETIC, assert_resume_is_exact, dropout_model, metrics, run_spec, samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,6 +43,14 @@ def test_reward_model_ranks_held_out_answers(trained: Path) -> None:
     assert accuracy[0] < 0.65 and accuracy[800] >= 0.9, accuracy
     assert metrics(trained, "eval/loss")[800] < 0.5 * metrics(trained, "eval/loss")[0]
     assert metrics(trained, "eval/margin")[800] > 1.0
+    # Each evaluation shows the first 4 held-out pairs: chosen and rejected with the model's scores and the margin.
+    shown = samples(trained)
+    assert sorted({s["step"] for s in shown}) == [0, 200, 400, 600, 800] and len(shown) == 5 * 4 * 2
+    last = [s for s in shown if s["step"] == 800]
+    assert [s["label"] for s in last] == ["chosen", "rejected"] * 4
+    for chosen, rejected in zip(last[::2], last[1::2], strict=True):
+        assert chosen["prompt"] == rejected["prompt"] and chosen["scores"]["margin"] == chosen["reward"] - rejected["reward"]
+    assert sum(c["reward"] > r["reward"] for c, r in zip(last[::2], last[1::2], strict=True)) >= 3
     for key in ("train/loss", "train/lr", "train/grad_norm", "train/accuracy", "perf/tokens_per_s", "perf/step_s"):
         assert sorted(metrics(trained, key)) == list(range(50, 801, 50)), key
 

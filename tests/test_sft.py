@@ -23,6 +23,7 @@ from tests.training import (
     load_causal,
     metrics,
     run_spec,
+    samples,
     write_spec,
 )
 from trainer_core.checkpoint import verify
@@ -56,6 +57,13 @@ def test_sft_learns_held_out_arithmetic(sft_run: Path) -> None:
     before = greedy_accuracy(build_builtin("tiny-gpt2", seed=0)[0], rows)
     after = greedy_accuracy(load_causal(sft_run / "final"), rows)
     assert before < 0.05 and after >= 0.85, (before, after)
+    # At every evaluation the model answers the same 4 held-out prompts, shown beside the dataset's answer.
+    shown = samples(sft_run)
+    assert sorted({s["step"] for s in shown}) == [0, 250, 500, 750, 1000] and len(shown) == 5 * 4
+    assert all(s["label"] == "generation" and s["reference"] for s in shown)
+    last = [s for s in shown if s["step"] == 1000]
+    assert [s["prompt"] for s in last] == [s["prompt"] for s in shown if s["step"] == 0]
+    assert sum(s["response"] == s["reference"] for s in last) >= 3, last
 
     for key in ("train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "perf/step_s"):
         assert sorted(metrics(sft_run, key)) == list(range(50, 1001, 50)), key

@@ -117,3 +117,7 @@ def assert_resume_is_exact(tmp_path: Path, spec: dict, stop_at: int, keys: tuple
     for key in keys:
         assert metrics(straight, key) == metrics(resumed, key), key
     assert sorted(metrics(resumed, "train/loss")) == list(range(1, spec["train"]["steps"] + 1))
+
+
+def samples(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

@@ -30,12 +30,19 @@ class SftOptions(StrictModel):
 
     packing: bool = Field(False, description="Pack several examples into each max_seq_len sequence.")
     loss_on_prompt: bool = Field(False, description="Also train on prompt tokens; false: loss on the response only.")
+    samples_to_log: int = Field(
+        4, ge=0, description="Held-out prompts answered (greedily) at every evaluation, shown beside the dataset's answer."
+    )
+    sample_tokens: int = Field(64, ge=1, description="Longest answer generated for those samples, in tokens.")
 
 
 class RewardModelOptions(StrictModel):
     """Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin)."""
 
     margin: float | None = Field(None, description="Fixed margin in the pairwise loss; null: no margin.")
+    samples_to_log: int = Field(
+        4, ge=0, description="Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin."
+    )
 
 
 class DpoOptions(StrictModel):
@@ -55,6 +62,13 @@ class DpoOptions(StrictModel):
         "TRL's rpo_alpha); keeps the chosen answers likely. 0: plain DPO.",
     )
     ref_model: ModelSpec | None = Field(None, description="Reference model; null: a frozen copy of the initial policy.")
+    samples_to_log: int = Field(
+        4,
+        ge=0,
+        description="Held-out pairs shown at every evaluation: chosen and rejected with their implicit rewards "
+        "(beta * log-ratio to the reference) and margin, and the policy's greedy answer to the same prompts.",
+    )
+    sample_tokens: int = Field(64, ge=1, description="Longest answer generated for those samples, in tokens.")
 
 
 class PpoOptions(StrictModel):
@@ -78,7 +92,16 @@ class PpoOptions(StrictModel):
     critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
-    samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
+    samples_to_log: int = Field(
+        4,
+        ge=0,
+        description="Tracked prompts (the first held-out prompts, else the first training prompts): every "
+        "samples_every steps a response to each is sampled and logged with its reward, components and KL, so the "
+        "same prompts can be followed across steps; 0: no samples.",
+    )
+    samples_every: int = Field(
+        10, ge=1, description="Log the tracked prompts' samples every N steps (and at the first and last)."
+    )
 
 
 class GrpoOptions(StrictModel):
@@ -97,7 +120,14 @@ class GrpoOptions(StrictModel):
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
-    samples_to_log: int = Field(4, ge=0, description="Generated samples reported per step.")
+    samples_to_log: int = Field(
+        4,
+        ge=0,
+        description="Tracked prompts (the first held-out prompts, else the first training prompts): every "
+        "samples_every steps a whole group (group_size responses) is sampled for each and logged with rewards, "
+        "components, advantages and KL, so the same prompts can be followed across steps; 0: no samples.",
+    )
+    samples_every: int = Field(10, ge=1, description="Log the tracked prompts' groups every N steps (and at the first and last).")
 
 
 class IlqlOptions(StrictModel):

@@ -4,7 +4,7 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
 
@@ -131,7 +131,10 @@ def list_checkpoints(run_id: RunId, principal: Reader, session: SessionDep) -> s
 KindQuery = Annotated[schemas.CheckpointKind, Query(description="checkpoint (default) or export: the final model")]
 
 
-def _checkpoint(session, principal, run_id: RunId, step: int, kind: str) -> Checkpoint:
+def _checkpoint(
+    run_id: RunId, step: StepPath, principal: Reader, session: SessionDep, kind: KindQuery = "checkpoint"
+) -> Checkpoint:
+    """The checkpoint (or export) a /{step}/... route names, readable by the caller."""
     readable_run(session, principal, run_id)
     ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step, Checkpoint.kind == kind))
     if ckpt is None:
@@ -139,20 +142,19 @@ def _checkpoint(session, principal, run_id: RunId, step: int, kind: str) -> Chec
     return ckpt
 
 
-@router.get("/{step}/files", response_model=schemas.CheckpointFileList)
-def list_checkpoint_files(
-    run_id: RunId,
-    step: StepPath,
-    principal: Reader,
-    session: SessionDep,
-    request: Request,
-    kind: KindQuery = "checkpoint",
-) -> schemas.CheckpointFileList:
-    ckpt = _checkpoint(session, principal, run_id, step, kind)
+CheckpointDep = Annotated[Checkpoint, Depends(_checkpoint)]
+
+
+def _files(store: ArtifactStore, ckpt: Checkpoint) -> list[tuple[str, int]]:
     try:
-        files = [schemas.CheckpointFile(name=n, size=s) for n, s in _store(request).files_under(safe_relative(ckpt.path))]
+        return list(store.files_under(safe_relative(ckpt.path)))
     except (UnsafePath, FileNotFoundError):
         raise not_found(f"files of checkpoint {ckpt.path}") from None
+
+
+@router.get("/{step}/files", response_model=schemas.CheckpointFileList)
+def list_checkpoint_files(ckpt: CheckpointDep, request: Request) -> schemas.CheckpointFileList:
+    files = [schemas.CheckpointFile(name=n, size=s) for n, s in _files(_store(request), ckpt)]
     return schemas.CheckpointFileList(data=files, count=len(files))
 
 
@@ -161,16 +163,7 @@ def list_checkpoint_files(
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}},
 )
-def download_checkpoint_file(
-    run_id: RunId,
-    step: StepPath,
-    file_path: str,
-    principal: Reader,
-    session: SessionDep,
-    request: Request,
-    kind: KindQuery = "checkpoint",
-) -> Response:
-    ckpt = _checkpoint(session, principal, run_id, step, kind)
+def download_checkpoint_file(ckpt: CheckpointDep, file_path: str, request: Request) -> Response:
     store = _store(request)
     try:
         base = safe_relative(ckpt.path)
@@ -188,7 +181,7 @@ def download_checkpoint_file(
     except UnsafePath as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"file path rejected: {exc}") from None
     except (FileNotFoundError, NotADirectoryError):
-        raise not_found(f"file '{file_path}' in checkpoint at step {step}") from None
+        raise not_found(f"file '{file_path}' in checkpoint at step {ckpt.step}") from None
 
 
 @router.get(
@@ -196,24 +189,13 @@ def download_checkpoint_file(
     response_class=StreamingResponse,
     responses={200: {"content": {"application/x-tar": {}}, "description": "Every file of the checkpoint, as one tar"}},
 )
-def download_checkpoint_archive(
-    run_id: RunId,
-    step: StepPath,
-    principal: Reader,
-    session: SessionDep,
-    request: Request,
-    kind: KindQuery = "checkpoint",
-) -> StreamingResponse:
+def download_checkpoint_archive(ckpt: CheckpointDep, request: Request) -> StreamingResponse:
     """The whole checkpoint (or export) as one uncompressed tar, streamed: what `rlplane download` fetches file by file."""
-    ckpt = _checkpoint(session, principal, run_id, step, kind)
     store = _store(request)
-    try:
-        base = safe_relative(ckpt.path)
-        files = list(store.files_under(base))
-    except (UnsafePath, FileNotFoundError):
-        raise not_found(f"files of checkpoint {ckpt.path}") from None
+    base = safe_relative(ckpt.path)
+    files = _files(store, ckpt)
     single = len(files) == 1 and store.is_file(base)
     entries = [(name, size, partial(store.open_read, base if single else base / name)) for name, size in files]
-    top = f"run-{run_id}-{kind}-step-{step}"
+    top = f"run-{ckpt.run_id}-{ckpt.kind}-step-{ckpt.step}"
     headers = {"Content-Disposition": f'attachment; filename="{top}.tar"'}
     return StreamingResponse(tar_stream(top, entries), media_type="application/x-tar", headers=headers)

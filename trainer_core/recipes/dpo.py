@@ -30,7 +30,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop
+from trainer_core.recipes import checkpointing, common, loop, samples
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -50,6 +50,7 @@ class DpoRun:
     scheduler: Any
     train_pairs: list[PairExample]
     eval_pairs: list[PairExample]
+    sample_rows: list[dict]  # the first held-out pairs as rows (their text): what evaluations show as samples
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
 
@@ -81,6 +82,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         opt.scheduler,
         train_pairs,
         eval_pairs,
+        split.eval[: spec.dpo.samples_to_log],
         opt.order,
         opt.step,
     )
@@ -163,6 +165,19 @@ def _batch(run: DpoRun, pairs: list[PairExample]) -> dict[str, torch.Tensor]:
     return {k: v.to(run.backend.device) for k, v in collate_pairs(pairs, pad_id(run.tokenizer)).items()}
 
 
+def _samples(run: DpoRun) -> list:
+    """The first held-out pairs with their implicit rewards, and the policy's greedy answers to their prompts (every
+    rank runs the forwards and the generation: collectives under sharding)."""
+    count = min(len(run.sample_rows), len(run.eval_pairs))
+    if not count:
+        return []
+    out = _dpo(run, _batch(run, run.eval_pairs[:count]))
+    rows = run.sample_rows[:count]
+    pairs = samples.pair_samples(rows, out.chosen_rewards.tolist(), out.rejected_rewards.tolist(), "implicit_reward")
+    policy = run.backend.unwrap(run.model)
+    return pairs + samples.generations(run, policy, rows, run.spec.dpo.sample_tokens)
+
+
 def evaluate(run: DpoRun) -> dict[str, float] | None:
     """eval/loss, eval/accuracy (implicit reward ranks chosen first) and eval/margin on held-out pairs."""
     if not run.eval_pairs:
@@ -175,7 +190,10 @@ def evaluate(run: DpoRun) -> dict[str, float] | None:
         for chunk, real in common.rank_chunks(run.eval_pairs, run.spec.micro_batch_size, backend):
             sums = _sums(_dpo(run, _batch(run, chunk)))
             totals += sums if real else 0
+        shown = _samples(run)
     model.train(was_training)
+    if backend.is_rank_zero and shown:
+        run.reporter.samples(run.step, shown)
     loss, chosen, rejected, correct, pairs = backend.all_reduce(totals, "sum").tolist()
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}
 

@@ -30,9 +30,16 @@ from torch import nn
 
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
-from trainer_core.losses_policy import entropy_from_logits, group_advantages, grpo_loss, masked_mean, response_logprobs
+from trainer_core.losses_policy import (
+    entropy_from_logits,
+    group_advantages,
+    grpo_loss,
+    kl_penalty,
+    masked_mean,
+    response_logprobs,
+)
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, rollouts
+from trainer_core.recipes import checkpointing, common, loop, rollouts, samples
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
 from trainer_core.spec import RunSpec, dump_spec
@@ -141,14 +148,7 @@ def sample(run: GrpoRun) -> Groups:
             old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
-        shown = torch.arange(0, len(scored.responses), options.group_size)[: options.samples_to_log]
-        # Every rank runs this forward, though only rank zero reports: a sharded policy's forward is a collective.
-        shown_logprobs = None
-        if ref is not None and old is None and len(shown):
-            shown_logprobs = _logprobs(run.model, generation.rows(shown))[0]
     mask = generation.response_mask
-    if backend.is_rank_zero and options.samples_to_log:
-        _report_samples(run, scored, shown, old[shown] if old is not None else shown_logprobs, ref)
     groups = rewards.view(-1, options.group_size)
     raw = rewards.double()
     stats = {
@@ -164,26 +164,25 @@ def sample(run: GrpoRun) -> Groups:
     return Groups(generation, advantages, old, ref, stats)
 
 
-def _report_samples(
-    run: GrpoRun, scored: rollouts.Scored, shown: torch.Tensor, logprobs: torch.Tensor | None, ref: torch.Tensor | None
-) -> None:
-    """One response to each of the first samples_to_log prompts (not one group: `shown`), with its KL to the
-    reference from the policy's `logprobs` of those rows."""
+@torch.no_grad()
+def report_tracked_groups(run: GrpoRun, step: int) -> None:
+    """Whole groups for the tracked prompts (recipes/samples.py): group_size responses to each, with reward, reward
+    components, advantage in its group, length, truncation and KL to the reference (grpo.kl_estimator, mean per
+    response token: what grpo/kl averages, so k3 is never negative). Every rank runs it; rank zero reports."""
+    options, backend = run.spec.grpo, run.backend
+    rows = samples.tracked_rows(run, options.samples_to_log)
+    scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size, observe=True)
+    rewards = torch.tensor(scored.scores.total, dtype=torch.float32, device=backend.device)
+    advantages = group_advantages(rewards, options.group_size, options.baseline, options.normalize_std)
     kls = None
-    if ref is not None and logprobs is not None:
-        part = scored.generation.rows(shown)
-        kls = ((logprobs - ref[shown]) * part.response_mask).sum(1).tolist()
-    pick = shown.tolist()
-    run.reporter.samples(
-        run.step + 1,
-        rollouts.samples(
-            [scored.prompts[i] for i in pick],
-            [scored.responses[i] for i in pick],
-            [scored.scores.total[i] for i in pick],
-            kls,
-            len(pick),
-        ),
-    )
+    if run.reference is not None:
+        with backend.autocast():
+            logprobs, ref = _logprobs(run.model, scored.generation)[0], _logprobs(run.reference, scored.generation)[0]
+        per_token = kl_penalty(logprobs.float(), ref.float(), options.kl_estimator)
+        kls = masked_mean(per_token, scored.generation.response_mask, dim=1).tolist()
+    if backend.is_rank_zero:
+        extra = {"advantage": advantages.tolist()}
+        run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, extra))
 
 
 # The sums each micro-batch adds (weighted by its share of the responses), in this order.
@@ -241,6 +240,9 @@ def _finish(
 def train_step(run: GrpoRun) -> loop.StepResult:
     backend = run.backend
     groups = sample(run)
+    options = run.spec.grpo
+    if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
+        report_tracked_groups(run, run.step + 1)  # after the step's own rollouts: their sampling stays as it was
     started = time.perf_counter()
     losses = update(run, groups)
     train_s = time.perf_counter() - started

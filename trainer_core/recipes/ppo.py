@@ -42,7 +42,7 @@ from trainer_core.losses_policy import (
     response_logprobs,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, rollouts
+from trainer_core.recipes import checkpointing, common, loop, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
@@ -203,11 +203,6 @@ def rollout(run: PpoRun) -> Rollouts:
     advantages = masked_whiten(advantages, mask)
 
     sequence_kl = kl.sum(1)
-    if backend.is_rank_zero and options.samples_to_log:
-        run.reporter.samples(
-            run.step + 1,
-            rollouts.samples(scored.prompts, scored.responses, scores.total, sequence_kl.tolist(), options.samples_to_log),
-        )
     raw = torch.tensor(scores.total, dtype=torch.float64)
     stats = {
         "reward/sum": float(raw.sum()),
@@ -282,10 +277,30 @@ def _finish(
     return loss * len(index) / rows * scale, sums
 
 
+@torch.no_grad()
+def report_tracked(run: PpoRun, step: int) -> None:
+    """A response to each tracked prompt (recipes/samples.py) with its reward, components, length, truncation and
+    KL to the reference (the sum of k1 over its tokens: what the KL penalty and ppo/kl use). Every rank runs it;
+    rank zero reports."""
+    options, backend = run.spec.ppo, run.backend
+    rows = samples.tracked_rows(run, options.samples_to_log)
+    scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen, observe=True)
+    generation = scored.generation
+    with backend.autocast():
+        logprobs = _logprobs_values(run.model, generation)[0]
+        ref = response_logprobs(run.reference(**generation.inputs()).logits, generation.input_ids, generation.prompt_width)
+    kls = ((logprobs.float() - ref.float()) * generation.response_mask).sum(1).tolist()
+    if backend.is_rank_zero:
+        run.reporter.samples(step, samples.response_samples(scored, options.gen, kls))
+
+
 def train_step(run: PpoRun) -> loop.StepResult:
     """One PPO step: rollouts, updates, the KL controller; every reported value, reduced over ranks."""
     backend = run.backend
     batch = rollout(run)
+    options = run.spec.ppo
+    if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
+        report_tracked(run, run.step + 1)  # after the step's own rollouts: their sampling stays as it was
     started = time.perf_counter()
     losses = update(run, batch)
     train_s = time.perf_counter() - started

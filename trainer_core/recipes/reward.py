@@ -26,7 +26,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop
+from trainer_core.recipes import checkpointing, common, loop, samples
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -45,6 +45,7 @@ class RewardRun:
     scheduler: Any
     train_pairs: list[PairExample]
     eval_pairs: list[PairExample]
+    sample_rows: list[dict]  # the first held-out pairs as rows (their text): what evaluations show as samples
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
 
@@ -73,6 +74,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         opt.scheduler,
         train_pairs,
         eval_pairs,
+        split.eval[: spec.reward_model.samples_to_log],
         opt.order,
         opt.step,
     )
@@ -116,6 +118,13 @@ def evaluate(run: RewardRun) -> dict[str, float] | None:
             batch = {k: v.to(backend.device) for k, v in collate_pairs(chunk, pad_id(run.tokenizer)).items()}
             sums = _sums(run, *_rewards(model, batch)).to(backend.device)
             totals += sums if real else 0
+        if count := min(len(run.sample_rows), len(run.eval_pairs)):
+            # The first held-out pairs with their scores, as this evaluation's samples (every rank: a collective).
+            batch = {k: v.to(backend.device) for k, v in collate_pairs(run.eval_pairs[:count], pad_id(run.tokenizer)).items()}
+            chosen, rejected = _rewards(model, batch)
+            if backend.is_rank_zero:
+                shown = samples.pair_samples(run.sample_rows[:count], chosen.tolist(), rejected.tolist(), "score")
+                run.reporter.samples(run.step, shown)
     model.train(was_training)
     loss, correct, margin, pairs = backend.all_reduce(totals, "sum").tolist()
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": margin / pairs}

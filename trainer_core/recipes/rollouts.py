@@ -27,7 +27,6 @@ from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.recipes.divergence import Diverged
 from trainer_core.recipes.tokenize import pad_id
-from trainer_core.reporting import Sample
 from trainer_core.spec import RunSpec
 from trainer_core.spec_algorithms import GenSpec
 
@@ -181,8 +180,11 @@ class Scored:
     gen_s: float  # seconds spent generating
 
 
-def sample_and_score(run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1) -> Scored:
-    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward."""
+def sample_and_score(
+    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1, *, observe: bool = False
+) -> Scored:
+    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward.
+    `observe`: for samples that are only shown, so the reward's running normaliser is left as it was."""
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
     prompt_ids = encode_prompts(rows, run.tokenizer, prompt_budget(run.spec, gen))
@@ -190,7 +192,10 @@ def sample_and_score(run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
+    state = run.reward.state_dict() if observe else None
     scores = run.reward(prompts, responses, [metadata(r) for r in rows])
+    if state is not None:
+        run.reward.load_state_dict(state)
     return Scored(generation, prompts, responses, scores, gen_s)
 
 
@@ -247,11 +252,3 @@ def evaluate(
 def eval_rows(run: Any) -> list[dict]:
     """The held-out prompts; the training prompts when the data has none held out (tiny prompt sets)."""
     return run.eval_rows or run.train_rows
-
-
-def samples(prompts: list[str], responses: list[str], rewards: list[float], kls: list[float] | None, count: int) -> list[Sample]:
-    shown = range(min(count, len(responses)))
-    return [
-        Sample(prompt=prompts[i], response=responses[i], reward=float(rewards[i]), kl=None if kls is None else float(kls[i]))
-        for i in shown
-    ]

@@ -24,7 +24,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop
+from trainer_core.recipes import checkpointing, common, loop, samples
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.spec import RunSpec
@@ -42,6 +42,7 @@ class SftRun:
     scheduler: Any
     train_examples: list[Example]
     eval_examples: list[Example]
+    sample_rows: list[dict]  # the first held-out rows (training rows without any): answered at each evaluation
     order: common.BatchOrder
     step: int = 0  # optimizer steps done
 
@@ -73,6 +74,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         opt.scheduler,
         train_examples,
         eval_examples,
+        (split.eval or split.train)[: spec.sft.samples_to_log],
         opt.order,
         opt.step,
     )
@@ -133,7 +135,11 @@ def train(run: SftRun, stop_at: int | None = None) -> None:
 
 
 def _eval_metrics(run: SftRun) -> dict[str, float] | None:
+    """eval/loss, and the model's answers to the first held-out prompts as this evaluation's samples."""
     loss = evaluate(run)
+    shown = samples.generations(run, run.backend.unwrap(run.model), run.sample_rows, run.spec.sft.sample_tokens)
+    if run.backend.is_rank_zero and shown:
+        run.reporter.samples(run.step, shown)
     return None if loss is None else {"eval/loss": loss}
 
 

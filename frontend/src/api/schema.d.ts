@@ -1107,6 +1107,18 @@ export interface components {
              * @default null
              */
             ref_model: components["schemas"]["ModelSpec"] | null;
+            /**
+             * Sample Tokens
+             * @description Longest answer generated for those samples, in tokens.
+             * @default 64
+             */
+            sample_tokens: number;
+            /**
+             * Samples To Log
+             * @description Held-out pairs shown at every evaluation: chosen and rejected with their implicit rewards (beta * log-ratio to the reference) and margin, and the policy's greedy answer to the same prompts.
+             * @default 4
+             */
+            samples_to_log: number;
         };
         /**
          * Fsdp2Backend
@@ -1252,8 +1264,14 @@ export interface components {
              */
             ref_model: components["schemas"]["ModelSpec"] | null;
             /**
+             * Samples Every
+             * @description Log the tracked prompts' groups every N steps (and at the first and last).
+             * @default 10
+             */
+            samples_every: number;
+            /**
              * Samples To Log
-             * @description Generated samples reported per step.
+             * @description Tracked prompts (the first held-out prompts, else the first training prompts): every samples_every steps a whole group (group_size responses) is sampled for each and logged with rewards, components, advantages and KL, so the same prompts can be followed across steps; 0: no samples.
              * @default 4
              */
             samples_to_log: number;
@@ -1830,8 +1848,14 @@ export interface components {
              */
             ref_model: components["schemas"]["ModelSpec"] | null;
             /**
+             * Samples Every
+             * @description Log the tracked prompts' samples every N steps (and at the first and last).
+             * @default 10
+             */
+            samples_every: number;
+            /**
              * Samples To Log
-             * @description Generated samples reported per step.
+             * @description Tracked prompts (the first held-out prompts, else the first training prompts): every samples_every steps a response to each is sampled and logged with its reward, components and KL, so the same prompts can be followed across steps; 0: no samples.
              * @default 4
              */
             samples_to_log: number;
@@ -2024,6 +2048,12 @@ export interface components {
              * @default null
              */
             margin: number | null;
+            /**
+             * Samples To Log
+             * @description Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin.
+             * @default 4
+             */
+            samples_to_log: number;
         };
         /**
          * RewardTerm
@@ -2570,6 +2600,18 @@ export interface components {
              * @default false
              */
             packing: boolean;
+            /**
+             * Sample Tokens
+             * @description Longest answer generated for those samples, in tokens.
+             * @default 64
+             */
+            sample_tokens: number;
+            /**
+             * Samples To Log
+             * @description Held-out prompts answered (greedily) at every evaluation, shown beside the dataset's answer.
+             * @default 4
+             */
+            samples_to_log: number;
         };
         /** SpecCheck */
         SpecCheck: {
@@ -3960,11 +4002,11 @@ export interface operations {
             };
             header?: never;
             path: {
+                file_path: string;
                 /** @description Run id */
                 run_id: number;
                 /** @description Optimizer step */
                 step: number;
-                file_path: string;
             };
             cookie?: never;
         };
