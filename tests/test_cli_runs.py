@@ -146,6 +146,7 @@ def test_a_diverged_run_fails_with_where_it_went_nan(stack):
     assert run["status"] == "failed" and run["attempts"][-1]["end_reason"] == reason, run
     assert (run["failure"], run["resumable"]) == ("diverged", False)
     assert reason in result.stderr
+    assert "warning train.lr: train.lr 1e+30 is almost certainly a mistake" in result.stderr  # said at submit
     checkpoints = stack.http.get(f"/runs/{run['id']}/checkpoints").json()["data"]
     assert checkpoints == [], checkpoints
 
