@@ -1,12 +1,12 @@
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Field, TypeAdapter
 from sqlalchemy.orm import Session
 
 from api.auth.deps import Reader
-from api.auth.principal import Principal
 from api.db import SessionDep
 from api.inserts import IngestResult
 from api.metrics import schemas, service
@@ -40,50 +40,47 @@ Keys = Annotated[list[str], Query(max_length=100, description="Keys to return; d
 MaxPoints = Annotated[int, Query(ge=2, le=20_000)]
 
 
-def _stream(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    run_id: int,
-    keys: list[str],
-    window: tuple[int, int | None, int | None],
-    *,
-    columns: bool,
-) -> StreamingResponse:
-    """The series written one by one, their count in a header (a client may hang up on it)."""
+@dataclass(frozen=True)
+class SeriesQuery:
+    """What both history routes take: which run and keys, how many points, which steps; checked readable."""
+
+    run_id: int
+    keys: list[str]
+    window: tuple[int, int | None, int | None]  # max_points, step_min, step_max
+
+
+def _series_query(
+    run_id: RunId,
+    principal: Reader,
+    session: SessionDep,
+    keys: Keys = [],  # noqa: B006 - FastAPI copies defaults
+    max_points: MaxPoints = 1000,
+    step_min: StepQuery = None,
+    step_max: StepQuery = None,
+) -> SeriesQuery:
     readable_run(session, principal, run_id)
-    wanted = keys or [k.key for k in service.key_summaries(session, run_id)]
-    document = service.series_document(request.app.state.sessionmaker, run_id, wanted, *window, columns=columns)
+    return SeriesQuery(run_id, keys, (max_points, step_min, step_max))
+
+
+SeriesQueryDep = Annotated[SeriesQuery, Depends(_series_query)]
+
+
+def _stream(request: Request, session: Session, query: SeriesQuery, *, columns: bool) -> StreamingResponse:
+    """The series written one by one, their count in a header (a client may hang up on it)."""
+    wanted = query.keys or [k.key for k in service.key_summaries(session, query.run_id)]
+    document = service.series_document(request.app.state.sessionmaker, query.run_id, wanted, *query.window, columns=columns)
     return StreamingResponse(document, media_type="application/json", headers={"X-Series-Count": str(len(wanted))})
 
 
 @router.get("", response_model=schemas.SeriesResponse, responses={200: {"headers": _COUNT_HEADER}})
-def read_metrics(
-    run_id: RunId,
-    principal: Reader,
-    session: SessionDep,
-    request: Request,
-    keys: Keys = [],  # noqa: B006
-    max_points: MaxPoints = 1000,
-    step_min: StepQuery = None,
-    step_max: StepQuery = None,
-) -> StreamingResponse:
-    return _stream(request, session, principal, run_id, keys, (max_points, step_min, step_max), columns=False)
+def read_metrics(query: SeriesQueryDep, session: SessionDep, request: Request) -> StreamingResponse:
+    return _stream(request, session, query, columns=False)
 
 
 @router.get("/columns", response_model=schemas.ColumnsResponse, responses={200: {"headers": _COUNT_HEADER}})
-def read_metric_columns(
-    run_id: RunId,
-    principal: Reader,
-    session: SessionDep,
-    request: Request,
-    keys: Keys = [],  # noqa: B006
-    max_points: MaxPoints = 1000,
-    step_min: StepQuery = None,
-    step_max: StepQuery = None,
-) -> StreamingResponse:
+def read_metric_columns(query: SeriesQueryDep, session: SessionDep, request: Request) -> StreamingResponse:
     """The same series as `GET /metrics`, one list per field: half the bytes and the server's work (the dashboard's charts)."""
-    return _stream(request, session, principal, run_id, keys, (max_points, step_min, step_max), columns=True)
+    return _stream(request, session, query, columns=True)
 
 
 @router.get("/keys", response_model=schemas.KeyList)
