@@ -237,14 +237,20 @@ def test_logs_metrics_and_samples(stack, finished):
     series = json.loads(stack.cli("metrics", run_id, "--key", "eval/loss", "--json").stdout)["series"]
     assert [s["key"] for s in series] == ["eval/loss"] and [p["step"] for p in series[0]["points"]][-1] == 20
 
-    assert "no samples yet" in stack.cli("samples", run_id).stderr
+    # The SFT run's own samples: its answers to 4 held-out prompts at each evaluation (0, 10, 20), with the reference.
+    own = json.loads(stack.cli("samples", run_id, "--json").stdout)["data"]
+    assert [(s["step"], s["label"]) for s in own] == [(20, "generation")] * 4 and all(s["reference"] for s in own)
+    assert "LABEL" in stack.cli("samples", run_id).stdout and "generation" in stack.cli("samples", run_id).stdout
     samples = [{"step": step, "index": i, "prompt": f"q{i}", "response": f"a{i}@{step}", "reward": float(i * step)}
-               for step in (10, 20) for i in range(3)]  # fmt: skip
+               for step in (30, 40) for i in range(3)]  # fmt: skip
     assert stack.http.post(f"/runs/{run_id}/samples", json=samples).status_code == 200
     latest = stack.cli("samples", run_id).stdout
-    assert "a2@20" in latest and "a2@10" not in latest
-    ranked = json.loads(stack.cli("samples", run_id, "--step", "10", "--by-reward", "--json").stdout)["data"]
-    assert [s["response"] for s in ranked] == ["a2@10", "a1@10", "a0@10"]
+    assert "a2@40" in latest and "a2@30" not in latest and "LABEL" not in latest
+    ranked = json.loads(stack.cli("samples", run_id, "--step", "30", "--by-reward", "--json").stdout)["data"]
+    assert [s["response"] for s in ranked] == ["a2@30", "a1@30", "a0@30"]
+    never = stack.cli("submit", "examples/sft.yaml", "--set", "resources.queue=nowhere")  # stays queued: no samples
+    assert "no samples yet" in stack.cli("samples", never.stdout.strip()).stderr
+    assert stack.cli("runs", "cancel", never.stdout.strip()).exit_code == 0
 
 
 def test_download_verifies_every_file_and_resumes(stack, finished, tmp_path):

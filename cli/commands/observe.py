@@ -106,7 +106,8 @@ def samples(
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show the generations a run logged at one step: prompt, response, reward, KL.
+    """Show the samples a run logged at one step: prompt, response, reward, KL (and, for evaluation samples, what
+    each response is - generation, chosen, rejected - beside the dataset's answer).
 
     \b
     Examples:
@@ -125,10 +126,15 @@ def samples(
     page = client.samples(run_id, step=step, sort="-reward" if by_reward else "step", limit=limit)
     if as_json:
         return output.print_json(page)
+    # Evaluation samples (sft, reward, dpo) say what each response is and what the dataset answers.
+    labelled = any(s.get("label") or s.get("reference") for s in page["data"])
+    extra = ["LABEL", "REFERENCE"] if labelled else []
     output.table(
-        ["STEP", "#", "PROMPT", "RESPONSE", "REWARD", "KL"],
+        ["STEP", "#", "PROMPT", "RESPONSE", *extra, "REWARD", "KL"],
         (
-            [s["step"], s["index"], s["prompt"], s["response"], output.number(s["reward"]), output.number(s["kl"])]
+            [s["step"], s["index"], s["prompt"], s["response"]]
+            + ([s.get("label") or "", s.get("reference") or ""] if labelled else [])
+            + [output.number(s["reward"]), output.number(s["kl"])]
             for s in page["data"]
         ),
     )
