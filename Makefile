@@ -54,7 +54,7 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 ## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
 # DeepSpeed's compiled ops are kept in the checkout, so they build once per machine.
 test: $(DEV_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
-	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q
+	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q --durations=30
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
 docs: $(RUN_STAMP)
