@@ -2,10 +2,10 @@ import type { KeySummary, Series } from '../api/types';
 import type { LivePoint } from '../sse/runEvents';
 import { KeyBatcher } from './batcher';
 import { candidateGroups, findDuplicates } from './duplicates';
+import { Listeners } from './listeners';
 import { appendPoints, fromColumns, fromSeries, toNumber, type SeriesBuffer, type SeriesColumns } from './series';
 import type { ChartLine, ChartSource, KeyInfo } from './source';
 
-type Listener = () => void;
 interface Known {
   points: number;
   lastStep: number;
@@ -21,8 +21,7 @@ export class MetricStore implements ChartSource {
   private known = new Map<string, Known>();
   private buffers = new Map<string, SeriesBuffer>();
   private loading = new Map<string, LivePoint[]>(); // key -> live points that came while its history was on the way
-  private listeners = new Map<string, Set<Listener>>();
-  private keyListeners = new Set<Listener>();
+  private listeners = new Listeners();
   private keyList: KeyInfo[] = [];
   private groups: string[][] = [];
   private dups = new Map<string, string>();
@@ -141,17 +140,13 @@ export class MetricStore implements ChartSource {
     else if (this.updateGroups() || this.updateDuplicates()) this.notifyKeys();
   }
 
-  subscribe(key: string, fn: Listener): () => void {
-    let set = this.listeners.get(key);
-    if (!set) this.listeners.set(key, (set = new Set()));
-    set.add(fn);
-    return () => set.delete(fn);
+  subscribe(key: string, fn: () => void): () => void {
+    return this.listeners.subscribe(key, fn);
   }
 
   /** The key list or the duplicates changed. */
-  subscribeKeys(fn: Listener): () => void {
-    this.keyListeners.add(fn);
-    return () => this.keyListeners.delete(fn);
+  subscribeKeys(fn: () => void): () => void {
+    return this.listeners.subscribeKeys(fn);
   }
 
   private learn(key: string, points: number, lastStep: number, lastValue: number | string): void {
@@ -188,10 +183,10 @@ export class MetricStore implements ChartSource {
   }
 
   private notify(key: string): void {
-    this.listeners.get(key)?.forEach((fn) => fn());
+    this.listeners.notify(key);
   }
 
   private notifyKeys(): void {
-    this.keyListeners.forEach((fn) => fn());
+    this.listeners.notifyKeys();
   }
 }

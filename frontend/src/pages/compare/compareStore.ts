@@ -1,6 +1,7 @@
 import type { KeySummary } from '../../api/types';
 import { KeyBatcher } from '../../charts/batcher';
 import { candidateGroups, findDuplicates } from '../../charts/duplicates';
+import { Listeners } from '../../charts/listeners';
 import { fromColumns, type SeriesBuffer, type SeriesColumns } from '../../charts/series';
 import type { ChartLine, ChartSource, KeyInfo } from '../../charts/source';
 
@@ -11,7 +12,6 @@ export interface ComparedLine {
   color: string;
 }
 
-type Listener = () => void;
 const signature = (s: KeySummary) => `${s.count}|${s.last_step}|${String(s.last_value)}`;
 
 /**
@@ -26,8 +26,7 @@ export class CompareStore implements ChartSource {
   private loading = new Map<number, Set<string>>();
   private batchers = new Map<number, KeyBatcher>();
   private wanted = new Set<string>();
-  private listeners = new Map<string, Set<Listener>>();
-  private keyListeners = new Set<Listener>();
+  private listeners = new Listeners();
   private keyList: KeyInfo[] = [];
   private groups: string[][] = [];
   private dups: ReadonlyMap<string, string> = new Map();
@@ -62,7 +61,7 @@ export class CompareStore implements ChartSource {
     this.runs = [...runs];
     this.keysChanged();
     for (const key of this.wanted) this.fetchMissing(key);
-    this.listeners.forEach((set) => set.forEach((fn) => fn()));
+    this.listeners.notifyAll();
   }
 
   /** A run's key list; keys on screen that gained points since their history was fetched are fetched again. */
@@ -88,16 +87,12 @@ export class CompareStore implements ChartSource {
     }
   }
 
-  subscribe(key: string, fn: Listener): () => void {
-    let set = this.listeners.get(key);
-    if (!set) this.listeners.set(key, (set = new Set()));
-    set.add(fn);
-    return () => set.delete(fn);
+  subscribe(key: string, fn: () => void): () => void {
+    return this.listeners.subscribe(key, fn);
   }
 
-  subscribeKeys(fn: Listener): () => void {
-    this.keyListeners.add(fn);
-    return () => this.keyListeners.delete(fn);
+  subscribeKeys(fn: () => void): () => void {
+    return this.listeners.subscribeKeys(fn);
   }
 
   private fetchMissing(key: string): void {
@@ -132,8 +127,8 @@ export class CompareStore implements ChartSource {
       mine.set(s.key, fromColumns(s));
       this.loading.get(runId)?.delete(s.key);
     }
-    if (this.updateDuplicates()) this.keyListeners.forEach((fn) => fn());
-    for (const s of series) this.listeners.get(s.key)?.forEach((fn) => fn());
+    if (this.updateDuplicates()) this.listeners.notifyKeys();
+    for (const s of series) this.listeners.notify(s.key);
   }
 
   private keysChanged(): void {
@@ -151,7 +146,7 @@ export class CompareStore implements ChartSource {
     if (changed) this.keyList = list;
     this.groups = candidateGroups(this.keyList);
     for (const g of this.groups) if (g.some((k) => this.wanted.has(k))) g.forEach((k) => this.request(k));
-    if (this.updateDuplicates() || changed) this.keyListeners.forEach((fn) => fn());
+    if (this.updateDuplicates() || changed) this.listeners.notifyKeys();
   }
 
   private updateDuplicates(): boolean {
