@@ -46,6 +46,16 @@ def test_vitest_suite(npm):
     assert " passed" in result.stdout
 
 
+def _browser_env(tmp_path: Path, name: str) -> dict[str, str]:
+    """What an e2e script needs of this machine (Debian's Chromium, the built dashboard), and where its screenshots go."""
+    chromium = shutil.which("chromium")
+    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
+    assert (FRONTEND / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
+    shots = tmp_path / "screenshots"
+    print(f"\n{name} screenshots: {shots}")
+    return {"SCREENSHOTS": str(shots), "CHROMIUM": chromium}
+
+
 def _ppo_run(http: httpx.Client) -> int:
     """A real PPO run through the worker: reward and KL charts, and samples of the same prompts at every step
     (the 20 randomwalks prompts in file order, all of them in each batch)."""
@@ -74,11 +84,7 @@ LIVE_COMMENT = "# e2e: a long SFT run the script watches, then cancels"
 
 
 def test_end_to_end_in_chromium_against_rlplane_up(npm, tmp_path):
-    chromium = shutil.which("chromium")
-    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
-    assert (FRONTEND / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
-    shots = tmp_path / "screenshots"
-    print(f"\ndashboard screenshots: {shots}")
+    browser = _browser_env(tmp_path, "dashboard")
     server = UpServer(tmp_path / "home", workers=1)
     try:
         server.wait_ready()
@@ -102,12 +108,13 @@ train: {{steps: 20000, batch_size: 4, log_every: 1, eval_every: null, checkpoint
         env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token, "RUN_ID": str(run_id)}
         env["SAMPLES_RUN_ID"] = str(ppo_run)
         env["SPEC_COMMENT"] = LIVE_COMMENT
-        env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
+        env.update(browser)
         result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
         assert http.get(f"/runs/{run_id}").json()["status"] in ("cancelling", "cancelled")
         submitted = http.get("/runs", params={"q": "e2e-from-new-run"}).json()["data"]
         assert len(submitted) == 1 and submitted[0]["last_step"] is not None, submitted
+        shots = Path(browser["SCREENSHOTS"])
         assert sorted(p.suffix for p in shots.iterdir()) and all(p.stat().st_size > 1000 for p in shots.glob("*.png"))
     finally:
         assert server.stop() == 0
@@ -115,16 +122,12 @@ train: {{steps: 20000, batch_size: 4, log_every: 1, eval_every: null, checkpoint
 
 def test_charts_in_chromium_against_rlplane_up(npm, tmp_path):
     """frontend/e2e/charts.e2e.mjs: what the charts must show, on runs the script fills through the ingest API."""
-    chromium = shutil.which("chromium")
-    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it: apt-get install -y chromium)"
-    assert (FRONTEND / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
-    shots = tmp_path / "screenshots"
-    print(f"\ncharts screenshots: {shots}")
+    browser = _browser_env(tmp_path, "charts")
     server = UpServer(tmp_path / "home", workers=0)
     try:
         server.wait_ready()
         env = {**os.environ, "RLPLANE_URL": server.url, "RLPLANE_TOKEN": server.token}
-        env.update({"SCREENSHOTS": str(shots), "CHROMIUM": chromium})
+        env.update(browser)
         result = _run(["node", "e2e/charts.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     finally:
