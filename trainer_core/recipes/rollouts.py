@@ -14,7 +14,9 @@ left-padded row scores exactly like the same row without padding.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,11 +194,20 @@ def sample_and_score(
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
-    state = run.reward.state_dict() if observe else None
-    scores = run.reward(prompts, responses, [metadata(r) for r in rows])
-    if state is not None:
-        run.reward.load_state_dict(state)
+    with unchanged(run.reward) if observe else contextlib.nullcontext():
+        scores = run.reward(prompts, responses, [metadata(r) for r in rows])
     return Scored(generation, prompts, responses, scores, gen_s)
+
+
+@contextlib.contextmanager
+def unchanged(reward: Any) -> Iterator[None]:
+    """Scoring inside leaves the reward's running normaliser as it was: what is only shown or evaluated does not
+    move what training is normalised by."""
+    state = reward.state_dict()
+    try:
+        yield
+    finally:
+        reward.load_state_dict(state)
 
 
 # --- evaluation ---
@@ -223,9 +234,8 @@ def evaluate(
         prompts = [prompt_text(r) for r in chunk]
         scores = None
         if reward is not None:
-            state = reward.state_dict()
-            scores = reward(prompts, responses, [metadata(r) for r in chunk])
-            reward.load_state_dict(state)
+            with unchanged(reward):
+                scores = reward(prompts, responses, [metadata(r) for r in chunk])
             for name in scores.components:  # every rank reduces the same keys, stand-ins included
                 sums.setdefault(f"reward/{name}", 0.0)
         if not real:
