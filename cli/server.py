@@ -1,6 +1,5 @@
 """Start the API: migrate, bootstrap the admin on first start, then serve with uvicorn."""
 
-import ctypes
 import os
 import signal
 import socket
@@ -18,6 +17,7 @@ from api.logging_setup import uvicorn_log_config
 from api.migrate import upgrade_to_head
 from api.settings import Settings
 from cli.config import local_server, local_url
+from worker.launcher import signal_on_parent_death
 
 
 def prepare(settings: Settings) -> None:
@@ -151,7 +151,12 @@ def _start_workers(settings: Settings, host: str, port: int, count: int, queues:
         command += ["--name", f"local-{i}"]
         processes.append(
             subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_quit_with_parent
+                command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=signal_on_parent_death(signal.SIGQUIT),  # killed outright: a cold shutdown
             )
         )
     print(
@@ -175,11 +180,3 @@ def _stop_workers(processes: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def _quit_with_parent() -> None:
-    """In a worker child: a cold shutdown (SIGQUIT) when `rlplane up` dies without stopping it (SIGKILL)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGQUIT)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

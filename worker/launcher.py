@@ -126,14 +126,21 @@ class Trainer:
                 time.sleep(0.1)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the worker dies (even by SIGKILL), so no trainer is orphaned
-    (torchrun passes the SIGTERM on to its ranks). Linux only; elsewhere the API's lost-run handling remains."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def signal_on_parent_death(sig: signal.Signals) -> Callable[[], None]:
+    """A preexec_fn: the child gets `sig` when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG), so nothing
+    it starts is orphaned. Elsewhere a no-op (the API's lost-run handling remains)."""
+
+    def arm() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    return arm
+
+
+# A trainer: SIGTERM when its worker dies (torchrun passes the SIGTERM on to its ranks).
+_die_with_parent = signal_on_parent_death(signal.SIGTERM)
 
 
 def _group_alive(pgid: int) -> bool:
