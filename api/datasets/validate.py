@@ -9,10 +9,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from trainer_core.data.files import SUFFIXES
 from trainer_core.data.formats import apply_columns, column_map, row_problems
 from trainer_core.spec_sections import DataColumns
 
-FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}  # what the trainer reads (data/files.py)
+FORMATS = {suffix: suffix[1:] for suffix in SUFFIXES}  # what the trainer reads
 MAX_ERRORS = 20
 ROWS_NAMED = 5  # a problem many rows share is said once, naming the first few
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from api.auth.principal import Principal
 from api.auth.service import unprocessable
 from api.models import Dataset
+from trainer_core.data.files import SUFFIXES
 from trainer_core.data.formats import kind_for_algorithm
 from trainer_core.spec import RunSpec
 from trainer_core.spec_base import format_loc, path_fields
@@ -18,7 +19,7 @@ _RELATIVE = ("./", "../", "~")
 
 def is_relative_file(value: str) -> bool:
     """A data.source that names a file on the submitter's machine relative to where they stand."""
-    return value.startswith(_RELATIVE) or (value.endswith((".jsonl", ".json", ".parquet")) and not value.startswith("/"))
+    return value.startswith(_RELATIVE) or (value.lower().endswith(SUFFIXES) and not value.startswith("/"))
 
 
 def check_sources(session: Session, principal: Principal, spec: RunSpec) -> None:

@@ -61,11 +61,12 @@ def _upload_local_data(client: Client, submission: Submission) -> Submission:
     """A data.source that is a file relative to here (which no worker can read) is uploaded and named
     dataset:<id> in what is sent, as W&B artifacts and ClearML do; an absolute path is sent as it is (workers
     may share that file system)."""
+    from trainer_core.data.files import SUFFIXES
     from trainer_core.data.formats import kind_for_algorithm
 
     spec = submission.data
     source = spec["data"]["source"]
-    if not source.endswith((".jsonl", ".json", ".parquet")) or source.startswith("/"):
+    if not source.lower().endswith(SUFFIXES) or source.startswith("/"):
         return submission
     path = Path(source).expanduser()
     if not path.is_file():
