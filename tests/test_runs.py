@@ -1,10 +1,14 @@
 """Runs: submission (JSON and YAML), listing, the state machine, lineage, leases."""
 
 import yaml
+from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from api.models import Run, RunEvent, RunLink
 from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
+from worker.client import ApiClient
+from worker.settings import WorkerSettings
+from worker.supervise import Holding, supervise
 
 
 class TestCreateRun:
@@ -182,6 +186,36 @@ class TestStateMachine:
         assert done["attempts"][0]["worker"] == "w1" and done["attempts"][0]["end_reason"] == "stopped"
         illegal = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "running"}, headers=auth(token))
         assert illegal.status_code == 409
+
+    def test_a_run_cancelled_before_its_trainer_starts_stays_cancelling_until_the_worker_ends_it(self, client, db):
+        token = worker_token(client)
+        run = create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(token)).status_code == 200
+        assert client.post(f"/api/v1/runs/{run['id']}/cancel").json()["status"] == "cancelling"
+        # The worker's "running" (sent before it starts the trainer) does not undo the cancel; its answer says so.
+        running = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "running"}, headers=auth(token))
+        assert running.status_code == 200 and running.json()["status"] == "cancelling"
+        ended = client.post(f"/api/v1/runs/{run['id']}/status", json={"attempt": 1, "status": "cancelled"}, headers=auth(token))
+        assert ended.status_code == 200 and ended.json()["status"] == "cancelled"
+        assert db.get(Run, run["id"]).status == "cancelled"
+
+    def test_the_worker_ends_a_run_cancelled_before_its_trainer_started_without_starting_it(self, client, db, tmp_path):
+        """The real worker code against the API, with the user's cancel landing between lease and start."""
+        token, run = worker_token(client), create_run(client)
+
+        class CancelledAfterLease(ApiClient):
+            def lease(self, run_id: int, worker: str) -> dict:
+                leased = super().lease(run_id, worker)
+                assert client.post(f"/api/v1/runs/{run_id}/cancel").json()["status"] == "cancelling"
+                return leased
+
+        api = CancelledAfterLease("http://testserver", token)
+        api.http = TestClient(client.app, headers=auth(token))
+        # A trainer started with this interpreter would fail the attempt instead of cancelling it.
+        settings = WorkerSettings(home=tmp_path, name="w1", python=str(tmp_path / "no-python"))
+        assert supervise(settings, api, Holding(), run["id"]) == "cancelled"
+        ended = client.get(f"/api/v1/runs/{run['id']}").json()
+        assert ended["status"] == "cancelled" and ended["attempts"][0]["end_reason"] == "cancelled before its trainer started"
 
     def test_user_tokens_cannot_lease(self, client, db):
         run = create_run(client)

@@ -82,7 +82,11 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
     try:
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
         resume = has_checkpoint(out_dir)
-        client.status(run_id, attempt, "running", f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else ""))
+        started = f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else "")
+        if client.status(run_id, attempt, "running", started)["status"] == "cancelling":
+            client.status(run_id, attempt, "cancelled", "cancelled before its trainer started")
+            logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
+            return "cancelled"
         (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
         logger.info("run=%d attempt=%d leased: starting its trainer%s", run_id, attempt, " (resuming)" if resume else "")
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume)

@@ -242,6 +242,10 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
     run = reportable_run(session, principal, run_id, lock=True)
     if body.attempt != run.attempt_count:
         raise conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
+    if run.status == "cancelling" and body.status in ("starting", "running"):
+        # Cancelled between its lease and its trainer's start: it stays cancelling, and the worker
+        # (which reads the status in this answer) ends the attempt cancelled instead of starting it.
+        return run
     if body.status != run.status:
         _set_status(session, run, body.status, body.reason)
         run.failure = body.failure if body.status == "failed" else None
