@@ -24,7 +24,7 @@ from api.runs import endpoints as runs
 from api.samples import endpoints as samples
 from api.settings import Settings
 from api.workers import endpoints as workers
-from trainer_core.spec import RunSpec
+from rlplane.spec import RunSpec
 
 OPENAPI_URL = "/api/v1/openapi.json"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from trainer_core.spec import apply_overrides, parse_spec
-from trainer_core.spec_io import read_document
+from rlplane.spec import apply_overrides, parse_spec
+from rlplane.spec.io import read_document
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from pydantic.fields import FieldInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer_core.spec import RULES, RunSpec  # noqa: E402
-from trainer_core.spec_base import kind_of, model_classes  # noqa: E402
+from rlplane.spec import RULES, RunSpec  # noqa: E402
+from rlplane.spec.base import kind_of, model_classes  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "spec.md"
 

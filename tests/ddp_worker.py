@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from rlplane.spec.sections import TorchBackend as TorchBackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.models import build_builtin
-from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 TRAIN = {"steps": 3, "batch_size": 4, "micro_batch_size": 1, "max_grad_norm": 1.0, "seed": 0}
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
+from rlplane.spec import parse_spec
 from tests.ddp_worker import fixed_batch
 from trainer_core.backends import Backend, DistEnv, make_backend
 from trainer_core.losses import sft_loss
 from trainer_core.models import build_builtin
 from trainer_core.recipes.common import make_optimizer
-from trainer_core.spec import parse_spec
 
 
 def backend_spec(name: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer_core.spec import SpecError, parse_spec
+from rlplane.spec import SpecError, parse_spec
 
 
 def sft_spec() -> dict:

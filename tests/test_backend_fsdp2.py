@@ -17,6 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
+from rlplane.spec.sections import TrainSpec
 from tests.training import metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks
@@ -24,8 +26,6 @@ from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
 from trainer_core.launch import free_port
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
-from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs

@@ -20,6 +20,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
+from rlplane.spec.sections import TrainSpec
 from tests.test_backend_deepspeed import ROOT, env, launch, max_diff
 from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
 from tests.training import metrics
@@ -31,8 +33,6 @@ from trainer_core.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.tokenize import collate, pad_id, tokenize_rows
-from trainer_core.spec_sections import MegatronBackend as MegatronBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 # fp32, same data, same init: TP=2 sums the same maths in another order (split matmuls all-reduced,
 # fused qkv). Measured: SFT |Δ train/loss| 1.7e-7, |Δ grad_norm| 6.2e-6, |Δ eval/loss| 1e-7 over 12 steps;

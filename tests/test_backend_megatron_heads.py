@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
+from rlplane.spec.sections import TrainSpec
 from tests.test_backend_deepspeed import launch, max_diff
 from tests.test_backend_megatron import MEGATRON, PIPELINE, TOLERANCE, TORCH
 from tests.test_backend_megatron import SEQUENCE_PARALLEL as SP
@@ -23,8 +25,6 @@ from trainer_core.backends.dist import DistEnv
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.common import make_optimizer
 from trainer_core.recipes.ppo import ActorCritic, ValueHead
-from trainer_core.spec_sections import MegatronBackend as MegatronBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 # tiny-llama (grouped-query attention, untied embeddings: the classifier's trunk has no LM head at all).
 REWARD = {

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlplane.spec.sections import MegatronBackend, TrainSpec
+from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from tests.ddp_worker import TRAIN, fixed_batch, train
 from trainer_core.backends import (
     BackendError,
@@ -21,8 +23,6 @@ from trainer_core.backends import (
     micro_batch_ranges,
 )
 from trainer_core.models import build_builtin
-from trainer_core.spec_sections import MegatronBackend, TrainSpec
-from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 SINGLE = DistEnv()

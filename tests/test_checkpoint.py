@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
+from rlplane.spec.sections import LoraSpec
 from trainer_core import checkpoint as ckpt_module
 from trainer_core.checkpoint import (
     CheckpointError,
@@ -24,7 +25,6 @@ from trainer_core.checkpoint import (
 )
 from trainer_core.checkpoint import state as state_module
 from trainer_core.models import apply_lora, build_builtin
-from trainer_core.spec_sections import LoraSpec
 
 TOTAL_STEPS, RESUME_AT = 6, 3
 SPEC = {"algorithm": "sft", "model": {"path": "builtin:tiny-gpt2"}}
@@ -329,11 +329,11 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
     be in metrics.jsonl by the time the checkpoint is complete, even though the reporter writes lazily."""
     import json
 
+    from rlplane.spec import parse_spec
     from trainer_core.backends import make_backend
     from trainer_core.recipes.checkpointing import save_and_rotate
     from trainer_core.reporting.reporter import AsyncReporter
     from trainer_core.reporting.sinks import JsonlSink
-    from trainer_core.spec import parse_spec
 
     spec = parse_spec({**SPEC, "name": "lazy", "data": {"source": "builtin:arithmetic"}, "train": {"steps": 10}})
     model, tokenizer = build_builtin("tiny-gpt2")

@@ -20,6 +20,9 @@ from safetensors import safe_open
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
+from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
+from rlplane.spec.sections import TorchBackend as TorchBackendSpec
+from rlplane.spec.sections import TrainSpec
 from tests.dcp_worker import full_state
 from tests.test_ilql import SPEC as ILQL_SPEC
 from tests.test_ppo import ppo_spec
@@ -31,9 +34,6 @@ from trainer_core.checkpoint.dcp_storage import METADATA, SafetensorsReader, Saf
 from trainer_core.checkpoint.sharded import VALUES, load_sharded
 from trainer_core.launch import free_port
 from trainer_core.recipes.checkpointing import restore_training
-from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
-from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PICKLE_MAGIC = b"\x80"  # the first byte of every pickle (protocol 2+), torch.save's zip archives hold one too

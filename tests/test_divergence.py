@@ -15,13 +15,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlplane.spec.sections import TrainSpec
 from tests.training import metrics, write_spec
 from trainer_core.cli import main
 from trainer_core.launch import EXIT_DIVERGED
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 from trainer_core.recipes.loop import LogWindow, StepResult
 from trainer_core.reporting import NullReporter
-from trainer_core.spec_sections import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -19,7 +19,7 @@ def _loaded_after_import(imports: str, watched: tuple[str, ...]) -> list[str]:
 
 
 def test_api_and_cli_do_not_import_torch():
-    assert _loaded_after_import("api.app, cli.main, trainer_core.spec", ("torch", "transformers", "deepspeed")) == []
+    assert _loaded_after_import("api.app, cli.main, rlplane.spec", ("torch", "transformers", "deepspeed")) == []
 
 
 def test_no_pickle_anywhere():

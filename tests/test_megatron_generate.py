@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends import make_backend
 from trainer_core.backends.dist import DistEnv
 from trainer_core.megatron.generate import generate
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.common import make_optimizer
-from trainer_core.spec_sections import MegatronBackend as MegatronBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 SAMPLING = {
     "greedy": {"do_sample": False},

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from rlplane.spec.sections import LoraSpec, ModelSpec
 from trainer_core.models import (
     DirectoryResolver,
     ModelError,
@@ -18,7 +19,6 @@ from trainer_core.models import (
     load_model,
 )
 from trainer_core.models import tokenizer as tokenizer_module
-from trainer_core.spec_sections import LoraSpec, ModelSpec
 
 BUILTINS = ["tiny-gpt2", "tiny-llama"]
 TEXTS = ["12+7=19", "What is 3*4? The answer is 12."]

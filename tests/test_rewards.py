@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 
+from rlplane.spec import SpecError, parse_spec
+from rlplane.spec.sections import BuiltinReward, HttpReward, ModelReward, PythonReward, RewardTerm, SumReward
 from tests.factories import spec as base_spec
 from trainer_core.data import DataError
 from trainer_core.data.tasks import builtin_reward
 from trainer_core.rewards import RewardError, RewardScores, make_reward
 from trainer_core.rewards.allowlist import ENV_VAR
 from trainer_core.rewards.normalize import EPS
-from trainer_core.spec import SpecError, parse_spec
-from trainer_core.spec_sections import BuiltinReward, HttpReward, ModelReward, PythonReward, RewardTerm, SumReward
 
 CPU = torch.device("cpu")
 PROMPTS = ["2+3=", "4*5=", "7+1=", "3*3="]

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlplane.spec import TrainSpec
 from tests.training import (
     ARITHMETIC,
     assert_resume_is_exact,
@@ -31,7 +32,6 @@ from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_builtin, build_tokenizer, load_model
 from trainer_core.recipes.common import BatchOrder, lr_factor
 from trainer_core.recipes.tokenize import collate, pack, tokenize_row
-from trainer_core.spec import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,16 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
-from trainer_core.spec import (
+from rlplane.spec import (
     ALGORITHMS,
     RunReference,
     RunSpec,
@@ -26,6 +23,7 @@ from trainer_core.spec import (
     load_spec_file,
     parse_spec,
 )
+from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -98,9 +96,14 @@ class TestDocs:
         fields = [(cls, name, field) for _, cls in order for name, field in cls.model_fields.items()]
         assert [f"{cls.__name__}.{name}" for cls, name, field in fields if not field.description] == []
 
-    def test_schema_module_is_torch_free(self):
-        code = "import sys, trainer_core.spec; sys.exit(any(m in sys.modules for m in ('torch', 'transformers')))"
-        assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    def test_the_contracts_builtin_names_are_the_trainers(self):
+        """The spec refuses builtin names at submit from its own lists; the trainer's generators and rewards are
+        the truth those lists must follow."""
+        from rlplane.spec import builtin_names
+        from trainer_core.data.tasks import BUILTIN_REWARDS, BUILTIN_SOURCES
+
+        assert builtin_names.BUILTIN_SOURCES == {name: tuple(kinds) for name, kinds in BUILTIN_SOURCES.items()}
+        assert builtin_names.BUILTIN_REWARDS == tuple(BUILTIN_REWARDS)
 
     def test_json_schema_builds(self):
         schema = RunSpec.model_json_schema()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
-from trainer_core import spec_rules
-from trainer_core.spec import (
+from rlplane.spec import (
     RULES,
     apply_overrides,
     parse_spec,
 )
+from rlplane.spec import rules as spec_rules
+from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
 
 # --- cross-field rules ---
 # Each case: a valid base spec, `--set` overrides that break one rule, where the error must be,

@@ -1,6 +1,5 @@
-"""rlplane trainer core.
+"""rlplane trainer core: recipes, backends, losses, data, models, reporting and checkpointing.
 
-The run-spec schema (`trainer_core.spec`) is torch-free so the API, the CLI and the worker can
-import it; recipes, backends and losses live in submodules that import torch themselves. Keep
-this file free of imports so `import trainer_core.spec` stays light.
+The run spec it reads is the contract's (`rlplane.spec`, torch-free); the submodules here import torch
+themselves. Keep this file free of imports.
 """

@@ -22,7 +22,7 @@ from typing import Any
 
 import fsspec
 
-from trainer_core.spec import RunSpec
+from rlplane.spec import RunSpec
 
 logger = logging.getLogger("rlplane.worker")
 

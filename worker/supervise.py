@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlplane.spec import RunSpec
 from trainer_core.launch import EXIT_BAD_INPUT, EXIT_DIVERGED, HAND_BACK_FILE
 from trainer_core.reporting.http import ControlPlaneSink
-from trainer_core.spec import RunSpec
 from worker.artifacts import WorkerArtifacts
 from worker.client import ApiClient, LeaseRefused, Superseded
 from worker.forward import Forwarder

@@ -17,7 +17,7 @@ from api.db import SessionDep
 from api.models import Checkpoint, Run
 from api.runs.service import claim_for_report, readable_run, unprocessable
 from api.values import RunId, StepPath
-from trainer_core.spec_sections import TrainSpec
+from rlplane.spec.sections import TrainSpec
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from rlplane.spec.sections import DataColumns
 from trainer_core.data.files import SUFFIXES
 from trainer_core.data.formats import apply_columns, column_map, row_problems
-from trainer_core.spec_sections import DataColumns
 
 FORMATS = {suffix: suffix[1:] for suffix in SUFFIXES}  # what the trainer reads
 MAX_ERRORS = 20

@@ -11,8 +11,8 @@ from api.auth.service import readable_project
 from api.db import SessionDep, UowDep
 from api.runs import repository, schemas, service, views
 from api.values import Offset, RunId
-from trainer_core.spec import RunSpec, SpecError, load_spec
-from trainer_core.spec_warnings import spec_warnings
+from rlplane.spec import RunSpec, SpecError, load_spec
+from rlplane.spec.warnings import spec_warnings
 
 logger = logging.getLogger("rlplane.api")
 

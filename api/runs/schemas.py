@@ -5,7 +5,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.runs.state import FAILURES, STATUSES
 from api.values import INT32_MAX, Step
-from trainer_core.spec import ALGORITHMS
+from rlplane.spec import ALGORITHMS
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 Failure = Literal[FAILURES]  # type: ignore[valid-type]

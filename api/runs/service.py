@@ -11,8 +11,8 @@ from api.models.base import utcnow
 from api.runs import repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.state import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
+from rlplane.spec import PythonReward, RunSpec, SumReward
 from trainer_core.rewards.allowlist import is_allowed, refusal
-from trainer_core.spec import PythonReward, RunSpec, SumReward
 
 
 def readable_run(session: Session, principal: Principal, run_id: int, action: str = "read") -> Run:

@@ -9,10 +9,10 @@ from sqlalchemy.orm import Session
 from api.auth.principal import Principal
 from api.auth.service import unprocessable
 from api.models import Dataset
+from rlplane.spec import RunSpec
+from rlplane.spec.base import format_loc, path_fields
 from trainer_core.data.files import SUFFIXES
 from trainer_core.data.formats import kind_for_algorithm
-from trainer_core.spec import RunSpec
-from trainer_core.spec_base import format_loc, path_fields
 
 _RELATIVE = ("./", "../", "~")
 

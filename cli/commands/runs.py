@@ -27,7 +27,7 @@ Follow = Annotated[bool, typer.Option("--follow", "-f", help="Like --wait, and s
 
 def validated(text: str | None, data: dict, sets: list[str] | None, name: str | None) -> Submission:
     """Apply overrides and validate locally, so a bad spec is explained before anything is sent."""
-    from trainer_core.spec import SpecError
+    from rlplane.spec import SpecError
 
     try:
         return prepare(text, data, sets, name)
@@ -36,7 +36,7 @@ def validated(text: str | None, data: dict, sets: list[str] | None, name: str | 
 
 
 def _invalid(errors: list[dict]) -> typer.Exit:
-    from trainer_core.spec_base import format_loc
+    from rlplane.spec.base import format_loc
 
     output.stderr.print(
         f"[bold red]invalid spec[/] ({len(errors)} problem{'s' if len(errors) != 1 else ''}); nothing was submitted:"
@@ -50,7 +50,7 @@ def _invalid(errors: list[dict]) -> typer.Exit:
 
 def _print_warnings(warnings: list[dict]) -> None:
     """What the server accepted but thinks a mistake (train.lr >= 1, ...): said on stderr, the run stands."""
-    from trainer_core.spec_base import format_loc
+    from rlplane.spec.base import format_loc
 
     for warning in warnings:
         where, why = escape(format_loc(warning["loc"])), escape(warning["msg"])
@@ -125,7 +125,7 @@ def submit(
       rlplane submit examples/sft.yaml --set train.steps=200 --set train.lr=1e-4 --name sft-long --wait
       RUN=$(rlplane submit examples/dpo.yaml --set model.path=run:12) && rlplane logs $RUN -f
     """
-    from trainer_core.spec import SpecError, read_spec_file
+    from rlplane.spec import SpecError, read_spec_file
 
     try:
         data = read_spec_file(spec_file)
@@ -312,7 +312,7 @@ def clone(
     Example:
       rlplane runs clone 12 --set train.lr=1e-4 --name sft-lower-lr --wait
     """
-    from trainer_core.spec_io import read_document
+    from rlplane.spec.io import read_document
 
     client: Client = state(ctx).client()
     source = client.run(run_id)

@@ -5,11 +5,11 @@ Imports torch; the torch-free parts of trainer_core never import this package.
 
 from __future__ import annotations
 
+from rlplane.spec.sections import BackendSpec, TrainSpec
 from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp
 from trainer_core.backends.batching import BatchSplitError, accumulation_steps, local_batch_range, micro_batch_ranges
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import TorchBackend, seed_rank
-from trainer_core.spec_sections import BackendSpec, TrainSpec
 
 
 def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = None) -> Backend:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer_core.spec_sections import TrainSpec
+from rlplane.spec.sections import TrainSpec
 
 
 class BatchSplitError(ValueError):

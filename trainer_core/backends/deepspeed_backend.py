@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlplane.spec.sections import DeepSpeedBackend as DeepSpeedBackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.base import Backend, BackendError, applies_update
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device
 from trainer_core.backends.torch_backend import seed_rank
-from trainer_core.spec_sections import DeepSpeedBackend as DeepSpeedBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 ADAM_STATES = ("exp_avg", "exp_avg_sq")
 

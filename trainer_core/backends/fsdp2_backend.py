@@ -37,13 +37,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 
+from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.base import Backend, BackendError, applies_update, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
 from trainer_core.checkpoint.sharded import load_sharded, save_sharded, saved_keys
-from trainer_core.spec_sections import Fsdp2Backend as Fsdp2BackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The optimizer's state flattened to one key per value (`state.<param>.exp_avg`, `param_groups.<param>.lr`):

@@ -48,12 +48,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, applies_update, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
-from trainer_core.spec_sections import MegatronBackend as MegatronBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 # transformers' generate() defaults for the sampling settings (GenerationConfig._get_default_generation_params).
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}

@@ -11,11 +11,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from rlplane.spec.sections import TorchBackend as TorchBackendSpec
+from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.base import Backend, BackendError, applies_update
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
-from trainer_core.spec_sections import TorchBackend as TorchBackendSpec
-from trainer_core.spec_sections import TrainSpec
 
 
 def seed_rank(seed: int, rank: int) -> None:

@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlplane.spec.sections import DataSpec
 from trainer_core.data.files import SUFFIXES, read_rows
 from trainer_core.data.formats import KINDS, DataError, apply_columns, column_map, row_problems
 from trainer_core.data.split import Split, shuffled, split_by_key
 from trainer_core.data.tasks import builtin_examples
-from trainer_core.spec_sections import DataSpec
 
 MAX_LISTED_PROBLEMS = 5
 DATASETS_DIR_ENV = "RLPLANE_DATASETS_DIR"

@@ -25,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from trainer_core.builtin_shapes import BUILTIN_SHAPES, MAX_POSITIONS
+from rlplane.spec.shapes import BUILTIN_SHAPES, MAX_POSITIONS
 from trainer_core.models.errors import ModelError
 from trainer_core.models.tokenizer import build_tokenizer
 

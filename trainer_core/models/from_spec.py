@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer_core.builtin_shapes import DEFAULT_MAX_SEQ_LEN_CAP
+from rlplane.spec.sections import ModelSpec
+from rlplane.spec.shapes import DEFAULT_MAX_SEQ_LEN_CAP
 from trainer_core.models.builtin import ModelKind
 from trainer_core.models.errors import ModelError
 from trainer_core.models.loading import RunResolver, load_model
 from trainer_core.models.lora import apply_lora
-from trainer_core.spec_sections import ModelSpec
 
 
 def max_positions(model: PreTrainedModel) -> int | None:

@@ -22,10 +22,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlplane.spec.base import parse_run_ref
 from trainer_core.checkpoint.files import MANIFEST
 from trainer_core.models.builtin import ModelKind, build_builtin, builtin_names, score_config
 from trainer_core.models.errors import ModelError
-from trainer_core.spec_base import parse_run_ref
 
 __all__ = ["DirectoryResolver", "ModelError", "RunResolver", "load_model", "torch_dtype"]
 

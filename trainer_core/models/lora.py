@@ -24,7 +24,7 @@ _FAN_IN_FAN_OUT = {"gpt2"}
 
 
 class LoraSettings(Protocol):
-    """The fields of trainer_core.spec_sections.LoraSpec that LoRA needs."""
+    """The fields of rlplane.spec.sections.LoraSpec that LoRA needs."""
 
     r: int
     alpha: float

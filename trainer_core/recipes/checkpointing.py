@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlplane.spec import dump_spec
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rank_rng, rotate, save_checkpoint
 from trainer_core.checkpoint import state as checkpoint_state
@@ -24,7 +25,6 @@ from trainer_core.checkpoint.sharded import foreign_sharded_state, sharded_state
 from trainer_core.checkpoint.store import read_train_state, stage, staging_dir
 from trainer_core.checkpoint.weights import read_weights
 from trainer_core.reporting import CheckpointEvent, Reporter
-from trainer_core.spec import dump_spec
 
 
 def load_weights(

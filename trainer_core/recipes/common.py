@@ -18,15 +18,15 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from rlplane.spec import RunSpec
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS
+from rlplane.spec.sections import ModelSpec, TrainSpec
 from trainer_core.backends import Backend
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
 from trainer_core.recipes.divergence import Diverged
 from trainer_core.reporting import Reporter
-from trainer_core.spec import RunSpec
-from trainer_core.spec_algorithms import ALGORITHM_SECTIONS
-from trainer_core.spec_sections import ModelSpec, TrainSpec
 
 T = TypeVar("T")
 

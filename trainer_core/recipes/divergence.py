@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from rlplane.spec.sections import TrainSpec
 from trainer_core.reporting import Reporter
-from trainer_core.spec_sections import TrainSpec
 
 # What a step is judged by, where the recipe reports it; causes first (a NaN reward makes a NaN loss). Other
 # keys (perf/*, entropy, explained variance...) may be undefined on a healthy step without the run being in trouble.

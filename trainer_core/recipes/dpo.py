@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlplane.spec import RunSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
@@ -34,7 +35,6 @@ from trainer_core.recipes import checkpointing, common, loop, samples
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.spec import RunSpec
 
 
 @dataclass

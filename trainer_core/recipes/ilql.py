@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from rlplane.spec import RunSpec, dump_spec
+from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
@@ -37,8 +39,6 @@ from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, rollouts
 from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, Sample, make_reporter
-from trainer_core.spec import RunSpec, dump_spec
-from trainer_core.spec_algorithms import GenSpec
 
 SAMPLES_TO_LOG = 4
 

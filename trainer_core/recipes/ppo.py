@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlplane.spec import RunSpec, dump_spec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
@@ -46,7 +47,6 @@ from trainer_core.recipes import checkpointing, common, loop, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.reporting import Reporter, make_reporter
 from trainer_core.rewards import Reward, make_reward
-from trainer_core.spec import RunSpec, dump_spec
 
 
 class ValueHead(nn.Module):

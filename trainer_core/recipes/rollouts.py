@@ -24,13 +24,13 @@ import torch
 from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from rlplane.spec import RunSpec
+from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.recipes.divergence import Diverged
 from trainer_core.recipes.tokenize import pad_id
-from trainer_core.spec import RunSpec
-from trainer_core.spec_algorithms import GenSpec
 
 
 @dataclass

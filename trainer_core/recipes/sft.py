@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlplane.spec import RunSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
@@ -27,7 +28,6 @@ from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, samples
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.spec import RunSpec
 
 
 @dataclass

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from rlplane.spec.sections import RewardSpec
     from trainer_core.models import RunResolver
-    from trainer_core.spec_sections import RewardSpec
 
 __all__ = ["Reward", "RewardError", "RewardScores", "make_reward"]
 

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from rlplane.spec.sections import BuiltinReward, HttpReward, ModelReward, PythonReward, SumReward
 from trainer_core.rewards.base import RewardScores, Scorer
 from trainer_core.rewards.normalize import RunningNorm
-from trainer_core.spec_sections import BuiltinReward, HttpReward, ModelReward, PythonReward, SumReward
 
 if TYPE_CHECKING:
+    from rlplane.spec.sections import RewardSource, RewardSpec
     from trainer_core.models import RunResolver
-    from trainer_core.spec_sections import RewardSource, RewardSpec
 
 
 class _Shaping:

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from rlplane.spec.sections import HttpReward
 from trainer_core.rewards.base import RewardError, checked_scores
-from trainer_core.spec_sections import HttpReward
 
 _RETRIED_STATUS = {408, 429, 500, 502, 503, 504}
 

@@ -17,12 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer_core.builtin_shapes import DEFAULT_MAX_SEQ_LEN_CAP
+from rlplane.spec.sections import ModelReward
+from rlplane.spec.shapes import DEFAULT_MAX_SEQ_LEN_CAP
 from trainer_core.models import RunResolver, load_model
 from trainer_core.models.from_spec import max_positions
 from trainer_core.recipes.pairs import tokenize_side
 from trainer_core.recipes.tokenize import Example, collate, pad_id
-from trainer_core.spec_sections import ModelReward
 
 
 class ModelScorer:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, field_validator
 
-from trainer_core.spec_base import DataSource, ModelPath, Name, Precision, StrictModel
+from rlplane.spec.base import DataSource, ModelPath, Name, Precision, StrictModel
 
 
 class LoraSpec(StrictModel):

@@ -11,12 +11,12 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from trainer_core.builtin_shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
-from trainer_core.spec_algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
-from trainer_core.spec_builtins import builtin_names_exist
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
+from rlplane.spec.builtin_names import builtin_names_exist
+from rlplane.spec.shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
 
 if TYPE_CHECKING:
-    from trainer_core.spec import RunSpec
+    from rlplane.spec import RunSpec
 
 
 class Violation(NamedTuple):

@@ -1,13 +1,13 @@
 """What a valid spec may still get wrong: settings that are allowed but almost certainly a mistake. A submit
 with them is accepted and answered with these warnings (the API's 201 and /runs/validate, the CLI, the New run
-page); a refusal is for what cannot run (spec_rules.py)."""
+page); a refusal is for what cannot run (rules.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from trainer_core.spec import RunSpec
+    from rlplane.spec import RunSpec
 
 # AdamW at lr >= 1 moves every weight by about lr per step: no model trains like that.
 ADAMW_LR_LIMIT = 1.0

@@ -6,7 +6,7 @@ and the trainer. Torch-free on purpose, so anything can import it.
 
 Every model forbids unknown keys; every problem is a `SpecError` whose `errors` name the field
 (loc relative to the spec root) and say how to fix it. docs/spec.md is generated from the field
-descriptions here and in the spec_* modules (scripts/gen_spec_docs.py).
+descriptions here and in this package's modules (scripts/gen_spec_docs.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from trainer_core import spec_io
-from trainer_core.spec_algorithms import (
+from rlplane.spec import io as spec_io
+from rlplane.spec.algorithms import (
     ALGORITHM_SECTIONS,
     ALGORITHMS,
     Algorithm,
@@ -31,7 +31,7 @@ from trainer_core.spec_algorithms import (
     RewardModelOptions,
     SftOptions,
 )
-from trainer_core.spec_base import (
+from rlplane.spec.base import (
     Name,
     SpecError,
     StrictModel,
@@ -41,8 +41,8 @@ from trainer_core.spec_base import (
     path_fields,
     resolve_loc,
 )
-from trainer_core.spec_rules import RULES, check_rules
-from trainer_core.spec_sections import (
+from rlplane.spec.rules import RULES, check_rules
+from rlplane.spec.sections import (
     BackendSpec,
     BuiltinReward,
     DataColumns,

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from trainer_core.spec_base import StrictModel
-from trainer_core.spec_sections import ModelSpec
+from rlplane.spec.base import StrictModel
+from rlplane.spec.sections import ModelSpec
 
 
 class GenSpec(StrictModel):

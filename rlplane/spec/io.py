@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from trainer_core.spec_base import SpecError, format_loc, resolve_loc, variants
+from rlplane.spec.base import SpecError, format_loc, resolve_loc, variants
 
 # Anchors and aliases are fine, but a few nested aliases can expand to billions of values
 # ("billion laughs"); the API reads YAML from users, so the expanded size is capped.

@@ -7,14 +7,27 @@ import difflib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from trainer_core.builtin_shapes import BUILTIN_SHAPES
-from trainer_core.spec_base import path_fields
+from rlplane.spec.base import path_fields
+from rlplane.spec.shapes import BUILTIN_SHAPES
 
 if TYPE_CHECKING:
-    from trainer_core.spec import RunSpec
+    from rlplane.spec import RunSpec
 
 
-class Violation(NamedTuple):  # the shape of spec_rules.Violation, which imports this module
+# builtin:<name> data -> the kinds of rows it has; the trainer's generators (trainer_core.data.tasks) are these,
+# and tests/test_spec.py holds the two lists equal.
+BUILTIN_SOURCES: dict[str, tuple[str, ...]] = {
+    "arithmetic": ("sft", "preference", "prompts"),
+    "tiny-sft": ("sft",),
+    "tiny-preference": ("preference",),
+    "tiny-prompts": ("prompts",),
+    "randomwalks": ("sft", "preference", "prompts"),
+}
+# reward: {kind: builtin, name: <name>}
+BUILTIN_REWARDS: tuple[str, ...] = ("arithmetic", "randomwalks")
+
+
+class Violation(NamedTuple):  # the shape of rules.Violation, which imports this module
     loc: tuple[str | int, ...]
     msg: str
 
@@ -27,8 +40,6 @@ def unknown(name: str, known: list[str], what: str, prefix: str = "builtin:") ->
 
 def builtin_names_exist(spec: RunSpec) -> Iterator[Violation]:
     """builtin:<name> models and data and builtin rewards must exist; a typo is answered with the closest name."""
-    from trainer_core.data.tasks import BUILTIN_REWARDS, BUILTIN_SOURCES  # torch-free; loaded only when needed
-
     for loc, path in path_fields(spec):
         if path.startswith("builtin:") and path.removeprefix("builtin:") not in BUILTIN_SHAPES:
             yield Violation(loc, unknown(path.removeprefix("builtin:"), sorted(BUILTIN_SHAPES), "model"))
