@@ -30,7 +30,7 @@ from api.auth.deps import Reader
 from api.auth.principal import forbidden
 from api.inserts import IngestResult
 from api.models import Run
-from api.runs.state import STATUSES
+from rlplane.status import STATUSES
 
 router = APIRouter(tags=["operations"])
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.models import Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.runs.service import requeue_or_fail
-from api.runs.state import ACTIVE
+from rlplane.status import ACTIVE
 
 logger = logging.getLogger("rlplane.reconcile")
 

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rlplane.limits import MAX_BODY_BYTES
 from trainer_core.rewards.allowlist import parse_patterns
 
 
@@ -29,7 +30,7 @@ class Settings(BaseSettings):
     bootstrap_token: str | None = Field(
         default=None, description="Token for the first admin; generated and written to admin.token when unset"
     )
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, description="Largest JSON/YAML request body")
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest JSON/YAML request body")
     max_upload_bytes: int = Field(default=2 * 1024**3, description="Largest dataset upload")
     auth_cache_s: float = Field(
         default=2.0, ge=0, description="How long a process reuses a resolved token; other processes see revocations within it"

@@ -15,11 +15,12 @@ from api.models import LogLine
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report, readable_run
 from api.values import Offset, RunId, without_nul
+from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
 
 
-_LINES = TypeAdapter(Annotated[list[schemas.LogLineIn], Field(max_length=10_000)])
+_LINES = TypeAdapter(Annotated[list[schemas.LogLineIn], Field(max_length=MAX_ROWS["logs"])])
 
 
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_LINES, "Up to 10,000 lines"))

@@ -13,10 +13,11 @@ from api.metrics import schemas, service
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import readable_run
 from api.values import RunId, StepQuery
+from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
 
-MAX_BATCH = 10_000
+MAX_BATCH = MAX_ROWS["metrics"]
 
 
 _POINTS = TypeAdapter(Annotated[list[schemas.MetricPoint], Field(max_length=MAX_BATCH)])

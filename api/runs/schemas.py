@@ -3,9 +3,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.runs.state import FAILURES, STATUSES
 from api.values import INT32_MAX, Step
+from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import ALGORITHMS
+from rlplane.status import FAILURES, STATUSES
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 Failure = Literal[FAILURES]  # type: ignore[valid-type]
@@ -126,7 +127,7 @@ class StatusUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     attempt: int = Field(ge=1, le=INT32_MAX, description="The fencing token from the lease")
     status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
-    reason: str = Field(default="", max_length=2000)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
     last_step: Step | None = None
     failure: Failure | None = Field(
         default=None, description="With status failed: config (exit 2: the spec, data or model), diverged (exit 3), crashed"

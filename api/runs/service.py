@@ -10,8 +10,8 @@ from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import repository, schemas, views
 from api.runs.sources import check_sources
-from api.runs.state import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 from rlplane.spec import PythonReward, RunSpec, SumReward
+from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 from trainer_core.rewards.allowlist import is_allowed, refusal
 
 

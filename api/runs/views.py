@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from api.models import Run
 from api.runs import repository, schemas
-from api.runs.state import NOT_RESUMABLE_FAILURES, RESUMABLE
+from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
 
 
 def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic:

@@ -18,6 +18,7 @@ from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report, readable_run
 from api.samples import schemas
 from api.values import Offset, RunId, StepQuery
+from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/samples", tags=["samples"])
 
@@ -51,7 +52,7 @@ def _public(row: Sample) -> schemas.SampleOut:
     )
 
 
-_SAMPLES = TypeAdapter(Annotated[list[schemas.SampleIn], Field(max_length=5_000)])
+_SAMPLES = TypeAdapter(Annotated[list[schemas.SampleIn], Field(max_length=MAX_ROWS["samples"])])
 
 
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_SAMPLES, "Up to 5,000 samples"))
