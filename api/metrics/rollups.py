@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, select, text
+from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from api.metrics import schemas
@@ -187,6 +187,46 @@ def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
         schemas.KeySummary(key=k, count=n, last_step=step, last_value=math.nan if nan else v, last_time=t)
         for k, n, step, v, nan, t in rows
     ]
+
+
+def latest_points(
+    session: Session, run_ids: Iterable[int], *, keys: Iterable[str] = (), key_suffix: str | None = None
+) -> dict[int, dict[str, tuple[int, float]]]:
+    """Each run's last (step, value) of the named keys, and of keys ending in `key_suffix`, in one query.
+
+    For a whole page of runs at once (the runs list). The suffix match is LIKE, which SQLite applies
+    without regard to ASCII case: callers that care compare the keys again.
+    """
+    run_ids, keys = list(run_ids), list(keys)
+    chosen = [MetricRollup.key.in_(keys)] if keys else []
+    if key_suffix is not None:
+        chosen.append(MetricRollup.key.endswith(key_suffix, autoescape=True))
+    if not run_ids or not chosen:
+        return {}
+    width = WIDTHS[-1]
+    scope = [MetricRollup.run_id.in_(run_ids), MetricRollup.width == width]
+    grouped = (
+        select(MetricRollup.run_id, MetricRollup.key, func.max(MetricRollup.last_step).label("last"))
+        .where(*scope, or_(*chosen))
+        .group_by(MetricRollup.run_id, MetricRollup.key)
+        .subquery()
+    )
+    last = MetricRollup
+    rows = session.execute(
+        select(grouped.c.run_id, grouped.c.key, grouped.c.last, last.last_value, last.last_is_nan).join(
+            last,
+            and_(
+                last.run_id == grouped.c.run_id,
+                last.width == width,
+                last.key == grouped.c.key,
+                last.block == grouped.c.last // width,
+            ),
+        )
+    )
+    out: dict[int, dict[str, tuple[int, float]]] = {}
+    for run_id, key, step, value, nan in rows:
+        out.setdefault(run_id, {})[key] = (step, math.nan if nan else value)
+    return out
 
 
 def backfill_sql(width: int) -> str:

@@ -109,7 +109,7 @@ def list_runs(
         sort=sort,
     )
     rows = session.execute(query.limit(limit).offset(offset)).all()
-    return schemas.RunList(data=[views.run_public(*row) for row in rows], count=repository.count(session, query))
+    return schemas.RunList(data=views.run_list_items(session, rows), count=repository.count(session, query))
 
 
 @router.get("/{run_id}", response_model=schemas.RunDetail)

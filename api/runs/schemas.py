@@ -3,6 +3,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.floats import AnyFloat
 from api.values import INT32_MAX, Step
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import ALGORITHMS
@@ -93,8 +94,21 @@ class RunCreated(RunDetail):
     warnings: list[SpecWarningPublic] = Field(description="Settings accepted but almost certainly a mistake (train.lr >= 1)")
 
 
+class HeadlineMetric(BaseModel):
+    key: str
+    step: int
+    value: AnyFloat
+
+
+class RunListItem(RunPublic):
+    headline: HeadlineMetric | None = Field(
+        description="The metric that says most about a run of its algorithm (eval/loss, else train/loss for SFT; "
+        "reward/mean for PPO and GRPO; ...) at its last logged step; null while it has logged none of them"
+    )
+
+
 class RunList(BaseModel):
-    data: list[RunPublic]
+    data: list[RunListItem]
     count: int
 
 

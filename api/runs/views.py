@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 
 from api.models import Run
 from api.runs import repository, schemas
+from api.runs.headlines import page_headlines
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
 
 
@@ -31,6 +32,15 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
         resumable=run.status in RESUMABLE and not (run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES),
         config=run.config or {},
     )
+
+
+def run_list_items(session: Session, rows) -> list[schemas.RunListItem]:
+    """Rows of (run, project name, creator name), with each run's headline metric read for the whole page."""
+    headlines = page_headlines(session, [(run.id, run.algorithm) for run, _, _ in rows])
+    return [
+        schemas.RunListItem(**run_public(run, project, creator).model_dump(), headline=headlines[run.id])
+        for run, project, creator in rows
+    ]
 
 
 def config_summary(spec: dict[str, Any]) -> dict[str, Any]:

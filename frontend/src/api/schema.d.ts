@@ -1281,6 +1281,15 @@ export interface components {
             /** Detail */
             detail?: components["schemas"]["ValidationError"][];
         };
+        /** HeadlineMetric */
+        HeadlineMetric: {
+            /** Key */
+            key: string;
+            /** Step */
+            step: number;
+            /** Value */
+            value: number | ("NaN" | "Infinity" | "-Infinity");
+        };
         /** Health */
         Health: {
             /**
@@ -2268,24 +2277,10 @@ export interface components {
             /** Count */
             count: number;
             /** Data */
-            data: components["schemas"]["RunPublic"][];
+            data: components["schemas"]["RunListItem"][];
         };
-        /** RunOutput */
-        RunOutput: {
-            /**
-             * Path
-             * @description Relative to the artifact root
-             */
-            path: string;
-            /** Sha256 */
-            sha256: string;
-            /** Size */
-            size: number;
-            /** Step */
-            step: number;
-        };
-        /** RunPublic */
-        RunPublic: {
+        /** RunListItem */
+        RunListItem: {
             /** Algorithm */
             algorithm: string;
             /** Archived */
@@ -2313,6 +2308,8 @@ export interface components {
              * @description Why a failed run failed: config, diverged or crashed
              */
             failure: ("config" | "diverged" | "crashed") | null;
+            /** @description The metric that says most about a run of its algorithm (eval/loss, else train/loss for SFT; reward/mean for PPO and GRPO; ...) at its last logged step; null while it has logged none of them */
+            headline: components["schemas"]["HeadlineMetric"] | null;
             /** Id */
             id: number;
             /** Last Step */
@@ -2344,6 +2341,20 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+        };
+        /** RunOutput */
+        RunOutput: {
+            /**
+             * Path
+             * @description Relative to the artifact root
+             */
+            path: string;
+            /** Sha256 */
+            sha256: string;
+            /** Size */
+            size: number;
+            /** Step */
+            step: number;
         };
         /**
          * RunSpec

@@ -2,7 +2,9 @@ import type { components } from './schema';
 
 type S = components['schemas'];
 export type Me = S['Me'];
-export type Run = S['RunPublic'];
+/** A run as the runs list answers it: with its headline metric. */
+export type Run = S['RunListItem'];
+export type HeadlineMetric = S['HeadlineMetric'];
 export type RunDetail = S['RunDetail'];
 export type RunLink = S['RunLinkPublic'];
 export type RunStatus = Run['status'];

@@ -4,16 +4,16 @@ import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { RunsPage } from './RunsPage';
 import { parseFilters, toParams } from './filters';
-import { pickHeadline } from './LatestMetric';
 
-const run = (id: number, status: string, name: string, algorithm = 'sft') => ({
+type Headline = { key: string; step: number; value: number | string } | null;
+const run = (id: number, status: string, name: string, algorithm = 'sft', headline: Headline = null) => ({
   id, name, status, project: 'default', algorithm, backend: 'fake', queue: 'default', status_reason: '',
   archived: false, total_steps: 100, last_step: 40, created_by: 'admin', created_at: '2025-01-01T00:00:00Z',
   updated_at: '2025-01-01T00:00:00Z', started_at: '2025-01-01T00:00:00Z', ended_at: '2025-01-01T00:10:00Z',
-  failure: null, resumable: false,
+  failure: null, resumable: false, headline,
   config: { model: `run:${id}@250`, lr: 0.0003, batch_size: 8 * id, steps: 100, backend: 'torch', precision: 'bf16' },
 });
-const key = (name: string, value: number) => ({ key: name, count: 3, last_step: 40, last_value: value, last_time: 1 });
+const headline = (key: string, value: number | string, step = 40) => ({ key, step, value });
 
 function Where() {
   const loc = useLocation();
@@ -32,11 +32,11 @@ describe('RunsPage', () => {
     vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
       urls.push(req.url);
       const u = new URL(req.url);
-      if (u.pathname === '/api/v1/runs') return json({ data: [run(1, 'running', 'alpha'), run(2, 'failed', 'beta')], count: 2 });
-      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
-      if (u.pathname.endsWith('/metrics/keys')) {
-        return json({ data: [{ key: 'train/loss', count: 3, last_step: 40, last_value: 0.5, last_time: 1 }], count: 1 });
+      if (u.pathname === '/api/v1/runs') {
+        const rows = [run(1, 'running', 'alpha', 'sft', headline('train/loss', 0.5)), run(2, 'failed', 'beta', 'sft', headline('eval/loss', 0.5))];
+        return json({ data: rows, count: 2 });
       }
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
       return new Response('{}', { status: 404 });
     }));
     const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
@@ -53,7 +53,7 @@ describe('RunsPage', () => {
     expect(within(table).getByRole('rowheader', { name: 'alpha' })).toBeTruthy();
     expect(within(table).getAllByRole('row')).toHaveLength(3); // header + 2 runs
     expect(within(table).getByText('running').dataset.status).toBe('running');
-    await vi.waitFor(() => expect(within(table).getAllByText('0.5')).toHaveLength(2));
+    expect(within(table).getAllByText('0.5')).toHaveLength(2);
     expect(urls.some((u) => u.includes('/api/v1/runs?') && u.includes('algorithm=sft'))).toBe(true);
 
     fireEvent.click(screen.getByRole('checkbox', { name: 'failed' }));
@@ -67,14 +67,11 @@ describe('RunsPage', () => {
     client.clear();
   });
 
-  it('shows config columns the user picks, kept across visits, and each algorithm\'s headline metric', async () => {
+  it('shows config columns the user picks, kept across visits', async () => {
     vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
       const u = new URL(req.url);
       if (u.pathname === '/api/v1/runs') return json({ data: [run(1, 'running', 'pref', 'dpo')], count: 1 });
       if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
-      if (u.pathname.endsWith('/metrics/keys')) {
-        return json({ data: [key('rewards/chosen', -3), key('rewards/margin', 1.5), key('train/loss', 0.4)], count: 3 });
-      }
       return new Response('{}', { status: 404 });
     }));
     const mount = () => {
@@ -99,7 +96,6 @@ describe('RunsPage', () => {
     const row = within(table).getAllByRole('row')[1]!;
     expect(row.querySelector('[data-column="lr"]')?.textContent).toBe('0.0003');
     expect(row.querySelector('[data-column="model"]')?.textContent).toBe('run:1@250');
-    await vi.waitFor(() => expect(within(row).getByText('rewards/margin').parentElement?.textContent).toBe('rewards/margin 1.5'));
 
     fireEvent.click(screen.getByText(/^Columns/));
     fireEvent.click(screen.getByRole('checkbox', { name: 'Precision' }));
@@ -115,20 +111,42 @@ describe('RunsPage', () => {
   });
 });
 
-describe('pickHeadline', () => {
-  const keys = (...names: string[]) => names.map((n) => key(n, 1));
-  it.each([
-    ['sft', ['train/loss', 'eval/loss'], 'eval/loss'],
-    ['sft', ['train/loss', 'train/lr'], 'train/loss'],
-    ['reward', ['train/loss', 'eval/accuracy', 'eval/loss'], 'eval/accuracy'],
-    ['dpo', ['rewards/chosen', 'rewards/margin', 'train/loss'], 'rewards/margin'],
-    ['dpo', ['rewards/chosen', 'rewards/margin', 'eval/loss'], 'eval/loss'],
-    ['ppo', ['train/loss', 'ppo/kl', 'reward/mean'], 'reward/mean'],
-    ['grpo', ['reward/mean', 'eval/accuracy'], 'reward/mean'],
-    ['ilql', ['train/loss', 'eval/loss', 'eval/reward', 'eval/optimality'], 'eval/optimality'],
-    ['ilql', ['train/loss', 'eval/loss'], 'train/loss'],
-  ])('%s with %j shows %s', (algorithm, names, expected) => {
-    expect(pickHeadline(keys(...names), algorithm)?.key).toBe(expected);
+describe('RunsPage headlines', () => {
+  it('shows each run\'s headline from the list answer, with no request per row, also after a poll', async () => {
+    vi.useFakeTimers({ shouldAdvanceTime: true, toFake: ['setTimeout', 'setInterval'] });
+    const paths: string[] = [];
+    let polls = 0;
+    vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+      const u = new URL(req.url);
+      paths.push(u.pathname);
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
+      if (u.pathname !== '/api/v1/runs') return new Response('{}', { status: 404 });
+      polls += 1;
+      const rows = Array.from({ length: 30 }, (_, i) => run(i + 1, 'running', `r${i + 1}`, 'dpo', i === 29 ? null : headline('rewards/margin', i + polls / 10, 10 * polls)));
+      rows[0] = run(1, 'running', 'r1', 'ppo', headline('reward/mean', 'NaN', 7));
+      return json({ data: rows, count: rows.length });
+    }));
+    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+    render(
+      <QueryClientProvider client={client}>
+        <MemoryRouter initialEntries={['/runs']}>
+          <RunsPage />
+        </MemoryRouter>
+      </QueryClientProvider>,
+    );
+    const table = await screen.findByRole('table');
+    const cell = (id: number) => table.querySelector(`tr[data-run-id="${id}"] td[data-column="headline"]`)!;
+    expect(cell(2).textContent).toBe('rewards/margin 1.1');
+    expect(cell(2).querySelector('[title]')?.getAttribute('title')).toBe('rewards/margin at step 10');
+    expect(cell(1).textContent).toBe('reward/mean NaN');
+    expect(cell(30).textContent).toBe('—');
+
+    await vi.advanceTimersByTimeAsync(3_100); // the list's own poll brings new values
+    await vi.waitFor(() => expect(cell(2).textContent).toMatch(/^rewards\/margin 1\.[2-9]$/));
+    expect(new Set(paths)).toEqual(new Set(['/api/v1/runs', '/api/v1/projects']));
+    expect(paths.filter((p) => p === '/api/v1/runs')).toHaveLength(polls);
+    vi.useRealTimers();
+    client.clear();
   });
 });
 

@@ -1,5 +1,5 @@
 import { Link } from 'react-router';
-import { ACTIVE, type Run, type RunSort } from '../../api/types';
+import type { Run, RunSort } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate, formatDuration } from '../../lib/format';
 import { CONFIG_COLUMNS, configValue, type ConfigColumn } from './columns';
@@ -83,8 +83,8 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle, columns }: P
             <td className="num">
               {run.last_step ?? 0}/{run.total_steps}
             </td>
-            <td>
-              <LatestMetric runId={run.id} algorithm={run.algorithm} live={ACTIVE.has(run.status)} />
+            <td data-column="headline">
+              <LatestMetric headline={run.headline} />
             </td>
             {config.map((c) => (
               <td key={c.id} data-column={c.id} className={c.id === 'model' ? 'config-model' : 'num'}>
