@@ -17,13 +17,7 @@ export type PromptSummary = S['PromptSummary'];
 export type Checkpoint = S['CheckpointPublic'];
 export type CheckpointFile = S['CheckpointFile'];
 
-export const STATUSES: RunStatus[] = [
-  'queued', 'starting', 'running', 'succeeded', 'failed', 'cancelling', 'cancelled', 'lost',
-];
-export const ACTIVE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running', 'cancelling']);
-export const CANCELLABLE: ReadonlySet<RunStatus> = new Set(['queued', 'starting', 'running']);
-
-type ListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
-export type Algorithm = NonNullable<ListQuery['algorithm']>[number];
-export type RunSort = NonNullable<ListQuery['sort']>;
+export type RunListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
+export type Algorithm = NonNullable<RunListQuery['algorithm']>[number];
+export type RunSort = NonNullable<RunListQuery['sort']>;
 export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql'];

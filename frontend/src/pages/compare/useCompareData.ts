@@ -1,11 +1,12 @@
 import { useEffect, useRef } from 'react';
 import { useQueries, useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, unwrap } from '../../api/client';
-import { ACTIVE, type KeySummary, type RunDetail } from '../../api/types';
+import { isActive, isTerminal } from '../../api/runStatus';
+import type { KeySummary, RunDetail } from '../../api/types';
 import type { SeriesColumns } from '../../charts/series';
 import { MAX_POINTS } from '../../charts/useMetricHistory';
 
-const ACTIVE_REFRESH_MS = 10_000;
+const REFRESH_MS = 10_000;
 
 export interface ComparedRun {
   id: number;
@@ -35,7 +36,10 @@ export async function fetchCompareSeries(runId: number, keys: string[]): Promise
   return res.series;
 }
 
-/** Each run's detail and key list; active runs poll every 10 s, finished ones are fetched once. */
+/**
+ * Each run's detail and key list, polled every 10 s: the detail until the run ends (a queued run starts on
+ * its own), the key list while the run is active (only then does it log).
+ */
 export function useCompareData(ids: readonly number[]): ComparedRun[] {
   const details = useQueries({
     queries: ids.map((id) => ({
@@ -43,19 +47,19 @@ export function useCompareData(ids: readonly number[]): ComparedRun[] {
       queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id } } })),
       retry: noRetryOn4xx,
       refetchInterval: (q: { state: { data?: RunDetail } }) =>
-        q.state.data && ACTIVE.has(q.state.data.status) ? ACTIVE_REFRESH_MS : false,
+        q.state.data && !isTerminal(q.state.data.status) ? REFRESH_MS : false,
     })),
   });
   const metrics = useQueries({
     queries: ids.map((id, i) => {
       const run = details[i]?.data;
-      const active = run != null && ACTIVE.has(run.status);
+      const active = run != null && isActive(run.status);
       return {
         queryKey: ['compare-keys', id],
         queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/metrics/keys', { params: { path: { run_id: id } } })),
         enabled: run != null,
         retry: noRetryOn4xx,
-        refetchInterval: active ? ACTIVE_REFRESH_MS : (false as const),
+        refetchInterval: active ? REFRESH_MS : (false as const),
         staleTime: active ? 0 : 5 * 60_000,
       };
     }),
@@ -84,7 +88,7 @@ function useRefreshWhenFinished(ids: readonly number[], statuses: ReadonlyArray<
     ids.forEach((id, i) => {
       const status = statuses[i];
       if (status == null) return;
-      const active = ACTIVE.has(status);
+      const active = isActive(status);
       if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: ['compare-keys', id] });
       wasActive.current.set(id, active);
     });

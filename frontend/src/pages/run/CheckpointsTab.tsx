@@ -2,7 +2,7 @@ import { useEffect, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
 import { useMetricKeys } from '../../api/queries';
-import { ACTIVE } from '../../api/types';
+import { isActive, isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatBytes, formatDate } from '../../lib/format';
 import { evalAt, evalKeys } from './checkpointEval';
@@ -41,16 +41,15 @@ function useEvalHistory(runId: number, live: boolean, checked: number) {
 export function CheckpointsTab() {
   const { run } = useRunContext();
   const [open, setOpen] = useState<number | null>(null);
-  const live = ACTIVE.has(run.status);
   const list = useQuery({
     queryKey: ['checkpoints', run.id],
     queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path: { run_id: run.id } } })),
     refetchInterval: 15_000,
   });
-  const evals = useEvalHistory(run.id, live, list.dataUpdatedAt);
+  const evals = useEvalHistory(run.id, isActive(run.status), list.dataUpdatedAt);
   if (list.error) return <ErrorNote error={list.error} />;
   if (!list.data) return <p className="muted">Loading checkpoints…</p>;
-  if (list.data.count === 0) return <p className="muted">{live ? 'No checkpoints yet.' : 'This run saved no checkpoints.'}</p>;
+  if (list.data.count === 0) return <p className="muted">{isTerminal(run.status) ? 'This run saved no checkpoints.' : 'No checkpoints yet.'}</p>;
   return (
     <>
       <ErrorNote error={evals.error} />

@@ -2,7 +2,7 @@ import { useEffect, useState } from 'react';
 import { NavLink, Outlet, useParams } from 'react-router';
 import { useQueryClient } from '@tanstack/react-query';
 import { useRun } from '../../api/queries';
-import { ACTIVE } from '../../api/types';
+import { isTerminal } from '../../api/runStatus';
 import { useMetricHistory } from '../../charts/useMetricHistory';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunEvents } from '../../sse/useRunEvents';
@@ -48,8 +48,9 @@ export function RunPage() {
   const context: RunContext = { run: run.data, bus, metrics };
   return (
     <section className="run-page">
-      {/* An ended run gets no new points: the live dot goes off even while the stream stays open. */}
-      <RunHeader run={run.data} liveStep={liveStep} connected={connected && ACTIVE.has(run.data.status)} />
+      {/* The stream stays open after a run ends but brings nothing more, so the live dot goes off; a queued
+          run's dot stays on: its start comes through the stream. */}
+      <RunHeader run={run.data} liveStep={liveStep} connected={connected && !isTerminal(run.data.status)} />
       <SubmitWarnings />
       <nav className="tabs" aria-label="Run sections">
         {TABS.map(([path, label]) => (

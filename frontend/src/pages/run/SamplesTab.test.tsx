@@ -101,14 +101,17 @@ describe('SamplesTab', () => {
     expect(within(cards[1]!).getAllByRole('article')).toHaveLength(3);
   });
 
-  it('says a finished run logged no samples, and a running one that they may still come', async () => {
+  it('says a finished run logged no samples, and a running or queued one that they may still come', async () => {
     serve([]);
     const { unmount } = renderTab(<SamplesTab />, runDetail({ status: 'cancelled' }));
     const ended = await screen.findByTestId('no-samples');
     expect(ended.textContent).toMatch(/^This run ended without logging any samples/);
     expect(ended.textContent).not.toContain('yet');
     unmount();
-    renderTab(<SamplesTab />, runDetail({ status: 'running' }));
-    expect((await screen.findByTestId('no-samples')).textContent).toMatch(/^No samples yet/);
+    for (const status of ['running', 'queued'] as const) {
+      const { unmount: next } = renderTab(<SamplesTab />, runDetail({ status }));
+      expect((await screen.findByTestId('no-samples')).textContent).toMatch(/^No samples yet/);
+      next();
+    }
   });
 });

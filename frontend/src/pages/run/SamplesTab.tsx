@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'react';
 import { useQueryClient } from '@tanstack/react-query';
-import { ACTIVE } from '../../api/types';
+import { isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunContext } from './context';
 import { FollowPrompt } from './samples/FollowPrompt';
@@ -11,12 +11,12 @@ import { samplesKey, useLatestStep, useNeighbourSteps, usePrompts, usePromptSamp
 import './samples/samples.css';
 
 /** Why there is nothing to show, true for a run still going and for one that has ended. */
-function NoSamples({ active }: { active: boolean }) {
+function NoSamples({ ended }: { ended: boolean }) {
   return (
     <p className="muted" data-testid="no-samples">
-      {active
-        ? 'No samples yet: PPO and GRPO runs log them every few steps, SFT, DPO and reward-model runs at their evaluations.'
-        : 'This run ended without logging any samples (PPO and GRPO log them when samples_to_log is above 0; SFT, DPO and reward-model runs at their evaluations).'}
+      {ended
+        ? 'This run ended without logging any samples (PPO and GRPO log them when samples_to_log is above 0; SFT, DPO and reward-model runs at their evaluations).'
+        : 'No samples yet: PPO and GRPO runs log them every few steps, SFT, DPO and reward-model runs at their evaluations.'}
     </p>
   );
 }
@@ -38,7 +38,7 @@ export function SamplesTab() {
   const prompts = usePrompts(run.id);
   const acrossSteps = usePromptSamples(run.id, prompt);
 
-  if (latest.data?.count === 0) return <NoSamples active={ACTIVE.has(run.status)} />;
+  if (latest.data?.count === 0) return <NoSamples ended={isTerminal(run.status)} />;
   const groups = atStep.data ? groupSamples(atStep.data.data) : [];
 
   return (

@@ -1,6 +1,7 @@
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
-import { ALGORITHMS, STATUSES } from '../../api/types';
+import { STATUSES } from '../../api/runStatus';
+import { ALGORITHMS } from '../../api/types';
 import type { RunFilters } from './filters';
 
 interface Props {

@@ -1,4 +1,5 @@
-import { ALGORITHMS, STATUSES, type Algorithm, type RunSort, type RunStatus } from '../../api/types';
+import { STATUSES } from '../../api/runStatus';
+import { ALGORITHMS, type Algorithm, type RunSort, type RunStatus } from '../../api/types';
 
 /** The runs list's state; it lives in the URL so a filtered view is a shareable link. */
 export interface RunFilters {
