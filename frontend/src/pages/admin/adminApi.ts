@@ -1,5 +1,6 @@
-import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
+import { type QueryClient, useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, detailText } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import type { components } from '../../api/schema';
 import type { Me } from '../../api/types';
 
@@ -86,15 +87,8 @@ async function nameConflict<T>(promise: Promise<T>): Promise<T> {
   }
 }
 
-export const keys = {
-  tokens: (all: boolean) => ['admin', 'tokens', all] as const,
-  projects: ['projects'] as const,
-  project: (name: string) => ['admin', 'project', name] as const,
-  users: ['admin', 'users'] as const,
-};
-
 export function useTokens(all: boolean) {
-  return useQuery({ queryKey: keys.tokens(all), queryFn: () => call(api.GET('/api/v1/tokens', { params: { query: { all_users: all } } })) });
+  return useQuery({ queryKey: queryKeys.tokens.list(all), queryFn: () => call(api.GET('/api/v1/tokens', { params: { query: { all_users: all } } })) });
 }
 
 export function useCreateToken() {
@@ -102,7 +96,7 @@ export function useCreateToken() {
   return useMutation({
     mutationFn: (body: TokenCreate) => call(api.POST('/api/v1/tokens', { body })),
     gcTime: 0, // the answer carries the secret: keep it in no cache longer than the form needs
-    onSuccess: () => client.invalidateQueries({ queryKey: ['admin', 'tokens'] }),
+    onSuccess: () => client.invalidateQueries({ queryKey: queryKeys.tokens.all() }),
   });
 }
 
@@ -113,32 +107,36 @@ export function useRevokeToken() {
     onSuccess: (revoked) => {
       // Show the revoked row at once in every cached list, then refresh from the server.
       for (const all of [false, true]) {
-        client.setQueryData<S['TokenList']>(keys.tokens(all), (old) =>
+        client.setQueryData<S['TokenList']>(queryKeys.tokens.list(all), (old) =>
           old && { ...old, data: old.data.map((t) => (t.id === revoked.id ? revoked : t)) },
         );
       }
-      return client.invalidateQueries({ queryKey: ['admin', 'tokens'] });
+      return client.invalidateQueries({ queryKey: queryKeys.tokens.all() });
     },
   });
 }
 
 export function useProjects() {
-  return useQuery({ queryKey: keys.projects, queryFn: () => call(api.GET('/api/v1/projects')), staleTime: 60_000 });
+  return useQuery({ queryKey: queryKeys.projects.list(), queryFn: () => call(api.GET('/api/v1/projects')), staleTime: 60_000 });
 }
 
 export function useProject(name: string) {
   return useQuery({
-    queryKey: keys.project(name),
+    queryKey: queryKeys.projects.detail(name),
     queryFn: () => call(api.GET('/api/v1/projects/{name}', { params: { path: { name } } })),
   });
+}
+
+/** The projects list and `me` carry the caller's own role in each project: refresh both after a change. */
+function rolesChanged(client: QueryClient) {
+  return Promise.all([client.invalidateQueries({ queryKey: queryKeys.projects.list() }), client.invalidateQueries({ queryKey: queryKeys.me() })]);
 }
 
 export function useCreateProject() {
   const client = useQueryClient();
   return useMutation({
     mutationFn: (body: S['ProjectCreate']) => nameConflict(call(api.POST('/api/v1/projects', { body }))),
-    onSuccess: () =>
-      Promise.all([client.invalidateQueries({ queryKey: keys.projects }), client.invalidateQueries({ queryKey: ['me'] })]),
+    onSuccess: () => rolesChanged(client),
   });
 }
 
@@ -147,7 +145,10 @@ export function useSetMember(project: string) {
   return useMutation({
     mutationFn: ({ user, role }: { user: string; role: Role }) =>
       call(api.PUT('/api/v1/projects/{name}/members/{user}', { params: { path: { name: project, user } }, body: { role } })),
-    onSuccess: (detail) => client.setQueryData(keys.project(project), detail),
+    onSuccess: (detail) => {
+      client.setQueryData(queryKeys.projects.detail(project), detail);
+      return rolesChanged(client);
+    },
   });
 }
 
@@ -156,19 +157,19 @@ export function useRemoveMember(project: string) {
   return useMutation({
     mutationFn: (user: string) =>
       call(api.DELETE('/api/v1/projects/{name}/members/{user}', { params: { path: { name: project, user } } })),
-    onSuccess: () => client.invalidateQueries({ queryKey: keys.project(project) }),
+    onSuccess: () => Promise.all([client.invalidateQueries({ queryKey: queryKeys.projects.detail(project) }), rolesChanged(client)]),
   });
 }
 
 export function useUsers(enabled: boolean) {
-  return useQuery({ queryKey: keys.users, queryFn: () => call(api.GET('/api/v1/users')), enabled });
+  return useQuery({ queryKey: queryKeys.users.list(), queryFn: () => call(api.GET('/api/v1/users')), enabled });
 }
 
 export function useCreateUser() {
   const client = useQueryClient();
   return useMutation({
     mutationFn: (body: UserCreate) => nameConflict(call(api.POST('/api/v1/users', { body }))),
-    onSuccess: () => client.invalidateQueries({ queryKey: keys.users }),
+    onSuccess: () => client.invalidateQueries({ queryKey: queryKeys.users.list() }),
   });
 }
 

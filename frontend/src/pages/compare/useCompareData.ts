@@ -1,6 +1,7 @@
 import { useEffect, useRef } from 'react';
 import { useQueries, useQueryClient } from '@tanstack/react-query';
 import { api, ApiError, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { isActive, isTerminal } from '../../api/runStatus';
 import type { KeySummary, RunDetail } from '../../api/types';
 import type { SeriesColumns } from '../../charts/series';
@@ -43,7 +44,7 @@ export async function fetchCompareSeries(runId: number, keys: string[]): Promise
 export function useCompareData(ids: readonly number[]): ComparedRun[] {
   const details = useQueries({
     queries: ids.map((id) => ({
-      queryKey: ['run', id],
+      queryKey: queryKeys.runs.detail(id),
       queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id } } })),
       retry: noRetryOn4xx,
       refetchInterval: (q: { state: { data?: RunDetail } }) =>
@@ -55,7 +56,7 @@ export function useCompareData(ids: readonly number[]): ComparedRun[] {
       const run = details[i]?.data;
       const active = run != null && isActive(run.status);
       return {
-        queryKey: ['compare-keys', id],
+        queryKey: queryKeys.runs.metricKeys(id),
         queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/metrics/keys', { params: { path: { run_id: id } } })),
         enabled: run != null,
         retry: noRetryOn4xx,
@@ -89,7 +90,7 @@ function useRefreshWhenFinished(ids: readonly number[], statuses: ReadonlyArray<
       const status = statuses[i];
       if (status == null) return;
       const active = isActive(status);
-      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: ['compare-keys', id] });
+      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: queryKeys.runs.metricKeys(id) });
       wasActive.current.set(id, active);
     });
   }, [signature]); // eslint-disable-line react-hooks/exhaustive-deps

@@ -2,6 +2,7 @@ import { useState } from 'react';
 import { Link } from 'react-router';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { downloadFile } from '../../api/download';
 import type { Checkpoint, RunDetail } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
@@ -14,7 +15,7 @@ const fileUrl = (c: Checkpoint, name: string) =>
 export function FileList({ ckpt }: { ckpt: Checkpoint }) {
   const [error, setError] = useState<unknown>(null);
   const files = useQuery({
-    queryKey: ['ckpt-files', ckpt.run_id, ckpt.step, ckpt.kind],
+    queryKey: queryKeys.runs.checkpointFiles(ckpt.run_id, ckpt.step, ckpt.kind),
     queryFn: () =>
       unwrap(
         api.GET('/api/v1/runs/{run_id}/checkpoints/{step}/files', {

@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { useMetricKeys } from '../../api/queries';
 import { isActive, isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
@@ -24,7 +25,7 @@ function useEvalHistory(runId: number, live: boolean, checked: number) {
   // A new evaluation changes the point counts, and with them the query: its history is fetched again.
   const counts = keys.data?.data.filter((k) => wanted?.includes(k.key)).map((k) => k.count);
   const history = useQuery({
-    queryKey: ['eval-history', runId, wanted, counts],
+    queryKey: queryKeys.runs.evalHistory(runId, wanted, counts),
     enabled: !!wanted?.length,
     queryFn: () =>
       unwrap(
@@ -42,7 +43,7 @@ export function CheckpointsTab() {
   const { run } = useRunContext();
   const [open, setOpen] = useState<number | null>(null);
   const list = useQuery({
-    queryKey: ['checkpoints', run.id],
+    queryKey: queryKeys.runs.checkpoints(run.id),
     queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path: { run_id: run.id } } })),
     refetchInterval: 15_000,
   });

@@ -2,6 +2,7 @@ import { useState } from 'react';
 import { Link } from 'react-router';
 import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { CANCELLABLE } from '../../api/runStatus';
 import type { RunDetail } from '../../api/types';
 import { ConfirmDialog } from '../../components/ConfirmDialog';
@@ -19,7 +20,8 @@ export function RunActions({ run }: { run: RunDetail }) {
     mutationFn: (name: 'cancel' | 'resume') =>
       unwrap(api.POST(`/api/v1/runs/{run_id}/${name}`, { params: { path: { run_id: run.id } } })),
     onSuccess: (detail) => {
-      queryClient.setQueryData(['run', run.id], detail);
+      queryClient.setQueryData(queryKeys.runs.detail(run.id), detail);
+      void queryClient.invalidateQueries({ queryKey: queryKeys.runs.lists() });
       setConfirming(false);
     },
   });

@@ -2,6 +2,7 @@ import { useEffect, useState } from 'react';
 import { NavLink, Outlet, useParams } from 'react-router';
 import { useQueryClient } from '@tanstack/react-query';
 import { useRun } from '../../api/queries';
+import { queryKeys } from '../../api/queryKeys';
 import { isTerminal } from '../../api/runStatus';
 import { useMetricHistory } from '../../charts/useMetricHistory';
 import { ErrorNote } from '../../components/ErrorNote';
@@ -28,8 +29,9 @@ export function RunPage() {
   const [liveStep, setLiveStep] = useState<number | null>(null);
 
   useEffect(() => {
-    const offStatus = bus.on('status', () => void queryClient.invalidateQueries({ queryKey: ['run', runId] }));
-    const offDeleted = bus.on('deleted', () => void queryClient.invalidateQueries({ queryKey: ['run', runId] }));
+    const refresh = () => void queryClient.invalidateQueries({ queryKey: queryKeys.runs.detail(runId) });
+    const offStatus = bus.on('status', refresh);
+    const offDeleted = bus.on('deleted', refresh);
     const offMetrics = bus.on('metrics', (points) => {
       const top = points.reduce((m, p) => Math.max(m, p.step), -1);
       setLiveStep((prev) => (prev == null || top > prev ? top : prev));

@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'react';
 import { useQueryClient } from '@tanstack/react-query';
+import { queryKeys } from '../../api/queryKeys';
 import { isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunContext } from './context';
@@ -7,7 +8,7 @@ import { FollowPrompt } from './samples/FollowPrompt';
 import { groupSamples } from './samples/groups';
 import { SampleGroupView } from './samples/SampleViews';
 import { StepPicker } from './samples/StepPicker';
-import { samplesKey, useLatestStep, useNeighbourSteps, usePrompts, usePromptSamples, useStepSamples } from './samples/useSamples';
+import { useLatestStep, useNeighbourSteps, usePrompts, usePromptSamples, useStepSamples } from './samples/useSamples';
 import './samples/samples.css';
 
 /** Why there is nothing to show, true for a run still going and for one that has ended. */
@@ -29,7 +30,7 @@ export function SamplesTab() {
   const [prompt, setPrompt] = useState('');
 
   // New samples refresh the latest step, the shown step and the prompt being followed.
-  useEffect(() => bus.on('samples', () => void queryClient.invalidateQueries({ queryKey: samplesKey(run.id) })), [bus, queryClient, run.id]);
+  useEffect(() => bus.on('samples', () => void queryClient.invalidateQueries({ queryKey: queryKeys.samples.all(run.id) })), [bus, queryClient, run.id]);
 
   const latest = useLatestStep(run.id);
   const shownStep = step ?? latest.data?.step ?? null;

@@ -1,5 +1,6 @@
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { STATUSES } from '../../api/runStatus';
 import { ALGORITHMS } from '../../api/types';
 import type { RunFilters } from './filters';
@@ -15,7 +16,7 @@ function toggle<T>(list: readonly T[], item: T): T[] {
 
 export function RunFiltersForm({ filters, onChange }: Props) {
   const projects = useQuery({
-    queryKey: ['projects'],
+    queryKey: queryKeys.projects.list(),
     queryFn: () => unwrap(api.GET('/api/v1/projects')),
     staleTime: 60_000,
   });

@@ -2,6 +2,7 @@ import { useState } from 'react';
 import { Link, useSearchParams } from 'react-router';
 import { keepPreviousData, useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { ErrorNote } from '../../components/ErrorNote';
 import { ColumnPicker } from './ColumnPicker';
 import { loadColumns, saveColumns, type ConfigColumn } from './columns';
@@ -22,7 +23,7 @@ export function RunsPage() {
   };
 
   const runs = useQuery({
-    queryKey: ['runs', toQuery(filters)],
+    queryKey: queryKeys.runs.list(toQuery(filters)),
     queryFn: () => unwrap(api.GET('/api/v1/runs', { params: { query: toQuery(filters) } })),
     // Polling keeps status changes visible without a stream per row.
     refetchInterval: REFRESH_MS,

@@ -1,5 +1,6 @@
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
+import { queryKeys } from '../../api/queryKeys';
 import { ErrorNote } from '../../components/ErrorNote';
 import { summarizeQueues } from './summary';
 import { WorkersTable } from './WorkersTable';
@@ -7,7 +8,7 @@ import './workers.css';
 
 export function WorkersPage() {
   const { data, error, isPending } = useQuery({
-    queryKey: ['workers'],
+    queryKey: queryKeys.workers.list(),
     queryFn: () => unwrap(api.GET('/api/v1/workers')),
     refetchInterval: 5_000,
   });

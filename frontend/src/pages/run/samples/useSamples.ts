@@ -1,10 +1,9 @@
 import { keepPreviousData, useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../../api/client';
+import { queryKeys } from '../../../api/queryKeys';
 
 type Query = NonNullable<import('../../../api/schema').operations['read_samples_api_v1_runs__run_id__samples_get']['parameters']['query']>;
 
-// Every samples query of a run starts with this key, so a live 'samples' event refreshes them all.
-export const samplesKey = (runId: number) => ['samples', runId] as const;
 
 function readSamples(runId: number, query: Query) {
   return unwrap(api.GET('/api/v1/runs/{run_id}/samples', { params: { path: { run_id: runId }, query } }));
@@ -13,7 +12,7 @@ function readSamples(runId: number, query: Query) {
 /** The newest step with samples (null: none), and how many samples the run has. */
 export function useLatestStep(runId: number) {
   return useQuery({
-    queryKey: [...samplesKey(runId), 'latest'],
+    queryKey: queryKeys.samples.latest(runId),
     queryFn: () => readSamples(runId, { sort: '-step', limit: 1 }),
     select: (page) => ({ step: page.data[0]?.step ?? null, count: page.count }),
     refetchInterval: 15_000,
@@ -23,12 +22,12 @@ export function useLatestStep(runId: number) {
 /** The steps with samples just before and after `step` (null where there is none), for the step buttons. */
 export function useNeighbourSteps(runId: number, step: number | null) {
   const before = useQuery({
-    queryKey: [...samplesKey(runId), 'before', step],
+    queryKey: queryKeys.samples.before(runId, step),
     enabled: step != null && step > 0,
     queryFn: () => readSamples(runId, { step_max: (step ?? 1) - 1, sort: '-step', limit: 1 }),
   });
   const after = useQuery({
-    queryKey: [...samplesKey(runId), 'after', step],
+    queryKey: queryKeys.samples.after(runId, step),
     enabled: step != null,
     queryFn: () => readSamples(runId, { step_min: (step ?? 0) + 1, sort: 'step', limit: 1 }),
   });
@@ -38,7 +37,7 @@ export function useNeighbourSteps(runId: number, step: number | null) {
 /** Every sample of one step (the API's page limit: a step logs far fewer). */
 export function useStepSamples(runId: number, step: number | null, byReward: boolean) {
   return useQuery({
-    queryKey: [...samplesKey(runId), 'step', step, byReward],
+    queryKey: queryKeys.samples.atStep(runId, step, byReward),
     enabled: step != null,
     placeholderData: keepPreviousData,
     queryFn: () => readSamples(runId, { step: step ?? 0, sort: byReward ? '-reward' : 'step', limit: 1000 }),
@@ -48,7 +47,7 @@ export function useStepSamples(runId: number, step: number | null, byReward: boo
 /** One prompt's samples across steps. */
 export function usePromptSamples(runId: number, promptHash: string) {
   return useQuery({
-    queryKey: [...samplesKey(runId), 'prompt', promptHash],
+    queryKey: queryKeys.samples.prompt(runId, promptHash),
     enabled: !!promptHash,
     queryFn: () => readSamples(runId, { prompt_hash: promptHash, limit: 1000 }),
   });
@@ -57,7 +56,7 @@ export function usePromptSamples(runId: number, promptHash: string) {
 /** The run's distinct prompts, to pick one to follow. */
 export function usePrompts(runId: number) {
   return useQuery({
-    queryKey: [...samplesKey(runId), 'prompts'],
+    queryKey: queryKeys.samples.prompts(runId),
     queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/samples/prompts', { params: { path: { run_id: runId }, query: { limit: 1000 } } })),
     refetchInterval: 15_000,
   });

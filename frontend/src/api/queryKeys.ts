@@ -1,0 +1,55 @@
+import type { RunListQuery } from './types';
+
+/*
+ * Every TanStack Query key of the dashboard is built here (the "query key factory" of TkDodo's "Effective
+ * React Query Keys"), so a query and the invalidation meant for it cannot spell its key two ways. Keys nest
+ * from broad to narrow, and TanStack matches them by prefix: invalidating `runs.one(7)` refreshes
+ * everything about run 7, `runs.detail(7)` only the run itself.
+ */
+
+const runs = {
+  all: () => ['runs'] as const,
+  lists: () => [...runs.all(), 'list'] as const,
+  list: (query: RunListQuery) => [...runs.lists(), query] as const,
+  /** Everything about one run: its detail and all it logged. */
+  one: (id: number) => [...runs.all(), id] as const,
+  detail: (id: number) => [...runs.one(id), 'detail'] as const,
+  metricKeys: (id: number) => [...runs.one(id), 'metric-keys'] as const,
+  /** `counts`: the keys' point counts, so a new evaluation is a new query. */
+  evalHistory: (id: number, keys: readonly string[] | null, counts: readonly number[] | undefined) =>
+    [...runs.one(id), 'eval-history', { keys, counts }] as const,
+  checkpoints: (id: number) => [...runs.one(id), 'checkpoints'] as const,
+  checkpointFiles: (id: number, step: number, kind: string) => [...runs.checkpoints(id), 'files', { step, kind }] as const,
+};
+
+const samples = {
+  all: (runId: number) => [...runs.one(runId), 'samples'] as const,
+  latest: (runId: number) => [...samples.all(runId), 'latest'] as const,
+  before: (runId: number, step: number | null) => [...samples.all(runId), 'before', step] as const,
+  after: (runId: number, step: number | null) => [...samples.all(runId), 'after', step] as const,
+  atStep: (runId: number, step: number | null, byReward: boolean) => [...samples.all(runId), 'step', { step, byReward }] as const,
+  prompt: (runId: number, promptHash: string) => [...samples.all(runId), 'prompt', promptHash] as const,
+  prompts: (runId: number) => [...samples.all(runId), 'prompts'] as const,
+};
+
+const projects = {
+  all: () => ['projects'] as const,
+  list: () => [...projects.all(), 'list'] as const,
+  detail: (name: string) => [...projects.all(), 'detail', name] as const,
+};
+
+const tokens = {
+  all: () => ['tokens'] as const,
+  list: (allUsers: boolean) => [...tokens.all(), 'list', { allUsers }] as const,
+};
+
+export const queryKeys = {
+  /** Who is signed in, with their projects and roles. */
+  me: () => ['me'] as const,
+  runs,
+  samples,
+  projects,
+  tokens,
+  users: { list: () => ['users', 'list'] as const },
+  workers: { list: () => ['workers', 'list'] as const },
+};
