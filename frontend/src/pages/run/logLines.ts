@@ -1,15 +1,26 @@
 import type { LogLine } from '../../api/types';
 
+/** The most lines the page holds: a chatty run prints millions, and each held line costs memory and filtering. */
 export const MAX_LINES = 5000;
 export const ERROR_PATTERN = /error|traceback|exception/i;
 
+export interface HeldLines {
+  lines: LogLine[];
+  /** How many older lines were let go to stay under the cap. */
+  dropped: number;
+}
+
+export const NO_LINES: HeldLines = { lines: [], dropped: 0 };
+
 /** Appends lines newer than the last one held (the tail and the stream overlap), keeping at most `max`. */
-export function mergeLines(held: readonly LogLine[], incoming: readonly LogLine[], max = MAX_LINES): LogLine[] {
-  const lastId = held.length ? held[held.length - 1]!.id : 0;
+export function mergeLines(held: HeldLines, incoming: readonly LogLine[], max = MAX_LINES): HeldLines {
+  const { lines } = held;
+  const lastId = lines.length ? lines[lines.length - 1]!.id : 0;
   const fresh = incoming.filter((l) => l.id > lastId).sort((a, b) => a.id - b.id);
-  if (!fresh.length) return held as LogLine[];
-  const all = [...held, ...fresh];
-  return all.length > max ? all.slice(all.length - max) : all;
+  if (!fresh.length) return held;
+  const all = [...lines, ...fresh];
+  const over = Math.max(0, all.length - max);
+  return { lines: over ? all.slice(over) : all, dropped: held.dropped + over };
 }
 
 export function filterLines(lines: readonly LogLine[], rank: number | null, search: string): LogLine[] {
