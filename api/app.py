@@ -15,7 +15,6 @@ from api.datasets import endpoints as datasets
 from api.db import make_engine, make_sessionmaker
 from api.events import endpoints as events
 from api.limits import BodyLimitMiddleware
-from api.logging_setup import configure_logging
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
 from api.reconcile import Reconciler, make_sender
@@ -24,6 +23,7 @@ from api.runs import endpoints as runs
 from api.samples import endpoints as samples
 from api.settings import Settings
 from api.workers import endpoints as workers
+from rlplane.logformat import configure_logging
 from rlplane.spec import RunSpec
 
 OPENAPI_URL = "/api/v1/openapi.json"

@@ -6,17 +6,13 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rlplane.layout import embedded_broker_url
 from rlplane.limits import MAX_BODY_BYTES
 from trainer_core.rewards.allowlist import parse_patterns
 
 
 def _default_home() -> Path:
     return Path.home() / ".rlplane"
-
-
-def embedded_broker_url(home: Path) -> str:
-    """Celery over kombu's SQLAlchemy transport: a broker that needs no server, for one machine."""
-    return f"sqla+sqlite:///{Path(home).expanduser().resolve() / 'broker.db'}"
 
 
 class Settings(BaseSettings):

@@ -3,10 +3,9 @@
 from typing import Annotated
 
 from fastapi import Path, Query
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator
 
-INT32_MAX = 2**31 - 1  # INTEGER columns: ids, attempt, seq
-STEP_MAX = 2**62  # BIGINT step columns, with headroom
+from rlplane.wire import INT32_MAX, STEP_MAX, Step  # noqa: F401 - the API's value types, from the contract
 
 
 def without_nul(text: str) -> str:
@@ -15,8 +14,6 @@ def without_nul(text: str) -> str:
 
 
 StoredText = Annotated[str, AfterValidator(without_nul)]
-# strict: JSON `true` or "5" is not a step.
-Step = Annotated[int, Field(ge=0, le=STEP_MAX, strict=True)]
 
 RunId = Annotated[int, Path(ge=1, le=INT32_MAX, description="Run id")]
 StepPath = Annotated[int, Path(ge=0, le=STEP_MAX, description="Optimizer step")]

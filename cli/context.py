@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cli.client import Client, ClientError
+from rlplane.client import Client, ClientError
 
 EXIT_RUN_FAILED = 1
 EXIT_CANCELLED = 2

@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from cli import output
-from cli.client import TERMINAL, Client
 from cli.context import EXIT_CANCELLED, EXIT_RUN_FAILED
+from rlplane.client import TERMINAL, Client
 
 HEADLINE_KEYS = ("reward/mean", "train/loss", "eval/loss")
 PLAIN_EVERY_S = 15.0

@@ -115,7 +115,7 @@ def worker(
       rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
     """
     from worker.app import run_worker
-    from worker.client import ApiClient, TokenRefused
+    from worker.client import TokenRefused, WorkerApi
     from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
@@ -124,7 +124,7 @@ def worker(
     if not settings.token:
         typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
         raise typer.Exit(2)
-    client = ApiClient(settings.api_url, settings.token)
+    client = WorkerApi.connect(settings.api_url, settings.token)
     try:
         client.check_token()
     except TokenRefused as exc:

@@ -16,7 +16,7 @@ from api.db import make_engine, make_sessionmaker
 from api.logging_setup import uvicorn_log_config
 from api.migrate import upgrade_to_head
 from api.settings import Settings
-from cli.config import local_server, local_url
+from rlplane.config import local_server, local_url
 from worker.launcher import signal_on_parent_death
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from rlplane.spec import parse_spec
 from tests.training import metrics
 from trainer_core.launch import free_port
 from worker.launcher import split_rank, trainer_command
@@ -169,7 +170,7 @@ def test_the_deepspeed_launcher_trains_bf16_zero2(tmp_path: Path) -> None:
     spec = {**SFT, "train": train, "backend": {"kind": "deepspeed", "precision": "bf16", "zero_stage": 2, "processes": 2}}
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    command = trainer_command(sys.executable, spec, path, tmp_path / "out", resume=False)
+    command = trainer_command(sys.executable, parse_spec(spec), path, tmp_path / "out", resume=False)
     assert command[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "--no_local_rank" in command
     result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

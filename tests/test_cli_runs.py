@@ -19,8 +19,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from cli import follow, output
-from cli.client import Client
 from cli.main import app
+from rlplane.client import Client
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.servers import UpServer
 

@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from rlplane.spec.sections import TrainSpec
+from rlplane.status import EXIT_DIVERGED
 from tests.training import metrics, write_spec
 from trainer_core.cli import main
-from trainer_core.launch import EXIT_DIVERGED
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 from trainer_core.recipes.loop import LogWindow, StepResult
 from trainer_core.reporting import NullReporter

@@ -1,4 +1,4 @@
-"""House rules that keep the layers apart: the API never imports torch; nothing uses pickle."""
+"""House rules that keep the layers apart (docs/layout.md): who may import what; nothing uses pickle."""
 
 import json
 import re
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUR_CODE = ["api", "cli", "trainer_core", "migrations", "bench", "scripts"]
+OUR_CODE = ["rlplane", "api", "cli", "worker", "trainer_core", "migrations", "bench", "scripts"]
 
 
 def _loaded_after_import(imports: str, watched: tuple[str, ...]) -> list[str]:
@@ -18,8 +18,18 @@ def _loaded_after_import(imports: str, watched: tuple[str, ...]) -> list[str]:
     return json.loads(result.stdout)
 
 
-def test_api_and_cli_do_not_import_torch():
-    assert _loaded_after_import("api.app, cli.main, rlplane.spec", ("torch", "transformers", "deepspeed")) == []
+HEAVY = ("torch", "transformers", "deepspeed", "megatron")
+DATABASE = ("api", "sqlalchemy", "alembic", "psycopg")
+
+
+def test_import_boundaries():
+    """The contract imports none of the rest; the worker and the CLI never the API or a database driver, nor torch
+    (a GPU node's worker process and a laptop's CLI stay light); the API never torch."""
+    rest = ("api", "worker", "cli", "trainer_core", *HEAVY, "sqlalchemy", "fastapi")
+    contract = "rlplane.spec, rlplane.status, rlplane.limits, rlplane.wire, rlplane.layout, rlplane.client, rlplane.reports"
+    assert _loaded_after_import(f"{contract}, rlplane.logformat, rlplane.config", rest) == []
+    assert _loaded_after_import("worker.app, worker.supervise, cli.main, cli.commands.runs", (*HEAVY, *DATABASE)) == []
+    assert _loaded_after_import("api.app", HEAVY) == []
 
 
 def test_no_pickle_anywhere():
@@ -37,8 +47,3 @@ def test_no_pickle_anywhere():
         if not any(part.startswith(".venv") for part in path.parts) and pattern.search(path.read_text())
     ]
     assert offenders == []
-
-
-def test_the_cli_client_never_touches_the_database():
-    """The client commands talk HTTP only; the server commands (up, api, worker) import the rest lazily."""
-    assert _loaded_after_import("cli.main, cli.client", ("sqlalchemy", "api", "psycopg", "celery", "worker")) == []

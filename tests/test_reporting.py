@@ -168,12 +168,12 @@ class Flaky:
     def __init__(self, client, down: int = 0, lost_replies: int = 0) -> None:
         self.client, self.down, self.lost_replies, self.posts = client, down, lost_replies, 0
 
-    def post(self, url, **kwargs):
+    def request(self, method, url, **kwargs):
         self.posts += 1
         if self.down:
             self.down -= 1
             raise httpx.ConnectError("connection refused")
-        response = self.client.post(url, **kwargs)
+        response = self.client.request(method, url, **kwargs)
         if self.lost_replies:
             self.lost_replies -= 1
             raise httpx.ReadTimeout("timed out")
@@ -187,9 +187,9 @@ class OlderApi:
     def __init__(self, client, knows_reports: bool = False) -> None:
         self.client, self.knows_reports, self.paths = client, knows_reports, []
 
-    def post(self, url, **kwargs):
+    def request(self, method, url, **kwargs):
         self.paths.append(url.rsplit("/", 1)[-1])
-        return self.client.post(url if self.knows_reports else url.replace("/reports", "/no-such-endpoint"), **kwargs)
+        return self.client.request(method, url if self.knows_reports else url.replace("/reports", "/no-such-endpoint"), **kwargs)
 
 
 def _sink(client, run_id, token=ADMIN_TOKEN, attempt=0, **kwargs) -> ControlPlaneSink:

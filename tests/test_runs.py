@@ -1,12 +1,12 @@
 """Runs: submission (JSON and YAML), listing, the state machine, lineage, leases."""
 
 import yaml
-from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from api.models import Run, RunEvent, RunLink
+from rlplane.client import Client
 from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
-from worker.client import ApiClient
+from worker.client import WorkerApi
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise
 
@@ -203,14 +203,13 @@ class TestStateMachine:
         """The real worker code against the API, with the user's cancel landing between lease and start."""
         token, run = worker_token(client), create_run(client)
 
-        class CancelledAfterLease(ApiClient):
-            def lease(self, run_id: int, worker: str) -> dict:
+        class CancelledAfterLease(WorkerApi):
+            def lease(self, run_id: int, worker: str):
                 leased = super().lease(run_id, worker)
                 assert client.post(f"/api/v1/runs/{run_id}/cancel").json()["status"] == "cancelling"
                 return leased
 
-        api = CancelledAfterLease("http://testserver", token)
-        api.http = TestClient(client.app, headers=auth(token))
+        api = CancelledAfterLease(Client("http://testserver", token, http=client))
         # A trainer started with this interpreter would fail the attempt instead of cancelling it.
         settings = WorkerSettings(home=tmp_path, name="w1", python=str(tmp_path / "no-python"))
         assert supervise(settings, api, Holding(), run["id"]) == "cancelled"

@@ -16,8 +16,9 @@ import traceback
 from pathlib import Path
 
 from rlplane.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
+from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED
 from trainer_core.data import DataError
-from trainer_core.launch import EXIT_BAD_INPUT, EXIT_DIVERGED, prefix_rank_output, relaunch, under_a_launcher
+from trainer_core.launch import prefix_rank_output, relaunch, under_a_launcher
 from trainer_core.recipes.divergence import Diverged
 
 EXAMPLES = """\

@@ -9,15 +9,6 @@ import subprocess
 import sys
 from typing import Any, TextIO
 
-# Written into the run's directory by a worker that must stop (its node is drained): the trainer
-# checkpoints after its current step and exits, so the next attempt redoes no steps.
-HAND_BACK_FILE = ".hand-back"
-
-# The trainer's exit status when the spec, the data, the model or a checkpoint is wrong (said on stderr), and when
-# train.on_nonfinite ended the run (its last status event says where). Anything else unexpected exits 1.
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 3
-
 
 def free_port() -> int:
     """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""

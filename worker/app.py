@@ -16,7 +16,8 @@ import time
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
-from worker.client import ApiClient
+from rlplane.wire import Heartbeat as HeartbeatRecord
+from worker.client import WorkerApi
 from worker.prometheus import WorkerMetrics
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise
@@ -35,7 +36,7 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
-    client = ApiClient(settings.api_url, settings.token or "")
+    client = WorkerApi.connect(settings.api_url, settings.token or "")
     holding = Holding()
     metrics = metrics or WorkerMetrics()
     heartbeat = Heartbeat(settings, client, holding, metrics)
@@ -68,7 +69,7 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
 class Heartbeat:
     """Tells the API every heartbeat_s that this worker lives, what it serves and what it holds."""
 
-    def __init__(self, settings: WorkerSettings, client: ApiClient, holding: Holding, metrics: WorkerMetrics) -> None:
+    def __init__(self, settings: WorkerSettings, client: WorkerApi, holding: Holding, metrics: WorkerMetrics) -> None:
         self.settings, self.client, self.holding, self.metrics = settings, client, holding, metrics
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rlplane-heartbeat", daemon=True)
@@ -81,24 +82,25 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            body = {
-                "name": self.settings.name,
-                "hostname": platform.node(),
-                "queues": self.settings.queues,
-                "capacity": 1,
-                "gpus": gpus(),
-                "current_run_id": self.holding.run_id,
-                "last_step": self.holding.last_step,
-            }
+            devices = gpus()
+            body = HeartbeatRecord(
+                name=self.settings.name,
+                hostname=platform.node(),
+                queues=self.settings.queues,
+                capacity=1,
+                gpus=devices,
+                current_run_id=self.holding.run_id,
+                last_step=self.holding.last_step,
+            )
             ok = False
             try:
                 answer = self.client.heartbeat(body)
                 ok = True
-                if body["current_run_id"] is not None and answer.get("current_run_status"):
-                    self.holding.seen(body["current_run_id"], answer["current_run_status"])
+                if body.current_run_id is not None and answer.get("current_run_status"):
+                    self.holding.seen(body.current_run_id, answer["current_run_status"])
             except Exception as exc:  # the API is down or restarting: training goes on
                 logger.warning("heartbeat failed: %s", exc)
-            self.metrics.heartbeat(ok, body["current_run_id"], body["last_step"], body["gpus"])
+            self.metrics.heartbeat(ok, body.current_run_id, body.last_step, devices)
             self._stop.wait(self.settings.heartbeat_s)
 
 
@@ -153,7 +155,7 @@ def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
 
     SIGTERM (docker stop, a Kubernetes pod's termination) is Celery's warm shutdown: the run in
     progress is handed back (see make_app) before the process exits."""
-    from api.logging_setup import configure_logging
+    from rlplane.logformat import configure_logging
 
     # httpx says every request at INFO: a heartbeat every few seconds and a report batch every second would
     # be most of the log. The worker logs what happens to runs itself (supervise.py).

@@ -18,15 +18,13 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
 
 import fsspec
 
+from rlplane.layout import CHECKPOINTS, MANIFEST, STEP_PREFIX, rotated, run_checkpoint, step_of
 from rlplane.spec import RunSpec
 
 logger = logging.getLogger("rlplane.worker")
-
-MANIFEST = "manifest.json"
 
 
 def is_url(root: str) -> bool:
@@ -57,18 +55,17 @@ class WorkerArtifacts:
         """What the trainer resolves run:<id>[@step] and dataset:<id> against (see trainer_core)."""
         return {"RLPLANE_RUNS_DIR": str(self.local_root / "runs"), "RLPLANE_DATASETS_DIR": str(self.local_root / "datasets")}
 
-    def prepare(self, run_id: int, spec: dict[str, Any]) -> None:
+    def prepare(self, run_id: int, spec: RunSpec) -> None:
         """Bring down what the attempt needs from a remote root; nothing to do for a directory root."""
         if not self.remote:
             return
-        self._latest_checkpoint(f"runs/{run_id}/checkpoints")
-        parsed = RunSpec.model_validate(spec)
-        for ref in parsed.references():
+        self._latest_checkpoint(f"runs/{run_id}/{CHECKPOINTS}")
+        for ref in spec.references():
             if ref.step is None:
                 self._download(f"runs/{ref.run_id}/final")
             else:
-                self._download(f"runs/{ref.run_id}/checkpoints/step-{ref.step:06d}")
-        source = parsed.data.source
+                self._download(run_checkpoint(ref.run_id, ref.step))
+        source = spec.data.source
         if source.startswith("dataset:"):
             self._download(f"datasets/{source.removeprefix('dataset:')}")
 
@@ -110,9 +107,10 @@ class WorkerArtifacts:
         if not self.fs.exists(remote):
             return
         names = [name.rstrip("/") for name in self.fs.ls(remote, detail=False)]
-        steps = sorted(name for name in names if name.rsplit("/", 1)[-1].startswith("step-"))
+        steps = sorted((name for name in names if step_of(name) is not None), key=step_of)
         complete = [name for name in steps if self.fs.exists(f"{name}/{MANIFEST}")]
-        for name in complete[:-keep_last]:
+        doomed = set(rotated([step_of(name) for name in complete], keep_last))
+        for name in [name for name in complete if step_of(name) in doomed]:
             self.fs.rm_file(f"{name}/{MANIFEST}")
             self.fs.rm(name, recursive=True)
             logger.info("removed %s from %s (rotated: train.keep_last %d)", name, self.url, keep_last)
@@ -120,7 +118,7 @@ class WorkerArtifacts:
         # (Uploads run one at a time, after this, so none of these is being written.)
         oldest_kept = complete[-keep_last:][0] if complete[-keep_last:] else None
         for name in steps:
-            if name not in complete and oldest_kept is not None and _step_of(name) < _step_of(oldest_kept):
+            if name not in complete and oldest_kept is not None and step_of(name) < step_of(oldest_kept):
                 self.fs.rm(name, recursive=True)
                 logger.info("removed %s from %s (an unfinished upload older than the checkpoints kept)", name, self.url)
 
@@ -157,11 +155,6 @@ class WorkerArtifacts:
             if self.fs.exists(f"{name.rstrip('/')}/{MANIFEST}")
         )
         local = self.local_root / relative
-        have = sorted(p.parent.name for p in local.glob(f"step-*/{MANIFEST}")) if local.is_dir() else []
+        have = sorted(p.parent.name for p in local.glob(f"{STEP_PREFIX}*/{MANIFEST}")) if local.is_dir() else []
         if steps and (not have or steps[-1] > have[-1]):
             self._download(f"{relative}/{steps[-1]}")
-
-
-def _step_of(name: str) -> int:
-    """The step of a `.../step-000100` directory name."""
-    return int(name.rsplit("/", 1)[-1].removeprefix("step-"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from trainer_core.reporting.http import ControlPlaneSink, report_requests
+from rlplane.reports import ReportSender, report_requests
 from worker.uploads import Uploads
 
 logger = logging.getLogger("rlplane.worker")
@@ -31,7 +31,7 @@ OFFSETS = ".forwarded.json"
 class Forwarder:
     def __init__(
         self,
-        sink: ControlPlaneSink,
+        sink: ReportSender,
         out_dir: Path,
         artifact_prefix: str,
         attempt: int,

@@ -17,23 +17,22 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from rlplane.spec import RunSpec
 from trainer_core.launch import free_port
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 
 
-def processes_per_node(spec: dict[str, Any]) -> int:
-    """One rank per GPU; a CPU run has backend.processes (default 1)."""
-    gpus = int((spec.get("resources") or {}).get("gpus") or 0)
-    return gpus if gpus > 0 else max(1, int((spec.get("backend") or {}).get("processes") or 1))
+def processes_per_node(spec: RunSpec) -> int:
+    """One rank per GPU; a CPU run has backend.processes."""
+    return spec.resources.gpus or spec.backend.processes
 
 
-def trainer_command(python: str, spec: dict[str, Any], spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
+def trainer_command(python: str, spec: RunSpec, spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
     nproc = processes_per_node(spec)
     command = [python, "-m", "trainer_core", "run"]
-    if nproc > 1 and (spec.get("backend") or {}).get("kind") == "deepspeed":
+    if nproc > 1 and spec.backend.kind == "deepspeed":
         # DeepSpeed's own launcher (what its users expect; it sets up its accelerator's environment).
         # --no_local_rank: the trainer reads LOCAL_RANK from the environment, not from an argument.
         launcher = [python, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", str(free_port())]

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rlplane.layout import embedded_broker_url
+
 
 def _default_home() -> Path:
     return Path.home() / ".rlplane"
@@ -56,8 +58,6 @@ class WorkerSettings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        from api.settings import embedded_broker_url
-
         return self.broker_url or embedded_broker_url(self.home)
 
     @property

@@ -17,14 +17,16 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from rlplane.spec import RunSpec
-from trainer_core.launch import EXIT_BAD_INPUT, EXIT_DIVERGED, HAND_BACK_FILE
-from trainer_core.reporting.http import ControlPlaneSink
+from rlplane.layout import CHECKPOINTS, HAND_BACK_FILE, has_checkpoint
+from rlplane.limits import MAX_REASON_CHARS
+from rlplane.reports import ReportSender
+from rlplane.spec import RunSpec, dump_spec
+from rlplane.status import EXIT_DIVERGED, FAILURE_OF_EXIT
+from rlplane.wire import StatusUpdate
 from worker.artifacts import WorkerArtifacts
-from worker.client import ApiClient, LeaseRefused, Superseded
+from worker.client import LeaseRefused, Superseded, WorkerApi
 from worker.forward import Forwarder
 from worker.launcher import Trainer, trainer_command
 from worker.settings import WorkerSettings
@@ -49,32 +51,27 @@ class Holding:
             self.status = status
 
 
-def has_checkpoint(out_dir: Path) -> bool:
-    """A complete checkpoint (its manifest is written last) to resume from."""
-    return any((out_dir / "checkpoints").glob("step-*/manifest.json"))
-
-
-def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run_id: int) -> str:
+def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int) -> str:
     """Run one attempt of `run_id`; returns how it ended (for logs and tests)."""
     try:
         lease = client.lease(run_id, settings.name)
     except LeaseRefused as exc:
         logger.info("run=%d not leased (%s): a duplicate or stale message, ignored", run_id, exc)
         return "ignored"
-    attempt, spec = lease["attempt"], lease["run"]["spec"]
+    attempt, spec = lease.attempt, lease.run.spec
     artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch")
     out_dir, relative = artifacts.run_dir(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / f"spec-attempt-{attempt}.json"
-    spec_path.write_text(json.dumps(spec))
-    sink = ControlPlaneSink(
+    spec_path.write_text(json.dumps(dump_spec(spec)))
+    sink = ReportSender(
         settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
     )
 
     def rotate_remote(event: dict[str, Any]) -> None:
         """The remote copies follow the trainer's rotation of its local ones (train.keep_last)."""
         if event["metadata"].get("kind") != "export":
-            artifacts.prune_checkpoints(f"{relative}/checkpoints", RunSpec.model_validate(spec).train.keep_last)
+            artifacts.prune_checkpoints(f"{relative}/{CHECKPOINTS}", spec.train.keep_last)
 
     publish = artifacts.publish if artifacts.remote else None
     forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote)
@@ -83,8 +80,10 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
         resume = has_checkpoint(out_dir)
         started = f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else "")
-        if client.status(run_id, attempt, "running", started)["status"] == "cancelling":
-            client.status(run_id, attempt, "cancelled", "cancelled before its trainer started")
+        if client.status(run_id, StatusUpdate(attempt=attempt, status="running", reason=started))["status"] == "cancelling":
+            client.status(
+                run_id, StatusUpdate(attempt=attempt, status="cancelled", reason="cancelled before its trainer started")
+            )
             logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
             return "cancelled"
         (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
@@ -108,15 +107,15 @@ def supervise(settings: WorkerSettings, client: ApiClient, holding: Holding, run
 
 def _watch(
     settings: WorkerSettings,
-    client: ApiClient,
+    client: WorkerApi,
     holding: Holding,
     run_id: int,
     attempt: int,
-    spec: dict[str, Any],
+    spec: RunSpec,
     trainer: Trainer,
     forwarder: Forwarder,
 ) -> str:
-    hang_s = (spec.get("resources") or {}).get("hang_timeout_s", 1800)
+    hang_s = spec.resources.hang_timeout_s
     last_progress, last_step = time.monotonic(), None
     try:
         while trainer.wait(settings.poll_s) is None:
@@ -150,7 +149,7 @@ def _watch(
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"trainer exited 0 at step {forwarder.last_step}")
-    failure = {EXIT_BAD_INPUT: "config", EXIT_DIVERGED: "diverged"}.get(code, "crashed")
+    failure = FAILURE_OF_EXIT.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:
         return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure, failure=failure)
     last_lines = "\n".join(list(trainer.tail)[-15:])
@@ -175,7 +174,7 @@ def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder,
 
 
 def _end(
-    client: ApiClient,
+    client: WorkerApi,
     forwarder: Forwarder,
     trainer: Trainer,
     run_id: int,
@@ -192,7 +191,15 @@ def _end(
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)
         try:
-            client.status(run_id, attempt, status, reason, forwarder.last_step, handed_back=handed_back, failure=failure)
+            update = StatusUpdate(
+                attempt=attempt,
+                status=status,
+                reason=reason[-MAX_REASON_CHARS:],
+                last_step=forwarder.last_step,
+                handed_back=handed_back,
+                failure=failure,
+            )
+            client.status(run_id, update)
             logger.info("run=%d attempt=%d %s: %s", run_id, attempt, status, reason.splitlines()[0] if reason else "")
             return "handed_back" if handed_back else status
         except Superseded:

@@ -17,6 +17,7 @@ from api.db import SessionDep
 from api.models import Checkpoint, Run
 from api.runs.service import claim_for_report, readable_run, unprocessable
 from api.values import RunId, StepPath
+from rlplane.layout import rotated
 from rlplane.spec.sections import TrainSpec
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
@@ -108,17 +109,14 @@ def register_checkpoint(
 
 
 def _forget_rotated(session, run_id: int) -> None:
-    """Drop the records of checkpoints the trainer has rotated away: all but the newest train.keep_last (the
-    trainer keeps the same ones, by step), so a listing never offers a checkpoint whose files are gone."""
+    """Drop the records of checkpoints the trainer has rotated away (rlplane.layout.rotated: the trainer and a
+    remote root's worker keep the same ones), so a listing never offers a checkpoint whose files are gone."""
     spec = session.scalar(select(Run.spec).where(Run.id == run_id)) or {}
     keep_last = (spec.get("train") or {}).get("keep_last", TrainSpec.model_fields["keep_last"].default)
-    kept = select(Checkpoint.id).where(Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
-    kept = kept.order_by(Checkpoint.step.desc()).limit(keep_last)
-    session.execute(
-        delete(Checkpoint).where(
-            Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint", Checkpoint.id.not_in(kept.scalar_subquery())
-        )
-    )
+    ours = (Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
+    doomed = rotated(session.scalars(select(Checkpoint.step).where(*ours)).all(), keep_last)
+    if doomed:
+        session.execute(delete(Checkpoint).where(*ours, Checkpoint.step.in_(doomed)))
 
 
 @router.get("", response_model=schemas.CheckpointList)

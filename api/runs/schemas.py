@@ -4,10 +4,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat
-from api.values import INT32_MAX, Step
-from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import ALGORITHMS
 from rlplane.status import FAILURES, STATUSES
+from rlplane.wire import StatusUpdate  # noqa: F401 - the worker's record, from the contract
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 Failure = Literal[FAILURES]  # type: ignore[valid-type]
@@ -135,19 +134,3 @@ class Lease(BaseModel):
     run: RunDetail
     attempt: int = Field(description="Fencing token: send it with every status update of this attempt")
     resume_from_step: int | None = Field(description="Latest checkpoint to resume from, if any")
-
-
-class StatusUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    attempt: int = Field(ge=1, le=INT32_MAX, description="The fencing token from the lease")
-    status: Literal["running", "succeeded", "failed", "cancelled", "lost"]
-    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
-    last_step: Step | None = None
-    failure: Failure | None = Field(
-        default=None, description="With status failed: config (exit 2: the spec, data or model), diverged (exit 3), crashed"
-    )
-    handed_back: bool = Field(
-        default=False,
-        description="With status lost: the worker is shutting down and gives the run back; it is requeued at once "
-        "and this attempt does not count against resources.max_attempts",
-    )

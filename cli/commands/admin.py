@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from cli import config, output
-from cli.client import Client
+from cli import output
 from cli.context import JsonFlag, fail, handled, state
+from rlplane import config
+from rlplane.client import Client
 
 
 class Role(StrEnum):

@@ -11,10 +11,9 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
 from cli import output
-from cli.client import Client, RangeIgnored
 from cli.context import JsonFlag, RunArg, fail, handled, state
-
-MANIFEST = "manifest.json"  # written by the trainer: every file's size and sha256; its own hash is the record's
+from rlplane.client import Client, RangeIgnored
+from rlplane.layout import MANIFEST
 
 
 @handled

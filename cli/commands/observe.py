@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from cli import output
-from cli.client import TERMINAL
 from cli.context import JsonFlag, RunArg, handled, state
 from cli.follow import print_line, print_logs
+from rlplane.client import TERMINAL
 
 
 @handled

@@ -9,10 +9,10 @@ import typer
 from rich.markup import escape
 
 from cli import output
-from cli.client import ApiError, Client
 from cli.context import EXIT_INVALID_SPEC, JsonFlag, RunArg, handled, state
 from cli.follow import exit_code, wait_for
 from cli.submission import Submission, prepare, with_value
+from rlplane.client import ApiError, Client
 
 app = typer.Typer(help="List runs and act on them.", no_args_is_help=True)
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-MANIFEST = "manifest.json"
+from rlplane.layout import MANIFEST
+
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
+from rlplane.layout import rotated, step_dir_name, step_of
 from trainer_core.checkpoint import files, rank_rng, state
 from trainer_core.checkpoint.errors import CheckpointError
 from trainer_core.checkpoint.sharded import foreign_sharded_state, sharded_state_kind
 from trainer_core.checkpoint.weights import load_weights, save_weights
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 _TMP_DIR = re.compile(r"^\.step-\d+\.tmp-")
 
 
@@ -50,10 +50,6 @@ class TrainState:
     data_position: dict[str, Any]
     spec: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:06d}"
 
 
 def staging_dir(run_dir: Path, step: int, token: str) -> Path:
@@ -221,8 +217,7 @@ def _load_module(root: Path, name: str, module: torch.nn.Module) -> None:
 
 
 def _step_of(path: Path) -> int | None:
-    match = _STEP_DIR.match(path.name)
-    return int(match.group(1)) if match else None
+    return step_of(path.name)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -245,7 +240,8 @@ def rotate(run_dir: Path, keep_last: int) -> list[Path]:
     if keep_last < 1:
         raise CheckpointError(f"keep_last must be >= 1 (got {keep_last}); rotating to zero would delete the resume point.")
     run_dir = Path(run_dir)
-    doomed = list_checkpoints(run_dir)[:-keep_last]
+    complete = {_step_of(path): path for path in list_checkpoints(run_dir)}
+    doomed = [complete[step] for step in rotated(complete, keep_last)]
     if run_dir.is_dir():
         doomed += [path for path in run_dir.iterdir() if _TMP_DIR.match(path.name) and path.is_dir()]
     for path in doomed:

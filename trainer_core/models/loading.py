@@ -22,8 +22,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlplane.layout import CHECKPOINTS, MANIFEST, step_dir_name
 from rlplane.spec.base import parse_run_ref
-from trainer_core.checkpoint.files import MANIFEST
 from trainer_core.models.builtin import ModelKind, build_builtin, builtin_names, score_config
 from trainer_core.models.errors import ModelError
 
@@ -63,7 +63,7 @@ class DirectoryResolver:
         run = self.root / str(run_id)
         if step is None:
             return run / "final"
-        checkpoint = run / "checkpoints" / f"step-{step:06d}"
+        checkpoint = run / CHECKPOINTS / step_dir_name(step)
         return checkpoint if checkpoint.is_dir() else run / f"step-{step}"
 
 

@@ -264,8 +264,10 @@ def drive(
         run.reporter.status("running")
         train(run, stop_at)
         export_final(run, export(run) if export is not None else None)
-        done = run.step >= run.spec.train.steps
-        run.reporter.status("completed" if done else "stopped", f"step {run.step}")
+        if run.step >= run.spec.train.steps:
+            run.reporter.status("succeeded", f"step {run.step}")
+        else:  # --stop-at or a hand-back: not an end of the run, which its worker tells the API
+            run.reporter.log(f"stopped at step {run.step} of {run.spec.train.steps}")
         return run
     except BaseException as exc:
         run.reporter.status("failed", str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}")

@@ -1,6 +1,6 @@
 """A worker that is shutting down asks for its run back: the trainer checkpoints and leaves.
 
-The worker writes OUT/.hand-back (trainer_core.launch.HAND_BACK_FILE). After each optimizer step
+The worker writes OUT/.hand-back (rlplane.layout.HAND_BACK_FILE). After each optimizer step
 every rank looks for it, and the ranks agree (a rank on another node may not see the file): the
 checkpoint that follows is collective under the sharding backends, so all or none must take it.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from rlplane.layout import HAND_BACK_FILE
 from trainer_core.backends import Backend
-from trainer_core.launch import HAND_BACK_FILE
 
 
 def requested(out_dir: Path, backend: Backend) -> bool:

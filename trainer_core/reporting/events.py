@@ -5,6 +5,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from rlplane.status import TrainerStatus
+
 
 class MetricPoint(NamedTuple):  # a tuple, not a dataclass: millions are made on the training hot path
     key: str
@@ -53,7 +55,7 @@ class CheckpointEvent:
 
 @dataclass(frozen=True)
 class StatusEvent:
-    status: str
+    status: TrainerStatus
     reason: str
     last_step: int | None
     time: float

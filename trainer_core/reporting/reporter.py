@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from rlplane.status import TRAINER_STATUSES, TrainerStatus
 from trainer_core.reporting.events import (
     Batch,
     CheckpointEvent,
@@ -40,7 +41,7 @@ class Reporter(Protocol):
 
     def checkpoint(self, event: CheckpointEvent) -> None: ...
 
-    def status(self, status: str, reason: str = "") -> None: ...
+    def status(self, status: TrainerStatus, reason: str = "") -> None: ...
 
     def flush(self, timeout: float | None = None) -> bool: ...
 
@@ -62,7 +63,7 @@ class NullReporter:
     def checkpoint(self, event: CheckpointEvent) -> None:
         pass
 
-    def status(self, status: str, reason: str = "") -> None:
+    def status(self, status: TrainerStatus, reason: str = "") -> None:
         pass
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -122,7 +123,9 @@ class AsyncReporter:
             self._pending.checkpoints.append(event)
         self._wake.set()
 
-    def status(self, status: str, reason: str = "") -> None:
+    def status(self, status: TrainerStatus, reason: str = "") -> None:
+        if status not in TRAINER_STATUSES:
+            raise ValueError(f"a trainer says one of {TRAINER_STATUSES}, not {status!r}")  # what the API takes
         with self._lock:
             self._pending.statuses.append(StatusEvent(status, reason, self._last_step, time.time()))
         self._wake.set()

@@ -1,6 +1,7 @@
-"""A typed Python client of the rlplane REST API; the CLI is built on it and scripts can import it.
+"""The one Python client of the rlplane REST API: the CLI, the worker (worker/client.py) and the trainer's
+report sender (rlplane.reports) are built on it, and scripts can import it.
 
-    from cli.client import Client
+    from rlplane.client import Client
     client = Client.from_environment()           # RLPLANE_URL / RLPLANE_TOKEN, or the saved login
     run = client.submit({"name": "sft", ...})    # or client.submit(Path("examples/sft.yaml").read_text())
     run = client.wait(run["id"])                 # polls until the run ends
@@ -20,9 +21,10 @@ from typing import Any
 
 import httpx
 
-from cli import config
+from rlplane import config
+from rlplane.status import TERMINAL
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+API_PREFIX = "/api/v1"
 _RETRIED = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectTimeout, httpx.ReadTimeout)
 
 
@@ -52,17 +54,36 @@ class ApiError(ClientError):
         return [(_loc(err.get("loc", [])), str(err.get("msg", ""))) for err in self.detail if isinstance(err, dict)]
 
 
+def api_base(url: str) -> str:
+    """The API's base URL from a server's URL (with or without /api/v1)."""
+    base = url.rstrip("/")
+    return base if base.endswith(API_PREFIX) else base + API_PREFIX
+
+
 def _loc(loc: list) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
     return ".".join(parts) or "(spec)"
 
 
 class Client:
-    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0, token_source: str = "the token given"):
-        self.url = url.rstrip("/")
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 30.0,
+        token_source: str = "the token given",
+        http: httpx.Client | None = None,
+    ):
+        """`http`: the transport to use instead of a new one (tests pass an in-process TestClient); it is used as it
+        is, with this client's token on each request."""
+        self.url = url.rstrip("/").removesuffix(API_PREFIX)
+        self.base = api_base(self.url)
         self.token_source = token_source
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=timeout)
+        self._headers = headers if http is not None else {}
+        self._http = http or httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        self._owns_http = http is None
 
     @classmethod
     def from_environment(cls, url: str | None = None, token: str | None = None, **kwargs: Any) -> Client:
@@ -70,7 +91,8 @@ class Client:
         return cls(profile.url, profile.token, token_source=profile.token_source, **kwargs)
 
     def close(self) -> None:
-        self._http.close()
+        if self._owns_http:
+            self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -85,7 +107,7 @@ class Client:
         attempts = retries + 1 if method == "GET" else 1
         for attempt in range(attempts):
             try:
-                response = self._http.request(method, path, **kwargs)
+                response = self._http.request(method, self.base + path, **self._with_token(kwargs))
                 break
             except _RETRIED as exc:
                 if attempt + 1 == attempts:
@@ -96,6 +118,11 @@ class Client:
         if response.status_code >= 400:
             raise self._error(response)
         return response
+
+    def _with_token(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._headers:
+            kwargs = {**kwargs, "headers": {**self._headers, **(kwargs.get("headers") or {})}}
+        return kwargs
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
@@ -228,7 +255,9 @@ class Client:
         headers = {"Range": f"bytes={start}-"} if start else {}
         path = f"/runs/{run_id}/checkpoints/{step}/files/{name}"
         try:
-            with self._http.stream("GET", path, params={"kind": kind}, headers=headers) as response:
+            with self._http.stream(
+                "GET", self.base + path, **self._with_token({"params": {"kind": kind}, "headers": headers})
+            ) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise self._error(response)
