@@ -19,7 +19,7 @@ $(VENV)/bin/python:
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q -e ".[train]"
+	$(VENV)/bin/python -m pip install -q -e ".[api,train]"
 	touch $(RUN_STAMP)
 
 $(DEV_STAMP): pyproject.toml | $(VENV)/bin/python

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import compose
@@ -105,9 +106,34 @@ class TestDockerfiles:
             line for line in (ROOT / "deploy" / "Dockerfile.api").read_text().splitlines() if not line.startswith("#")
         )
         assert "npm ci" in text and "npm run build" in text and "RLPLANE_FRONTEND_DIR" in text
-        assert "torch" not in text and "[train]" not in text
+        assert "torch" not in text and "[train]" not in text and '".[api]"' in text
         worker = (ROOT / "deploy" / "Dockerfile.worker").read_text()
         assert "torch==2.13.0" in worker and "megatron-core==0.16.1" in worker and '".[train]"' in worker
+        packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+        for image in (text, worker):  # every package of the wheel is in the image's build context
+            assert all(f"COPY {name.rstrip('*')}/ {name.rstrip('*')}/" in image for name in packages), packages
+
+    def test_the_extras_keep_the_database_off_gpu_nodes_and_torch_off_the_api(self):
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+        def closure(*extras: str) -> set[str]:
+            names, todo = set(), list(project["dependencies"]) + [f"rlplane[{e}]" for e in extras]
+            while todo:
+                requirement = todo.pop()
+                name = re.split(r"[\[=<>~ ]", requirement, maxsplit=1)[0].lower()
+                if name == "rlplane":
+                    todo += [
+                        d
+                        for e in re.findall(r"\[([^]]+)\]", requirement)[0].split(",")
+                        for d in project["optional-dependencies"][e]
+                    ]
+                else:
+                    names.add(name)
+            return names
+
+        gpu_node, api_server = closure("train"), closure("api")
+        assert {"torch", "celery", "transformers"} <= gpu_node and not gpu_node & {"sqlalchemy", "alembic", "psycopg", "fastapi"}
+        assert {"fastapi", "sqlalchemy"} <= api_server and not api_server & {"torch", "transformers", "deepspeed"}
 
 
 def _helm(*args: str) -> subprocess.CompletedProcess:
