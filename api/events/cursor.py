@@ -1,6 +1,6 @@
 """The SSE event id: the last row id seen in each append-only table of a run."""
 
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,7 @@ class Cursor:
 
     def advanced(self, **kwargs: int) -> "Cursor":
         return replace(self, **kwargs)
+
+    def behind(self, other: "Cursor") -> bool:
+        """Whether some table has rows up to `other` that this cursor has not seen."""
+        return any(mine < theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True))

@@ -1,20 +1,45 @@
-import time
-from collections.abc import AsyncIterator
+from contextlib import aclosing
+from functools import partial
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from api.auth.deps import Reader
 from api.db import SessionDep
 from api.events import stream
 from api.events.cursor import Cursor
+from api.events.feed import hub_for
+from api.events.follow import follow
 from api.runs.service import readable_run
 from api.values import RunId
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
+
+
+class EventStreamResponse(StreamingResponse):
+    """Ends as soon as the client goes away, and closes its generator then, so the stream leaves its run's feed at
+    once. Starlette watches for the disconnect only under ASGI < 2.4; otherwise an idle stream would hear of it at
+    its next keep-alive, and hold a server's graceful shutdown until then."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def respond() -> None:
+                try:
+                    await self.stream_response(send)
+                except OSError:
+                    pass  # the client went away mid-write
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.body_iterator.aclose()
+                group.cancel_scope.cancel()
+
+            group.start_soon(respond)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()
 
 
 @router.get(
@@ -35,34 +60,16 @@ def run_events(
 ) -> StreamingResponse:
     """Live updates of one run. Reconnect with Last-Event-ID to continue exactly where you left off."""
     run = readable_run(session, principal, run_id)
-    cursor = Cursor.decode(last_event_id)
-    if cursor is None:
-        cursor = Cursor() if since_start else stream.current_cursor(session, run_id)
-    first = stream.hello(run, cursor)
+    start = Cursor.decode(last_event_id) or (Cursor() if since_start else None)
     settings = request.app.state.settings
-    factory = request.app.state.sessionmaker
 
-    def poll_once(at: Cursor):
-        with factory() as poll_session:
-            return stream.poll(poll_session, run_id, at)
-
-    async def body() -> AsyncIterator[str]:
-        nonlocal cursor
-        yield first
-        deadline = time.monotonic() + timeout_s if timeout_s else None
-        quiet_since = time.monotonic()
-        while deadline is None or time.monotonic() < deadline:
-            messages, cursor, alive = await run_in_threadpool(poll_once, cursor)
-            for message in messages:
-                yield message
-            if not alive:
-                return
-            if messages:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > settings.sse_keepalive_s:
-                quiet_since = time.monotonic()
-                yield ": keep-alive\n\n"
-            await anyio.sleep(settings.sse_poll_s)
+    async def body():
+        # On the event loop: the run's feed is shared by every stream this loop serves.
+        hello = partial(stream.hello, run.id, run.status, run.last_step)
+        messages = follow(hub_for(request.app), run_id, hello, start, timeout_s, settings.sse_keepalive_s)
+        async with aclosing(messages):
+            async for chunk in messages:
+                yield chunk
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+    return EventStreamResponse(body(), media_type="text/event-stream", headers=headers)

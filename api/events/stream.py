@@ -1,9 +1,10 @@
-"""Poll the run's tables for rows past the cursor and shape them as SSE messages."""
+"""Read a run's tables past a cursor and shape the rows as SSE messages, encoded once for every stream."""
 
-import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -11,9 +12,8 @@ from api.events.cursor import Cursor
 from api.floats import encode
 from api.models import LogLine, Metric, Run, RunEvent, Sample
 
-BATCH = 1000
-
-
+BATCH = 1000  # rows per message
+READ_ROWS = 10_000  # rows per table per read: a busy run's points go out in a few large writes, not many small ones
 RECENT_IDS = 200_000
 
 
@@ -40,54 +40,110 @@ def current_cursor(session: Session, run_id: int) -> Cursor:
     )
 
 
-def _metric(m: Metric) -> dict[str, Any]:
-    return {"key": m.key, "step": m.step, "value": "NaN" if m.is_nan else encode(m.value), "time": m.time}
+@dataclass(frozen=True)
+class Table:
+    event: str
+    field: str  # the Cursor field that counts this table's ids
+    model: type
+    columns: tuple[Any, ...]
+    shape: Callable[[Any], dict[str, Any]]
 
 
-def _log(line: LogLine) -> dict[str, Any]:
-    return {"id": line.id, "attempt": line.attempt, "rank": line.rank, "seq": line.seq, "text": line.text, "time": line.time}
+# Only what a view reads (frontend/src/pages/run): samples just say that the samples tab should refetch, so
+# their prompts and responses (up to 65,536 characters each) are not copied to every open dashboard.
+TABLES = (
+    Table(
+        "status",
+        "event",
+        RunEvent,
+        (RunEvent.id, RunEvent.payload, RunEvent.created_at),
+        lambda r: {"id": r.id, **r.payload, "time": r.created_at.isoformat()},
+    ),
+    Table(
+        "metrics",
+        "metric",
+        Metric,
+        (Metric.id, Metric.key, Metric.step, Metric.value, Metric.is_nan, Metric.time),
+        lambda r: {"key": r.key, "step": r.step, "value": "NaN" if r.is_nan else encode(r.value), "time": r.time},
+    ),
+    Table(
+        "logs",
+        "log",
+        LogLine,
+        (LogLine.id, LogLine.rank, LogLine.text, LogLine.time),
+        lambda r: {"id": r.id, "rank": r.rank, "text": r.text, "time": r.time},
+    ),
+    Table("samples", "sample", Sample, (Sample.id, Sample.step), lambda r: {"id": r.id, "step": r.step}),
+)
 
 
-def _sample(s: Sample) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "step": s.step,
-        "index": s.index,
-        "prompt": s.prompt,
-        "prompt_hash": s.prompt_hash,
-        "response": s.response,
-        "reward": "NaN" if s.reward_is_nan else encode(s.reward),
-        "kl": "NaN" if s.kl_is_nan else encode(s.kl),
-        "scores": s.scores,
-    }
+@dataclass(frozen=True)
+class Part:
+    """Up to BATCH new rows of one table: their ids and each row's JSON, kept apart so a stream can skip rows it has."""
+
+    table: Table
+    ids: tuple[int, ...]
+    rows: tuple[bytes, ...]
 
 
-_TABLES: list[tuple[str, type, str, Callable[[Any], dict[str, Any]]]] = [
-    ("status", RunEvent, "event", lambda e: {"id": e.id, **e.payload, "time": e.created_at.isoformat()}),
-    ("metrics", Metric, "metric", _metric),
-    ("logs", LogLine, "log", _log),
-    ("samples", Sample, "sample", _sample),
-]
+@dataclass(frozen=True)
+class Batch:
+    """What one read found past `before`: the cursor after it, and the messages for a stream that was at `before`."""
+
+    before: Cursor
+    after: Cursor
+    parts: tuple[Part, ...]
+    full: bool  # a table had more rows than one read takes
+    wire: bytes
+
+    @property
+    def rows(self) -> int:
+        return sum(len(p.ids) for p in self.parts)
+
+    def for_stream(self, cursor: Cursor) -> tuple[bytes, Cursor]:
+        """The messages for a stream at `cursor`, and its cursor after them: the shared bytes when it was at
+        `before` (every stream that follows the feed), else only the rows past its own cursor."""
+        if cursor == self.before:
+            return self.wire, self.after
+        out = []
+        for part in self.parts:
+            seen = getattr(cursor, part.table.field)
+            fresh = [i for i, row_id in enumerate(part.ids) if row_id > seen]
+            if fresh:
+                cursor = cursor.advanced(**{part.table.field: part.ids[fresh[-1]]})
+                out.append(message(part.table.event, b"[" + b",".join(part.rows[i] for i in fresh) + b"]", cursor))
+        return b"".join(out), cursor
 
 
-def poll(session: Session, run_id: int, cursor: Cursor) -> tuple[list[str], Cursor, bool]:
-    """SSE messages for new rows, the advanced cursor, and whether the run still exists."""
+def read(session: Session, run_id: int, cursor: Cursor) -> Batch | None:
+    """The rows past `cursor`, or None when the run is gone."""
     if session.get(Run, run_id) is None:
-        return [_message("deleted", {"run_id": run_id}, cursor)], cursor, False
-    messages = []
-    for event, model, field, shape in _TABLES:
-        rows = session.scalars(
-            select(model).where(model.run_id == run_id, model.id > getattr(cursor, field)).order_by(model.id).limit(BATCH)
+        return None
+    before, parts, wire, full = cursor, [], [], False
+    for table in TABLES:
+        found = session.execute(
+            select(*table.columns)
+            .where(table.model.run_id == run_id, table.model.id > getattr(cursor, table.field))
+            .order_by(table.model.id)
+            .limit(READ_ROWS)
         ).all()
-        if rows:
-            cursor = cursor.advanced(**{field: rows[-1].id})
-            messages.append(_message(event, [shape(r) for r in rows], cursor))
-    return messages, cursor, True
+        full |= len(found) == READ_ROWS
+        for start in range(0, len(found), BATCH):
+            chunk = found[start : start + BATCH]
+            part = Part(table, tuple(r.id for r in chunk), tuple(orjson.dumps(table.shape(r)) for r in chunk))
+            cursor = cursor.advanced(**{table.field: part.ids[-1]})
+            parts.append(part)
+            wire.append(message(table.event, b"[" + b",".join(part.rows) + b"]", cursor))
+    return Batch(before, cursor, tuple(parts), full, b"".join(wire))
 
 
-def _message(event: str, data: Any, cursor: Cursor) -> str:
-    return f"id: {cursor.encode()}\nevent: {event}\ndata: {json.dumps(data, allow_nan=False, separators=(',', ':'))}\n\n"
+def message(event: str, data: bytes, cursor: Cursor) -> bytes:
+    return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.encode().encode(), event.encode(), data)
 
 
-def hello(run: Run, cursor: Cursor) -> str:
-    return _message("hello", {"run_id": run.id, "status": run.status, "last_step": run.last_step}, cursor)
+def hello(run_id: int, status: str, last_step: int | None, cursor: Cursor) -> bytes:
+    return message("hello", orjson.dumps({"run_id": run_id, "status": status, "last_step": last_step}), cursor)
+
+
+def deleted(run_id: int, cursor: Cursor) -> bytes:
+    return message("deleted", orjson.dumps({"run_id": run_id}), cursor)

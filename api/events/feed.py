@@ -1,0 +1,157 @@
+"""One poller per run, shared by every open stream of that run.
+
+The first stream of a run starts its feed and the last one to leave stops it. The feed reads the run's tables
+once per poll interval, in a worker thread with one session, and appends what it found to a short log of
+batches that every stream reads at its own pace; so N open dashboards cost one query set per interval, not N.
+"""
+
+import asyncio
+import logging
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Literal, TypeVar
+
+import anyio
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.events import stream
+from api.events.cursor import Cursor
+from api.events.stream import Batch
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Rows kept for streams that read slower than the run is written; one further behind reads the database itself.
+LOG_ROWS = 50_000
+# Streams woken per turn of the event loop when a batch comes: between turns the loop serves other requests.
+WAKE_AT_ONCE = 16
+# Database connections SSE may hold at once (the request pool has 30), so requests such as ingest keep theirs.
+READ_THREADS = 4
+
+
+class RunFeed:
+    def __init__(self, hub: "FeedHub", run_id: int) -> None:
+        self.hub, self.run_id = hub, run_id
+        self.cursor: Cursor | None = None  # past every row published; None until the first read
+        self.ended: Literal["deleted", "failed"] | None = None
+        self.batches: deque[Batch] = deque()
+        self.first_seq = self.next_seq = 0  # sequence numbers of batches[0] and of the next batch to come
+        self.kept_rows = 0
+        self.streams = 0
+        self.waiting: set[asyncio.Future] = set()
+        self.task: asyncio.Task | None = None
+
+    def batch(self, seq: int) -> Batch:
+        return self.batches[seq - self.first_seq]
+
+    async def wait(self, seq: int, timeout: float) -> None:
+        """Until batch `seq` is published, the feed ends, or `timeout` passes."""
+        if seq < self.next_seq or self.ended or timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        # A timer that resolves the waiter, not a cancel scope: every open stream waits once per batch.
+        timer = loop.call_later(timeout, _resolve, waiter)
+        self.waiting.add(waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiting.discard(waiter)
+
+    async def run(self) -> None:
+        try:
+            self.cursor = await self.hub.in_thread(stream.current_cursor, self.run_id)
+            self._wake()
+            while True:
+                batch = await self.hub.in_thread(stream.read, self.run_id, self.cursor)
+                if batch is None:
+                    self.ended = "deleted"
+                    break
+                if batch.parts:
+                    self._publish(batch)
+                if not batch.full:
+                    await asyncio.sleep(self.hub.poll_s)
+        except Exception:
+            log.exception("SSE feed failed run=%s", self.run_id)
+            self.ended = "failed"  # its streams close; clients reconnect with Last-Event-ID to a new feed
+        self.hub.forget(self)
+        self._wake()
+
+    def _publish(self, batch: Batch) -> None:
+        self.batches.append(batch)
+        self.next_seq += 1
+        self.kept_rows += batch.rows
+        self.cursor = batch.after
+        while len(self.batches) > 1 and self.kept_rows > LOG_ROWS:
+            self.kept_rows -= self.batches.popleft().rows
+            self.first_seq += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        waiting, self.waiting = list(self.waiting), set()
+        self._wake_some(waiting, 0)
+
+    def _wake_some(self, waiting: list[asyncio.Future], start: int) -> None:
+        for waiter in waiting[start : start + WAKE_AT_ONCE]:
+            _resolve(waiter)
+        if start + WAKE_AT_ONCE < len(waiting):
+            # The rest on the loop's next turn, after it has looked at its sockets: an ingest request arriving
+            # meanwhile waits for a few streams' writes, not for every open dashboard's.
+            asyncio.get_running_loop().call_soon(self._wake_some, waiting, start + WAKE_AT_ONCE)
+
+
+def _resolve(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class FeedHub:
+    """The feeds of one event loop: one per run that has open streams."""
+
+    def __init__(self, sessions: sessionmaker[Session], poll_s: float) -> None:
+        self.sessions, self.poll_s = sessions, poll_s
+        self.feeds: dict[int, RunFeed] = {}
+        self.limiter = anyio.CapacityLimiter(READ_THREADS)
+
+    def join(self, run_id: int) -> RunFeed:
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            feed = self.feeds[run_id] = RunFeed(self, run_id)
+            feed.task = asyncio.create_task(feed.run(), name=f"sse-feed-{run_id}")
+        feed.streams += 1
+        return feed
+
+    async def leave(self, feed: RunFeed) -> None:
+        feed.streams -= 1
+        if feed.streams == 0:
+            self.forget(feed)
+            if feed.task is not None and not feed.task.done():
+                feed.task.cancel()
+                # Wait out a read in flight: a stream that has ended leaves no database work behind it.
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait([feed.task])
+
+    def forget(self, feed: RunFeed) -> None:
+        if self.feeds.get(feed.run_id) is feed:
+            del self.feeds[feed.run_id]
+
+    async def in_thread(self, read: Callable[[Session, int], T], *args) -> T:
+        def in_session() -> T:
+            with self.sessions() as session:
+                return read(session, *args)
+
+        return await anyio.to_thread.run_sync(in_session, limiter=self.limiter)
+
+
+def hub_for(app: FastAPI) -> FeedHub:
+    """The hub of the running event loop (a test client runs one loop per client, on one app)."""
+    hubs = getattr(app.state, "event_hubs", None)
+    if hubs is None:
+        hubs = app.state.event_hubs = weakref.WeakKeyDictionary()
+    loop = asyncio.get_running_loop()
+    if loop not in hubs:
+        hubs[loop] = FeedHub(app.state.sessionmaker, app.state.settings.sse_poll_s)
+    return hubs[loop]
