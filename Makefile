@@ -11,7 +11,7 @@ NPM_STAMP := frontend/node_modules/.installed
 DASHBOARD := frontend/dist/index.html
 FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig*.json -type f 2>/dev/null)
 
-.PHONY: up test docs
+.PHONY: up test test-fast docs
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "rlplane needs Python 3.11 ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
@@ -52,9 +52,16 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up --port $(PORT)
 
 ## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
-# DeepSpeed's compiled ops are kept in the checkout, so they build once per machine.
+# On both cores (pytest-xdist; tests/conftest.py groups the modules). DeepSpeed's compiled ops are cached
+# outside the checkout, so a fresh clone on the same machine does not build them again.
+TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions
+export TORCH_EXTENSIONS_DIR
 test: $(DEV_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
-	TORCH_EXTENSIONS_DIR=$(CURDIR)/.cache/torch_extensions $(VENV)/bin/python -m pytest -q --durations=30
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
+
+## make test-fast: the edit-test loop (a few minutes): unit tests and the API on Postgres, no process launches
+test-fast: $(DEV_STAMP)
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --fast --durations=10
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
 docs: $(RUN_STAMP)

@@ -1,13 +1,12 @@
 """Real databases built by the migrations: SQLite and Postgres (127.0.0.1:5432, as in CI)."""
 
-import os
-import uuid
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from api.app import create_app
@@ -16,31 +15,15 @@ from api.db import make_engine
 from api.migrate import upgrade_to_head
 from api.models import Base
 from api.settings import Settings
-from tests.factories import ADMIN_TOKEN
-
-POSTGRES_ADMIN_URL = os.environ.get("RLPLANE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+from tests.harness.baselines import one_torch_thread, sft_run, walker  # noqa: F401 - session fixtures
+from tests.harness.databases import create_postgres_database, drop_postgres_database, postgres_admin_url
+from tests.harness.factories import ADMIN_TOKEN
+from tests.harness.worker_stack import stack  # noqa: F401 - the worker tests' fixture (a module's own `stack` wins)
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
-    return POSTGRES_ADMIN_URL
-
-
-def create_postgres_database(admin_url: str = POSTGRES_ADMIN_URL) -> str:
-    name = f"rlplane_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return admin_url.rsplit("/", 1)[0] + "/" + name
-
-
-def drop_postgres_database(url: str, admin_url: str = POSTGRES_ADMIN_URL) -> None:
-    name = url.rsplit("/", 1)[1]
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    return postgres_admin_url()
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
@@ -124,28 +107,104 @@ def artifacts_root(app) -> Path:
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    """Tiny models step fastest on one thread, and do not slow to a crawl beside other processes."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
-@pytest.fixture(scope="session")
-def sft_run(tmp_path_factory) -> Path:
-    """The output directory of tests.training.SFT_SPEC, trained once per session: the SFT test checks
-    it, and the reward-model and DPO tests start from it, as the SFT -> RM -> DPO chain does."""
-    import torch
+# pytest-xdist (make test: -n 2 --dist loadgroup): each module is one group, so its module fixtures are set up
+# once; the modules that launch several ranks share one group, so two multi-rank trainers never share the 2
+# cores; the users of a session baseline share one, so it is trained once.
+GROUPS = {
+    "ranks": {
+        "test_backend_deepspeed",
+        "test_backend_fsdp2",
+        "test_backend_megatron",
+        "test_backend_megatron_heads",
+        "test_megatron_virtual_pipeline",
+        "test_megatron_tp",
+        "test_megatron_dist_checkpoint",
+        "test_sharded_recipes",
+        "test_multiprocess",
+        "test_dcp_checkpoint",
+        "test_ppo",
+        "test_divergence",
+    },
+    "sft-chain": {"test_sft", "test_reward", "test_dpo", "test_grpo"},
+}
 
-    from tests.training import SFT_SPEC, run_spec
 
-    tmp = tmp_path_factory.mktemp("sft-run")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_spec(tmp / "sft.yaml", SFT_SPEC, "--out", str(tmp / "out"))
-    finally:
-        torch.set_num_threads(threads)
-    return tmp / "out"
+def pytest_collection_modifyitems(config, items) -> None:
+    fast = config.getoption("--fast")
+    config.hook.pytest_deselected(items=[item for item in items if _deselected(item, fast)])
+    items[:] = [item for item in items if not _deselected(item, fast)]
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        group = next((name for name, modules in GROUPS.items() if module in modules), module)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+# make test-fast (--fast): the edit-test loop. Unit tests and the API on Postgres only, no process launches: the
+# modules below start processes (or train a session baseline) and are left to make test. A test in the fast tier
+# that starts a process fails, naming this list, so the tier stays what it says.
+LAUNCHING = (
+    GROUPS["ranks"]
+    | GROUPS["sft-chain"]
+    | {
+        "test_backends",
+        "test_cli",
+        "test_cli_admin",
+        "test_cli_runs",
+        "test_dashboard",
+        "test_deploy",
+        "test_events",
+        "test_gpu",
+        "test_ilql",
+        "test_layering",
+        "test_megatron_cpu_shim",
+        "test_nemo_checkpoint",
+        "test_prometheus",
+        "test_rewards",
+        "test_up",
+        "test_worker_remote_artifacts",
+        "test_worker_runs",
+        "test_worker_shutdown",
+    }
+)
+
+
+# The API's tests run on Postgres (production's database); these also on SQLite (rlplane up's), because what
+# they hold differs by dialect: inserts and their idempotency, rollups, SSE cursors, migrations, number and NUL
+# bounds. (Every end-to-end test through `rlplane up` runs on SQLite too.)
+BOTH_DIALECTS = {
+    "test_bad_input",
+    "test_metrics",
+    "test_logs_samples",
+    "test_reports",
+    "test_metric_rollups",
+    "test_run_headlines",
+    "test_events",
+    "test_migrations",
+    "test_schemathesis",
+}
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--fast", action="store_true", help="the fast tier: no process launches, the API on Postgres only")
+
+
+def _deselected(item, fast: bool) -> bool:
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    callspec = getattr(item, "callspec", None)
+    on_sqlite = callspec is not None and callspec.params.get("database_url") == "sqlite"
+    return (on_sqlite and (fast or module not in BOTH_DIALECTS)) or (fast and module in LAUNCHING)
+
+
+@pytest.fixture(autouse=True)
+def _no_launches_in_the_fast_tier(request, monkeypatch) -> None:
+    if not request.config.getoption("--fast"):
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process: add its module to LAUNCHING in tests/conftest.py")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.factories import ADMIN_TOKEN, create_run
+from tests.harness.factories import ADMIN_TOKEN, create_run
 
 SHA = "a" * 64
 

@@ -16,7 +16,7 @@ from api.app import create_app
 from api.auth.bootstrap import bootstrap_admin
 from api.models import ApiToken, User
 from api.models.base import utcnow
-from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
+from tests.harness.factories import auth, create_project, create_run, create_user, spec, worker_token
 
 OPEN = {("GET", "/healthz"), ("GET", "/readyz")}
 SHA = "0" * 64

@@ -1,11 +1,10 @@
 """DeepSpeed ZeRO on CPU (gloo), 2 processes under torchrun: the same loss curve as the torch
 backend for SFT and DPO at every stage, exact resume, an export that loads with from_pretrained,
-and a run through DeepSpeed's own launcher. Compiled ops are cached in .cache/torch_extensions."""
+and a run through DeepSpeed's own launcher. Compiled ops are cached outside the checkout (tests/harness/launch.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +14,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlplane.spec import parse_spec
-from tests.training import metrics
-from trainer_core.launch import free_port
+from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
+from tests.harness.training import metrics
 from worker.launcher import split_rank, trainer_command
 
-ROOT = Path(__file__).resolve().parents[1]
-EXTENSIONS = ROOT / ".cache" / "torch_extensions"
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs
 
 SFT = {
@@ -39,29 +36,6 @@ SFT = {
     },
 }
 DPO = {**SFT, "name": "ds-dpo", "algorithm": "dpo", "train": {**SFT["train"], "lr": 1e-3}}
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(EXTENSIONS)}
-
-
-def launch(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2) -> Path:
-    """`torchrun --nproc_per_node 2 -m trainer_core run` (or --resume OUT when args say so); returns OUT."""
-    out = tmp / name
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps({**spec, "backend": {**backend, "processes": processes}}))
-    run = ["--resume", str(out)] if args == ("--resume",) else [str(path), "--out", str(out), *args]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-    command += ["--master_port", str(free_port())]
-    result = subprocess.run([*command, "-m", "trainer_core", "run", *run], cwd=ROOT, env=env(), capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    (tmp / f"{name}.log").write_text(result.stdout + result.stderr)
-    return out
-
-
-def max_diff(a: dict[int, float], b: dict[int, float]) -> float:
-    assert sorted(a) == sorted(b) and a, (sorted(a), sorted(b))
-    return max(abs(a[step] - b[step]) for step in a)
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +81,12 @@ def test_dpo_loss_curve_matches_the_torch_backend(tmp_path: Path, runs: dict[str
 
 @pytest.mark.parametrize("name", ["zero2", "zero3"])
 def test_resume_continues_the_same_curve(tmp_path: Path, runs: dict[str, Path], name: str) -> None:
-    """6 steps, a new set of processes, --resume, 6 more: the losses and schedule of 12 straight."""
+    """The straight run's step-6 checkpoint, a new set of processes, --resume: steps 7-12 have the losses and
+    schedule of the straight run's."""
     backend = {"kind": "deepspeed", "precision": "fp32", **ZERO[name]}
-    out = launch(tmp_path, SFT, backend, "resumed", "--stop-at", "6")
-    assert sorted(metrics(out, "train/loss")) == list(range(1, 7))
-    launch(tmp_path, SFT, backend, "resumed", "--resume")
-    assert metrics(out, "train/loss") == metrics(runs[name], "train/loss")
-    assert metrics(out, "train/lr") == metrics(runs[name], "train/lr")
+    out = launch(tmp_path, SFT, backend, "resumed", "--resume", checkpoint(runs[name], 6))
+    assert metrics(out, "train/loss") == after(metrics(runs[name], "train/loss"), 6)
+    assert metrics(out, "train/lr") == after(metrics(runs[name], "train/lr"), 6)
 
 
 def test_zero_init_builds_the_model_partitioned_and_trains_the_same_curve(tmp_path: Path, runs: dict[str, Path]) -> None:
@@ -130,9 +103,8 @@ def test_zero_init_builds_the_model_partitioned_and_trains_the_same_curve(tmp_pa
     assert "model built by zero.Init: ZeRO-3 partitioned over 2 ranks" in (tmp_path / "built.log").read_text()
     assert max_diff(metrics(built, "train/loss"), metrics(plain, "train/loss")) < TOLERANCE
 
-    resumed = launch(tmp_path, sft, zero_init, "resumed", "--stop-at", "6")
-    launch(tmp_path, sft, zero_init, "resumed", "--resume")
-    assert metrics(resumed, "train/loss") == metrics(built, "train/loss")
+    resumed = launch(tmp_path, sft, zero_init, "resumed", "--resume", checkpoint(built, 6))
+    assert metrics(resumed, "train/loss") == after(metrics(built, "train/loss"), 6)
 
     dpo = {**DPO, "model": start}
     plain_dpo, built_dpo = launch(tmp_path, dpo, zero3, "plain-dpo"), launch(tmp_path, dpo, zero_init, "built-dpo")
@@ -144,13 +116,13 @@ def test_zero_init_builds_the_model_partitioned_and_trains_the_same_curve(tmp_pa
 def test_bf16_resume_continues_the_same_curve(tmp_path: Path, stage: int) -> None:
     """bf16: the checkpoint keeps the fp32 masters (model/) and Adam's moments; DeepSpeed builds its
     masters from the bf16-cast weights, so the saved ones are written back after initialize (without
-    that the curves parted by 1e-3 from the second resumed step). 6 + 6 steps equal 12 straight."""
+    that the curves parted by 1e-3 from the second resumed step). Steps 7-12 resumed from the straight run's
+    step-6 checkpoint equal the straight run's."""
     backend = {"kind": "deepspeed", "precision": "bf16", "zero_stage": stage}
     straight = launch(tmp_path, SFT, backend, "straight")
-    resumed = launch(tmp_path, SFT, backend, "resumed", "--stop-at", "6")
-    launch(tmp_path, SFT, backend, "resumed", "--resume")
-    assert metrics(resumed, "train/loss") == metrics(straight, "train/loss")
-    assert metrics(resumed, "train/grad_norm") == metrics(straight, "train/grad_norm")
+    resumed = launch(tmp_path, SFT, backend, "resumed", "--resume", checkpoint(straight, 6))
+    assert metrics(resumed, "train/loss") == after(metrics(straight, "train/loss"), 6)
+    assert metrics(resumed, "train/grad_norm") == after(metrics(straight, "train/grad_norm"), 6)
 
 
 def test_zero3_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:
@@ -172,7 +144,7 @@ def test_the_deepspeed_launcher_trains_bf16_zero2(tmp_path: Path) -> None:
     path.write_text(json.dumps(spec))
     command = trainer_command(sys.executable, parse_spec(spec), path, tmp_path / "out", resume=False)
     assert command[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "--no_local_rank" in command
-    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True)
+    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     loss = metrics(tmp_path / "out", "train/loss")
     assert sorted(loss) == list(range(1, 31)) and loss[30] < loss[1] - 1.0, loss
@@ -188,7 +160,7 @@ def test_a_cpu_spec_with_two_processes_starts_them_itself(tmp_path: Path) -> Non
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({**spec, "train": {**SFT["train"], "steps": 4, "checkpoint_every": None}}))
     command = [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(tmp_path / "out")]
-    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True)
+    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "starting 2 processes with torchrun" in result.stderr
     assert sorted(metrics(tmp_path / "out", "train/loss")) == [1, 2, 3, 4]

@@ -6,9 +6,6 @@ one process, and an export that loads with from_pretrained."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,15 +16,14 @@ from transformers import AutoModelForCausalLM
 
 from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TrainSpec
-from tests.training import metrics
+from tests.harness.launch import finish, max_diff, start
+from tests.harness.training import metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks
 from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
-from trainer_core.launch import free_port
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
 
-ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs
 FSDP2 = {"kind": "fsdp2", "precision": "fp32"}
 TORCH = {"kind": "torch", "precision": "fp32"}
@@ -54,32 +50,6 @@ DPO = {
     "model": {"path": "builtin:tiny-llama", "max_seq_len": 32},
     "train": {**SFT["train"], "steps": 8, "lr": 1e-3, "checkpoint_every": None},
 }
-
-
-def start(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2) -> tuple[Path, subprocess.Popen]:
-    """`torchrun --nproc_per_node N -m trainer_core run SPEC --out OUT ARGS`, started; (OUT, the process)."""
-    out = tmp / name
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps({**spec, "backend": {**backend, "processes": processes}}))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-    command += ["--master_port", str(free_port()), "-m", "trainer_core", "run", str(path), "--out", str(out), *args]
-    log = (tmp / f"{name}.log").open("w")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return out, subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def finish(out: Path, process: subprocess.Popen) -> Path:
-    assert process.wait(timeout=600) == 0, (out.parent / f"{out.name}.log").read_text()[-6000:]
-    return out
-
-
-def launch(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2) -> Path:
-    return finish(*start(tmp, spec, backend, name, *args, processes=processes))
-
-
-def max_diff(a: dict[int, float], b: dict[int, float]) -> float:
-    assert sorted(a) == sorted(b) and a, (sorted(a), sorted(b))
-    return max(abs(a[step] - b[step]) for step in a)
 
 
 @pytest.fixture(scope="module")

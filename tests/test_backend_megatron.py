@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM
 
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
-from tests.test_backend_deepspeed import ROOT, env, launch, max_diff
-from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
-from tests.training import metrics
+from tests.harness.launch import ROOT, launch, max_diff, trainer_env
+from tests.harness.specs import MEGATRON, MEGATRON_SFT, MEGATRON_TOLERANCE, PIPELINE, SEQUENCE_PARALLEL, TORCH, rl_spec
+from tests.harness.training import metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.checkpoint.sharded import sharded_state_kind
 from trainer_core.data import kind_for_algorithm, load_examples
@@ -34,30 +34,8 @@ from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.tokenize import collate, pad_id, tokenize_rows
 
-# fp32, same data, same init: TP=2 sums the same maths in another order (split matmuls all-reduced,
-# fused qkv). Measured: SFT |Δ train/loss| 1.7e-7, |Δ grad_norm| 6.2e-6, |Δ eval/loss| 1e-7 over 12 steps;
-# DPO |Δ train/loss| 4.5e-7, |Δ rewards/margin| 7.7e-7 over 30 steps.
-TOLERANCE = 1e-5
-MEGATRON = {"kind": "megatron", "tensor_parallel": 2, "precision": "fp32"}
-TORCH = {"kind": "torch", "precision": "fp32"}
-SEQUENCE_PARALLEL = {**MEGATRON, "sequence_parallel": True}
-PIPELINE = {**MEGATRON, "tensor_parallel": 1, "pipeline_parallel": 2}
-
-SFT = {
-    "name": "megatron-sft",
-    "algorithm": "sft",
-    "model": {"path": "builtin:tiny-llama", "max_seq_len": 32},
-    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.02},
-    "train": {
-        "steps": 12,
-        "batch_size": 8,
-        "micro_batch_size": 2,  # 4 micro-steps: gradient accumulation is exercised
-        "lr": 3e-3,
-        "log_every": 1,
-        "eval_every": 12,
-        "checkpoint_every": 6,
-    },
-}
+TOLERANCE = MEGATRON_TOLERANCE
+SFT = MEGATRON_SFT
 # From random weights: 30 steps at a constant rate move the held-out implicit-reward accuracy well off chance.
 DPO = {
     **SFT,
@@ -228,7 +206,7 @@ def test_another_backend_refuses_the_sharded_checkpoint(runs: dict[str, Path], t
     checkpoint = runs["megatron-sft"] / "checkpoints" / "step-000006"
     command = [sys.executable, "-m", "trainer_core", "run", str(spec), "--out", str(tmp_path / "out")]
     command += ["--resume", str(checkpoint)]
-    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "error (bad checkpoint)" in result.stderr and "Traceback" not in result.stderr
     assert "sharded as backend.kind megatron writes it" in result.stderr
@@ -288,7 +266,7 @@ def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused() -> No
 
 
 @pytest.fixture(scope="module")
-def grpo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # noqa: F811  (the fixture)
+def grpo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """GRPO from the SFT'd walker (a model directory: converted through the cache, here under tmp) on TP=2 and on
     the torch backend in 1 process."""
     tmp = tmp_path_factory.mktemp("grpo")

@@ -15,11 +15,11 @@ from safetensors.torch import load_file
 
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
-from tests.test_backend_deepspeed import launch, max_diff
-from tests.test_backend_megatron import MEGATRON, PIPELINE, TOLERANCE, TORCH
-from tests.test_backend_megatron import SEQUENCE_PARALLEL as SP
-from tests.test_sharded_recipes import rl_spec, walker  # noqa: F401  (walker: a fixture used below)
-from tests.training import metrics
+from tests.harness.launch import launch, max_diff
+from tests.harness.specs import MEGATRON, MEGATRON_REWARD, PIPELINE, TORCH, rl_spec
+from tests.harness.specs import MEGATRON_TOLERANCE as TOLERANCE
+from tests.harness.specs import SEQUENCE_PARALLEL as SP
+from tests.harness.training import metrics
 from trainer_core.backends import make_backend
 from trainer_core.backends.dist import DistEnv
 from trainer_core.models.builtin import build_builtin
@@ -27,22 +27,7 @@ from trainer_core.recipes.common import make_optimizer
 from trainer_core.recipes.ppo import ActorCritic, ValueHead
 
 # tiny-llama (grouped-query attention, untied embeddings: the classifier's trunk has no LM head at all).
-REWARD = {
-    "name": "megatron-reward",
-    "algorithm": "reward",
-    "model": {"path": "builtin:tiny-llama", "max_seq_len": 32},
-    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.1},
-    "train": {
-        "steps": 10,
-        "batch_size": 16,
-        "micro_batch_size": 4,  # gradient accumulation is exercised
-        "lr": 3e-3,
-        "warmup_steps": 2,
-        "eval_every": 5,
-        "log_every": 1,
-        "checkpoint_every": 5,
-    },
-}
+REWARD = MEGATRON_REWARD
 REWARD_KEYS = ("train/loss", "train/accuracy", "train/grad_norm", "eval/loss", "eval/accuracy", "eval/margin")
 
 
@@ -100,7 +85,7 @@ def test_reward_resume_continues_the_same_curve(reward_runs: dict[str, Path]) ->
 
 
 @pytest.fixture(scope="module")
-def ppo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # noqa: F811  (the fixture)
+def ppo_runs(walker: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """PPO from the SFT'd walker (tiny-gpt2) on TP=2 and on the torch backend in 1 process."""
     tmp = tmp_path_factory.mktemp("ppo")
     megatron, torch_spec = rl_spec(walker, "ppo", MEGATRON), rl_spec(walker, "ppo", TORCH)

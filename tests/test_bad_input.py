@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from api.models import Checkpoint, LogLine, Metric, Run, Sample
-from tests.factories import auth, create_run, spec, worker_token
+from tests.harness.factories import auth, create_run, spec, worker_token
 
 JSON = {"Content-Type": "application/json"}
 MODEL_BYTES = b"weights" * 10

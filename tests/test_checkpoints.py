@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.models import Checkpoint
-from tests.factories import auth, create_run, worker_token
+from tests.harness.factories import auth, create_run, worker_token
 
 JSON = {"Content-Type": "application/json"}
 MODEL_BYTES = bytes(range(256)) * 16

@@ -9,8 +9,8 @@ import sys
 import httpx
 import pytest
 
-from tests.factories import auth
-from tests.servers import api_processes
+from tests.harness.factories import auth
+from tests.harness.servers import api_processes
 
 
 def rlplane(*args: str) -> subprocess.CompletedProcess:

@@ -21,9 +21,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cli.main import app
-from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.factories import ADMIN_TOKEN, auth
-from tests.servers import api_processes, free_port
+from tests.harness.databases import create_postgres_database, drop_postgres_database
+from tests.harness.factories import ADMIN_TOKEN, auth
+from tests.harness.servers import api_processes, free_port
 
 pytestmark = pytest.mark.postgres_only
 

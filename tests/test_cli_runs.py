@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from cli import follow, output
 from cli.main import app
 from rlplane.client import Client
-from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.servers import UpServer
+from tests.harness.databases import create_postgres_database, drop_postgres_database
+from tests.harness.servers import UpServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["--set", "train.steps=20", "--set", "train.checkpoint_every=10", "--set", "train.eval_every=10"]

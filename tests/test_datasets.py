@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.models import Dataset
-from tests.factories import create_project
+from tests.harness.factories import create_project
 
 SFT_ROWS = [
     {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},

@@ -24,9 +24,8 @@ from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.dcp_worker import full_state
-from tests.test_ilql import SPEC as ILQL_SPEC
-from tests.test_ppo import ppo_spec
-from tests.training import assert_resume_is_exact, dropout_model
+from tests.harness.specs import ILQL_SPEC, ppo_spec
+from tests.harness.training import assert_resume_is_exact, dropout_model
 from trainer_core.backends import Backend, BackendError, TorchBackend, make_backend
 from trainer_core.checkpoint import CheckpointError
 from trainer_core.checkpoint.dcp_metadata import decode_metadata, encode_metadata

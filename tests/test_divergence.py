@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,8 @@ from safetensors.torch import load_file
 
 from rlplane.spec.sections import TrainSpec
 from rlplane.status import EXIT_DIVERGED
-from tests.training import metrics, write_spec
+from tests.harness.launch import trainer_env
+from tests.harness.training import metrics, write_spec
 from trainer_core.cli import main
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 from trainer_core.recipes.loop import LogWindow, StepResult
@@ -91,9 +91,12 @@ def test_no_backend_applies_a_nan_update(tmp_path: Path) -> None:
     names = ["torch", "deepspeed:0", "deepspeed:0:bf16", "deepspeed:1", "deepspeed:2:bf16", "deepspeed:3", "deepspeed:3:bf16"]
     names += ["fsdp2", "megatron"]
     out = tmp_path / "nonfinite.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.nonfinite_worker", str(out), *names], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "tests.nonfinite_worker", str(out), *names],
+        cwd=ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     found = json.loads(out.read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training import (
+from tests.harness.training import (
     ARITHMETIC,
     assert_resume_is_exact,
     dropout_model,

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training import metrics
+from tests.harness.launch import trainer_env
+from tests.harness.training import metrics
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +42,7 @@ def cuda() -> None:
 def train(tmp_path: Path, spec: dict, name: str) -> Path:
     out, path = tmp_path / name, tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
+    env = {**trainer_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
     command = [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(out)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]

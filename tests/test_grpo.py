@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training import ARITHMETIC, assert_resume_is_exact, metrics, run_spec
+from tests.harness.training import ARITHMETIC, assert_resume_is_exact, metrics, run_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

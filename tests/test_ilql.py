@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training import assert_resume_is_exact, dropout_model, metrics, run_spec
+from tests.harness.specs import ILQL_SPEC
+from tests.harness.training import assert_resume_is_exact, dropout_model, metrics, run_spec
 from trainer_core.losses_ilql import (
     MAX_AWAC_WEIGHT,
     awac_weights,
@@ -27,15 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # eval_fraction 0: evaluation answers all 20 start nodes (as trlx's randomwalks does), not a held-out
 # handful whose 0.2-wide score steps make the comparison noisy; the walks from every start stay logged.
-SPEC = {
-    "name": "ilql-test",
-    "algorithm": "ilql",
-    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 16},
-    "data": {"source": "builtin:randomwalks", "eval_fraction": 0.0},
-    "train": {"steps": 400, "batch_size": 32, "lr": 1e-3, "warmup_steps": 10, "eval_every": 100, "log_every": 50},
-    # alpha 0.1 (trlx's randomwalks setting): the default 0.001 leaves the target Q heads near their random init.
-    "ilql": {"alpha": 0.1, "beta": 1.0, "gen": {"max_new_tokens": 10}},
-}
+SPEC = ILQL_SPEC
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.models import LogLine, Sample
-from tests.factories import create_run
+from tests.harness.factories import create_run
 
 
 def lines(n: int, *, attempt: int = 1, rank: int = 0, start: int = 0, text: str = "line {seq}") -> list[dict]:

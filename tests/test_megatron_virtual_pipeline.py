@@ -13,11 +13,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.test_backend_deepspeed import launch, max_diff
-from tests.test_backend_megatron import SFT, TOLERANCE, TORCH
-from tests.test_backend_megatron_heads import REWARD
-from tests.test_sharded_recipes import rl_spec
-from tests.training import metrics
+from tests.harness.launch import launch, max_diff
+from tests.harness.specs import MEGATRON_REWARD as REWARD
+from tests.harness.specs import MEGATRON_SFT as SFT
+from tests.harness.specs import MEGATRON_TOLERANCE as TOLERANCE
+from tests.harness.specs import TORCH, rl_spec
+from tests.harness.training import metrics
 from trainer_core.backends import BackendError
 from trainer_core.megatron.pipeline import Stage, _check_micro_batches, stage_weights, whole_model_names
 from trainer_core.models.builtin import BUILTIN_MODELS, build_tokenizer, model_from_config

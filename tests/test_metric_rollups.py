@@ -9,7 +9,7 @@ from sqlalchemy import delete, select, text
 
 from api.metrics import rollups
 from api.models import Metric, MetricRollup
-from tests.factories import create_run
+from tests.harness.factories import create_run
 
 
 def _post(client, run_id, points):

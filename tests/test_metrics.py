@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from api.metrics import rollups, schemas
 from api.models import Metric, Run
-from tests.factories import create_run
+from tests.harness.factories import create_run
 
 
 def _points(key: str, steps, value=lambda s: math.sin(s / 10)):

@@ -4,16 +4,14 @@ the run's files, and the global batch is split so the loss curve matches one pro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.training import ARITHMETIC, metrics, write_spec
+from tests.harness.baselines import one_torch_thread
+from tests.harness.launch import launch
+from tests.harness.training import ARITHMETIC, metrics, run_spec
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAIN = {"steps": 10, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2, "eval_every": 5, "log_every": 5, "checkpoint_every": 5}
 SPECS = {
     "sft": {"algorithm": "sft"},
@@ -22,21 +20,14 @@ SPECS = {
 }
 
 
-def launch(spec: Path, out: Path, nproc: int) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] if nproc > 1 else [sys.executable]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [*launcher, "-m", "trainer_core", "run", str(spec), "--out", str(out)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-
-
 @pytest.mark.parametrize("algorithm", sorted(SPECS))
 def test_two_processes_train_like_one(algorithm: str, tmp_path: Path) -> None:
     spec = {"name": f"ddp-{algorithm}", "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32}, "data": ARITHMETIC}
-    path = write_spec(tmp_path / "spec.yaml", {**spec, **SPECS[algorithm], "train": TRAIN})
-    one, two = tmp_path / "one", tmp_path / "two"
-    for out, nproc in ((one, 1), (two, 2)):
-        result = launch(path, out, nproc)
-        assert result.returncode == 0, result.stderr[-3000:]
+    spec |= {**SPECS[algorithm], "train": TRAIN}
+    one = tmp_path / "one"
+    with one_torch_thread():  # the one-process baseline in this process: a process start is most of its time
+        run_spec(tmp_path / "one.yaml", spec, "--out", str(one))
+    two = launch(tmp_path, spec, {"kind": "torch"}, "two")
 
     rows = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == len({(r["step"], r["key"]) for r in rows}), "a point was written twice: rank 1 reported"

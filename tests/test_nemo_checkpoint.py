@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from tests.training import metrics, run_spec
+from tests.harness.training import metrics, run_spec
 from trainer_core.megatron import architecture_from_hf, hf_to_megatron, shard
 from trainer_core.models import ModelError, build_builtin, load_model
 

@@ -9,42 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.training import assert_resume_is_exact, metrics, run_spec
+from tests.harness.specs import ppo_spec
+from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-RANDOMWALKS = {"source": "builtin:randomwalks", "eval_fraction": 0.0}  # eval on all 20 start nodes, as trlx does
-
-WALKER_SPEC = {
-    "name": "sft-randomwalks",
-    "algorithm": "sft",
-    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
-    "data": RANDOMWALKS,
-    "train": {"steps": 300, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10, "log_every": 50},
-}
-
-
-def ppo_spec(model: Path, reward: dict, **train: object) -> dict:
-    return {
-        "name": "ppo-test",
-        "algorithm": "ppo",
-        "model": {"path": str(model), "max_seq_len": 32},
-        "reward": reward,
-        "data": RANDOMWALKS,
-        "train": {"steps": 30, "batch_size": 32, "lr": 3e-4, "eval_every": 10, "log_every": 1, **train},
-        "ppo": {"kl_coef": 0.05, "epochs": 4, "minibatch_size": 16, "gen": {"max_new_tokens": 10}, "samples_to_log": 2},
-    }
-
-
-@pytest.fixture(scope="module")
-def walker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tiny-gpt2 after 300 SFT steps on builtin:randomwalks (its random walks and one shortest path per node)."""
-    import torch
-
-    torch.set_num_threads(1)  # the module fixture runs before the function-scoped one
-    tmp = tmp_path_factory.mktemp("walker")
-    run_spec(tmp / "sft.yaml", WALKER_SPEC, "--out", str(tmp / "out"))
-    return tmp / "out" / "final"
 
 
 def test_ppo_raises_optimality_with_kl_bounded(walker: Path, tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.factories import create_run, create_user, worker_token
-from tests.servers import free_port
+from tests.harness.factories import create_run, create_user, worker_token
+from tests.harness.servers import free_port
 from worker.prometheus import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]

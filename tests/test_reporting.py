@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from api.models import LogLine, Metric, Run
 from api.models import Sample as SampleRow
-from tests.factories import ADMIN_TOKEN, auth, create_run, worker_token
+from tests.harness.factories import ADMIN_TOKEN, auth, create_run, worker_token
 from trainer_core.reporting import (
     AsyncReporter,
     CheckpointEvent,

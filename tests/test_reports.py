@@ -5,8 +5,9 @@ import math
 from sqlalchemy import func, select
 
 from api.models import LogLine, Metric, Run, Sample
-from tests.factories import auth, create_run, worker_token
-from trainer_core.reporting.http import MAX_ROWS, report_requests
+from rlplane.limits import MAX_ROWS
+from rlplane.reports import report_requests
+from tests.harness.factories import auth, create_run, worker_token
 
 
 def report(run_id: int) -> dict:

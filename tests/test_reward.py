@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training import ARITHMETIC, assert_resume_is_exact, dropout_model, metrics, run_spec, samples
+from tests.harness.training import ARITHMETIC, assert_resume_is_exact, dropout_model, metrics, run_spec, samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ import torch
 
 from rlplane.spec import SpecError, parse_spec
 from rlplane.spec.sections import BuiltinReward, HttpReward, ModelReward, PythonReward, RewardTerm, SumReward
-from tests.factories import spec as base_spec
+from tests.harness.factories import spec as base_spec
 from trainer_core.data import DataError
 from trainer_core.data.tasks import builtin_reward
 from trainer_core.rewards import RewardError, RewardScores, make_reward

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from sqlalchemy import event
 
 from api.runs.headlines import page_headlines
-from tests.factories import create_run
+from tests.harness.factories import create_run
 
 
 def _log(client, run_id, key, steps, value=lambda step: step / 10):

@@ -5,7 +5,7 @@ from sqlalchemy import func, select
 
 from api.models import Run, RunEvent, RunLink
 from rlplane.client import Client
-from tests.factories import auth, create_project, create_run, create_user, spec, worker_token
+from tests.harness.factories import auth, create_project, create_run, create_user, spec, worker_token
 from worker.client import WorkerApi
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise

@@ -8,7 +8,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance
 
-from tests.factories import ADMIN_TOKEN, create_run, worker_token
+from tests.harness.factories import ADMIN_TOKEN, create_run, worker_token
 
 EXAMPLES_PER_OPERATION = 12
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlplane.spec import TrainSpec
-from tests.training import (
+from tests.harness.training import (
     ARITHMETIC,
     assert_resume_is_exact,
     dropout_model,
@@ -46,7 +46,7 @@ SPEC = {
 
 
 def test_sft_learns_held_out_arithmetic(sft_run: Path) -> None:
-    """tests.training.SFT_SPEC: 1,000 steps of tiny-gpt2 from random weights on builtin:arithmetic.
+    """tests.harness.training.SFT_SPEC: 1,000 steps of tiny-gpt2 from random weights on builtin:arithmetic.
     The held-out answer loss (prompt tokens masked) falls below a fifth of its step-0 value, and
     greedy answers to held-out problems go from none right to at least 85% right (measured: 96%)."""
     eval_loss = metrics(sft_run, "eval/loss")

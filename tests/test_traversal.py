@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from tests.factories import ADMIN_TOKEN, create_run
+from tests.harness.factories import ADMIN_TOKEN, create_run
 
 SECRET = f"TOP-SECRET-{uuid.uuid4().hex}"
 PASSWD_MARK = b"root:x:0:0"

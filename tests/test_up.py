@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import UpServer
+from tests.harness.servers import UpServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

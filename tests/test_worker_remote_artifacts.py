@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_worker_runs import LONG, SPEC, Stack, assert_metrics_once
+from tests.harness.worker_stack import LONG, SPEC, Stack, assert_metrics_once
 from trainer_core.data import load_examples
 
 ROOT = Path(__file__).resolve().parents[1]

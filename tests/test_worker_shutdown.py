@@ -10,7 +10,7 @@ import re
 import signal
 import time
 
-from tests.test_worker_runs import LONG, Stack, assert_metrics_once, stack  # noqa: F401  (the fixture)
+from tests.harness.worker_stack import LONG, Stack, assert_metrics_once
 
 
 def test_sigterm_hands_the_run_back_and_another_worker_resumes_it(stack: Stack) -> None:  # noqa: F811  (the fixture)

@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from api.models import Worker
 from api.models.base import utcnow
-from tests.factories import auth, create_project, create_run, create_user, worker_token
+from tests.harness.factories import auth, create_project, create_run, create_user, worker_token
 
 GPU = {"index": 0, "name": "NVIDIA H100", "memory_total_mb": 81559, "memory_used_mb": 1024, "utilization": 37.5}
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.harness.launch import ROOT
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -37,7 +39,7 @@ class ApiProcess:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=ROOT,
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
@@ -88,7 +90,7 @@ class UpServer:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", str(workers)],
             env=self.env,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
