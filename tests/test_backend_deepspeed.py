@@ -15,26 +15,13 @@ from transformers import AutoModelForCausalLM
 
 from rlplane.spec import parse_spec
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
+from tests.harness.specs import SHARDED_SFT
 from tests.harness.training import metrics
 from worker.launcher import split_rank, trainer_command
 
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs
 
-SFT = {
-    "name": "ds-sft",
-    "algorithm": "sft",
-    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
-    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0},
-    "train": {
-        "steps": 12,
-        "batch_size": 8,
-        "micro_batch_size": 2,
-        "lr": 3e-3,
-        "log_every": 1,
-        "eval_every": None,
-        "checkpoint_every": 6,
-    },
-}
+SFT = {**SHARDED_SFT, "name": "ds-sft"}
 DPO = {**SFT, "name": "ds-dpo", "algorithm": "dpo", "train": {**SFT["train"], "lr": 1e-3}}
 
 

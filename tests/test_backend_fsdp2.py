@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.launch import finish, max_diff, start
+from tests.harness.specs import SHARDED_SFT
 from tests.harness.training import metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks
@@ -28,21 +29,7 @@ TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point
 FSDP2 = {"kind": "fsdp2", "precision": "fp32"}
 TORCH = {"kind": "torch", "precision": "fp32"}
 
-SFT = {
-    "name": "fsdp2-sft",
-    "algorithm": "sft",
-    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
-    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0},
-    "train": {
-        "steps": 12,
-        "batch_size": 8,
-        "micro_batch_size": 2,  # 2 micro-steps per rank: no_sync is exercised
-        "lr": 3e-3,
-        "log_every": 1,
-        "eval_every": None,
-        "checkpoint_every": 6,
-    },
-}
+SFT = {**SHARDED_SFT, "name": "fsdp2-sft"}
 DPO = {
     **SFT,
     "name": "fsdp2-dpo",

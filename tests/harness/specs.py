@@ -49,6 +49,24 @@ def rl_spec(walker: Path, algorithm: str, backend: dict) -> dict:
     }
 
 
+# What the sharding backends (DeepSpeed, FSDP2) are held to the torch backend's curve on: 12 SFT steps from random
+# weights, 2 micro-steps per rank of 2 (gradient accumulation and no_sync exercised), a checkpoint at step 6.
+SHARDED_SFT = {
+    "name": "sharded-sft",
+    "algorithm": "sft",
+    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 32},
+    "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0},
+    "train": {
+        "steps": 12,
+        "batch_size": 8,
+        "micro_batch_size": 2,
+        "lr": 3e-3,
+        "log_every": 1,
+        "eval_every": None,
+        "checkpoint_every": 6,
+    },
+}
+
 ILQL_SPEC = {
     "name": "ilql-test",
     "algorithm": "ilql",
