@@ -31,11 +31,11 @@ from megatron.core.dist_checkpointing.core import CheckpointingConfig
 from megatron.core.models.gpt import GPTModel
 from safetensors.torch import load_file, save_file
 
-from trainer_core.megatron import architecture_from_hf, hf_to_megatron, shard, unshard
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.dist_checkpoint import load_distributed, save_distributed
-from trainer_core.megatron.model import build_gpt_model, causal_inputs, gather_tp_shards, init_model_parallel, load_shard
+from trainer_core.backends.megatron.dist_checkpoint import load_distributed, save_distributed
+from trainer_core.backends.megatron.model import build_gpt_model, causal_inputs, gather_tp_shards, init_model_parallel, load_shard
 from trainer_core.models import build_builtin
+from trainer_core.models.megatron import architecture_from_hf, hf_to_megatron, shard, unshard
+from trainer_core.models.megatron.config import Architecture
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 EXTRA = {"step": 2, "data_position": 6, "note": "resume here"}

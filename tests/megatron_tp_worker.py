@@ -23,8 +23,7 @@ from megatron.core import tensor_parallel
 from megatron.core.models.gpt import GPTModel
 from transformers import PreTrainedModel
 
-from trainer_core.megatron import ConvertedCheckpoint, convert_to_cache, export_hf, hf_state_dict
-from trainer_core.megatron.model import (
+from trainer_core.backends.megatron.model import (
     build_gpt_model,
     causal_inputs,
     gather_tp_shards,
@@ -33,6 +32,7 @@ from trainer_core.megatron.model import (
     model_shard,
 )
 from trainer_core.models import build_builtin
+from trainer_core.models.megatron import ConvertedCheckpoint, convert_to_cache, export_hf, hf_state_dict
 
 NAMES = ("tiny-gpt2", "tiny-llama")
 # 512 tokens padded to a multiple of 100 * TP = 200 -> 600: the padded rows must not leak into logits.

@@ -26,10 +26,10 @@ from tests.harness.launch import ROOT, launch, max_diff, trainer_env
 from tests.harness.specs import MEGATRON, MEGATRON_SFT, MEGATRON_TOLERANCE, PIPELINE, SEQUENCE_PARALLEL, TORCH, rl_spec
 from tests.harness.training import metrics
 from trainer_core.backends import BackendError, make_backend
+from trainer_core.backends.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.checkpoint.sharded import sharded_state_kind
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import sft_loss
-from trainer_core.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.tokenize import collate, pad_id, tokenize_rows
@@ -257,7 +257,7 @@ def test_bf16_without_a_gpu_is_refused_at_start() -> None:
 
 def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused() -> None:
     """Checked at trainer start (the spec does not read the model's config): tiny-llama has 4 heads, 2 key/value heads."""
-    from trainer_core.megatron.wrap import architecture_for
+    from trainer_core.backends.megatron.wrap import architecture_for
 
     config = build_builtin("tiny-llama")[0].config
     assert architecture_for(config, 2).num_query_groups == 2

@@ -34,7 +34,7 @@ def test_import_boundaries():
 
 def test_no_pickle_anywhere():
     """No pickle module, no pickle.load, and torch.load only with weights_only=True: its restricted unpickler
-    builds tensors and plain containers only (the NeMo checkpoint reader, trainer_core/megatron/nemo.py)."""
+    builds tensors and plain containers only (the NeMo checkpoint reader, trainer_core/models/megatron/nemo.py)."""
     pattern = re.compile(
         r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|joblib)\b|pickle\.loads?\(|torch\.load\((?![^)]*weights_only=True)",
         re.M,

@@ -10,7 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, LlamaConfig, PreTrainedModel
 
-from trainer_core.megatron import (
+from trainer_core.models import ModelError, build_builtin
+from trainer_core.models.builtin import model_from_config
+from trainer_core.models.megatron import (
     CHECKPOINT_DIR_ENV,
     architecture_from_hf,
     cache_root,
@@ -21,9 +23,7 @@ from trainer_core.megatron import (
     shard,
     unshard,
 )
-from trainer_core.megatron import cache as cache_module
-from trainer_core.models import ModelError, build_builtin
-from trainer_core.models.builtin import model_from_config
+from trainer_core.models.megatron import cache as cache_module
 
 TP = 2
 

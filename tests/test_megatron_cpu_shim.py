@@ -1,4 +1,4 @@
-"""trainer_core/megatron/cpu_shim.py: patches only without CUDA, once, and only the calls it names.
+"""trainer_core/backends/megatron/cpu_shim.py: patches only without CUDA, once, and only the calls it names.
 
 Each case runs in a fresh interpreter: the shim patches torch.cuda process-wide, and the other tests
 in this process must see torch as it is.
@@ -26,7 +26,7 @@ def test_without_cuda_the_shim_names_the_cpu_and_is_idempotent() -> None:
     run_python(
         """
         import pytest, torch
-        from trainer_core.megatron.cpu_shim import apply_cpu_shim, cpu_shim_applied
+        from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim, cpu_shim_applied
         assert not torch.cuda.is_available()
         with pytest.raises((AssertionError, RuntimeError)):
             torch.cuda.current_device()
@@ -46,7 +46,7 @@ def test_only_the_pipeline_schedules_count_on_the_cpu_and_cuda_moves_only_while_
         """
         import pytest, torch
         from megatron.core.pipeline_parallel import schedules
-        from trainer_core.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
+        from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
         apply_cpu_shim()
         assert schedules.torch.zeros([], dtype=torch.int, device="cuda").device.type == "cpu"
         assert schedules.torch.cat is torch.cat  # everything else is torch's own
@@ -67,7 +67,7 @@ def test_with_cuda_the_shim_changes_nothing() -> None:
         import torch
         torch.cuda.is_available = lambda: True  # as on a GPU node
         original = (torch.cuda.current_device, torch.cuda.synchronize)
-        from trainer_core.megatron.cpu_shim import apply_cpu_shim, cpu_shim_applied
+        from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim, cpu_shim_applied
         assert apply_cpu_shim() is False and not cpu_shim_applied()
         assert (torch.cuda.current_device, torch.cuda.synchronize) == original
         from megatron.core.pipeline_parallel import schedules

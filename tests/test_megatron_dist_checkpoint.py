@@ -1,4 +1,4 @@
-"""Megatron distributed checkpoints (trainer_core/megatron/dist_checkpoint.py) on CPU under gloo:
+"""Megatron distributed checkpoints (trainer_core/backends/megatron/dist_checkpoint.py) on CPU under gloo:
 a TP=2 GPTModel + AdamW saved after 2 steps holds only JSON and safetensors, loads back bit for bit
 and resumes to the same losses; the same checkpoint loads into TP=1 (resharded: the gathered TP=2
 weights and moments, the same logits), and that TP=1 checkpoint back into TP=2. Twice: with a
@@ -23,9 +23,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from trainer_core.backends.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.checkpoint.errors import CheckpointError
 from trainer_core.launch import free_port
-from trainer_core.megatron.dist_checkpoint_files import check_no_pickle
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"step": 2, "data_position": 6, "note": "resume here"}  # tests/megatron_dcp_worker.py saves this

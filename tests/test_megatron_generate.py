@@ -1,4 +1,4 @@
-"""Sampling from a GPTModel shard with megatron-core's KV cache (trainer_core/megatron/generate.py), in this
+"""Sampling from a GPTModel shard with megatron-core's KV cache (trainer_core/backends/megatron/generate.py), in this
 process (TP 1): with the same RNG it returns exactly what Hugging Face's generate() returns for the model
 it was converted from: left-padded prompts, greedy and sampled (temperature, top-k, top-p), rows that
 finish early at an eos id or a stop string and continue with padding, and an early end when every row
@@ -15,7 +15,7 @@ from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
 from trainer_core.backends import make_backend
 from trainer_core.backends.dist import DistEnv
-from trainer_core.megatron.generate import generate
+from trainer_core.backends.megatron.generate import generate
 from trainer_core.models.builtin import build_builtin
 from trainer_core.recipes.common import make_optimizer
 

@@ -20,7 +20,7 @@ from tests.harness.specs import MEGATRON_TOLERANCE as TOLERANCE
 from tests.harness.specs import TORCH, rl_spec
 from tests.harness.training import metrics
 from trainer_core.backends import BackendError
-from trainer_core.megatron.pipeline import Stage, _check_micro_batches, stage_weights, whole_model_names
+from trainer_core.backends.megatron.pipeline import Stage, _check_micro_batches, stage_weights, whole_model_names
 from trainer_core.models.builtin import BUILTIN_MODELS, build_tokenizer, model_from_config
 
 VIRTUAL = {"kind": "megatron", "precision": "fp32", "tensor_parallel": 1, "pipeline_parallel": 3, "virtual_pipeline_parallel": 2}

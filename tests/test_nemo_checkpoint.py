@@ -1,4 +1,4 @@
-"""An un-tarred NeMo checkpoint directory as model.path (trainer_core/megatron/nemo.py).
+"""An un-tarred NeMo checkpoint directory as model.path (trainer_core/models/megatron/nemo.py).
 
 The directories here are written the way NeMo 1.x saves a megatron-core GPT model: model_config.yaml
 and model_weights.ckpt (torch.save of the state dict, `model.`-prefixed, Transformer Engine's fused
@@ -18,8 +18,8 @@ import torch
 import yaml
 
 from tests.harness.training import metrics, run_spec
-from trainer_core.megatron import architecture_from_hf, hf_to_megatron, shard
 from trainer_core.models import ModelError, build_builtin, load_model
+from trainer_core.models.megatron import architecture_from_hf, hf_to_megatron, shard
 
 TE_NAMES = {
     ".input_layernorm.weight": ".self_attention.linear_qkv.layer_norm_weight",

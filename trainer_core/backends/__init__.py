@@ -24,7 +24,7 @@ def make_backend(backend: BackendSpec, train: TrainSpec, env: DistEnv | None = N
         from trainer_core.backends.fsdp2_backend import Fsdp2Backend
 
         return Fsdp2Backend(backend, train, env)
-    from trainer_core.backends.megatron_backend import MegatronBackend
+    from trainer_core.backends.megatron.backend import MegatronBackend
 
     return MegatronBackend(backend, train, env)
 

@@ -29,7 +29,7 @@ DCP_DIR = "dcp"  # a checkpoint's sharded state, beside model/ and the rest
 VALUES = "values.json"
 # Where each backend.kind that shards checkpoints keeps its state in one, each a directory whose
 # metadata.json is written last: fsdp2's DCP shards (this module), megatron's dist_checkpointing
-# (trainer_core/megatron/dist_checkpoint.py).
+# (trainer_core/backends/megatron/dist_checkpoint.py).
 SHARDED_STATE_DIRS = {"fsdp2": DCP_DIR, "megatron": "megatron"}
 
 

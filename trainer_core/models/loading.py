@@ -1,5 +1,5 @@
 """`model.path` -> (model, tokenizer): builtin:<name>, run:<id>[@step], a local directory (a Hugging Face
-one, or an un-tarred NeMo checkpoint: converted once, trainer_core/megatron/nemo.py), or a Hub id.
+one, or an un-tarred NeMo checkpoint: converted once, trainer_core/models/megatron/nemo.py), or a Hub id.
 
 `kind="causal"` gives a language model; `kind="score"` a one-output sequence-classification head
 (reward model, critic). A causal checkpoint loads as `score` too: the body keeps its weights and
@@ -29,7 +29,7 @@ from trainer_core.models.errors import ModelError
 
 __all__ = ["DirectoryResolver", "ModelError", "RunResolver", "load_model", "torch_dtype"]
 
-NEMO_CONFIG = "model_config.yaml"  # an un-tarred NeMo checkpoint (trainer_core/megatron/nemo.py)
+NEMO_CONFIG = "model_config.yaml"  # an un-tarred NeMo checkpoint (trainer_core/models/megatron/nemo.py)
 
 DType = Literal["auto", "fp32", "bf16", "fp16"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -98,7 +98,7 @@ def load_model(
         return _load_pretrained(*_local_dirs(directory), kind, dtype, None, trust_remote_code, seed)
     local = Path(path).expanduser()
     if local.is_dir() and (local / NEMO_CONFIG).is_file():
-        from trainer_core.megatron.nemo import nemo_as_hf_directory  # needs torch and transformers only
+        from trainer_core.models.megatron.nemo import nemo_as_hf_directory  # needs torch and transformers only
 
         converted = str(nemo_as_hf_directory(local))
         return _load_pretrained(converted, converted, kind, dtype, None, trust_remote_code, seed)

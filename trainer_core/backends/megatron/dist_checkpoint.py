@@ -34,15 +34,15 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.utils import make_sharded_tensor_for_checkpoint
 from torch import nn
 
-from trainer_core.checkpoint.errors import CheckpointError
-from trainer_core.megatron.cpu_shim import apply_cpu_shim
-from trainer_core.megatron.dist_checkpoint_files import COMMON_BACKEND, FORMAT_VERSION, SHARDED_BACKEND, check_no_pickle
-from trainer_core.megatron.dist_checkpoint_strategies import (
+from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim
+from trainer_core.backends.megatron.dist_checkpoint_files import COMMON_BACKEND, FORMAT_VERSION, SHARDED_BACKEND, check_no_pickle
+from trainer_core.backends.megatron.dist_checkpoint_strategies import (
     JsonLoadCommonStrategy,
     JsonSaveCommonStrategy,
     SafetensorsLoadShardedStrategy,
     SafetensorsSaveShardedStrategy,
 )
+from trainer_core.checkpoint.errors import CheckpointError
 
 COMMON_STEP = "common_step"  # megatron's FP32Optimizer keeps the shared step under this key too
 HEADS = "heads."  # the sharded key prefix of replicated parameters beside the GPTModel

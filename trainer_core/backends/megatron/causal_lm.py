@@ -26,10 +26,10 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
 
-from trainer_core.megatron.layout import Layout
-from trainer_core.megatron.model import causal_inputs
-from trainer_core.megatron.sequence_parallel import pad_sequence
-from trainer_core.megatron.trunk import final_hidden_states, logits_from_hidden, whole_sequence
+from trainer_core.backends.megatron.layout import Layout
+from trainer_core.backends.megatron.model import causal_inputs
+from trainer_core.backends.megatron.sequence_parallel import pad_sequence
+from trainer_core.backends.megatron.trunk import final_hidden_states, logits_from_hidden, whole_sequence
 
 
 @dataclass
@@ -89,7 +89,7 @@ class PipelineStage:
 
     def pipelined_forward(self, **inputs: Any) -> Any:
         """The whole pipeline, forward only, for a call outside training: the last stage's output on every stage."""
-        from trainer_core.megatron.pipeline import forward_everywhere
+        from trainer_core.backends.megatron.pipeline import forward_everywhere
 
         if torch.is_grad_enabled():
             raise RuntimeError(

@@ -27,9 +27,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer_core.megatron.config import DEFAULT_VOCAB_DIVISOR, Architecture, architecture_from_hf
-from trainer_core.megatron.convert import StateDict, hf_to_megatron
-from trainer_core.megatron.sharding import shard
+from trainer_core.models.megatron.config import DEFAULT_VOCAB_DIVISOR, Architecture, architecture_from_hf
+from trainer_core.models.megatron.convert import StateDict, hf_to_megatron
+from trainer_core.models.megatron.sharding import shard
 
 CHECKPOINT_DIR_ENV = "RLPLANE_MEGATRON_CHECKPOINT_DIR"
 MANIFEST = "megatron.json"

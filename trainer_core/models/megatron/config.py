@@ -2,7 +2,7 @@
 
 `Architecture` is plain data (it is stored as JSON beside converted weights); `architecture_from_hf`
 reads it off a GPT-2 or Llama config. Building the TransformerConfig and the model from it is
-trainer_core/megatron/model.py's job, so this module and the weight conversion need no megatron.
+trainer_core/backends/megatron/model.py's job, so this module and the weight conversion need no megatron.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from trainer_core.backends.base import BackendError
-from trainer_core.megatron.convert import StateDict
-from trainer_core.megatron.layout import Layout, to_hf, to_shard
+from trainer_core.backends.megatron.layout import Layout, to_hf, to_shard
+from trainer_core.models.megatron.convert import StateDict
 
 __all__ = ["Layout", "gather_hf_state", "megatron_groups", "scatter_hf_state", "to_hf", "to_shard"]
 

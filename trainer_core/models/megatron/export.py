@@ -12,9 +12,9 @@ from pathlib import Path
 
 from huggingface_hub import save_torch_state_dict
 
-from trainer_core.megatron.cache import ConvertedCheckpoint
-from trainer_core.megatron.convert import StateDict, megatron_to_hf
-from trainer_core.megatron.sharding import unshard
+from trainer_core.models.megatron.cache import ConvertedCheckpoint
+from trainer_core.models.megatron.convert import StateDict, megatron_to_hf
+from trainer_core.models.megatron.sharding import unshard
 
 
 def hf_state_dict(shards: list[StateDict], checkpoint: ConvertedCheckpoint) -> StateDict:

@@ -39,7 +39,7 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from trainer_core.megatron.causal_lm import attention_inputs
+from trainer_core.backends.megatron.causal_lm import attention_inputs
 
 # What rollouts.generate passes that changes nothing here (the cache is always used).
 _IGNORED = ("use_cache",)

@@ -1,7 +1,7 @@
 """Hugging Face GPT-2 / Llama weights <-> Megatron-Core GPTModel weights in the TP=1 layout.
 
 The TP=1 layout is what an unsharded GPTModel holds, with the vocabulary left unpadded; splitting
-it over tensor-parallel ranks (and padding the vocabulary) is trainer_core/megatron/sharding.py's
+it over tensor-parallel ranks (and padding the vocabulary) is trainer_core/models/megatron/sharding.py's
 job. What differs from Hugging Face:
 
 - attention: one fused `linear_qkv` whose rows are grouped per key/value head as
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import torch
 
-from trainer_core.megatron.config import Architecture
 from trainer_core.models.errors import ModelError
+from trainer_core.models.megatron.config import Architecture
 
 StateDict = dict[str, torch.Tensor]
 

@@ -2,38 +2,38 @@
 GPTModel shard.
 
 `prepare` converts the recipe's Hugging Face model to this rank's GPTModel shard (its TP slice of
-its pipeline stage's layers: trainer_core/megatron/wrap.py, through the converted-weights cache when
+its pipeline stage's layers: trainer_core/backends/megatron/wrap.py, through the converted-weights cache when
 the model was loaded from a directory), wrapped so the recipes call it like the HF model
-(trainer_core/megatron/causal_lm.py: `.logits` over the real vocabulary, gathered over TP; a sequence
+(trainer_core/backends/megatron/causal_lm.py: `.logits` over the real vocabulary, gathered over TP; a sequence
 classifier or PPO's actor-critic keeps its head whole beside the shard, reading its final hidden
-states: trainer_core/megatron/heads.py), and points the recipe's optimizer at the shards in place
+states: trainer_core/backends/megatron/heads.py), and points the recipe's optimizer at the shards in place
 (same class, groups and settings; the scheduler built on it stays valid). Data parallelism is over
 the ranks outside a TP x PP group: they read the same batch (`data_rank`, `data_world_size`),
 gradients are averaged over the data-parallel group in `step`, and `all_reduce` reduces over it.
 
-Pipeline parallelism (trainer_core/megatron/pipeline.py): `forward_backward` runs a step's
+Pipeline parallelism (trainer_core/backends/megatron/pipeline.py): `forward_backward` runs a step's
 micro-batches through megatron-core's own 1F1B schedule; a forward pass outside training runs the
 schedule forward-only, every stage getting the last stage's output; a tied embedding's two copies
 (first and last stage) take the sum of their gradients. On CPU the schedules run through the shim in
 cpu_shim.py. Virtual stages (`virtual_pipeline_parallel`): each rank holds that many chunks of layers
-(trainer_core/megatron/virtual_stages.py) and training runs megatron's interleaved schedule.
+(trainer_core/backends/megatron/virtual_stages.py) and training runs megatron's interleaved schedule.
 
 The optimizer step is torch's: megatron's own DistributedOptimizer needs CUDA (and apex or Transformer
 Engine), so a CPU run cannot use it; context parallelism needs Transformer Engine's attention and is
-refused. Sequence parallelism (trainer_core/megatron/sequence_parallel.py): the norms' gradients,
+refused. Sequence parallelism (trainer_core/backends/megatron/sequence_parallel.py): the norms' gradients,
 each rank's positions only, are summed over the TP group before the step. On GPU bf16 is torch
 autocast over fp32 shards (never run here: no GPU). `generate` samples from the shards with
-megatron-core's KV cache (trainer_core/megatron/generate.py); a TP group's ranks are seeded alike so
+megatron-core's KV cache (trainer_core/backends/megatron/generate.py); a TP group's ranks are seeded alike so
 they sample the same rollouts.
 
 Checkpoints are sharded (`sharded_kind`): every rank writes its shards of the GPTModel, the kept
 heads and Adam's state into the checkpoint's megatron/ through megatron's dist_checkpointing with
-strategies of ours (safetensors + JSON, never a pickle: trainer_core/megatron/dist_checkpoint.py), and
+strategies of ours (safetensors + JSON, never a pickle: trainer_core/backends/megatron/dist_checkpoint.py), and
 a resume reads them after `prepare`, resharded to this run's tensor-, pipeline- and data-parallel
 sizes. Only the weights are still gathered (`full_state` without the optimizer), for the
 checkpoint's Hugging Face model/. A gathered checkpoint (the torch backend's, or megatron's own
 before sharded ones) still resumes: its HF weights load before `prepare` and `load_optimizer_state`
-converts Adam's state over the HF parameters to this rank's shards (trainer_core/megatron/optim_state.py).
+converts Adam's state over the HF parameters to this rank's shards (trainer_core/backends/megatron/optim_state.py).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class MegatronBackend(Backend):
             self._owns_group = True
         from megatron.core import parallel_state
 
-        from trainer_core.megatron.model import init_model_parallel
+        from trainer_core.backends.megatron.model import init_model_parallel
 
         with torch.random.fork_rng(devices=[]):  # megatron seeds torch; the recipe seeds its own RNG just below
             init_model_parallel(self.tp_size, seed=train.seed, pp_size=self.pp_size, vp_size=self.vp_size)
@@ -141,8 +141,8 @@ class MegatronBackend(Backend):
     def prepare(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
-        from trainer_core.megatron.optim_state import megatron_groups
-        from trainer_core.megatron.wrap import local_parameters, wrap
+        from trainer_core.backends.megatron.optim_state import megatron_groups
+        from trainer_core.backends.megatron.wrap import local_parameters, wrap
 
         if optimizer.state:
             raise RuntimeError("backend.prepare needs a fresh optimizer: the megatron backend replaces its parameters.")
@@ -158,14 +158,14 @@ class MegatronBackend(Backend):
 
     @property
     def _placement(self) -> Any:
-        from trainer_core.megatron.wrap import Placement
+        from trainer_core.backends.megatron.wrap import Placement
 
         sizes = (self.tp_rank, self.tp_size, self.pp_rank, self.pp_size)
         return Placement(*sizes, self.spec.sequence_parallel, self.device, self.vp_size)
 
     def _convert_cached(self, source: str, model: nn.Module) -> Any:
         """The converted-weights cache's entry for a model loaded from `source` (rank zero writes it once)."""
-        from trainer_core.megatron import convert_to_cache
+        from trainer_core.models.megatron import convert_to_cache
 
         if self.is_rank_zero:
             convert_to_cache(source, model, self.tp_size)
@@ -175,7 +175,7 @@ class MegatronBackend(Backend):
     def prepare_frozen(self, model: nn.Module) -> nn.Module:
         """A frozen causal LM (a reference) is sharded like the policy; other models (a reward model's
         classifier) stay whole on each rank."""
-        from trainer_core.megatron.wrap import convert_causal
+        from trainer_core.backends.megatron.wrap import convert_causal
 
         model = model.eval().requires_grad_(False)
         if model.get_output_embeddings() is None:
@@ -185,7 +185,7 @@ class MegatronBackend(Backend):
     def unwrap(self, model: nn.Module) -> nn.Module:
         """The recipe's model (HF config, save_pretrained); its transformer's weights are stale: `full_state` has the
         trained ones. Forward passes go through the prepared model."""
-        from trainer_core.megatron.wrap import is_wrapper
+        from trainer_core.backends.megatron.wrap import is_wrapper
 
         return model.hf_model if is_wrapper(model) else model
 
@@ -197,10 +197,10 @@ class MegatronBackend(Backend):
         return f"megatron TP {self.tp_size}{pipeline} x DP {self._dp_size} ({local:,} parameters on rank {self.rank}, {where})"
 
     def generate(self, model: nn.Module, **kwargs: Any) -> Any:
-        """Sampled from the policy's GPTModel shards with megatron-core's KV cache (trainer_core/megatron/generate.py):
+        """Sampled from the policy's GPTModel shards with megatron-core's KV cache (trainer_core/backends/megatron/generate.py):
         no rank gathers the model. A TP group's ranks, seeded alike, draw the same tokens."""
-        from trainer_core.megatron.causal_lm import MegatronCausalLM
-        from trainer_core.megatron.generate import generate
+        from trainer_core.backends.megatron.causal_lm import MegatronCausalLM
+        from trainer_core.backends.megatron.generate import generate
 
         wrapped, _ = self._prepared()
         causal = next((m for m in wrapped.modules() if isinstance(m, MegatronCausalLM) and m.hf_model is model), None)
@@ -214,7 +214,7 @@ class MegatronBackend(Backend):
         if self.pp_size > 1:
             from functools import partial
 
-            from trainer_core.megatron.pipeline import inference_step
+            from trainer_core.backends.megatron.pipeline import inference_step
 
             kwargs["step"] = partial(inference_step, causal)
         return generate(causal.gpt, causal.arch.vocab_size, **kwargs)
@@ -226,7 +226,7 @@ class MegatronBackend(Backend):
         recipe's sums, made on the last stage, reach every stage. Without it, the base class's loop."""
         if self.pp_size == 1:
             return super().forward_backward(model, steps)
-        from trainer_core.megatron.pipeline import broadcast_tensor, run_schedule
+        from trainer_core.backends.megatron.pipeline import broadcast_tensor, run_schedule
 
         wrapped, _ = self._prepared()
         with self.autocast():
@@ -251,7 +251,7 @@ class MegatronBackend(Backend):
         model, optimizer = self._prepared()
         params = [p for p in model.parameters() if p.grad is not None]
         if self.spec.sequence_parallel:
-            from trainer_core.megatron.sequence_parallel import allreduce_sequence_parallel_grads
+            from trainer_core.backends.megatron.sequence_parallel import allreduce_sequence_parallel_grads
 
             allreduce_sequence_parallel_grads(params, self._ps.get_tensor_model_parallel_group())
         if self.pp_size > 1:
@@ -275,7 +275,7 @@ class MegatronBackend(Backend):
     def _sum_tied_embedding_grads(self, model: Any) -> None:
         """Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's copy (its
         output layer) take the sum of both gradients, so they stay equal (megatron's embedding group)."""
-        from trainer_core.megatron.virtual_stages import chunks_of
+        from trainer_core.backends.megatron.virtual_stages import chunks_of
 
         gpt = model.gpt
         if not (gpt.share_embeddings_and_output_weights and self._ps.is_rank_in_embedding_group(ignore_virtual=True)):
@@ -314,9 +314,9 @@ class MegatronBackend(Backend):
     def full_state(
         self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
     ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any] | None]:
-        from trainer_core.megatron.model import model_shard
-        from trainer_core.megatron.optim_state import gather_hf_state, to_hf
-        from trainer_core.megatron.wrap import heads, local_parameters
+        from trainer_core.backends.megatron.model import model_shard
+        from trainer_core.backends.megatron.optim_state import gather_hf_state, to_hf
+        from trainer_core.backends.megatron.wrap import heads, local_parameters
 
         wrapped, _ = self._prepared()
         shard = model_shard(wrapped.gpt) | {name: p.detach().clone() for name, p in heads(wrapped).items()}
@@ -331,16 +331,16 @@ class MegatronBackend(Backend):
 
     def save_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Every rank writes its shards of the GPTModel, the kept heads and Adam's state (megatron's dist_checkpointing)."""
-        from trainer_core.megatron.dist_checkpoint import save_distributed
-        from trainer_core.megatron.wrap import heads
+        from trainer_core.backends.megatron.dist_checkpoint import save_distributed
+        from trainer_core.backends.megatron.wrap import heads
 
         wrapped, _ = self._prepared()
         save_distributed(directory, wrapped.gpt, optimizer, {}, heads=heads(wrapped))
 
     def load_sharded_state(self, directory: Path, optimizer: torch.optim.Optimizer) -> None:
         """Resharded to this run's tensor-parallel and data-parallel sizes by dist_checkpointing."""
-        from trainer_core.megatron.dist_checkpoint import load_distributed
-        from trainer_core.megatron.wrap import heads
+        from trainer_core.backends.megatron.dist_checkpoint import load_distributed
+        from trainer_core.backends.megatron.wrap import heads
 
         wrapped, _ = self._prepared()
         load_distributed(directory, wrapped.gpt, optimizer, heads=heads(wrapped), holds_heads=wrapped.layout.holds_heads)
@@ -348,8 +348,8 @@ class MegatronBackend(Backend):
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """A gathered checkpoint's (the torch backend's, or megatron's before sharded ones) Adam state over the HF
         parameters, converted to this rank's shards."""
-        from trainer_core.megatron.optim_state import scatter_hf_state
-        from trainer_core.megatron.wrap import local_parameters
+        from trainer_core.backends.megatron.optim_state import scatter_hf_state
+        from trainer_core.backends.megatron.wrap import local_parameters
 
         wrapped, _ = self._prepared()
         local = scatter_hf_state(

@@ -37,11 +37,11 @@ import torch
 import yaml
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 
-from trainer_core.megatron.cache import cache_root
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict, megatron_to_hf
-from trainer_core.megatron.sharding import unshard
 from trainer_core.models.errors import ModelError
+from trainer_core.models.megatron.cache import cache_root
+from trainer_core.models.megatron.config import Architecture
+from trainer_core.models.megatron.convert import StateDict, megatron_to_hf
+from trainer_core.models.megatron.sharding import unshard
 
 NEMO_CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"

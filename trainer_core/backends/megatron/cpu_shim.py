@@ -22,7 +22,7 @@ present. What it covers, and why:
   stage. `tensors_stay_on_cpu()`, around the constructor only, makes `Tensor.cuda()` return the
   tensor itself while it lasts.
 
-Not covered here, because the caller controls them (see trainer_core/megatron/model.py):
+Not covered here, because the caller controls them (see trainer_core/backends/megatron/model.py):
 - the default causal mask is created on "cuda": pass an explicit `attention_mask`;
 - the CUDA RNG tracker forks CUDA generator states: initialise it with `inference_rng_tracker=True`
   (its fork is a no-op) and set every dropout to 0;

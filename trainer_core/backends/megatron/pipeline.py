@@ -31,10 +31,10 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from trainer_core.backends.base import BackendError, MicroStep
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict
-from trainer_core.megatron.virtual_stages import VirtualStages, chunks_of
+from trainer_core.backends.megatron.virtual_stages import VirtualStages, chunks_of
 from trainer_core.models.errors import ModelError
+from trainer_core.models.megatron.config import Architecture
+from trainer_core.models.megatron.convert import StateDict
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 _FIRST_ONLY = ("embedding.",)
@@ -199,7 +199,7 @@ def run_schedule(
     walks the chunks itself (`walk_chunks`), since that schedule needs at least pipeline_parallel micro-batches."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from trainer_core.megatron.cpu_shim import apply_cpu_shim
+    from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim
 
     apply_cpu_shim()
     chunks = chunks_of(wrapper.gpt)

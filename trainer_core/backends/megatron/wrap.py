@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from trainer_core.backends.base import BackendError
-from trainer_core.megatron.causal_lm import MegatronCausalLM
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.heads import MegatronComposite, MegatronScoreModel
-from trainer_core.megatron.layout import Layout, to_shard
-from trainer_core.megatron.model import build_gpt_model, load_shard
-from trainer_core.megatron.pipeline import Stage, stage_weights
+from trainer_core.backends.megatron.causal_lm import MegatronCausalLM
+from trainer_core.backends.megatron.heads import MegatronComposite, MegatronScoreModel
+from trainer_core.backends.megatron.layout import Layout, to_shard
+from trainer_core.backends.megatron.model import build_gpt_model, load_shard
+from trainer_core.backends.megatron.pipeline import Stage, stage_weights
+from trainer_core.models.megatron.config import Architecture
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ def architecture_for(config: Any, tp_size: int, pp_size: int = 1, vp_size: int =
     """The Megatron architecture of an HF config, split over `tp_size` ranks and `pp_size` stages of `vp_size` virtual
     stages; BackendError naming
     the backend field when the heads, key/value groups, MLP or layers do not split (the spec cannot know)."""
-    from trainer_core.megatron import architecture_from_hf
     from trainer_core.models.errors import ModelError
+    from trainer_core.models.megatron import architecture_from_hf
 
     arch = architecture_from_hf(config)
     try:

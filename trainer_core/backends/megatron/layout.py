@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict, hf_to_megatron, megatron_to_hf
-from trainer_core.megatron.model import gather_tp_shards
-from trainer_core.megatron.pipeline import Stage, gather_stages, stage_weights, whole_model_names
-from trainer_core.megatron.sharding import shard, unshard
+from trainer_core.backends.megatron.model import gather_tp_shards
+from trainer_core.backends.megatron.pipeline import Stage, gather_stages, stage_weights, whole_model_names
+from trainer_core.models.megatron.config import Architecture
+from trainer_core.models.megatron.convert import StateDict, hf_to_megatron, megatron_to_hf
+from trainer_core.models.megatron.sharding import shard, unshard
 
 LM_HEAD = "lm_head.weight"
 

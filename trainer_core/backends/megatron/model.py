@@ -13,11 +13,11 @@ from megatron.core import parallel_state, tensor_parallel
 from megatron.core.models.gpt import GPTModel
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict
-from trainer_core.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
-from trainer_core.megatron.sequence_parallel import layer_spec
-from trainer_core.megatron.virtual_stages import VirtualStages
+from trainer_core.backends.megatron.cpu_shim import apply_cpu_shim, tensors_stay_on_cpu
+from trainer_core.backends.megatron.sequence_parallel import layer_spec
+from trainer_core.backends.megatron.virtual_stages import VirtualStages
+from trainer_core.models.megatron.config import Architecture
+from trainer_core.models.megatron.convert import StateDict
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer_core.megatron.config import Architecture
-from trainer_core.megatron.convert import StateDict
 from trainer_core.models.errors import ModelError
+from trainer_core.models.megatron.config import Architecture
+from trainer_core.models.megatron.convert import StateDict
 
 _VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 _COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", "mlp.linear_fc1.weight", "mlp.linear_fc1.bias")

@@ -43,9 +43,7 @@ from megatron.core.dist_checkpointing.strategies.torch import (
     mcore_to_pyt_state_dict,
 )
 
-from trainer_core.checkpoint.dcp_storage import SafetensorsReader, SafetensorsWriter
-from trainer_core.checkpoint.sharded import _as_checkpoint_error
-from trainer_core.megatron.dist_checkpoint_files import (
+from trainer_core.backends.megatron.dist_checkpoint_files import (
     COMMON,
     COMMON_BACKEND,
     FORMAT_VERSION,
@@ -56,6 +54,8 @@ from trainer_core.megatron.dist_checkpoint_files import (
     read_state,
     write_state,
 )
+from trainer_core.checkpoint.dcp_storage import SafetensorsReader, SafetensorsWriter
+from trainer_core.checkpoint.sharded import _as_checkpoint_error
 
 
 def _check_backend(found: str, expected: str, what: str) -> None:

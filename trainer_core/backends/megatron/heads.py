@@ -24,9 +24,9 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from torch import nn
 
-from trainer_core.megatron.causal_lm import MegatronCausalLM, PipelineStage, ShardOf
-from trainer_core.megatron.layout import Layout
-from trainer_core.megatron.trunk import final_hidden_states, whole_sequence
+from trainer_core.backends.megatron.causal_lm import MegatronCausalLM, PipelineStage, ShardOf
+from trainer_core.backends.megatron.layout import Layout
+from trainer_core.backends.megatron.trunk import final_hidden_states, whole_sequence
 
 
 @dataclass
