@@ -164,6 +164,7 @@ LAUNCHING = (
         "test_nemo_checkpoint",
         "test_prometheus",
         "test_rewards",
+        "test_services",
         "test_up",
         "test_worker_remote_artifacts",
         "test_worker_runs",
