@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Rows kept for streams that read slower than the run is written; one further behind reads the database itself.
-LOG_ROWS = 50_000
+LOG_ROWS = 20_000
 # Streams woken per turn of the event loop when a batch comes: between turns the loop serves other requests.
 WAKE_AT_ONCE = 16
 # Database connections SSE may hold at once (the request pool has 30), so requests such as ingest keep theirs.
