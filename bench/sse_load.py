@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""SSE fan-out under load: one client ingests metric batches while N dashboards stream the same run.
+
+A benchmark, not a test. One `rlplane api` process on Postgres; for each N (default 0, 20, 100, 300, 1000):
+
+  * a fresh run, and N dashboards opening `GET /api/v1/runs/{id}/events` on it (all connected and past
+    `hello` before the clock starts), read by a second process so that they do not share the ingest
+    client's interpreter;
+  * one client posting 100-point batches back to back (10 keys x 10 steps, as bench/ingest.py), until
+    --points are sent or --max-seconds have passed;
+  * then up to --drain-s for every dashboard to have every point.
+
+The table, medians of --repeat rounds (each round runs every N in turn, so a slow spell on a shared machine
+hits every N): ingest points/s, the batch request's p50/p99, whether every dashboard received every point in
+every round (each counts its points and checks that the cursor of its metrics messages only grows, so
+nothing came twice), how long after the last ingest answer the slowest dashboard had them all (the worst
+round), the API process's CPU time per point ingested (fan-out included; steadier than points/s when other work
+shares the machine), and the CPU cores used over the ingest window by the API process, Postgres, the ingest client, the
+dashboards' process and everything else (someone else's work: it makes the numbers noisy). The API runs
+pinned to --server-cpus; the client and the dashboards share --client-cpus.
+Target (issue 22): with 300 dashboards, ingest within 20% of the N=0 figure and p99 under 50 ms.
+
+    .venv/bin/python bench/sse_load.py                          # about 3 minutes on 2 cores
+    .venv/bin/python bench/sse_load.py --dashboards 0,300 --rev HEAD~3   # an older commit, for before/after
+    .venv/bin/python bench/sse_load.py --json bench/results/sse_load.json
+
+The database --db (default rlplane_bench_sse) is dropped and re-created, and dropped at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingestbench import log  # noqa: E402
+from ingestbench.load import batches_for, percentile  # noqa: E402
+from ingestbench.machine import rlplane_source  # noqa: E402
+from ingestbench.postgres import Pg  # noqa: E402
+from ingestbench.processes import TICKS, CpuMeter  # noqa: E402
+from ingestbench.rlplane_api import RUN_SPEC, start_rlplane  # noqa: E402
+
+TARGET_SLOWDOWN = 0.20
+TARGET_P99_MS = 50.0
+METRIC_CURSOR = re.compile(rb"^id: \d+-(\d+)-", re.M)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dashboards", default="0,20,100,300,1000", help="comma-separated N (default %(default)s)")
+    p.add_argument("--points", type=int, default=40_000, help="points to ingest per N at most (default %(default)s)")
+    p.add_argument("--max-seconds", type=float, default=6.0, help="stop ingesting after this long (default %(default)s)")
+    p.add_argument("--batch", type=int, default=100, help="points per ingest request (default %(default)s)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of each N; the table shows medians (default %(default)s)")
+    p.add_argument("--drain-s", type=float, default=30.0, help="how long dashboards may take to catch up (default %(default)s)")
+    p.add_argument("--poll-s", type=float, help="the server's RLPLANE_SSE_POLL_S (default: the server's own)")
+    p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432", help="Postgres server URL (default %(default)s)")
+    p.add_argument("--db", default="rlplane_bench_sse", help="database, dropped and re-created (default %(default)s)")
+    p.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    p.add_argument("--rev", help="benchmark this git revision (exported with git archive) instead of the working tree")
+    p.add_argument("--src", type=Path, help="benchmark the rlplane code in this directory instead")
+    p.add_argument("--server-cpus", default="0", help="CPUs the API process is pinned to (default %(default)s)")
+    p.add_argument("--client-cpus", default="1", help="CPUs the ingest client and the dashboards use (default %(default)s)")
+    p.add_argument("--no-pin", action="store_true", help="pin nothing")
+    p.add_argument("--json", type=Path, help="also write the results here as JSON")
+    return p.parse_args(argv)
+
+
+# ---- the dashboards: a child process, told what to do on stdin, answering on stdout ----
+
+
+class Dashboard:
+    """One stream, read with asyncio streams: HTTP/1.1 chunked framing, then SSE messages split on blank lines."""
+
+    def __init__(self) -> None:
+        self.points = 0
+        self.last_metric_cursor = -1
+        self.repeated = False
+        self.hello = asyncio.Event()
+        self.error: str | None = None
+
+    async def read(self, host: str, port: int, path: str, token: str) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
+            request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+            writer.write(request.encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
+            buffer = b""
+            while True:
+                size = int((await reader.readline()).strip(), 16)
+                if size == 0:
+                    return
+                buffer += await reader.readexactly(size)
+                await reader.readexactly(2)
+                *messages, buffer = buffer.split(b"\n\n")
+                for message in messages:
+                    self._take(message)
+        except (OSError, RuntimeError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.hello.set()
+
+    def _take(self, message: bytes) -> None:
+        if b"\nevent: hello\n" in message:
+            self.hello.set()
+        elif b"\nevent: metrics\n" in message:
+            cursor = int(METRIC_CURSOR.match(message).group(1))
+            self.repeated |= cursor <= self.last_metric_cursor
+            self.last_metric_cursor = cursor
+            self.points += message.count(b'"step":')
+
+
+async def watch(url: str, token: str, run_id: int, n: int) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    path = f"/api/v1/runs/{run_id}/events"
+    boards = [Dashboard() for _ in range(n)]
+    opening = asyncio.Semaphore(50)  # a burst of 1000 connects would overflow the server's accept backlog
+
+    async def open_one(board: Dashboard) -> None:
+        async with opening:
+            task = asyncio.create_task(board.read(host, int(port), path, token))
+            await board.hello.wait()
+        await task
+
+    tasks = [asyncio.create_task(open_one(b)) for b in boards]
+    await asyncio.gather(*(b.hello.wait() for b in boards))
+    errors = [b.error for b in boards if b.error]
+    print(json.dumps({"ready": True, "errors": errors[:3]}), flush=True)
+    loop = asyncio.get_running_loop()
+    sent = int(await loop.run_in_executor(None, sys.stdin.readline))
+    asked = time.monotonic()
+    deadline = asked + float(await loop.run_in_executor(None, sys.stdin.readline))
+    drained = 0.0
+    while time.monotonic() < deadline:
+        if all(b.points >= sent for b in boards):
+            drained = time.monotonic() - asked
+            break
+        await asyncio.sleep(0.05)
+    complete = sum(1 for b in boards if b.points == sent and not b.repeated)
+    short = sorted(b.points for b in boards if b.points != sent)[:3]
+    print(json.dumps({"complete": complete, "drain_s": drained if complete == n else None, "short": short}), flush=True)
+    for task in tasks:
+        task.cancel()
+
+
+# ---- the parent: server, ingest client, table ----
+
+
+def user_sys(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def measure(url: str, token: str, pg_db: str, server, args: argparse.Namespace, n: int) -> dict:
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        spec = {**RUN_SPEC, "name": f"sse-{n}"}
+        run_id = client.post("/api/v1/runs", content=orjson.dumps(spec)).raise_for_status().json()["id"]
+        child = subprocess.Popen(
+            [sys.executable, __file__, "_watch", url, token, str(run_id), str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            ready = json.loads(child.stdout.readline() or "{}")
+            if not ready.get("ready") or ready["errors"]:
+                raise RuntimeError(f"dashboards did not connect: {ready}")
+            bodies = [
+                orjson.dumps([{"key": k, "step": s, "value": v, "time": t} for k, s, v, t in chunk])
+                for chunk in batches_for(args.points, args.batch, time.time())
+            ]
+            meter = CpuMeter(server, pg_db)
+            client.get("/healthz").raise_for_status()
+            latencies, sent = [], 0
+            start, api_start = meter.snapshot(), user_sys(server.proc.pid)
+            stop_at = start[0] + args.max_seconds
+            for body in bodies:
+                t0 = time.perf_counter()
+                answer = client.post(f"/api/v1/runs/{run_id}/metrics", content=body).raise_for_status().json()
+                latencies.append(time.perf_counter() - t0)
+                sent += answer["accepted"]
+                if time.monotonic() > stop_at:
+                    break
+            end, api_end = meter.snapshot(), user_sys(server.proc.pid)
+            child.stdin.write(f"{sent}\n{args.drain_s}\n")
+            child.stdin.flush()
+            result = json.loads(child.stdout.readline() or "{}")
+        finally:
+            child.kill()
+            child.wait()
+    latencies.sort()
+    cores = meter.shares(start, end)
+    # The dashboards' process is ours, but CpuMeter counts it as someone else's: move it to its own column.
+    watchers = (end[1].get(child.pid, (0, 0.0))[1] - start[1].get(child.pid, (0, 0.0))[1]) / (end[0] - start[0])
+    return {
+        "dashboards": n,
+        "points": sent,
+        "points_per_s": sent / (end[0] - start[0]),
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "complete": result.get("complete", 0),
+        "drain_s": result.get("drain_s"),
+        "short": result.get("short"),
+        "api_cores": cores["server"],
+        # What the API spends per point ingested, fan-out included: steadier than points/s when others share the CPUs.
+        "api_us_per_point": cores["server"] / (sent / (end[0] - start[0])) * 1e6,
+        # Kernel time (socket writes) runs without the GIL, beside the interpreter's own work.
+        "api_user_cores": round((api_end[0] - api_start[0]) / (end[0] - start[0]), 3),
+        "api_sys_cores": round((api_end[1] - api_start[1]) / (end[0] - start[0]), 3),
+        "postgres_cores": cores["postgres"],
+        "client_cores": cores["client"],
+        "dashboards_cores": round(watchers, 3),
+        "other_cores": round(max(0.0, cores["other"] - watchers), 3),
+    }
+
+
+def median_row(repetitions: list[dict]) -> dict:
+    """Medians over the repetitions; every point must have reached every dashboard in all of them."""
+    row = {k: statistics.median(r[k] for r in repetitions) for k in repetitions[0] if k not in ("short", "drain_s")}
+    row["complete"] = min(r["complete"] for r in repetitions)
+    row["dashboards"] = repetitions[0]["dashboards"]
+    drains = [r["drain_s"] for r in repetitions]
+    row["drain_s"] = None if None in drains else max(drains)
+    row["short"] = next((r["short"] for r in repetitions if r["short"]), [])
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    base = next((r["points_per_s"] for r in rows if r["dashboards"] == 0), None)
+    out = [
+        "| dashboards | ingest points/s | vs N=0 | p50 ms | p99 ms | every point to every dashboard | drain s "
+        "| API cores | API CPU µs/point | Postgres cores | client cores | dashboards cores | other cores |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = f"{r['points_per_s'] / base - 1:+.0%}" if base else "-"
+        got = "yes" if r["complete"] == r["dashboards"] else f"no ({r['complete']}/{r['dashboards']}; short: {r['short']})"
+        drain = "-" if r["drain_s"] is None else f"{r['drain_s']:.2f}"
+        out.append(
+            f"| {r['dashboards']} | {r['points_per_s']:,.0f} | {ratio} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {got} "
+            f"| {drain} | {r['api_cores']:.2f} | {r['api_us_per_point']:.0f} | {r['postgres_cores']:.2f} "
+            f"| {r['client_cores']:.2f} | {r['dashboards_cores']:.2f} | {r['other_cores']:.2f} |"
+        )
+    at300 = next((r for r in rows if r["dashboards"] == 300), None)
+    if base and at300:
+        ok = at300["points_per_s"] >= (1 - TARGET_SLOWDOWN) * base and at300["p99_ms"] < TARGET_P99_MS
+        out.append(
+            f"\ntarget at N=300 (ingest within {TARGET_SLOWDOWN:.0%} of N=0, p99 < {TARGET_P99_MS:.0f} ms, every point): "
+            + ("met" if ok and at300["complete"] == 300 else "NOT met")
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["_watch"]:
+        url, token, run_id, n = sys.argv[2:6]
+        asyncio.run(watch(url, token, int(run_id), int(n)))
+        return 0
+    args = parse_args(argv)
+    counts = [int(n) for n in args.dashboards.split(",")]
+    # Each dashboard is a socket at both ends; the server and the child inherit this limit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(counts) + 1024)), hard))
+    pg = Pg(args.pg)
+    token = secrets.token_hex(24)
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlplane-sse-")))
+        pg.recreate(args.db)
+        if not args.keep:
+            stack.callback(pg.drop, args.db)
+        server_cpus = client_cpus = None
+        if not args.no_pin:
+            server_cpus = {int(c) for c in args.server_cpus.split(",")}
+            client_cpus = {int(c) for c in args.client_cpus.split(",")}
+            os.sched_setaffinity(0, client_cpus)  # the dashboards' process inherits it
+        if args.poll_s is not None:
+            os.environ["RLPLANE_SSE_POLL_S"] = str(args.poll_s)
+        src, code = rlplane_source(args.rev, args.src, workdir)
+        server = start_rlplane(pg, args.db, token, src, code, workdir, server_cpus)
+        stack.callback(server.stop)
+        log(f"warm-up (uncounted); load average {os.getloadavg()[0]:.2f}")
+        measure(server.base_url, token, args.db, server, argparse.Namespace(**{**vars(args), "points": 5000}), 0)
+        runs: dict[int, list[dict]] = {n: [] for n in counts}
+        for round_ in range(args.repeat):  # rounds, not N after N: a slow spell on a shared machine hits every N
+            for n in counts:
+                log(f"round {round_ + 1}/{args.repeat}: N={n} dashboards")
+                runs[n].append(measure(server.base_url, token, args.db, server, args, n))
+                log(f"  {runs[n][-1]}")
+        rows = [median_row(runs[n]) for n in counts]
+        print(f"\nrlplane code: {code}; {os.cpu_count()} CPUs; load average at the end {os.getloadavg()[0]:.2f}")
+        print(table(rows))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"code": code, "rows": rows, "repetitions": runs}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
