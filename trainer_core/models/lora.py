@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import PreTrainedModel
 
 from trainer_core.models.errors import ModelError
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 ALL_LINEAR = "all-linear"
 # Attention projections per architecture (config.model_type) when the spec names no modules.
@@ -47,6 +49,9 @@ def target_modules_for(model: PreTrainedModel, requested: Sequence[str]) -> str 
 
 def apply_lora(model: PreTrainedModel, lora_spec: LoraSettings) -> PeftModel:
     """Wrap `model` with LoRA adapters; only the adapters (and a score head) stay trainable."""
+    # Imported here: peft costs every trainer process a fifth of a second, and most runs train no adapter.
+    from peft import LoraConfig, TaskType, get_peft_model
+
     score = is_score_model(model)
     config = LoraConfig(
         r=lora_spec.r,
