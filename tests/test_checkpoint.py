@@ -331,7 +331,7 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
 
     from rlplane.spec import parse_spec
     from trainer_core.backends import make_backend
-    from trainer_core.recipes.checkpointing import save_and_rotate
+    from trainer_core.recipes.checkpointing import CheckpointState, save_and_rotate
     from trainer_core.reporting.reporter import AsyncReporter
     from trainer_core.reporting.sinks import JsonlSink
 
@@ -353,9 +353,10 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
 
         original, checkpointing.save_checkpoint = checkpointing.save_checkpoint, save_then_look
         try:
-            save_and_rotate(tmp_path / "checkpoints", 7, backend=make_backend(spec.backend, spec.train), model=model,
-                            tokenizer=tokenizer, optimizer=optimizer, scheduler=None, data_position={}, spec={},
-                            keep_last=2, reporter=reporter)  # fmt: skip
+            state = CheckpointState(step=7, prepared=model, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                                    scheduler=None, data_position={}, spec={})  # fmt: skip
+            save_and_rotate(tmp_path / "checkpoints", state, backend=make_backend(spec.backend, spec.train), keep_last=2,
+                            reporter=reporter)  # fmt: skip
         finally:
             checkpointing.save_checkpoint = original
         assert [json.loads(line)["step"] for line in saved[0].splitlines()] == [7]

@@ -1,6 +1,6 @@
 """Checkpoints from inside a recipe: a resume's two halves around backend.prepare (weights before it,
-optimizer, schedule and every rank's generators after it), checkpoint-if-due with rotation, and the
-final export. Every rank calls these: sharding backends gather, or write their own shards.
+optimizer, schedule and every rank's generators after it), one CheckpointState saved with rotation, and
+the final export. Every rank calls these: sharding backends gather, or write their own shards.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,37 +61,70 @@ def restore_training(resume_from: Path, backend: Backend, optimizer: torch.optim
     rank_rng.restore_rank_rng(resume_from, backend.data_rank, backend.data_world_size)
 
 
-def save_and_rotate(
-    checkpoint_dir: Path,
-    step: int,
-    *,
-    backend: Backend,
-    model: nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    data_position: dict,
-    spec: dict,
-    keep_last: int,
-    reporter: Reporter,
-    extra: dict[str, Any] | None = None,
-    modules: dict[str, nn.Module] | None = None,
-    wrapped: nn.Module | None = None,
-) -> CheckpointInfo | None:
-    """Rank zero writes the full checkpoint for `step`, drops all but the newest keep_last, and reports it.
+@dataclass
+class CheckpointState:
+    """Everything one checkpoint holds of a run (torchtune's TrainingProgress beside the model and optimizer). A recipe
+    says what it saves, the platform says how: `run_state` fills it from the run, and a recipe whose checkpoint
+    holds more (PPO's value head and KL controller, ILQL's Q heads) names those parts. step, data_position, spec
+    and extra come back as the TrainState a resume reads."""
 
-    `extra` (plain JSON) and `modules` (value head, critic, Q heads) go into it beside the model.
-    `wrapped`: what backend.prepare returned when `model` and `modules` are parts of it (PPO's
-    actor-critic); every rank calls this, since a sharding backend gathers the states from all
-    (or, where it shards checkpoints, every rank first writes its shards into the staging directory)."""
+    step: int
+    prepared: nn.Module  # what backend.prepare returned: a sharding backend gathers the whole state from it
+    model: nn.Module  # the part of `prepared` saved as the checkpoint's Hugging Face model
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    data_position: dict[str, int]
+    spec: dict[str, Any]
+    modules: dict[str, nn.Module] = field(default_factory=dict)  # trained beside the model: value head, critic, Q heads
+    extra: dict[str, Any] = field(default_factory=dict)  # plain JSON: a KL controller, a reward normaliser
+
+
+def run_state(
+    run: Any,
+    *,
+    model: nn.Module | None = None,
+    modules: dict[str, nn.Module] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> CheckpointState:
+    """The run's checkpoint state: its prepared model (or the part `model` of it), optimizer, schedule, data
+    position and spec, with a recipe's own `modules` and `extra`."""
+    return CheckpointState(
+        step=run.step,
+        prepared=run.model,
+        model=model if model is not None else run.backend.unwrap(run.model),
+        tokenizer=run.tokenizer,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        data_position=run.order.position,
+        spec=dump_spec(run.spec),
+        modules=modules or {},
+        extra=extra or {},
+    )
+
+
+def checkpoint_run(run: Any, state: CheckpointState) -> CheckpointInfo | None:
+    """Save `state` under OUT/checkpoints and rotate to train.keep_last."""
+    return save_and_rotate(
+        run.out_dir / "checkpoints", state, backend=run.backend, keep_last=run.spec.train.keep_last, reporter=run.reporter
+    )
+
+
+def save_and_rotate(
+    checkpoint_dir: Path, state: CheckpointState, *, backend: Backend, keep_last: int, reporter: Reporter
+) -> CheckpointInfo | None:
+    """Rank zero writes the full checkpoint of `state`, drops all but the newest keep_last, and reports it.
+
+    Every rank calls this, since a sharding backend gathers the states from all (or, where it shards
+    checkpoints, every rank first writes its shards into the staging directory)."""
     info = None
     sharded = backend.shards_checkpoints
-    full_model, full_optimizer = backend.full_state(wrapped if wrapped is not None else model, None if sharded else optimizer)
-    root = backend.unwrap(wrapped if wrapped is not None else model)
-    staged = shared_staging_dir(checkpoint_dir, step, backend) if sharded else None
+    full_model, full_optimizer = backend.full_state(state.prepared, None if sharded else state.optimizer)
+    root = backend.unwrap(state.prepared)
+    staged = shared_staging_dir(checkpoint_dir, state.step, backend) if sharded else None
     if staged is not None:
         try:
-            backend.save_sharded_state(sharded_state_dir(staged, backend.sharded_kind), optimizer)
+            backend.save_sharded_state(sharded_state_dir(staged, backend.sharded_kind), state.optimizer)
         except BaseException:
             if backend.is_rank_zero:
                 shutil.rmtree(staged, ignore_errors=True)
@@ -102,17 +136,17 @@ def save_and_rotate(
         reporter.flush(timeout=30)
         info = save_checkpoint(
             checkpoint_dir,
-            step,
-            model=backend.unwrap(model),
-            tokenizer=tokenizer,
-            optimizer=None if sharded else optimizer,
-            scheduler=scheduler,
-            data_position=data_position,
-            spec=spec,
-            extra=extra,
-            modules=modules,
-            model_state=None if full_model is None else part_of(full_model, root, backend.unwrap(model)),
-            module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in (modules or {}).items()},
+            state.step,
+            model=state.model,
+            tokenizer=state.tokenizer,
+            optimizer=None if sharded else state.optimizer,
+            scheduler=state.scheduler,
+            data_position=state.data_position,
+            spec=state.spec,
+            extra=state.extra,
+            modules=state.modules,
+            model_state=None if full_model is None else part_of(full_model, root, state.model),
+            module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in state.modules.items()},
             optimizer_state=full_optimizer,
             staged=staged,
             rank_rngs=rngs,
@@ -120,7 +154,7 @@ def save_and_rotate(
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
             CheckpointEvent(
-                step=step,
+                step=state.step,
                 path=str(info.path.relative_to(checkpoint_dir.parent)),
                 size=info.size,
                 sha256=info.sha256,
@@ -185,23 +219,6 @@ def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) ->
     if prefix == "":
         return state
     return {key[len(prefix) + 1 :]: value for key, value in state.items() if key.startswith(prefix + ".")}
-
-
-def checkpoint_run(run: Any) -> None:
-    """Save the run's full training state under OUT/checkpoints and rotate to train.keep_last."""
-    save_and_rotate(
-        run.out_dir / "checkpoints",
-        run.step,
-        backend=run.backend,
-        model=run.model,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-    )
 
 
 def export_final(run: Any, model: nn.Module | None = None) -> Path | None:

@@ -3,7 +3,7 @@ rejected one relative to a frozen reference model (dpo.beta, dpo.loss, dpo.label
 
     setup()            backend, policy, reference, tokenizer, pairs, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
+    run_state()        (checkpointing) what a checkpoint holds: under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the policy is exported to OUT/final as a plain Hugging Face directory.
 
 The reference is dpo.ref_model or, by default, a copy of the policy as model.path loads it. It is
@@ -31,7 +31,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, samples
+from trainer_core.recipes import common, loop, samples
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -233,7 +233,7 @@ def train_step(run: DpoRun) -> loop.StepResult:
 def train(run: DpoRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
     # The policy only is checkpointed: the reference is rebuilt from the spec on resume.
-    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpointing.checkpoint_run)
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate)
 
 
 def run_dpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> DpoRun:

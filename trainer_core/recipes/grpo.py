@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlplane.spec import RunSpec, dump_spec
+from rlplane.spec import RunSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
@@ -275,27 +275,14 @@ def evaluate(run: GrpoRun) -> dict[str, float]:
     return rollouts.evaluate(run, run.policy, rollouts.eval_rows(run), run.spec.grpo.gen, run.reward)
 
 
-def checkpoint(run: GrpoRun) -> None:
-    checkpointing.save_and_rotate(
-        run.out_dir / "checkpoints",
-        run.step,
-        backend=run.backend,
-        model=run.policy,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-        extra={"reward": run.reward.state_dict()},
-        wrapped=run.model,
-    )
+def checkpoint_state(run: GrpoRun) -> checkpointing.CheckpointState:
+    """The policy as the checkpoint's model, and the reward normaliser; the reference is rebuilt from the spec."""
+    return checkpointing.run_state(run, model=run.policy, extra={"reward": run.reward.state_dict()})
 
 
 def train(run: GrpoRun, stop_at: int | None = None) -> None:
     """GRPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpoint)
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint_state=checkpoint_state)
 
 
 def run_grpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> GrpoRun:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from rlplane.spec import RunSpec, dump_spec
+from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
@@ -358,23 +358,9 @@ def train_step(run: IlqlRun) -> loop.StepResult:
     return loop.StepResult({**_means(run, totals), "train/grad_norm": grad_norm}, tokens)
 
 
-def checkpoint(run: IlqlRun) -> None:
+def checkpoint_state(run: IlqlRun) -> checkpointing.CheckpointState:
     """The LM as the checkpoint's model and every head (target heads included) as the module ilql_heads."""
-    checkpointing.save_and_rotate(
-        run.out_dir / "checkpoints",
-        run.step,
-        backend=run.backend,
-        model=run.ilql.lm,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-        modules={"ilql_heads": run.ilql.heads},
-        wrapped=run.model,
-    )
+    return checkpointing.run_state(run, model=run.ilql.lm, modules={"ilql_heads": run.ilql.heads})
 
 
 def train(run: IlqlRun, stop_at: int | None = None) -> None:
@@ -384,7 +370,7 @@ def train(run: IlqlRun, stop_at: int | None = None) -> None:
         stop_at,
         step=train_step,
         evaluate=lambda r: evaluate(r, r.step),
-        checkpoint=checkpoint,
+        checkpoint_state=checkpoint_state,
         first_eval=lambda r: {"data/reward_mean": r.reward_mean, **(evaluate(r, 0) or {})},
     )
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_core.recipes import common, hand_back
+from trainer_core.recipes import checkpointing, common, hand_back
+from trainer_core.recipes.checkpointing import CheckpointState
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 
 
@@ -60,12 +61,13 @@ def run_loop(
     *,
     step: Callable[[Any], StepResult],
     evaluate: Callable[[Any], Mapping[str, float] | None],
-    checkpoint: Callable[[Any], None],
+    checkpoint_state: Callable[[Any], CheckpointState] = checkpointing.run_state,
     first_eval: Callable[[Any], Mapping[str, float] | None] | None = None,
 ) -> None:
     """Train `run` (spec, reporter, backend, scheduler, step, out_dir) to train.steps, or stop after step
     `stop_at`, checkpointed, as a preempted run would. `first_eval` (default `evaluate`) reports step 0 of a
-    fresh run; `evaluate` runs every train.eval_every steps and at the end."""
+    fresh run; `evaluate` runs every train.eval_every steps and at the end; `checkpoint_state` says what a
+    checkpoint of the run holds (default: the run's model, optimizer, schedule and data position)."""
     t, reporter = run.spec.train, run.reporter
     last = t.steps if stop_at is None else min(stop_at, t.steps)
     if run.step == 0 and (values := (first_eval or evaluate)(run)):
@@ -87,7 +89,7 @@ def run_loop(
                 reporter.metrics(done, values)
             handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
             if handing_back or common.is_due(done, t.checkpoint_every, last):
-                checkpoint(run)
+                checkpointing.checkpoint_run(run, checkpoint_state(run))
             if handing_back:
                 break
     except Diverged as exc:

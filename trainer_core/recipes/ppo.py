@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlplane.spec import RunSpec, dump_spec
+from rlplane.spec import RunSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
@@ -336,28 +336,20 @@ def evaluate(run: PpoRun) -> dict[str, float]:
     return rollouts.evaluate(run, run.actor_critic.policy, rollouts.eval_rows(run), run.spec.ppo.gen, run.reward)
 
 
-def checkpoint(run: PpoRun) -> None:
-    checkpointing.save_and_rotate(
-        run.out_dir / "checkpoints",
-        run.step,
-        backend=run.backend,
+def checkpoint_state(run: PpoRun) -> checkpointing.CheckpointState:
+    """The policy as the checkpoint's model, the value head (and critic) beside it, the KL controller and the reward
+    normaliser; the reference is rebuilt from the spec."""
+    return checkpointing.run_state(
+        run,
         model=run.actor_critic.policy,
-        tokenizer=run.tokenizer,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        data_position=run.order.position,
-        spec=dump_spec(run.spec),
-        keep_last=run.spec.train.keep_last,
-        reporter=run.reporter,
-        extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict()},
         modules=run.actor_critic.checkpoint_modules(),
-        wrapped=run.model,
+        extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict()},
     )
 
 
 def train(run: PpoRun, stop_at: int | None = None) -> None:
     """PPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpoint)
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint_state=checkpoint_state)
 
 
 def run_ppo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> PpoRun:

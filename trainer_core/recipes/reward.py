@@ -3,7 +3,7 @@ r(prompt, chosen) > r(prompt, rejected), with the Bradley-Terry loss (and reward
 
     setup()            backend, score model, tokenizer, pairs, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
+    run_state()        (checkpointing) what a checkpoint holds: under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the score model is exported to OUT/final as a plain Hugging Face directory
 (AutoModelForSequenceClassification loads it).
 
@@ -27,7 +27,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, samples
+from trainer_core.recipes import common, loop, samples
 from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
 from trainer_core.recipes.tokenize import pad_id
 from trainer_core.reporting import Reporter, make_reporter
@@ -155,7 +155,7 @@ def train_step(run: RewardRun) -> loop.StepResult:
 
 def train(run: RewardRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint=checkpointing.checkpoint_run)
+    loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate)
 
 
 def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> RewardRun:

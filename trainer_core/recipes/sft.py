@@ -2,7 +2,7 @@
 
     setup()            backend, model, tokenizer, data, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
-    checkpoint_run()   (common) full state under OUT/checkpoints/step-N (rotated to keep_last)
+    run_state()        (checkpointing) what a checkpoint holds: under OUT/checkpoints/step-N (rotated to keep_last)
 and at the end the model is exported to OUT/final as a plain Hugging Face directory.
 
 A step's loss is the token-weighted mean over the global batch: each micro-batch contributes its
@@ -25,7 +25,7 @@ from trainer_core.backends import Backend, MicroStep, local_batch_range, make_ba
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, samples
+from trainer_core.recipes import common, loop, samples
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.reporting import Reporter, make_reporter
 
@@ -131,7 +131,7 @@ def train_step(run: SftRun) -> loop.StepResult:
 
 def train(run: SftRun, stop_at: int | None = None) -> None:
     """Train to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
-    loop.run_loop(run, stop_at, step=train_step, evaluate=_eval_metrics, checkpoint=checkpointing.checkpoint_run)
+    loop.run_loop(run, stop_at, step=train_step, evaluate=_eval_metrics)
 
 
 def _eval_metrics(run: SftRun) -> dict[str, float] | None:
