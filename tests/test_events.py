@@ -17,8 +17,8 @@ from api.events.feed import FeedHub
 from api.events.follow import follow
 from api.models import Metric, RunEvent
 from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.harness.factories import ADMIN_TOKEN, auth, create_run, spec
-from tests.harness.servers import api_processes
+from tests.factories import ADMIN_TOKEN, auth, create_run, spec
+from tests.servers import api_processes
 
 
 def parse(stream_text: str) -> list[dict]:
@@ -241,7 +241,7 @@ class TestSharedFeed:
             slow = await Follower(hub, run_id).until(lambda f: f.messages)
             for first in range(0, 100, 10):
                 post_points(client, run_id, range(first, first + 10))
-                await asyncio.sleep(0.1)  # the feed publishes each batch on its own; `slow` reads none of them
+                await asyncio.sleep(0.05)  # the feed publishes each batch on its own; `slow` reads none of them
             assert hub.feeds[run_id].first_seq > 0
             assert await slow.points(100) == list(range(100))
             post_points(client, run_id, range(100, 110))
@@ -284,17 +284,17 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
     expected = [(p["key"], p["step"]) for batch in batches for p in batch]
 
     async def dashboard(client: httpx.AsyncClient, ready: asyncio.Event, params: dict) -> list[tuple[str, int]]:
-        seen, buffer = [], ""
+        # Parsed at the end: JSON decoding while ingest runs would slow this process's ingest client, not the API.
+        body, points = "", 0
         async with client.stream("GET", f"/api/v1/runs/{run_id}/events", params={"timeout_s": 60, **params}) as response:
             async for text in response.aiter_text():
-                *blocks, buffer = (buffer + text).split("\n\n")
-                for message in parse("\n\n".join(blocks) + "\n\n") if blocks else []:
+                points += (body[-6:] + text).count('"step":')
+                body += text
+                if not ready.is_set() and "event: hello" in body:
                     ready.set()
-                    if message["event"] == "metrics":
-                        seen += [(p["key"], p["step"]) for p in message["data"]]
-                if len(seen) >= len(expected):
-                    return seen
-        return seen
+                if points >= len(expected):
+                    break
+        return [(p["key"], p["step"]) for m in parse(body) if m["event"] == "metrics" for p in m["data"]]
 
     def ingest(latencies: list[float], halfway: threading.Event) -> None:
         with httpx.Client(base_url=api.url, headers=headers) as client:
@@ -322,4 +322,4 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
 
     received, latencies = asyncio.run(scenario())
     assert all(seen == expected for seen in received), [len(seen) for seen in received]
-    assert sorted(latencies)[int(0.99 * len(latencies))] < 0.5
+    assert max(latencies) < 0.5  # p99 of 40 requests is the slowest; without the shared feed it took seconds
