@@ -8,8 +8,9 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DataError, IntegrityError
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
+from api.exceptions import DomainError
 from api.floats import encode
 
 
@@ -29,6 +30,11 @@ def _json(status: int, content: Any) -> Response:
     return Response(body, status_code=status, media_type="application/json")
 
 
+async def domain_error(_request: Request, exc: DomainError) -> Response:
+    # Rendered as FastAPI renders an HTTPException, so the bodies stay byte for byte what clients had.
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
 async def validation_error(_request: Request, exc: RequestValidationError) -> Response:
     lenient = {bytes: lambda raw: raw.decode("utf-8", "replace")}
     return _json(422, {"detail": jsonable_encoder(exc.errors(), custom_encoder=lenient)})
@@ -44,6 +50,7 @@ async def integrity_error(_request: Request, _exc: IntegrityError) -> Response:
 
 
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, domain_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DataError, unstorable_value)
     app.add_exception_handler(OverflowError, unstorable_value)  # SQLite refuses ints beyond 64 bits

@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth.deps import Reader
-from api.auth.principal import forbidden
+from api.exceptions import Forbidden
 from api.inserts import IngestResult
 from api.models import Run
 from rlplane.status import STATUSES
@@ -126,7 +126,7 @@ def metrics(request: Request, principal: Reader) -> Response:
     """Operational metrics in Prometheus's text format: a site admin's token with the read scope (the
     figures span every project), e.g. `rlplane tokens create --name prometheus --scope read`."""
     if not principal.is_site_admin:
-        raise forbidden("the operational metrics span every project: scrape with a site admin's token (read scope suffices)")
+        raise Forbidden("the operational metrics span every project: scrape with a site admin's token (read scope suffices)")
     return Response(generate_latest(request.app.state.prometheus.registry), media_type=CONTENT_TYPE)
 
 

@@ -1,5 +1,6 @@
 """House rules that keep the layers apart (docs/layout.md): who may import what; nothing uses pickle."""
 
+import ast
 import json
 import re
 import subprocess
@@ -47,3 +48,31 @@ def test_no_pickle_anywhere():
         if not any(part.startswith(".venv") for part in path.parts) and pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+# Modules a background thread calls, or that only hold rules: they raise api.exceptions' errors, never FastAPI's.
+HTTP_FREE = ["api/exceptions.py", "api/reconcile.py", "api/auth/principal.py", "api/runs/sources.py"]
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_services_and_repositories_do_not_import_the_web_framework():
+    """Services raise domain errors (api/exceptions.py) that one handler maps to HTTP, so the reconciler's thread and
+    the reporting hot path call the same rules a request does; nothing below the endpoints knows FastAPI."""
+    api = ROOT / "api"
+    modules = sorted({*api.rglob("service*.py"), *api.rglob("repository*.py"), *(ROOT / m for m in HTTP_FREE)})
+    assert api / "runs" / "service.py" in modules  # the glob finds them (a moved folder would pass vacuously)
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(found)
+        for path in modules
+        if (found := _imported_roots(path) & {"fastapi", "starlette"})
+    }
+    assert offenders == {}

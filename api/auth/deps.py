@@ -7,9 +7,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.cache import TokenCache
-from api.auth.principal import Principal, forbidden, unauthorized
+from api.auth.principal import Principal
 from api.auth.tokens import hash_token
 from api.db import SessionDep, UowDep
+from api.exceptions import Forbidden, Unauthorized
 from api.models import ApiToken, Membership, User
 from api.models.base import utcnow
 
@@ -27,12 +28,12 @@ def _bearer(request: Request) -> str | None:
 def principal_from_request(session: Session, request: Request) -> Principal:
     token = _bearer(request)
     if token is None:
-        raise unauthorized("missing token: send 'Authorization: Bearer <token>' (see `rlplane login`)")
+        raise Unauthorized("missing token: send 'Authorization: Bearer <token>' (see `rlplane login`)")
     token_hash = hash_token(token)
     cache: TokenCache = request.app.state.token_cache
     if (cached := cache.get(token_hash)) is not None:
         if cached.expires_at is not None and cached.expires_at <= utcnow():
-            raise unauthorized("token expired: create a new one with POST /api/v1/tokens")
+            raise Unauthorized("token expired: create a new one with POST /api/v1/tokens")
         return cached.principal
     row = session.execute(
         select(
@@ -49,14 +50,14 @@ def principal_from_request(session: Session, request: Request) -> Principal:
         .where(ApiToken.token_hash == token_hash)
     ).one_or_none()
     if row is None:
-        raise unauthorized("invalid token")
+        raise Unauthorized("invalid token")
     token_id, scopes, revoked_at, expires_at, user_id, user_name, is_site_admin, disabled = row
     if revoked_at is not None:
-        raise unauthorized("token revoked")
+        raise Unauthorized("token revoked")
     if expires_at is not None and expires_at <= utcnow():
-        raise unauthorized("token expired: create a new one with POST /api/v1/tokens")
+        raise Unauthorized("token expired: create a new one with POST /api/v1/tokens")
     if disabled:
-        raise unauthorized("user disabled")
+        raise Unauthorized("user disabled")
     roles: dict[int, str] = {}
     if "worker" not in scopes:  # workers act through their leases, never through project roles
         roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user_id)).all())
@@ -79,7 +80,7 @@ def get_principal(request: Request, session: SessionDep) -> Principal:
 def require_scope(scope: str):
     def dependency(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
         if not principal.has_scope(scope):
-            raise forbidden(f"this token lacks the '{scope}' scope")
+            raise Forbidden(f"this token lacks the '{scope}' scope")
         return principal
 
     return dependency

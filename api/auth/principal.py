@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from fastapi import HTTPException, status
+from api.exceptions import Forbidden
 
 SCOPES = ("read", "write", "admin", "worker")
 # A scope grants itself and everything below it; `worker` stands alone.
@@ -45,16 +45,9 @@ class Principal:
 
     def require(self, project_id: int, action: str) -> None:
         if not self.can(project_id, action):
-            raise forbidden(f"this token may not {action} in that project (needs scope '{action}' and a project role)")
+            raise Forbidden(f"this token may not {action} in that project (needs scope '{action}' and a project role)")
 
     def require_site_admin(self) -> None:
         if not (self.is_site_admin and self.has_scope("admin")):
-            raise forbidden("site admin with an 'admin'-scoped token required")
+            raise Forbidden("site admin with an 'admin'-scoped token required")
 
-
-def forbidden(detail: str) -> HTTPException:
-    return HTTPException(status.HTTP_403_FORBIDDEN, detail=detail)
-
-
-def unauthorized(detail: str) -> HTTPException:
-    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": 'Bearer realm="rlplane"'})

@@ -2,28 +2,16 @@
 
 from datetime import timedelta
 
-from fastapi import HTTPException, status
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.auth import schemas
-from api.auth.principal import Principal, forbidden
+from api.auth.principal import Principal
 from api.auth.tokens import display_prefix, hash_token, new_token
+from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import ApiToken, Membership, Project, User
 from api.models.base import utcnow
-
-
-def conflict(detail: str) -> HTTPException:
-    return HTTPException(status.HTTP_409_CONFLICT, detail=detail)
-
-
-def unprocessable(loc: list, msg: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
-
-
-def not_found(what: str) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{what} not found")
 
 
 def _flush_unique(session: Session, detail: str) -> None:
@@ -31,7 +19,7 @@ def _flush_unique(session: Session, detail: str) -> None:
         with session.begin_nested():
             session.flush()
     except IntegrityError:
-        raise conflict(detail) from None
+        raise Conflict(detail) from None
 
 
 def user_public(user: User) -> schemas.UserPublic:
@@ -48,14 +36,14 @@ def create_user(session: Session, body: schemas.UserCreate) -> User:
 def user_by_name(session: Session, name: str) -> User:
     user = session.scalar(select(User).where(User.name == name))
     if user is None:
-        raise not_found(f"user '{name}'")
+        raise NotFound(f"user '{name}'")
     return user
 
 
 def project_by_name(session: Session, name: str) -> Project:
     project = session.scalar(select(Project).where(Project.name == name))
     if project is None:
-        raise not_found(f"project '{name}'")
+        raise NotFound(f"project '{name}'")
     return project
 
 
@@ -117,7 +105,7 @@ def remove_member(session: Session, principal: Principal, project: Project, user
     user = user_by_name(session, user_name)
     membership = session.get(Membership, (user.id, project.id))
     if membership is None:
-        raise not_found(f"member '{user_name}' of project '{project.name}'")
+        raise NotFound(f"member '{user_name}' of project '{project.name}'")
     session.delete(membership)
     session.flush()
 
@@ -125,16 +113,7 @@ def remove_member(session: Session, principal: Principal, project: Project, user
 def create_token(session: Session, principal: Principal, body: schemas.TokenCreate) -> tuple[ApiToken, str, str]:
     scopes = set(body.scopes)
     if "worker" in scopes and len(scopes) > 1:
-        raise HTTPException(
-            422,
-            detail=[
-                {
-                    "loc": ["body", "scopes"],
-                    "msg": "the worker scope stands alone: create a separate token",
-                    "type": "value_error",
-                }
-            ],
-        )
+        raise Unprocessable(["body", "scopes"], "the worker scope stands alone: create a separate token")
     owner_name = principal.user_name
     if body.user is not None and body.user != principal.user_name:
         principal.require_site_admin()
@@ -144,7 +123,7 @@ def create_token(session: Session, principal: Principal, body: schemas.TokenCrea
         # Workers serve every project's queue, so only a site admin may mint their tokens.
         principal.require_site_admin()
     elif not scopes <= principal.granted:
-        raise forbidden(f"a token cannot grant scopes its creator lacks: {sorted(scopes - principal.granted)}")
+        raise Forbidden(f"a token cannot grant scopes its creator lacks: {sorted(scopes - principal.granted)}")
     secret = new_token()
     expires_at = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     token = ApiToken(
@@ -187,11 +166,11 @@ def revoke_token(session: Session, principal: Principal, token_id: int) -> tuple
         select(ApiToken, User.name).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id)
     ).one_or_none()
     if row is None:
-        raise not_found(f"token {token_id}")
+        raise NotFound(f"token {token_id}")
     token, owner = row
     if token.user_id != principal.user_id:
         if not principal.is_site_admin:
-            raise not_found(f"token {token_id}")  # do not reveal other users' tokens
+            raise NotFound(f"token {token_id}")  # do not reveal other users' tokens
         principal.require_site_admin()
     if token.revoked_at is None:
         token.revoked_at = utcnow()

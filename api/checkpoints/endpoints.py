@@ -4,18 +4,18 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
 
 from api.artifacts import ArtifactStore, UnsafePath, safe_relative
 from api.auth.deps import CurrentPrincipal, Reader
-from api.auth.service import conflict, not_found
 from api.checkpoints import schemas
 from api.checkpoints.archive import tar_stream
 from api.db import SessionDep
+from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
 from api.models import Checkpoint, Run
-from api.runs.service import claim_for_report, readable_run, unprocessable
+from api.runs.service import claim_for_report, readable_run
 from api.values import RunId, StepPath
 from rlplane.layout import rotated
 from rlplane.spec.sections import TrainSpec
@@ -85,17 +85,17 @@ def register_checkpoint(
         rel = safe_relative(body.path)
         present = _store(request).exists(rel)
     except UnsafePath as exc:
-        raise unprocessable(["body", "path"], str(exc)) from None
+        raise Unprocessable(["body", "path"], str(exc)) from None
     if not present:
-        raise unprocessable(["body", "path"], f"'{body.path}' does not exist under the artifact root; write it first")
+        raise Unprocessable(["body", "path"], f"'{body.path}' does not exist under the artifact root; write it first")
     if (why := _unstorable(body.metadata)) is not None:
-        raise unprocessable(["body", "metadata"], why)
+        raise Unprocessable(["body", "metadata"], why)
     existing = session.scalar(
         select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == body.step, Checkpoint.kind == body.kind)
     )
     if existing is not None:
         if (existing.path, existing.size, existing.sha256, existing.meta) != (body.path, body.size, body.sha256, body.metadata):
-            raise conflict(f"run {run_id} already has a different {body.kind} at step {body.step}")
+            raise Conflict(f"run {run_id} already has a different {body.kind} at step {body.step}")
         response.status_code = status.HTTP_200_OK
         return _public(existing)
     ckpt = Checkpoint(
@@ -136,7 +136,7 @@ def _checkpoint(
     readable_run(session, principal, run_id)
     ckpt = session.scalar(select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step, Checkpoint.kind == kind))
     if ckpt is None:
-        raise not_found(f"{kind} of run {run_id} at step {step}")
+        raise NotFound(f"{kind} of run {run_id} at step {step}")
     return ckpt
 
 
@@ -147,7 +147,7 @@ def _files(store: ArtifactStore, ckpt: Checkpoint) -> list[tuple[str, int]]:
     try:
         return list(store.files_under(safe_relative(ckpt.path)))
     except (UnsafePath, FileNotFoundError):
-        raise not_found(f"files of checkpoint {ckpt.path}") from None
+        raise NotFound(f"files of checkpoint {ckpt.path}") from None
 
 
 @router.get("/{step}/files", response_model=schemas.CheckpointFileList)
@@ -177,9 +177,9 @@ def download_checkpoint_file(ckpt: CheckpointDep, file_path: str, request: Reque
             raise FileNotFoundError(file_path)
         return StreamingResponse(store.open_read(rel), media_type="application/octet-stream")
     except UnsafePath as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"file path rejected: {exc}") from None
+        raise BadRequest(f"file path rejected: {exc}") from None
     except (FileNotFoundError, NotADirectoryError):
-        raise not_found(f"file '{file_path}' in checkpoint at step {ckpt.step}") from None
+        raise NotFound(f"file '{file_path}' in checkpoint at step {ckpt.step}") from None
 
 
 @router.get(

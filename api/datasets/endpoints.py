@@ -5,17 +5,17 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, HTTPException, Query, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
 from sqlalchemy import func, select
 
 from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, Writer
 from api.auth.schemas import NAME_PATTERN
-from api.auth.service import not_found, readable_project
+from api.auth.service import readable_project
 from api.datasets import schemas, validate
 from api.db import SessionDep
+from api.exceptions import NotFound, Unprocessable
 from api.models import Dataset, Project
-from api.runs.service import unprocessable
 from api.values import ItemId, Offset
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
@@ -63,14 +63,14 @@ def upload_dataset(
     filename = Path(file.filename or "").name
     fmt = validate.FORMATS.get(Path(filename).suffix.lower())
     if fmt is None:
-        raise unprocessable(["body", "file"], f"'{filename}' must end in .jsonl, .json or .parquet")
+        raise Unprocessable(["body", "file"], f"'{filename}' must end in .jsonl, .json or .parquet")
     safe_name = re.sub(r"[^A-Za-z0-9._-]", "_", filename)[-200:] or f"data.{fmt}"
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / safe_name
         size, sha256 = _spool(file, local)
         report = validate.validate_file(local, fmt, kind)
         if report.errors:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=report.errors)
+            raise Unprocessable.many(report.errors)
         display = (name or filename).replace("\x00", "\ufffd")  # Postgres text cannot hold NUL
         dataset = Dataset(
             project_id=target_project.id,
@@ -119,7 +119,7 @@ def _readable(session, principal, dataset_id: int) -> tuple[Dataset, str]:
         select(Dataset, Project.name).join(Project, Project.id == Dataset.project_id).where(Dataset.id == dataset_id)
     ).one_or_none()
     if row is None:
-        raise not_found(f"dataset {dataset_id}")
+        raise NotFound(f"dataset {dataset_id}")
     principal.require(row[0].project_id, "read")
     return row[0], row[1]
 

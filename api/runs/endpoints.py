@@ -3,12 +3,13 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
 from api.db import SessionDep, UowDep
+from api.exceptions import Unprocessable, UnsupportedMediaType
 from api.runs import repository, schemas, service, views
 from api.values import Offset, RunId
 from rlplane.spec import RunSpec, SpecError, load_spec
@@ -40,19 +41,13 @@ class SubmittedSpec:
 async def spec_body(request: Request) -> SubmittedSpec:
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if content_type not in ("application/json", *_YAML_TYPES):
-        raise HTTPException(
-            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            detail=f"send the spec as application/json or application/yaml, not {content_type}",
-        )
+        raise UnsupportedMediaType(f"send the spec as application/json or application/yaml, not {content_type}")
     body = await request.body()
     try:
         spec = load_spec(body, "json" if content_type == "application/json" else "yaml")
         return SubmittedSpec(spec, body.decode(errors="replace").replace("\x00", "\ufffd"))  # Postgres text holds no NUL
     except SpecError as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=[{**err, "loc": ["body", *err["loc"]]} for err in exc.errors],
-        ) from None
+        raise Unprocessable.many([{**err, "loc": ["body", *err["loc"]]} for err in exc.errors]) from None
 
 
 # The principal comes before the body in every signature: FastAPI resolves dependencies in that order, so a

@@ -1,11 +1,11 @@
 """Run rules: who may submit, the state machine, lineage, leases. Services flush; requests commit."""
 
-from fastapi import HTTPException
 from sqlalchemy import BigInteger, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.auth.principal import Principal, forbidden
-from api.auth.service import conflict, not_found, project_by_name, unprocessable
+from api.auth.principal import Principal
+from api.auth.service import project_by_name
+from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import repository, schemas, views
@@ -18,7 +18,7 @@ from trainer_core.rewards.allowlist import is_allowed, refusal
 def readable_run(session: Session, principal: Principal, run_id: int, action: str = "read") -> Run:
     run = session.get(Run, run_id)
     if run is None:
-        raise not_found(f"run {run_id}")
+        raise NotFound(f"run {run_id}")
     if principal.is_worker and run.lease_token_id == principal.token_id and action != "admin":
         return run
     principal.require(run.project_id, action)
@@ -29,10 +29,10 @@ def reportable_run(session: Session, principal: Principal, run_id: int, *, lock:
     """Metrics, logs, samples and checkpoints come from the lease holder, or a project member."""
     run = locked_run(session, run_id) if lock else session.get(Run, run_id)
     if run is None:
-        raise not_found(f"run {run_id}")
+        raise NotFound(f"run {run_id}")
     if principal.is_worker:
         if run.lease_token_id != principal.token_id:
-            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+            raise Forbidden(f"this worker token does not hold the lease of run {run_id}")
         return run
     principal.require(run.project_id, "write")
     return run
@@ -61,11 +61,11 @@ def claim_for_report(session: Session, principal: Principal, run_id: int, top_st
     """
     row = session.connection().execute(_CLAIM, {"run_id": run_id, "top": top_step}).one_or_none()
     if row is None:
-        raise not_found(f"run {run_id}")
+        raise NotFound(f"run {run_id}")
     project_id, lease_token_id = row
     if principal.is_worker:
         if lease_token_id != principal.token_id:
-            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+            raise Forbidden(f"this worker token does not hold the lease of run {run_id}")
     else:
         principal.require(project_id, "write")
 
@@ -80,7 +80,7 @@ DISPATCH = "rlplane.dispatch"  # session.info key: a run became queued; the requ
 
 def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
     if not can_transition(run.status, target):
-        raise conflict(f"run {run.id} is {run.status}; it cannot become {target}")
+        raise Conflict(f"run {run.id} is {run.status}; it cannot become {target}")
     now = utcnow()
     run.status, run.status_reason, run.updated_at = target, reason, now
     if target == "running" and run.started_at is None:
@@ -107,7 +107,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
     for ref in spec.references():
         parent = session.get(Run, ref.run_id)
         if parent is None or not principal.can(parent.project_id, "read"):
-            raise unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
+            raise Unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
         parents.append((parent, ref))
     return project, parents
 
@@ -134,7 +134,7 @@ def check_reward_entrypoints(spec: RunSpec, allowed: list[str]) -> None:
     for loc, entrypoint in found:
         if not is_allowed(entrypoint, allowed):
             field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:]).lstrip(".")
-            raise unprocessable(loc, refusal(entrypoint, field, allowed))
+            raise Unprocessable(loc, refusal(entrypoint, field, allowed))
 
 
 def create_run(
@@ -170,8 +170,8 @@ def create_run(
 def project_by_name_or_422(session: Session, name: str):
     try:
         return project_by_name(session, name)
-    except HTTPException:
-        raise unprocessable(
+    except NotFound:
+        raise Unprocessable(
             ["body", "project"], f"project '{name}' does not exist: create it (POST /api/v1/projects) or pick another"
         ) from None
 
@@ -182,7 +182,7 @@ def cancel(session: Session, principal: Principal, run_id: int) -> Run:
         return run
     target = "cancelled" if run.status == "queued" else "cancelling"
     if run.status not in ACTIVE and run.status != "queued":
-        raise conflict(f"run {run.id} is {run.status}; only queued, starting or running runs can be cancelled")
+        raise Conflict(f"run {run.id} is {run.status}; only queued, starting or running runs can be cancelled")
     _set_status(session, run, target, f"cancelled by {principal.user_name}")
     return run
 
@@ -190,10 +190,10 @@ def cancel(session: Session, principal: Principal, run_id: int) -> Run:
 def resume(session: Session, principal: Principal, run_id: int) -> Run:
     run = readable_run(session, principal, run_id, "write")
     if run.status not in RESUMABLE:
-        raise conflict(f"run {run.id} is {run.status}; only failed, cancelled or lost runs can be resumed")
+        raise Conflict(f"run {run.id} is {run.status}; only failed, cancelled or lost runs can be resumed")
     if run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES:
         why = "on its own configuration" if run.failure == "config" else "by diverging"
-        raise conflict(
+        raise Conflict(
             f"run {run.id} failed {why} ({run.status_reason.splitlines()[0] if run.status_reason else run.failure}); "
             "resumed, it would fail the same way: clone it with the fix instead"
         )
@@ -206,7 +206,7 @@ def resume(session: Session, principal: Principal, run_id: int) -> Run:
 def set_archived(session: Session, principal: Principal, run_id: int, archived: bool) -> Run:
     run = readable_run(session, principal, run_id, "write")
     if archived and run.status not in TERMINAL:
-        raise conflict(f"run {run.id} is {run.status}; archive it once it has ended (cancel it first)")
+        raise Conflict(f"run {run.id} is {run.status}; archive it once it has ended (cancel it first)")
     run.archived, run.updated_at = archived, utcnow()
     session.flush()
     return run
@@ -215,10 +215,10 @@ def set_archived(session: Session, principal: Principal, run_id: int, archived: 
 def delete(session: Session, principal: Principal, run_id: int) -> Run:
     run = readable_run(session, principal, run_id, "admin")
     if run.status not in TERMINAL:
-        raise conflict(f"run {run.id} is {run.status}; cancel it and wait for it to end before deleting")
+        raise Conflict(f"run {run.id} is {run.status}; cancel it and wait for it to end before deleting")
     kids = [child.id for _, child in repository.children(session, run.id)]
     if kids:
-        raise conflict(f"run {run.id} is the parent of runs {kids}: delete or archive those first, lineage would break")
+        raise Conflict(f"run {run.id} is the parent of runs {kids}: delete or archive those first, lineage would break")
     session.delete(run)
     session.flush()
     return run
@@ -227,9 +227,9 @@ def delete(session: Session, principal: Principal, run_id: int) -> Run:
 def lease(session: Session, principal: Principal, run_id: int, worker: str) -> tuple[Run, RunAttempt]:
     run = locked_run(session, run_id)
     if run is None:
-        raise not_found(f"run {run_id}")
+        raise NotFound(f"run {run_id}")
     if run.status != "queued":
-        raise conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
+        raise Conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
     run.attempt_count += 1
     run.lease_token_id = principal.token_id
     attempt = RunAttempt(run_id=run.id, number=run.attempt_count, worker=worker, last_step=run.last_step)
@@ -241,7 +241,7 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str) -> t
 def update_status(session: Session, principal: Principal, run_id: int, body: schemas.StatusUpdate) -> Run:
     run = reportable_run(session, principal, run_id, lock=True)
     if body.attempt != run.attempt_count:
-        raise conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
+        raise Conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
     if run.status == "cancelling" and body.status in ("starting", "running"):
         # Cancelled between its lease and its trainer's start: it stays cancelling, and the worker
         # (which reads the status in this answer) ends the attempt cancelled instead of starting it.

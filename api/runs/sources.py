@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.auth.service import unprocessable
+from api.exceptions import Unprocessable
 from api.models import Dataset
 from rlplane.spec import RunSpec
 from rlplane.spec.base import format_loc, path_fields
@@ -27,27 +27,27 @@ def check_sources(session: Session, principal: Principal, spec: RunSpec) -> None
     if source.startswith("dataset:"):
         dataset = session.get(Dataset, int(source.removeprefix("dataset:")))
         if dataset is None or not principal.can(dataset.project_id, "read"):
-            raise unprocessable(
+            raise Unprocessable(
                 ["body", "data", "source"],
                 f"{source} does not exist or is not visible to you; upload the file (rlplane submit uploads a local "
                 "data.source itself, or POST /api/v1/datasets) and use the dataset:<id> it returns",
             )
         wanted = kind_for_algorithm(spec.algorithm)
         if dataset.kind != wanted:
-            raise unprocessable(
+            raise Unprocessable(
                 ["body", "data", "source"],
                 f"{source} ({dataset.name}) holds {dataset.kind} rows but a {spec.algorithm} run reads {wanted} rows; "
                 f"upload a {wanted} dataset",
             )
     elif is_relative_file(source):
-        raise unprocessable(
+        raise Unprocessable(
             ["body", "data", "source"],
             f"{source!r} is a file on your machine, which the workers cannot read; `rlplane submit` uploads it for you "
             "(or upload it with POST /api/v1/datasets) and the spec names it dataset:<id>",
         )
     for loc, path in path_fields(spec):
         if path.startswith(_RELATIVE):
-            raise unprocessable(
+            raise Unprocessable(
                 ["body", *loc],
                 f"{format_loc(list(loc))} {path!r} is relative to your machine, which the workers do not share; use "
                 "run:<id>[@step] for a model trained here, an absolute path on the workers' storage, or a Hugging Face id",

@@ -2,8 +2,9 @@ from fastapi import APIRouter, Request
 from sqlalchemy import select
 
 from api.auth.deps import Reader, WorkerPrincipal
-from api.auth.principal import Principal, forbidden
+from api.auth.principal import Principal
 from api.db import SessionDep
+from api.exceptions import Forbidden
 from api.models import Run, Worker
 from api.models.base import utcnow
 from api.workers import schemas
@@ -35,7 +36,7 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
     if run_id is not None:
         run = session.get(Run, run_id)
         if run is None or run.lease_token_id != principal.token_id:
-            raise forbidden(f"this worker token does not hold the lease of run {run_id}")
+            raise Forbidden(f"this worker token does not hold the lease of run {run_id}")
         if body.last_step is not None and (run.last_step is None or body.last_step > run.last_step):
             run.last_step = body.last_step
     worker = session.scalar(select(Worker).where(Worker.name == body.name))
