@@ -1,11 +1,13 @@
 """Engine and session handling. The request's session commits on success, rolls back on error."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+from api.unit_of_work import Callback, UnitOfWork, transaction
 
 
 def make_engine(url: str) -> Engine:
@@ -33,37 +35,14 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-class UnitOfWork:
-    """A session plus callbacks that run only after the commit succeeded (e.g. enqueueing jobs)."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self._after_commit: list[Callable[[], None]] = []
-
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        self._after_commit.append(callback)
-
-    def run_after_commit(self) -> None:
-        callbacks, self._after_commit = self._after_commit, []
-        for callback in callbacks:
-            callback()
+def dispatcher_nudge(app: FastAPI) -> Callback | None:
+    reconciler = getattr(app.state, "reconciler", None)
+    return reconciler.nudge if reconciler is not None else None
 
 
 def get_uow(request: Request) -> Iterator[UnitOfWork]:
-    factory: sessionmaker[Session] = request.app.state.sessionmaker
-    with factory() as session:
-        uow = UnitOfWork(session)
-        try:
-            yield uow
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        queued = session.info.pop("rlplane.dispatch", False)  # api.runs.service.DISPATCH
-    reconciler = getattr(request.app.state, "reconciler", None)
-    if queued and reconciler is not None:
-        reconciler.nudge()  # send it now rather than on the next tick; the tick stays the safety net
-    uow.run_after_commit()
+    with transaction(request.app.state.sessionmaker, dispatcher_nudge(request.app)) as uow:
+        yield uow
 
 
 def get_session(uow: Annotated[UnitOfWork, Depends(get_uow, scope="function")]) -> Session:

@@ -1,6 +1,6 @@
 """The database is the truth about runs; this loop makes the broker and the workers agree with it.
 
-Every `reconcile_s` seconds, and at once when a request has just queued a run, in each API process:
+Every `reconcile_s` seconds, and at once when this process has just queued a run, in each API process:
 - queued runs are sent to their queue's broker queue (`runs.launch`), and sent again every
   `redispatch_s` while they stay queued: a flushed broker or a lost message costs a delay, never
   the run. Duplicates are harmless: only a queued run can be leased, once.
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.models import Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.runs.service import requeue_or_fail
+from api.unit_of_work import transaction
 from rlplane.status import ACTIVE
 
 logger = logging.getLogger("rlplane.reconcile")
@@ -67,7 +68,7 @@ class Reconciler:
         self._thread.start()
 
     def nudge(self) -> None:
-        """Tick now: a run was just queued (called after the request's commit)."""
+        """Tick now: a run was just queued (called once its transaction has committed)."""
         self._wake.set()
 
     def stop(self) -> None:
@@ -115,5 +116,5 @@ class Reconciler:
             seen = max(seen, self._born)
             if seen < cutoff:
                 silent = int((utcnow() - seen).total_seconds())
-                with self.factory() as session, session.begin():
-                    requeue_or_fail(session, run_id, f"lost: worker {worker} sent no heartbeat for {silent} s")
+                with transaction(self.factory, self.nudge) as uow:
+                    requeue_or_fail(uow.session, run_id, f"lost: worker {worker} sent no heartbeat for {silent} s")

@@ -15,7 +15,9 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth.deps import principal_from_request
 from api.auth.principal import Principal
+from api.db import dispatcher_nudge
 from api.prometheus import record_ingest
+from api.unit_of_work import transaction
 
 T = TypeVar("T")
 
@@ -42,10 +44,8 @@ async def in_one_hop(request: Request, work: Callable[[Session, Principal, bytes
     raw = await request.body()
 
     def run() -> T:
-        with request.app.state.sessionmaker() as session:
-            result = work(session, principal_from_request(session, request), raw)
-            session.commit()
-            return result
+        with transaction(request.app.state.sessionmaker, dispatcher_nudge(request.app)) as uow:
+            return work(uow.session, principal_from_request(uow.session, request), raw)
 
     result = await run_in_threadpool(run)
     record_ingest(request, result)  # the ingest rate on /metrics

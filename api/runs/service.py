@@ -10,6 +10,7 @@ from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import repository, schemas, views
 from api.runs.sources import check_sources
+from api.unit_of_work import unit_of_work
 from rlplane.spec import PythonReward, RunSpec, SumReward
 from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 from trainer_core.rewards.allowlist import is_allowed, refusal
@@ -75,9 +76,6 @@ def locked_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True))
 
 
-DISPATCH = "rlplane.dispatch"  # session.info key: a run became queued; the request nudges the dispatcher after commit
-
-
 def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
     if not can_transition(run.status, target):
         raise Conflict(f"run {run.id} is {run.status}; it cannot become {target}")
@@ -89,7 +87,7 @@ def _set_status(session: Session, run: Run, target: str, reason: str = "") -> No
         run.ended_at = now
     if target == "queued":
         run.ended_at = None
-        session.info[DISPATCH] = True
+        unit_of_work(session).dispatch_after_commit()
     session.add(RunEvent(run_id=run.id, kind="status", payload={"status": target, "reason": reason}))
     session.flush()
 
@@ -163,7 +161,7 @@ def create_run(
         session.add(RunLink(parent_id=parent.id, child_id=run.id, field=ref.field, step=ref.step))
     session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": "submitted"}))
     session.flush()
-    session.info[DISPATCH] = True
+    unit_of_work(session).dispatch_after_commit()
     return run
 
 
