@@ -3,12 +3,12 @@ from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.logs import endpoints as logs
+from api.logs import service as logs
 from api.metrics import service as metrics
 from api.reporting import in_one_hop, json_body, parse
 from api.reports.schemas import ReportIn, ReportResult
 from api.runs.service import claim_for_report
-from api.samples import endpoints as samples
+from api.samples import service as samples
 from api.values import RunId
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/reports", tags=["metrics"])
