@@ -1,6 +1,8 @@
-"""Pieces every recipe shares: optimizer and LR schedule from the spec, a resumable batch order,
-the step timer, an eval-loss loop, frozen references and the run's driver (checkpoints: checkpointing.py).
-Functions and small classes; each recipe calls them top to bottom.
+"""Pieces every recipe shares: the run's platform fields (Run), its start (backend and reporter), optimizer and
+LR schedule from the spec with the resume point, a resumable batch order and this rank's share of it, one
+optimizer step over micro-batches, the step timer, evaluation in eval mode over rank chunks, frozen references
+and the run's driver (checkpoints: checkpointing.py). Functions and small classes; each recipe calls them top
+to bottom and keeps its algorithm to itself.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,12 +23,12 @@ from torch import nn
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.spec.sections import ModelSpec, TrainSpec
-from trainer_core.backends import Backend
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
 from trainer_core.recipes.divergence import Diverged
-from trainer_core.reporting import Reporter
+from trainer_core.reporting import Reporter, Sample, make_reporter
 
 T = TypeVar("T")
 
@@ -65,33 +67,14 @@ def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr, fused=fused or None)
 
 
-@dataclass
-class Optimization:
-    """What every recipe's setup builds after its model and data: the optimizer state, where in the
-    data it is, and how many steps are done (all restored from a checkpoint when resuming)."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    order: BatchOrder
-    step: int
-
-
-def prepare_optimization(
-    spec: RunSpec, backend: Backend, model: nn.Module, train_size: int, resume_from: Path | None
-) -> Optimization:
-    """Optimizer and schedule for `model`, wrapped by the backend; with `resume_from`, every state of the checkpoint."""
-    train = spec.train
-    state = load_weights(resume_from, model, backend=backend) if resume_from is not None else None
-    optimizer = make_optimizer(model, train)
-    scheduler = make_scheduler(optimizer, train)
-    model, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
-    position, step = None, 0
-    if resume_from is not None and state is not None:
-        restore_training(resume_from, backend, optimizer, scheduler)
-        position, step = state.data_position, state.step
-    order = BatchOrder(train_size, train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
-    return Optimization(model, optimizer, scheduler, order, step)
+@contextlib.contextmanager
+def started(spec: RunSpec, out_dir: Path, stdout: bool) -> Iterator[tuple[Backend, Reporter]]:
+    """The run's backend (it seeds torch and Python with train.seed + rank) and reporter, for a setup to build
+    on; a setup that fails closes both before raising."""
+    backend = make_backend(spec.backend, spec.train)
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    with closed_on_failure(backend, reporter):
+        yield backend, reporter
 
 
 @contextlib.contextmanager
@@ -103,6 +86,88 @@ def closed_on_failure(backend: Backend, reporter: Reporter) -> Iterator[None]:
         reporter.close()
         backend.close()
         raise
+
+
+@dataclass
+class Optimization:
+    """What every recipe's setup builds after its model and data: the optimizer state, where in the
+    data it is, how many steps are done and the recipe's own saved state (all restored from a checkpoint
+    when resuming)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    order: BatchOrder
+    step: int
+    extra: dict[str, Any] = field(default_factory=dict)  # CheckpointState.extra as saved; {} on a fresh run
+
+
+def prepare_optimization(
+    spec: RunSpec,
+    backend: Backend,
+    model: nn.Module,
+    train_size: int,
+    resume_from: Path | None,
+    *,
+    saved: tuple[nn.Module, dict[str, nn.Module]] | None = None,
+    batch_size: int | None = None,
+    schedule_per_step: bool = False,
+) -> Optimization:
+    """Optimizer and schedule for `model`, wrapped by the backend; with `resume_from`, every state of the checkpoint.
+
+    `saved`: the part of `model` a checkpoint saves as its model, and the modules beside it (default: `model`
+    alone). `batch_size`: examples per step (default train.batch_size). `schedule_per_step`: the recipe steps the
+    schedule once per step of several updates (PPO, GRPO), so the backend, which would step it per update, never
+    sees it."""
+    train = spec.train
+    part, modules = saved if saved is not None else (model, None)
+    state = load_weights(resume_from, part, modules, backend=backend) if resume_from is not None else None
+    optimizer = make_optimizer(model, train)
+    scheduler = make_scheduler(optimizer, train)
+    model, optimizer, prepared = backend.prepare(model, optimizer, None if schedule_per_step else scheduler)
+    scheduler = scheduler if schedule_per_step else prepared
+    position, step, extra = None, 0, {}
+    if resume_from is not None and state is not None:
+        restore_training(resume_from, backend, optimizer, scheduler)
+        position, step, extra = state.data_position, state.step, state.extra
+    size = train.batch_size if batch_size is None else batch_size
+    order = BatchOrder(train_size, size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
+    return Optimization(model, optimizer, scheduler, order, step, extra)
+
+
+@dataclass(kw_only=True)
+class Run:
+    """What the platform reads of every recipe's run (run_loop, checkpoints, samples, the driver); a recipe's run
+    adds its data, its other models and its own state."""
+
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    tokenizer: Any
+    model: nn.Module  # as backend.prepare returned it
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    order: BatchOrder
+    step: int = 0  # optimizer steps done (RL recipes: their steps)
+
+
+def run_fields(
+    spec: RunSpec, out_dir: Path, backend: Backend, reporter: Reporter, tokenizer: Any, opt: Optimization
+) -> dict[str, Any]:
+    """Run's fields from what every setup builds, for the keyword arguments of a recipe's run."""
+    return {
+        "spec": spec,
+        "out_dir": out_dir,
+        "backend": backend,
+        "reporter": reporter,
+        "tokenizer": tokenizer,
+        "model": opt.model,
+        "optimizer": opt.optimizer,
+        "scheduler": opt.scheduler,
+        "order": opt.order,
+        "step": opt.step,
+    }
 
 
 def lr_factor(step: int, train: TrainSpec) -> float:
@@ -182,6 +247,30 @@ class BatchOrder:
         return order
 
 
+def local_batch(run: Run, items: Sequence[T]) -> list[T]:
+    """This rank's share of the next global batch of `items` (every rank draws the same global batch)."""
+    indices = run.order.next_batch()
+    backend = run.backend
+    return [items[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
+
+
+def weighted_micro_batches(local: list[T], size: int) -> list[tuple[list[T], float]]:
+    """`local` in micro-batches of `size`, each with its loss weight: its share of `local` times the micro-batch
+    count, which the backend divides by again, so the step's loss is the mean over `local`."""
+    micro = micro_batch_ranges(range(len(local)), size)
+    return [(local[p.start : p.stop], len(local[p.start : p.stop]) / len(local) * len(micro)) for p in micro]
+
+
+def optimizer_step(run: Run, micro_steps: list[MicroStep]) -> tuple[list[float], float]:
+    """Forward and backward over this rank's micro-steps, then one optimizer step (run.step + 1): the sums the
+    micro-steps returned, added over ranks, and the pre-clip grad norm."""
+    backend = run.backend
+    totals = backend.forward_backward(run.model, micro_steps).to(device=backend.device, dtype=torch.float64)
+    grad_norm = backend.step()
+    run.step += 1
+    return backend.all_reduce(totals, "sum").tolist(), grad_norm
+
+
 # --- timing ---
 
 
@@ -222,26 +311,45 @@ def rank_chunks(items: Sequence[T], size: int, backend: Backend) -> Iterator[tup
         yield (chunk, True) if chunk else (list(items[:1]), False)
 
 
-def evaluate(
-    model: nn.Module,
-    batches: Iterable[tuple[dict[str, torch.Tensor], bool]],
-    loss_fn: Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]],
-    backend: Backend,
-) -> float:
-    """Token-weighted mean of `loss_fn` (returning (summed loss, tokens)) over this rank's (batch, real) pairs
-    (see rank_chunks: stand-ins run but do not count), reduced over ranks."""
+@contextlib.contextmanager
+def evaluating(model: nn.Module, backend: Backend) -> Iterator[None]:
+    """`model` in eval mode (no dropout) under no_grad and the backend's autocast; back in its own mode after."""
     was_training = model.training
     model.eval()
-    totals = torch.zeros(2, dtype=torch.float64, device=backend.device)
-    with torch.no_grad(), backend.autocast():
-        for batch, real in batches:
-            batch = {k: v.to(backend.device) for k, v in batch.items()}
-            loss_sum, tokens = loss_fn(model, batch)
-            if real:
-                totals += torch.stack([loss_sum.double(), tokens.double()])
-    model.train(was_training)
-    loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
-    return loss_sum / tokens if tokens else float("nan")
+    try:
+        with torch.no_grad(), backend.autocast():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def evaluate(
+    run: Run, items: Sequence[T], sums: Callable[[list[T]], torch.Tensor], shown: Callable[[], list[Sample]] = list
+) -> list[float]:
+    """One pass over held-out `items` with the model in eval mode: `sums(chunk)` added up over this rank's chunks and
+    over ranks, and the samples `shown()` makes there, which rank zero reports (every rank makes them: forwards and
+    generation are collectives under sharding)."""
+    with evaluating(run.model, run.backend):
+        totals = eval_sums(items, run.spec.micro_batch_size, run.backend, sums)
+        made = shown()
+    if run.backend.is_rank_zero and made:
+        run.reporter.samples(run.step, made)
+    return run.backend.all_reduce(totals, "sum").tolist()
+
+
+def eval_sums(items: Sequence[T], size: int, backend: Backend, sums: Callable[[list[T]], torch.Tensor]) -> torch.Tensor:
+    """`sums(chunk)` added up in float64 over this rank's chunks of `items` (rank_chunks: stand-ins run but do not
+    count), on the backend's device and not yet reduced over ranks."""
+    totals = None
+    for chunk, real in rank_chunks(items, size, backend):
+        part = sums(chunk)
+        if totals is None:
+            totals = torch.zeros(part.shape, dtype=torch.float64, device=backend.device)
+        if real:
+            totals += part
+    if totals is None:
+        raise ValueError("eval_sums needs at least one item; a recipe without eval rows reports no eval metrics.")
+    return totals
 
 
 # --- checkpoints ---

@@ -27,71 +27,45 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
-from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.backends import MicroStep
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common, loop, samples
-from trainer_core.recipes.pairs import PairExample, collate_pairs, pair_tokens, tokenize_pairs
-from trainer_core.recipes.tokenize import pad_id
-from trainer_core.reporting import Reporter, make_reporter
+from trainer_core.recipes.pairs import PairExample, load_pairs, pair_batch, pair_tokens
+from trainer_core.recipes.tokenize import model_inputs
 
 
-@dataclass
-class DpoRun:
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    model: nn.Module  # the policy
+@dataclass(kw_only=True)
+class DpoRun(common.Run):
     reference: nn.Module  # frozen, eval mode
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
     train_pairs: list[PairExample]
     eval_pairs: list[PairExample]
     sample_rows: list[dict]  # the first held-out pairs as rows (their text): what evaluations show as samples
-    order: common.BatchOrder
-    step: int = 0  # optimizer steps done
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> DpoRun:
-    train = spec.train
-    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with common.closed_on_failure(backend, reporter):
-        model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+    seed = spec.train.seed
+    with common.started(spec, out_dir, stdout) as (backend, reporter):
+        model, tokenizer = load_from_spec(spec.model, "causal", seed=seed)
         spec = common.fit_context(spec, model)
         # Before a checkpoint overwrites the policy; sharded like it under ZeRO-3 and FSDP2.
-        reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=train.seed)
-        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
-        train_pairs = tokenize_pairs(split.train, tokenizer, spec.model.max_seq_len)
-        eval_pairs = tokenize_pairs(split.eval, tokenizer, spec.model.max_seq_len)
-        opt = common.prepare_optimization(spec, backend, model, len(train_pairs), resume_from)
+        reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=seed)
+        data = load_pairs(spec, tokenizer)
+        opt = common.prepare_optimization(spec, backend, model, len(data.train), resume_from)
     if resume_from is not None:
         reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return DpoRun(
-        spec,
-        out_dir,
-        backend,
-        reporter,
-        opt.model,
-        reference,
-        tokenizer,
-        opt.optimizer,
-        opt.scheduler,
-        train_pairs,
-        eval_pairs,
-        split.eval[: spec.dpo.samples_to_log],
-        opt.order,
-        opt.step,
+        reference=reference,
+        train_pairs=data.train,
+        eval_pairs=data.eval,
+        sample_rows=data.eval_rows[: spec.dpo.samples_to_log],
+        **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
 
 def _token_logps(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities of the 2B rows' labels and their mask (see `token_logprobs`)."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return token_logprobs(logits, batch["labels"])
+    return token_logprobs(_logits(model, batch), batch["labels"])
 
 
 def _sequence_logps(run: DpoRun, logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,11 +87,7 @@ def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
 
 
 def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    return model(**_inputs(batch)).logits
-
-
-def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    return model(**model_inputs(batch)).logits
 
 
 def _finish(
@@ -162,7 +132,11 @@ def _sums(out: DpoLoss) -> torch.Tensor:
 
 
 def _batch(run: DpoRun, pairs: list[PairExample]) -> dict[str, torch.Tensor]:
-    return {k: v.to(run.backend.device) for k, v in collate_pairs(pairs, pad_id(run.tokenizer)).items()}
+    return pair_batch(pairs, run.tokenizer, run.backend.device)
+
+
+def _eval_sums(run: DpoRun, chunk: list[PairExample]) -> torch.Tensor:
+    return _sums(_dpo(run, _batch(run, chunk)))
 
 
 def _samples(run: DpoRun) -> list:
@@ -182,43 +156,23 @@ def evaluate(run: DpoRun) -> dict[str, float] | None:
     """eval/loss, eval/accuracy (implicit reward ranks chosen first) and eval/margin on held-out pairs."""
     if not run.eval_pairs:
         return None
-    backend, model = run.backend, run.model
-    totals = torch.zeros(5, dtype=torch.float64, device=backend.device)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad(), backend.autocast():
-        for chunk, real in common.rank_chunks(run.eval_pairs, run.spec.micro_batch_size, backend):
-            sums = _sums(_dpo(run, _batch(run, chunk)))
-            totals += sums if real else 0
-        shown = _samples(run)
-    model.train(was_training)
-    if backend.is_rank_zero and shown:
-        run.reporter.samples(run.step, shown)
-    loss, chosen, rejected, correct, pairs = backend.all_reduce(totals, "sum").tolist()
+    sums = common.evaluate(run, run.eval_pairs, partial(_eval_sums, run), partial(_samples, run))
+    loss, chosen, rejected, correct, pairs = sums
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}
 
 
 def train_step(run: DpoRun) -> loop.StepResult:
     """One optimizer step over the next global batch: loss and rewards/* means, pre-clip grad norm, input tokens."""
-    backend, spec = run.backend, run.spec
-    indices = run.order.next_batch()
-    local = [run.train_pairs[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
-    micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
+    local = common.local_batch(run, run.train_pairs)
     run.model.train()
     steps = []
-    for piece in micro:
-        pairs = local[piece.start : piece.stop]
+    for pairs, weight in common.weighted_micro_batches(local, run.spec.train.micro_batch_size):
         batch = _batch(run, pairs)
         # The reference's log-probabilities first, on every rank (a sharded or pipelined reference runs collectively).
-        with backend.autocast():
+        with run.backend.autocast():
             reference = _reference(run, batch)
-        # Weighted by the micro-batch's share of the rank's pairs; the backend divides by len(micro).
-        weight = len(pairs) / len(local) * len(micro)
-        steps.append(MicroStep(_inputs(batch), partial(_finish, run=run, batch=batch, reference=reference, weight=weight)))
-    totals = backend.forward_backward(run.model, steps).to(device=backend.device, dtype=torch.float64)
-    grad_norm = backend.step()
-    run.step += 1
-    loss, chosen, rejected, correct, count = backend.all_reduce(totals, "sum").tolist()
+        steps.append(MicroStep(model_inputs(batch), partial(_finish, run=run, batch=batch, reference=reference, weight=weight)))
+    (loss, chosen, rejected, correct, count), grad_norm = common.optimizer_step(run, steps)
     values = {
         "train/loss": loss / count,
         "rewards/chosen": chosen / count,
@@ -227,7 +181,7 @@ def train_step(run: DpoRun) -> loop.StepResult:
         "rewards/accuracy": correct / count,
         "train/grad_norm": grad_norm,
     }
-    return loop.StepResult(values, pair_tokens(local) * backend.data_world_size)
+    return loop.StepResult(values, pair_tokens(local) * run.backend.data_world_size)
 
 
 def train(run: DpoRun, stop_at: int | None = None) -> None:

@@ -15,15 +15,31 @@ batch of 2B rows, so a recipe scores both with one forward pass and splits the o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from trainer_core.data import DataError
+from rlplane.spec import RunSpec
+from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX
-from trainer_core.recipes.tokenize import Example, _render, collate, tokenize_row
+from trainer_core.recipes.tokenize import Example, _render, collate, pad_id, tokenize_row
 
 PairExample = dict[str, Example]  # {"chosen": {"input_ids", "labels"}, "rejected": {...}}
+
+
+@dataclass
+class PairData:
+    train: list[PairExample]
+    eval: list[PairExample]
+    eval_rows: list[dict]  # the held-out rows as loaded: their text, for samples
+
+
+def load_pairs(spec: RunSpec, tokenizer: Any) -> PairData:
+    """The spec's preference rows, tokenized at model.max_seq_len (call it after common.fit_context)."""
+    split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
+    length = spec.model.max_seq_len
+    return PairData(tokenize_pairs(split.train, tokenizer, length), tokenize_pairs(split.eval, tokenizer, length), split.eval)
 
 
 def tokenize_pair(row: dict[str, Any], tokenizer: Any, max_seq_len: int) -> PairExample:
@@ -38,6 +54,11 @@ def tokenize_pairs(rows: list[dict], tokenizer: Any, max_seq_len: int) -> list[P
 def collate_pairs(pairs: list[PairExample], pad_token_id: int) -> dict[str, torch.Tensor]:
     """[chosen_0..chosen_{B-1}, rejected_0..rejected_{B-1}] right-padded together: 2B rows."""
     return collate([p["chosen"] for p in pairs] + [p["rejected"] for p in pairs], pad_token_id)
+
+
+def pair_batch(pairs: list[PairExample], tokenizer: Any, device: torch.device) -> dict[str, torch.Tensor]:
+    """`collate_pairs` with the tokenizer's pad id, on `device`."""
+    return {k: v.to(device) for k, v in collate_pairs(pairs, pad_id(tokenizer)).items()}
 
 
 def pair_tokens(pairs: list[PairExample]) -> int:

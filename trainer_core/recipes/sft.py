@@ -21,40 +21,26 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common, loop, samples
 from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
-from trainer_core.reporting import Reporter, make_reporter
 
 
-@dataclass
-class SftRun:
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    model: nn.Module
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
+@dataclass(kw_only=True)
+class SftRun(common.Run):
     train_examples: list[Example]
     eval_examples: list[Example]
     sample_rows: list[dict]  # the first held-out rows (training rows without any): answered at each evaluation
-    order: common.BatchOrder
-    step: int = 0  # optimizer steps done
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> SftRun:
-    train = spec.train
-    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with common.closed_on_failure(backend, reporter):
-        model, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+    with common.started(spec, out_dir, stdout) as (backend, reporter):
+        model, tokenizer = load_from_spec(spec.model, "causal", seed=spec.train.seed)
         spec = common.fit_context(spec, model)
-        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
+        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
         max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
         train_examples = tokenize_rows(split.train, tokenizer, max_len, on_prompt)
         eval_examples = tokenize_rows(split.eval, tokenizer, max_len, on_prompt)
@@ -64,19 +50,10 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     if resume_from is not None:
         reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return SftRun(
-        spec,
-        out_dir,
-        backend,
-        reporter,
-        opt.model,
-        tokenizer,
-        opt.optimizer,
-        opt.scheduler,
-        train_examples,
-        eval_examples,
-        (split.eval or split.train)[: spec.sft.samples_to_log],
-        opt.order,
-        opt.step,
+        train_examples=train_examples,
+        eval_examples=eval_examples,
+        sample_rows=(split.eval or split.train)[: spec.sft.samples_to_log],
+        **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
 
@@ -92,23 +69,24 @@ def _finish(output: Any, labels: torch.Tensor, scale: int, loss_tokens: float) -
     return loss_sum / loss_tokens * scale, torch.stack([loss_sum.detach().double(), tokens.double()])
 
 
-def _eval_batches(run: SftRun) -> list[tuple[dict[str, torch.Tensor], bool]]:
-    chunks = common.rank_chunks(run.eval_examples, run.spec.micro_batch_size, run.backend)
-    return [(collate(chunk, pad_id(run.tokenizer)), real) for chunk, real in chunks]
+def _eval_sums(run: SftRun, chunk: list[Example]) -> torch.Tensor:
+    """[summed token loss, loss tokens] of a chunk of held-out examples."""
+    batch = {k: v.to(run.backend.device) for k, v in collate(chunk, pad_id(run.tokenizer)).items()}
+    return torch.stack([x.double() for x in _loss_sum(run.model, batch)])
 
 
 def evaluate(run: SftRun) -> float | None:
     """Mean token loss on the held-out rows (prompt tokens masked as in training); None without eval rows."""
     if not run.eval_examples:
         return None
-    return common.evaluate(run.model, _eval_batches(run), _loss_sum, run.backend)
+    loss_sum, tokens = common.evaluate(run, run.eval_examples, partial(_eval_sums, run))
+    return loss_sum / tokens if tokens else float("nan")
 
 
 def train_step(run: SftRun) -> loop.StepResult:
     """One optimizer step over the next global batch: mean token loss, pre-clip grad norm, input tokens."""
     backend, spec = run.backend, run.spec
-    indices = run.order.next_batch()
-    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
+    local = common.local_batch(run, run.train_examples)
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     # Tokens that carry loss (labels[1:] not masked) in the GLOBAL batch, so every token weighs the same
     # on 1 or N ranks: each rank divides by the global count, times the data-parallel size since DDP averages gradients.
@@ -121,10 +99,7 @@ def train_step(run: SftRun) -> loop.StepResult:
         batch = {k: v.to(backend.device) for k, v in collate(local[piece.start : piece.stop], pad_id(run.tokenizer)).items()}
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         steps.append(MicroStep(inputs, partial(_finish, labels=batch["labels"], scale=len(micro), loss_tokens=loss_tokens)))
-    totals = backend.forward_backward(run.model, steps).to(device=backend.device, dtype=torch.float64)
-    grad_norm = backend.step()
-    run.step += 1
-    loss_sum, tokens = backend.all_reduce(totals, "sum").tolist()
+    (loss_sum, tokens), grad_norm = common.optimizer_step(run, steps)
     input_tokens = sum(len(e["input_ids"]) for e in local) * backend.data_world_size
     return loop.StepResult({"train/loss": loss_sum / max(tokens, 1.0), "train/grad_norm": grad_norm}, input_tokens)
 

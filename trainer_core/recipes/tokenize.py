@@ -71,6 +71,11 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
     }
 
 
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A collated batch's forward arguments (its labels stay out of the model)."""
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
 def pad_id(tokenizer: Any) -> int:
     """The pad id, falling back to eos (gpt2 has no pad token); padding is masked either way."""
     for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
