@@ -323,7 +323,7 @@ def test_wait_draws_a_progress_bar_on_a_terminal(stack, finished, monkeypatch):
 def test_multi_process_examples_run_through_the_worker(stack, example):
     """The shipped 2-process examples, shortened, through `rlplane submit --wait`: the worker starts
     DeepSpeed's launcher or torchrun, both ranks train, the sharded checkpoints are gathered and
-    registered, and the run succeeds."""
+    registered, and the run succeeds. (DeepSpeed's: what tests/test_worker_runs.py's two-process run held.)"""
     sets = ["--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "train.checkpoint_every=3"]
     result = stack.cli("submit", f"examples/{example}.yaml", *sets, "--wait", "--json")
     assert result.exit_code == 0, result.stderr + stack.server.log_path.read_text()[-3000:]
@@ -332,6 +332,9 @@ def test_multi_process_examples_run_through_the_worker(stack, example):
     assert run["spec"]["backend"]["processes"] == 2
     checkpoints = json.loads(stack.cli("checkpoints", str(run["id"]), "--json").stdout)["data"]
     assert {c["step"] for c in checkpoints if c["kind"] == "checkpoint"} == {3, 6}
+    if example == "sft-deepspeed":  # started by DeepSpeed's own launcher, whose lines reach the run's log
+        logs = [line["text"] for line in stack.http.get(f"/runs/{run['id']}/logs", params={"limit": 1000}).json()["data"]]
+        assert any("deepspeed" in text.lower() for text in logs) and any("step 6" in text for text in logs)
 
 
 def test_rl_examples_run_through_the_worker(stack):
