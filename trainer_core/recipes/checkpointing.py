@@ -10,7 +10,7 @@ import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -26,6 +26,9 @@ from trainer_core.checkpoint.sharded import foreign_sharded_state, sharded_state
 from trainer_core.checkpoint.store import read_train_state, stage, staging_dir
 from trainer_core.checkpoint.weights import read_weights
 from trainer_core.reporting import CheckpointEvent, Reporter
+
+if TYPE_CHECKING:  # common imports this module
+    from trainer_core.recipes.common import Run
 
 
 def load_weights(
@@ -81,7 +84,7 @@ class CheckpointState:
 
 
 def run_state(
-    run: Any,
+    run: Run,
     *,
     model: nn.Module | None = None,
     modules: dict[str, nn.Module] | None = None,
@@ -103,7 +106,7 @@ def run_state(
     )
 
 
-def checkpoint_run(run: Any, state: CheckpointState) -> CheckpointInfo | None:
+def checkpoint_run(run: Run, state: CheckpointState) -> CheckpointInfo | None:
     """Save `state` under OUT/checkpoints and rotate to train.keep_last."""
     return save_and_rotate(
         run.out_dir / "checkpoints", state, backend=run.backend, keep_last=run.spec.train.keep_last, reporter=run.reporter
@@ -221,7 +224,7 @@ def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) ->
     return {key[len(prefix) + 1 :]: value for key, value in state.items() if key.startswith(prefix + ".")}
 
 
-def export_final(run: Any, model: nn.Module | None = None) -> Path | None:
+def export_final(run: Run, model: nn.Module | None = None) -> Path | None:
     """Export the trained model (`model`, else the run's unwrapped model) to OUT/final (rank zero) once
     train.steps are done, and report it as the run's output: a checkpoint event with metadata
     {"kind": "export"}, which the control plane registers like any checkpoint."""

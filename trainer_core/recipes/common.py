@@ -361,7 +361,7 @@ def is_due(step: int, every: int | None, last_step: int) -> bool:
 
 
 def drive(
-    run: Any,
+    run: Run,
     train: Callable[[Any, int | None], None],
     stop_at: int | None,
     export: Callable[[Any], nn.Module] | None = None,

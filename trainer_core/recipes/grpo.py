@@ -19,7 +19,6 @@ normaliser; the reference is rebuilt from the spec.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
     entropy_from_logits,
@@ -40,27 +39,16 @@ from trainer_core.losses_policy import (
     response_logprobs,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, rollouts, samples
-from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.rewards import Reward, make_reward
+from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
+from trainer_core.rewards import Reward
 
 
-@dataclass
-class GrpoRun:
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    model: nn.Module  # the policy, wrapped by the backend
+@dataclass(kw_only=True)
+class GrpoRun(common.Run):  # model: the policy, wrapped by the backend; order: over prompts, group_size per response
     reference: nn.Module | None  # frozen; None when beta is 0
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
     reward: Reward
     train_rows: list[dict]
     eval_rows: list[dict]
-    order: common.BatchOrder  # over prompts: batch_size / group_size per step
-    step: int = 0
 
     @property
     def policy(self) -> nn.Module:
@@ -68,52 +56,28 @@ class GrpoRun:
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> GrpoRun:
-    train, options = spec.train, spec.grpo
-    backend = make_backend(spec.backend, train)
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with common.closed_on_failure(backend, reporter):
-        policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+    options, seed = spec.grpo, spec.train.seed
+    with common.started(spec, out_dir, stdout) as (backend, reporter):
+        policy, tokenizer = load_from_spec(spec.model, "causal", seed=seed)
         spec = common.fit_context(spec, policy)
         reference = None
         if options.beta > 0:
-            reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=train.seed)
-        split = load_examples(spec.data, "prompts", seed=train.seed)
-        reward = make_reward(
-            spec.reward,
-            device=backend.device,
-            seed=train.seed,
-            reduce_sum=lambda t: backend.all_reduce(t, "sum"),
-            place=backend.prepare_frozen,
+            reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=seed)
+        split = load_examples(spec.data, "prompts", seed=seed)
+        reward = online.reward_source(spec, backend)
+        prompts_per_step = spec.train.batch_size // options.group_size
+        opt = common.prepare_optimization(
+            spec, backend, policy, len(split.train), resume_from, batch_size=prompts_per_step, schedule_per_step=True
         )
-        state = checkpointing.load_weights(resume_from, policy, backend=backend) if resume_from is not None else None
-        optimizer = common.make_optimizer(policy, train)
-        scheduler = common.make_scheduler(optimizer, train)
-        wrapped, optimizer, _ = backend.prepare(policy, optimizer, None)  # the schedule steps once per GRPO step
-        position, step = None, 0
-        if resume_from is not None and state is not None:
-            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
-            position, step = state.data_position, state.step
-            reward.load_state_dict(state.extra["reward"])
-            reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
-        prompts_per_step = train.batch_size // options.group_size
-        order = common.BatchOrder(
-            len(split.train), prompts_per_step, seed=train.seed, shuffle=spec.data.shuffle, position=position
-        )
+        if resume_from is not None:
+            reward.load_state_dict(opt.extra["reward"])
+            reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return GrpoRun(
-        spec,
-        out_dir,
-        backend,
-        reporter,
-        wrapped,
-        reference,
-        tokenizer,
-        optimizer,
-        scheduler,
-        reward,
-        split.train,
-        split.eval,
-        order,
-        step,
+        reference=reference,
+        reward=reward,
+        train_rows=split.train,
+        eval_rows=split.eval,
+        **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
 
@@ -136,8 +100,7 @@ def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.
 def sample(run: GrpoRun) -> Groups:
     """group_size scored responses to each of this rank's prompts of the next global batch."""
     backend, options = run.backend, run.spec.grpo
-    indices = run.order.next_batch()
-    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
+    rows = common.local_batch(run, run.train_rows)
     scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size)
     generation, scores = scored.generation, scored.scores
     rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)
@@ -148,19 +111,9 @@ def sample(run: GrpoRun) -> Groups:
             old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
-    mask = generation.response_mask
     groups = rewards.view(-1, options.group_size)
-    raw = rewards.double()
-    stats = {
-        "reward/sum": float(raw.sum()),
-        "reward/sumsq": float((raw**2).sum()),
-        "gen/response_length": float(mask.sum()),
-        "grpo/zero_std_groups": float((groups.std(dim=1) == 0).sum() * options.group_size),
-        "count": float(len(rewards)),
-        "perf/gen_s": scored.gen_s,
-    }
-    for name, component in scores.components.items():
-        stats[f"reward/{name}"] = float(sum(component))
+    zero_std = float((groups.std(dim=1) == 0).sum() * options.group_size)
+    stats = online.rollout_stats(scored, rewards, {"grpo/zero_std_groups": zero_std})
     return Groups(generation, advantages, old, ref, stats)
 
 
@@ -238,37 +191,9 @@ def _finish(
 
 
 def train_step(run: GrpoRun) -> loop.StepResult:
-    backend = run.backend
-    groups = sample(run)
-    options = run.spec.grpo
-    if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
-        report_tracked_groups(run, run.step + 1)  # after the step's own rollouts: their sampling stays as it was
-    started = time.perf_counter()
-    losses = update(run, groups)
-    train_s = time.perf_counter() - started
-    run.scheduler.step()
-    run.step += 1
-    stats = groups.stats
-    keys = sorted(k for k in stats if k != "perf/gen_s")
-    totals = dict(
-        zip(keys, backend.all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), "sum").tolist(), strict=True)
-    )
-    losses = dict(
-        zip(losses, backend.all_reduce(torch.tensor(list(losses.values()), dtype=torch.float64), "mean").tolist(), strict=True)
-    )
-    count = totals.pop("count")
-    mean = totals.pop("reward/sum") / count
-    variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
-    return loop.StepResult(
-        {
-            "reward/mean": mean,
-            "reward/std": variance**0.5,
-            **{k: v / count for k, v in totals.items()},
-            **losses,
-            "perf/gen_s": stats["perf/gen_s"],
-            "perf/train_s": train_s,
-        }
-    )
+    """One GRPO step: grouped rollouts, grpo.epochs updates; every reported value, reduced over ranks."""
+    values, _ = online.step(run, run.spec.grpo, sample, update, report_tracked_groups)
+    return loop.StepResult(values)
 
 
 def evaluate(run: GrpoRun) -> dict[str, float]:
@@ -287,11 +212,7 @@ def train(run: GrpoRun, stop_at: int | None = None) -> None:
 
 def run_grpo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> GrpoRun:
     """setup, train, export the policy; the reporter, backend and reward source are closed whatever happens."""
-    run = setup(spec, out_dir, resume_from)
-    try:
-        return common.drive(run, train, stop_at)
-    finally:
-        run.reward.close()
+    return online.drive(setup(spec, out_dir, resume_from), train, stop_at)
 
 
 run = run_grpo  # the name trainer_core.cli calls every recipe by

@@ -30,7 +30,7 @@ from torch import nn
 
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
-from trainer_core.backends import Backend, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, micro_batch_ranges
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.losses import IGNORE_INDEX
@@ -38,7 +38,7 @@ from trainer_core.losses_ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, rollouts
 from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
-from trainer_core.reporting import Reporter, Sample, make_reporter
+from trainer_core.reporting import Sample
 
 SAMPLES_TO_LOG = 4
 
@@ -100,22 +100,12 @@ class IlqlModel(nn.Module):
 Rewarded = tuple[Example, float]  # a tokenized row and its reward
 
 
-@dataclass
-class IlqlRun:
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    model: nn.Module  # IlqlModel, wrapped by the backend
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
+@dataclass(kw_only=True)
+class IlqlRun(common.Run):  # model: the IlqlModel, wrapped by the backend
     train_examples: list[Rewarded]
     eval_examples: list[Rewarded]
     prompts: list[dict]  # distinct prompt rows that evaluation answers
     reward_mean: float  # the behaviour data's mean reward over train rows
-    order: common.BatchOrder
-    step: int = 0  # optimizer steps done
 
     @property
     def ilql(self) -> IlqlModel:
@@ -141,38 +131,26 @@ def _distinct_prompts(rows: list[dict]) -> list[dict]:
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> IlqlRun:
-    train, options = spec.train, spec.ilql
-    backend = make_backend(spec.backend, train)  # seeds torch/python with train.seed + rank
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with common.closed_on_failure(backend, reporter):
-        lm, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+    options, seed = spec.ilql, spec.train.seed
+    with common.started(spec, out_dir, stdout) as (backend, reporter):
+        lm, tokenizer = load_from_spec(spec.model, "causal", seed=seed)
         spec = common.fit_context(spec, lm)
-        heads = IlqlHeads(lm.config.hidden_size, lm.get_output_embeddings().out_features, options.two_qs, train.seed)
+        heads = IlqlHeads(lm.config.hidden_size, lm.get_output_embeddings().out_features, options.two_qs, seed)
         model = IlqlModel(lm, heads)
-        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=train.seed)
+        split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=seed)
         column, max_len = spec.data.columns.reward, spec.model.max_seq_len
         train_examples, eval_examples = (_rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval))
-        state = None
-        if resume_from is not None:
-            state = checkpointing.load_weights(resume_from, lm, {"ilql_heads": heads}, backend=backend)
-        optimizer = common.make_optimizer(model, train)
-        scheduler = common.make_scheduler(optimizer, train)
-        wrapped, optimizer, scheduler = backend.prepare(model, optimizer, scheduler)
-        position, step = None, 0
-        if resume_from is not None and state is not None:
-            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
-            position, step = state.data_position, state.step
-        order = common.BatchOrder(
-            len(train_examples), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
-        )
+        saved = (lm, {"ilql_heads": heads})  # the checkpoint's model and the modules beside it
+        opt = common.prepare_optimization(spec, backend, model, len(train_examples), resume_from, saved=saved)
     if resume_from is not None:
-        reporter.log(f"resumed from {resume_from} at step {step}")
-    reward_mean = sum(r for _, r in train_examples) / len(train_examples)
-    prompts = _distinct_prompts(split.eval) or _distinct_prompts(split.train)
+        reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return IlqlRun(
-        spec, out_dir, backend, reporter, wrapped, tokenizer, optimizer, scheduler,
-        train_examples, eval_examples, prompts, reward_mean, order, step,
-    )  # fmt: skip
+        train_examples=train_examples,
+        eval_examples=eval_examples,
+        prompts=_distinct_prompts(split.eval) or _distinct_prompts(split.train),
+        reward_mean=sum(r for _, r in train_examples) / len(train_examples),
+        **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
+    )
 
 
 # --- loss ---
@@ -209,10 +187,10 @@ def _loss(run: IlqlRun, batch: dict[str, torch.Tensor], normalizer: float | None
     )
 
 
-def _means(run: IlqlRun, totals: torch.Tensor) -> dict[str, float]:
-    """Summed [q, v, cql, awac, Q, V, actions] over ranks -> the loss and its terms per action."""
+def _means(run: IlqlRun, sums: list[float]) -> dict[str, float]:
+    """[q, v, cql, awac, Q, V, actions], summed over ranks -> the loss and its terms per action."""
     options = run.spec.ilql
-    q, v, cql, awac, q_sum, v_sum, count = run.backend.all_reduce(totals, "sum").tolist()
+    q, v, cql, awac, q_sum, v_sum, count = sums
     count = max(count, 1.0)
     loss = (q + v + options.cql_scale * cql + options.awac_scale * awac) / count
     return {
@@ -289,12 +267,8 @@ def generate(run: IlqlRun, prompts: list[list[int]], gen: GenSpec, *, greedy: bo
 
 
 def _eval_loss(run: IlqlRun) -> dict[str, float]:
-    totals = torch.zeros(7, dtype=torch.float64, device=run.backend.device)
-    with torch.no_grad(), run.backend.autocast():
-        for chunk, real in common.rank_chunks(run.eval_examples, run.spec.micro_batch_size, run.backend):
-            sums = _loss(run, _batch(run, chunk)).sums()
-            totals += sums if real else 0
-    return {"eval/loss": _means(run, totals)["train/loss"]}
+    sums = common.evaluate(run, run.eval_examples, lambda chunk: _loss(run, _batch(run, chunk)).sums())
+    return {"eval/loss": _means(run, sums)["train/loss"]}
 
 
 def _eval_rewards(run: IlqlRun, task: str, step: int) -> dict[str, float]:
@@ -324,7 +298,6 @@ def evaluate(run: IlqlRun, step: int) -> dict[str, float] | None:
     """eval/loss on the eval rows; for a builtin task also eval/reward and its named score (eval/optimality)."""
     values: dict[str, float] = {}
     if run.eval_examples:
-        run.model.eval()
         values |= _eval_loss(run)
     if (task := builtin_task(run.spec.data.source)) is not None and run.prompts:
         values |= _eval_rewards(run, task, step)
@@ -338,8 +311,7 @@ def evaluate(run: IlqlRun, step: int) -> dict[str, float] | None:
 def train_step(run: IlqlRun) -> loop.StepResult:
     """One optimizer step over the next global batch (then the target sync when due): metrics, grad norm, tokens."""
     backend, spec = run.backend, run.spec
-    indices = run.order.next_batch()
-    local = [run.train_examples[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
+    local = common.local_batch(run, run.train_examples)
     micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
     actions = max(1, _actions(local))  # every response token of the rank's rows weighs the same
     totals = torch.zeros(7, dtype=torch.float64, device=backend.device)
@@ -355,7 +327,8 @@ def train_step(run: IlqlRun) -> loop.StepResult:
     if run.step % spec.ilql.steps_for_target_q_sync == 0:
         run.ilql.heads.sync_targets(spec.ilql.alpha, backend)
     tokens = sum(len(e["input_ids"]) for e, _ in local) * backend.data_world_size
-    return loop.StepResult({**_means(run, totals), "train/grad_norm": grad_norm}, tokens)
+    means = _means(run, backend.all_reduce(totals, "sum").tolist())
+    return loop.StepResult({**means, "train/grad_norm": grad_norm}, tokens)
 
 
 def checkpoint_state(run: IlqlRun) -> checkpointing.CheckpointState:

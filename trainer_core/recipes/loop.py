@@ -56,7 +56,7 @@ class LogWindow:
 
 
 def run_loop(
-    run: Any,
+    run: common.Run,
     stop_at: int | None,
     *,
     step: Callable[[Any], StepResult],
@@ -64,10 +64,10 @@ def run_loop(
     checkpoint_state: Callable[[Any], CheckpointState] = checkpointing.run_state,
     first_eval: Callable[[Any], Mapping[str, float] | None] | None = None,
 ) -> None:
-    """Train `run` (spec, reporter, backend, scheduler, step, out_dir) to train.steps, or stop after step
-    `stop_at`, checkpointed, as a preempted run would. `first_eval` (default `evaluate`) reports step 0 of a
-    fresh run; `evaluate` runs every train.eval_every steps and at the end; `checkpoint_state` says what a
-    checkpoint of the run holds (default: the run's model, optimizer, schedule and data position)."""
+    """Train `run` to train.steps, or stop after step `stop_at`, checkpointed, as a preempted run would.
+    `first_eval` (default `evaluate`) reports step 0 of a fresh run; `evaluate` runs every train.eval_every
+    steps and at the end; `checkpoint_state` says what a checkpoint of the run holds (default: the run's
+    model, optimizer, schedule and data position)."""
     t, reporter = run.spec.train, run.reporter
     last = t.steps if stop_at is None else min(stop_at, t.steps)
     if run.step == 0 and (values := (first_eval or evaluate)(run)):

@@ -21,17 +21,15 @@ normaliser: a resumed run samples the same rollouts the straight run would have.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import MicroStep, local_batch_range, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses_policy import (
     entropy_from_logits,
@@ -43,10 +41,9 @@ from trainer_core.losses_policy import (
     response_logprobs,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, rollouts, samples
+from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
-from trainer_core.reporting import Reporter, make_reporter
-from trainer_core.rewards import Reward, make_reward
+from trainer_core.rewards import Reward
 
 
 class ValueHead(nn.Module):
@@ -79,23 +76,13 @@ class ActorCritic(nn.Module):
         return {"value_head": self.value_head, **({"critic": self.critic} if self.critic is not None else {})}
 
 
-@dataclass
-class PpoRun:
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    model: nn.Module  # ActorCritic, wrapped by the backend
+@dataclass(kw_only=True)
+class PpoRun(common.Run):  # model: the ActorCritic, wrapped by the backend; step: PPO steps done
     reference: nn.Module  # frozen, eval mode
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
     reward: Reward
     kl: KlController
     train_rows: list[dict]
     eval_rows: list[dict]
-    order: common.BatchOrder
-    step: int = 0  # PPO steps done
 
     @property
     def actor_critic(self) -> ActorCritic:
@@ -113,60 +100,35 @@ class Rollouts:
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> PpoRun:
-    train, options = spec.train, spec.ppo
-    backend = make_backend(spec.backend, train)
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with common.closed_on_failure(backend, reporter):
-        policy, tokenizer = load_from_spec(spec.model, "causal", seed=train.seed)
+    options, seed = spec.ppo, spec.train.seed
+    with common.started(spec, out_dir, stdout) as (backend, reporter):
+        policy, tokenizer = load_from_spec(spec.model, "causal", seed=seed)
         spec = common.fit_context(spec, policy)
-        reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=train.seed)
+        reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=seed)
         critic = None
         if options.critic is not None:
-            critic = load_from_spec(options.critic, "causal", seed=train.seed)[0].base_model  # the trunk: no LM head to train
+            critic = load_from_spec(options.critic, "causal", seed=seed)[0].base_model  # the trunk: no LM head to train
         hidden = (critic or policy).config.hidden_size
-        model = ActorCritic(policy, ValueHead(hidden, train.seed), critic)
-        split = load_examples(spec.data, "prompts", seed=train.seed)
-        reward = make_reward(
-            spec.reward,
-            device=backend.device,
-            seed=train.seed,
-            reduce_sum=lambda t: backend.all_reduce(t, "sum"),
-            place=backend.prepare_frozen,
+        model = ActorCritic(policy, ValueHead(hidden, seed), critic)
+        split = load_examples(spec.data, "prompts", seed=seed)
+        reward = online.reward_source(spec, backend)
+        # The schedule steps once per PPO step (train_step), not per minibatch update as the backend would.
+        saved = (policy, model.checkpoint_modules())  # the checkpoint's model and the modules beside it
+        opt = common.prepare_optimization(
+            spec, backend, model, len(split.train), resume_from, saved=saved, schedule_per_step=True
         )
-        state = None
-        if resume_from is not None:
-            state = checkpointing.load_weights(resume_from, policy, model.checkpoint_modules(), backend=backend)
-        optimizer = common.make_optimizer(model, train)
-        scheduler = common.make_scheduler(optimizer, train)
-        # No scheduler for the backend: it would step per minibatch update; train() steps it per PPO step.
-        wrapped, optimizer, _ = backend.prepare(model, optimizer, None)
         kl = KlController(options.kl_coef, options.target_kl, options.horizon)
-        position, step = None, 0
-        if resume_from is not None and state is not None:
-            checkpointing.restore_training(resume_from, backend, optimizer, scheduler)
-            position, step = state.data_position, state.step
-            kl.load_state_dict(state.extra["kl"])
-            reward.load_state_dict(state.extra["reward"])
-            reporter.log(f"resumed from {resume_from} at step {step} (reference model rebuilt from the spec)")
-        order = common.BatchOrder(
-            len(split.train), train.batch_size, seed=train.seed, shuffle=spec.data.shuffle, position=position
-        )
+        if resume_from is not None:
+            kl.load_state_dict(opt.extra["kl"])
+            reward.load_state_dict(opt.extra["reward"])
+            reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return PpoRun(
-        spec,
-        out_dir,
-        backend,
-        reporter,
-        wrapped,
-        reference,
-        tokenizer,
-        optimizer,
-        scheduler,
-        reward,
-        kl,
-        split.train,
-        split.eval,
-        order,
-        step,
+        reference=reference,
+        reward=reward,
+        kl=kl,
+        train_rows=split.train,
+        eval_rows=split.eval,
+        **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
 
@@ -181,8 +143,7 @@ def _logprobs_values(model: nn.Module, generation: rollouts.Generation) -> tuple
 def rollout(run: PpoRun) -> Rollouts:
     """Sample and score this rank's share of the next global batch of prompts, with advantages."""
     backend, options = run.backend, run.spec.ppo
-    indices = run.order.next_batch()
-    rows = [run.train_rows[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
+    rows = common.local_batch(run, run.train_rows)
     scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen)
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
@@ -202,19 +163,8 @@ def rollout(run: PpoRun) -> Rollouts:
     advantages, returns = gae(rewards, values.float(), mask, options.gamma, options.lam)
     advantages = masked_whiten(advantages, mask)
 
-    sequence_kl = kl.sum(1)
-    raw = torch.tensor(scores.total, dtype=torch.float64)
-    stats = {
-        "reward/sum": float(raw.sum()),
-        "reward/sumsq": float((raw**2).sum()),
-        "ppo/kl": float(sequence_kl.sum()),
-        "gen/response_length": float(mask.sum()),
-        "values/mean": float(masked_mean(values.float(), mask) * len(rows)),
-        "count": float(len(rows)),
-        "perf/gen_s": scored.gen_s,
-    }
-    for name, component in scores.components.items():
-        stats[f"reward/{name}"] = float(sum(component))
+    own = {"ppo/kl": float(kl.sum(1).sum()), "values/mean": float(masked_mean(values.float(), mask) * len(rows))}
+    stats = online.rollout_stats(scored, torch.tensor(scores.total, dtype=torch.float64), own)
     return Rollouts(generation, logprobs, values.float(), advantages, returns, stats)
 
 
@@ -296,37 +246,7 @@ def report_tracked(run: PpoRun, step: int) -> None:
 
 def train_step(run: PpoRun) -> loop.StepResult:
     """One PPO step: rollouts, updates, the KL controller; every reported value, reduced over ranks."""
-    backend = run.backend
-    batch = rollout(run)
-    options = run.spec.ppo
-    if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
-        report_tracked(run, run.step + 1)  # after the step's own rollouts: their sampling stays as it was
-    started = time.perf_counter()
-    losses = update(run, batch)
-    train_s = time.perf_counter() - started
-    run.scheduler.step()
-    run.step += 1
-
-    stats = batch.stats
-    keys = sorted(k for k in stats if k != "perf/gen_s")
-    totals = dict(
-        zip(keys, backend.all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), "sum").tolist(), strict=True)
-    )
-    losses = dict(
-        zip(losses, backend.all_reduce(torch.tensor(list(losses.values()), dtype=torch.float64), "mean").tolist(), strict=True)
-    )
-    count = totals.pop("count")
-    mean = totals.pop("reward/sum") / count
-    variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
-    values = {
-        "reward/mean": mean,
-        "reward/std": variance**0.5,
-        **{k: v / count for k, v in totals.items()},
-        **losses,
-        "ppo/kl_coef": run.kl.value,
-        "perf/gen_s": stats["perf/gen_s"],
-        "perf/train_s": train_s,
-    }
+    values, count = online.step(run, run.spec.ppo, rollout, update, report_tracked, {"ppo/kl_coef": run.kl.value})
     if math.isfinite(values["ppo/kl"]):  # a skipped step (train.on_nonfinite: skip) leaves the controller as it was
         run.kl.update(values["ppo/kl"], int(count))
     return loop.StepResult(values)
@@ -354,11 +274,7 @@ def train(run: PpoRun, stop_at: int | None = None) -> None:
 
 def run_ppo(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> PpoRun:
     """setup, train, export the policy; the reporter, backend and reward source are closed whatever happens."""
-    run = setup(spec, out_dir, resume_from)
-    try:
-        return common.drive(run, train, stop_at, export=lambda r: r.actor_critic.policy)
-    finally:
-        run.reward.close()
+    return online.drive(setup(spec, out_dir, resume_from), train, stop_at, export=lambda r: r.actor_critic.policy)
 
 
 run = run_ppo  # the name trainer_core.cli calls every recipe by

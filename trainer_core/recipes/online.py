@@ -1,0 +1,115 @@
+"""The platform around an online RL recipe's algorithm (ppo, grpo): its reward source, one step's phases with
+their metrics reduced over ranks, and the driver that closes the reward source too. What a rollout and an
+update compute stays in the recipe (rollouts.py: sampling and scoring).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import torch
+from torch import nn
+
+from rlplane.spec import RunSpec
+from trainer_core.backends import Backend
+from trainer_core.recipes import common, rollouts, samples
+from trainer_core.rewards import Reward, make_reward
+
+
+class Collected(Protocol):
+    stats: dict[str, float]  # this rank's sums of the step's rollouts (rollout_stats)
+
+
+class OnlineOptions(Protocol):  # ppo's and grpo's spec sections
+    samples_to_log: int
+    samples_every: int
+
+
+B = TypeVar("B", bound=Collected)
+
+
+def reward_source(spec: RunSpec, backend: Backend) -> Reward:
+    """spec.reward on this rank: a reward model placed by the backend, running normalisers reduced over ranks."""
+    return make_reward(
+        spec.reward,
+        device=backend.device,
+        seed=spec.train.seed,
+        reduce_sum=lambda t: backend.all_reduce(t, "sum"),
+        place=backend.prepare_frozen,
+    )
+
+
+def rollout_stats(scored: rollouts.Scored, rewards: torch.Tensor, own: Mapping[str, float]) -> dict[str, float]:
+    """This rank's sums over a step's scored responses, which `step` reduces: the reward's total and square (for
+    reward/mean and reward/std; `rewards` as the recipe holds them), each reward component, response tokens, the
+    responses counted, the recipe's `own` sums, and the time spent generating."""
+    raw = rewards.double()
+    stats = {
+        "reward/sum": float(raw.sum()),
+        "reward/sumsq": float((raw**2).sum()),
+        "gen/response_length": float(scored.generation.response_mask.sum()),
+        "count": float(len(rewards)),
+        "perf/gen_s": scored.gen_s,
+        **own,
+    }
+    for name, component in scored.scores.components.items():
+        stats[f"reward/{name}"] = float(sum(component))
+    return stats
+
+
+def step(
+    run: common.Run,
+    options: OnlineOptions,
+    collect: Callable[[Any], B],
+    update: Callable[[Any, B], dict[str, float]],
+    report_tracked: Callable[[Any, int], None],
+    extra: Mapping[str, float] | None = None,
+) -> tuple[dict[str, float], float]:
+    """One step around the recipe's algorithm: `collect` its rollouts, show the tracked prompts' samples when due
+    (after the rollouts, so their sampling stays as it was), `update` on the rollouts (timed), then step the
+    schedule (once per step, over all of its updates) and count the step.
+
+    Returns the step's metrics, reduced over ranks: reward/mean and reward/std, every other rollout sum per
+    response, the update's statistics averaged over ranks, `extra`, perf/gen_s and perf/train_s; and how many
+    responses the step scored on all ranks."""
+    batch = collect(run)
+    if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
+        report_tracked(run, run.step + 1)
+    started = time.perf_counter()
+    losses = update(run, batch)
+    train_s = time.perf_counter() - started
+    run.scheduler.step()
+    run.step += 1
+    backend, stats = run.backend, batch.stats
+    keys = sorted(k for k in stats if k != "perf/gen_s")
+    totals = dict(
+        zip(keys, backend.all_reduce(torch.tensor([stats[k] for k in keys], dtype=torch.float64), "sum").tolist(), strict=True)
+    )
+    losses = dict(
+        zip(losses, backend.all_reduce(torch.tensor(list(losses.values()), dtype=torch.float64), "mean").tolist(), strict=True)
+    )
+    count = totals.pop("count")
+    mean = totals.pop("reward/sum") / count
+    variance = max(totals.pop("reward/sumsq") / count - mean**2, 0.0)
+    values = {
+        "reward/mean": mean,
+        "reward/std": variance**0.5,
+        **{k: v / count for k, v in totals.items()},
+        **losses,
+        **(extra or {}),
+        "perf/gen_s": stats["perf/gen_s"],
+        "perf/train_s": train_s,
+    }
+    return values, count
+
+
+def drive(
+    run: Any, train: Callable[[Any, int | None], None], stop_at: int | None, export: Callable[[Any], nn.Module] | None = None
+) -> Any:
+    """common.drive, then the reward source is closed as well, whatever happens."""
+    try:
+        return common.drive(run, train, stop_at, export=export)
+    finally:
+        run.reward.close()
