@@ -25,8 +25,10 @@ T = TypeVar("T")
 
 # Rows kept for streams that read slower than the run is written; one further behind reads the database itself.
 LOG_ROWS = 20_000
-# Streams woken per turn of the event loop when a batch comes: between turns the loop serves other requests.
-WAKE_AT_ONCE = 16
+# Streams woken per turn of the event loop when a batch comes. Between turns the loop serves other requests and,
+# waiting on its sockets, lets go of the GIL, which an ingest request's worker thread needs; 4 gave ingest a
+# shorter p99 with 300 streams than 16 did (bench/sse_load.py), 1 no better than 4.
+WAKE_AT_ONCE = 4
 # Database connections SSE may hold at once (the request pool has 30), so requests such as ingest keep theirs.
 READ_THREADS = 4
 
