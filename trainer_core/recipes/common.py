@@ -32,6 +32,65 @@ from trainer_core.reporting import Reporter, Sample, make_reporter
 
 T = TypeVar("T")
 
+# --- the run ---
+
+
+@dataclass(kw_only=True)
+class Run:
+    """What the platform reads of every recipe's run (run_loop, checkpoints, samples, the driver); a recipe's run
+    adds its data, its other models and its own state."""
+
+    spec: RunSpec
+    out_dir: Path
+    backend: Backend
+    reporter: Reporter
+    tokenizer: Any
+    model: nn.Module  # as backend.prepare returned it
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    order: BatchOrder
+    step: int = 0  # optimizer steps done (RL recipes: their steps)
+
+
+def run_fields(
+    spec: RunSpec, out_dir: Path, backend: Backend, reporter: Reporter, tokenizer: Any, opt: Optimization
+) -> dict[str, Any]:
+    """Run's fields from what every setup builds, for the keyword arguments of a recipe's run."""
+    return {
+        "spec": spec,
+        "out_dir": out_dir,
+        "backend": backend,
+        "reporter": reporter,
+        "tokenizer": tokenizer,
+        "model": opt.model,
+        "optimizer": opt.optimizer,
+        "scheduler": opt.scheduler,
+        "order": opt.order,
+        "step": opt.step,
+    }
+
+
+@contextlib.contextmanager
+def started(spec: RunSpec, out_dir: Path, stdout: bool) -> Iterator[tuple[Backend, Reporter]]:
+    """The run's backend (it seeds torch and Python with train.seed + rank) and reporter, for a setup to build
+    on; a setup that fails closes both before raising."""
+    backend = make_backend(spec.backend, spec.train)
+    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    with closed_on_failure(backend, reporter):
+        yield backend, reporter
+
+
+@contextlib.contextmanager
+def closed_on_failure(backend: Backend, reporter: Reporter) -> Iterator[None]:
+    """A setup that fails closes the reporter and the backend it opened before raising."""
+    try:
+        yield
+    except BaseException:
+        reporter.close()
+        backend.close()
+        raise
+
+
 # --- the spec, completed by the model ---
 
 
@@ -65,27 +124,6 @@ def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
     # time, which bench/trainers.py measured at 4x the optimizer time of the fused one.
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=train.lr, fused=fused or None)
-
-
-@contextlib.contextmanager
-def started(spec: RunSpec, out_dir: Path, stdout: bool) -> Iterator[tuple[Backend, Reporter]]:
-    """The run's backend (it seeds torch and Python with train.seed + rank) and reporter, for a setup to build
-    on; a setup that fails closes both before raising."""
-    backend = make_backend(spec.backend, spec.train)
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
-    with closed_on_failure(backend, reporter):
-        yield backend, reporter
-
-
-@contextlib.contextmanager
-def closed_on_failure(backend: Backend, reporter: Reporter) -> Iterator[None]:
-    """A setup that fails closes the reporter and the backend it opened before raising."""
-    try:
-        yield
-    except BaseException:
-        reporter.close()
-        backend.close()
-        raise
 
 
 @dataclass
@@ -133,41 +171,6 @@ def prepare_optimization(
     size = train.batch_size if batch_size is None else batch_size
     order = BatchOrder(train_size, size, seed=train.seed, shuffle=spec.data.shuffle, position=position)
     return Optimization(model, optimizer, scheduler, order, step, extra)
-
-
-@dataclass(kw_only=True)
-class Run:
-    """What the platform reads of every recipe's run (run_loop, checkpoints, samples, the driver); a recipe's run
-    adds its data, its other models and its own state."""
-
-    spec: RunSpec
-    out_dir: Path
-    backend: Backend
-    reporter: Reporter
-    tokenizer: Any
-    model: nn.Module  # as backend.prepare returned it
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    order: BatchOrder
-    step: int = 0  # optimizer steps done (RL recipes: their steps)
-
-
-def run_fields(
-    spec: RunSpec, out_dir: Path, backend: Backend, reporter: Reporter, tokenizer: Any, opt: Optimization
-) -> dict[str, Any]:
-    """Run's fields from what every setup builds, for the keyword arguments of a recipe's run."""
-    return {
-        "spec": spec,
-        "out_dir": out_dir,
-        "backend": backend,
-        "reporter": reporter,
-        "tokenizer": tokenizer,
-        "model": opt.model,
-        "optimizer": opt.optimizer,
-        "scheduler": opt.scheduler,
-        "order": opt.order,
-        "step": opt.step,
-    }
 
 
 def lr_factor(step: int, train: TrainSpec) -> float:
@@ -259,6 +262,9 @@ def weighted_micro_batches(local: list[T], size: int) -> list[tuple[list[T], flo
     count, which the backend divides by again, so the step's loss is the mean over `local`."""
     micro = micro_batch_ranges(range(len(local)), size)
     return [(local[p.start : p.stop], len(local[p.start : p.stop]) / len(local) * len(micro)) for p in micro]
+
+
+# --- one optimizer step ---
 
 
 def optimizer_step(run: Run, micro_steps: list[MicroStep]) -> tuple[list[float], float]:

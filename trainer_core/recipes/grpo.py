@@ -44,7 +44,7 @@ from trainer_core.rewards import Reward
 
 
 @dataclass(kw_only=True)
-class GrpoRun(common.Run):  # model: the policy, wrapped by the backend; order: over prompts, group_size per response
+class GrpoRun(common.Run):  # model: the policy, wrapped by the backend; order: over prompts, batch_size / group_size a step
     reference: nn.Module | None  # frozen; None when beta is 0
     reward: Reward
     train_rows: list[dict]
