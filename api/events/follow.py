@@ -39,7 +39,7 @@ async def follow(
             if behind or seq < feed.first_seq:
                 seq = feed.next_seq
                 while True:
-                    batch = await hub.in_thread(stream.read, run_id, cursor)
+                    batch = await hub.catch_up(run_id, cursor)
                     if batch is None:
                         yield stream.deleted(run_id, cursor)
                         return
