@@ -16,9 +16,9 @@ from api.events.cursor import Cursor
 from api.events.feed import FeedHub
 from api.events.follow import follow
 from api.models import Metric, RunEvent
-from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.factories import ADMIN_TOKEN, auth, create_run, spec
-from tests.servers import api_processes
+from tests.harness.databases import create_postgres_database, drop_postgres_database
+from tests.harness.factories import ADMIN_TOKEN, auth, create_run, spec
+from tests.harness.servers import api_processes
 
 
 def parse(stream_text: str) -> list[dict]:
