@@ -12,8 +12,10 @@ export interface RunEventMap {
   hello: { run_id: number; status: string; last_step: number | null };
   status: Array<Record<string, unknown>>;
   metrics: LivePoint[];
-  logs: LogLine[];
-  samples: Sample[];
+  // What the stream sends (docs/api.md): a log line as the logs view reads it; a sample's id and step only,
+  // the samples view refetching what it shows.
+  logs: Array<Pick<LogLine, 'id' | 'rank' | 'text' | 'time'>>;
+  samples: Array<Pick<Sample, 'id' | 'step'>>;
   deleted: { run_id: number };
 }
 
