@@ -29,10 +29,10 @@ from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.checkpoint.sharded import sharded_state_kind
 from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.data.tokenize import collate, pad_id, tokenize_rows
 from trainer_core.losses import sft_loss
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
-from trainer_core.recipes.tokenize import collate, pad_id, tokenize_rows
 
 TOLERANCE = MEGATRON_TOLERANCE
 SFT = MEGATRON_SFT

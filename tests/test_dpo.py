@@ -21,9 +21,9 @@ from tests.harness.training import (
     samples,
 )
 from trainer_core.cli import main
+from trainer_core.data.pairs import collate_pairs, tokenize_pair
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_tokenizer
-from trainer_core.recipes.pairs import collate_pairs, tokenize_pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

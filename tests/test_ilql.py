@@ -12,7 +12,7 @@ import torch
 
 from tests.harness.specs import ILQL_SPEC
 from tests.harness.training import assert_resume_is_exact, dropout_model, metrics, run_spec
-from trainer_core.losses_ilql import (
+from trainer_core.losses.ilql import (
     MAX_AWAC_WEIGHT,
     awac_weights,
     cql_loss,

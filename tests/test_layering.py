@@ -76,3 +76,24 @@ def test_services_and_repositories_do_not_import_the_web_framework():
         if (found := _imported_roots(path) & {"fastapi", "starlette"})
     }
     assert offenders == {}
+
+
+def test_trainer_core_packages_import_each_other_one_way():
+    """No two of trainer_core's packages import each other at module level (recipes use rewards, rewards never
+    recipes; the Megatron backend uses model loading's conversion, never the other way): each layer can be read,
+    tested and moved on its own."""
+    import ast
+
+    def package(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[0] != "trainer_core" or len(parts) < 2:
+            return None
+        return ".".join(parts[1:3]) if parts[1] in ("backends", "models") and parts[2:3] == ["megatron"] else parts[1]
+
+    edges: dict[str, set[str]] = {}
+    for path in (ROOT / "trainer_core").rglob("*.py"):
+        source = package(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and (target := package(node.module)) not in (None, source):
+                edges.setdefault(source, set()).add(target)
+    assert sorted((a, b) for a, targets in edges.items() for b in targets if a in edges.get(b, ())) == []

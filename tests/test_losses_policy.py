@@ -1,4 +1,4 @@
-"""trainer_core.losses_policy and the KL controller: hand-computed values for GAE, the clipped PPO
+"""trainer_core.losses.policy and the KL controller: hand-computed values for GAE, the clipped PPO
 losses, GRPO's group advantages (mean and leave-one-out) and loss, and the KL estimators."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainer_core.losses_policy import (
+from trainer_core.losses.policy import (
     gae,
     group_advantages,
     grpo_loss,

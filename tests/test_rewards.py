@@ -227,9 +227,9 @@ class TestHttp:
 
 
 def test_model_reward_scores_like_the_reward_recipe_tokenized_it(tmp_path, one_thread):
+    from trainer_core.data.pairs import collate_pairs, tokenize_pairs
+    from trainer_core.data.tokenize import pad_id
     from trainer_core.models import build_builtin
-    from trainer_core.recipes.pairs import collate_pairs, tokenize_pairs
-    from trainer_core.recipes.tokenize import pad_id
 
     model, tokenizer = build_builtin("tiny-gpt2", "score", 3)
     model.save_pretrained(tmp_path / "rm")

@@ -28,10 +28,10 @@ from tests.harness.training import (
     write_spec,
 )
 from trainer_core.checkpoint import verify
+from trainer_core.data.tokenize import collate, pack, tokenize_row
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_builtin, build_tokenizer, load_model
 from trainer_core.recipes.common import BatchOrder, lr_factor
-from trainer_core.recipes.tokenize import collate, pack, tokenize_row
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")

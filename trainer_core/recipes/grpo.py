@@ -30,7 +30,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import load_examples
-from trainer_core.losses_policy import (
+from trainer_core.losses.policy import (
     entropy_from_logits,
     group_advantages,
     grpo_loss,

@@ -33,11 +33,11 @@ from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, micro_batch_ranges
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
+from trainer_core.data.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX
-from trainer_core.losses_ilql import IlqlLoss, guided_logits, ilql_loss
+from trainer_core.losses.ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, rollouts
-from trainer_core.recipes.tokenize import Example, collate, pad_id, tokenize_rows
 from trainer_core.reporting import Sample
 
 SAMPLES_TO_LOG = 4

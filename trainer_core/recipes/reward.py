@@ -24,11 +24,11 @@ from torch import nn
 
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep
+from trainer_core.data.pairs import PairExample, load_pairs, pair_batch, pair_tokens
+from trainer_core.data.tokenize import model_inputs
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common, loop, samples
-from trainer_core.recipes.pairs import PairExample, load_pairs, pair_batch, pair_tokens
-from trainer_core.recipes.tokenize import model_inputs
 from trainer_core.reporting import Sample
 
 

@@ -28,9 +28,9 @@ from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
+from trainer_core.data.tokenize import pad_id
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.recipes.divergence import Diverged
-from trainer_core.recipes.tokenize import pad_id
 
 
 @dataclass

@@ -23,10 +23,10 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import kind_for_algorithm, load_examples
+from trainer_core.data.tokenize import Example, collate, pack, pad_id, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common, loop, samples
-from trainer_core.recipes.tokenize import Example, collate, pack, pad_id, tokenize_rows
 
 
 @dataclass(kw_only=True)

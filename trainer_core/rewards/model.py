@@ -1,6 +1,6 @@
 """reward: {kind: model, path: ...}: a reward model (a `reward` run's output) scores each (prompt, response).
 
-Sequences are tokenized exactly as the reward recipe trained on them (recipes/pairs.py): a string
+Sequences are tokenized exactly as the reward recipe trained on them (data/pairs.py): a string
 prompt as prompt + response + eos; a conversation (metadata["prompt_messages"], a message list,
 which the RL recipe passes for message-list prompt rows) through the chat template with the
 response as the assistant turn. The score is the head's output at the last non-pad token, read
@@ -19,10 +19,10 @@ from torch import nn
 
 from rlplane.spec.sections import ModelReward
 from rlplane.spec.shapes import DEFAULT_MAX_SEQ_LEN_CAP
+from trainer_core.data.pairs import tokenize_side
+from trainer_core.data.tokenize import Example, collate, pad_id
 from trainer_core.models import RunResolver, load_model
 from trainer_core.models.from_spec import max_positions
-from trainer_core.recipes.pairs import tokenize_side
-from trainer_core.recipes.tokenize import Example, collate, pad_id
 
 
 class ModelScorer:

@@ -22,8 +22,8 @@ import torch
 
 from rlplane.spec import RunSpec
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
+from trainer_core.data.tokenize import Example, _render, collate, pad_id, tokenize_row
 from trainer_core.losses import IGNORE_INDEX
-from trainer_core.recipes.tokenize import Example, _render, collate, pad_id, tokenize_row
 
 PairExample = dict[str, Example]  # {"chosen": {"input_ids", "labels"}, "rejected": {...}}
 
