@@ -12,6 +12,8 @@ export type Series = S['Series'];
 export type SeriesPoint = S['SeriesPoint'];
 export type KeySummary = S['KeySummary'];
 export type LogLine = S['LogLineOut'];
+/** A log line as the logs view shows it: what the live stream sends (docs/api.md) and a fetched line has too. */
+export type ShownLogLine = Pick<LogLine, 'id' | 'rank' | 'text' | 'time'>;
 export type Sample = S['SampleOut'];
 export type PromptSummary = S['PromptSummary'];
 export type Checkpoint = S['CheckpointPublic'];

@@ -1,4 +1,4 @@
-import type { LogLine, Sample } from '../api/types';
+import type { Sample, ShownLogLine } from '../api/types';
 import type { SseEvent } from './parser';
 
 export interface LivePoint {
@@ -14,7 +14,7 @@ export interface RunEventMap {
   metrics: LivePoint[];
   // What the stream sends (docs/api.md): a log line as the logs view reads it; a sample's id and step only,
   // the samples view refetching what it shows.
-  logs: Array<Pick<LogLine, 'id' | 'rank' | 'text' | 'time'>>;
+  logs: ShownLogLine[];
   samples: Array<Pick<Sample, 'id' | 'step'>>;
   deleted: { run_id: number };
 }

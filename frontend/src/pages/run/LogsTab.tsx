@@ -1,6 +1,6 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { api, unwrap } from '../../api/client';
-import type { LogLine } from '../../api/types';
+import type { ShownLogLine } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useVirtualRows } from '../../lib/virtualRows';
 import { useRunContext } from './context';
@@ -10,7 +10,7 @@ const TAIL = 500;
 /** Every line is one row this tall (styles.css .log-line): the window's arithmetic needs one height. */
 const LINE_PX = 18;
 
-function LogRow({ line, showRank }: { line: LogLine; showRank: boolean }) {
+function LogRow({ line, showRank }: { line: ShownLogLine; showRank: boolean }) {
   return (
     <div data-line-id={line.id} tabIndex={-1} className={ERROR_PATTERN.test(line.text) ? 'log-line err' : 'log-line'}>
       <time className="log-time" dateTime={new Date(line.time * 1000).toISOString()} title={fullTime(line.time)}>
@@ -44,7 +44,7 @@ export function LogsTab() {
 
   useEffect(() => {
     // Live lines that beat the tail request wait here, then merge by id.
-    let early: LogLine[] | null = [];
+    let early: ShownLogLine[] | null = [];
     const off = bus.on('logs', (incoming) => {
       if (early) early.push(...incoming);
       else setHeld((prev) => mergeLines(prev, incoming));

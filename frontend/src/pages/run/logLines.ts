@@ -1,11 +1,11 @@
-import type { LogLine } from '../../api/types';
+import type { ShownLogLine } from '../../api/types';
 
 /** The most lines the page holds: a chatty run prints millions, and each held line costs memory and filtering. */
 export const MAX_LINES = 5000;
 export const ERROR_PATTERN = /error|traceback|exception/i;
 
 export interface HeldLines {
-  lines: LogLine[];
+  lines: ShownLogLine[];
   /** How many older lines were let go to stay under the cap. */
   dropped: number;
 }
@@ -13,7 +13,7 @@ export interface HeldLines {
 export const NO_LINES: HeldLines = { lines: [], dropped: 0 };
 
 /** Appends lines newer than the last one held (the tail and the stream overlap), keeping at most `max`. */
-export function mergeLines(held: HeldLines, incoming: readonly LogLine[], max = MAX_LINES): HeldLines {
+export function mergeLines(held: HeldLines, incoming: readonly ShownLogLine[], max = MAX_LINES): HeldLines {
   const { lines } = held;
   const lastId = lines.length ? lines[lines.length - 1]!.id : 0;
   const fresh = incoming.filter((l) => l.id > lastId).sort((a, b) => a.id - b.id);
@@ -23,7 +23,7 @@ export function mergeLines(held: HeldLines, incoming: readonly LogLine[], max = 
   return { lines: over ? all.slice(over) : all, dropped: held.dropped + over };
 }
 
-export function filterLines(lines: readonly LogLine[], rank: number | null, search: string): LogLine[] {
+export function filterLines(lines: readonly ShownLogLine[], rank: number | null, search: string): ShownLogLine[] {
   const needle = search.toLowerCase();
   return lines.filter((l) => (rank == null || l.rank === rank) && (!needle || l.text.toLowerCase().includes(needle)));
 }
