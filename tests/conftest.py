@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -112,17 +113,20 @@ def one_thread() -> Iterator[None]:
 
 
 # pytest-xdist (make test: -n 2 --dist loadgroup): each module is one group, so its module fixtures are set up
-# once; the modules that launch several ranks share one group, so two multi-rank trainers never share the 2
-# cores; the users of a session baseline share one, so it is trained once.
+# once; the modules that launch several ranks make two groups of about equal time (Megatron's, and the rest with
+# DeepSpeed, whose compiled ops build once in one worker), so at most two multi-rank trainers share the 2 cores;
+# the users of the SFT chain's baseline share one group, so it is trained once.
 GROUPS = {
-    "ranks": {
-        "test_backend_deepspeed",
-        "test_backend_fsdp2",
+    "ranks-megatron": {
         "test_backend_megatron",
         "test_backend_megatron_heads",
         "test_megatron_virtual_pipeline",
         "test_megatron_tp",
         "test_megatron_dist_checkpoint",
+    },
+    "ranks": {
+        "test_backend_deepspeed",
+        "test_backend_fsdp2",
         "test_sharded_recipes",
         "test_multiprocess",
         "test_dcp_checkpoint",
@@ -137,10 +141,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     fast = config.getoption("--fast")
     config.hook.pytest_deselected(items=[item for item in items if _deselected(item, fast)])
     items[:] = [item for item in items if not _deselected(item, fast)]
+    if not getattr(config.option, "loadgroup", False):
+        return
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1]
         group = next((name for name, modules in GROUPS.items() if module in modules), module)
-        item.add_marker(pytest.mark.xdist_group(group))
+        # --dist loadgroup schedules by the "@group" ending of a test's id. pytest-xdist 3.8 writes it for the
+        # xdist_group mark into item._nodeid, which pytest 9 no longer reads (ids are NodeId objects), so the
+        # groups are written here, where the workers report their ids to the scheduler.
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 # make test-fast (--fast): the edit-test loop. Unit tests and the API on Postgres only, no process launches: the
@@ -148,6 +157,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # that starts a process fails, naming this list, so the tier stays what it says.
 LAUNCHING = (
     GROUPS["ranks"]
+    | GROUPS["ranks-megatron"]
     | GROUPS["sft-chain"]
     | {
         "test_backends",

@@ -141,4 +141,4 @@ def test_a_port_in_use_is_said_before_anything_is_created(tmp_path: Path) -> Non
 def test_make_up_installs_what_running_needs_on_the_port_given() -> None:
     """make up installs the trainer, not the test tools (the dev extra), and passes PORT on."""
     planned = subprocess.run(["make", "-n", "-B", "up", "PORT=8123"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert '-e ".[train]"' in planned and ".[dev]" not in planned and "rlplane up --port 8123" in planned
+    assert '-e ".[api,train]"' in planned and ".[dev]" not in planned and "rlplane up --port 8123" in planned
