@@ -25,6 +25,14 @@ def _console(**kwargs: Any) -> Console:
 stdout = _console()
 stderr = _console(stderr=True)
 
+
+def _fit(console: Console) -> Console:
+    """Its width decided when printing, not when this module was imported (the environment may have changed
+    since, as under a test runner): piped or in CI, COLUMNS (else 200) wide."""
+    if not console.is_terminal:
+        console.width = int(os.environ.get("COLUMNS") or 200)
+    return console
+
 _BARS = "▁▂▃▄▅▆▇█"
 
 
@@ -47,7 +55,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     out = Table(*columns, title=title, header_style="bold", box=None, pad_edge=False)
     for row in rows:
         out.add_row(*(Text("" if v is None else str(v)) for v in row))  # Text: no markup from data
-    stdout.print(out)
+    _fit(stdout).print(out)
 
 
 def fields(pairs: Iterable[tuple[str, Any]]) -> None:
@@ -58,7 +66,7 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> None:
     for name, value in pairs:
         if value not in (None, "", []):
             out.add_row(name, Text(str(value)))
-    stdout.print(out)
+    _fit(stdout).print(out)
 
 
 def sparkline(values: Sequence[float], width: int = 32) -> str:
