@@ -3,10 +3,13 @@
     rlplane.spec      the run spec schema (RunSpec), its rules, builtin names and YAML/JSON reading
     rlplane.status    run and attempt status words, the transitions between them, trainer exit codes
     rlplane.limits    the sizes the API takes (rows per report, characters per line, ...)
-    rlplane.wire      the records sent over the wire: the lease, status updates, reports
+    rlplane.wire      the records a worker and the API exchange: the lease, status updates, heartbeats
     rlplane.layout    a run directory: checkpoint step directories, manifests, which to keep
     rlplane.client    one HTTP client of the API (worker, trainer reporting, CLI)
+    rlplane.reports   the report sender: batches within the limits, retries, a disk spool
+    rlplane.config    the CLI's saved login, RLPLANE_URL/RLPLANE_TOKEN, the local server's discovery
+    rlplane.logformat JSON log lines for the API and the workers
 
-It imports pydantic and httpx, never torch and never api/; keep this file free of imports so each
-part stays as light as it is.
+It imports pydantic, httpx, PyYAML and orjson, never torch and never api/ (tests/test_layering.py); keep
+this file free of imports so each part stays as light as it is.
 """
