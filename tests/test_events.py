@@ -3,6 +3,7 @@
 import asyncio
 import json
 import queue
+import re
 import threading
 import time
 
@@ -30,6 +31,20 @@ def parse(stream_text: str) -> list[dict]:
     return messages
 
 
+STEP_COLUMN = re.compile(r'"step":\[([^\]]*)\]')
+
+
+def metric_points(messages: list[dict]) -> list[dict]:
+    """The points of the metrics messages, one dict each: a message holds each key's points as columns."""
+    return [
+        {"key": c["key"], "step": step, "value": value, "time": t}
+        for m in messages
+        if m["event"] == "metrics"
+        for c in m["data"]
+        for step, value, t in zip(c["step"], c["value"], c["time"], strict=True)
+    ]
+
+
 def events(client, run_id, last_id=None, **params):
     headers = {"Last-Event-ID": last_id} if last_id else {}
     response = client.get(f"/api/v1/runs/{run_id}/events", params={"timeout_s": 0.3, **params}, headers=headers)
@@ -45,15 +60,29 @@ class TestEventStream:
         first = events(client, run["id"], since_start=True)
         kinds = [m["event"] for m in first]
         assert kinds[0] == "hello" and {"status", "metrics", "logs"} <= set(kinds)
-        assert [p["step"] for m in first if m["event"] == "metrics" for p in m["data"]] == [0, 1, 2]
+        assert [p["step"] for p in metric_points(first)] == [0, 1, 2]
 
         client.post(f"/api/v1/runs/{run['id']}/metrics", json=[{"key": "k", "step": 3, "value": 3}])
         client.post(f"/api/v1/runs/{run['id']}/cancel")
         resumed = events(client, run["id"], last_id=first[-1]["id"])
-        new_steps = [p["step"] for m in resumed if m["event"] == "metrics" for p in m["data"]]
+        new_steps = [p["step"] for p in metric_points(resumed)]
         new_status = [s["status"] for m in resumed if m["event"] == "status" for s in m["data"]]
         assert new_steps == [3] and new_status == ["cancelled"]
         assert not [m for m in resumed if m["event"] == "logs"]  # nothing replayed twice
+
+    def test_a_metrics_message_holds_each_keys_points_as_columns_in_the_order_stored(self, client, db):
+        run = create_run(client)
+        logged = [
+            {"key": "b", "step": 2, "value": 0.5, "time": 10.0},
+            {"key": "a", "step": 1, "value": 1.5, "time": 11.0},
+            {"key": "b", "step": 1, "value": "NaN", "time": 12.0},
+        ]
+        assert client.post(f"/api/v1/runs/{run['id']}/metrics", json=logged).json()["accepted"] == 3
+        [message] = [m for m in events(client, run["id"], since_start=True) if m["event"] == "metrics"]
+        assert message["data"] == [
+            {"key": "b", "step": [2, 1], "value": [0.5, "NaN"], "time": [10.0, 12.0]},
+            {"key": "a", "step": [1], "value": [1.5], "time": [11.0]},
+        ]
 
     def test_non_finite_values_travel_as_strings_and_samples_only_announce_themselves(self, client, db):
         run = create_run(client)
@@ -65,7 +94,7 @@ class TestEventStream:
             headers={"Content-Type": "application/json"},
         )
         messages = {m["event"]: m["data"] for m in events(client, run["id"], since_start=True)}
-        assert messages["metrics"][0]["value"] == "-Infinity"
+        assert messages["metrics"][0]["value"] == ["-Infinity"]
         # The samples tab refetches on this; prompts and responses are not copied to every dashboard
         # (non-finite rewards in the samples API: tests/test_logs_samples.py).
         assert [set(s) for s in messages["samples"]] == [{"id", "step"}] and messages["samples"][0]["step"] == 1
@@ -133,7 +162,7 @@ def test_events_fan_out_across_api_processes(two_api_processes):
         message = received.get(timeout=10)
         seen[message["event"]] = message["data"]
     assert time.monotonic() - sent < 5
-    assert seen["metrics"] == [{"key": "k", "step": 7, "value": 0.5, "time": seen["metrics"][0]["time"]}]
+    assert seen["metrics"] == [{"key": "k", "step": [7], "value": [0.5], "time": seen["metrics"][0]["time"]}]
     assert seen["status"][0]["status"] == "cancelled"
     assert httpx.get(f"{a.url}/api/v1/users", headers=headers).json()["count"] == 1  # one admin, not two
 
@@ -166,7 +195,7 @@ class Follower:
 
     @property
     def steps(self) -> list[int]:
-        return [p["step"] for m in self.messages if m["event"] == "metrics" for p in m["data"]]
+        return [p["step"] for p in metric_points(self.messages)]
 
     async def until(self, done) -> "Follower":
         async with asyncio.timeout(10):
@@ -304,16 +333,20 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
 
     async def dashboard(client: httpx.AsyncClient, ready: asyncio.Event, params: dict) -> list[tuple[str, int]]:
         # Parsed at the end: JSON decoding while ingest runs would slow this process's ingest client, not the API.
-        body, points = "", 0
+        # Meanwhile the points of the whole messages so far are counted in their step columns.
+        body, counted, points = "", 0, 0
         async with client.stream("GET", f"/api/v1/runs/{run_id}/events", params={"timeout_s": 60, **params}) as response:
             async for text in response.aiter_text():
-                points += (body[-6:] + text).count('"step":')
                 body += text
+                whole = body.rfind("\n\n") + 2
+                if whole > max(counted, 1):
+                    points += sum(column.count(",") + 1 for column in STEP_COLUMN.findall(body, counted, whole))
+                    counted = whole
                 if not ready.is_set() and "event: hello" in body:
                     ready.set()
                 if points >= len(expected):
                     break
-        return [(p["key"], p["step"]) for m in parse(body) if m["event"] == "metrics" for p in m["data"]]
+        return [(p["key"], p["step"]) for p in metric_points(parse(body))]
 
     def ingest(latencies: list[float], halfway: threading.Event) -> None:
         with httpx.Client(base_url=api.url, headers=headers) as client:
@@ -340,5 +373,7 @@ def test_sixty_dashboards_get_every_point_while_ingest_stays_fast(one_api_proces
                 return await asyncio.gather(*tasks), latencies
 
     received, latencies = asyncio.run(scenario())
-    assert all(seen == expected for seen in received), [len(seen) for seen in received]
+    # Every point exactly once; a message groups its points by key, each key's in the order they were stored.
+    assert all(sorted(seen) == sorted(expected) for seen in received), [len(seen) for seen in received]
+    assert all([p for p in seen if p[0] == "k0"] == [p for p in expected if p[0] == "k0"] for seen in received)
     assert sorted(latencies)[98] < 0.5  # p99 of 100 requests (nearest rank); without the shared feed it took seconds

@@ -1,6 +1,6 @@
 """Read a run's tables past a cursor and shape the rows as SSE messages, encoded once for every stream."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,35 +46,56 @@ class Table:
     field: str  # the Cursor field that counts this table's ids
     model: type
     columns: tuple[Any, ...]
-    shape: Callable[[Any], dict[str, Any]]
+    encode: Callable[[Sequence[Any]], bytes]  # rows, as the columns listed, id first -> the message's data
+
+
+def each(shape: Callable[[Any], dict[str, Any]]) -> Callable[[Sequence[Any]], bytes]:
+    """A message that is a list of one object per row."""
+    return lambda rows: orjson.dumps([shape(r) for r in rows])
+
+
+def metric_columns(rows: Sequence[Any]) -> bytes:
+    """Metrics as one entry per key, its points as columns in id order: [{key, step: [..], value: [..], time: [..]}].
+
+    Every open dashboard gets every point, so the shape is what the fan-out pays for: a point as its own object
+    repeats its key and four field names (about 90 bytes), as columns it is its three numbers (about 40). It is
+    also the shape a chart keeps (the /metrics/columns history, frontend/src/charts/series.ts)."""
+    series: dict[str, tuple[list, list, list]] = {}
+    for _, key, step, value, is_nan, time in rows:
+        columns = series.get(key)
+        if columns is None:
+            columns = series[key] = ([], [], [])
+        columns[0].append(step)
+        columns[1].append("NaN" if is_nan else encode(value))
+        columns[2].append(time)
+    return orjson.dumps([{"key": k, "step": s, "value": v, "time": t} for k, (s, v, t) in series.items()])
 
 
 # Only what a view reads (frontend/src/pages/run): samples just say that the samples tab should refetch, so
 # their prompts and responses (up to 65,536 characters each) are not copied to every open dashboard.
-# Each shape takes a row as the columns listed, id first.
 TABLES = (
     Table(
         "status",
         "event",
         RunEvent,
         (RunEvent.id, RunEvent.payload, RunEvent.created_at),
-        lambda r: {"id": r[0], **r[1], "time": r[2].isoformat()},
+        each(lambda r: {"id": r[0], **r[1], "time": r[2].isoformat()}),
     ),
     Table(
         "metrics",
         "metric",
         Metric,
         (Metric.id, Metric.key, Metric.step, Metric.value, Metric.is_nan, Metric.time),
-        lambda r: {"key": r[1], "step": r[2], "value": "NaN" if r[4] else encode(r[3]), "time": r[5]},
+        metric_columns,
     ),
     Table(
         "logs",
         "log",
         LogLine,
         (LogLine.id, LogLine.rank, LogLine.text, LogLine.time),
-        lambda r: {"id": r[0], "rank": r[1], "text": r[2], "time": r[3]},
+        each(lambda r: {"id": r[0], "rank": r[1], "text": r[2], "time": r[3]}),
     ),
-    Table("samples", "sample", Sample, (Sample.id, Sample.step), lambda r: {"id": r[0], "step": r[1]}),
+    Table("samples", "sample", Sample, (Sample.id, Sample.step), each(lambda r: {"id": r[0], "step": r[1]})),
 )
 
 
@@ -84,7 +105,7 @@ class Part:
 
     table: Table
     ids: tuple[int, ...]
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[Any, ...]  # as the table's columns
 
 
 @dataclass(frozen=True)
@@ -112,7 +133,7 @@ class Batch:
             fresh = [i for i, row_id in enumerate(part.ids) if row_id > seen]
             if fresh:
                 cursor = cursor.advanced(**{part.table.field: part.ids[fresh[-1]]})
-                out.append(message(part.table.event, orjson.dumps([part.rows[i] for i in fresh]), cursor))
+                out.append(message(part.table.event, part.table.encode([part.rows[i] for i in fresh]), cursor))
         return b"".join(out), cursor
 
 
@@ -132,10 +153,10 @@ def read(session: Session, run_id: int, cursor: Cursor) -> Batch | None:
         full |= len(found) == READ_ROWS
         for start in range(0, len(found), BATCH):
             chunk = found[start : start + BATCH]
-            part = Part(table, tuple(r[0] for r in chunk), tuple(map(table.shape, chunk)))
+            part = Part(table, tuple(r[0] for r in chunk), tuple(chunk))
             cursor = cursor.advanced(**{table.field: part.ids[-1]})
             parts.append(part)
-            wire.append(message(table.event, orjson.dumps(part.rows), cursor))
+            wire.append(message(table.event, table.encode(chunk), cursor))
     return Batch(before, cursor, tuple(parts), full, b"".join(wire))
 
 

@@ -3,7 +3,7 @@ import { act, render, screen } from '@testing-library/react';
 import type { Series } from '../api/types';
 import { MetricChart } from './MetricChart';
 import { MetricStore } from './store';
-import { asColumns } from './testSeries';
+import { asColumns, live } from './testSeries';
 
 // jsdom has no canvas: a stand-in uPlot records what the chart asks of it.
 const plots: FakePlot[] = [];
@@ -77,14 +77,14 @@ describe('MetricChart', () => {
     const store = setup(series('train/loss', range(100)));
     await vi.waitFor(() => expect(plots.at(-1)?.data[0]).toHaveLength(100));
     const plot = plots.at(-1)!;
-    act(() => store.append([{ key: 'train/loss', step: 101, value: 1, time: 101 }]));
+    act(() => store.append([live('train/loss', 101)]));
     expect(plot.calls.at(-1)).toEqual(['setData', 101, undefined]); // not zoomed: scales follow the data
     plot.drag(20, 40);
-    act(() => store.append([{ key: 'train/loss', step: 102, value: 1, time: 102 }]));
+    act(() => store.append([live('train/loss', 102)]));
     expect(plot.calls.slice(-2)).toEqual([['setData', 102, false], ['setScale', 'x', { min: 20, max: 40 }]]);
     expect(plot.scales.x).toEqual({ min: 20, max: 40 });
     act(() => void plot.over.dispatchEvent(new MouseEvent('dblclick')));
-    act(() => store.append([{ key: 'train/loss', step: 103, value: 1, time: 103 }]));
+    act(() => store.append([live('train/loss', 103)]));
     expect(plot.calls.at(-1)).toEqual(['setData', 103, undefined]);
   });
 

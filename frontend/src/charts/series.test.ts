@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import type { Series } from '../api/types';
 import { appendPoints, emptyBuffer, forLog, fromSeries, toNumber, xValues } from './series';
 import { MetricStore } from './store';
-import { asColumns } from './testSeries';
+import { asColumns, live } from './testSeries';
 
 type Point = Series['points'][number];
 const series = (key: string, steps: number[], value = (s: number): Point['value'] => s * 2, extra: Partial<Point> = {}): Series => ({
@@ -41,11 +41,8 @@ describe('series helpers', () => {
 
   it('appends only points past the last step, in step order', () => {
     const buf = fromSeries(series('train/loss', [1, 2, 3]));
-    const added = appendPoints(buf, [
-      { step: 5, value: 10, time: 1005 },
-      { step: 3, value: 99, time: 1003 }, // overlap with the fetched history
-      { step: 4, value: 'NaN', time: 1004 },
-    ]);
+    // step 3 overlaps the fetched history
+    const added = appendPoints(buf, { step: [5, 3, 4], value: [10, 99, 'NaN'], time: [1005, 1003, 1004] });
     expect(added).toBe(2);
     expect(buf.steps).toEqual([1, 2, 3, 4, 5]);
     expect(buf.values).toEqual([2, 4, 6, null, 10]);
@@ -75,14 +72,14 @@ describe('MetricStore', () => {
     store.request('train/loss');
     store.request('train/lr');
     await vi.waitFor(() => expect(fetched).toEqual([['train/loss', 'train/lr']]));
-    store.append([{ key: 'train/loss', step: 5, value: 1, time: 2 }, { key: 'other/x', step: 5, value: 1, time: 2 }]);
+    store.append([live('train/loss', 5), live('other/x', 5)]);
     let redraws = 0;
     store.subscribe('train/loss', () => redraws++);
     answer([series('train/loss', [1, 2, 3, 4]), series('train/lr', [1, 2, 3, 4])]);
     await vi.waitFor(() => expect(store.get('train/loss')?.steps).toEqual([1, 2, 3, 4, 5]));
     expect(redraws).toBe(1);
     expect(store.loaded('other/x')).toBe(false); // never on screen: never fetched
-    store.append([{ key: 'train/loss', step: 6, value: 1, time: 3 }]);
+    store.append([live('train/loss', 6)]);
     expect(store.get('train/loss')?.steps.at(-1)).toBe(6);
     expect(redraws).toBe(2);
   });
@@ -92,7 +89,7 @@ describe('MetricStore', () => {
     store.setKeyList([]);
     let announced = 0;
     store.subscribeKeys(() => announced++);
-    store.append([{ key: 'reward/mean', step: 1, value: 1, time: 1 }]);
+    store.append([live('reward/mean', 1)]);
     expect(announced).toBe(1);
     expect(store.keys().map((k) => k.key)).toEqual(['reward/mean']);
   });

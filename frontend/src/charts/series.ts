@@ -77,25 +77,31 @@ export function fromColumns(c: SeriesColumns): SeriesBuffer {
   return buf;
 }
 
+/** Points as columns, index for index: a live message's points of one key. */
+export interface PointColumns {
+  step: readonly number[];
+  value: ReadonlyArray<number | string>;
+  time: readonly number[];
+}
+
 /**
  * Appends live points past the buffer's last step, in step order. Points at or before it are
  * already drawn (the initial fetch and the live stream overlap), so they are dropped.
  * Returns how many were added.
  */
-export function appendPoints(
-  buf: SeriesBuffer,
-  points: ReadonlyArray<{ step: number; value: number | string; time: number }>,
-): number {
-  const sorted = points.length > 1 ? [...points].sort((a, b) => a.step - b.step) : points;
+export function appendPoints(buf: SeriesBuffer, points: PointColumns): number {
+  const order = [...points.step.keys()];
+  if (order.length > 1) order.sort((a, b) => points.step[a]! - points.step[b]!);
   let added = 0;
-  for (const p of sorted) {
+  for (const i of order) {
+    const step = points.step[i]!;
     const last = buf.steps.length ? buf.steps[buf.steps.length - 1]! : -Infinity;
-    if (p.step <= last) continue;
-    const value = toNumber(p.value);
-    const kind = kindOf(p.value);
-    if (kind) buf.nonFinite.push({ step: p.step, at: buf.steps.length, kind });
-    buf.steps.push(p.step);
-    buf.times.push(p.time);
+    if (step <= last) continue;
+    const value = toNumber(points.value[i]!);
+    const kind = kindOf(points.value[i]!);
+    if (kind) buf.nonFinite.push({ step, at: buf.steps.length, kind });
+    buf.steps.push(step);
+    buf.times.push(points.time[i]!);
     buf.values.push(value);
     buf.mins.push(value);
     buf.maxs.push(value);

@@ -1,9 +1,9 @@
 import type { KeySummary, Series } from '../api/types';
-import type { LivePoint } from '../sse/runEvents';
+import type { LiveColumns } from '../sse/runEvents';
 import { KeyBatcher } from './batcher';
 import { candidateGroups, findDuplicates } from './duplicates';
 import { Listeners } from './listeners';
-import { appendPoints, fromColumns, fromSeries, toNumber, type SeriesBuffer, type SeriesColumns } from './series';
+import { appendPoints, fromColumns, fromSeries, toNumber, type PointColumns, type SeriesBuffer, type SeriesColumns } from './series';
 import type { ChartLine, ChartSource, KeyInfo } from './source';
 
 interface Known {
@@ -20,7 +20,7 @@ interface Known {
 export class MetricStore implements ChartSource {
   private known = new Map<string, Known>();
   private buffers = new Map<string, SeriesBuffer>();
-  private loading = new Map<string, LivePoint[]>(); // key -> live points that came while its history was on the way
+  private loading = new Map<string, PointColumns[]>(); // key -> live points that came while its history was on the way
   private listeners = new Listeners();
   private keyList: KeyInfo[] = [];
   private groups: string[][] = [];
@@ -100,7 +100,7 @@ export class MetricStore implements ChartSource {
   private put(series: ReadonlyArray<{ key: string; total: number; buf: SeriesBuffer }>): void {
     let newKey = false;
     for (const { key, total, buf } of series) {
-      appendPoints(buf, this.loading.get(key) ?? []);
+      for (const points of this.loading.get(key) ?? []) appendPoints(buf, points);
       this.loading.delete(key);
       this.buffers.set(key, buf);
       if (!this.known.has(key) && buf.steps.length) {
@@ -113,27 +113,25 @@ export class MetricStore implements ChartSource {
     for (const { key } of series) this.notify(key);
   }
 
-  append(points: readonly LivePoint[]): void {
-    const byKey = new Map<string, LivePoint[]>();
-    for (const p of points) {
-      let list = byKey.get(p.key);
-      if (!list) byKey.set(p.key, (list = []));
-      list.push(p);
-    }
+  /** A metrics message of the live stream: one entry per key. */
+  append(series: readonly LiveColumns[]): void {
     let newKey = false;
-    for (const [key, list] of byKey) {
-      const top = list.reduce((a, b) => (b.step > a.step ? b : a));
+    for (const points of series) {
+      const { key, step } = points;
+      if (!step.length) continue;
+      let top = 0; // the first point of the highest step
+      for (let i = 1; i < step.length; i++) if (step[i]! > step[top]!) top = i;
       const mine = this.known.get(key);
       if (!mine) newKey = true;
-      if (!mine || top.step > mine.lastStep) {
-        const added = list.filter((p) => p.step > (mine?.lastStep ?? -Infinity)).length;
-        this.learn(key, (mine?.points ?? 0) + added, top.step, top.value);
+      if (!mine || step[top]! > mine.lastStep) {
+        const added = step.filter((s) => s > (mine?.lastStep ?? -Infinity)).length;
+        this.learn(key, (mine?.points ?? 0) + added, step[top]!, points.value[top]!);
       }
       const buf = this.buffers.get(key);
       if (buf) {
-        if (appendPoints(buf, list) > 0) this.notify(key);
+        if (appendPoints(buf, points) > 0) this.notify(key);
       } else {
-        this.loading.get(key)?.push(...list); // else not on screen: its history is fetched when it is
+        this.loading.get(key)?.push(points); // else not on screen: its history is fetched when it is
       }
     }
     if (newKey) this.keysChanged();

@@ -1,4 +1,5 @@
 import type { Series } from '../api/types';
+import type { LiveColumns } from '../sse/runEvents';
 import type { SeriesColumns } from './series';
 
 /** Tests write series as points (readable); what GET /metrics/columns would answer for them. */
@@ -9,4 +10,9 @@ export function asColumns(s: Series): SeriesColumns {
     step: field('step'), value: field('value'), min: field('min'), max: field('max'), count: field('count'), time: field('time'),
     first_nan_step: s.points.map((p) => p.first_nan_step ?? null),
   };
+}
+
+/** A live metrics message's entry for one point of `key` (its time: the step). */
+export function live(key: string, step: number, value: number | string = 1): LiveColumns {
+  return { key, step: [step], value: [value], time: [step] };
 }

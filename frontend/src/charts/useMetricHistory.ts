@@ -41,7 +41,7 @@ export function useMetricHistory(runId: number, bus: RunEventBus): MetricHistory
   useEffect(() => {
     // Subscribe before fetching: points that arrive meanwhile wait in the store, and the
     // overlap with the fetched history is dropped by step.
-    const off = bus.on('metrics', (points) => store.append(points));
+    const off = bus.on('metrics', (series) => store.append(series));
     let cancelled = false;
     setLoaded(false);
     setError(null);

@@ -1,17 +1,18 @@
 import type { Sample, ShownLogLine } from '../api/types';
 import type { SseEvent } from './parser';
 
-export interface LivePoint {
+/** A metrics message holds one of these per key: the key's new points as columns, index for index. */
+export interface LiveColumns {
   key: string;
-  step: number;
-  value: number | string;
-  time: number;
+  step: number[];
+  value: Array<number | string>; // NaN and infinities as strings
+  time: number[];
 }
 
 export interface RunEventMap {
   hello: { run_id: number; status: string; last_step: number | null };
   status: Array<Record<string, unknown>>;
-  metrics: LivePoint[];
+  metrics: LiveColumns[];
   // What the stream sends (docs/api.md): a log line as the logs view reads it; a sample's id and step only,
   // the samples view refetching what it shows.
   logs: ShownLogLine[];

@@ -32,8 +32,8 @@ export function RunPage() {
     const refresh = () => void queryClient.invalidateQueries({ queryKey: queryKeys.runs.detail(runId) });
     const offStatus = bus.on('status', refresh);
     const offDeleted = bus.on('deleted', refresh);
-    const offMetrics = bus.on('metrics', (points) => {
-      const top = points.reduce((m, p) => Math.max(m, p.step), -1);
+    const offMetrics = bus.on('metrics', (series) => {
+      const top = series.reduce((m, s) => s.step.reduce((a, b) => Math.max(a, b), m), -1);
       setLiveStep((prev) => (prev == null || top > prev ? top : prev));
     });
     return () => {
