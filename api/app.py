@@ -20,6 +20,7 @@ from api.metrics import endpoints as metrics
 from api.reconcile import Reconciler, make_sender
 from api.reports import endpoints as reports
 from api.runs import endpoints as runs
+from api.runs import node_endpoints as nodes
 from api.samples import endpoints as samples
 from api.settings import Settings
 from api.workers import endpoints as workers
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_limit=settings.max_upload_bytes,
         upload_paths=(datasets.UPLOAD_PATH,),
     )
-    for module in (health, auth, runs, metrics, logs, samples, reports, checkpoints, datasets, workers, events):
+    for module in (health, auth, runs, nodes, metrics, logs, samples, reports, checkpoints, datasets, workers, events):
         app.include_router(module.router)
     docs_ui.install(app, OPENAPI_URL)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware

@@ -4,8 +4,10 @@ Every `reconcile_s` seconds, and at once when this process has just queued a run
 - queued runs are sent to their queue's broker queue (`runs.launch`), and sent again every
   `redispatch_s` while they stay queued: a flushed broker or a lost message costs a delay, never
   the run. Duplicates are harmless: only a queued run can be leased, once.
-- active runs whose worker has not sent a heartbeat for `lost_after_s` are marked lost (the
-  attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
+- queued multi-node runs are granted their gang when enough workers are idle (api/runs/gang.py), and each
+  node is sent to its worker's own queue (`runs.node`), again every `redispatch_s` until it joins.
+- active runs whose worker (any node's worker, for a gang) has not sent a heartbeat for `lost_after_s` are
+  marked lost (the attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
   Silence counts only from this process's start: while the API was down (a restart, an upgrade)
   workers could not reach it, and that is not their fault.
 """
@@ -21,26 +23,32 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.models import Run, RunAttempt, Worker
+from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
+from api.runs import gang
 from api.runs.service import requeue_or_fail
 from api.unit_of_work import transaction
 from rlplane.status import ACTIVE
+from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
 
 logger = logging.getLogger("rlplane.reconcile")
 
-Send = Callable[[int, str], None]  # (run id, queue)
+Send = Callable[[str, list, str], None]  # (task, its arguments, queue)
+
+# A granted node whose worker has not joined after this long (its message lost, or the worker stuck before it):
+# the attempt is lost, and a new gang is granted.
+JOIN_TIMEOUT_S = 120.0
 
 
 def make_sender(broker_url: str) -> Send:
-    """`runs.launch` messages through Celery's producer (the API never imports the worker)."""
+    """Task messages through Celery's producer (the API never imports the worker)."""
     from celery import Celery
 
     app = Celery("rlplane-api", broker=broker_url)
     app.conf.update(task_serializer="json", accept_content=["json"], broker_connection_timeout=2)
 
-    def send(run_id: int, queue: str) -> None:
-        app.send_task("runs.launch", args=[run_id], queue=queue, retry=False)
+    def send(task: str, args: list, queue: str) -> None:
+        app.send_task(task, args=args, queue=queue, retry=False)
 
     return send
 
@@ -58,6 +66,7 @@ class Reconciler:
         self.factory, self.send = factory, send
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
+        self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
         self._born = utcnow()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -92,25 +101,52 @@ class Reconciler:
 
     def dispatch(self) -> None:
         with self.factory() as session:
-            queued = session.execute(select(Run.id, Run.queue).where(Run.status == "queued").order_by(Run.id)).all()
+            queued = session.execute(select(Run.id, Run.queue, Run.spec).where(Run.status == "queued").order_by(Run.id)).all()
         now = time.monotonic()
-        still_queued = {run_id for run_id, _ in queued}
+        still_queued = {run_id for run_id, _, _ in queued}
         self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
-        for run_id, queue in queued:
+        for run_id, queue, spec in queued:
+            if gang.nodes_of(spec) > 1:
+                with transaction(self.factory) as uow:
+                    gang.allocate(uow.session, run_id, self.lost_after_s)
+                continue
             if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
                 continue
-            self.send(run_id, queue)
+            self.send(LAUNCH_TASK, [run_id], queue)
             self._sent[run_id] = now
+        self.send_nodes()
+
+    def send_nodes(self) -> None:
+        """Each granted node that has not joined yet goes to its worker's own queue, again every redispatch_s."""
+        with self.factory() as session:
+            waiting = session.execute(
+                select(AttemptNode.run_id, AttemptNode.attempt, AttemptNode.node_rank, AttemptNode.worker)
+                .join(Run, (Run.id == AttemptNode.run_id) & (Run.attempt_count == AttemptNode.attempt))
+                .where(Run.status == "starting", AttemptNode.joined_at.is_(None))
+            ).all()
+        now = time.monotonic()
+        keys = {(r, a, n) for r, a, n, _ in waiting}
+        self._sent_nodes = {k: at for k, at in self._sent_nodes.items() if k in keys}
+        for run_id, attempt, node_rank, worker in waiting:
+            key = (run_id, attempt, node_rank)
+            if now - self._sent_nodes.get(key, -1e9) >= self.redispatch_s:
+                self.send(NODE_TASK, [run_id, attempt, node_rank], node_queue(worker))
+                self._sent_nodes[key] = now
 
     def find_lost(self) -> None:
         cutoff = utcnow() - timedelta(seconds=self.lost_after_s)
         with self.factory() as session:
+            in_gang = select(AttemptNode.run_id).where(AttemptNode.run_id == Run.id).exists()
             rows = session.execute(
                 select(Run.id, RunAttempt.worker, RunAttempt.started_at, Worker.last_heartbeat)
                 .join(RunAttempt, (RunAttempt.run_id == Run.id) & (RunAttempt.number == Run.attempt_count))
                 .outerjoin(Worker, Worker.name == RunAttempt.worker)
-                .where(Run.status.in_(ACTIVE))
+                .where(Run.status.in_(ACTIVE), ~in_gang)
             ).all()
+            gangs = gang.silent_nodes(session, self.lost_after_s, self._born, JOIN_TIMEOUT_S)
+        for run_id, reason in gangs:
+            with transaction(self.factory, self.nudge) as uow:
+                requeue_or_fail(uow.session, run_id, reason)
         for run_id, worker, started_at, last_heartbeat in rows:
             seen = max(started_at, last_heartbeat) if last_heartbeat is not None else started_at
             seen = max(seen, self._born)

@@ -101,6 +101,13 @@ def worker(
     token: Annotated[str | None, typer.Option(help="A worker token (default RLPLANE_TOKEN, which `ps` does not show)")] = None,
     name: Annotated[str | None, typer.Option(help="Unique worker name (default <host>-<pid>)")] = None,
     broker: Annotated[str | None, typer.Option(help="Celery broker URL (default RLPLANE_BROKER_URL, else SQLite)")] = None,
+    advertise_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Where other nodes of a multi-node run reach this one "
+            "(RLPLANE_ADVERTISE_ADDRESS; default: this host's name resolved)"
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on this port (RLPLANE_METRICS_PORT; off)", min=1, max=65535)
     ] = None,
@@ -109,6 +116,8 @@ def worker(
 
     A worker needs the broker, the API URL and a worker token - never the database. On SIGTERM it
     stops its trainer and hands the run back; another worker resumes it from its latest checkpoint.
+    A run with resources.nodes > 1 spans that many workers of its queue (docs/workers.md): each must
+    reach the others at its --advertise-address.
 
     \b
     Example:
@@ -119,7 +128,7 @@ def worker(
     from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
-    overrides.update(broker_url=broker, metrics_port=metrics_port)
+    overrides.update(broker_url=broker, metrics_port=metrics_port, advertise_address=advertise_address)
     settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     if not settings.token:
         typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)

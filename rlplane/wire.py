@@ -35,6 +35,57 @@ class Lease(BaseModel):
     resume_from_step: int | None = Field(description="Latest checkpoint to resume from, if any")
 
 
+# The Celery tasks the API sends: a one-node run to its queue, where any worker serving it may lease it; one node
+# of a gang to the worker the API granted it to, on that worker's own queue.
+LAUNCH_TASK = "runs.launch"
+NODE_TASK = "runs.node"
+
+
+def node_queue(worker: str) -> str:
+    """The broker queue only `worker` consumes: where its share of a multi-node attempt is sent."""
+    return f"node.{worker}"
+
+
+class NodeJoin(BaseModel):
+    """POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it.
+    Node 0 brings the rendezvous: its address and a free port there."""
+
+    model_config = ConfigDict(extra="forbid")
+    worker: str = Field(min_length=1, max_length=128)
+    address: str | None = Field(default=None, max_length=256, description="Node 0: where the other nodes reach it")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Node 0: the rendezvous port it chose")
+
+
+class Rendezvous(BaseModel):
+    """Where every node of an attempt meets: node 0's address and port (None until node 0 has joined)."""
+
+    model_config = ConfigDict(extra="ignore")
+    nodes: int
+    master_address: str | None = None
+    master_port: int | None = None
+    ended: bool = Field(default=False, description="The attempt is over (failed, lost, cancelled): do not start")
+
+
+class NodeLease(BaseModel):
+    """The answer to a join, as a worker reads it."""
+
+    model_config = ConfigDict(extra="ignore")
+    run: LeasedRun
+    attempt: int = Field(description="Fencing token of every node of the attempt")
+    node_rank: int
+    rendezvous: Rendezvous
+
+
+class NodeEnd(BaseModel):
+    """POST /runs/{id}/attempts/{n}/nodes/{r}/end: how a node other than 0 ended its part (node 0 sends the
+    run's statuses, as a one-node attempt does). A non-zero exit ends the whole attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+    exit_code: int | None = Field(default=None, ge=-255, le=255, description="The trainer's; None: it was stopped")
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    failure: Failure | None = None
+
+
 class StatusUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     attempt: int = Field(ge=1, le=INT32_MAX, description="The fencing token from the lease")
@@ -68,4 +119,6 @@ class Heartbeat(BaseModel):
     capacity: int = Field(default=1, ge=0, le=1024, description="Runs it can hold at once")
     gpus: list[Gpu] = Field(default_factory=list, max_length=64)
     current_run_id: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    current_attempt: int | None = Field(default=None, ge=1, le=INT32_MAX, description="Of the run it holds")
     last_step: Step | None = None
+    address: str = Field(default="", max_length=256, description="Where other nodes of a gang reach this worker")

@@ -132,6 +132,7 @@ GROUPS = {
         "test_dcp_checkpoint",
         "test_ppo",
         "test_divergence",
+        "test_multinode",
     },
     "sft-chain": {"test_sft", "test_reward", "test_dpo", "test_grpo"},
 }

@@ -25,7 +25,6 @@ RULE_CASES = {
     "grpo-needs-reward": ("ppo", ["reward=null", "algorithm=grpo"], "reward", "grpo needs a reward"),
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
-    "nodes-need-gpus": ("sft", ["resources.nodes=2"], "resources.nodes", "resources.gpus >= 1"),
     "megatron-cpu-fp32": ("sft", [MEGATRON], "backend.precision", "megatron on CPU trains in fp32, not bf16"),
     "megatron-cpu-cp": (
         "sft",
@@ -63,7 +62,7 @@ RULE_CASES = {
         "sft",
         [MEGATRON, "backend.precision=fp32", "backend.processes=3", "backend.tensor_parallel=2"],
         "backend.tensor_parallel",
-        "= 2 must divide the 3 CPU processes (backend.processes)",
+        "= 2 must divide the 3 CPU processes (backend.processes * resources.nodes)",
     ),
     "megatron-ppo-critic": (
         "ppo",
@@ -176,6 +175,12 @@ RULE_CASES = {
         ["resources.gpus=4", "resources.nodes=2", "train.batch_size=12"],
         "train.batch_size",
         "8 data-parallel ranks",
+    ),
+    "dp-divides-batch-cpu-nodes": (
+        "sft",
+        ["resources.nodes=2", "backend.processes=2", "train.batch_size=6"],
+        "train.batch_size",
+        "4 data-parallel ranks",
     ),
     "dp-megatron": (
         "sft",

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import redis
 
-from tests.harness.worker_stack import LONG, SPEC, Stack, assert_metrics_once
+from tests.harness.worker_stack import LONG, SPEC, Stack, alive, assert_metrics_once, cmdline, trainer_pids
 
 
 def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
@@ -59,14 +58,14 @@ def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
     deadline = time.monotonic() + 120
     while not (stack.run(run_id)["last_step"] or 0) and time.monotonic() < deadline:
         time.sleep(0.3)
-    trainers = _trainer_pids(stack.home, run_id)
+    trainers = trainer_pids(stack, run_id)
     assert trainers, "no trainer process found"
     started = time.monotonic()
     assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
     run = stack.wait_status(run_id, {"cancelled"}, timeout=10)
-    while any(_alive(pid) for pid in trainers) and time.monotonic() - started < 10:
+    while any(alive(pid) for pid in trainers) and time.monotonic() - started < 10:
         time.sleep(0.1)
-    survivors = {pid: _cmdline(pid) for pid in trainers if _alive(pid)}
+    survivors = {pid: cmdline(pid) for pid in trainers if alive(pid)}
     assert not survivors, f"trainer processes outlived the cancel: {survivors}"
     assert time.monotonic() - started < 10
     assert run["attempts"][0]["end_reason"].startswith("cancelled")
@@ -121,12 +120,12 @@ def test_a_hung_trainer_is_killed_and_retried_as_a_hang(stack: Stack) -> None:
     stack.start_worker("w1")
     run_id = stack.submit({**LONG, "resources": {"queue": "cpu", "hang_timeout_s": 10}})
     stack.wait_step(run_id, 150)
-    [trainer] = _trainer_pids(stack.home, run_id)
+    [trainer] = trainer_pids(stack, run_id)
     os.kill(trainer, signal.SIGSTOP)  # alive, but no step will ever finish
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
     assert len(run["attempts"]) == 2 and run["attempts"][0]["end_reason"].startswith("hang: no step finished for 10 s")
-    assert not _alive(trainer)
+    assert not alive(trainer)
     assert_metrics_once(stack, run_id)
 
 
@@ -147,29 +146,6 @@ def test_the_run_goes_on_while_the_api_restarts(stack: Stack) -> None:
     run = stack.wait_status(run_id, {"succeeded", "failed"})
     assert run["status"] == "succeeded" and len(run["attempts"]) == 1, run
     assert_metrics_once(stack, run_id)
-
-
-def _trainer_pids(home: Path, run_id: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"{home}/artifacts/runs/{run_id}/spec-attempt"], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import sys
 from typing import Any, TextIO
 
 
-def free_port() -> int:
-    """A port nothing listens on now, for the ranks' rendezvous (two runs on one node must not share one)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now at `host`, for the ranks' rendezvous (two runs on one node must not share one)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return probe.getsockname()[1]
 
 

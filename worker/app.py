@@ -16,11 +16,12 @@ import time
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
 from rlplane.wire import Heartbeat as HeartbeatRecord
 from worker.client import WorkerApi
 from worker.prometheus import WorkerMetrics
 from worker.settings import WorkerSettings
-from worker.supervise import Holding, supervise
+from worker.supervise import Holding, supervise, supervise_node
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -41,9 +42,16 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
     metrics = metrics or WorkerMetrics()
     heartbeat = Heartbeat(settings, client, holding, metrics)
 
-    @app.task(name="runs.launch")
+    @app.task(name=LAUNCH_TASK)
     def launch(run_id: int) -> str:
         result = supervise(settings, client, holding, int(run_id))
+        metrics.attempts.labels(result).inc()
+        return result
+
+    @app.task(name=NODE_TASK)
+    def node(run_id: int, attempt: int, node_rank: int) -> str:
+        """This worker's node of a multi-node attempt, granted by the API (on this worker's own queue)."""
+        result = supervise_node(settings, client, holding, int(run_id), int(attempt), int(node_rank))
         metrics.attempts.labels(result).inc()
         return result
 
@@ -90,14 +98,16 @@ class Heartbeat:
                 capacity=1,
                 gpus=devices,
                 current_run_id=self.holding.run_id,
+                current_attempt=self.holding.attempt if self.holding.run_id is not None else None,
                 last_step=self.holding.last_step,
+                address=self.settings.advertise_address,
             )
             ok = False
             try:
                 answer = self.client.heartbeat(body)
                 ok = True
                 if body.current_run_id is not None and answer.get("current_run_status"):
-                    self.holding.seen(body.current_run_id, answer["current_run_status"])
+                    self.holding.seen(body.current_run_id, answer["current_run_status"], answer.get("current_run_attempt"))
             except Exception as exc:  # the API is down or restarting: training goes on
                 logger.warning("heartbeat failed: %s", exc)
             self.metrics.heartbeat(ok, body.current_run_id, body.last_step, devices)
@@ -166,12 +176,13 @@ def run_worker(settings: WorkerSettings, concurrency: int = 1) -> None:
     if settings.log_format == "json":
         signals.setup_logging.connect(lambda **_: configure_logging("json"), weak=False)  # Celery then leaves logging alone
     app = make_app(settings, metrics)
-    declare_queues(app, settings.queues)
+    queues = [*settings.queues, node_queue(settings.name)]  # its own: where the API sends its nodes of gangs
+    declare_queues(app, queues)
     app.worker_main(
         [
             "worker",
             "--queues",
-            ",".join(settings.queues),
+            ",".join(queues),
             "--hostname",
             f"{settings.name}@%h",
             "--pool",

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from rlplane.client import ApiError, Client, Unreachable
-from rlplane.wire import Heartbeat, Lease, StatusUpdate
+from rlplane.wire import Heartbeat, Lease, NodeEnd, NodeJoin, NodeLease, Rendezvous, StatusUpdate
 
 
 class LeaseRefused(Exception):
@@ -42,6 +42,23 @@ class WorkerApi:
             if exc.status in (404, 409):
                 raise LeaseRefused(str(exc.detail)) from None
             raise
+
+    def join(self, run_id: int, attempt: int, node_rank: int, body: NodeJoin) -> NodeLease:
+        """Take the node slot the API granted this worker; a slot no longer to be had raises LeaseRefused."""
+        path = f"/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/join"
+        try:
+            return NodeLease.model_validate(self.client.json("POST", path, json=body.model_dump(exclude_none=True)))
+        except ApiError as exc:
+            if exc.status in (403, 404, 409):
+                raise LeaseRefused(str(exc.detail)) from None
+            raise
+
+    def rendezvous(self, run_id: int, attempt: int) -> Rendezvous:
+        return Rendezvous.model_validate(self.client.json("GET", f"/runs/{run_id}/attempts/{attempt}/rendezvous"))
+
+    def end_node(self, run_id: int, attempt: int, node_rank: int, body: NodeEnd) -> dict[str, Any]:
+        path = f"/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/end"
+        return self.client.json("POST", path, json=body.model_dump(exclude_none=True))
 
     def status(self, run_id: int, update: StatusUpdate) -> dict[str, Any]:
         """Send one status of the attempt; the run's detail after it. A stale attempt raises Superseded."""

@@ -37,13 +37,16 @@ class Forwarder:
         attempt: int,
         publish: Callable[[str], bool | None] | None = None,
         uploaded: Callable[[dict[str, Any]], None] | None = None,
+        reports: bool = True,
     ) -> None:
         """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote
         root, in a thread of its own: see uploads.py); none for a directory root, where the API reads the
-        trainer's files in place. `uploaded(event)` runs after each upload."""
+        trainer's files in place. `uploaded(event)` runs after each upload. Without `reports` only the printed
+        lines are forwarded: a gang's node other than 0, whose run directory node 0 reads."""
+        self.reports = reports
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
         self.uploads = Uploads(publish, self.prefix, uploaded=uploaded) if publish is not None else None
-        self.offsets: dict[str, int] = self._load_offsets()
+        self.offsets: dict[str, int] = self._load_offsets() if reports else {}
         self.last_step: int | None = None  # of the metrics forwarded (logged every train.log_every steps)
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
         self.trainer_failure: str | None = None  # the reason of the trainer's own "failed" status, if it sent one
@@ -60,7 +63,7 @@ class Forwarder:
 
     def poll(self) -> bool:
         """Send everything new; True when the API took all of it."""
-        metrics, samples, events = (self._read_new(name) for name in FILES)
+        metrics, samples, events = (self._read_new(name) if self.reports else [] for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
         for event in events:
@@ -78,7 +81,8 @@ class Forwarder:
         requests = report_requests(metrics, [_without_time(s) for s in samples], logs)
         requests += [("checkpoints", orjson.dumps(self._checkpoint(e))) for e in events]
         delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
-        self._save_offsets()
+        if self.reports:
+            self._save_offsets()
         return delivered and (self.uploads is None or self.uploads.idle)
 
     @property

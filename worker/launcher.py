@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlplane.spec import RunSpec
@@ -29,10 +30,30 @@ def processes_per_node(spec: RunSpec) -> int:
     return spec.resources.gpus or spec.backend.processes
 
 
-def trainer_command(python: str, spec: RunSpec, spec_path: Path, out_dir: Path, resume: bool) -> list[str]:
+@dataclass(frozen=True)
+class NodePlace:
+    """This node's place in a multi-node attempt: its rank among the nodes, and node 0's rendezvous."""
+
+    node_rank: int
+    nodes: int
+    master_address: str
+    master_port: int
+
+
+def trainer_command(
+    python: str, spec: RunSpec, spec_path: Path, out_dir: Path, resume: bool, place: NodePlace | None = None
+) -> list[str]:
     nproc = processes_per_node(spec)
     command = [python, "-m", "trainer_core", "run"]
-    if nproc > 1 and spec.backend.kind == "deepspeed":
+    if place is not None:
+        # Every backend's ranks under torchrun (DeepSpeed's launcher would ssh to the other nodes itself); static
+        # rendezvous at node 0, and no restarts: a failed rank fails the attempt, and the API starts a new gang.
+        launcher = [python, "-m", "torch.distributed.run", "--nnodes", str(place.nodes), "--node-rank", str(place.node_rank)]
+        launcher += ["--nproc-per-node", str(nproc), "--master-addr", place.master_address]
+        launcher += ["--master-port", str(place.master_port), "--max-restarts", "0", "--tee", "3"]
+        launcher += ["--log-dir", str(out_dir / "rank-logs" / f"node-{place.node_rank}")]
+        command = [*launcher, "-m", "trainer_core", "run"]
+    elif nproc > 1 and spec.backend.kind == "deepspeed":
         # DeepSpeed's own launcher (what its users expect; it sets up its accelerator's environment).
         # --no_local_rank: the trainer reads LOCAL_RANK from the environment, not from an argument.
         launcher = [python, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", str(free_port())]
@@ -45,10 +66,10 @@ def trainer_command(python: str, spec: RunSpec, spec_path: Path, out_dir: Path, 
     return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
 
 
-def split_rank(line: str) -> tuple[int, str]:
-    """torchrun's `[rank1]: text` -> (1, "text"); a line without a prefix is rank 0's."""
+def split_rank(line: str, default: int = 0) -> tuple[int, str]:
+    """torchrun's `[rank1]: text` -> (1, "text"); a line without a prefix is `default`'s (the node's first rank)."""
     match = _RANK_PREFIX.match(line)
-    return (int(match.group(1)), line[match.end() :]) if match else (0, line)
+    return (int(match.group(1)), line[match.end() :]) if match else (default, line)
 
 
 def terminal_line(text: str) -> str:
@@ -65,8 +86,17 @@ def terminal_line(text: str) -> str:
 class Trainer:
     """A running trainer: its process group, and its output lines as they arrive."""
 
-    def __init__(self, command: list[str], cwd: Path, on_line: Callable[[int, str], None], env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        command: list[str],
+        cwd: Path,
+        on_line: Callable[[int, str], None],
+        env: dict[str, str] | None = None,
+        first_rank: int = 0,
+    ):
+        """`first_rank`: the global rank of this node's first process, whose lines are those without a rank."""
         self.tail: deque[str] = deque(maxlen=30)  # for the failure reason
+        self.first_rank = first_rank
         self.process = subprocess.Popen(
             command,
             cwd=cwd,
@@ -85,7 +115,7 @@ class Trainer:
         for raw in self.process.stdout:  # bytes, split at "\n" only: a "\r" is a progress bar redrawing its line
             line = terminal_line(raw.decode("utf-8", errors="replace"))
             self.tail.append(line)
-            on_line(*split_rank(line))
+            on_line(*split_rank(line, self.first_rank))
 
     def poll(self) -> int | None:
         return self.process.poll()

@@ -25,6 +25,14 @@ def _default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _default_address() -> str:
+    """What this host's name resolves to: how the other nodes of a gang usually reach it (override it where not)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLPLANE_", extra="ignore")
 
@@ -34,6 +42,12 @@ class WorkerSettings(BaseSettings):
     token: str | None = Field(default=None, description="A worker token (scope worker)")
     queues: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
     name: str = Field(default_factory=_default_name, description="Unique per worker process")
+    advertise_address: str = Field(
+        default_factory=_default_address,
+        max_length=256,
+        description="Where the other nodes of a multi-node run reach this worker's ranks (as node 0, its rendezvous); "
+        "default: the address this host's name resolves to",
+    )
     artifacts: str | None = Field(
         default=None,
         description="Artifact root shared with the API: a directory (shared file system) or an fsspec URL "

@@ -8,6 +8,11 @@
     | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
 A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
+
+One node of a multi-node attempt (`supervise_node`, api/runs/gang.py) is the same with three differences:
+the API granted it (the worker joins its slot instead of leasing the run); its trainer is torchrun's share of
+the gang, started against node 0's rendezvous; and only node 0 reports the run (statuses, metrics, samples,
+checkpoints) while every node forwards its own ranks' logs and says how its part ended.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
 from rlplane.status import EXIT_DIVERGED, FAILURE_OF_EXIT
-from rlplane.wire import StatusUpdate
+from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
+from trainer_core.launch import free_port
 from worker.artifacts import WorkerArtifacts
 from worker.client import LeaseRefused, Superseded, WorkerApi
 from worker.forward import Forwarder
-from worker.launcher import Trainer, trainer_command
+from worker.launcher import NodePlace, Trainer, processes_per_node, trainer_command
 from worker.settings import WorkerSettings
 
 logger = logging.getLogger("rlplane.worker")
 
 STARTUP_GRACE_S = 300  # the least a trainer gets for its first step, whatever resources.hang_timeout_s says
+RENDEZVOUS_WAIT_S = 120  # how long a node waits for node 0 to publish the rendezvous
 
 
 @dataclass
@@ -42,13 +49,18 @@ class Holding:
     said about that run (cancelling: stop it)."""
 
     run_id: int | None = None
+    attempt: int | None = None
     last_step: int | None = None
     status: str | None = None
+    current_attempt: int | None = None  # the run's attempt as the API last said (another one: ours is over)
     stopping: str | None = None  # why this worker shuts down (set from its signal handler): hand the run back
 
-    def seen(self, run_id: int, status: str) -> None:
+    def seen(self, run_id: int, status: str, attempt: int | None = None) -> None:
         if run_id == self.run_id:
-            self.status = status
+            self.status, self.current_attempt = status, attempt
+
+    def hold(self, run_id: int | None, attempt: int | None = None) -> None:
+        self.run_id, self.attempt, self.last_step, self.status, self.current_attempt = run_id, attempt, None, None, None
 
 
 def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int) -> str:
@@ -58,15 +70,56 @@ def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run
     except LeaseRefused as exc:
         logger.info("run=%d not leased (%s): a duplicate or stale message, ignored", run_id, exc)
         return "ignored"
-    attempt, spec = lease.attempt, lease.run.spec
+    return _attempt(settings, client, holding, run_id, lease.attempt, lease.run.spec, place=None)
+
+
+def supervise_node(
+    settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int, attempt: int, node_rank: int
+) -> str:
+    """Run this worker's node of a multi-node attempt; returns how it ended."""
+    port = free_port(settings.advertise_address) if node_rank == 0 else None
+    body = NodeJoin(worker=settings.name, address=settings.advertise_address if port else None, port=port)
+    try:
+        lease = client.join(run_id, attempt, node_rank, body)
+    except LeaseRefused as exc:
+        logger.info("run=%d attempt=%d node %d not joined (%s): stale, ignored", run_id, attempt, node_rank, exc)
+        return "ignored"
+    holding.hold(run_id, attempt)
+    rendezvous = lease.rendezvous
+    deadline = time.monotonic() + RENDEZVOUS_WAIT_S
+    while rendezvous.master_port is None and not rendezvous.ended and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rendezvous = client.rendezvous(run_id, attempt)
+    if rendezvous.ended:
+        holding.hold(None)
+        logger.info("run=%d attempt=%d ended before node %d started", run_id, attempt, node_rank)
+        return "superseded"
+    if rendezvous.master_port is None:
+        holding.hold(None)
+        why = f"node 0 published no rendezvous within {RENDEZVOUS_WAIT_S} s"
+        client.end_node(run_id, attempt, node_rank, NodeEnd(exit_code=None, reason=why))
+        return "lost"
+    place = NodePlace(node_rank, rendezvous.nodes, rendezvous.master_address or "", rendezvous.master_port)
+    return _attempt(settings, client, holding, run_id, attempt, lease.run.spec, place=place)
+
+
+def _attempt(
+    settings: WorkerSettings,
+    client: WorkerApi,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    spec: RunSpec,
+    place: NodePlace | None,
+) -> str:
+    reports = place is None or place.node_rank == 0  # who reports the run: its only worker, or node 0
     artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch")
     out_dir, relative = artifacts.run_dir(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = out_dir / f"spec-attempt-{attempt}.json"
+    spec_path = out_dir / (f"spec-attempt-{attempt}.json" if reports else f"spec-attempt-{attempt}-node-{place.node_rank}.json")
     spec_path.write_text(json.dumps(dump_spec(spec)))
-    sink = ReportSender(
-        settings.api_url, settings.token or "", run_id, attempt, spool_dir=out_dir / ".spool", max_retries=1, backoff=0.5
-    )
+    spool = out_dir / (".spool" if reports else f".spool-node-{place.node_rank}")  # the run directory may be shared
+    sink = ReportSender(settings.api_url, settings.token or "", run_id, attempt, spool_dir=spool, max_retries=1, backoff=0.5)
 
     def rotate_remote(event: dict[str, Any]) -> None:
         """The remote copies follow the trainer's rotation of its local ones (train.keep_last)."""
@@ -74,35 +127,99 @@ def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run
             artifacts.prune_checkpoints(f"{relative}/{CHECKPOINTS}", spec.train.keep_last)
 
     publish = artifacts.publish if artifacts.remote else None
-    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote)
-    holding.run_id, holding.last_step, holding.status = run_id, None, None
+    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote, reports=reports)
+    holding.hold(run_id, attempt)
     try:
+        if place is not None and artifacts.remote:
+            raise NodeRefused("multi-node runs need an artifact root every node mounts (a shared directory) for now")
         artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
         resume = has_checkpoint(out_dir)
-        started = f"attempt {attempt} on {settings.name}" + (" (resuming)" if resume else "")
-        if client.status(run_id, StatusUpdate(attempt=attempt, status="running", reason=started))["status"] == "cancelling":
-            client.status(
-                run_id, StatusUpdate(attempt=attempt, status="cancelled", reason="cancelled before its trainer started")
-            )
-            logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
-            return "cancelled"
-        (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
-        logger.info("run=%d attempt=%d leased: starting its trainer%s", run_id, attempt, " (resuming)" if resume else "")
-        command = trainer_command(settings.python, spec, spec_path, out_dir, resume)
-        trainer = Trainer(command, out_dir, forwarder.add_line, env=artifacts.trainer_env())
+        where = f"attempt {attempt} on {settings.name}" + (f" (node {place.node_rank} of {place.nodes})" if place else "")
+        started = where + (" (resuming)" if resume else "")
+        if reports:
+            if client.status(run_id, StatusUpdate(attempt=attempt, status="running", reason=started))["status"] == "cancelling":
+                client.status(
+                    run_id, StatusUpdate(attempt=attempt, status="cancelled", reason="cancelled before its trainer started")
+                )
+                logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
+                return "cancelled"
+            (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
+        logger.info("run=%d %s: starting its trainer%s", run_id, where, " (resuming)" if resume else "")
+        command = trainer_command(settings.python, spec, spec_path, out_dir, resume, place)
+        first_rank = place.node_rank * processes_per_node(spec) if place else 0
+        env = artifacts.trainer_env()
+        if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
+            env = {**env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
+        trainer = Trainer(command, out_dir, forwarder.add_line, env=env, first_rank=first_rank)
+        if not reports:
+            return _watch_node(settings, client, holding, run_id, attempt, place, trainer, forwarder)
         outcome = _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
         if artifacts.remote and outcome in ("succeeded", "failed", "cancelled") and forwarder.settled:
             # Its checkpoints and export are on the remote root and its reports in the API: the scratch
             # copy would only fill this node's disk (a resumed failed run downloads what it needs again).
             shutil.rmtree(out_dir, ignore_errors=True)
         return outcome
+    except NodeRefused as exc:
+        client.end_node(run_id, attempt, place.node_rank, NodeEnd(exit_code=None, reason=f"{settings.name}: {exc}"))
+        return "lost"
     except Superseded as exc:
         logger.warning("run=%d attempt=%d superseded: %s", run_id, attempt, exc)
         return "superseded"
     finally:
-        holding.run_id, holding.last_step, holding.status = None, None, None
+        holding.hold(None)
         forwarder.close()
         sink.close()
+
+
+class NodeRefused(Exception):
+    """This worker cannot take its node of the gang (it says why; the attempt ends and a new gang is granted)."""
+
+
+def _watch_node(
+    settings: WorkerSettings,
+    client: WorkerApi,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    place: NodePlace,
+    trainer: Trainer,
+    forwarder: Forwarder,
+) -> str:
+    """A node other than 0: forward its ranks' logs until its trainer exits, or stop it when the API says the
+    attempt is over (cancelled, lost, ended elsewhere: another node failed). Node 0 watches for a hang: its
+    steps stop when any node's do."""
+    stopped = None
+    try:
+        while trainer.wait(settings.poll_s) is None:
+            forwarder.poll()
+            over = holding.current_attempt not in (None, attempt) or holding.status not in (None, "starting", "running")
+            if holding.stopping is not None or over:
+                # The run succeeded, or failed on node 0's word: this node's trainer is ending too, give it a moment.
+                if holding.status in ("succeeded", "failed") and trainer.wait(10) is not None:
+                    break
+                trainer.kill_group()
+                stopped = holding.stopping or f"stopped: the run is {holding.status} (attempt {holding.current_attempt})"
+                break
+    except BaseException:
+        trainer.kill_group()
+        raise
+    code = trainer.poll()
+    trainer.wait_output()
+    forwarder.poll()
+    if stopped is not None:
+        code = None
+    reason = stopped or f"trainer exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
+    failure = None if code in (0, None) else FAILURE_OF_EXIT.get(code, "crashed")
+    for wait in (0, 1, 2, 4, 8):
+        time.sleep(wait)
+        try:
+            end = NodeEnd(exit_code=code, reason=reason[-MAX_REASON_CHARS:], failure=failure)
+            client.end_node(run_id, attempt, place.node_rank, end)
+            break
+        except Exception as exc:
+            logger.warning("run=%d node %d end not sent yet: %s", run_id, place.node_rank, exc)
+    logger.info("run=%d attempt=%d node %d: %s", run_id, attempt, place.node_rank, reason.splitlines()[0])
+    return "succeeded" if code == 0 else ("stopped" if code is None else "failed")
 
 
 def _watch(
@@ -133,6 +250,9 @@ def _watch(
             if holding.stopping is not None:
                 reason = _hand_back(settings, trainer, forwarder, holding.stopping)
                 return _end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
+            if holding.current_attempt not in (None, attempt):
+                trainer.kill_group()
+                raise Superseded(f"run {run_id} is on attempt {holding.current_attempt} now")
             if holding.status is not None:
                 status = holding.status
                 if status == "cancelling":

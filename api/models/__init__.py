@@ -1,6 +1,7 @@
 """ORM models, one file per table."""
 
 from api.models.api_token import ApiToken
+from api.models.attempt_node import AttemptNode
 from api.models.base import Base
 from api.models.checkpoint import Checkpoint
 from api.models.dataset import Dataset
@@ -20,6 +21,7 @@ from api.models.worker import Worker
 __all__ = [
     "ROLES",
     "ApiToken",
+    "AttemptNode",
     "Base",
     "Checkpoint",
     "Dataset",

@@ -16,6 +16,7 @@ class Worker(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
     hostname: Mapped[str] = mapped_column(String(256), default="")
+    address: Mapped[str] = mapped_column(String(256), default="", server_default="")  # where other nodes reach it
     queues: Mapped[list[str]] = mapped_column(JsonDoc)
     capacity: Mapped[int]
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc)

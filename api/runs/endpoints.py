@@ -162,8 +162,10 @@ def _remove_files(store: ArtifactStore, run_id: int) -> None:
 
 
 @router.post("/{run_id}/lease", response_model=schemas.Lease)
-def lease_run(run_id: RunId, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep) -> schemas.Lease:
-    run, attempt = service.lease(session, principal, run_id, body.worker)
+def lease_run(
+    run_id: RunId, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep, request: Request
+) -> schemas.Lease:
+    run, attempt = service.lease(session, principal, run_id, body.worker, request.app.state.settings.lost_after_s)
     detail = views.run_detail(session, run.id)
     return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
 

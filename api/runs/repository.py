@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from sqlalchemy import Select, asc, desc, func, select
 from sqlalchemy.orm import Session, defer
 
-from api.models import Checkpoint, Project, Run, RunAttempt, RunLink, User
+from api.models import AttemptNode, Checkpoint, Project, Run, RunAttempt, RunLink, User
 
 _SORT_COLUMNS = {"created_at": Run.created_at, "updated_at": Run.updated_at, "name": Run.name, "status": Run.status, "id": Run.id}
 
@@ -72,6 +72,11 @@ def children(session: Session, run_id: int):
 
 def attempts(session: Session, run_id: int) -> list[RunAttempt]:
     return list(session.scalars(select(RunAttempt).where(RunAttempt.run_id == run_id).order_by(RunAttempt.number)))
+
+
+def attempt_nodes(session: Session, run_id: int) -> list[AttemptNode]:
+    query = select(AttemptNode).where(AttemptNode.run_id == run_id)
+    return list(session.scalars(query.order_by(AttemptNode.attempt, AttemptNode.node_rank)))
 
 
 def latest_checkpoint_step(session: Session, run_id: int) -> int | None:

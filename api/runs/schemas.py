@@ -23,9 +23,19 @@ class RunLinkPublic(BaseModel):
     step: int | None
 
 
+class NodePublic(BaseModel):
+    node_rank: int
+    worker: str
+    address: str | None = Field(description="The worker's advertised address (node 0's: the rendezvous)")
+    port: int | None = Field(description="Node 0: the rendezvous port")
+    state: Literal["granted", "joined", "ended"]
+    ended_at: datetime | None
+    end_reason: str | None
+
+
 class AttemptPublic(BaseModel):
     number: int
-    worker: str
+    worker: str = Field(description="Its worker; for a multi-node attempt, `gang of N` (its nodes are listed)")
     started_at: datetime
     ended_at: datetime | None
     end_reason: str | None
@@ -34,6 +44,7 @@ class AttemptPublic(BaseModel):
     failure: Failure | None = Field(
         None, description="With a failed end, why: config (its spec, data or model), diverged (NaN/inf), crashed"
     )
+    nodes: list[NodePublic] = Field(default_factory=list, description="A multi-node attempt's nodes, by node rank")
 
 
 class RunPublic(BaseModel):

@@ -8,7 +8,7 @@ from api.auth.service import project_by_name
 from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
-from api.runs import repository, schemas, views
+from api.runs import gang, repository, schemas, views
 from api.runs.sources import check_sources
 from api.unit_of_work import unit_of_work
 from rlplane.spec import PythonReward, RunSpec, SumReward
@@ -76,7 +76,7 @@ def locked_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(select(Run).where(Run.id == run_id).with_for_update().execution_options(populate_existing=True))
 
 
-def _set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
+def set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
     if not can_transition(run.status, target):
         raise Conflict(f"run {run.id} is {run.status}; it cannot become {target}")
     now = utcnow()
@@ -181,7 +181,7 @@ def cancel(session: Session, principal: Principal, run_id: int) -> Run:
     target = "cancelled" if run.status == "queued" else "cancelling"
     if run.status not in ACTIVE and run.status != "queued":
         raise Conflict(f"run {run.id} is {run.status}; only queued, starting or running runs can be cancelled")
-    _set_status(session, run, target, f"cancelled by {principal.user_name}")
+    set_status(session, run, target, f"cancelled by {principal.user_name}")
     return run
 
 
@@ -197,7 +197,7 @@ def resume(session: Session, principal: Principal, run_id: int) -> Run:
         )
     step = repository.latest_checkpoint_step(session, run.id)
     where = f"checkpoint at step {step}" if step is not None else "the start (no checkpoint yet)"
-    _set_status(session, run, "queued", f"resumed by {principal.user_name} from {where}")
+    set_status(session, run, "queued", f"resumed by {principal.user_name} from {where}")
     return run
 
 
@@ -222,17 +222,24 @@ def delete(session: Session, principal: Principal, run_id: int) -> Run:
     return run
 
 
-def lease(session: Session, principal: Principal, run_id: int, worker: str) -> tuple[Run, RunAttempt]:
+def lease(session: Session, principal: Principal, run_id: int, worker: str, lost_after_s: float) -> tuple[Run, RunAttempt]:
     run = locked_run(session, run_id)
     if run is None:
         raise NotFound(f"run {run_id}")
     if run.status != "queued":
         raise Conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
+    if gang.nodes_of(run.spec) > 1:
+        raise Conflict(f"run {run.id} spans {gang.nodes_of(run.spec)} nodes: the API grants its nodes, no worker leases it")
+    held = gang.held_for_gang(session, run, worker, lost_after_s)
+    if held is not None:
+        # The reconciler sends this run again (redispatch_s); the worker stays free for the gang.
+        waits = f"an older run that waits for {gang.nodes_of(held.spec)} workers"
+        raise Conflict(f"worker {worker} is held for run {held.id}, {waits}")
     run.attempt_count += 1
     run.lease_token_id = principal.token_id
     attempt = RunAttempt(run_id=run.id, number=run.attempt_count, worker=worker, last_step=run.last_step)
     session.add(attempt)
-    _set_status(session, run, "starting", f"leased by {worker} (attempt {attempt.number})")
+    set_status(session, run, "starting", f"leased by {worker} (attempt {attempt.number})")
     return run, attempt
 
 
@@ -244,8 +251,14 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         # Cancelled between its lease and its trainer's start: it stays cancelling, and the worker
         # (which reads the status in this answer) ends the attempt cancelled instead of starting it.
         return run
+    if body.status == "failed" and body.failure not in NOT_RESUMABLE_FAILURES and gang.nodes_of(run.spec) > 1:
+        # Node 0's trainer crashed: in a gang that is what a peer's death looks like from here, so the attempt is
+        # lost (retried within max_attempts) unless the trainer itself said the run is at fault.
+        if run.status in ("starting", "running"):  # else another node's end came first and ended the attempt
+            end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step)
+        return run
     if body.status != run.status:
-        _set_status(session, run, body.status, body.reason)
+        set_status(session, run, body.status, body.reason)
         run.failure = body.failure if body.status == "failed" else None
     if body.last_step is not None:
         run.last_step = max(run.last_step or 0, body.last_step)
@@ -254,6 +267,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         attempt.last_step = run.last_step
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
+            gang.end_nodes(session, run, attempt.end_reason)
             attempt.handed_back = body.status == "lost" and body.handed_back
             attempt.failure = body.failure if body.status == "failed" else None
     if body.status == "lost":
@@ -275,9 +289,29 @@ def _retry_or_fail(session: Session, run: Run) -> None:
     if counted < max_attempts(run):
         step = repository.latest_checkpoint_step(session, run.id)
         where = f"checkpoint at step {step}" if step is not None else "the start"
-        _set_status(session, run, "queued", f"{run.status_reason}; retrying from {where} (attempt {run.attempt_count + 1})")
+        set_status(session, run, "queued", f"{run.status_reason}; retrying from {where} (attempt {run.attempt_count + 1})")
     else:
-        _set_status(session, run, "failed", f"{run.status_reason}; gave up after {run.attempt_count} attempts")
+        set_status(session, run, "failed", f"{run.status_reason}; gave up after {run.attempt_count} attempts")
+
+
+def end_attempt(session: Session, run: Run, reason: str, failure: str | None = None, last_step: int | None = None) -> None:
+    """End the current attempt of an active run from outside its lease holder (a gang's node failed): failed when
+    the trainer said the run is at fault (config, diverged), else lost and retried while attempts remain."""
+    if last_step is not None:
+        run.last_step = max(run.last_step or 0, last_step)
+    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
+    if attempt is not None and attempt.ended_at is None:
+        attempt.ended_at, attempt.end_reason, attempt.last_step = utcnow(), reason[:2000], run.last_step
+        attempt.failure = failure if failure in NOT_RESUMABLE_FAILURES else None
+    gang.end_nodes(session, run, reason)
+    if run.status == "cancelling":
+        set_status(session, run, "cancelled", f"{reason}; it was being cancelled"[:2000])
+    elif failure in NOT_RESUMABLE_FAILURES:
+        set_status(session, run, "failed", reason[:2000])
+        run.failure = failure
+    else:
+        set_status(session, run, "lost", reason[:2000])
+        _retry_or_fail(session, run)
 
 
 def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
@@ -288,8 +322,9 @@ def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
     if attempt is not None and attempt.ended_at is None:
         attempt.ended_at, attempt.end_reason = utcnow(), reason
+    gang.end_nodes(session, run, reason)
     if run.status == "cancelling":
-        _set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
+        set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
         return
-    _set_status(session, run, "lost", reason)
+    set_status(session, run, "lost", reason)
     _retry_or_fail(session, run)

@@ -73,7 +73,24 @@ def lineage(session: Session, run_id: int) -> schemas.Lineage:
 def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
     run, project, creator = repository.run_row(session, run_id)
     links = lineage(session, run_id)
-    attempts = [schemas.AttemptPublic.model_validate(a, from_attributes=True) for a in repository.attempts(session, run_id)]
+    nodes: dict[int, list[schemas.NodePublic]] = {}
+    for node in repository.attempt_nodes(session, run_id):
+        state = "ended" if node.ended_at else "joined" if node.joined_at else "granted"
+        nodes.setdefault(node.attempt, []).append(
+            schemas.NodePublic(
+                node_rank=node.node_rank,
+                worker=node.worker,
+                address=node.address,
+                port=node.port,
+                state=state,
+                ended_at=node.ended_at,
+                end_reason=node.end_reason,
+            )  # fmt: skip
+        )
+    attempts = [
+        schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
+        for a in repository.attempts(session, run_id)
+    ]
     return schemas.RunDetail(
         **run_public(run, project, creator).model_dump(),
         spec=run.spec,

@@ -7,6 +7,7 @@ from api.db import SessionDep
 from api.exceptions import Forbidden
 from api.models import Run, Worker
 from api.models.base import utcnow
+from api.runs import gang
 from api.workers import schemas
 
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
@@ -18,6 +19,7 @@ def _public(worker: Worker, principal: Principal, visible_runs: set[int], lost_a
     return schemas.WorkerPublic(
         name=worker.name,
         hostname=worker.hostname,
+        address=worker.address,
         queues=worker.queues,
         capacity=worker.capacity,
         gpus=worker.gpus,
@@ -35,12 +37,12 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
     run_id = body.current_run_id
     if run_id is not None:
         run = session.get(Run, run_id)
-        if run is None or run.lease_token_id != principal.token_id:
-            raise Forbidden(f"this worker token does not hold the lease of run {run_id}")
+        if run is None or not (run.lease_token_id == principal.token_id or gang.holds_part(session, run, principal.token_id)):
+            raise Forbidden(f"this worker token does not hold the lease of run {run_id} or a node of it")
         if body.last_step is not None and (run.last_step is None or body.last_step > run.last_step):
             run.last_step = body.last_step
     worker = session.scalar(select(Worker).where(Worker.name == body.name))
-    fields = body.model_dump()
+    fields = body.model_dump(exclude={"current_attempt"})
     fields["gpus"] = [g.model_dump() for g in body.gpus]
     if worker is None:
         worker = Worker(**fields, token_id=principal.token_id)
@@ -53,7 +55,7 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
     session.flush()
     public = _public(worker, principal, {run_id} if run_id else set(), request.app.state.settings.lost_after_s)
     if run_id is not None:
-        public.current_run_status = run.status
+        public.current_run_status, public.current_run_attempt = run.status, run.attempt_count
     return public
 
 

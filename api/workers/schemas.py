@@ -8,12 +8,16 @@ from rlplane.wire import Gpu, Heartbeat  # noqa: F401 - the worker's records, fr
 class WorkerPublic(BaseModel):
     name: str
     hostname: str
+    address: str = Field(description="Where the other nodes of a gang reach it")
     queues: list[str]
     capacity: int
     gpus: list[Gpu]
     current_run_id: int | None = Field(description="Hidden when the run is outside your projects")
     current_run_status: str | None = Field(
         default=None, description="In a heartbeat's answer: the held run's status (cancelling: stop it)"
+    )
+    current_run_attempt: int | None = Field(
+        default=None, description="In a heartbeat's answer: the held run's current attempt (another one: stop)"
     )
     last_step: int | None
     first_seen: datetime

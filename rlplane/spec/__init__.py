@@ -179,8 +179,8 @@ class RunSpec(StrictModel):
 
     @property
     def world_size(self) -> int:
-        """Training processes: one per GPU, or backend.processes on CPU."""
-        return self.resources.gpus * self.resources.nodes if self.resources.gpus else self.backend.processes
+        """Training processes: on each node, one per GPU (or backend.processes on CPU)."""
+        return (self.resources.gpus or self.backend.processes) * self.resources.nodes
 
     @property
     def model_parallel_size(self) -> int:

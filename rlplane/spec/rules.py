@@ -56,12 +56,6 @@ def reward_matches_algorithm(spec: RunSpec) -> Rules:
         yield Violation(("reward",), f"{why}; remove the reward section")
 
 
-def multi_node_needs_gpus(spec: RunSpec) -> Rules:
-    """resources.nodes > 1 needs resources.gpus >= 1."""
-    if spec.resources.nodes > 1 and spec.resources.gpus == 0:
-        yield Violation(("resources", "nodes"), "more than one node needs GPUs: set resources.gpus >= 1 or nodes: 1")
-
-
 def megatron_layout_fits(spec: RunSpec) -> Rules:
     """megatron: tensor_parallel * pipeline_parallel * context_parallel must divide the processes (GPUs, or CPU processes)."""
     backend = spec.backend
@@ -71,7 +65,8 @@ def megatron_layout_fits(spec: RunSpec) -> Rules:
         where = (
             f"the {spec.world_size} GPUs (resources.gpus * resources.nodes); change the parallel sizes or the GPUs"
             if spec.resources.gpus
-            else f"the {spec.world_size} CPU processes (backend.processes); change the parallel sizes or backend.processes"
+            else f"the {spec.world_size} CPU processes (backend.processes * resources.nodes); change the parallel sizes or "
+            "backend.processes"
         )
         yield Violation(
             ("backend", "tensor_parallel"),
@@ -370,7 +365,6 @@ RULES = (
     builtin_names_exist,
     section_matches_algorithm,
     reward_matches_algorithm,
-    multi_node_needs_gpus,
     megatron_layout_fits,
     megatron_on_cpu,
     megatron_tensor_parallel_fits_the_builtin_model,

@@ -206,7 +206,9 @@ class DataSpec(StrictModel):
 
 
 def _processes() -> Any:
-    return Field(1, ge=1, le=64, description="Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.")
+    return Field(
+        1, ge=1, le=64, description="Training processes per node on a CPU-only run (resources.gpus 0); with GPUs, one per GPU."
+    )
 
 
 class TorchBackend(StrictModel):
@@ -295,7 +297,13 @@ class ResourcesSpec(StrictModel):
 
     queue: Name = Field("cpu", description="Worker queue that runs it; workers serve named queues (cpu, gpu, a100, ...).")
     gpus: int = Field(0, ge=0, description="GPUs per node; 0 trains on CPU.")
-    nodes: int = Field(1, ge=1, description="Nodes; more than one needs GPUs.")
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Workers of the queue the run spans, each running resources.gpus ranks (backend.processes on CPU); "
+        "more than one are granted together, as a gang (docs/workers.md).",
+    )
     cpus: int | None = Field(None, ge=1, description="CPU cores per node; null: whatever the worker grants.")
     max_attempts: int = Field(
         3,

@@ -60,13 +60,15 @@ class Stack:
         self.worker_token = response.json()["token"]
         self.workers: list[subprocess.Popen] = []
 
-    def start_worker(self, name: str, home: Path | None = None) -> subprocess.Popen:
-        """`home`: the worker's own RLPLANE_HOME, as on another node (default: the stack's)."""
+    def start_worker(self, name: str, home: Path | None = None, address: str | None = None) -> subprocess.Popen:
+        """`home`: the worker's own RLPLANE_HOME, as on another node (default: the stack's); `address`: the
+        loopback address it advertises to the other nodes of a gang (its ranks talk over lo)."""
         env = {**os.environ, "RLPLANE_HOME": str(home or self.home), "RLPLANE_ARTIFACTS": self.artifacts}
-        env.update({"RLPLANE_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+        env.update({"RLPLANE_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"})
         log = (self.home / f"{name}.log").open("w")
         command = [sys.executable, "-m", "cli.main", "worker", "--queues", "cpu", "--api", self.api.url]
         command += ["--token", self.worker_token, "--name", name, "--broker", self.broker]
+        command += ["--advertise-address", address or "127.0.0.1"]
         process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.workers.append(process)
         return process
@@ -128,6 +130,31 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield stack
     finally:
         stack.close()
+
+
+def trainer_pids(stack: Stack, run_id: int) -> list[int]:
+    """The processes of a run's trainers (every process whose command line names the run's directory)."""
+    pattern = f"{stack.artifacts}/runs/{run_id}(/| |$)"
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
 
 
 LONG = {**SPEC, "train": {**SPEC["train"], "steps": 1500, "eval_every": 500, "log_every": 10, "checkpoint_every": 100}}

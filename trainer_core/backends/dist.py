@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -69,5 +70,10 @@ def init_process_group(env: DistEnv, device: torch.device) -> bool:
         init_method="env://",
         rank=env.rank,
         world_size=env.world_size,
+    )
+    # One line from every rank, so a run's logs say where each rank ran (on several nodes: which node's).
+    print(
+        f"rank {env.rank} of {env.world_size} joined on {socket.gethostname()} (local rank {env.local_rank}, {device})",
+        flush=True,
     )
     return True

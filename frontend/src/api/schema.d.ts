@@ -206,6 +206,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/end": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End Node
+         * @description A node other than 0 ended its part; a non-zero exit ends the attempt for every node.
+         */
+        post: operations["end_node_api_v1_runs__run_id__attempts__attempt__nodes__node_rank__end_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/join": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Join Node
+         * @description The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port).
+         */
+        post: operations["join_node_api_v1_runs__run_id__attempts__attempt__nodes__node_rank__join_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/attempts/{attempt}/rendezvous": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Rendezvous
+         * @description Node 0's address and port once it has joined; `ended` once the attempt is over.
+         */
+        get: operations["get_rendezvous_api_v1_runs__run_id__attempts__attempt__rendezvous_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/cancel": {
         parameters: {
             query?: never;
@@ -720,6 +780,11 @@ export interface components {
             handed_back: boolean;
             /** Last Step */
             last_step: number | null;
+            /**
+             * Nodes
+             * @description A multi-node attempt's nodes, by node rank
+             */
+            nodes?: components["schemas"]["NodePublic"][];
             /** Number */
             number: number;
             /**
@@ -727,7 +792,10 @@ export interface components {
              * Format: date-time
              */
             started_at: string;
-            /** Worker */
+            /**
+             * Worker
+             * @description Its worker; for a multi-node attempt, `gang of N` (its nodes are listed)
+             */
             worker: string;
         };
         /** Body_upload_dataset_api_v1_datasets_post */
@@ -1055,7 +1123,7 @@ export interface components {
             precision: "fp32" | "bf16" | "fp16";
             /**
              * Processes
-             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @description Training processes per node on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
              * @default 1
              */
             processes: number;
@@ -1145,7 +1213,7 @@ export interface components {
             precision: "fp32" | "bf16" | "fp16";
             /**
              * Processes
-             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @description Training processes per node on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
              * @default 1
              */
             processes: number;
@@ -1303,11 +1371,22 @@ export interface components {
         /** Heartbeat */
         Heartbeat: {
             /**
+             * Address
+             * @description Where other nodes of a gang reach this worker
+             * @default
+             */
+            address: string;
+            /**
              * Capacity
              * @description Runs it can hold at once
              * @default 1
              */
             capacity: number;
+            /**
+             * Current Attempt
+             * @description Of the run it holds
+             */
+            current_attempt?: number | null;
             /** Current Run Id */
             current_run_id?: number | null;
             /** Gpus */
@@ -1634,7 +1713,7 @@ export interface components {
             precision: "fp32" | "bf16" | "fp16";
             /**
              * Processes
-             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @description Training processes per node on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
              * @default 1
              */
             processes: number;
@@ -1790,6 +1869,82 @@ export interface components {
              * @default false
              */
             trust_remote_code: boolean;
+        };
+        /**
+         * NodeEnd
+         * @description POST /runs/{id}/attempts/{n}/nodes/{r}/end: how a node other than 0 ended its part (node 0 sends the
+         *     run's statuses, as a one-node attempt does). A non-zero exit ends the whole attempt.
+         */
+        NodeEnd: {
+            /**
+             * Exit Code
+             * @description The trainer's; None: it was stopped
+             */
+            exit_code?: number | null;
+            /** Failure */
+            failure?: ("config" | "diverged" | "crashed") | null;
+            /**
+             * Reason
+             * @default
+             */
+            reason: string;
+        };
+        /**
+         * NodeJoin
+         * @description POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it.
+         *     Node 0 brings the rendezvous: its address and a free port there.
+         */
+        NodeJoin: {
+            /**
+             * Address
+             * @description Node 0: where the other nodes reach it
+             */
+            address?: string | null;
+            /**
+             * Port
+             * @description Node 0: the rendezvous port it chose
+             */
+            port?: number | null;
+            /** Worker */
+            worker: string;
+        };
+        /** NodeLease */
+        NodeLease: {
+            /**
+             * Attempt
+             * @description Fencing token of every node of the attempt
+             */
+            attempt: number;
+            /** Node Rank */
+            node_rank: number;
+            rendezvous: components["schemas"]["Rendezvous"];
+            run: components["schemas"]["RunDetail"];
+        };
+        /** NodePublic */
+        NodePublic: {
+            /**
+             * Address
+             * @description The worker's advertised address (node 0's: the rendezvous)
+             */
+            address: string | null;
+            /** End Reason */
+            end_reason: string | null;
+            /** Ended At */
+            ended_at: string | null;
+            /** Node Rank */
+            node_rank: number;
+            /**
+             * Port
+             * @description Node 0: the rendezvous port
+             */
+            port: number | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "granted" | "joined" | "ended";
+            /** Worker */
+            worker: string;
         };
         /**
          * PpoOptions
@@ -1998,6 +2153,24 @@ export interface components {
              */
             scale: number;
         };
+        /**
+         * Rendezvous
+         * @description Where every node of an attempt meets: node 0's address and port (None until node 0 has joined).
+         */
+        Rendezvous: {
+            /**
+             * Ended
+             * @description The attempt is over (failed, lost, cancelled): do not start
+             * @default false
+             */
+            ended: boolean;
+            /** Master Address */
+            master_address?: string | null;
+            /** Master Port */
+            master_port?: number | null;
+            /** Nodes */
+            nodes: number;
+        };
         /** ReportResult */
         ReportResult: {
             logs: components["schemas"]["IngestResult"];
@@ -2035,7 +2208,7 @@ export interface components {
             max_attempts: number;
             /**
              * Nodes
-             * @description Nodes; more than one needs GPUs.
+             * @description Workers of the queue the run spans, each running resources.gpus ranks (backend.processes on CPU); more than one are granted together, as a gang (docs/workers.md).
              * @default 1
              */
             nodes: number;
@@ -2828,7 +3001,7 @@ export interface components {
             precision: "fp32" | "bf16" | "fp16";
             /**
              * Processes
-             * @description Training processes on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
+             * @description Training processes per node on a CPU-only run (resources.gpus 0); with GPUs, one per GPU.
              * @default 1
              */
             processes: number;
@@ -2992,8 +3165,18 @@ export interface components {
         };
         /** WorkerPublic */
         WorkerPublic: {
+            /**
+             * Address
+             * @description Where the other nodes of a gang reach it
+             */
+            address: string;
             /** Capacity */
             capacity: number;
+            /**
+             * Current Run Attempt
+             * @description In a heartbeat's answer: the held run's current attempt (another one: stop)
+             */
+            current_run_attempt?: number | null;
             /**
              * Current Run Id
              * @description Hidden when the run is outside your projects
@@ -3725,6 +3908,157 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    end_node_api_v1_runs__run_id__attempts__attempt__nodes__node_rank__end_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                attempt: number;
+                node_rank: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NodeEnd"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    join_node_api_v1_runs__run_id__attempts__attempt__nodes__node_rank__join_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                attempt: number;
+                node_rank: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NodeJoin"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeLease"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_rendezvous_api_v1_runs__run_id__attempts__attempt__rendezvous_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                attempt: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rendezvous"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { formatAgo, formatGpuMemory, gpuModels, summarizeQueues, type Worker } from './summary';
 
 const worker = (over: Partial<Worker>): Worker => ({
-  name: 'w', hostname: 'host', queues: ['cpu'], capacity: 1, gpus: [], current_run_id: null, current_run_status: null,
+  name: 'w', hostname: 'host', address: '', queues: ['cpu'], capacity: 1, gpus: [], current_run_id: null, current_run_status: null,
   last_step: null, first_seen: '2025-01-01T00:00:00Z', last_heartbeat: '2025-01-01T00:00:00Z',
   seconds_since_heartbeat: 3, stale: false, ...over,
 });

@@ -1,0 +1,174 @@
+"""Multi-node runs at the API (api/runs/gang.py): a gang granted whole or waiting with its reason, the rendezvous,
+one node's failure or silence ending the attempt for all, and the queue policy. The real processes (workers,
+torchrun across nodes) are in tests/test_multinode.py."""
+
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from api.models import AttemptNode, Worker
+from api.models.base import utcnow
+from api.reconcile import Reconciler
+from tests.harness.factories import auth, create_run, spec, worker_token
+
+
+class Broker:
+    """The reconciler's sender, recording what it would put on the broker."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list, str]] = []
+
+    def __call__(self, task: str, args: list, queue: str) -> None:
+        self.sent.append((task, args, queue))
+
+
+def beat(anon, token, name, **fields):
+    body = {"name": name, "queues": ["cpu"], "address": f"10.0.0.{ord(name[-1]) - 96}", **fields}
+    response = anon.post("/api/v1/workers/heartbeat", json=body, headers=auth(token))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def gang_run(client, nodes: int) -> dict:
+    train = {**spec()["train"], "batch_size": 12}  # splits over 2 or 3 nodes
+    return create_run(client, name=f"gang-{nodes}", resources={"queue": "cpu", "nodes": nodes}, train=train)
+
+
+def reconciler(app, broker: Broker, **kwargs) -> Reconciler:
+    return Reconciler(app.state.sessionmaker, broker, redispatch_s=0.0, **kwargs)
+
+
+def test_a_gang_is_granted_whole_or_waits_with_its_reason(app, client, anon):
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    run = gang_run(client, 3)
+    reconciler(app, broker).dispatch()
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "queued" and detail["attempts"] == [] and broker.sent == []
+    assert detail["status_reason"] == (
+        "waiting for 3 workers on queue cpu: 2 idle of 2 serving it; runs behind it go first until enough workers serve the queue"
+    )
+    beat(anon, token, "node-c")
+    reconciler(app, broker).dispatch()
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "starting" and len(detail["attempts"]) == 1
+    [attempt] = detail["attempts"]
+    assert [(n["node_rank"], n["worker"], n["address"], n["state"]) for n in attempt["nodes"]] == [
+        (0, "node-a", "10.0.0.1", "granted"),
+        (1, "node-b", "10.0.0.2", "granted"),
+        (2, "node-c", "10.0.0.3", "granted"),
+    ]
+    assert broker.sent == [("runs.node", [run["id"], 1, rank], f"node.node-{'abc'[rank]}") for rank in range(3)]
+    # A one-node lease of the run is refused: its nodes are granted by the API.
+    refused = anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "node-a"}, headers=auth(token))
+    assert refused.status_code == 409
+
+
+def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, anon):
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    run = gang_run(client, 2)
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{run['id']}/attempts/1"
+    joined = anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    assert joined.status_code == 200 and joined.json()["rendezvous"] == {
+        "nodes": 2,
+        "master_address": None,
+        "master_port": None,
+        "ended": False,
+    }
+    assert joined.json()["run"]["spec"]["resources"]["nodes"] == 2
+    wrong = anon.post(
+        f"{base}/nodes/0/join", json={"worker": "node-b", "address": "10.0.0.2", "port": 29500}, headers=auth(token)
+    )
+    assert wrong.status_code == 403 and "granted to node-a" in wrong.json()["detail"]
+    bare = anon.post(f"{base}/nodes/0/join", json={"worker": "node-a"}, headers=auth(token))
+    assert bare.status_code == 409 and "rendezvous" in bare.json()["detail"]
+    node0 = {"worker": "node-a", "address": "10.0.0.1", "port": 29500}
+    assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 200
+    assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 409  # once
+    rendezvous = anon.get(f"{base}/rendezvous", headers=auth(token)).json()
+    assert rendezvous == {"nodes": 2, "master_address": "10.0.0.1", "master_port": 29500, "ended": False}
+    status = {"attempt": 1, "status": "running", "reason": "node 0 started"}
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=status, headers=auth(token)).status_code == 200
+    # Every node's worker heartbeats with the run; the answer names the run's status and current attempt.
+    answer = beat(anon, token, "node-b", current_run_id=run["id"], current_attempt=1)
+    assert (answer["current_run_status"], answer["current_run_attempt"]) == ("running", 1)
+
+    end = {"exit_code": 1, "reason": "trainer exited with 1: connection reset by peer", "failure": "crashed"}
+    assert anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token)).status_code == 200
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "queued" and "retrying from the start (attempt 2)" in detail["status_reason"]
+    [attempt] = detail["attempts"]
+    assert attempt["end_reason"].startswith("node 1 (node-b): trainer exited with 1") and attempt["failure"] is None
+    assert [n["state"] for n in attempt["nodes"]] == ["ended", "ended"]  # the attempt ended for all
+    assert anon.get(f"{base}/rendezvous", headers=auth(token)).json()["ended"] is True
+    # Node 0's own crash report, after the attempt ended, changes nothing.
+    crashed = {"attempt": 1, "status": "failed", "reason": "trainer exited with 1", "failure": "crashed"}
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=crashed, headers=auth(token)).status_code == 200
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["status"] == "queued"
+
+    # Both workers still hold their trainers (their heartbeats say so): no new gang until they let go.
+    beat(anon, token, "node-a", current_run_id=run["id"], current_attempt=1)
+    reconciler(app, broker).dispatch()
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["status"] == "queued"
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    reconciler(app, broker).dispatch()
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "starting" and [len(a["nodes"]) for a in detail["attempts"]] == [2, 2]
+    # The old attempt is fenced: its nodes can neither join again nor report.
+    assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 409
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=status, headers=auth(token)).status_code == 409
+
+
+def test_a_nodes_config_failure_fails_the_run(app, client, anon):
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    run = gang_run(client, 2)
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{run['id']}/attempts/1"
+    anon.post(f"{base}/nodes/0/join", json={"worker": "node-a", "address": "10.0.0.1", "port": 29500}, headers=auth(token))
+    anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    end = {"exit_code": 2, "reason": "trainer exited with 2: data.source not found", "failure": "config"}
+    anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token))
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert (detail["status"], detail["failure"], detail["attempts"][0]["failure"]) == ("failed", "config", "config")
+
+
+def test_a_silent_node_loses_the_attempt(app, client, anon, db):
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    run = gang_run(client, 2)
+    reconcile = reconciler(app, broker, lost_after_s=5)
+    reconcile.dispatch()
+    reconcile._born = utcnow() - timedelta(minutes=5)  # this API has been up long enough to judge silence
+    minute_ago = utcnow() - timedelta(seconds=60)  # granted a minute ago, and node-b silent since
+    db.execute(update(AttemptNode).values(granted_at=minute_ago))
+    db.execute(update(Worker).where(Worker.name == "node-b").values(last_heartbeat=minute_ago))
+    db.commit()
+    reconcile.find_lost()
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "queued"
+    assert detail["attempts"][0]["end_reason"].startswith("lost: node 1 (worker node-b) sent no heartbeat for")
+
+
+def test_a_gang_the_queue_can_hold_keeps_newer_one_node_runs_off_its_workers(app, client, anon):
+    token = worker_token(client)
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    older = create_run(client, name="older")
+    gang = gang_run(client, 2)
+    newer = create_run(client, name="newer")
+    lease = lambda run: anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "node-a"}, headers=auth(token))  # noqa: E731
+    assert lease(older).status_code == 200  # first come, first served
+    refused = lease(newer)
+    assert refused.status_code == 409 and f"held for run {gang['id']}, an older run that waits for 2 workers" in refused.text
+    # A gang the queue cannot hold (3 nodes, 2 workers) holds nothing: runs behind it go on.
+    client.post(f"/api/v1/runs/{gang['id']}/cancel")
+    gang_run(client, 3)
+    assert lease(create_run(client, name="behind")).status_code == 200

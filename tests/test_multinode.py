@@ -1,0 +1,116 @@
+"""One run across several nodes, with real processes: an `rlplane api` process on Postgres, Redis, and three
+`rlplane worker` processes acting as nodes (each its own RLPLANE_HOME and loopback address, 127.0.0.2-4), whose
+trainers run under torchrun with node 0's rendezvous, gloo on lo. One stack for the module; the tests run in
+order, the last one killing a worker.
+
+The gang rules without processes (grant, reasons, fencing, policy) are in tests/test_gang.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.harness.worker_stack import SPEC, Stack, alive, cmdline, trainer_pids
+
+NODES = ("node-a", "node-b", "node-c")
+SFT = {
+    **SPEC,
+    "train": {"steps": 20, "batch_size": 8, "lr": 3e-3, "log_every": 1, "eval_every": 10, "checkpoint_every": 10, "seed": 3},
+}
+
+
+def spec(name: str, nodes: int, processes: int, **train) -> dict:
+    return {
+        **SFT,
+        "name": name,
+        "resources": {"queue": "cpu", "nodes": nodes},
+        "backend": {"kind": "torch", "processes": processes},
+        "train": {**SFT["train"], **train},
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    stack = Stack(tmp_path_factory.mktemp("multinode"))
+    try:
+        for i, name in enumerate(NODES):
+            stack.start_worker(name, home=stack.home / name, address=f"127.0.0.{i + 2}")
+        deadline = time.monotonic() + 60
+        while {w["name"] for w in stack.http.get("/workers").json()["data"]} != set(NODES):
+            assert time.monotonic() < deadline, "the workers did not all report"
+            time.sleep(0.3)
+        yield stack
+    finally:
+        stack.close()
+
+
+def losses(stack: Stack, run_id: int) -> dict[int, float]:
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    return {p["step"]: p["value"] for p in series["points"]}
+
+
+def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(stack: Stack) -> None:
+    big = stack.submit(spec("four-nodes", 4, 1, batch_size=8))
+    one = stack.submit(spec("one-node-two-ranks", 1, 2))
+    two = stack.submit(spec("two-nodes-one-rank", 2, 1))
+    runs = {run_id: stack.wait_status(run_id, {"succeeded", "failed"}) for run_id in (one, two)}
+    assert all(run["status"] == "succeeded" for run in runs.values()), {k: r["status_reason"] for k, r in runs.items()}
+
+    expected, got = losses(stack, one), losses(stack, two)
+    assert sorted(got) == sorted(expected) == list(range(1, 21))
+    assert all(abs(got[s] - expected[s]) < 1e-5 for s in expected), (expected, got)
+
+    [attempt] = runs[two]["attempts"]
+    nodes = attempt["nodes"]
+    assert [(n["node_rank"], n["state"]) for n in nodes] == [(0, "ended"), (1, "ended")]
+    assert nodes[0]["address"] and nodes[0]["port"], nodes  # the rendezvous node 0 published
+    assert {n["worker"] for n in nodes} <= set(NODES) and len({n["worker"] for n in nodes}) == 2
+    ranks = {line["rank"] for line in stack.http.get(f"/runs/{two}/logs", params={"limit": 1000}).json()["data"]}
+    assert ranks == {0, 1}, ranks  # each node forwards its own ranks' lines
+
+    waiting = stack.run(big)
+    assert waiting["status"] == "queued" and waiting["status_reason"].startswith("waiting for 4 workers on queue cpu:")
+    assert stack.http.post(f"/runs/{big}/cancel").json()["status"] == "cancelled"
+
+
+def test_cancel_ends_every_nodes_processes_within_10_s(stack: Stack) -> None:
+    run_id = stack.submit(spec("cancel-me", 2, 1, steps=100_000, checkpoint_every=None, eval_every=None, log_every=10))
+    stack.wait_step(run_id, 10)
+    trainers = trainer_pids(stack, run_id)
+    assert len(trainers) >= 4, [cmdline(pid) for pid in trainers]  # torchrun and its rank, on each node
+    started = time.monotonic()
+    assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
+    run = stack.wait_status(run_id, {"cancelled"}, timeout=10)
+    while any(alive(pid) for pid in trainers) and time.monotonic() - started < 10:
+        time.sleep(0.1)
+    survivors = {pid: cmdline(pid) for pid in trainers if alive(pid)}
+    assert not survivors and time.monotonic() - started < 10, f"processes outlived the cancel: {survivors}"
+    assert run["attempts"][0]["end_reason"].startswith("cancelled")
+
+
+def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> None:
+    run_id = stack.submit(spec("kill-a-node", 2, 1, steps=400, checkpoint_every=50, eval_every=None, log_every=10))
+    stack.wait_step(run_id, 120)
+    attempt = stack.run(run_id)["attempts"][0]
+    node1 = next(n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1)
+    worker = stack.workers[NODES.index(node1)]
+    os.killpg(worker.pid, signal.SIGKILL)  # the worker; its trainer dies with it (PR_SET_PDEATHSIG)
+    killed = time.monotonic()
+    run = stack.run(run_id)
+    while len(run["attempts"]) < 2:
+        assert time.monotonic() - killed < 30, f"no new gang within 30 s: {run['status']} {run['status_reason']}"
+        time.sleep(0.3)
+        run = stack.run(run_id)
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
+    assert run["status"] == "succeeded", run["status_reason"]
+    first, second = run["attempts"][:2]
+    assert first["end_reason"].startswith("node"), first["end_reason"]  # a node's failure ended it
+    assert node1 not in {n["worker"] for n in second["nodes"]}
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    assert any("resumed from" in text for text in logs), "the new gang did not resume from a checkpoint"
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    assert [p["step"] for p in series["points"]] == list(range(10, 401, 10))  # every step once, across attempts
