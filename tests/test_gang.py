@@ -96,6 +96,9 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
     # Every node's worker heartbeats with the run; the answer names the run's status and current attempt.
     answer = beat(anon, token, "node-b", current_run_id=run["id"], current_attempt=1)
     assert (answer["current_run_status"], answer["current_run_attempt"]) == ("running", 1)
+    listed = {w["name"]: w for w in client.get("/api/v1/workers").json()["data"]}
+    place = {"run_id": run["id"], "attempt": 1, "node_rank": 1, "nodes": 2, "workers": ["node-a", "node-b"]}
+    assert listed["node-b"]["gang"] == place and listed["node-b"]["address"] == "10.0.0.2"
 
     end = {"exit_code": 1, "reason": "trainer exited with 1: connection reset by peer", "failure": "crashed"}
     assert anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token)).status_code == 200

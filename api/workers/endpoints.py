@@ -5,7 +5,7 @@ from api.auth.deps import Reader, WorkerPrincipal
 from api.auth.principal import Principal
 from api.db import SessionDep
 from api.exceptions import Forbidden
-from api.models import Run, Worker
+from api.models import AttemptNode, Run, Worker
 from api.models.base import utcnow
 from api.runs import gang
 from api.workers import schemas
@@ -13,9 +13,16 @@ from api.workers import schemas
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 
-def _public(worker: Worker, principal: Principal, visible_runs: set[int], lost_after_s: float) -> schemas.WorkerPublic:
+def _public(
+    worker: Worker,
+    principal: Principal,
+    visible_runs: set[int],
+    lost_after_s: float,
+    gangs: dict[str, schemas.GangPlace] | None = None,
+) -> schemas.WorkerPublic:
     silent = (utcnow() - worker.last_heartbeat).total_seconds()
     run_id = worker.current_run_id if principal.is_site_admin or worker.current_run_id in visible_runs else None
+    place = (gangs or {}).get(worker.name)
     return schemas.WorkerPublic(
         name=worker.name,
         hostname=worker.hostname,
@@ -24,6 +31,7 @@ def _public(worker: Worker, principal: Principal, visible_runs: set[int], lost_a
         capacity=worker.capacity,
         gpus=worker.gpus,
         current_run_id=run_id,
+        gang=place if place is not None and place.run_id == run_id else None,
         last_step=worker.last_step if run_id else None,
         first_seen=worker.first_seen,
         last_heartbeat=worker.last_heartbeat,
@@ -69,5 +77,28 @@ def list_workers(principal: Reader, session: SessionDep, request: Request) -> sc
             if principal.can(project_id, "read"):
                 visible.add(run_id)
     lost_after_s = request.app.state.settings.lost_after_s
-    data = [_public(w, principal, visible, lost_after_s) for w in workers]
+    gangs = _gangs(session, run_ids)
+    data = [_public(w, principal, visible, lost_after_s, gangs) for w in workers]
     return schemas.WorkerList(data=data, count=len(data))
+
+
+def _gangs(session, run_ids: set[int]) -> dict[str, schemas.GangPlace]:
+    """worker name -> its place in the current attempt of one of these runs, for those that span nodes."""
+    if not run_ids:
+        return {}
+    current = (Run.id == AttemptNode.run_id) & (Run.attempt_count == AttemptNode.attempt)
+    rows = session.execute(
+        select(AttemptNode.run_id, AttemptNode.attempt, AttemptNode.node_rank, AttemptNode.worker)
+        .join(Run, current)
+        .where(Run.id.in_(run_ids))
+        .order_by(AttemptNode.run_id, AttemptNode.node_rank)
+    ).all()
+    members: dict[int, list[str]] = {}
+    for run_id, _, _, worker in rows:
+        members.setdefault(run_id, []).append(worker)
+    return {
+        worker: schemas.GangPlace(
+            run_id=run_id, attempt=attempt, node_rank=rank, nodes=len(members[run_id]), workers=members[run_id]
+        )
+        for run_id, attempt, rank, worker in rows
+    }

@@ -5,6 +5,14 @@ from pydantic import BaseModel, Field
 from rlplane.wire import Gpu, Heartbeat  # noqa: F401 - the worker's records, from the contract
 
 
+class GangPlace(BaseModel):
+    run_id: int
+    attempt: int
+    node_rank: int
+    nodes: int
+    workers: list[str] = Field(description="The gang's workers, by node rank")
+
+
 class WorkerPublic(BaseModel):
     name: str
     hostname: str
@@ -19,6 +27,7 @@ class WorkerPublic(BaseModel):
     current_run_attempt: int | None = Field(
         default=None, description="In a heartbeat's answer: the held run's current attempt (another one: stop)"
     )
+    gang: "GangPlace | None" = Field(default=None, description="Its place in the multi-node attempt it works on, if any")
     last_step: int | None
     first_seen: datetime
     last_heartbeat: datetime

@@ -1224,6 +1224,22 @@ export interface components {
              */
             reshard_after_forward: boolean;
         };
+        /** GangPlace */
+        GangPlace: {
+            /** Attempt */
+            attempt: number;
+            /** Node Rank */
+            node_rank: number;
+            /** Nodes */
+            nodes: number;
+            /** Run Id */
+            run_id: number;
+            /**
+             * Workers
+             * @description The gang's workers, by node rank
+             */
+            workers: string[];
+        };
         /**
          * GenSpec
          * @description Sampling settings for generated responses.
@@ -3192,6 +3208,8 @@ export interface components {
              * Format: date-time
              */
             first_seen: string;
+            /** @description Its place in the multi-node attempt it works on, if any */
+            gang?: components["schemas"]["GangPlace"] | null;
             /** Gpus */
             gpus: components["schemas"]["Gpu"][];
             /** Hostname */
