@@ -13,8 +13,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.harness.worker_stack import SPEC, Stack, alive, cmdline, trainer_pids
+from cli.main import app
+from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, cmdline, trainer_pids
 
 NODES = ("node-a", "node-b", "node-c")
 SFT = {
@@ -23,12 +25,21 @@ SFT = {
 }
 
 
-def spec(name: str, nodes: int, processes: int, **train) -> dict:
+# The sharded backends' 2-rank runs give the torch backend's losses within 1e-5 on one node (test_sharded_recipes,
+# test_backend_megatron): across two nodes they must still.
+ACROSS_NODES = {
+    "zero3": {"kind": "deepspeed", "zero_stage": 3, "precision": "fp32"},
+    "fsdp2": {"kind": "fsdp2", "precision": "fp32"},
+    "megatron-tp2": {"kind": "megatron", "tensor_parallel": 2, "precision": "fp32"},
+}
+
+
+def spec(name: str, nodes: int, processes: int, backend: dict | None = None, **train) -> dict:
     return {
         **SFT,
         "name": name,
         "resources": {"queue": "cpu", "nodes": nodes},
-        "backend": {"kind": "torch", "processes": processes},
+        "backend": {"kind": "torch", "precision": "fp32", **(backend or {}), "processes": processes},
         "train": {**SFT["train"], **train},
     }
 
@@ -53,28 +64,56 @@ def losses(stack: Stack, run_id: int) -> dict[int, float]:
     return {p["step"]: p["value"] for p in series["points"]}
 
 
-def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(stack: Stack) -> None:
-    big = stack.submit(spec("four-nodes", 4, 1, batch_size=8))
-    one = stack.submit(spec("one-node-two-ranks", 1, 2))
-    two = stack.submit(spec("two-nodes-one-rank", 2, 1))
-    runs = {run_id: stack.wait_status(run_id, {"succeeded", "failed"}) for run_id in (one, two)}
-    assert all(run["status"] == "succeeded" for run in runs.values()), {k: r["status_reason"] for k, r in runs.items()}
+def finished(stack: Stack, *run_ids: int) -> list[dict]:
+    runs = [stack.wait_status(run_id, {"succeeded", "failed"}) for run_id in run_ids]
+    assert all(run["status"] == "succeeded" for run in runs), [(r["name"], r["status_reason"]) for r in runs]
+    return runs
 
-    expected, got = losses(stack, one), losses(stack, two)
+
+@pytest.fixture(scope="module")
+def one_node_two_ranks(stack: Stack) -> dict[int, float]:
+    """The torch backend's losses on one node of two ranks: what every two-node run must give."""
+    [run] = finished(stack, stack.submit(spec("one-node-two-ranks", 1, 2)))
+    return losses(stack, run["id"])
+
+
+def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
+    stack: Stack, one_node_two_ranks: dict[int, float]
+) -> None:
+    big = stack.submit(spec("four-nodes", 4, 1, batch_size=8))
+    [run] = finished(stack, stack.submit(spec("two-nodes-one-rank", 2, 1)))
+    two = run["id"]
+    expected, got = one_node_two_ranks, losses(stack, two)
     assert sorted(got) == sorted(expected) == list(range(1, 21))
     assert all(abs(got[s] - expected[s]) < 1e-5 for s in expected), (expected, got)
 
-    [attempt] = runs[two]["attempts"]
+    [attempt] = run["attempts"]
     nodes = attempt["nodes"]
     assert [(n["node_rank"], n["state"]) for n in nodes] == [(0, "ended"), (1, "ended")]
     assert nodes[0]["address"] and nodes[0]["port"], nodes  # the rendezvous node 0 published
     assert {n["worker"] for n in nodes} <= set(NODES) and len({n["worker"] for n in nodes}) == 2
     ranks = {line["rank"] for line in stack.http.get(f"/runs/{two}/logs", params={"limit": 1000}).json()["data"]}
     assert ranks == {0, 1}, ranks  # each node forwards its own ranks' lines
+    env = {"RLPLANE_URL": stack.api.url, "RLPLANE_TOKEN": ADMIN, "COLUMNS": "200"}
+    shown = CliRunner().invoke(app, ["runs", "show", str(two)], env=env, catch_exceptions=False).stdout
+    rows = [line.split() for line in shown.splitlines() if line.split()[:1] == ["1"] and len(line.split()) >= 5]
+    assert [(r[1], r[4]) for r in rows if r[1] in ("0", "1")] == [("0", "ended"), ("1", "ended")], shown
 
     waiting = stack.run(big)
     assert waiting["status"] == "queued" and waiting["status_reason"].startswith("waiting for 4 workers on queue cpu:")
     assert stack.http.post(f"/runs/{big}/cancel").json()["status"] == "cancelled"
+
+
+def test_zero3_fsdp2_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two_ranks: dict[int, float]) -> None:
+    """DeepSpeed ZeRO-3, FSDP2 and Megatron with its tensor-parallel group split over the two nodes, each with the
+    spec it has on one node: every step's loss within 1e-5 of the one-node two-rank run's."""
+    run_ids = [stack.submit(spec(f"across-{name}", 2, 1, backend)) for name, backend in ACROSS_NODES.items()]
+    for name, run in zip(ACROSS_NODES, finished(stack, *run_ids), strict=True):
+        got = losses(stack, run["id"])
+        assert sorted(got) == sorted(one_node_two_ranks), name
+        worst = max(abs(got[s] - one_node_two_ranks[s]) for s in got)
+        assert worst < 1e-5, (name, worst)
+        assert len(run["attempts"]) == 1 and len(run["attempts"][0]["nodes"]) == 2, name
 
 
 def test_cancel_ends_every_nodes_processes_within_10_s(stack: Stack) -> None:

@@ -237,6 +237,22 @@ def print_run(run: dict) -> None:
                 for a in run["attempts"]
             ),
         )
+    nodes = [(a["number"], n) for a in run["attempts"] for n in a.get("nodes") or []]
+    if nodes:  # a multi-node run: each attempt's gang
+        output.table(
+            ["ATTEMPT", "NODE", "WORKER", "ADDRESS", "STATE", "END REASON"],
+            (
+                [
+                    number,
+                    n["node_rank"],
+                    n["worker"],
+                    f"{n['address']}:{n['port']}" if n["port"] else n["address"],
+                    n["state"],
+                    n["end_reason"],
+                ]
+                for number, n in nodes
+            ),
+        )
 
 
 def _act(ctx: typer.Context, run_id: int, action: str, as_json: bool) -> dict:

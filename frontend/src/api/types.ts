@@ -7,6 +7,9 @@ export type Run = S['RunListItem'];
 export type HeadlineMetric = S['HeadlineMetric'];
 export type RunDetail = S['RunDetail'];
 export type RunLink = S['RunLinkPublic'];
+export type Attempt = S['AttemptPublic'];
+/** One node of a multi-node attempt (a gang). */
+export type AttemptNode = S['NodePublic'];
 export type RunStatus = Run['status'];
 export type Series = S['Series'];
 export type SeriesPoint = S['SeriesPoint'];

@@ -2,8 +2,9 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fireEvent, render, screen, waitFor, within } from '@testing-library/react';
 import { MemoryRouter } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
-import type { RunDetail } from '../../api/types';
+import type { AttemptNode, RunDetail } from '../../api/types';
 import { json, runDetail } from '../../test/fixtures';
+import { hostPort } from './Attempts';
 import { RunHeader } from './RunHeader';
 
 function renderHeader(run: RunDetail) {
@@ -50,5 +51,49 @@ describe('RunHeader actions', () => {
     renderHeader(runDetail({ status: 'cancelled', resumable: true }));
     expect(screen.getByRole('button', { name: 'Resume' })).toBeTruthy();
     expect(screen.queryByRole('button', { name: 'Cancel' })).toBeNull();
+  });
+});
+
+describe('RunHeader attempts', () => {
+  const started = '2025-01-01T00:00:00Z';
+  const node = (node_rank: number, over: Partial<AttemptNode> = {}): AttemptNode => ({
+    node_rank, worker: `w${node_rank}`, address: `10.0.0.${node_rank + 1}`, port: node_rank === 0 ? 29500 : null,
+    state: 'joined', ended_at: null, end_reason: null, ...over,
+  });
+
+  it('lists a gang attempt\'s nodes in a table and keeps a one-node attempt a single row', () => {
+    renderHeader(runDetail({
+      attempts: [
+        { number: 1, worker: 'solo', started_at: started, ended_at: started, end_reason: 'lost', last_step: 3, handed_back: false, nodes: [] },
+        {
+          number: 2, worker: 'gang of 3', started_at: started, ended_at: null, end_reason: null, last_step: null, handed_back: false,
+          nodes: [node(0), node(1, { state: 'granted', address: null }), node(2, { state: 'ended', end_reason: 'worker lost' })],
+        },
+      ],
+    }));
+    expect(screen.getByText('2 attempts')).toBeTruthy();
+    expect(screen.getAllByRole('table', { name: /nodes/ })).toHaveLength(1);
+    const nodes = screen.getByRole('table', { name: 'Attempt 2: 3 nodes' });
+    expect(within(nodes).getAllByRole('columnheader').map((h) => h.textContent))
+      .toEqual(['Node rank', 'Worker', 'Address', 'State', 'End reason']);
+    const cells = (rank: number) =>
+      [...nodes.querySelector(`[data-node-rank="${rank}"]`)!.querySelectorAll('th, td')].map((c) => c.textContent);
+    expect(cells(0)).toEqual(['0', 'w0', '10.0.0.1:29500', 'joined', '—']);
+    expect(cells(1)).toEqual(['1', 'w1', '—', 'granted', '—']);
+    expect(cells(2)).toEqual(['2', 'w2', '10.0.0.3', 'ended', 'worker lost']);
+    expect(screen.getByRole('row', { name: /^2 gang of 3/ })).toBeTruthy();
+    expect(screen.getByRole('row', { name: /^1 solo/ })).toBeTruthy();
+  });
+
+  it('brackets an IPv6 rendezvous address before its port', () => {
+    expect(hostPort('fd00::1', 29500)).toBe('[fd00::1]:29500');
+    expect(hostPort('head.local', 29500)).toBe('head.local:29500');
+    expect(hostPort('fd00::1', null)).toBe('fd00::1');
+  });
+
+  it('says why a queued run waits', () => {
+    const reason = 'waiting for 4 workers on queue cpu: 3 idle of 3 serving it; runs behind it go first until enough workers serve the queue';
+    renderHeader(runDetail({ status: 'queued', status_reason: reason }));
+    expect(screen.getByText(reason)).toBeTruthy();
   });
 });

@@ -2,6 +2,7 @@ import { Link } from 'react-router';
 import type { RunDetail, RunLink } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
+import { Attempts } from './Attempts';
 import { RunActions } from './RunActions';
 
 function Links({ label, links }: { label: string; links: RunLink[] }) {
@@ -45,37 +46,7 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
       </p>
       <Links label="Parents" links={run.parents} />
       <Links label="Children" links={run.children} />
-      {run.attempts.length > 0 && (
-        <details className="attempts">
-          <summary>
-            {run.attempts.length} attempt{run.attempts.length > 1 ? 's' : ''}
-          </summary>
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">#</th>
-                <th scope="col">Worker</th>
-                <th scope="col">Started</th>
-                <th scope="col">Ended</th>
-                <th scope="col">End reason</th>
-                <th scope="col">Last step</th>
-              </tr>
-            </thead>
-            <tbody>
-              {run.attempts.map((a) => (
-                <tr key={a.number}>
-                  <th scope="row">{a.number}</th>
-                  <td>{a.worker}</td>
-                  <td>{formatDate(a.started_at)}</td>
-                  <td>{formatDate(a.ended_at)}</td>
-                  <td>{a.end_reason ?? '—'}</td>
-                  <td>{a.last_step ?? '—'}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </details>
-      )}
+      <Attempts attempts={run.attempts} />
     </header>
   );
 }

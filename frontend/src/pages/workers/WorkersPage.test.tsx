@@ -5,7 +5,7 @@ import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { WorkersPage } from './WorkersPage';
 
 const worker = (over: object) => ({
-  name: 'w', hostname: 'host', queues: ['cpu'], capacity: 1, gpus: [], current_run_id: null, current_run_status: null,
+  name: 'w', hostname: 'host', address: '10.0.0.9', queues: ['cpu'], capacity: 1, gpus: [], current_run_id: null, current_run_status: null,
   last_step: null, first_seen: '2025-01-01T00:00:00Z', last_heartbeat: '2025-01-01T00:00:00Z',
   seconds_since_heartbeat: 3, stale: false, ...over,
 });
@@ -59,6 +59,31 @@ describe('WorkersPage', () => {
     expect([...gpuQueue.querySelectorAll('td')].map((td) => td.textContent)).toEqual(['1', '1', '0', '0', '1']);
     const cpuQueue = document.querySelector('[data-queue="cpu"]')!;
     expect([...cpuQueue.querySelectorAll('td')].map((td) => td.textContent)).toEqual(['1', '0', '0', '1', '0']);
+    client.clear();
+  });
+
+  it('shows each worker\'s address and, for a gang\'s node, its place and the run it works on', async () => {
+    const gang = (node_rank: number) => ({ run_id: 42, attempt: 1, node_rank, nodes: 2, workers: ['a', 'b'] });
+    stubWorkers([
+      worker({ name: 'a', address: '10.0.0.1', current_run_id: 42, current_run_status: 'running', last_step: 5, gang: gang(0) }),
+      worker({ name: 'b', address: '10.0.0.2', current_run_id: 42, current_run_status: 'running', last_step: 5, gang: gang(1) }),
+      worker({ name: 'solo', address: 'solo.local', current_run_id: 9, current_run_status: 'running', gang: null }),
+    ]);
+    const client = renderPage();
+    await screen.findByText('solo');
+    const row = (name: string) => document.querySelector<HTMLElement>(`[data-worker="${name}"]`)!;
+
+    expect(within(row('a')).getByText('10.0.0.1')).toBeTruthy();
+    expect(within(row('b')).getByText('10.0.0.2')).toBeTruthy();
+    expect(within(row('solo')).getByText('solo.local')).toBeTruthy();
+
+    const place = row('b').querySelector('.gang-place')!;
+    expect(place.textContent).toBe('node 1 of 2 in run #42');
+    expect(within(row('b')).getByRole('link', { name: '#42' }).getAttribute('href')).toBe('/runs/42');
+    expect(within(row('b')).getByText(/^gang:/).textContent).toBe('gang: a, b');
+    expect(row('a').querySelector('.gang-place')!.textContent).toBe('node 0 of 2 in run #42');
+    expect(row('solo').querySelector('.gang-place')).toBeNull();
+    expect(within(row('solo')).getByRole('link', { name: '#9' }).getAttribute('href')).toBe('/runs/9');
     client.clear();
   });
 

@@ -1,7 +1,7 @@
 import { Link } from 'react-router';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
-import { formatAgo, formatGpuMemory, gpuModels, isBusy, type Gpu, type Worker } from './summary';
+import { formatAgo, formatGpuMemory, gpuModels, isBusy, type GangPlace, type Gpu, type Worker } from './summary';
 
 export function WorkersTable({ workers }: { workers: readonly Worker[] }) {
   return (
@@ -29,6 +29,9 @@ export function WorkersTable({ workers }: { workers: readonly Worker[] }) {
                 )}
               </div>
               <div className="muted small">{w.hostname}</div>
+              <div className="muted small" title="Where the other nodes of a gang reach it">
+                address <code>{w.address}</code>
+              </div>
             </th>
             <td>
               {w.queues.map((q) => (
@@ -56,6 +59,7 @@ export function WorkersTable({ workers }: { workers: readonly Worker[] }) {
 }
 
 function CurrentRun({ worker: w }: { worker: Worker }) {
+  if (w.gang) return <GangRun gang={w.gang} worker={w} />;
   if (w.current_run_id != null) {
     return (
       <>
@@ -67,6 +71,28 @@ function CurrentRun({ worker: w }: { worker: Worker }) {
   }
   if (isBusy(w)) return <span className="muted">a run outside your projects</span>;
   return <span className="muted">idle</span>;
+}
+
+/** A node of a multi-node attempt: its place, the run, and the gang's other workers by node rank. */
+function GangRun({ gang, worker: w }: { gang: GangPlace; worker: Worker }) {
+  return (
+    <>
+      <span className="gang-place">
+        node {gang.node_rank} of {gang.nodes} in run <Link to={`/runs/${gang.run_id}`}>#{gang.run_id}</Link>
+      </span>{' '}
+      {w.current_run_status && <StatusBadge status={w.current_run_status} />}
+      <div className="muted small">
+        gang:{' '}
+        {gang.workers.map((name, rank) => (
+          <span key={rank}>
+            {rank > 0 && ', '}
+            {name === w.name ? <strong>{name}</strong> : name}
+          </span>
+        ))}
+      </div>
+      <div className="muted small">{w.last_step == null ? 'no step yet' : `step ${w.last_step}`}</div>
+    </>
+  );
 }
 
 function GpuCell({ gpus }: { gpus: readonly Gpu[] }) {

@@ -21,6 +21,11 @@ describe('summarizeQueues', () => {
       { queue: 'gpu', workers: 3, busy: 2, idle: 0, stale: 1, gpus: 3 },
     ]);
   });
+
+  it('counts a gang\'s node as busy before its run starts', () => {
+    const gang = { run_id: 4, attempt: 1, node_rank: 1, nodes: 2, workers: ['a', 'b'] };
+    expect(summarizeQueues([worker({ name: 'b', gang })])).toEqual([{ queue: 'cpu', workers: 1, busy: 1, idle: 0, stale: 0, gpus: 0 }]);
+  });
 });
 
 describe('formatting', () => {

@@ -2,6 +2,7 @@ import type { components } from '../../api/schema';
 
 export type Worker = components['schemas']['WorkerPublic'];
 export type Gpu = components['schemas']['Gpu'];
+export type GangPlace = components['schemas']['GangPlace'];
 
 export interface QueueSummary {
   queue: string;
@@ -15,8 +16,8 @@ export interface QueueSummary {
   gpus: number;
 }
 
-/** A worker holds a run even when the run is outside your projects (id hidden, status kept). */
-export const isBusy = (w: Worker) => w.current_run_id != null || !!w.current_run_status;
+/** A worker holds a run even when the run is outside your projects (id hidden, status kept), or as a gang's node. */
+export const isBusy = (w: Worker) => w.current_run_id != null || !!w.current_run_status || w.gang != null;
 
 /** One row per queue, sorted by name; a worker serving several queues counts in each. */
 export function summarizeQueues(workers: readonly Worker[]): QueueSummary[] {

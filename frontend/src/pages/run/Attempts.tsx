@@ -1,0 +1,95 @@
+import type { Attempt, AttemptNode } from '../../api/types';
+import { formatDate } from '../../lib/format';
+
+const COLUMNS = 6;
+
+/** A run's attempts; a multi-node attempt (a gang) lists its nodes in a row beneath it. */
+export function Attempts({ attempts }: { attempts: readonly Attempt[] }) {
+  if (attempts.length === 0) return null;
+  return (
+    <details className="attempts">
+      <summary>
+        {attempts.length} attempt{attempts.length > 1 ? 's' : ''}
+      </summary>
+      <table>
+        <thead>
+          <tr>
+            <th scope="col">#</th>
+            <th scope="col">Worker</th>
+            <th scope="col">Started</th>
+            <th scope="col">Ended</th>
+            <th scope="col">End reason</th>
+            <th scope="col">Last step</th>
+          </tr>
+        </thead>
+        <tbody>
+          {attempts.map((a) => (
+            <AttemptRows key={a.number} attempt={a} />
+          ))}
+        </tbody>
+      </table>
+    </details>
+  );
+}
+
+function AttemptRows({ attempt: a }: { attempt: Attempt }) {
+  const nodes = a.nodes ?? [];
+  return (
+    <>
+      <tr>
+        <th scope="row">{a.number}</th>
+        <td>{a.worker}</td>
+        <td>{formatDate(a.started_at)}</td>
+        <td>{formatDate(a.ended_at)}</td>
+        <td>{a.end_reason ?? '—'}</td>
+        <td>{a.last_step ?? '—'}</td>
+      </tr>
+      {nodes.length > 0 && (
+        <tr className="attempt-nodes">
+          <td colSpan={COLUMNS}>
+            <NodesTable attempt={a.number} nodes={nodes} />
+          </td>
+        </tr>
+      )}
+    </>
+  );
+}
+
+export function NodesTable({ attempt, nodes }: { attempt: number; nodes: readonly AttemptNode[] }) {
+  return (
+    <table className="nodes">
+      <caption>
+        Attempt {attempt}: {nodes.length} nodes
+      </caption>
+      <thead>
+        <tr>
+          <th scope="col">Node rank</th>
+          <th scope="col">Worker</th>
+          <th scope="col">Address</th>
+          <th scope="col">State</th>
+          <th scope="col">End reason</th>
+        </tr>
+      </thead>
+      <tbody>
+        {nodes.map((n) => (
+          <tr key={n.node_rank} data-node-rank={n.node_rank}>
+            <th scope="row">{n.node_rank}</th>
+            <td>{n.worker}</td>
+            <td title={n.node_rank === 0 ? 'The rendezvous address the other nodes join' : undefined}>
+              {n.address ? <code>{hostPort(n.address, n.node_rank === 0 ? n.port : null)}</code> : '—'}
+            </td>
+            <td title={n.ended_at ? `ended ${formatDate(n.ended_at)}` : undefined}>{n.state}</td>
+            <td>{n.end_reason ?? '—'}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** `host:port`, with an IPv6 host bracketed so the port stays readable. */
+export function hostPort(address: string, port: number | null): string {
+  if (port == null) return address;
+  const host = address.includes(':') && !address.startsWith('[') ? `[${address}]` : address;
+  return `${host}:${port}`;
+}
