@@ -225,6 +225,13 @@ class TestHelmChart:
         assert env["RLPLANE_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "rlplane-secrets", "key": "RLPLANE_WORKER_TOKEN"}
         assert "RLPLANE_DATABASE_URL" not in env
         assert container["envFrom"] == [{"secretRef": {"name": "rlplane-s3"}}]
+        # Multi-node runs: the worker advertises its pod's (here the host's) address, and the workers' ranks may
+        # reach each other on any port (the rendezvous and the collectives choose theirs at run time).
+        assert env["RLPLANE_ADVERTISE_ADDRESS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert env["NCCL_SOCKET_IFNAME"]["value"] == "ib0"
+        peers = kinds["NetworkPolicy"]["rl-rlplane-worker"]["spec"]["ingress"][1]
+        assert "ports" not in peers and peers["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
         small = kinds["Deployment"]["rl-rlplane-worker-gpu-small"]["spec"]["template"]["spec"]["containers"][0]
         assert small["resources"]["limits"]["nvidia.com/gpu"] == 1
 

@@ -107,10 +107,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         )
     if args.stop_at is not None and args.stop_at < 1:
         raise BadInput(f"--stop-at must be a step >= 1, got {args.stop_at}.")
-    if spec.resources.gpus == 0 and spec.backend.processes > 1 and not under_a_launcher() and argv is not None:
-        # A CPU spec that asks for several ranks, started as one process: start them.
-        print(f"starting {spec.backend.processes} processes with torchrun", file=sys.stderr)
-        return relaunch(spec.backend.processes, argv)
+    if spec.resources.gpus == 0 and spec.world_size > 1 and not under_a_launcher() and argv is not None:
+        # A CPU spec that asks for several ranks, started as one process: start them (a multi-node spec's
+        # whole world, here on this machine; a worker gang starts each node's share itself).
+        print(f"starting {spec.world_size} processes with torchrun", file=sys.stderr)
+        return relaunch(spec.world_size, argv)
 
     import importlib  # torch from here on
 
