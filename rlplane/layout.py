@@ -2,6 +2,7 @@
 
     runs/<id>/checkpoints/step-000100/manifest.json   a complete checkpoint (its manifest is written last)
     runs/<id>/.hand-back                              the worker asks the trainer to checkpoint and exit
+    runs/<id>/.attempt                                the attempt that owns the directory (the fence)
     $RLPLANE_HOME/broker.db                           the embedded broker of one machine
 
 Which checkpoints are kept is one rule (`rotated`), applied by the trainer to its files, by the worker to
@@ -19,6 +20,19 @@ STEP_PREFIX = "step-"
 # Written into the run's directory by a worker that must stop (its node is drained): the trainer
 # checkpoints after its current step and exits, so the next attempt redoes no steps.
 HAND_BACK_FILE = ".hand-back"
+# The number of the attempt that owns the run's directory, written by its worker before the trainer starts;
+# the trainer is told its own (ATTEMPT_ENV) and writes no checkpoint once another attempt owns the directory:
+# a trainer that outlives its fenced attempt (its worker silent, a partition) cannot overwrite the new one's.
+ATTEMPT_FILE = ".attempt"
+ATTEMPT_ENV = "RLPLANE_ATTEMPT"
+
+
+def owner(run_dir: Path) -> int | None:
+    """The attempt that owns `run_dir`, if a worker said."""
+    try:
+        return int((Path(run_dir) / ATTEMPT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def step_dir_name(step: int) -> str:

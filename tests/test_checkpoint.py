@@ -215,6 +215,31 @@ def test_exception_mid_save_leaves_no_checkpoint(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # the temporary directory is cleaned up
 
 
+def test_a_fenced_attempt_writes_no_checkpoint(tmp_path, monkeypatch):
+    """A trainer whose attempt the control plane ended (another attempt's number in the run directory's fence) has
+    its checkpoint discarded before the rename, even when the fence moved while the checkpoint was being written."""
+    from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE
+    from trainer_core.checkpoint import fence
+
+    model, tokenizer, optimizer, scheduler = training_objects()
+    run_dir, checkpoints = tmp_path, tmp_path / "checkpoints"
+    monkeypatch.setenv(ATTEMPT_ENV, "2")
+    (run_dir / ATTEMPT_FILE).write_text("2")
+    fence.check(run_dir)  # its own attempt: fine
+    save(checkpoints, 1, model, tokenizer, optimizer, scheduler, before_commit=lambda: fence.check(run_dir))
+
+    def fenced_meanwhile():
+        (run_dir / ATTEMPT_FILE).write_text("3")  # a new attempt took the directory during the write
+        fence.check(run_dir)
+
+    with pytest.raises(fence.Fenced, match="attempt 2 was ended: attempt 3 owns"):
+        save(checkpoints, 2, model, tokenizer, optimizer, scheduler, before_commit=fenced_meanwhile)
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert [p.name for p in list_checkpoints(checkpoints)] == names == ["step-000001"]  # nothing left of step 2
+    monkeypatch.delenv(ATTEMPT_ENV)
+    fence.check(run_dir)  # a trainer no worker started is never fenced
+
+
 def test_incomplete_and_truncated_checkpoints_are_skipped(tmp_path):
     model, tokenizer, optimizer, scheduler = training_objects()
     good = save(tmp_path, 1, model, tokenizer, optimizer, scheduler).path

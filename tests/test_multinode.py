@@ -131,6 +131,53 @@ def test_cancel_ends_every_nodes_processes_within_10_s(stack: Stack) -> None:
     assert run["attempts"][0]["end_reason"].startswith("cancelled")
 
 
+def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_trains(stack: Stack) -> None:
+    """SIGSTOP one node's worker while its trainer goes on (a partition, as the API sees it): the attempt is lost
+    after RLPLANE_LOST_AFTER_S, every node's processes of it end, and a new gang of the other workers resumes;
+    the old processes are gone before the new attempt has trained a step. (Long enough not to finish meanwhile:
+    it is cancelled once the new gang has trained.)"""
+    run_id = stack.submit(spec("stop-a-node", 2, 1, steps=5000, checkpoint_every=50, eval_every=None, log_every=10))
+    stack.wait_step(run_id, 80)
+    attempt = stack.run(run_id)["attempts"][0]
+    silent = next(n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1)
+    worker = stack.workers[NODES.index(silent)]
+    old = trainer_pids(stack, run_id)
+    os.killpg(worker.pid, signal.SIGSTOP)  # the worker only: its trainer is a session of its own
+    stopped = time.monotonic()
+    try:
+        while True:
+            run = stack.run(run_id)
+            resumed_at = run["attempts"][1]["last_step"] if len(run["attempts"]) > 1 else None
+            trained = resumed_at is not None and run["status"] == "running" and (run["last_step"] or 0) > resumed_at + 20
+            alive_old = [pid for pid in old if alive(pid)]
+            if trained:
+                assert not alive_old, {pid: cmdline(pid) for pid in alive_old}  # two attempts never train at once
+                break
+            assert time.monotonic() - stopped < 90, (run["status"], run["status_reason"])
+            if len(run["attempts"]) > 1:
+                assert not alive_old or time.monotonic() - stopped < 30, "the old attempt's processes outlived 30 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
+    assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
+    run = stack.wait_status(run_id, {"cancelled"}, timeout=30)
+    first, second = run["attempts"][:2]
+    assert first["end_reason"].startswith(f"lost: node 1 (worker {silent}) sent no heartbeat"), first["end_reason"]
+    assert silent not in {n["worker"] for n in second["nodes"]}
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    assert any("resumed from" in text for text in logs), "the new gang did not resume from a checkpoint"
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    steps = [p["step"] for p in series["points"]]
+    assert steps == list(range(10, steps[-1] + 1, 10)) and steps[-1] > 100, steps  # each step once, across attempts
+    # The silent worker, awake again, finds its attempt over and takes work again.
+    deadline = time.monotonic() + 30
+    while not any(
+        w["name"] == silent and not w["stale"] and w["current_run_id"] is None for w in stack.http.get("/workers").json()["data"]
+    ):
+        assert time.monotonic() < deadline, f"{silent} did not come back idle"
+        time.sleep(0.3)
+
+
 def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> None:
     run_id = stack.submit(spec("kill-a-node", 2, 1, steps=400, checkpoint_every=50, eval_every=None, log_every=10))
     stack.wait_step(run_id, 120)

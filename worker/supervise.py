@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlplane.layout import CHECKPOINTS, HAND_BACK_FILE, has_checkpoint
+from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE, CHECKPOINTS, HAND_BACK_FILE, has_checkpoint
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
@@ -144,10 +144,11 @@ def _attempt(
                 logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
                 return "cancelled"
             (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
+            (out_dir / ATTEMPT_FILE).write_text(str(attempt))  # the fence: an older attempt's trainer writes no checkpoint
         logger.info("run=%d %s: starting its trainer%s", run_id, where, " (resuming)" if resume else "")
         command = trainer_command(settings.python, spec, spec_path, out_dir, resume, place)
         first_rank = place.node_rank * processes_per_node(spec) if place else 0
-        env = artifacts.trainer_env()
+        env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt)}
         if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
             env = {**env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
         trainer = Trainer(command, out_dir, forwarder.add_line, env=env, first_rank=first_rank)

@@ -20,6 +20,7 @@ import json
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,6 +94,7 @@ def save_checkpoint(
     optimizer_state: dict[str, Any] | None = None,
     staged: Path | None = None,
     rank_rngs: dict[int, dict[str, torch.Tensor]] | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> CheckpointInfo:
     """Write the full training state for `step` atomically and return where it went.
 
@@ -102,6 +104,7 @@ def save_checkpoint(
     a sharding backend gathered them (Backend.full_state). `staged`: the directory from `stage` into
     which every rank already wrote its shards (dcp/); it is completed and renamed like a new one.
     `rank_rngs`: every data-parallel rank's generators (rank_rng.py), written beside rank zero's own.
+    `before_commit` runs just before the checkpoint is renamed into place; what it raises discards it.
     """
     if step < 0:
         raise CheckpointError(f"step must be >= 0, got {step}.")
@@ -134,6 +137,8 @@ def save_checkpoint(
         files.fsync_tree(tmp)
         files.write_manifest(tmp, step)
         files.fsync_path(tmp)
+        if before_commit is not None:
+            before_commit()
         tmp.rename(final)
         files.fsync_path(run_dir)
     except BaseException:

@@ -18,7 +18,16 @@ from torch import nn
 
 from rlplane.spec import dump_spec
 from trainer_core.backends import Backend
-from trainer_core.checkpoint import CheckpointInfo, TrainState, export_model, load_checkpoint, rank_rng, rotate, save_checkpoint
+from trainer_core.checkpoint import (
+    CheckpointInfo,
+    TrainState,
+    export_model,
+    fence,
+    load_checkpoint,
+    rank_rng,
+    rotate,
+    save_checkpoint,
+)
 from trainer_core.checkpoint import state as checkpoint_state
 from trainer_core.checkpoint.errors import CheckpointError
 from trainer_core.checkpoint.files import manifest_digest_and_size
@@ -137,6 +146,8 @@ def save_and_rotate(
         # Reports up to this step reach the run directory before the checkpoint exists: a process
         # killed right after it is resumed past them, and nothing would report them again.
         reporter.flush(timeout=30)
+        run_dir = checkpoint_dir.parent
+        fence.check(run_dir)  # before the work, and again before the rename
         info = save_checkpoint(
             checkpoint_dir,
             state.step,
@@ -153,6 +164,7 @@ def save_and_rotate(
             optimizer_state=full_optimizer,
             staged=staged,
             rank_rngs=rngs,
+            before_commit=lambda: fence.check(run_dir),
         )
         rotate(checkpoint_dir, keep_last)
         reporter.checkpoint(
