@@ -11,11 +11,13 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from tests.harness.specs import rl_spec
 from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, cmdline, trainer_pids
 
 NODES = ("node-a", "node-b", "node-c")
@@ -114,6 +116,29 @@ def test_zero3_fsdp2_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two
         worst = max(abs(got[s] - one_node_two_ranks[s]) for s in got)
         assert worst < 1e-5, (name, worst)
         assert len(run["attempts"]) == 1 and len(run["attempts"][0]["nodes"]) == 2, name
+
+
+def test_grpo_across_two_nodes_learns_as_its_one_node_twin(stack: Stack, walker: Path) -> None:
+    """GRPO from the session's walker: two nodes of one rank each and one node of two ranks sample the same groups
+    and follow the same curve (every logged value within 1e-5), on a gang and on a single worker at once."""
+    grpo = rl_spec(walker, "grpo", {"kind": "torch", "precision": "fp32"})
+    twin = stack.submit({**grpo, "name": "grpo-one-node"})
+    gang = stack.submit(
+        {
+            **grpo,
+            "name": "grpo-two-nodes",
+            "backend": {**grpo["backend"], "processes": 1},
+            "resources": {"queue": "cpu", "nodes": 2},
+        }
+    )
+    finished(stack, twin, gang)
+    keys = ("train/loss", "reward/mean", "grpo/kl", "eval/optimality")
+    for key in keys:
+        [a] = stack.http.get(f"/runs/{twin}/metrics", params={"keys": key}).json()["series"]
+        [b] = stack.http.get(f"/runs/{gang}/metrics", params={"keys": key}).json()["series"]
+        one, two = ({p["step"]: p["value"] for p in s["points"]} for s in (a, b))
+        assert sorted(one) == sorted(two) and one, key
+        assert max(abs(one[s] - two[s]) for s in one) < 1e-5, (key, one, two)
 
 
 def test_cancel_ends_every_nodes_processes_within_10_s(stack: Stack) -> None:
