@@ -7,6 +7,7 @@ The gang rules without processes (grant, reasons, fencing, policy) are in tests/
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -225,3 +226,11 @@ def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> 
     assert any("resumed from" in text for text in logs), "the new gang did not resume from a checkpoint"
     [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
     assert [p["step"] for p in series["points"]] == list(range(10, 401, 10))  # every step once, across attempts
+    # The resumed gang trained again the steps after the checkpoint: the run directory's metrics.jsonl holds both
+    # attempts' values of them, which an exact resume makes equal.
+    seen: dict[tuple[str, int], list[float]] = {}
+    for line in (Path(stack.artifacts) / "runs" / str(run_id) / "metrics.jsonl").read_text().splitlines():
+        point = json.loads(line)
+        seen.setdefault((point["key"], point["step"]), []).append(point["value"])
+    twice = {k: v for k, v in seen.items() if len(v) > 1 and k[0] == "train/loss"}
+    assert twice and all(max(v) - min(v) < 1e-6 for v in twice.values()), twice
