@@ -59,9 +59,9 @@ def free_port() -> int:
 
 
 class Up:
-    """`rlplane up --workers 1` in a fresh home, with an admin client."""
+    """`rlplane up --workers N` (default 1) in a fresh home, with an admin client."""
 
-    def __init__(self, home: Path, broker: str | None, database: str | None = None) -> None:
+    def __init__(self, home: Path, broker: str | None, database: str | None = None, workers: int = 1) -> None:
         self.home, self.port = home, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
         env.update({"RLPLANE_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
@@ -71,7 +71,7 @@ class Up:
             env["RLPLANE_DATABASE_URL"] = database
         home.mkdir(parents=True)
         self.log = (home / "up.log").open("w")
-        command = [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", "1"]
+        command = [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", str(workers)]
         output = {"stdout": self.log, "stderr": subprocess.STDOUT}
         self.process = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True, **output)
         deadline = time.monotonic() + 120
@@ -81,7 +81,7 @@ class Up:
             time.sleep(0.3)
         token = (home / "admin.token").read_text().strip()
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}/api/v1", headers={"Authorization": f"Bearer {token}"})
-        while not self.http.get("/workers").json()["data"]:  # the worker has said hello
+        while len(self.http.get("/workers").json()["data"]) < workers:  # every worker has said hello
             time.sleep(0.2)
 
     def _ready(self) -> bool:

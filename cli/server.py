@@ -144,6 +144,10 @@ def _start_workers(settings: Settings, host: str, port: int, count: int, queues:
     # The token goes in the environment, which only this user can read (/proc/PID/environ), never on the
     # command line, which `ps` shows to every local user.
     env["RLPLANE_BROKER_URL"], env["RLPLANE_TOKEN"] = settings.resolved_broker_url, token
+    # One machine: a multi-node run's nodes (these workers) meet on loopback, where nothing else can reach them.
+    env.setdefault("RLPLANE_ADVERTISE_ADDRESS", "127.0.0.1")
+    if sys.platform == "linux":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     processes = []
     for i in range(1, count + 1):
         command = [sys.executable, "-m", "cli.main", "worker", "--queues", ",".join(queues), "--api", api]

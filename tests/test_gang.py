@@ -175,3 +175,22 @@ def test_a_gang_the_queue_can_hold_keeps_newer_one_node_runs_off_its_workers(app
     client.post(f"/api/v1/runs/{gang['id']}/cancel")
     gang_run(client, 3)
     assert lease(create_run(client, name="behind")).status_code == 200
+
+
+def test_workers_that_said_their_part_ended_are_granted_again_without_waiting_for_a_heartbeat(app, client, anon):
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    first = gang_run(client, 2)
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{first['id']}/attempts/1"
+    anon.post(f"{base}/nodes/0/join", json={"worker": "node-a", "address": "10.0.0.1", "port": 29500}, headers=auth(token))
+    anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    for name in ("node-a", "node-b"):
+        beat(anon, token, name, current_run_id=first["id"], current_attempt=1)
+    second = gang_run(client, 2)
+    anon.post(f"{base}/nodes/1/end", json={"exit_code": 0, "reason": "trainer exited with 0"}, headers=auth(token))
+    done = {"attempt": 1, "status": "succeeded", "reason": "trainer exited 0 at step 20"}
+    assert anon.post(f"/api/v1/runs/{first['id']}/status", json=done, headers=auth(token)).status_code == 200
+    reconciler(app, broker).dispatch()  # no heartbeat since: the ends said the trainers exited
+    assert client.get(f"/api/v1/runs/{second['id']}").json()["status"] == "starting"

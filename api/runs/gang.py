@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
@@ -156,6 +156,10 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
         raise Forbidden(f"this worker token did not join node {node_rank} of attempt {attempt}")
     if slot.ended_at is None:
         slot.ended_at, slot.end_reason = utcnow(), (body.reason or f"exit {body.exit_code}")[:2000]
+    if body.exit_code is not None or body.reason:
+        session.execute(
+            update(Worker).where(Worker.name == slot.worker, Worker.current_run_id == run.id).values(current_run_id=None)
+        )
     if attempt == run.attempt_count and run.status in ("starting", "running") and body.exit_code != 0:
         why = f"node {node_rank} ({slot.worker}): {body.reason or f'exit {body.exit_code}'}"
         end_attempt(session, run, why, failure=body.failure)
@@ -185,6 +189,18 @@ def end_nodes(session: Session, run: Run, reason: str) -> None:
         )
     ):
         slot.ended_at, slot.end_reason = utcnow(), reason[:2000]
+
+
+def let_go(session: Session, run: Run, worker: str) -> None:
+    """The worker that sent the run's end (its only worker, or a gang's node 0) did so after its trainer exited:
+    it no longer holds the run, whatever its last heartbeat said, so a gang need not wait for its next one."""
+    if nodes_of(run.spec) > 1:
+        worker = node_slot(session, run, run.attempt_count, 0).worker
+    _release(session, worker, run.id)
+
+
+def _release(session: Session, worker: str, run_id: int) -> None:
+    session.execute(update(Worker).where(Worker.name == worker, Worker.current_run_id == run_id).values(current_run_id=None))
 
 
 def holds_part(session: Session, run: Run, token_id: int | None) -> bool:

@@ -268,6 +268,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
             gang.end_nodes(session, run, attempt.end_reason)
+            gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
             attempt.handed_back = body.status == "lost" and body.handed_back
             attempt.failure = body.failure if body.status == "failed" else None
     if body.status == "lost":
