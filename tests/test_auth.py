@@ -157,6 +157,8 @@ def world(client, db, artifacts_root):
         "user": "admin",
         "dataset_id": dataset.json()["id"],
         "token_id": token_id,
+        "attempt": 1,
+        "node_rank": 0,
     }
     return params, outsider
 
@@ -171,6 +173,8 @@ BODIES = {
     ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/{run_id}/lease"): {"json": {"worker": "w"}},
     ("POST", "/api/v1/runs/{run_id}/status"): {"json": {"attempt": 1, "status": "running"}},
+    ("POST", "/api/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/join"): {"json": {"worker": "w"}},
+    ("POST", "/api/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/end"): {"json": {"exit_code": 0}},
     ("POST", "/api/v1/runs/{run_id}/metrics"): {"json": [{"key": "a", "step": 1, "value": 1.0}]},
     ("POST", "/api/v1/runs/{run_id}/logs"): {"json": [{"seq": 1, "text": "x"}]},
     ("POST", "/api/v1/runs/{run_id}/samples"): {"json": [{"step": 1, "prompt": "p", "response": "r"}]},
