@@ -97,8 +97,13 @@ def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
     assert {n["worker"] for n in nodes} <= set(NODES) and len({n["worker"] for n in nodes}) == 2
     ranks = {line["rank"] for line in stack.http.get(f"/runs/{two}/logs", params={"limit": 1000}).json()["data"]}
     assert ranks == {0, 1}, ranks  # each node forwards its own ranks' lines
+    node1 = stack.http.get(f"/runs/{two}/logs", params={"node": 1}).json()["data"]
+    assert node1 and {(line["rank"], line["node"]) for line in node1} == {(1, 1)}
+    assert any(line["text"].startswith("rank 1 of 2 joined") for line in node1), node1
     env = {"RLPLANE_URL": stack.api.url, "RLPLANE_TOKEN": ADMIN, "COLUMNS": "200"}
     shown = CliRunner().invoke(app, ["runs", "show", str(two)], env=env, catch_exceptions=False).stdout
+    printed = CliRunner().invoke(app, ["logs", str(two), "--node", "1"], env=env, catch_exceptions=False).stdout
+    assert "rank 1 of 2 joined" in printed and "exported the final model" not in printed, printed  # rank 0's line
     rows = [line.split() for line in shown.splitlines() if line.split()[:1] == ["1"] and len(line.split()) >= 5]
     assert [(r[1], r[4]) for r in rows if r[1] in ("0", "1")] == [("0", "ended"), ("1", "ended")], shown
 

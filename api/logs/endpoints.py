@@ -41,5 +41,6 @@ def read_logs(
     tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N lines (ignores offset)")] = None,
     rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     q: Annotated[str | None, Query(max_length=256, description="Case-insensitive substring")] = None,
+    node: Annotated[int | None, Query(ge=0, le=1024, description="Only the lines of this node's ranks")] = None,
 ) -> schemas.LogPage:
-    return service.read(session, principal, run_id, offset=offset, limit=limit, tail=tail, rank=rank, q=q)
+    return service.read(session, principal, run_id, offset=offset, limit=limit, tail=tail, rank=rank, q=q, node=node)

@@ -13,6 +13,12 @@ from api.runs.service import readable_run
 from api.values import without_nul
 
 
+def ranks_per_node(spec: dict) -> int:
+    """One rank per GPU of a node, or backend.processes on CPU (rlplane.spec's rule, on the stored spec)."""
+    resources, backend = spec.get("resources") or {}, spec.get("backend") or {}
+    return int(resources.get("gpus") or backend.get("processes") or 1)
+
+
 def store(session: Session, run_id: int, lines: list[schemas.LogLineIn]) -> IngestResult:
     """Insert lines; the caller has claimed the run (claim_for_report)."""
     now = time.time()
@@ -30,12 +36,16 @@ def read(
     tail: int | None,
     rank: int | None,
     q: str | None,
+    node: int | None = None,
 ) -> schemas.LogPage:
-    """Lines after `offset` (or the last `tail`), of one rank or all, whose text holds `q`."""
-    readable_run(session, principal, run_id)
+    """Lines after `offset` (or the last `tail`), of one rank or all, of one node or all, whose text holds `q`."""
+    run = readable_run(session, principal, run_id)
+    per_node = ranks_per_node(run.spec)
     query = select(LogLine).where(LogLine.run_id == run_id)
     if rank is not None:
         query = query.where(LogLine.rank == rank)
+    if node is not None:  # a node's ranks are consecutive: node r runs ranks r * P .. r * P + P - 1
+        query = query.where(LogLine.rank >= node * per_node, LogLine.rank < (node + 1) * per_node)
     if q:
         escaped = without_nul(q).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(LogLine.text.ilike(f"%{escaped}%", escape="\\"))
@@ -43,5 +53,8 @@ def read(
         lines = list(reversed(session.scalars(query.order_by(LogLine.id.desc()).limit(tail)).all()))
     else:
         lines = list(session.scalars(query.where(LogLine.id > offset).order_by(LogLine.id).limit(limit)))
-    data = [schemas.LogLineOut.model_validate(line, from_attributes=True) for line in lines]
+    data = [
+        schemas.LogLineOut.model_validate(line, from_attributes=True).model_copy(update={"node": line.rank // per_node})
+        for line in lines
+    ]
     return schemas.LogPage(data=data, next_offset=data[-1].id if data else offset)

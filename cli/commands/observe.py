@@ -21,6 +21,7 @@ def logs(
     run_id: RunArg,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends")] = False,
     rank: Annotated[int | None, typer.Option(min=0, help="Only this rank's lines")] = None,
+    node: Annotated[int | None, typer.Option(min=0, help="Only the lines of this node's ranks (a multi-node run)")] = None,
     tail: Annotated[int | None, typer.Option(min=1, max=10_000, help="Start with only the last N lines")] = None,
     search: Annotated[str | None, typer.Option("--search", "-q", help="Only lines containing this (case-insensitive)")] = None,
     as_json: JsonFlag = False,
@@ -31,9 +32,10 @@ def logs(
     Examples:
       rlplane logs 12 --tail 50
       rlplane logs 12 -f --rank 0
+      rlplane logs 12 --node 1 --search error
     """
     client = state(ctx).client()
-    filters = {"rank": rank, "q": search}
+    filters = {"rank": rank, "node": node, "q": search}
     offset = 0
     if tail is not None:
         page = client.logs(run_id, tail=tail, **filters)

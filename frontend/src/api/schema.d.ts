@@ -1636,6 +1636,12 @@ export interface components {
              * @description Offset: pass the last seen id as `offset` to read on
              */
             id: number;
+            /**
+             * Node
+             * @description The node its rank ran on (rank // ranks per node); 0 on one node
+             * @default 0
+             */
+            node: number;
             /** Rank */
             rank: number;
             /** Seq */
@@ -4569,6 +4575,8 @@ export interface operations {
                 rank?: number | null;
                 /** @description Case-insensitive substring */
                 q?: string | null;
+                /** @description Only the lines of this node's ranks */
+                node?: number | null;
             };
             header?: never;
             path: {

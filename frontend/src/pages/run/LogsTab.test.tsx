@@ -24,7 +24,7 @@ describe('LogsTab', () => {
 
   it('holds the last 5,000 of 20,000 lines, says so, renders only a window of them and follows the bottom', async () => {
     const line = (id: number): LogLine => ({
-      id, attempt: 1, rank: 0, seq: id, time: 1_700_000_000 + id, text: id === 17_000 ? 'Traceback: boom' : `step ${id}`,
+      id, attempt: 1, rank: 0, node: 0, seq: id, time: 1_700_000_000 + id, text: id === 17_000 ? 'Traceback: boom' : `step ${id}`,
     });
     const lines = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => line(from + i));
     vi.stubGlobal('fetch', vi.fn(async () => json({ data: lines(1, 500), next_offset: 500 })));
