@@ -67,7 +67,8 @@ class Stack:
         env.update({"RLPLANE_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"})
         log = (self.home / f"{name}.log").open("w")
         command = [sys.executable, "-m", "cli.main", "worker", "--queues", "cpu", "--api", self.api.url]
-        command += ["--token", self.worker_token, "--name", name, "--broker", self.broker]
+        command += ["--name", name, "--broker", self.broker]
+        env["RLPLANE_TOKEN"] = self.worker_token  # in the environment, never on the command line (`ps` shows that)
         command += ["--advertise-address", address or "127.0.0.1"]
         process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.workers.append(process)
