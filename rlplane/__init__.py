@@ -3,8 +3,9 @@
     rlplane.spec      the run spec schema (RunSpec), its rules, builtin names and YAML/JSON reading
     rlplane.status    run and attempt status words, the transitions between them, trainer exit codes
     rlplane.limits    the sizes the API takes (rows per report, characters per line, ...)
-    rlplane.wire      the records a worker and the API exchange: the lease, status updates, heartbeats
-    rlplane.layout    a run directory: checkpoint step directories, manifests, which to keep
+    rlplane.wire      the records a worker and the API exchange: the lease, status updates, heartbeats, a gang's
+                      node join, rendezvous and end
+    rlplane.layout    a run directory: checkpoint step directories, manifests, which to keep, the attempt fence
     rlplane.client    one HTTP client of the API (worker, trainer reporting, CLI)
     rlplane.reports   the report sender: batches within the limits, retries, a disk spool
     rlplane.config    the CLI's saved login, RLPLANE_URL/RLPLANE_TOKEN, the local server's discovery
