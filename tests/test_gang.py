@@ -38,6 +38,20 @@ def reconciler(app, broker: Broker, **kwargs) -> Reconciler:
     return Reconciler(app.state.sessionmaker, broker, redispatch_s=0.0, **kwargs)
 
 
+def joined_gang(app, client, anon, token: str, broker: Broker) -> tuple[dict, str]:
+    """A 2-node run granted to node-a and node-b, both joined (node 0 with its rendezvous); the run and its
+    attempt's path."""
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    run = gang_run(client, 2)
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{run['id']}/attempts/1"
+    node0 = {"worker": "node-a", "address": "10.0.0.1", "port": 29500}
+    assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 200
+    assert anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token)).status_code == 200
+    return run, base
+
+
 def test_a_gang_is_granted_whole_or_waits_with_its_reason(app, client, anon):
     token, broker = worker_token(client), Broker()
     beat(anon, token, "node-a")
@@ -129,13 +143,7 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
 
 def test_a_nodes_config_failure_fails_the_run(app, client, anon):
     token, broker = worker_token(client), Broker()
-    beat(anon, token, "node-a")
-    beat(anon, token, "node-b")
-    run = gang_run(client, 2)
-    reconciler(app, broker).dispatch()
-    base = f"/api/v1/runs/{run['id']}/attempts/1"
-    anon.post(f"{base}/nodes/0/join", json={"worker": "node-a", "address": "10.0.0.1", "port": 29500}, headers=auth(token))
-    anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    run, base = joined_gang(app, client, anon, token, broker)
     end = {"exit_code": 2, "reason": "trainer exited with 2: data.source not found", "failure": "config"}
     anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token))
     detail = client.get(f"/api/v1/runs/{run['id']}").json()
@@ -179,13 +187,7 @@ def test_a_gang_the_queue_can_hold_keeps_newer_one_node_runs_off_its_workers(app
 
 def test_workers_that_said_their_part_ended_are_granted_again_without_waiting_for_a_heartbeat(app, client, anon):
     token, broker = worker_token(client), Broker()
-    beat(anon, token, "node-a")
-    beat(anon, token, "node-b")
-    first = gang_run(client, 2)
-    reconciler(app, broker).dispatch()
-    base = f"/api/v1/runs/{first['id']}/attempts/1"
-    anon.post(f"{base}/nodes/0/join", json={"worker": "node-a", "address": "10.0.0.1", "port": 29500}, headers=auth(token))
-    anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    first, base = joined_gang(app, client, anon, token, broker)
     for name in ("node-a", "node-b"):
         beat(anon, token, name, current_run_id=first["id"], current_attempt=1)
     second = gang_run(client, 2)

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from tests.harness.specs import rl_spec
-from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, cmdline, trainer_pids
+from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, assert_gone_within, cmdline, trainer_pids
 
 NODES = ("node-a", "node-b", "node-c")
 SFT = {
@@ -180,10 +180,7 @@ def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_tra
     cancelled = time.monotonic()
     assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
     run = stack.wait_status(run_id, {"cancelled"}, timeout=10)
-    while any(alive(pid) for pid in trainers) and time.monotonic() - cancelled < 10:
-        time.sleep(0.1)
-    survivors = {pid: cmdline(pid) for pid in trainers if alive(pid)}
-    assert not survivors and time.monotonic() - cancelled < 10, f"processes outlived the cancel: {survivors}"
+    assert_gone_within(trainers, cancelled, 10, "the cancel")
     assert run["attempts"][-1]["end_reason"].startswith("cancelled"), run["attempts"][-1]
     first, second = run["attempts"][:2]
     assert first["end_reason"].startswith(f"lost: node 1 (worker {silent}) sent no heartbeat"), first["end_reason"]

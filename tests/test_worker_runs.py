@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.harness.worker_stack import LONG, SPEC, Stack, alive, assert_metrics_once, cmdline, trainer_pids
+from tests.harness.worker_stack import LONG, SPEC, Stack, alive, assert_gone_within, assert_metrics_once, trainer_pids
 
 
 def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
@@ -63,11 +63,7 @@ def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
     started = time.monotonic()
     assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
     run = stack.wait_status(run_id, {"cancelled"}, timeout=10)
-    while any(alive(pid) for pid in trainers) and time.monotonic() - started < 10:
-        time.sleep(0.1)
-    survivors = {pid: cmdline(pid) for pid in trainers if alive(pid)}
-    assert not survivors, f"trainer processes outlived the cancel: {survivors}"
-    assert time.monotonic() - started < 10
+    assert_gone_within(trainers, started, 10, "the cancel")
     assert run["attempts"][0]["end_reason"].startswith("cancelled")
     assert stack.http.get(f"/runs/{run_id}/logs").json()["data"], "what was logged stays"
 

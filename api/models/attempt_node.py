@@ -27,3 +27,7 @@ class AttemptNode(Base):
     joined_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(2000))
+
+    @property
+    def state(self) -> str:
+        return "ended" if self.ended_at else "joined" if self.joined_at else "granted"

@@ -171,7 +171,7 @@ def part_of(session: Session, principal: Principal, run_id: int) -> Run:
     run = session.get(Run, run_id)
     if run is None:
         raise NotFound(f"run {run_id}")
-    if not holds_part(session, run, principal.token_id) and not _joined_any(session, run, principal.token_id):
+    if run.lease_token_id != principal.token_id and not _joined_any(session, run, principal.token_id):
         raise Forbidden(f"this worker token holds no node of run {run_id}")
     return run
 

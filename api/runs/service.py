@@ -296,8 +296,9 @@ def _retry_or_fail(session: Session, run: Run) -> None:
 
 
 def end_attempt(session: Session, run: Run, reason: str, failure: str | None = None, last_step: int | None = None) -> None:
-    """End the current attempt of an active run from outside its lease holder (a gang's node failed): failed when
-    the trainer said the run is at fault (config, diverged), else lost and retried while attempts remain."""
+    """End the current attempt of an active run from outside its lease holder (its worker went silent, a gang's node
+    failed): cancelled when it was being cancelled, failed when the trainer said the run is at fault (config,
+    diverged), else lost and retried while attempts remain."""
     if last_step is not None:
         run.last_step = max(run.last_step or 0, last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
@@ -320,12 +321,4 @@ def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
     run = locked_run(session, run_id)
     if run is None or run.status not in ACTIVE:
         return  # it ended or moved on while we looked
-    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
-    if attempt is not None and attempt.ended_at is None:
-        attempt.ended_at, attempt.end_reason = utcnow(), reason
-    gang.end_nodes(session, run, reason)
-    if run.status == "cancelling":
-        set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
-        return
-    set_status(session, run, "lost", reason)
-    _retry_or_fail(session, run)
+    end_attempt(session, run, reason)

@@ -75,18 +75,7 @@ def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
     links = lineage(session, run_id)
     nodes: dict[int, list[schemas.NodePublic]] = {}
     for node in repository.attempt_nodes(session, run_id):
-        state = "ended" if node.ended_at else "joined" if node.joined_at else "granted"
-        nodes.setdefault(node.attempt, []).append(
-            schemas.NodePublic(
-                node_rank=node.node_rank,
-                worker=node.worker,
-                address=node.address,
-                port=node.port,
-                state=state,
-                ended_at=node.ended_at,
-                end_reason=node.end_reason,
-            )  # fmt: skip
-        )
+        nodes.setdefault(node.attempt, []).append(schemas.NodePublic.model_validate(node, from_attributes=True))
     attempts = [
         schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
         for a in repository.attempts(session, run_id)

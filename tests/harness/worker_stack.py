@@ -158,6 +158,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def assert_gone_within(pids: list[int], since: float, limit_s: float, what: str) -> None:
+    """Every process in `pids` has ended within `limit_s` of `since` (time.monotonic())."""
+    while any(alive(pid) for pid in pids) and time.monotonic() - since < limit_s:
+        time.sleep(0.1)
+    survivors = {pid: cmdline(pid) for pid in pids if alive(pid)}
+    assert not survivors and time.monotonic() - since < limit_s, f"processes outlived {what}: {survivors}"
+
+
 LONG = {**SPEC, "train": {**SPEC["train"], "steps": 1500, "eval_every": 500, "log_every": 10, "checkpoint_every": 100}}
 
 
