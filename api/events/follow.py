@@ -8,6 +8,9 @@ from api.events.cursor import Cursor
 from api.events.feed import FeedHub
 
 KEEP_ALIVE = b": keep-alive\n\n"
+# A stream waits this long at most for its feed's first read, even past its own timeout_s: a short stream on a
+# busy server still says hello and what happened so far, and a feed that never reads does not hold it forever.
+FIRST_READ_S = 10.0
 
 
 async def follow(
@@ -26,8 +29,9 @@ async def follow(
     deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
     feed = hub.join(run_id)
     try:
-        while feed.cursor is None and not feed.ended and time.monotonic() < deadline:
-            await feed.wait(feed.next_seq, deadline - time.monotonic())
+        first_read_by = max(deadline, time.monotonic() + FIRST_READ_S)
+        while feed.cursor is None and not feed.ended and time.monotonic() < first_read_by:
+            await feed.wait(feed.next_seq, first_read_by - time.monotonic())
         if feed.cursor is None:
             return  # the feed failed before its first read; the client reconnects
         cursor = start or feed.cursor
@@ -35,7 +39,9 @@ async def follow(
         quiet_since = time.monotonic()
         seq = feed.next_seq
         behind = cursor.behind(feed.cursor)
-        while time.monotonic() < deadline:
+        first_turn = True  # what happened before the stream started is sent even when its timeout has passed
+        while first_turn or time.monotonic() < deadline:
+            first_turn = False
             if behind or seq < feed.first_seq:
                 seq = feed.next_seq
                 while True:
