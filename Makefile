@@ -56,8 +56,14 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 # outside the checkout, so a fresh clone on the same machine does not build them again.
 TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions
 export TORCH_EXTENSIONS_DIR
-test: $(DEV_STAMP) test-services $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
+test: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
+
+# DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
+# the cache above has them, minutes on a cold machine.
+.PHONY: deepspeed-ops
+deepspeed-ops: $(DEV_STAMP)
+	$(VENV)/bin/python -m tests.harness.deepspeed_ops
 
 ## make test-fast: the edit-test loop (a few minutes): unit tests and the API on Postgres, no process launches
 test-fast: $(DEV_STAMP) test-services
