@@ -11,8 +11,6 @@ torch backend's curve and learns the preferences (held-out accuracy and margin r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from transformers import AutoModelForCausalLM
 
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
-from tests.harness.launch import ROOT, launch, max_diff, trainer_env
+from tests.harness.launch import forked, launch, max_diff
 from tests.harness.specs import MEGATRON, MEGATRON_SFT, MEGATRON_TOLERANCE, PIPELINE, SEQUENCE_PARALLEL, TORCH, rl_spec
 from tests.harness.training import metrics
 from trainer_core.backends import BackendError, make_backend
@@ -204,13 +202,11 @@ def test_another_backend_refuses_the_sharded_checkpoint(runs: dict[str, Path], t
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({**SFT, "backend": TORCH}))
     checkpoint = runs["megatron-sft"] / "checkpoints" / "step-000006"
-    command = [sys.executable, "-m", "trainer_core", "run", str(spec), "--out", str(tmp_path / "out")]
-    command += ["--resume", str(checkpoint)]
-    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "error (bad checkpoint)" in result.stderr and "Traceback" not in result.stderr
-    assert "sharded as backend.kind megatron writes it" in result.stderr
-    assert "resume it with backend.kind: megatron (any tensor_parallel size" in result.stderr
+    argv = ["-m", "trainer_core", "run", str(spec), "--out", str(tmp_path / "out"), "--resume", str(checkpoint)]
+    stderr = forked(argv, 1, tmp_path / "refused.log", timeout=300, expect=2)
+    assert "error (bad checkpoint)" in stderr and "Traceback" not in stderr
+    assert "sharded as backend.kind megatron writes it" in stderr
+    assert "resume it with backend.kind: megatron (any tensor_parallel size" in stderr
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 

@@ -7,9 +7,6 @@ sharded FSDP2 checkpoint (SFT's multi-process resumes: tests/test_backend_fsdp2.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.dcp_worker import full_state
+from tests.harness.launch import forked
 from tests.harness.specs import ILQL_SPEC, ppo_spec
 from tests.harness.training import assert_resume_is_exact, dropout_model
 from trainer_core.backends import Backend, BackendError, TorchBackend, make_backend
@@ -31,7 +29,6 @@ from trainer_core.checkpoint import CheckpointError
 from trainer_core.checkpoint.dcp_metadata import decode_metadata, encode_metadata
 from trainer_core.checkpoint.dcp_storage import METADATA, SafetensorsReader, SafetensorsWriter
 from trainer_core.checkpoint.sharded import VALUES, load_sharded
-from trainer_core.launch import free_port
 from trainer_core.recipes.checkpointing import restore_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,18 +37,9 @@ PICKLE_MAGIC = b"\x80"  # the first byte of every pickle (protocol 2+), torch.sa
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/dcp_worker.py under torchrun with 2 processes: saved split by rows, loaded back split by columns."""
+    """tests/dcp_worker.py as 2 forked ranks: saved split by rows, loaded back split by columns."""
     directory = tmp_path_factory.mktemp("dcp") / "state"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
-    result = subprocess.run(
-        [*command, str(ROOT / "tests" / "dcp_worker.py"), str(directory)],
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    forked([str(ROOT / "tests" / "dcp_worker.py"), str(directory)], 2, directory.parent / "ranks.log", timeout=300)
     return directory
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from safetensors.torch import load_file
 
 from rlplane.spec.sections import TrainSpec
 from rlplane.status import EXIT_DIVERGED
-from tests.harness.launch import trainer_env
+from tests.harness.launch import forked
 from tests.harness.training import metrics, write_spec
 from trainer_core.cli import main
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
@@ -91,14 +89,7 @@ def test_no_backend_applies_a_nan_update(tmp_path: Path) -> None:
     names = ["torch", "deepspeed:0", "deepspeed:0:bf16", "deepspeed:1", "deepspeed:2:bf16", "deepspeed:3", "deepspeed:3:bf16"]
     names += ["fsdp2", "megatron"]
     out = tmp_path / "nonfinite.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.nonfinite_worker", str(out), *names],
-        cwd=ROOT,
-        env=trainer_env(),
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    forked(["-m", "tests.nonfinite_worker", str(out), *names], 1, tmp_path / "nonfinite.log")
     found = json.loads(out.read_text())
     for name in names:
         assert found[name]["norm"] in ("nan", "inf"), (name, found[name])

@@ -6,16 +6,13 @@ vocabulary padded alike under both TP sizes, and padded differently (as GPT-2's 
 Megatron's default divisor), where megatron loads the embedding and output layer with
 allow_shape_mismatch and only the real vocabulary rows must survive.
 
-The torchruns run one after another (tests/megatron_dcp_worker.py), each a fixture the next builds on.
+The launches run one after another (tests/megatron_dcp_worker.py), each a fixture the next builds on.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +20,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from tests.harness.launch import forked
 from trainer_core.backends.megatron.dist_checkpoint_files import check_no_pickle
 from trainer_core.checkpoint.errors import CheckpointError
-from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = {"step": 2, "data_position": 6, "note": "resume here"}  # tests/megatron_dcp_worker.py saves this
@@ -35,20 +32,11 @@ LOGITS_TOLERANCE = 1e-5
 PADDED_VOCAB = {128: (512, 512), 80: (640, 560)}
 
 
-def torchrun(out: Path, mode: str, nproc: int, vocab_divisor: int) -> list[dict]:
-    """One torchrun of the worker in `mode`; each rank's result."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(free_port())]
+def run_worker(out: Path, mode: str, nproc: int, vocab_divisor: int) -> list[dict]:
+    """The worker in `mode` as `nproc` ranks (forked: tests/harness/forked_ranks.py); each rank's result."""
     # CPU even on a GPU node: this is the CPU path (gloo, the CPU shim).
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(
-        [*command, "tests/megatron_dcp_worker.py", mode, str(out), str(vocab_divisor)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    argv = ["tests/megatron_dcp_worker.py", mode, str(out), str(vocab_divisor)]
+    forked(argv, nproc, out / f"{mode}.log", timeout=300, HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
     return [json.loads((out / f"{mode}-rank{rank}.json").read_text()) for rank in range(nproc)]
 
 
@@ -64,17 +52,17 @@ def out(tmp_path_factory: pytest.TempPathFactory, vocab_divisor: int) -> Path:
 
 @pytest.fixture(scope="module")
 def tp2_saved(out: Path, vocab_divisor: int) -> list[dict]:
-    return torchrun(out, "tp2-save", 2, vocab_divisor)
+    return run_worker(out, "tp2-save", 2, vocab_divisor)
 
 
 @pytest.fixture(scope="module")
 def tp1_loaded(out: Path, vocab_divisor: int, tp2_saved: list[dict]) -> list[dict]:
-    return torchrun(out, "tp1-load", 1, vocab_divisor)
+    return run_worker(out, "tp1-load", 1, vocab_divisor)
 
 
 @pytest.fixture(scope="module")
 def tp2_reloaded(out: Path, vocab_divisor: int, tp1_loaded: list[dict]) -> list[dict]:
-    return torchrun(out, "tp2-load", 2, vocab_divisor)
+    return run_worker(out, "tp2-load", 2, vocab_divisor)
 
 
 def test_checkpoint_holds_only_json_and_safetensors(out: Path, tp2_saved: list[dict]) -> None:
@@ -127,7 +115,7 @@ def test_tp1_checkpoint_loads_into_tp2(tp2_reloaded: list[dict], vocab_divisor: 
 
 def test_tied_gpt2_saved_before_and_after_its_first_steps(tmp_path: Path) -> None:
     """GPT-2's output layer shares the embedding; a checkpoint from before the first step has no moments."""
-    (result,) = torchrun(tmp_path, "tied-gpt2", 1, vocab_divisor=128)
+    (result,) = run_worker(tmp_path, "tied-gpt2", 1, vocab_divisor=128)
     assert result["step0"] == {"differences": [], "moments": 0, "extra": {"step": 0}, "lr": 1e-2}
     step2 = result["step2"]
     assert step2["differences"] == [] and step2["moments"] > 0  # weights, moments and step, bit for bit

@@ -5,16 +5,13 @@ weights back to HF after the forward gives the original weights bit for bit."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from trainer_core.launch import free_port
+from tests.harness.launch import forked
 from trainer_core.models import build_builtin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,15 +25,12 @@ GRAD_TOLERANCE = 1e-5  # measured about 4e-7 of the largest gradient
 
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One torchrun of tests/megatron_tp_worker.py for both models; its output directory."""
+    """tests/megatron_tp_worker.py for both models as TP forked ranks; its output directory."""
     out = tmp_path_factory.mktemp("megatron-tp")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(TP), "--master_port", str(free_port())]
     # CPU even on a GPU node: the comparison is the CPU path's (gloo, the CPU shim).
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(
-        [*command, "tests/megatron_tp_worker.py", str(out)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    forked(
+        ["tests/megatron_tp_worker.py", str(out)], TP, out / "ranks.log", timeout=300, HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES=""
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out
 
 

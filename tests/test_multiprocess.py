@@ -27,7 +27,7 @@ def test_two_processes_train_like_one(algorithm: str, tmp_path: Path) -> None:
     one = tmp_path / "one"
     with one_torch_thread():  # the one-process baseline in this process: a process start is most of its time
         run_spec(tmp_path / "one.yaml", spec, "--out", str(one))
-    two = launch(tmp_path, spec, {"kind": "torch"}, "two")
+    two = launch(tmp_path, spec, {"kind": "torch"}, "two", launcher="torchrun")  # this module holds the torchrun claim
 
     rows = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == len({(r["step"], r["key"]) for r in rows}), "a point was written twice: rank 1 reported"

@@ -26,7 +26,8 @@ def main() -> None:
         started = time.monotonic()
         builder = get_accelerator().create_op_builder(name)
         if not builder.is_compatible():
-            sys.exit(f"deepspeed op {builder.NAME} cannot be built on this machine (async_io needs libaio: apt-get install libaio-dev)")
+            needs = " (async_io needs libaio: apt-get install libaio-dev)" if builder.NAME == "async_io" else ""
+            sys.exit(f"deepspeed op {builder.NAME} cannot be built on this machine{needs}")
         builder.load(verbose=False)
         print(f"deepspeed op {builder.NAME}: ready in {time.monotonic() - started:.0f} s ({where})", flush=True)
 

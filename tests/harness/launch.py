@@ -1,15 +1,20 @@
-"""Starting trainers the way a worker does: torchrun (or one process), one thread per rank, and DeepSpeed's
+"""Starting trainers: their ranks forked from a process that imported the training stack once
+(tests/harness/forked_ranks.py), or torchrun as a worker starts them; one thread per rank, and DeepSpeed's
 compiled ops cached outside the checkout so a fresh clone on the same machine builds them once."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 from rlplane.layout import CHECKPOINTS, MANIFEST, step_dir_name
+from tests.harness.forked_ranks import ForkedLaunch, Zygote
 from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,35 +27,68 @@ def trainer_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(EXTENSIONS), **extra}
 
 
-def start(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2) -> tuple[Path, subprocess.Popen]:
-    """`torchrun --nproc_per_node N -m trainer_core run SPEC --out OUT ARGS` (`--resume` alone: `--resume OUT`),
-    started with its output in tmp/NAME.log; (OUT, the process)."""
+Launcher = Literal["forked", "torchrun"]
+_zygotes: list[Zygote] = []
+
+
+def zygote() -> Zygote:
+    """This pytest process's zygote, started on first use and stopped when the process exits."""
+    if not _zygotes:
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlplane-zygote-{os.getpid()}.log"
+        _zygotes.append(Zygote(trainer_env(), log))
+        atexit.register(_zygotes[0].close)
+    return _zygotes[0]
+
+
+def start(
+    tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2, launcher: Launcher = "forked"
+) -> tuple[Path, subprocess.Popen | ForkedLaunch]:
+    """`-m trainer_core run SPEC --out OUT ARGS` (`--resume` alone: `--resume OUT`) as `processes` ranks, forked
+    (default) or under `torchrun --nproc_per_node N`, with their output in tmp/NAME.log; (OUT, the launch)."""
     out, path = tmp / name, tmp / f"{name}.json"
     path.write_text(json.dumps({**spec, "backend": {**backend, "processes": processes}}))
     run = ["--resume", str(out)] if args == ("--resume",) else [str(path), "--out", str(out), *args]
+    if launcher == "forked":
+        return out, zygote().launch(["-m", "trainer_core", "run", *run], processes, trainer_env(), ROOT, tmp / f"{name}.log")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
     command += ["--master_port", str(free_port()), "-m", "trainer_core", "run", *run]
     log = (tmp / f"{name}.log").open("w")
-    return out, subprocess.Popen(command, cwd=ROOT, env=trainer_env(), stdout=log, stderr=subprocess.STDOUT)
+    # Its own session, so a launch that runs out of time is ended with every rank it started.
+    process = subprocess.Popen(command, cwd=ROOT, env=trainer_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return out, process
 
 
-def finish(out: Path, process: subprocess.Popen) -> Path:
-    assert process.wait(timeout=600) == 0, (out.parent / f"{out.name}.log").read_text()[-6000:]
+def ended(process: subprocess.Popen | ForkedLaunch, timeout: float) -> int | None:
+    """The launch's exit code; None when it ran past `timeout` and was killed with every process it started."""
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
+
+
+def finish(out: Path, process: subprocess.Popen | ForkedLaunch, timeout: float = 600) -> Path:
+    code = ended(process, timeout)
+    log = (out.parent / f"{out.name}.log").read_text()[-6000:]
+    assert code == 0, f"exit {code} (None: still running after {timeout:.0f} s, killed)\n{log}"
     return out
 
 
-def launch(tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2) -> Path:
+def forked(argv: list[str], processes: int, log: Path, timeout: float = 600, expect: int = 0, **env: str) -> str:
+    """`python ARGV` (`-m module ...` or `script.py ...`) as `processes` forked ranks in the checkout, with
+    trainer_env(**env) and their output in `log`; asserts the exit code `expect` and gives the output."""
+    code = ended(zygote().launch(argv, processes, trainer_env(**env), ROOT, log), timeout)
+    output = log.read_text()
+    assert code == expect, f"exit {code}, not {expect} (None: still running after {timeout:.0f} s, killed)\n{output[-8000:]}"
+    return output
+
+
+def launch(
+    tmp: Path, spec: dict, backend: dict, name: str, *args: str, processes: int = 2, launcher: Launcher = "forked"
+) -> Path:
     """start() and wait; OUT."""
-    return finish(*start(tmp, spec, backend, name, *args, processes=processes))
-
-
-def torchrun_trainer(*args: str, processes: int = 2) -> str:
-    """torchrun --nproc_per_node N -m trainer_core run ARGS; the ranks' output."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port"]
-    command += [str(free_port()), "-m", "trainer_core", "run", *args]
-    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result.stdout + result.stderr
+    return finish(*start(tmp, spec, backend, name, *args, processes=processes, launcher=launcher))
 
 
 def max_diff(a: dict[int, float], b: dict[int, float]) -> float:
