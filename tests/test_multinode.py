@@ -199,9 +199,25 @@ def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_tra
         time.sleep(0.3)
 
 
+def logged_between_checkpoints(stack: Stack, run_id: int, at_least: int, every: int) -> int:
+    """The last step rank 0 has logged, once it is `at_least` and 10-30 steps past a checkpoint (every `every`
+    steps): read from the run directory's metrics.jsonl as rank 0 writes it, not from the API's later view, so a
+    kill now lands where the next gang must train logged steps again."""
+    path = Path(stack.artifacts) / "runs" / str(run_id) / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while True:
+        text = path.read_text() if path.is_file() else ""
+        lines = text[: text.rfind("\n") + 1].splitlines()  # whole lines: the trainer may be writing the next one
+        step = json.loads(lines[-1])["step"] if lines else 0
+        if step >= at_least and 10 <= step % every <= 30:
+            return step
+        assert time.monotonic() < deadline, f"run {run_id} logged no step past {at_least} between checkpoints: {step}"
+        time.sleep(0.05)
+
+
 def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> None:
     run_id = stack.submit(spec("kill-a-node", 2, 1, steps=400, checkpoint_every=50, eval_every=None, log_every=10))
-    stack.wait_step(run_id, 120)
+    logged_between_checkpoints(stack, run_id, 120, 50)
     attempt = stack.run(run_id)["attempts"][0]
     node1 = next(n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1)
     worker = stack.workers[NODES.index(node1)]
