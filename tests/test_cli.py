@@ -5,16 +5,24 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.harness.factories import auth
+from tests.harness.launch import forked
 from tests.harness.servers import api_processes
 
 
 def rlplane(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=180)
+
+
+def train(log: Path, *args: str) -> None:
+    """`rlplane train ARGS`, one process forked from the harness's zygote (the training stack imported once, as
+    the trainer tests' ranks are: tests/harness/forked_ranks.py); asserts exit 0."""
+    forked(["-m", "cli.main", "train", *args], None, log, timeout=180)
 
 
 def test_help_is_there():
@@ -63,11 +71,9 @@ def test_unreachable_database_is_one_clear_message(tmp_path):
 def test_rlplane_train_runs_the_shipped_example(tmp_path, algorithm):
     out = tmp_path / "run"
     sets = ["train.steps=4", "train.eval_every=2", "train.checkpoint_every=2"]
-    result = rlplane("train", f"examples/{algorithm}.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
-    assert result.returncode == 0, result.stderr
+    train(tmp_path / "train.log", f"examples/{algorithm}.yaml", *(a for s in sets for a in ("--set", s)), "--out", str(out))
     assert (out / "final" / "config.json").exists() and (out / "metrics.jsonl").read_text().count("train/loss") == 4
-    again = rlplane("train", "--resume", str(out))  # a finished run resumes to nothing and exports again
-    assert again.returncode == 0, again.stderr
+    train(tmp_path / "again.log", "--resume", str(out))  # a finished run resumes to nothing and exports again
     assert (out / "final" / "config.json").exists() and not list(out.glob(".final.*"))
 
 
@@ -79,12 +85,10 @@ def test_rlplane_train_runs_the_shipped_rl_example(tmp_path, algorithm, start):
     short = ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.checkpoint_every=2"]
     sets = list(short)
     if start is not None:
-        first = rlplane("train", f"examples/{start}.yaml", *short, "--out", str(tmp_path / start))
-        assert first.returncode == 0, first.stderr
+        train(tmp_path / f"{start}.log", f"examples/{start}.yaml", *short, "--out", str(tmp_path / start))
         sets += ["--set", f"model.path={tmp_path / start / 'final'}"]
     out = tmp_path / "run"
-    result = rlplane("train", f"examples/{algorithm}.yaml", *sets, "--out", str(out))
-    assert result.returncode == 0, result.stderr
+    train(tmp_path / "train.log", f"examples/{algorithm}.yaml", *sets, "--out", str(out))
     keys = {json.loads(line)["key"] for line in (out / "metrics.jsonl").read_text().splitlines()}
     expected = {
         "ppo": {"reward/mean", "ppo/kl", "ppo/kl_coef", "eval/optimality"},

@@ -47,6 +47,7 @@ def _preload() -> None:
     import megatron.core  # noqa: F401
     import transformers  # noqa: F401
 
+    import cli.main  # noqa: F401  (rlplane train)
     import trainer_core.backends.deepspeed_backend  # noqa: F401
     import trainer_core.backends.fsdp2_backend  # noqa: F401
     import trainer_core.backends.megatron.backend  # noqa: F401
@@ -64,10 +65,12 @@ def _rank(request: dict, rank: int, port: int) -> None:
         processes = request["processes"]
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ.update(
-            RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank), WORLD_SIZE=str(processes),
-            LOCAL_WORLD_SIZE=str(processes), ROLE_WORLD_SIZE=str(processes), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-        )  # fmt: skip
+        if processes is not None:  # None: one process as a shell starts it, no launcher around it
+            os.environ.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank), WORLD_SIZE=str(processes),
+                LOCAL_WORLD_SIZE=str(processes), ROLE_WORLD_SIZE=str(processes), MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            )  # fmt: skip
         os.chdir(request["cwd"])
         argv = request["argv"]
         if argv[0] == "-m":
@@ -101,7 +104,7 @@ def _leader(request: dict) -> None:
     os.close(_ANSWERS)
     port = free_port()
     ranks = []
-    for rank in range(request["processes"]):
+    for rank in range(request["processes"] or 1):
         pid = os.fork()
         if pid == 0:
             _rank(request, rank, port)
@@ -218,7 +221,7 @@ class Zygote:
                 else:
                     self._launches.pop(message["id"])._exited(message["code"])
 
-    def launch(self, argv: list[str], processes: int, env: dict[str, str], cwd: Path, log: Path) -> ForkedLaunch:
+    def launch(self, argv: list[str], processes: int | None, env: dict[str, str], cwd: Path, log: Path) -> ForkedLaunch:
         assert self._process.stdin is not None and self._process.poll() is None, "the zygote is gone"
         with self._lock:
             request_id, self._next = self._next, self._next + 1

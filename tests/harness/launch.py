@@ -75,9 +75,10 @@ def finish(out: Path, process: subprocess.Popen | ForkedLaunch, timeout: float =
     return out
 
 
-def forked(argv: list[str], processes: int, log: Path, timeout: float = 600, expect: int = 0, **env: str) -> str:
-    """`python ARGV` (`-m module ...` or `script.py ...`) as `processes` forked ranks in the checkout, with
-    trainer_env(**env) and their output in `log`; asserts the exit code `expect` and gives the output."""
+def forked(argv: list[str], processes: int | None, log: Path, timeout: float = 600, expect: int = 0, **env: str) -> str:
+    """`python ARGV` (`-m module ...` or `script.py ...`) as `processes` forked ranks in the checkout (None: one
+    process with no launcher's environment, as a shell starts it), with trainer_env(**env) and their output in
+    `log`; asserts the exit code `expect` and gives the output."""
     code = ended(zygote().launch(argv, processes, trainer_env(**env), ROOT, log), timeout)
     output = log.read_text()
     assert code == expect, f"exit {code}, not {expect} (None: still running after {timeout:.0f} s, killed)\n{output[-8000:]}"
