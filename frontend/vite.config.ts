@@ -5,6 +5,8 @@ import react from '@vitejs/plugin-react';
 // In dev and preview the API runs separately; RLPLANE_API points the proxy at it.
 const api = process.env.RLPLANE_API ?? 'http://127.0.0.1:8000';
 const proxy = { '/api': { target: api, changeOrigin: false } };
+// The test files that vi.mock a module.
+const MOCKS_MODULES = ['src/charts/ChartPanels.test.tsx', 'src/charts/MetricChart.test.tsx', 'src/pages/compare/ComparePage.test.tsx'];
 
 export default defineConfig({
   plugins: [react()],
@@ -14,7 +16,13 @@ export default defineConfig({
   build: { outDir: 'dist', chunkSizeWarningLimit: 1000 },
   test: {
     environment: 'jsdom',
-    include: ['src/**/*.test.{ts,tsx}'],
     setupFiles: ['src/test/setup.ts'],
+    unstubGlobals: true,
+    // A fresh jsdom and module graph per file cost two thirds of the suite's time. Files share them, but for
+    // those that replace a module (vi.mock), which needs a module graph of its own.
+    projects: [
+      { extends: true, test: { name: 'own-modules', include: MOCKS_MODULES, isolate: true } },
+      { extends: true, test: { name: 'shared', include: ['src/**/*.test.{ts,tsx}'], exclude: MOCKS_MODULES, isolate: false } },
+    ],
   },
 });
