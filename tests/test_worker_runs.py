@@ -15,8 +15,13 @@ from tests.harness.worker_stack import LONG, SPEC, Stack, alive, assert_gone_wit
 
 
 def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
+    """An uploaded dataset (dataset:<id> in the spec: the worker points its trainer at the artifact root's
+    datasets/) trains on a worker, which reports its metrics, logs, checkpoints and export."""
+    rows = "".join(json.dumps({"prompt": f"{a}+{b}=", "completion": str(a + b)}) + "\n" for a in range(20) for b in range(20))
+    created = stack.http.post("/datasets", data={"kind": "sft"}, files={"file": ("sums.jsonl", rows.encode())})
+    assert created.status_code == 201, created.text
     stack.start_worker("w1")
-    run_id = stack.submit(SPEC)
+    run_id = stack.submit({**SPEC, "data": {"source": created.json()["source"], "eval_fraction": 0.1}})
     run = stack.wait_status(run_id, {"succeeded", "failed"})
     assert run["status"] == "succeeded", run["status_reason"]
     assert run["last_step"] == 30
@@ -40,17 +45,6 @@ def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
     assert {"model.safetensors", "config.json", "tokenizer.json", "manifest.json"} <= {f["name"] for f in exported}
 
 
-def test_an_uploaded_dataset_trains_on_a_worker(stack: Stack) -> None:
-    """dataset:<id> in a spec: the worker points its trainer at the artifact root's datasets/."""
-    rows = "".join(json.dumps({"prompt": f"{a}+{b}=", "completion": str(a + b)}) + "\n" for a in range(20) for b in range(20))
-    created = stack.http.post("/datasets", data={"kind": "sft"}, files={"file": ("sums.jsonl", rows.encode())})
-    assert created.status_code == 201, created.text
-    stack.start_worker("w1")
-    run_id = stack.submit({**SPEC, "data": {"source": created.json()["source"]}, "train": {**SPEC["train"], "steps": 10}})
-    run = stack.wait_status(run_id, {"succeeded", "failed"})
-    assert run["status"] == "succeeded" and run["last_step"] == 10, run["status_reason"]
-
-
 def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
     stack.start_worker("w1")
     run_id = stack.submit({**SPEC, "train": {**SPEC["train"], "steps": 100_000, "checkpoint_every": None}})
@@ -68,7 +62,6 @@ def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
     assert stack.http.get(f"/runs/{run_id}/logs").json()["data"], "what was logged stays"
 
 
-# A run long enough to be interrupted (about 20 s on one core), checkpointing every 100 steps.
 def test_a_killed_worker_is_noticed_and_another_resumes_the_run(stack: Stack) -> None:
     first = stack.start_worker("w1")
     run_id = stack.submit(LONG)
@@ -136,12 +129,13 @@ def test_queued_runs_survive_a_flushed_broker(stack: Stack) -> None:
 
 def test_the_run_goes_on_while_the_api_restarts(stack: Stack) -> None:
     stack.start_worker("w1")
-    run_id = stack.submit(LONG)
+    longer = {**LONG, "train": {**LONG["train"], "steps": 1500}}  # still training when the API is back
+    run_id = stack.submit(longer)
     stack.wait_step(run_id, 100)
     stack.restart_api(down_s=10)  # longer than lost_after_s (8): the API's own downtime is not the worker's silence
     run = stack.wait_status(run_id, {"succeeded", "failed"})
     assert run["status"] == "succeeded" and len(run["attempts"]) == 1, run
-    assert_metrics_once(stack, run_id)
+    assert_metrics_once(stack, run_id, steps=1500)
 
 
 def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:
