@@ -17,24 +17,33 @@ from rlplane.spec import parse_spec
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
 from tests.harness.specs import SHARDED_SFT
 from tests.harness.training import metrics
+from trainer_core.models import build_builtin
 from worker.launcher import split_rank, trainer_command
 
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs
 
 SFT = {**SHARDED_SFT, "name": "ds-sft"}
 DPO = {**SFT, "name": "ds-dpo", "algorithm": "dpo", "train": {**SFT["train"], "lr": 1e-3}}
+BF16_ZERO2 = {"kind": "deepspeed", "precision": "bf16", "zero_stage": 2}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each run once for the module: the torch backend's SFT and DPO, and SFT at each ZeRO setting."""
+    """Each run once for the module, all from builtin:tiny-gpt2's weights saved to a directory (so that a model
+    built by zero.Init from the same files has a plain ZeRO-3 run to follow): the torch backend's SFT and DPO,
+    SFT at each ZeRO setting, and DPO on ZeRO-3."""
     tmp = tmp_path_factory.mktemp("runs")
+    model, tokenizer = build_builtin("tiny-gpt2")
+    model.save_pretrained(tmp / "start")
+    tokenizer.save_pretrained(tmp / "start")
+    sft, dpo = ({**spec, "model": {**spec["model"], "path": str(tmp / "start")}} for spec in (SFT, DPO))
     torch_backend = {"kind": "torch", "precision": "fp32"}
-    out = {"torch-sft": launch(tmp, SFT, torch_backend, "torch-sft"), "torch-dpo": launch(tmp, DPO, torch_backend, "torch-dpo")}
+    out = {"torch-sft": launch(tmp, sft, torch_backend, "torch-sft"), "torch-dpo": launch(tmp, dpo, torch_backend, "torch-dpo")}
     for name, zero in ZERO.items():
         nvme = {"nvme_path": str(tmp / f"{name}-swap")} if zero.get("offload") == "nvme" else {}
-        out[name] = launch(tmp, SFT, {"kind": "deepspeed", "precision": "fp32", **zero, **nvme}, name)
-    return out
+        out[name] = launch(tmp, sft, {"kind": "deepspeed", "precision": "fp32", **zero, **nvme}, name)
+    out["zero3-dpo"] = launch(tmp, dpo, {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}, "zero3-dpo")
+    return {**out, "start": tmp / "start"}
 
 
 ZERO = {
@@ -60,8 +69,8 @@ def test_nvme_offload_swaps_through_the_given_directory(runs: dict[str, Path]) -
     assert {p.relative_to(swap).as_posix() for p in swap.glob("*/rank*")} >= {"optimizer/rank0", "optimizer/rank1"}
 
 
-def test_dpo_loss_curve_matches_the_torch_backend(tmp_path: Path, runs: dict[str, Path]) -> None:
-    out = launch(tmp_path, DPO, {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}, "dpo")
+def test_dpo_loss_curve_matches_the_torch_backend(runs: dict[str, Path]) -> None:
+    out = runs["zero3-dpo"]
     assert max_diff(metrics(out, "train/loss"), metrics(runs["torch-dpo"], "train/loss")) < TOLERANCE
     assert max_diff(metrics(out, "rewards/margin"), metrics(runs["torch-dpo"], "rewards/margin")) < 1e-4
 
@@ -77,36 +86,47 @@ def test_resume_continues_the_same_curve(tmp_path: Path, runs: dict[str, Path], 
 
 
 def test_zero_init_builds_the_model_partitioned_and_trains_the_same_curve(tmp_path: Path, runs: dict[str, Path]) -> None:
-    """backend.zero_init: from_pretrained (here of the torch SFT run's export) builds the model inside
+    """backend.zero_init: from_pretrained (of the module's saved start) builds the model inside
     deepspeed.zero.Init, so no rank holds it whole; SFT then follows plain ZeRO-3's curve from the same
     weights, a resume (weights loaded through gathered parameters) is exact, and DPO, whose
     reference is loaded again from the spec instead of copied, follows plain ZeRO-3's too."""
-    start = {**SFT["model"], "path": str(runs["torch-sft"] / "final")}
-    zero3 = {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}
-    zero_init = {**zero3, "zero_init": True}
+    start = {**SFT["model"], "path": str(runs["start"])}
+    zero_init = {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3, "zero_init": True}
     sft = {**SFT, "model": start}
-    plain = launch(tmp_path, sft, zero3, "plain")
     built = launch(tmp_path, sft, zero_init, "built")
     assert "model built by zero.Init: ZeRO-3 partitioned over 2 ranks" in (tmp_path / "built.log").read_text()
-    assert max_diff(metrics(built, "train/loss"), metrics(plain, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(built, "train/loss"), metrics(runs["zero3"], "train/loss")) < TOLERANCE
 
     resumed = launch(tmp_path, sft, zero_init, "resumed", "--resume", checkpoint(built, 6))
     assert metrics(resumed, "train/loss") == after(metrics(built, "train/loss"), 6)
 
-    dpo = {**DPO, "model": start}
-    plain_dpo, built_dpo = launch(tmp_path, dpo, zero3, "plain-dpo"), launch(tmp_path, dpo, zero_init, "built-dpo")
+    built_dpo = launch(tmp_path, {**DPO, "model": start}, zero_init, "built-dpo")
     assert "reference model: ZeRO-3 partitioned over 2 ranks" in (tmp_path / "built-dpo.log").read_text()
-    assert max_diff(metrics(built_dpo, "train/loss"), metrics(plain_dpo, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(built_dpo, "train/loss"), metrics(runs["zero3-dpo"], "train/loss")) < TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def launcher_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], str]:
+    """bf16 ZeRO-2 in 2 processes started as the worker starts backend.kind deepspeed: DeepSpeed's own launcher;
+    (OUT, the command, its output)."""
+    tmp = tmp_path_factory.mktemp("launcher")
+    spec = {**SFT, "backend": {**BF16_ZERO2, "processes": 2}}
+    path = tmp / "spec.json"
+    path.write_text(json.dumps(spec))
+    command = trainer_command(sys.executable, parse_spec(spec), path, tmp / "out", resume=False)
+    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return tmp / "out", command, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_bf16_resume_continues_the_same_curve(tmp_path: Path, stage: int) -> None:
+def test_bf16_resume_continues_the_same_curve(tmp_path: Path, request: pytest.FixtureRequest, stage: int) -> None:
     """bf16: the checkpoint keeps the fp32 masters (model/) and Adam's moments; DeepSpeed builds its
     masters from the bf16-cast weights, so the saved ones are written back after initialize (without
     that the curves parted by 1e-3 from the second resumed step). Steps 7-12 resumed from the straight run's
-    step-6 checkpoint equal the straight run's."""
+    step-6 checkpoint equal the straight run's (at stage 2, the run DeepSpeed's launcher started)."""
     backend = {"kind": "deepspeed", "precision": "bf16", "zero_stage": stage}
-    straight = launch(tmp_path, SFT, backend, "straight")
+    straight = request.getfixturevalue("launcher_run")[0] if stage == 2 else launch(tmp_path, SFT, backend, "straight")
     resumed = launch(tmp_path, SFT, backend, "resumed", "--resume", checkpoint(straight, 6))
     assert metrics(resumed, "train/loss") == after(metrics(straight, "train/loss"), 6)
     assert metrics(resumed, "train/grad_norm") == after(metrics(straight, "train/grad_norm"), 6)
@@ -123,20 +143,14 @@ def test_zero3_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:
     assert ours.lm_head.weight.data_ptr() == ours.transformer.wte.weight.data_ptr()  # still tied
 
 
-def test_the_deepspeed_launcher_trains_bf16_zero2(tmp_path: Path) -> None:
+def test_the_deepspeed_launcher_trains_bf16_zero2(launcher_run: tuple[Path, list[str], str]) -> None:
     """What the worker starts for backend.kind deepspeed with several processes; bf16 learns."""
-    train = {**SFT["train"], "steps": 30, "checkpoint_every": None}
-    spec = {**SFT, "train": train, "backend": {"kind": "deepspeed", "precision": "bf16", "zero_stage": 2, "processes": 2}}
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(spec))
-    command = trainer_command(sys.executable, parse_spec(spec), path, tmp_path / "out", resume=False)
+    out, command, output = launcher_run
     assert command[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "--no_local_rank" in command
-    result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    loss = metrics(tmp_path / "out", "train/loss")
-    assert sorted(loss) == list(range(1, 31)) and loss[30] < loss[1] - 1.0, loss
+    loss = metrics(out, "train/loss")
+    assert sorted(loss) == list(range(1, 13)) and loss[12] < loss[1] - 1.0, loss
     # DeepSpeed's launcher does not prefix its ranks' lines as torchrun's --tee does; the trainer does
-    ranks = {split_rank(line)[0] for line in (result.stdout + result.stderr).splitlines()}
+    ranks = {split_rank(line)[0] for line in output.splitlines()}
     assert ranks == {0, 1}, ranks
 
 
