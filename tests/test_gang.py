@@ -150,6 +150,26 @@ def test_a_nodes_config_failure_fails_the_run(app, client, anon):
     assert (detail["status"], detail["failure"], detail["attempts"][0]["failure"]) == ("failed", "config", "config")
 
 
+def test_a_cancelled_gang_is_cancelled_when_node_0_dies_of_its_stopped_peer(app, client, anon):
+    """A cancel stops each node's trainer as its worker hears of it: node 1 may stop first, and node 0's trainer
+    then dies of the lost peer. That crash ends the attempt as cancelled (it once left the run cancelling)."""
+    token, broker = worker_token(client), Broker()
+    run, base = joined_gang(app, client, anon, token, broker)
+    running = {"attempt": 1, "status": "running", "reason": "node 0 started"}
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=running, headers=auth(token)).status_code == 200
+    assert client.post(f"/api/v1/runs/{run['id']}/cancel").json()["status"] == "cancelling"
+    stopped = {"exit_code": -15, "reason": "stopped: the run is cancelling (attempt 1)"}
+    assert anon.post(f"{base}/nodes/1/end", json=stopped, headers=auth(token)).status_code == 200
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["status"] == "cancelling"  # node 0 still has its say
+    crashed = {"attempt": 1, "status": "failed", "reason": "trainer exited with 1: connection reset", "failure": "crashed"}
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=crashed, headers=auth(token)).status_code == 200
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert (detail["status"], detail["failure"]) == ("cancelled", None), detail
+    [attempt] = detail["attempts"]
+    assert attempt["end_reason"] == "node 0: trainer exited with 1: connection reset"
+    assert [n["state"] for n in attempt["nodes"]] == ["ended", "ended"]
+
+
 def test_a_silent_node_loses_the_attempt(app, client, anon, db):
     token, broker = worker_token(client), Broker()
     beat(anon, token, "node-a")

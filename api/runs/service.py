@@ -253,8 +253,9 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         return run
     if body.status == "failed" and body.failure not in NOT_RESUMABLE_FAILURES and gang.nodes_of(run.spec) > 1:
         # Node 0's trainer crashed: in a gang that is what a peer's death looks like from here, so the attempt is
-        # lost (retried within max_attempts) unless the trainer itself said the run is at fault.
-        if run.status in ("starting", "running"):  # else another node's end came first and ended the attempt
+        # lost (retried within max_attempts) unless the trainer itself said the run is at fault. Being cancelled,
+        # the run is cancelled: a cancel stops the nodes one by one, and node 0's peers may be gone first.
+        if run.status in ACTIVE:  # else another node's end came first and ended the attempt
             end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step)
         return run
     if body.status != run.status:
