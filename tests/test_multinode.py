@@ -7,8 +7,10 @@ The gang rules without processes (grant, reasons, fencing, policy) are in tests/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -199,29 +201,47 @@ def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_tra
         time.sleep(0.3)
 
 
-def logged_between_checkpoints(stack: Stack, run_id: int, at_least: int, every: int) -> int:
-    """The last step rank 0 has logged, once it is `at_least` and 10-30 steps past a checkpoint (every `every`
-    steps): read from the run directory's metrics.jsonl as rank 0 writes it, not from the API's later view, so a
-    kill now lands where the next gang must train logged steps again."""
-    path = Path(stack.artifacts) / "runs" / str(run_id) / "metrics.jsonl"
+def kill_past_a_checkpoint(stack: Stack, run_id: int, worker_pid: int) -> int:
+    """SIGKILL a worker once rank 0 has logged steps past the newest checkpoint the run has begun, so the next
+    gang must train logged steps again; the last step logged before the kill. What rank 0 logged reaches its files
+    every half second and at each checkpoint, so a logged step is no sign of where the trainer is: its processes
+    are stopped while the run directory is read (a checkpoint needs every rank, so none begins once the node is
+    dead), and the worker is killed only if the last logged step is past every checkpoint, finished or staged."""
+    run_dir = Path(stack.artifacts) / "runs" / str(run_id)
+
+    def logged_and_saved() -> tuple[int, int]:
+        text = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").is_file() else ""
+        lines = text[: text.rfind("\n") + 1].splitlines()  # whole lines: the trainer may be writing the next one
+        saved = [int(m) for path in run_dir.rglob("*step-*") for m in re.findall(r"step-(\d+)", path.name)]
+        return (json.loads(lines[-1])["step"] if lines else 0), max(saved, default=0)
+
     deadline = time.monotonic() + 120
     while True:
-        text = path.read_text() if path.is_file() else ""
-        lines = text[: text.rfind("\n") + 1].splitlines()  # whole lines: the trainer may be writing the next one
-        step = json.loads(lines[-1])["step"] if lines else 0
-        if step >= at_least and 10 <= step % every <= 30:
-            return step
-        assert time.monotonic() < deadline, f"run {run_id} logged no step past {at_least} between checkpoints: {step}"
+        logged, saved = logged_and_saved()
+        if logged > saved > 0:
+            frozen = trainer_pids(stack, run_id)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                logged, saved = logged_and_saved()
+                if logged > saved > 0:
+                    os.killpg(worker_pid, signal.SIGKILL)  # its trainer dies with it (PR_SET_PDEATHSIG)
+                    return logged
+            finally:
+                for pid in frozen:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"run {run_id} logged no step past a checkpoint: {logged}, saved {saved}"
         time.sleep(0.05)
 
 
 def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> None:
-    run_id = stack.submit(spec("kill-a-node", 2, 1, steps=400, checkpoint_every=50, eval_every=None, log_every=10))
-    logged_between_checkpoints(stack, run_id, 120, 50)
+    # Checkpoints 200 steps apart (2 s or more here) leave time for the reporter's half-second writes between them.
+    run_id = stack.submit(spec("kill-a-node", 2, 1, steps=600, checkpoint_every=200, eval_every=None, log_every=10))
+    stack.wait_step(run_id, 1)
     attempt = stack.run(run_id)["attempts"][0]
     node1 = next(n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1)
-    worker = stack.workers[NODES.index(node1)]
-    os.killpg(worker.pid, signal.SIGKILL)  # the worker; its trainer dies with it (PR_SET_PDEATHSIG)
+    logged = kill_past_a_checkpoint(stack, run_id, stack.workers[NODES.index(node1)].pid)
     killed = time.monotonic()
     run = stack.run(run_id)
     while len(run["attempts"]) < 2:
@@ -236,7 +256,7 @@ def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> 
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "the new gang did not resume from a checkpoint"
     [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
-    assert [p["step"] for p in series["points"]] == list(range(10, 401, 10))  # every step once, across attempts
+    assert [p["step"] for p in series["points"]] == list(range(10, 601, 10))  # every step once, across attempts
     # The resumed gang trained again the steps after the checkpoint: the run directory's metrics.jsonl holds both
     # attempts' values of them, which an exact resume makes equal.
     seen: dict[tuple[str, int], list[float]] = {}
@@ -244,4 +264,4 @@ def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> 
         point = json.loads(line)
         seen.setdefault((point["key"], point["step"]), []).append(point["value"])
     twice = {k: v for k, v in seen.items() if len(v) > 1 and k[0] == "train/loss"}
-    assert twice and all(max(v) - min(v) < 1e-6 for v in twice.values()), twice
+    assert ("train/loss", logged) in twice and all(max(v) - min(v) < 1e-6 for v in twice.values()), (logged, twice)
