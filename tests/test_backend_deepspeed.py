@@ -1,6 +1,7 @@
-"""DeepSpeed ZeRO on CPU (gloo), 2 processes under torchrun: the same loss curve as the torch
-backend for SFT and DPO at every stage, exact resume, an export that loads with from_pretrained,
-and a run through DeepSpeed's own launcher. Compiled ops are cached outside the checkout (tests/harness/launch.py)."""
+"""DeepSpeed ZeRO on CPU (gloo), 2 rank processes (forked with torchrun's environment): the same loss
+curve as the torch backend for SFT and DPO at every stage, exact resume, an export that loads with
+from_pretrained, and a run through DeepSpeed's own launcher. DeepSpeed's compiled ops are built before
+the suite (tests/harness/deepspeed_ops.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""FSDP2 (fully_shard) on CPU (gloo) under torchrun: the torch backend's loss curves for SFT (GPT-2, tied
-embeddings) and DPO (Llama), in 2 processes and in 1, sharded checkpoints (each rank's shards through
-torch.distributed.checkpoint, safetensors and JSON) that resume exactly in a fresh set of processes and in
-one process, and an export that loads with from_pretrained."""
+"""FSDP2 (fully_shard) on CPU (gloo), ranks forked with torchrun's environment: the torch backend's loss curves
+for SFT (GPT-2, tied embeddings) and DPO (Llama), in 2 processes and in 1, sharded checkpoints (each rank's
+shards through torch.distributed.checkpoint, safetensors and JSON) that resume exactly in a fresh set of
+processes and in one process, and an export that loads with from_pretrained."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""The megatron backend on CPU (gloo), tensor parallel 2 under torchrun: SFT gives the torch backend's
-loss curve (1 process) with data parallel 1 and 2, checkpoints are every rank's own shards (megatron's
-dist_checkpointing, no pickle), a resume continues the straight run bit for bit and on TP=1 (resharded),
-another backend refuses the shards with the fix, pipeline parallelism (2 stages through megatron's 1F1B
-schedule, with TP and sequence parallelism, with data parallelism and GPT-2's tied embedding, DPO) gives the same
-curves and its checkpoints resume exactly and reshard, the final export loads with from_pretrained and scores the
-held-out rows as the Megatron model did, DPO on TP=2 follows the
-torch backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2
-(generation from the shards, with megatron's KV cache) samples what the torch backend samples and learns."""
+"""The megatron backend on CPU (gloo), tensor parallel 2 (ranks forked with torchrun's environment): SFT gives
+the torch backend's loss curve (1 process) with data parallel 1 and 2, checkpoints are every rank's own shards
+(megatron's dist_checkpointing, no pickle), a resume continues the straight run bit for bit and on TP=1
+(resharded), another backend refuses the shards with the fix, pipeline parallelism (2 stages through
+megatron's 1F1B schedule, with TP and sequence parallelism, with data parallelism and GPT-2's tied embedding,
+DPO) gives the same curves and its checkpoints resume exactly and reshard, the final export loads with
+from_pretrained and scores the held-out rows as the Megatron model did, DPO on TP=2 follows the torch
+backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2 (generation
+from the shards, with megatron's KV cache) samples what the torch backend samples and learns."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The megatron backend (CPU, gloo, tensor parallel 2 under torchrun) for the recipes with a head on the
-trunk: the reward model (a score head on the GPTModel shard's final hidden states) follows the torch
-backend's curve (also with sequence parallelism and on 2 pipeline stages) and resumes bit for bit, and PPO
-(a value head on the policy's trunk, the reference TP-sharded too) samples what the torch backend samples and
-learns, also with sequence parallelism and on 2 pipeline stages; in one process, the heads read
+"""The megatron backend (CPU, gloo, tensor parallel 2, ranks forked with torchrun's environment) for the recipes
+with a head on the trunk: the reward model (a score head on the GPTModel shard's final hidden states) follows
+the torch backend's curve (also with sequence parallelism and on 2 pipeline stages) and resumes bit for bit,
+and PPO (a value head on the policy's trunk, the reference TP-sharded too) samples what the torch backend
+samples and learns, also with sequence parallelism and on 2 pipeline stages; in one process, the heads read
 the hidden states the HF models compute."""
 
 from __future__ import annotations
