@@ -139,6 +139,11 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
     # The old attempt is fenced: its nodes can neither join again nor report.
     assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 409
     assert anon.post(f"/api/v1/runs/{run['id']}/status", json=status, headers=auth(token)).status_code == 409
+    # A heartbeat with the old attempt's progress (its trainer may still run) moves the run's last step no more.
+    beat(anon, token, "node-a", current_run_id=run["id"], current_attempt=1, last_step=999)
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] is None
+    beat(anon, token, "node-a", current_run_id=run["id"], current_attempt=2, last_step=7)
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] == 7
 
 
 def test_a_nodes_config_failure_fails_the_run(app, client, anon):

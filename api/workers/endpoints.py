@@ -47,7 +47,8 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
         run = session.get(Run, run_id)
         if run is None or not gang.holds_part(session, run, principal.token_id):
             raise Forbidden(f"this worker token does not hold the lease of run {run_id} or a node of it")
-        if body.last_step is not None and (run.last_step is None or body.last_step > run.last_step):
+        current = body.current_attempt in (None, run.attempt_count)  # an ended attempt's trainer says nothing now
+        if current and body.last_step is not None and (run.last_step is None or body.last_step > run.last_step):
             run.last_step = body.last_step
     worker = session.scalar(select(Worker).where(Worker.name == body.name))
     fields = body.model_dump(exclude={"current_attempt"})
