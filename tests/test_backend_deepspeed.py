@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from rlplane.spec import parse_spec
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
 from tests.harness.specs import SHARDED_SFT
-from tests.harness.training import metrics
+from tests.harness.training import assert_export_matches, metrics
 from trainer_core.models import build_builtin
 from worker.launcher import split_rank, trainer_command
 
@@ -136,12 +134,7 @@ def test_bf16_resume_continues_the_same_curve(tmp_path: Path, request: pytest.Fi
 def test_zero3_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:
     """ZeRO-3 holds each rank's shard only; the export gathers the whole model (GPT-2's tied lm_head
     and wte included) and gives the torch backend's logits."""
-    ours = AutoModelForCausalLM.from_pretrained(str(runs["zero3"] / "final")).eval()
-    reference = AutoModelForCausalLM.from_pretrained(str(runs["torch-sft"] / "final")).eval()
-    ids = torch.tensor([[5, 17, 3, 9, 11, 2, 8]])
-    with torch.no_grad():
-        assert torch.allclose(ours(ids).logits, reference(ids).logits, atol=1e-4)
-    assert ours.lm_head.weight.data_ptr() == ours.transformer.wte.weight.data_ptr()  # still tied
+    assert_export_matches(runs["zero3"] / "final", runs["torch-sft"] / "final")
 
 
 def test_the_deepspeed_launcher_trains_bf16_zero2(launcher_run: tuple[Path, list[str], str]) -> None:

@@ -12,13 +12,12 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
 from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.launch import finish, max_diff, start
 from tests.harness.specs import SHARDED_SFT
-from tests.harness.training import metrics
+from tests.harness.training import assert_export_matches, metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks
 from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
@@ -137,12 +136,7 @@ def test_only_fsdp2_resumes_the_optimizer_of_a_sharded_checkpoint(runs: dict[str
 
 def test_export_loads_with_from_pretrained(runs: dict[str, Path]) -> None:
     """The export gathers every shard (GPT-2's tied lm_head and wte included) and gives the torch backend's logits."""
-    ours = AutoModelForCausalLM.from_pretrained(str(runs["fsdp2-sft"] / "final")).eval()
-    reference = AutoModelForCausalLM.from_pretrained(str(runs["torch-sft"] / "final")).eval()
-    ids = torch.tensor([[5, 17, 3, 9, 11, 2, 8]])
-    with torch.no_grad():
-        assert torch.allclose(ours(ids).logits, reference(ids).logits, atol=1e-4)
-    assert ours.lm_head.weight.data_ptr() == ours.transformer.wte.weight.data_ptr()  # still tied
+    assert_export_matches(runs["fsdp2-sft"] / "final", runs["torch-sft"] / "final")
     exported = load_file(str(runs["fsdp2-sft"] / "final" / "model.safetensors"))
     saved = load_file(str(runs["fsdp2-sft"] / "checkpoints" / "step-000012" / "model" / "model.safetensors"))
     assert exported.keys() == saved.keys() and all(torch.equal(exported[k], saved[k]) for k in saved)

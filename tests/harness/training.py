@@ -76,6 +76,16 @@ def load_causal(directory: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(str(directory))
 
 
+def assert_export_matches(export: Path, reference: Path) -> None:
+    """A sharding backend's export (a gathered tiny GPT-2) loads with from_pretrained, gives the reference export's
+    logits, and keeps lm_head tied to wte."""
+    ours, theirs = load_causal(export).eval(), load_causal(reference).eval()
+    ids = torch.tensor([[5, 17, 3, 9, 11, 2, 8]])
+    with torch.no_grad():
+        assert torch.allclose(ours(ids).logits, theirs(ids).logits, atol=1e-4)
+    assert ours.lm_head.weight.data_ptr() == ours.transformer.wte.weight.data_ptr()  # still tied
+
+
 def dropout_model(directory: Path) -> Path:
     """A local tiny GPT-2 directory with dropout on (the builtins have none), for resume tests: a
     resumed run must restore the RNG that dropout draws from to match the straight one bit for bit."""
