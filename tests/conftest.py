@@ -113,8 +113,8 @@ def one_thread() -> Iterator[None]:
 
 
 # pytest-xdist (make test: -n 2 --dist loadgroup): each module is one group, so its module fixtures are set up
-# once; the modules that launch several ranks make two groups of about equal time (Megatron's, and the rest with
-# DeepSpeed, whose compiled ops build once in one worker), so at most two multi-rank trainers share the 2 cores;
+# once; the modules that launch several ranks make two groups (Megatron's, and the rest with DeepSpeed and the
+# multi-node runs), so at most two multi-rank trainers share the 2 cores;
 # the users of the SFT chain's baseline share one group, so it is trained once.
 GROUPS = {
     "ranks-megatron": {
