@@ -53,8 +53,10 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 
 ## make test: run the whole test suite (Postgres and Redis: those on 127.0.0.1:5432 and 6379, else throwaway ones)
 # On both cores (pytest-xdist; tests/conftest.py groups the modules). DeepSpeed's compiled ops are cached
-# outside the checkout, so a fresh clone on the same machine does not build them again.
-TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions
+# outside the checkout, so a fresh clone at the same path does not build them again. The build records the
+# absolute paths of the venv's DeepSpeed sources, so each checkout path has its own cache (two checkouts sharing
+# one would rebuild it in turn).
+TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions/$(shell printf %s "$(CURDIR)" | sha256sum | cut -c1-12)
 export TORCH_EXTENSIONS_DIR
 test: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30

@@ -20,7 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from tests.harness.launch import after, checkpoint, launch
 from tests.harness.specs import rl_spec
+from tests.harness.training import metrics
 from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, assert_gone_within, cmdline, trainer_pids
 
 NODES = ("node-a", "node-b", "node-c")
@@ -114,9 +116,11 @@ def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
     assert stack.http.post(f"/runs/{big}/cancel").json()["status"] == "cancelled"
 
 
-def test_zero3_fsdp2_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two_ranks: dict[int, float]) -> None:
+def test_zero3_fsdp2_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two_ranks: dict[int, float], tmp_path: Path) -> None:
     """DeepSpeed ZeRO-3, FSDP2 and Megatron with its tensor-parallel group split over the two nodes, each with the
-    spec it has on one node: every step's loss within 1e-5 of the one-node two-rank run's."""
+    spec it has on one node: every step's loss within 1e-5 of the one-node two-rank run's. Each run's step-10
+    checkpoint, its shards written by both nodes, is complete on the artifact root and resumes exactly: two ranks
+    resumed from it give the run's own steps 11-20 bit for bit."""
     run_ids = [stack.submit(spec(f"across-{name}", 2, 1, backend)) for name, backend in ACROSS_NODES.items()]
     for name, run in zip(ACROSS_NODES, finished(stack, *run_ids), strict=True):
         got = losses(stack, run["id"])
@@ -124,6 +128,10 @@ def test_zero3_fsdp2_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two
         worst = max(abs(got[s] - one_node_two_ranks[s]) for s in got)
         assert worst < 1e-5, (name, worst)
         assert len(run["attempts"]) == 1 and len(run["attempts"][0]["nodes"]) == 2, name
+        resume = spec(f"resume-{name}", 1, 2, ACROSS_NODES[name])
+        saved = checkpoint(Path(stack.artifacts) / "runs" / str(run["id"]), 10)
+        out = launch(tmp_path, resume, resume["backend"], f"resume-{name}", "--resume", saved)
+        assert metrics(out, "train/loss") == after(got, 10), name
 
 
 def test_grpo_across_two_nodes_learns_as_its_one_node_twin(stack: Stack, walker: Path) -> None:
