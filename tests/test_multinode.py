@@ -217,6 +217,30 @@ def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_tra
         time.sleep(0.3)
 
 
+def test_a_hung_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> None:
+    """SIGSTOP node 1's rank (its worker and torchrun go on): node 0's steps stop with it, node 0's worker ends the
+    attempt at resources.hang_timeout_s, every process of it is gone within 30 s, and a new gang resumes."""
+    hung = spec("hang-a-node", 2, 1, steps=5000, checkpoint_every=50, eval_every=None, log_every=10)
+    run_id = stack.submit({**hung, "resources": {**hung["resources"], "hang_timeout_s": 10}})
+    stack.wait_step(run_id, 60)
+    old = trainer_pids(stack, run_id)
+    agent = next(pid for pid in old if "--node-rank 1 " in cmdline(pid))
+    [rank] = [pid for pid in old if Path(f"/proc/{pid}/stat").read_text().split()[3] == str(agent)]
+    os.kill(rank, signal.SIGSTOP)
+    stopped = time.monotonic()
+    while len((run := stack.run(run_id))["attempts"]) < 2 or run["attempts"][0]["ended_at"] is None:
+        assert time.monotonic() - stopped < 60, (run["status"], run["status_reason"])
+        time.sleep(0.3)
+    assert run["attempts"][0]["end_reason"].startswith("hang: "), run["attempts"][0]
+    assert_gone_within(old, stopped, 40, "the hung attempt")  # 10 s of hang limit, then 30 s
+    deadline = time.monotonic() + 60
+    while not ((steps := logged_steps(stack, run_id, attempt=2)) and max(steps) - min(steps) >= 20):
+        assert time.monotonic() < deadline, f"the new gang did not train: {stack.run(run_id)['status_reason']}"
+        time.sleep(0.3)
+    assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
+    assert stack.wait_status(run_id, {"cancelled"}, timeout=30)["status"] == "cancelled"
+
+
 def kill_past_a_checkpoint(stack: Stack, run_id: int, worker_pid: int) -> int:
     """SIGKILL a worker once rank 0 has logged steps past the newest checkpoint the run has begun, so the next
     gang must train logged steps again; the last step logged before the kill. What rank 0 logged reaches its files

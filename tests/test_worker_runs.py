@@ -151,3 +151,29 @@ def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:
     assert split_rank("[default3]:step 5 | train/loss 1.0") == (3, "step 5 | train/loss 1.0")
     assert split_rank("[rank1]: Traceback (most recent call last):") == (1, "Traceback (most recent call last):")
     assert split_rank("plain line") == (0, "plain line")
+
+
+def test_stopping_a_trainer_ends_ranks_in_sessions_of_their_own_even_stopped(tmp_path: Path) -> None:
+    """torchrun starts each rank in a session of its own: ending the trainer's process group alone left a rank that
+    could not act on SIGTERM (stopped, as a hung node's test makes it) running after its launcher was killed."""
+    import sys
+
+    from worker.launcher import Trainer
+
+    rank = "import time; time.sleep(600)"
+    launcher = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True); "
+        "print(p.pid, flush=True); time.sleep(600)"
+    )
+    lines: list[str] = []
+    trainer = Trainer([sys.executable, "-c", launcher], tmp_path, lambda _rank, line: lines.append(line))
+    deadline = time.monotonic() + 30
+    while not lines:
+        assert time.monotonic() < deadline and trainer.poll() is None, "the launcher did not start its rank"
+        time.sleep(0.05)
+    child = int(lines[0])
+    os.kill(child, signal.SIGSTOP)
+    started = time.monotonic()
+    trainer.kill_group(grace_s=1)
+    assert_gone_within([trainer.process.pid, child], started, 8, "kill_group")

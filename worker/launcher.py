@@ -140,19 +140,78 @@ class Trainer:
         self._reader.join(timeout)
 
     def kill_group(self, grace_s: float = 5.0) -> None:
-        """SIGTERM to the whole group, then SIGKILL to whatever is left after `grace_s`."""
+        """SIGTERM to the trainer's process group and to every process under it, then SIGKILL to whatever is left
+        after `grace_s`. The tree, not only the group: torchrun starts each rank in a session of its own, and a rank
+        it had no time to end (stopped, or hung where SIGTERM cannot reach it) would outlive it. SIGCONT follows
+        SIGTERM, so a stopped process acts on it."""
         pgid = self.process.pid
+        tree = _descendants(pgid)
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
+            tree |= _descendants(pgid)  # what the group started since
+            sent = _signal(pgid, tree, sig)
+            if sig == signal.SIGTERM:
+                _signal(pgid, tree, signal.SIGCONT)
+            if not sent:
                 return
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 self.process.poll()
-                if not _group_alive(pgid):
+                if not _group_alive(pgid) and not any(_same_process(pid, started) for pid, started in tree):
                     return
                 time.sleep(0.1)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process, from /proc; None if it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def _descendants(pid: int) -> set[tuple[int, int]]:
+    """Every live process under `pid` as (pid, start time): the start time tells a reused pid apart. Empty where
+    there is no /proc (the process group alone is signalled there)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    try:
+        entries = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return set()
+    for child in entries:
+        stat = _stat(child)
+        if stat is not None:
+            children.setdefault(stat[0], []).append((child, stat[1]))
+    found: set[tuple[int, int]] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child[0])
+    return found
+
+
+def _same_process(pid: int, started: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[1] == started
+
+
+def _signal(pgid: int, tree: set[tuple[int, int]], sig: signal.Signals) -> bool:
+    """`sig` to the group and to each process of `tree` still alive; whether any was there to get it."""
+    sent = False
+    try:
+        os.killpg(pgid, sig)
+        sent = True
+    except ProcessLookupError:
+        pass
+    for pid, started in tree:
+        if _same_process(pid, started):
+            try:
+                os.kill(pid, sig)
+                sent = True
+            except ProcessLookupError:
+                pass
+    return sent
 
 
 def signal_on_parent_death(sig: signal.Signals) -> Callable[[], None]:
