@@ -31,7 +31,9 @@ class Settings(BaseSettings):
     auth_cache_s: float = Field(
         default=2.0, ge=0, description="How long a process reuses a resolved token; other processes see revocations within it"
     )
-    sse_poll_s: float = Field(default=0.5, description="How often a run's SSE poller, shared by all its streams, looks for new rows")
+    sse_poll_s: float = Field(
+        default=0.5, description="How often a run's SSE poller, shared by all its streams, looks for new rows"
+    )
     sse_keepalive_s: float = Field(default=15.0, description="Comment ping interval on idle SSE streams")
     broker_url: str | None = Field(
         default=None, description="Celery broker (redis://...); default: a SQLite broker at $RLPLANE_HOME/broker.db"

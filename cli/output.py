@@ -33,6 +33,7 @@ def _fit(console: Console) -> Console:
         console.width = int(os.environ.get("COLUMNS") or 200)
     return console
 
+
 _BARS = "▁▂▃▄▅▆▇█"
 
 

@@ -50,4 +50,3 @@ class Principal:
     def require_site_admin(self) -> None:
         if not (self.is_site_admin and self.has_scope("admin")):
             raise Forbidden("site admin with an 'admin'-scoped token required")
-
