@@ -1,12 +1,18 @@
 /// <reference types="vitest/config" />
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
 import react from '@vitejs/plugin-react';
 
 // In dev and preview the API runs separately; RLPLANE_API points the proxy at it.
 const api = process.env.RLPLANE_API ?? 'http://127.0.0.1:8000';
 const proxy = { '/api': { target: api, changeOrigin: false } };
-// The test files that vi.mock a module.
-const MOCKS_MODULES = ['src/charts/ChartPanels.test.tsx', 'src/charts/MetricChart.test.tsx', 'src/pages/compare/ComparePage.test.tsx'];
+// The test files that vi.mock a module, found by reading them: one that starts to mock is isolated without a list
+// to keep up to date.
+const src = fileURLToPath(new URL('src', import.meta.url));
+const MOCKS_MODULES = readdirSync(src, { recursive: true, encoding: 'utf8' })
+  .filter((file) => /\.test\.tsx?$/.test(file) && readFileSync(`${src}/${file}`, 'utf8').includes('vi.mock('))
+  .map((file) => `src/${file}`);
 
 export default defineConfig({
   plugins: [react()],

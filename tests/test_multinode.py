@@ -23,7 +23,7 @@ from cli.main import app
 from tests.harness.launch import after, checkpoint, launch
 from tests.harness.specs import rl_spec
 from tests.harness.training import metrics
-from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, assert_gone_within, cmdline, trainer_pids
+from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, assert_gone_within, children, cmdline, trainer_pids
 
 NODES = ("node-a", "node-b", "node-c")
 SFT = {
@@ -225,7 +225,7 @@ def test_a_hung_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> No
     stack.wait_step(run_id, 60)
     old = trainer_pids(stack, run_id)
     agent = next(pid for pid in old if "--node-rank 1 " in cmdline(pid))
-    [rank] = [pid for pid in old if Path(f"/proc/{pid}/stat").read_text().split()[3] == str(agent)]
+    [rank] = [pid for pid in old if pid in children(agent)]
     os.kill(rank, signal.SIGSTOP)
     stopped = time.monotonic()
     while len((run := stack.run(run_id))["attempts"]) < 2 or run["attempts"][0]["ended_at"] is None:
@@ -252,7 +252,8 @@ def kill_past_a_checkpoint(stack: Stack, run_id: int, worker_pid: int) -> int:
     def logged_and_saved() -> tuple[int, int]:
         text = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").is_file() else ""
         lines = text[: text.rfind("\n") + 1].splitlines()  # whole lines: the trainer may be writing the next one
-        saved = [int(m) for path in run_dir.rglob("*step-*") for m in re.findall(r"step-(\d+)", path.name)]
+        # Finished checkpoints and the staging directories of begun ones (.step-000200.tmp-...).
+        saved = [int(m[1]) for path in (run_dir / "checkpoints").glob("*step-*") if (m := re.search(r"step-(\d+)", path.name))]
         return (json.loads(lines[-1])["step"] if lines else 0), max(saved, default=0)
 
     deadline = time.monotonic() + 120

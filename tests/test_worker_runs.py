@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -156,8 +157,6 @@ def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:
 def test_stopping_a_trainer_ends_ranks_in_sessions_of_their_own_even_stopped(tmp_path: Path) -> None:
     """torchrun starts each rank in a session of its own: ending the trainer's process group alone left a rank that
     could not act on SIGTERM (stopped, as a hung node's test makes it) running after its launcher was killed."""
-    import sys
-
     from worker.launcher import Trainer
 
     rank = "import time; time.sleep(600)"

@@ -145,9 +145,9 @@ class Trainer:
         it had no time to end (stopped, or hung where SIGTERM cannot reach it) would outlive it. SIGCONT follows
         SIGTERM, so a stopped process acts on it."""
         pgid = self.process.pid
-        tree = _descendants(pgid)
+        tree: set[tuple[int, int]] = set()  # kept: a rank whose launcher died is no longer found under it
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            tree |= _descendants(pgid)  # what the group started since
+            tree |= _descendants(pgid)
             sent = _signal(pgid, tree, sig)
             if sig == signal.SIGTERM:
                 _signal(pgid, tree, signal.SIGCONT)

@@ -140,6 +140,12 @@ def trainer_pids(stack: Stack, run_id: int) -> list[int]:
     return [int(pid) for pid in out.split()]
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that are still there."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(child) for child in out.split()]
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
