@@ -5,7 +5,8 @@ Run by bench/trainers.py with bench/.venv-trl/bin/python (trl 1.16.0), never imp
     bench/.venv-trl/bin/python bench/trainersbench/trl_side.py CONFIG.json
 
 CONFIG holds recipe, model (a local save_pretrained directory), data (JSONL), out, steps, batch,
-seq_len, lr, beta, threads and result (where the JSON answer goes). Settings match the rlplane
+seq_len, lr, beta, threads and result (where the JSON answer goes); bench/gpu.py adds accumulation
+(micro-batches per step) and gpu (true: bf16 mixed precision on the GPU instead of fp32 on the CPU). Settings match the rlplane
 spec the bench writes: fp32 (TRL defaults to bf16), no gradient checkpointing (TRL defaults to on),
 constant lr without warmup or weight decay, clip 1.0, sequential data order, no eval, no saving,
 log every step. The answer: per-step seconds (end of step to end of step), non-padding input
@@ -72,15 +73,15 @@ def main(config_path: str) -> None:
         output_dir=cfg["out"],
         max_steps=cfg["steps"],
         per_device_train_batch_size=cfg["batch"],
-        gradient_accumulation_steps=1,
+        gradient_accumulation_steps=int(cfg.get("accumulation", 1)),
         learning_rate=cfg["lr"],
         lr_scheduler_type="constant",
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        bf16=False,
+        bf16=bool(cfg.get("gpu")),  # bench/gpu.py: bf16 mixed precision on the GPU, as its rlplane runs
         fp16=False,
-        use_cpu=True,
+        use_cpu=not cfg.get("gpu"),
         gradient_checkpointing=False,
         eval_strategy="no",
         save_strategy="no",

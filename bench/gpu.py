@@ -1,0 +1,427 @@
+"""SFT and GRPO on one GPU: each backend's tokens/s, MFU and peak memory beside TRL's SFTTrainer, and the GRPO
+step split into generation and training beside plain Hugging Face generate.
+
+A benchmark, not a test; run on a lent GPU machine by scripts/gpu-check.sh (docs/backends.md), never in CI.
+
+The model is a Llama of --hidden x --layers built from a config with random weights (seed 0; no hub), with the
+builtin tokenizer's vocabulary, saved once and loaded by every run. SFT rows are synthetic: a prompt of about a
+third and a completion of about two thirds of --seq-len tokens (numbers drawn with seed 0, lengths measured with
+the tokenizer), so every row nearly fills the sequence and padding is small on both sides. Every SFT run is the
+same job: --steps optimizer steps of --batch rows in micro-batches of --micro-batch, constant lr, no warmup, clip
+1.0, bf16 mixed precision (fp32 master weights; TRL: `bf16=True` on an fp32 model, the same), no gradient
+checkpointing, no eval, no checkpoints. Ours runs as `torchrun --nproc_per_node 1 -m trainer_core run`; TRL as
+bench/trainersbench/trl_side.py with the same model, rows and settings.
+
+Tokens/s is the median over the steps after --warmup of non-padding tokens per step over the step's seconds (ours:
+perf/tokens_per_s; TRL: the tokens its batches held over the time between step ends). MFU = 6 N tokens/s / peak,
+N = every parameter, the GPU's dense bf16 peak from its data sheet (H100/H200 989 TFLOP/s). Peak memory is the
+GPU's memory in use read by nvidia-smi every 0.2 s while the run is the only thing on the GPU (the CUDA context
+included, so a little above torch's own peak).
+
+GRPO: --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
+tokens at temperature 1 (random weights: responses run to the limit or an early EOS); perf/gen_s and perf/train_s
+are the trainer's own split of each step, medians after the first step. "HF generate" times
+`model.generate` on the same model in bf16 for the same number of prompts x group, same length and sampling, in
+this process: the floor our torch engine's generation should be near.
+
+    python bench/gpu.py --json results.json           # ~4 minutes on an H100/H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # trainer_core
+sys.path.insert(0, str(ROOT / "bench"))
+
+from backends import failure, mfu, peak_tflops, sized_llama  # noqa: E402  (the backends bench's model and MFU)
+
+TRL_SIDE = ROOT / "bench" / "trainersbench" / "trl_side.py"
+BACKENDS = {  # in the order they run: the MFU target's backends first, so a cut-short run still has them
+    "torch": {"kind": "torch", "precision": "bf16"},
+    "fsdp2": {"kind": "fsdp2", "precision": "bf16"},
+    "zero2": {"kind": "deepspeed", "zero_stage": 2, "precision": "bf16"},
+    "zero3": {"kind": "deepspeed", "zero_stage": 3, "precision": "bf16"},
+    "megatron": {"kind": "megatron", "tensor_parallel": 1, "precision": "bf16"},
+}
+GRPO_BACKENDS = ("torch", "megatron")
+RUN_TIMEOUT_S = 150
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hidden", type=int, default=2048, help="the Llama's hidden size (default 2048)")
+    p.add_argument("--layers", type=int, default=12, help="the Llama's layers (default 12: about 0.6B parameters)")
+    p.add_argument("--seq-len", type=int, default=1024, help="SFT sequence length (default 1024)")
+    p.add_argument("--batch", type=int, default=16, help="SFT rows per optimizer step (default 16)")
+    p.add_argument("--micro-batch", type=int, default=8, help="SFT rows per forward/backward (default 8)")
+    p.add_argument("--steps", type=int, default=20, help="SFT optimizer steps per run (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="first SFT steps left out of the timing (default 5)")
+    p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps per run (default 4)")
+    p.add_argument("--gen-tokens", type=int, default=256, help="GRPO new tokens per response (default 256)")
+    p.add_argument("--prompts", type=int, default=16, help="GRPO prompts per step; x group 8 responses (default 16)")
+    p.add_argument("--only", default="", help="comma-separated subset of backends, trl, grpo, generate")
+    p.add_argument("--json", type=Path, help="write the results here as JSON")
+    p.add_argument("--keep", type=Path, help="keep the model, data and run directories here (default: a temp dir)")
+    p.add_argument("--allow-cpu", action="store_true", help="dry run without a GPU (tiny sizes; no MFU): the plumbing only")
+    args = p.parse_args(argv)
+    args.only = {x.strip() for x in args.only.split(",") if x.strip()}
+    bad = args.only - {*BACKENDS, "trl", "grpo", "generate"}
+    if bad:
+        p.error(f"--only: unknown name(s) {sorted(bad)}; choose from {','.join([*BACKENDS, 'trl', 'grpo', 'generate'])}")
+    if args.batch % args.micro_batch or not 1 <= args.warmup < args.steps:
+        p.error("--batch must be a multiple of --micro-batch, and 1 <= --warmup < --steps")
+    return args
+
+
+def wanted(name: str, args: argparse.Namespace) -> bool:
+    return not args.only or name in args.only
+
+
+def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """Save the sized Llama and its tokenizer, and write the synthetic SFT rows; returns their paths."""
+    from trainer_core.models import build_builtin
+
+    tiny, tokenizer = build_builtin("tiny-llama", "causal", seed=0)
+    model = sized_llama(tiny.config, args.hidden, args.layers)
+    model.config.use_cache = False
+    args.parameters = sum(p.numel() for p in model.parameters())
+    paths = {"model": work / "llama", "sft": work / "sft.jsonl"}
+    model.save_pretrained(paths["model"])
+    tokenizer.save_pretrained(paths["model"])
+    rng = random.Random(0)
+
+    def text(tokens: int) -> str:
+        words: list[str] = []
+        while len(tokenizer(" ".join(words))["input_ids"]) < tokens:
+            words.extend(str(rng.randrange(10**6)) for _ in range(2))
+        return " ".join(words)
+
+    budget = args.seq_len - 48  # room for BOS/EOS, a chat template's markers and BPE merges across the seam
+    rows = []
+    for _ in range(32):  # 32 distinct rows, cycled: tokenizing is the slow part of preparing
+        prompt = text(budget // 3)
+        completion = text(budget - len(tokenizer(prompt)["input_ids"]))
+        longest = len(tokenizer(prompt + " " + completion)["input_ids"])
+        assert longest <= args.seq_len - 8, f"a synthetic row of {longest} tokens does not fit --seq-len"
+        rows.append({"prompt": prompt, "completion": " " + completion})
+    rows = [rows[i % len(rows)] for i in range(args.batch * args.steps)]
+    paths["sft"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return paths
+
+
+class GpuMemory(threading.Thread):
+    """The GPU's memory in use (MiB, nvidia-smi) every 0.2 s; `peak` is the largest reading."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
+                self.peak = max(self.peak, float(out.strip().splitlines()[0]))
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+                pass
+
+
+def launch(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, float]:
+    """Run `cmd` with its output in `log`; its exit code, the GPU's peak memory (MiB) and the wall time (s)."""
+    memory = GpuMemory()
+    memory.start()
+    started = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # a hung run costs one row, not the rest of the bench
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            out.write(f"\nbench/gpu.py: RunTimeoutError: stopped after {RUN_TIMEOUT_S} s\n")
+            code = -signal.SIGKILL
+    memory.done.set()
+    memory.join()
+    return code, memory.peak, time.perf_counter() - started
+
+
+def environment() -> dict[str, str]:
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "4",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def train_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    return {
+        "name": f"gpu-bench-{backend}-sft",
+        "algorithm": "sft",
+        "model": {"path": str(paths["model"]), "max_seq_len": args.seq_len, "dtype": "fp32"},
+        "data": {"source": str(paths["sft"]), "eval_fraction": 0.0, "shuffle": False},
+        "backend": BACKENDS[backend] if not args.allow_cpu else {**BACKENDS[backend], "precision": "fp32"},
+        "resources": {"queue": "gpu", "gpus": 0 if args.allow_cpu else 1},
+        "train": {
+            "steps": args.steps,
+            "batch_size": args.batch,
+            "micro_batch_size": args.micro_batch,
+            "lr": 1e-4,
+            "warmup_steps": 0,
+            "schedule": "constant",
+            "weight_decay": 0.0,
+            "max_grad_norm": 1.0,
+            "log_every": 1,
+            "eval_every": None,
+            "checkpoint_every": None,
+        },
+    }
+
+
+def grpo_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    return {
+        "name": f"gpu-bench-{backend}-grpo",
+        "algorithm": "grpo",
+        "model": {"path": str(paths["model"]), "max_seq_len": 64 + args.gen_tokens, "dtype": "fp32"},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0},
+        "backend": BACKENDS[backend] if not args.allow_cpu else {**BACKENDS[backend], "precision": "fp32"},
+        "resources": {"queue": "gpu", "gpus": 0 if args.allow_cpu else 1},
+        "train": {
+            "steps": args.grpo_steps,
+            "batch_size": args.prompts * 8,
+            "lr": 1e-6,
+            "log_every": 1,
+            "eval_every": None,
+            "checkpoint_every": None,
+        },
+        "grpo": {"group_size": 8, "gen": {"max_new_tokens": args.gen_tokens, "temperature": 1.0}, "samples_to_log": 0},
+    }
+
+
+def run_ours(spec: dict, work: Path) -> tuple[dict, dict[int, dict[str, float]]]:
+    """One trainer run under torchrun on one GPU: wall, peak memory, and its metrics by step (or an error)."""
+    from trainer_core.launch import free_port
+
+    name = f"{spec['name']}-{time.time_ns()}"
+    spec_path = work / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(free_port())]
+    cmd += ["-m", "trainer_core", "run", str(spec_path), "--out", str(work / name)]
+    code, peak, wall = launch(cmd, environment(), work / f"{name}.log")
+    if code != 0:
+        return {"error": f"failed ({code}): {failure(work / f'{name}.log')}", "log": str(work / f"{name}.log")}, {}
+    by_step: dict[int, dict[str, float]] = {}
+    for line in (work / name / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        by_step.setdefault(rec["step"], {})[rec["key"]] = rec["value"]
+        by_step[rec["step"]].setdefault("time", rec["time"])  # the step's first row: end of its training
+    for step in by_step:  # a step's seconds: from the previous step's first row to its own
+        if step - 1 in by_step:
+            by_step[step]["step_time_s"] = by_step[step]["time"] - by_step[step - 1]["time"]
+    return {"wall_s": wall, "peak_gpu_mib": peak}, by_step
+
+
+def median_after(by_step: dict[int, dict[str, float]], key: str, skip: int) -> float | None:
+    values = [by_step[s][key] for s in sorted(by_step) if s > skip and key in by_step[s]]
+    return statistics.median(values) if values else None
+
+
+def bench_sft(backend: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    out, by_step = run_ours(train_spec(backend, paths, args), work)
+    if "error" in out:
+        return out
+    out["tokens_per_s"] = median_after(by_step, "perf/tokens_per_s", args.warmup)
+    out["step_s"] = median_after(by_step, "perf/step_s", args.warmup)
+    losses = [by_step[s]["train/loss"] for s in sorted(by_step) if "train/loss" in by_step[s]]
+    out["loss_first_last"] = [losses[0], losses[-1]] if losses else None
+    out["mfu"] = mfu("sft", args.parameters, out["tokens_per_s"], args.peak) if out["tokens_per_s"] else None
+    return out
+
+
+def bench_trl(work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    result = work / "trl.json"
+    config = {
+        "recipe": "sft",
+        "model": str(paths["model"]),
+        "data": str(paths["sft"]),
+        "out": str(work / "trl"),
+        "steps": args.steps,
+        "batch": args.micro_batch,
+        "accumulation": args.batch // args.micro_batch,
+        "seq_len": args.seq_len,
+        "lr": 1e-4,
+        "beta": 0.1,
+        "threads": 4,
+        "gpu": not args.allow_cpu,
+        "result": str(result),
+    }
+    (work / "trl-config.json").write_text(json.dumps(config))
+    code, peak, wall = launch([sys.executable, str(TRL_SIDE), str(work / "trl-config.json")], environment(), work / "trl.log")
+    if code != 0:
+        return {"error": f"failed ({code}): {failure(work / 'trl.log')}", "log": str(work / "trl.log")}
+    r = json.loads(result.read_text())
+    per_step = [sum(r["tokens"][i * config["accumulation"] : (i + 1) * config["accumulation"]]) for i in range(len(r["step_s"]))]
+    rates = [t / s for t, s in zip(per_step[args.warmup :], r["step_s"][args.warmup :], strict=True)]
+    tokens_per_s = statistics.median(rates) if rates else None
+    return {
+        "wall_s": wall,
+        "peak_gpu_mib": peak,
+        "tokens_per_s": tokens_per_s,
+        "step_s": statistics.median(r["step_s"][args.warmup :]),
+        "loss_first_last": [r["losses"][0], r["losses"][-1]] if r["losses"] else None,
+        "mfu": mfu("sft", args.parameters, tokens_per_s, args.peak) if tokens_per_s else None,
+        "versions": r["versions"],
+    }
+
+
+def bench_grpo(backend: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    out, by_step = run_ours(grpo_spec(backend, paths, args), work)
+    if "error" in out:
+        return out
+    for key in ("perf/gen_s", "perf/train_s"):
+        out[key.split("/")[1]] = median_after(by_step, key, 1)
+    out["step_s"] = median_after(by_step, "step_time_s", 1)
+    return out
+
+
+def bench_generate(paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    """Plain `model.generate` in bf16 on the GPU: the same prompts x group, length and sampling as the GRPO runs."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_core.data import load_examples
+
+    device = "cpu" if args.allow_cpu else "cuda"
+    dtype = torch.float32 if args.allow_cpu else torch.bfloat16
+    tokenizer = AutoTokenizer.from_pretrained(paths["model"])
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(paths["model"], dtype=dtype).to(device).eval()
+    model.config.use_cache = True
+    prompts = [row["prompt"] for row in load_examples({"source": "builtin:arithmetic"}, "prompts", seed=0).train]
+    batch = tokenizer([p for p in prompts[: args.prompts] for _ in range(8)], return_tensors="pt", padding=True).to(device)
+    times = []
+    for _ in range(3):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        with torch.no_grad():
+            model.generate(**batch, max_new_tokens=args.gen_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return {"gen_s": statistics.median(times[1:]), "runs_s": times}
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(results: dict, args: argparse.Namespace) -> str:
+    lines = [
+        f"SFT: Llama {args.hidden} x {args.layers} ({args.parameters / 1e9:.2f}B parameters), bf16, seq {args.seq_len}, "
+        f"batch {args.batch} (micro {args.micro_batch}), {args.steps} steps, median after step {args.warmup}",
+        f"{'run':<16}{'tokens/s':>10}{'step s':>9}{'MFU':>8}{'peak GiB':>10}{'wall s':>8}  loss first -> last",
+    ]
+    for name, r in results["sft"].items():
+        if "error" in r:
+            lines.append(f"{name:<16}{r['error']}")
+            continue
+        loss = r.get("loss_first_last")
+        lines.append(
+            f"{name:<16}{fmt(r['tokens_per_s'], ',.0f'):>10}{fmt(r['step_s'], '.3f'):>9}"
+            f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f') + ('%' if r['mfu'] else ''):>8}{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}"
+            f"{fmt(r['wall_s'], '.0f'):>8}  {fmt(loss and loss[0], '.3f')} -> {fmt(loss and loss[-1], '.3f')}"
+        )
+    if results["grpo"] or results["generate"]:
+        lines += [
+            "",
+            f"GRPO: {args.prompts} prompts x 8, {args.gen_tokens} new tokens, median after step 1",
+            f"{'run':<16}{'gen s':>8}{'train s':>9}{'step s':>8}{'peak GiB':>10}",
+        ]
+        for name, r in results["grpo"].items():
+            if "error" in r:
+                lines.append(f"{name:<16}{r['error']}")
+                continue
+            lines.append(
+                f"{name:<16}{fmt(r['gen_s'], '.2f'):>8}{fmt(r['train_s'], '.2f'):>9}{fmt(r['step_s'], '.2f'):>8}"
+                f"{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}"
+            )
+        if results["generate"]:
+            g = results["generate"]
+            lines.append(f"{'HF generate':<16}{fmt(g.get('gen_s'), '.2f'):>8}" if "error" not in g else f"HF generate     {g['error']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print("bench/gpu.py needs a CUDA GPU (or --allow-cpu for a dry run of the plumbing)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="rlplane-gpu-bench-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        paths = prepare(work, args)
+        results: dict = {"sft": {}, "grpo": {}, "generate": {}}
+        results["device"] = "cpu" if args.allow_cpu else torch.cuda.get_device_name(0)
+        results["parameters"] = args.parameters
+        args.peak = None if args.allow_cpu else peak_tflops()
+
+        def record(part: str, name: str | None, row: dict) -> None:
+            """Keep a row, print it, and rewrite --json: a bench cut short by its caller keeps every finished row."""
+            if name is None:
+                results[part] = row
+            else:
+                results[part][name] = row
+            print(part, name or "", json.dumps(row), flush=True)
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(results, indent=2))
+
+        sft = [b for b in BACKENDS if wanted(b, args)]
+        for backend in sft[:2]:
+            record("sft", backend, bench_sft(backend, work, paths, args))
+        if wanted("trl", args):
+            record("sft", "trl SFTTrainer", bench_trl(work, paths, args))
+        for backend in sft[2:]:
+            record("sft", backend, bench_sft(backend, work, paths, args))
+        if wanted("grpo", args):
+            for backend in GRPO_BACKENDS:
+                record("grpo", backend, bench_grpo(backend, work, paths, args))
+        if wanted("generate", args):
+            try:
+                record("generate", None, bench_generate(paths, args))
+            except Exception as exc:  # a bench row, not a crash: the other rows stand
+                record("generate", None, {"error": f"{type(exc).__name__}: {exc}"[:300]})
+        report = table(results, args)
+        print(f"\n{results['device']}\n{report}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**results, "table": report}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

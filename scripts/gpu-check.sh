@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On a GPU machine (the lent device machine: Python 3.12 with its own CUDA torch, no registry): install the kit
+# that `make gpu-kit` built here, then run tests/test_gpu.py and bench/gpu.py from this source tree. Writes to OUT:
+# versions.txt, gpu-tests.log, gpu-tests.xml (JUnit), gpu-bench.log, gpu-bench.json and results.json (a summary:
+# versions, each test's outcome and seconds, the bench's table). Exits non-zero if a test failed or a step broke.
+# Usage: scripts/gpu-check.sh OUT [KIT]   (KIT default .gpu-kit)
+# Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
+# GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
+# GPU_BENCH_ARGS passes arguments to bench/gpu.py; GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 leave one half out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-check.sh OUT [KIT]}
+kit=${2:-.gpu-kit}
+python=${PYTHON:-python3}
+site=${GPU_SITE:-/tmp/rlplane-gpu-site}
+mkdir -p "$out"
+started=$(date +%s)
+"$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$kit"/*.whl \
+  || { echo "gpu-check: installing the kit from $kit failed"; exit 2; }
+export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/rlplane-torch-extensions}
+echo "gpu-check: kit installed in $(( $(date +%s) - started )) s"
+"$python" - >"$out/versions.txt" 2>&1 <<'PY'
+import importlib, platform, subprocess, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+print("gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "count", torch.cuda.device_count())
+for name in ("transformers", "deepspeed", "megatron.core", "peft", "accelerate", "trl", "pydantic", "datasets"):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, "__version__", "?"), m.__file__)
+    except Exception as exc:
+        print(name, "import failed:", type(exc).__name__, str(exc)[:200])
+print(subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:])
+PY
+cat "$out/versions.txt"
+status=0
+if [ -z "${GPU_SKIP_TESTS:-}" ]; then
+  # --noconftest: tests/conftest.py builds the API's fixtures (FastAPI, SQLAlchemy, Postgres), which the GPU tests
+  # do not use and the GPU machine lacks; -o addopts= drops the suite's `-m 'not gpu'` and service plugin.
+  timeout -k 10 "${GPU_TEST_TIMEOUT:-330}" "$python" -m pytest --noconftest -o addopts= -p no:cacheprovider -m gpu -v --timeout 240 \
+    tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} -n "${GPU_TEST_WORKERS:-4}" -rA --durations=0 \
+    --junitxml "$out/gpu-tests.xml" >"$out/gpu-tests.log" 2>&1 || status=1
+  tail -n 60 "$out/gpu-tests.log"
+fi
+if [ -z "${GPU_SKIP_BENCH:-}" ]; then
+  timeout -k 10 "${GPU_BENCH_TIMEOUT:-200}" "$python" bench/gpu.py --json "$out/gpu-bench.json" --keep /tmp/rlplane-gpu-bench \
+    ${GPU_BENCH_ARGS:-} >"$out/gpu-bench.log" 2>&1 || status=1
+  tail -n 30 "$out/gpu-bench.log"
+  # the failing runs' own logs, so a failure can be read here
+  grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -4 | while read -r log; do
+    tail -n 40 "$log" >"$out/bench-$(basename "$log" | tr -c 'A-Za-z0-9._\n-' _ | cut -c1-60)"
+  done
+fi
+"$python" - "$out" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+from pathlib import Path
+out = Path(sys.argv[1])
+summary = {"versions": (out / "versions.txt").read_text().splitlines(), "tests": {}, "bench": None}
+if (out / "gpu-tests.xml").exists():
+    for case in ET.parse(out / "gpu-tests.xml").iter("testcase"):
+        outcome = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+        summary["tests"][case.get("name")] = {"outcome": outcome, "seconds": float(case.get("time", 0))}
+if (out / "gpu-bench.json").exists():
+    summary["bench"] = json.loads((out / "gpu-bench.json").read_text())
+(out / "results.json").write_text(json.dumps(summary, indent=2))
+print({k: v["outcome"] for k, v in summary["tests"].items()})
+PY
+echo "gpu-check: done in $(( $(date +%s) - started )) s, status $status"
+exit $status
