@@ -48,7 +48,7 @@ if [ -z "${GPU_SKIP_BENCH:-}" ]; then
     ${GPU_BENCH_ARGS:-} >"$out/gpu-bench.log" 2>&1 || status=1
   tail -n 30 "$out/gpu-bench.log"
   # the failing runs' own logs, so a failure can be read here
-  grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -4 | while read -r log; do
+  grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -2 | while read -r log; do
     tail -n 40 "$log" >"$out/bench-$(basename "$log" | tr -c 'A-Za-z0-9._\n-' _ | cut -c1-60)"
   done
 fi
