@@ -159,3 +159,38 @@ def test_a_cpu_spec_with_two_processes_starts_them_itself(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "starting 2 processes with torchrun" in result.stderr
     assert sorted(metrics(tmp_path / "out", "train/loss")) == [1, 2, 3, 4]
+
+
+def test_a_one_process_run_keeps_its_world_in_memory_and_needs_no_port() -> None:
+    """Without torchrun a DeepSpeed run is a world of one held in the process: the rendezvous port's default (29500)
+    taken by another run on the node does not stop it (on a GPU machine, the second of two one-GPU runs failed with
+    EADDRINUSE when DeepSpeed opened a TCP store there)."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+
+    from rlplane.spec.sections import TrainSpec
+    from trainer_core.backends import make_backend
+
+    saved = dict(os.environ)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    held = socket.socket()
+    try:
+        try:
+            held.bind(("127.0.0.1", 29500))
+            held.listen()
+        except OSError:
+            pass  # something on this machine holds it already: the same situation
+        spec = parse_spec({**SHARDED_SFT, "backend": {"kind": "deepspeed", "zero_stage": 0}}).backend
+        backend = make_backend(spec, TrainSpec(steps=1, batch_size=2))
+        try:
+            assert dist.is_initialized() and dist.get_world_size() == 1
+        finally:
+            backend.close()
+        assert not dist.is_initialized()
+    finally:
+        held.close()
+        os.environ.clear()
+        os.environ.update(saved)

@@ -87,6 +87,11 @@ class DeepSpeedBackend(Backend):
         self._frozen_engines: list[Any] = []  # kept alive: they own the partitioning hooks of frozen models
         seed_rank(train.seed, self.rank)
         self._owns_group = not dist.is_initialized()
+        if self._owns_group and not env.is_distributed:
+            # One process is a world of one in this process's memory: a TCP store on MASTER_PORT's default (29500)
+            # would refuse the second one-process run on the same node (seen on a GPU machine: EADDRINUSE).
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
         # Without a launcher DeepSpeed would look for MPI; one process is a world of one.
         for name, value in (
             ("RANK", env.rank),

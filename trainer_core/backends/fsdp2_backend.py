@@ -104,6 +104,13 @@ class Fsdp2Backend(Backend):
         # In place, so the scheduler built on this optimizer (and its groups' initial_lr) stays valid.
         for group, params in zip(optimizer.param_groups, group_names, strict=True):
             group["params"] = [sharded[name] for name in params]
+        if self._scaler.is_enabled():
+            # The scaler's found-inf flag is a 1-element tensor, which the fused Adam subtracts in place from its
+            # 0-dim step counters (torch 2.11 on a GPU: "output with shape [] doesn't match the broadcast shape
+            # [1]"); the foreach kernel leaves the skip to the scaler.
+            for group in [optimizer.defaults, *optimizer.param_groups]:
+                if group.get("fused"):
+                    group["fused"], group["foreach"] = None, True
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
         return model, optimizer, scheduler
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer_core.backends.megatron.model import gather_tp_shards
+from trainer_core.backends.megatron.model import collective_device, gather_tp_shards
 from trainer_core.backends.megatron.pipeline import Stage, gather_stages, stage_weights, whole_model_names
 from trainer_core.models.megatron.config import Architecture
 from trainer_core.models.megatron.convert import StateDict, hf_to_megatron, megatron_to_hf
@@ -59,7 +59,7 @@ def to_hf(local: StateDict, layout: Layout, device: torch.device | None = None) 
     kept = set(layout.kept)
     trunk = unshard(gather_tp_shards({n: t for n, t in local.items() if n not in kept}), layout.arch)
     mine = whole_model_names(trunk, layout.stage, layout.arch) | {name: local[name] for name in layout.kept if name in local}
-    whole = gather_stages(mine, layout.stage, device or torch.device("cpu"))
+    whole = gather_stages(mine, layout.stage, device or collective_device())
     heads = {name: whole.pop(name) for name in layout.kept}
     trunk = megatron_to_hf(whole, layout.arch)
     if not layout.lm_head:

@@ -160,19 +160,29 @@ def causal_inputs(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, future.view(1, 1, length, length).expand(batch, 1, length, length)
 
 
+def collective_device() -> torch.device:
+    """Where a tensor must be for this process's collectives: NCCL moves CUDA tensors only, gloo CPU ones."""
+    nccl = torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl"
+    return torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+
+
 def gather_tp_shards(shard: StateDict) -> list[StateDict]:
-    """Every TP rank's shard (rank order) on every rank of this rank's TP group.
+    """Every TP rank's shard (rank order) on every rank of this rank's TP group, on the device each tensor came from.
 
     Tensors, not objects, travel (all_gather per weight): a rank's shards all share names and
-    shapes, and no collective here pickles anything.
+    shapes, and no collective here pickles anything. A weight visits the collective's device one at a time (a
+    checkpoint's CPU copies gathered over NCCL), so a whole model never sits there twice.
     """
-    group = parallel_state.get_tensor_model_parallel_group()
     size = parallel_state.get_tensor_model_parallel_world_size()
+    if size == 1:
+        return [dict(shard)]
+    group = parallel_state.get_tensor_model_parallel_group()
+    device = collective_device()
     shards: list[StateDict] = [{} for _ in range(size)]
     for name in sorted(shard):
         tensor = shard[name].contiguous()
-        parts = [torch.empty_like(tensor) for _ in range(size)]
-        torch.distributed.all_gather(parts, tensor, group=group)
+        parts = [torch.empty_like(tensor, device=device) for _ in range(size)]
+        torch.distributed.all_gather(parts, tensor.to(device), group=group)
         for rank, part in enumerate(parts):
-            shards[rank][name] = part
+            shards[rank][name] = part.to(tensor.device)
     return shards
