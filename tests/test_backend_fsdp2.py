@@ -19,7 +19,7 @@ from tests.harness.launch import finish, max_diff, start
 from tests.harness.specs import SHARDED_SFT
 from tests.harness.training import assert_export_matches, metrics
 from trainer_core.backends import BackendError, make_backend
-from trainer_core.backends.fsdp2_backend import repeated_blocks
+from trainer_core.backends.fsdp2_backend import repeated_blocks, unfuse_for_sharded_scaler
 from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
@@ -152,3 +152,36 @@ def test_fp16_on_cpu_is_refused() -> None:
     spec = Fsdp2BackendSpec(precision="fp16")
     with pytest.raises(BackendError, match="bf16 or fp32"):
         make_backend(spec, TrainSpec(steps=1, batch_size=8))
+
+
+def test_fp16_loss_scaling_steps_the_optimizer_the_recipes_make() -> None:
+    """fp16 on FSDP2: the recipes' fused AdamW cannot take the sharded scaler's 1-element found-inf flag (found on
+    an H200; the CPU shows the same error), so the backend unfuses it. Two scaled steps on the CPU: the fused one
+    fails as on the GPU, the unfused one trains."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for unfused in (False, True):
+            weight = torch.nn.Parameter(torch.ones(4, 4))
+            optimizer = torch.optim.AdamW([weight], lr=0.1, fused=True)
+            if unfused:
+                unfuse_for_sharded_scaler(optimizer)
+            scaler = ShardedGradScaler("cpu", enabled=True)
+
+            def step() -> None:
+                scaler.scale((weight * weight).sum()).backward()
+                scaler.unscale_(optimizer)
+                scaler.step(optimizer)
+                scaler.update()
+
+            if not unfused:
+                with pytest.raises(RuntimeError, match="broadcast shape"):
+                    step()
+                continue
+            step()
+            step()
+            assert float(weight.detach().max()) < 1.0  # both steps moved the weights toward 0
+    finally:
+        dist.destroy_process_group()

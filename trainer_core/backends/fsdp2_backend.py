@@ -61,6 +61,20 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return []
 
 
+def unfuse_for_sharded_scaler(optimizer: torch.optim.Optimizer) -> None:
+    """Step `optimizer` with the foreach kernel and let ShardedGradScaler skip overflowing steps itself.
+
+    The sharded scaler's found-inf flag is a 1-element tensor, which fused Adam subtracts in place from its 0-dim
+    step counters: "output with shape [] doesn't match the broadcast shape [1]" (torch 2.11 on an H200, and on the
+    CPU; should torch fix it, tests/test_backend_fsdp2.py says so and this can go). In place, so a scheduler built on
+    the optimizer stays valid."""
+    for group in [optimizer.defaults, *optimizer.param_groups]:
+        if group.get("fused"):
+            group["fused"], group["foreach"] = None, True
+    # The scaler hands its scale and flag to an optimizer that says it takes them (a fused one does).
+    optimizer._step_supports_amp_scaling = False
+
+
 class Fsdp2Backend(Backend):
     sharded_kind = "fsdp2"
 
@@ -105,12 +119,7 @@ class Fsdp2Backend(Backend):
         for group, params in zip(optimizer.param_groups, group_names, strict=True):
             group["params"] = [sharded[name] for name in params]
         if self._scaler.is_enabled():
-            # The scaler's found-inf flag is a 1-element tensor, which the fused Adam subtracts in place from its
-            # 0-dim step counters (torch 2.11 on a GPU: "output with shape [] doesn't match the broadcast shape
-            # [1]"); the foreach kernel leaves the skip to the scaler.
-            for group in [optimizer.defaults, *optimizer.param_groups]:
-                if group.get("fused"):
-                    group["fused"], group["foreach"] = None, True
+            unfuse_for_sharded_scaler(optimizer)
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
         return model, optimizer, scheduler
 
