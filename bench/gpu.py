@@ -369,7 +369,8 @@ def table(results: dict, args: argparse.Namespace) -> str:
             )
         if results["generate"]:
             g = results["generate"]
-            lines.append(f"{'HF generate':<16}{fmt(g.get('gen_s'), '.2f'):>8}" if "error" not in g else f"HF generate     {g['error']}")
+            shown = f"{g['error']}" if "error" in g else f"{fmt(g.get('gen_s'), '.2f'):>8}"
+            lines.append(f"{'HF generate':<16}{shown}")
     return "\n".join(lines)
 
 

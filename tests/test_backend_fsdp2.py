@@ -156,32 +156,28 @@ def test_fp16_on_cpu_is_refused() -> None:
 
 def test_fp16_loss_scaling_steps_the_optimizer_the_recipes_make() -> None:
     """fp16 on FSDP2: the recipes' fused AdamW cannot take the sharded scaler's 1-element found-inf flag (found on
-    an H200; the CPU shows the same error), so the backend unfuses it. Two scaled steps on the CPU: the fused one
-    fails as on the GPU, the unfused one trains."""
+    an H200; the CPU shows the same error), so the backend unfuses it. Scaled steps on the CPU: the fused one fails
+    as on the GPU, the unfused ones train."""
     import torch.distributed as dist
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+    def scaled_steps(unfused: bool, steps: int) -> torch.Tensor:
+        weight = torch.nn.Parameter(torch.ones(4, 4))
+        optimizer = torch.optim.AdamW([weight], lr=0.1, fused=True)
+        if unfused:
+            unfuse_for_sharded_scaler(optimizer)
+        scaler = ShardedGradScaler("cpu", enabled=True)
+        for _ in range(steps):
+            scaler.scale((weight * weight).sum()).backward()
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+        return weight.detach()
+
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        for unfused in (False, True):
-            weight = torch.nn.Parameter(torch.ones(4, 4))
-            optimizer = torch.optim.AdamW([weight], lr=0.1, fused=True)
-            if unfused:
-                unfuse_for_sharded_scaler(optimizer)
-            scaler = ShardedGradScaler("cpu", enabled=True)
-
-            def step() -> None:
-                scaler.scale((weight * weight).sum()).backward()
-                scaler.unscale_(optimizer)
-                scaler.step(optimizer)
-                scaler.update()
-
-            if not unfused:
-                with pytest.raises(RuntimeError, match="broadcast shape"):
-                    step()
-                continue
-            step()
-            step()
-            assert float(weight.detach().max()) < 1.0  # both steps moved the weights toward 0
+        with pytest.raises(RuntimeError, match="broadcast shape"):
+            scaled_steps(unfused=False, steps=1)
+        assert float(scaled_steps(unfused=True, steps=2).max()) < 1.0  # both steps moved the weights toward 0
     finally:
         dist.destroy_process_group()
