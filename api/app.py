@@ -17,6 +17,7 @@ from api.events import endpoints as events
 from api.limits import BodyLimitMiddleware
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
+from api.pipelines import endpoints as pipelines
 from api.reconcile import Reconciler, make_sender
 from api.reports import endpoints as reports
 from api.runs import endpoints as runs
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 reconcile_s=settings.reconcile_s,
                 redispatch_s=settings.redispatch_s,
                 lost_after_s=settings.lost_after_s,
+                reward_entrypoints=settings.reward_entrypoints,
             )
             reconciler.start()
         app.state.reconciler = reconciler
@@ -72,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_limit=settings.max_upload_bytes,
         upload_paths=(datasets.UPLOAD_PATH,),
     )
-    for module in (health, auth, runs, nodes, metrics, logs, samples, reports, checkpoints, datasets, workers, events):
+    for module in (health, auth, runs, nodes, metrics, logs, samples, reports, checkpoints, datasets, workers, events, pipelines):
         app.include_router(module.router)
     docs_ui.install(app, OPENAPI_URL)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware

@@ -6,6 +6,8 @@ Every `reconcile_s` seconds, and at once when this process has just queued a run
   the run. Duplicates are harmless: only a queued run can be leased, once.
 - queued multi-node runs are granted their gang when enough workers are idle (api/runs/gang.py), and each
   node is sent to its worker's own queue (`runs.node`), again every `redispatch_s` until it joins.
+- pipelines move on: a stage whose run ended ends as it did, and a stage whose inputs now exist starts its run
+  (api/pipelines/service.py).
 - active runs whose worker (any node's worker, for a gang) has not sent a heartbeat for `lost_after_s` are
   marked lost (the attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
   Silence counts only from this process's start: while the API was down (a restart, an upgrade)
@@ -25,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
+from api.pipelines import service as pipelines
 from api.runs import gang
 from api.runs.service import requeue_or_fail
 from api.unit_of_work import transaction
@@ -62,8 +65,10 @@ class Reconciler:
         reconcile_s: float = 2.0,
         redispatch_s: float = 30.0,
         lost_after_s: float = 20.0,
+        reward_entrypoints: list[str] | None = None,
     ) -> None:
         self.factory, self.send = factory, send
+        self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
         self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
@@ -97,7 +102,13 @@ class Reconciler:
 
     def tick(self) -> None:
         self.find_lost()
+        self.advance_pipelines()
         self.dispatch()
+
+    def advance_pipelines(self) -> None:
+        """Stages whose runs ended, and stages whose inputs now exist (their runs are queued, then dispatched)."""
+        with transaction(self.factory, self.nudge) as uow:
+            pipelines.advance_all(uow.session, self.reward_entrypoints)
 
     def dispatch(self) -> None:
         with self.factory() as session:

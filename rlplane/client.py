@@ -230,6 +230,26 @@ class Client:
                 raise ClientError(f"run {run_id} is still {run['status']} after {timeout_s:g} s")
             time.sleep(poll_s)
 
+    # --- pipelines ---------------------------------------------------------------------------
+
+    def submit_pipeline(self, document: dict | str) -> dict:
+        """Submit a pipeline document given as a dict (sent as JSON) or as YAML text."""
+        if isinstance(document, str):
+            return self.json("POST", "/pipelines", content=document.encode(), headers={"Content-Type": "application/yaml"})
+        return self.json("POST", "/pipelines", json=document)
+
+    def pipelines(self, project: str | None = None, limit: int = 100) -> dict:
+        return self.json("GET", "/pipelines", params={k: v for k, v in {"project": project, "limit": limit}.items() if v})
+
+    def pipeline(self, pipeline_id: int) -> dict:
+        return self.json("GET", f"/pipelines/{pipeline_id}")
+
+    def cancel_pipeline(self, pipeline_id: int) -> dict:
+        return self.json("POST", f"/pipelines/{pipeline_id}/cancel")
+
+    def retry_stage(self, pipeline_id: int, stage: str, spec: dict | None = None) -> dict:
+        return self.json("POST", f"/pipelines/{pipeline_id}/stages/{stage}/retry", json={} if spec is None else {"spec": spec})
+
     # --- what runs report --------------------------------------------------------------------
 
     def logs(self, run_id: int, **params: Any) -> dict:

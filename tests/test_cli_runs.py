@@ -376,3 +376,30 @@ def test_rl_examples_run_through_the_worker(stack):
             assert all(s["kl"] is not None for s in samples)
             parents = json.loads(stack.cli("runs", "lineage", str(run["id"]), "--json").stdout)["parents"]
             assert [p["field"] for p in parents] == ["model.path"]
+
+
+def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_worker(stack, tmp_path):
+    """examples/pipelines/sft-grpo.yaml, shortened: the API's reconciler starts GRPO once SFT has succeeded, from
+    SFT's best checkpoint by eval/loss; both are ordinary runs (the worker ran them; lineage links them)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "examples" / "pipelines" / "sft-grpo.yaml").read_text())
+    doc["stages"]["sft"]["spec"]["train"] |= {"steps": 20, "checkpoint_every": 10, "eval_every": 10, "warmup_steps": 0}
+    doc["stages"]["grpo"]["spec"]["train"] |= {"steps": 2, "batch_size": 16, "eval_every": 2, "checkpoint_every": None}
+    doc["stages"]["grpo"]["when"] = 'stages.sft.metrics["eval/loss"] < 100'
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = stack.cli("submit", str(path), "--wait", "--json")
+    assert result.exit_code == 0, result.stderr + stack.server.log_path.read_text()[-3000:]
+    pipeline = json.loads(result.stdout)
+    sft, grpo = pipeline["stages"]
+    assert pipeline["status"] == "succeeded" and (sft["status"], grpo["status"]) == ("succeeded", "succeeded")
+    assert "stage sft running" in result.stderr and "stage grpo running" in result.stderr
+    metrics = stack.http.get(f"/runs/{sft['run_id']}/metrics", params={"keys": "eval/loss"}).json()
+    evals = {p["step"]: p["value"] for p in metrics["series"][0]["points"]} if metrics["series"] else {}
+    assert set(evals) >= {10, 20}, metrics
+    best = min((10, 20), key=lambda step: evals[step])
+    lineage = stack.http.get(f"/runs/{grpo['run_id']}/lineage").json()
+    assert [(p["run_id"], p["field"], p["step"]) for p in lineage["parents"]] == [(sft["run_id"], "model.path", best)]
+    shown = stack.cli("pipelines", "show", str(pipeline["id"]))
+    assert shown.exit_code == 0 and "grpo" in shown.stdout and "succeeded" in shown.stdout

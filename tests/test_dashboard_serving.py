@@ -28,7 +28,7 @@ def dist(tmp_path: Path) -> Path:
 
 def test_client_side_routes_get_the_index_and_files_are_served(tmp_path, dist):
     with _client(tmp_path, dist) as client:
-        for path in ("/", "/runs", "/runs/12/logs", "/compare?runs=1,2", "/signin"):
+        for path in ("/", "/runs", "/runs/12/logs", "/compare?runs=1,2", "/pipelines", "/pipelines/3", "/signin"):
             page = client.get(path)
             assert page.status_code == 200 and "id=root" in page.text and page.headers["cache-control"] == "no-cache"
         asset = client.get("/assets/index-abc123.js")

@@ -9,6 +9,7 @@ from api.models.log_line import LogLine
 from api.models.membership import ROLES, Membership
 from api.models.metric import Metric
 from api.models.metric_rollup import MetricRollup
+from api.models.pipeline import Pipeline, PipelineStage
 from api.models.project import Project
 from api.models.run import Run
 from api.models.run_attempt import RunAttempt
@@ -29,6 +30,8 @@ __all__ = [
     "Membership",
     "Metric",
     "MetricRollup",
+    "Pipeline",
+    "PipelineStage",
     "Project",
     "Run",
     "RunAttempt",

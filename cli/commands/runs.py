@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from cli import output
+from cli.commands import pipelines
 from cli.context import EXIT_INVALID_SPEC, JsonFlag, RunArg, handled, state
 from cli.follow import exit_code, wait_for
 from cli.submission import Submission, prepare, with_value
@@ -106,14 +107,14 @@ def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool
 @handled
 def submit(
     ctx: typer.Context,
-    spec_file: Annotated[Path, typer.Argument(metavar="SPEC", help="Run spec (.yaml or .json)")],
+    spec_file: Annotated[Path, typer.Argument(metavar="SPEC", help="Run spec or pipeline (.yaml or .json)")],
     sets: Sets = None,
     name: Name = None,
     wait: Wait = False,
     follow: Follow = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Submit a run spec; prints the run id on stdout (progress and messages go to stderr).
+    """Submit a run spec, or a pipeline (a document with stages); prints its id on stdout (messages go to stderr).
 
     The spec is validated here first: a bad one is listed field by field and nothing is sent
     (exit 3). With --wait the command ends with the run: exit 0 if it succeeded, 1 if it failed,
@@ -124,7 +125,9 @@ def submit(
       rlplane submit examples/sft.yaml
       rlplane submit examples/sft.yaml --set train.steps=200 --set train.lr=1e-4 --name sft-long --wait
       RUN=$(rlplane submit examples/dpo.yaml --set model.path=run:12) && rlplane logs $RUN -f
+      rlplane submit examples/pipelines/sft-grpo.yaml --wait      # a pipeline: exit 0 when every stage succeeded
     """
+    from rlplane.pipeline import is_pipeline
     from rlplane.spec import SpecError, read_spec_file
 
     try:
@@ -132,6 +135,12 @@ def submit(
     except SpecError as exc:
         raise _invalid(exc.errors) from None
     text = spec_file.read_text() if spec_file.suffix.lower() != ".json" else None  # YAML: sent as written
+    if is_pipeline(data):
+        if sets or name or follow:
+            raise _invalid(
+                [{"loc": [], "msg": "--set, --name and --follow apply to a run spec; this is a pipeline (it has stages)"}]
+            )
+        return pipelines.submit(ctx, data, text, wait, as_json)
     _submit(ctx, validated(text, data, sets, name), wait, follow, as_json)
 
 

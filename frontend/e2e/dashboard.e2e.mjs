@@ -305,6 +305,43 @@ try {
 
   await samplesSteps({ page, base, step, shot, runId, newRunId, samplesRunId, apiGet, apiPost });
 
+  await step('pipelines: the stages drawn with status, gate, edge and run link; cancel from the page', async () => {
+    const sft = (path, steps) => ({
+      algorithm: 'sft',
+      model: { path, max_seq_len: 32 },
+      data: { source: 'builtin:arithmetic' },
+      train: { steps, batch_size: 4, eval_every: null, checkpoint_every: null },
+    });
+    const created = await apiPost('/pipelines', {
+      name: 'e2e-pipeline',
+      stages: {
+        first: { spec: sft('builtin:tiny-gpt2', 20000) },
+        second: { when: 'stages.first.metrics["train/loss"] < 9', spec: sft('stage:first', 10) },
+      },
+    });
+    const firstRun = created.stages[0].run_id;
+    await page.goto(`${base}/pipelines`);
+    await page.locator(`tr[data-pipeline-id="${created.id}"]`).getByRole('link', { name: 'e2e-pipeline' }).click();
+    await page.waitForURL(new RegExp(`/pipelines/${created.id}$`));
+    const first = page.locator('li.stage-node[data-stage="first"]');
+    const second = page.locator('li.stage-node[data-stage="second"]');
+    await first.and(page.locator('[data-status="running"]')).waitFor();
+    await second.and(page.locator('[data-status="waiting"]')).waitFor();
+    await page.locator('path[data-from="first"][data-to="second"]').waitFor({ state: 'attached' }); // a thin stroke: 'visible' may not count it
+    if (!(await second.innerText()).includes('stages.first.metrics["train/loss"] < 9')) throw new Error('the gate is not shown');
+    if ((await first.getByRole('link', { name: `run #${firstRun}` }).getAttribute('href')) !== `/runs/${firstRun}`) {
+      throw new Error(`stage first does not link to its run ${firstRun}`);
+    }
+    await shot('13b-pipeline');
+    await page.getByRole('button', { name: 'Cancel pipeline' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Cancel pipeline' }).click();
+    await second.and(page.locator('[data-status="cancelled"]')).waitFor();
+    const stored = await apiGet(`/pipelines/${created.id}`);
+    if (stored.status !== 'cancelled') throw new Error(`the API says the pipeline is ${stored.status}`);
+    const run = await apiGet(`/runs/${firstRun}`);
+    if (!['cancelling', 'cancelled'].includes(run.status)) throw new Error(`stage first's run is ${run.status}`);
+  });
+
   await step('workers page', async () => {
     await page.goto(`${base}/workers`);
     await page.locator('tr[data-worker]').first().waitFor();

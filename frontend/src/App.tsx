@@ -29,6 +29,8 @@ const NewRunPage = page(() => import('./pages/new/NewRunPage'), 'NewRunPage');
 const ComparePage = page(() => import('./pages/compare/ComparePage'), 'ComparePage');
 const WorkersPage = page(() => import('./pages/workers/WorkersPage'), 'WorkersPage');
 const AdminPage = page(() => import('./pages/admin/AdminPage'), 'AdminPage');
+const PipelinesPage = page(() => import('./pages/pipelines/PipelinesPage'), 'PipelinesPage');
+const PipelinePage = page(() => import('./pages/pipelines/PipelinePage'), 'PipelinePage');
 
 export function AppRoutes() {
   const navigate = useNavigate();
@@ -47,6 +49,8 @@ export function AppRoutes() {
           <Route path="checkpoints" element={<CheckpointsTab />} />
           <Route path="spec" element={<SpecTab />} />
         </Route>
+        <Route path="/pipelines" element={<PipelinesPage />} />
+        <Route path="/pipelines/:id" element={<PipelinePage />} />
         <Route path="/new" element={<NewRunPage />} />
         <Route path="/compare" element={<ComparePage />} />
         <Route path="/workers" element={<WorkersPage />} />

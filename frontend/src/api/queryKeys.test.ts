@@ -23,6 +23,8 @@ describe('queryKeys', () => {
     otherRun: runs.detail(8),
     list: runs.list({ sort: '-created_at', limit: 50, offset: 0 }),
     projects: queryKeys.projects.list(),
+    pipelines: queryKeys.pipelines.list({ limit: 100 }),
+    pipeline: queryKeys.pipelines.detail(7),
   };
 
   it('nest: one run covers all it logged, a run\'s detail only itself, the lists only the lists', () => {
@@ -31,6 +33,8 @@ describe('queryKeys', () => {
     expect(invalidatedBy(runs.lists(), cached)).toEqual(['list']);
     expect(invalidatedBy(samples.all(7), cached)).toEqual(['samples']);
     expect(invalidatedBy(runs.checkpoints(7), cached)).toEqual(['checkpoints', 'files']);
+    // A pipeline action refreshes the lists; its own answer replaces the detail, so no refetch of that.
+    expect(invalidatedBy(queryKeys.pipelines.lists(), cached)).toEqual(['pipelines']);
   });
 });
 

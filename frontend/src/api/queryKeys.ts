@@ -1,3 +1,4 @@
+import type { PipelineListQuery } from './pipelines';
 import type { RunListQuery } from './types';
 
 /*
@@ -38,6 +39,13 @@ const projects = {
   detail: (name: string) => [...projects.all(), 'detail', name] as const,
 };
 
+const pipelines = {
+  all: () => ['pipelines'] as const,
+  lists: () => [...pipelines.all(), 'list'] as const,
+  list: (query: PipelineListQuery) => [...pipelines.lists(), query] as const,
+  detail: (id: number) => [...pipelines.all(), id, 'detail'] as const,
+};
+
 const tokens = {
   all: () => ['tokens'] as const,
   list: (allUsers: boolean) => [...tokens.all(), 'list', { allUsers }] as const,
@@ -49,6 +57,7 @@ export const queryKeys = {
   runs,
   samples,
   projects,
+  pipelines,
   tokens,
   users: { list: () => ['users', 'list'] as const },
   workers: { list: () => ['workers', 'list'] as const },

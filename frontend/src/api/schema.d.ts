@@ -73,6 +73,82 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pipelines": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Pipelines */
+        get: operations["list_pipelines_api_v1_pipelines_get"];
+        put?: never;
+        /**
+         * Create Pipeline
+         * @description Validate the whole pipeline (every stage's spec, references, gates, no cycles) and start the stages that need
+         *     nothing; the rest start as the reconciler finds their inputs.
+         */
+        post: operations["create_pipeline_api_v1_pipelines_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pipelines/{pipeline_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Pipeline */
+        get: operations["get_pipeline_api_v1_pipelines__pipeline_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pipelines/{pipeline_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel Pipeline */
+        post: operations["cancel_pipeline_api_v1_pipelines__pipeline_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pipelines/{pipeline_id}/stages/{name}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry Stage
+         * @description Run a stage again, from a new spec if one is given; stages downstream that had run become stale.
+         */
+        post: operations["retry_stage_api_v1_pipelines__pipeline_id__stages__name__retry_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects": {
         parameters: {
             query?: never;
@@ -1365,6 +1441,16 @@ export interface components {
             /** Detail */
             detail?: components["schemas"]["ValidationError"][];
         };
+        /** Headline */
+        Headline: {
+            /** Key */
+            key: string;
+            /**
+             * Value
+             * @description The last value logged; null if it was NaN
+             */
+            value: number | ("NaN" | "Infinity" | "-Infinity") | null;
+        };
         /** HeadlineMetric */
         HeadlineMetric: {
             /** Key */
@@ -1967,6 +2053,72 @@ export interface components {
             state: "granted" | "joined" | "ended";
             /** Worker */
             worker: string;
+        };
+        /** PipelineDetail */
+        PipelineDetail: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Document
+             * @description The pipeline as submitted (after replaces: as it stands)
+             */
+            document: {
+                [key: string]: unknown;
+            };
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /** Reason */
+            reason: string | null;
+            /** Stages */
+            stages: components["schemas"]["StagePublic"][];
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /** PipelineList */
+        PipelineList: {
+            /** Items */
+            items: components["schemas"]["PipelineSummary"][];
+        };
+        /** PipelineSummary */
+        PipelineSummary: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /** Stages */
+            stages: components["schemas"]["StageBrief"][];
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
         };
         /**
          * PpoOptions
@@ -2857,6 +3009,65 @@ export interface components {
             /** Msg */
             msg: string;
         };
+        /** StageBrief */
+        StageBrief: {
+            /** Name */
+            name: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "waiting" | "running" | "succeeded" | "failed" | "skipped" | "cancelled" | "stale";
+        };
+        /** StagePublic */
+        StagePublic: {
+            /** @description Its `best` metric if set, else eval/loss or train/loss: the last value */
+            headline: components["schemas"]["Headline"] | null;
+            /** Name */
+            name: string;
+            /**
+             * Needs
+             * @description The stages it waits for: the graph's edges
+             */
+            needs: string[];
+            /**
+             * Reason
+             * @description Why it was skipped, failed, is stale or was retried
+             */
+            reason: string | null;
+            /**
+             * Run Id
+             * @description Its latest run
+             */
+            run_id: number | null;
+            /** Run Status */
+            run_status: string | null;
+            /**
+             * Runs
+             * @description Every run it has had, oldest first
+             */
+            runs: number[];
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "waiting" | "running" | "succeeded" | "failed" | "skipped" | "cancelled" | "stale";
+            /**
+             * When
+             * @description Its gate, if any
+             */
+            when: string | null;
+        };
+        /** StageRetry */
+        StageRetry: {
+            /**
+             * Spec
+             * @description A new run spec for the stage (a replace); omitted: run it again as it is
+             */
+            spec?: {
+                [key: string]: unknown;
+            } | null;
+        };
         /** StatusUpdate */
         StatusUpdate: {
             /**
@@ -3466,6 +3677,232 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    list_pipelines_api_v1_pipelines_get: {
+        parameters: {
+            query?: {
+                project?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_pipeline_api_v1_pipelines_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The pipeline document ({name, project, stages: {<name>: {spec, needs, when, best}}}), as JSON or YAML */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+                "application/yaml": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_pipeline_api_v1_pipelines__pipeline_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pipeline_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_pipeline_api_v1_pipelines__pipeline_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pipeline_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    retry_stage_api_v1_pipelines__pipeline_id__stages__name__retry_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pipeline_id: number;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StageRetry"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
             };
         };
     };

@@ -6,6 +6,7 @@ import { useTheme } from '../lib/theme';
 
 const LINKS = [
   ['/runs', 'Runs'],
+  ['/pipelines', 'Pipelines'],
   ['/new', 'New run'],
   ['/compare', 'Compare'],
   ['/workers', 'Workers'],

@@ -1,3 +1,4 @@
+import type { PipelineDetail, Stage } from '../api/pipelines';
 import type { RunDetail, Sample } from '../api/types';
 
 /** A run detail as GET /runs/{id} answers it, with overrides. */
@@ -28,3 +29,25 @@ export function sample(over: Partial<Sample> = {}): Sample {
 
 export const json = (body: unknown, status = 200) =>
   new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+
+/** A stage as GET /pipelines/{id} answers it, with overrides. */
+export function pipelineStage(name: string, over: Partial<Stage> = {}): Stage {
+  return { name, status: 'waiting', reason: null, needs: [], when: null, run_id: null, run_status: null, headline: null, runs: [], ...over };
+}
+
+/** sft -> rm -> ppo, ppo needing both: sft succeeded, rm failed, so ppo was skipped. */
+export function pipelineChain(over: Partial<PipelineDetail> = {}): PipelineDetail {
+  return {
+    id: 5, name: 'rlhf', project: 'default', status: 'failed', reason: 'stage rm failed',
+    created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T01:00:00Z', document: {},
+    stages: [
+      pipelineStage('sft', { status: 'succeeded', run_id: 11, run_status: 'succeeded', runs: [11], headline: { key: 'eval/loss', value: 1.234 } }),
+      pipelineStage('rm', {
+        status: 'failed', needs: ['sft'], when: 'stages.sft.metrics["eval/loss"] < 1.5', reason: 'run #12 failed: CUDA out of memory',
+        run_id: 12, run_status: 'failed', runs: [9, 12], headline: { key: 'train/loss', value: null },
+      }),
+      pipelineStage('ppo', { status: 'skipped', needs: ['sft', 'rm'], reason: 'rm failed' }),
+    ],
+    ...over,
+  };
+}

@@ -1,0 +1,76 @@
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, status
+
+from api.auth.deps import Reader, Writer
+from api.db import SessionDep
+from api.exceptions import Unprocessable, UnsupportedMediaType
+from api.pipelines import schemas, service, views
+from rlplane.pipeline import PipelineDoc, load_pipeline
+from rlplane.spec import SpecError
+from rlplane.spec.io import read_document
+
+router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
+
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+_DOCUMENT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The pipeline document ({name, project, stages: {<name>: {spec, needs, when, best}}}), as JSON or YAML",
+        "content": {"application/json": {"schema": {"type": "object"}}, "application/yaml": {"schema": {"type": "string"}}},
+    }
+}
+
+
+async def document_body(request: Request) -> PipelineDoc:
+    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if content_type not in ("application/json", *_YAML_TYPES):
+        raise UnsupportedMediaType(f"send the pipeline as application/json or application/yaml, not {content_type}")
+    try:
+        return load_pipeline(read_document(await request.body(), "json" if content_type == "application/json" else "yaml"))
+    except SpecError as exc:
+        raise Unprocessable.many([{**err, "loc": ["body", *err["loc"]]} for err in exc.errors]) from None
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.PipelineDetail, openapi_extra=_DOCUMENT_BODY)
+def create_pipeline(
+    principal: Writer, body: Annotated[PipelineDoc, Depends(document_body)], session: SessionDep, request: Request
+) -> schemas.PipelineDetail:
+    """Validate the whole pipeline (every stage's spec, references, gates, no cycles) and start the stages that need
+    nothing; the rest start as the reconciler finds their inputs."""
+    pipeline = service.submit(session, principal, body, request.app.state.settings.reward_entrypoints)
+    session.flush()
+    return views.detail(session, pipeline)
+
+
+@router.get("", response_model=schemas.PipelineList)
+def list_pipelines(
+    principal: Reader,
+    session: SessionDep,
+    project: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> schemas.PipelineList:
+    return views.listing(session, principal.project_ids(), project, limit)
+
+
+@router.get("/{pipeline_id}", response_model=schemas.PipelineDetail)
+def get_pipeline(principal: Reader, pipeline_id: int, session: SessionDep) -> schemas.PipelineDetail:
+    return views.detail(session, service.readable(session, principal, pipeline_id))
+
+
+@router.post("/{pipeline_id}/cancel", response_model=schemas.PipelineDetail)
+def cancel_pipeline(principal: Writer, pipeline_id: int, session: SessionDep) -> schemas.PipelineDetail:
+    pipeline = service.cancel(session, principal, pipeline_id)
+    session.flush()
+    return views.detail(session, pipeline)
+
+
+@router.post("/{pipeline_id}/stages/{name}/retry", response_model=schemas.PipelineDetail)
+def retry_stage(
+    principal: Writer, pipeline_id: int, name: str, body: schemas.StageRetry, session: SessionDep, request: Request
+) -> schemas.PipelineDetail:
+    """Run a stage again, from a new spec if one is given; stages downstream that had run become stale."""
+    allowed = request.app.state.settings.reward_entrypoints
+    pipeline = service.retry(session, principal, pipeline_id, name, body.spec, allowed)
+    session.flush()
+    return views.detail(session, pipeline)

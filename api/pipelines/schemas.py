@@ -1,0 +1,63 @@
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from api.floats import AnyFloat
+
+PipelineStatus = Literal["running", "succeeded", "failed", "cancelled"]
+StageStatus = Literal["waiting", "running", "succeeded", "failed", "skipped", "cancelled", "stale"]
+
+
+class StageBrief(BaseModel):
+    name: str
+    status: StageStatus
+
+
+class Headline(BaseModel):
+    key: str
+    value: AnyFloat | None = Field(description="The last value logged; null if it was NaN")
+
+
+class StagePublic(BaseModel):
+    name: str
+    status: StageStatus
+    reason: str | None = Field(description="Why it was skipped, failed, is stale or was retried")
+    needs: list[str] = Field(description="The stages it waits for: the graph's edges")
+    when: str | None = Field(description="Its gate, if any")
+    run_id: int | None = Field(description="Its latest run")
+    run_status: str | None
+    runs: list[int] = Field(description="Every run it has had, oldest first")
+    headline: Headline | None = Field(description="Its `best` metric if set, else eval/loss or train/loss: the last value")
+
+
+class PipelineSummary(BaseModel):
+    id: int
+    name: str
+    project: str
+    status: PipelineStatus
+    created_at: datetime
+    updated_at: datetime
+    stages: list[StageBrief]
+
+
+class PipelineDetail(BaseModel):
+    id: int
+    name: str
+    project: str
+    status: PipelineStatus
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    stages: list[StagePublic]
+    document: dict[str, Any] = Field(description="The pipeline as submitted (after replaces: as it stands)")
+
+
+class PipelineList(BaseModel):
+    items: list[PipelineSummary]
+
+
+class StageRetry(BaseModel):
+    spec: dict[str, Any] | None = Field(
+        None, description="A new run spec for the stage (a replace); omitted: run it again as it is"
+    )

@@ -1,0 +1,84 @@
+"""Pipelines as the API shows them."""
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.models import Pipeline, PipelineStage, Project, Run
+from api.pipelines import schemas
+from api.pipelines.service import last_value, stages_of
+from rlplane.pipeline import StageDoc
+
+HEADLINE_KEYS = ("eval/loss", "train/loss")
+
+
+def _headline(session: Session, stage: PipelineStage) -> schemas.Headline | None:
+    if stage.run_id is None:
+        return None
+    best = StageDoc.model_validate(stage.stage).best
+    for key in (best.metric,) if best else HEADLINE_KEYS:
+        value = last_value(session, stage.run_id, key)
+        if value is not None or best:
+            return schemas.Headline(key=key, value=value)
+    return None
+
+
+def detail(session: Session, pipeline: Pipeline) -> schemas.PipelineDetail:
+    stages = stages_of(session, pipeline.id)
+    run_ids = [s.run_id for s in stages if s.run_id is not None]
+    statuses = dict(session.execute(select(Run.id, Run.status).where(Run.id.in_(run_ids))).all()) if run_ids else {}
+    return schemas.PipelineDetail(
+        id=pipeline.id,
+        name=pipeline.name,
+        project=session.get(Project, pipeline.project_id).name,
+        status=pipeline.status,
+        reason=pipeline.reason or None,
+        created_at=pipeline.created_at,
+        updated_at=pipeline.updated_at,
+        document=pipeline.document,
+        stages=[
+            schemas.StagePublic(
+                name=s.name,
+                status=s.status,
+                reason=s.reason or None,
+                needs=s.needs,
+                when=s.stage.get("when"),
+                run_id=s.run_id,
+                run_status=statuses.get(s.run_id),
+                runs=s.runs,
+                headline=_headline(session, s),
+            )
+            for s in stages
+        ],
+    )
+
+
+def listing(session: Session, project_ids: list[int] | None, project: str | None, limit: int) -> schemas.PipelineList:
+    query = select(Pipeline, Project.name).join(Project, Project.id == Pipeline.project_id)
+    if project_ids is not None:
+        query = query.where(Pipeline.project_id.in_(project_ids))
+    if project is not None:
+        query = query.where(Project.name == project)
+    rows = session.execute(query.order_by(Pipeline.id.desc()).limit(limit)).all()
+    ids = [p.id for p, _ in rows]
+    briefs: dict[int, list[schemas.StageBrief]] = {i: [] for i in ids}
+    if ids:
+        for pipeline_id, name, status in session.execute(
+            select(PipelineStage.pipeline_id, PipelineStage.name, PipelineStage.status)
+            .where(PipelineStage.pipeline_id.in_(ids))
+            .order_by(PipelineStage.pipeline_id, PipelineStage.position)
+        ):
+            briefs[pipeline_id].append(schemas.StageBrief(name=name, status=status))
+    return schemas.PipelineList(
+        items=[
+            schemas.PipelineSummary(
+                id=p.id,
+                name=p.name,
+                project=project_name,
+                status=p.status,
+                created_at=p.created_at,
+                updated_at=p.updated_at,
+                stages=briefs[p.id],
+            )
+            for p, project_name in rows
+        ]
+    )
