@@ -3,16 +3,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, status
 
 from api.auth.deps import Reader, Writer
+from api.bodies import document_body, located
 from api.db import SessionDep
-from api.exceptions import Unprocessable, UnsupportedMediaType
 from api.pipelines import schemas, service, views
 from rlplane.pipeline import PipelineDoc, load_pipeline
 from rlplane.spec import SpecError
-from rlplane.spec.io import read_document
 
 router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
 
-_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -22,19 +20,17 @@ _DOCUMENT_BODY: dict[str, Any] = {
 }
 
 
-async def document_body(request: Request) -> PipelineDoc:
-    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if content_type not in ("application/json", *_YAML_TYPES):
-        raise UnsupportedMediaType(f"send the pipeline as application/json or application/yaml, not {content_type}")
+async def pipeline_body(request: Request) -> PipelineDoc:
+    data, _ = await document_body(request, "pipeline")
     try:
-        return load_pipeline(read_document(await request.body(), "json" if content_type == "application/json" else "yaml"))
+        return load_pipeline(data)
     except SpecError as exc:
-        raise Unprocessable.many([{**err, "loc": ["body", *err["loc"]]} for err in exc.errors]) from None
+        raise located(exc) from None
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.PipelineDetail, openapi_extra=_DOCUMENT_BODY)
 def create_pipeline(
-    principal: Writer, body: Annotated[PipelineDoc, Depends(document_body)], session: SessionDep, request: Request
+    principal: Writer, body: Annotated[PipelineDoc, Depends(pipeline_body)], session: SessionDep, request: Request
 ) -> schemas.PipelineDetail:
     """Validate the whole pipeline (every stage's spec, references, gates, no cycles) and start the stages that need
     nothing; the rest start as the reconciler finds their inputs."""

@@ -8,18 +8,17 @@ from fastapi import APIRouter, Depends, Query, Request, Response, status
 from api.artifacts import ArtifactStore
 from api.auth.deps import Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
+from api.bodies import document_body, located
 from api.db import SessionDep, UowDep
-from api.exceptions import Unprocessable, UnsupportedMediaType
 from api.runs import repository, schemas, service, views
 from api.values import Offset, RunId
-from rlplane.spec import RunSpec, SpecError, load_spec
+from rlplane.spec import RunSpec, SpecError, parse_spec
 from rlplane.spec.warnings import spec_warnings
 
 logger = logging.getLogger("rlplane.api")
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
-_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 _SPEC_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -39,15 +38,11 @@ class SubmittedSpec:
 
 
 async def spec_body(request: Request) -> SubmittedSpec:
-    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if content_type not in ("application/json", *_YAML_TYPES):
-        raise UnsupportedMediaType(f"send the spec as application/json or application/yaml, not {content_type}")
-    body = await request.body()
+    data, text = await document_body(request, "spec")
     try:
-        spec = load_spec(body, "json" if content_type == "application/json" else "yaml")
-        return SubmittedSpec(spec, body.decode(errors="replace").replace("\x00", "\ufffd"))  # Postgres text holds no NUL
+        return SubmittedSpec(parse_spec(data), text)
     except SpecError as exc:
-        raise Unprocessable.many([{**err, "loc": ["body", *err["loc"]]} for err in exc.errors]) from None
+        raise located(exc) from None
 
 
 # The principal comes before the body in every signature: FastAPI resolves dependencies in that order, so a
