@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api import dashboard, docs_ui, errors, health, prometheus
+from api.alerts import endpoints as alerts
 from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 redispatch_s=settings.redispatch_s,
                 lost_after_s=settings.lost_after_s,
                 reward_entrypoints=settings.reward_entrypoints,
+                alert_s=settings.alert_s,
             )
             reconciler.start()
         app.state.reconciler = reconciler
@@ -74,7 +76,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upload_limit=settings.max_upload_bytes,
         upload_paths=(datasets.UPLOAD_PATH,),
     )
-    for module in (health, auth, runs, nodes, metrics, logs, samples, reports, checkpoints, datasets, workers, events, pipelines):
+    for module in (
+        health,
+        auth,
+        runs,
+        nodes,
+        metrics,
+        logs,
+        samples,
+        reports,
+        checkpoints,
+        datasets,
+        workers,
+        events,
+        pipelines,
+        alerts,
+    ):
         app.include_router(module.router)
     docs_ui.install(app, OPENAPI_URL)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware

@@ -8,6 +8,8 @@ Every `reconcile_s` seconds, and at once when this process has just queued a run
   node is sent to its worker's own queue (`runs.node`), again every `redispatch_s` until it joins.
 - pipelines move on: a stage whose run ended ends as it did, and a stage whose inputs now exist starts its run
   (api/pipelines/service.py).
+- every `alert_s`, alert rules and the RL detectors look at active runs, and due alert deliveries are tried
+  (api/alerts/).
 - active runs whose worker (any node's worker, for a gang) has not sent a heartbeat for `lost_after_s` are
   marked lost (the attempt ends "lost: no heartbeat for N s") and requeued while attempts remain, else failed.
   Silence counts only from this process's start: while the API was down (a restart, an upgrade)
@@ -25,6 +27,8 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.alerts import delivery
+from api.alerts import service as alerts
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.pipelines import service as pipelines
@@ -66,7 +70,9 @@ class Reconciler:
         redispatch_s: float = 30.0,
         lost_after_s: float = 20.0,
         reward_entrypoints: list[str] | None = None,
+        alert_s: float = 10.0,
     ) -> None:
+        self.alert_s, self._alerts_at = alert_s, -1e9
         self.factory, self.send = factory, send
         self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
@@ -104,6 +110,15 @@ class Reconciler:
         self.find_lost()
         self.advance_pipelines()
         self.dispatch()
+        if time.monotonic() - self._alerts_at >= self.alert_s:
+            self._alerts_at = time.monotonic()
+            self.watch()
+
+    def watch(self) -> None:
+        """Alert rules and RL detectors over active runs (a rule may stop its run), then deliveries that are due."""
+        with transaction(self.factory) as uow:
+            alerts.evaluate(uow.session)
+        delivery.deliver_due(self.factory)
 
     def advance_pipelines(self) -> None:
         """Stages whose runs ended, and stages whose inputs now exist (their runs are queued, then dispatched)."""

@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     sse_poll_s: float = Field(
         default=0.5, description="How often a run's SSE poller, shared by all its streams, looks for new rows"
     )
+    alert_s: float = Field(default=10.0, gt=0, description="How often alert rules and the RL detectors look at active runs")
     sse_keepalive_s: float = Field(default=15.0, description="Comment ping interval on idle SSE streams")
     broker_url: str | None = Field(
         default=None, description="Celery broker (redis://...); default: a SQLite broker at $RLPLANE_HOME/broker.db"

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import admin, artifacts, datasets, observe, pipelines, runs
+from cli.commands import admin, alerts, artifacts, datasets, observe, pipelines, runs
 from cli.context import State
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ def main(
 app.command()(runs.submit)
 app.add_typer(runs.app, name="runs")
 app.add_typer(pipelines.app, name="pipelines")
+app.add_typer(alerts.app, name="alerts")
 app.command()(observe.logs)
 app.command()(observe.metrics)
 app.command()(observe.samples)

@@ -250,6 +250,23 @@ class Client:
     def retry_stage(self, pipeline_id: int, stage: str, spec: dict | None = None) -> dict:
         return self.json("POST", f"/pipelines/{pipeline_id}/stages/{stage}/retry", json={} if spec is None else {"spec": spec})
 
+    # --- alerts ------------------------------------------------------------------------------
+
+    def alerts(self, **filters: Any) -> dict:
+        return self.json("GET", "/alerts", params={k: v for k, v in filters.items() if v is not None})
+
+    def alert_rules(self, project: str | None = None) -> dict:
+        return self.json("GET", "/alert-rules", params={"project": project} if project else {})
+
+    def create_alert_rule(self, rule: dict) -> dict:
+        return self.json("POST", "/alert-rules", json=rule)
+
+    def mute_alert_rule(self, rule_id: int, muted: bool = True) -> dict:
+        return self.json("POST", f"/alert-rules/{rule_id}/mute", json={"muted": muted})
+
+    def alert_detectors(self) -> dict:
+        return self.json("GET", "/alert-detectors")
+
     # --- what runs report --------------------------------------------------------------------
 
     def logs(self, run_id: int, **params: Any) -> dict:

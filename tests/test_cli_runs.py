@@ -53,7 +53,7 @@ class Stack:
 def stack(tmp_path_factory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("cli-runs")
     database_url = create_postgres_database()
-    server = UpServer(home / "home", workers=1, extra_env={"RLPLANE_DATABASE_URL": database_url})
+    server = UpServer(home / "home", workers=1, extra_env={"RLPLANE_DATABASE_URL": database_url, "RLPLANE_ALERT_S": "1"})
     try:
         server.wait_ready()
         yield Stack(server, home / "config")
@@ -403,3 +403,34 @@ def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_wor
     assert [(p["run_id"], p["field"], p["step"]) for p in lineage["parents"]] == [(sft["run_id"], "model.path", best)]
     shown = stack.cli("pipelines", "show", str(pipeline["id"]))
     assert shown.exit_code == 0 and "grpo" in shown.stdout and "succeeded" in shown.stdout
+
+
+def test_an_alert_rule_added_from_the_cli_fires_in_the_server_and_reaches_its_webhook(stack, finished, tmp_path):
+    """The API's reconciler watches runs on its own (every RLPLANE_ALERT_S): a status rule on the finished run's
+    project fires for it and posts to the webhook; `rlplane alerts list` shows it delivered."""
+    from tests.harness.receiver import Receiver
+
+    receiver = Receiver()
+    try:
+        rule = tmp_path / "rule.yaml"
+        rule.write_text(
+            "name: run-succeeded\ncondition: {kind: status, statuses: [succeeded]}\n"
+            f"actions: {{webhook: '{receiver.url}/hook/s3cr3t-token'}}\n"
+        )
+        added = stack.cli("alerts", "add", str(rule))
+        assert added.exit_code == 0, added.stderr
+        deadline = time.monotonic() + 60
+        while not any(
+            a["delivery"] == "delivered" for a in stack.http.get("/alerts", params={"run_id": finished["id"]}).json()["items"]
+        ):
+            assert time.monotonic() < deadline, stack.http.get("/alerts").json()
+            time.sleep(0.5)
+        [(path, body)] = [p for p in receiver.posts if p[1]["alert"]["run_id"] == finished["id"]]
+        assert path == "/hook/s3cr3t-token" and body["text"].startswith(f"[rlplane] run-succeeded on run {finished['id']}")
+        listed = stack.cli("alerts", "list", "--run", str(finished["id"]))
+        assert listed.exit_code == 0 and "run-succeeded" in listed.stdout and "delivered" in listed.stdout
+        rules = stack.cli("alerts", "rules")
+        assert "s3cr3t" not in rules.stdout and "run-succeeded" in rules.stdout
+        assert "s3cr3t" not in stack.server.log_path.read_text()
+    finally:
+        receiver.close()

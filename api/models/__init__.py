@@ -1,5 +1,6 @@
 """ORM models, one file per table."""
 
+from api.models.alert import Alert, AlertRule
 from api.models.api_token import ApiToken
 from api.models.attempt_node import AttemptNode
 from api.models.base import Base
@@ -21,6 +22,8 @@ from api.models.worker import Worker
 
 __all__ = [
     "ROLES",
+    "Alert",
+    "AlertRule",
     "ApiToken",
     "AttemptNode",
     "Base",

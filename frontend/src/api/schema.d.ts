@@ -4,6 +4,102 @@
  */
 
 export interface paths {
+    "/api/v1/alert-detectors": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Detectors
+         * @description The RL detectors every GRPO/PPO run gets unless its project mutes them.
+         */
+        get: operations["list_detectors_api_v1_alert_detectors_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alert-rules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Rules */
+        get: operations["list_rules_api_v1_alert_rules_get"];
+        put?: never;
+        /**
+         * Create Rule
+         * @description A condition over a project's runs (or one run) and what to do when it holds: show it, a webhook, apprise
+         *     notifications, stop the run. A rule for a detector replaces its defaults; muted, it silences it.
+         */
+        post: operations["create_rule_api_v1_alert_rules_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alert-rules/{rule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete Rule */
+        delete: operations["delete_rule_api_v1_alert_rules__rule_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alert-rules/{rule_id}/mute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Mute Rule */
+        post: operations["mute_rule_api_v1_alert_rules__rule_id__mute_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alerts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Alerts
+         * @description What fired, newest first: the run page shows its run's, the runs list marks runs with open ones.
+         */
+        get: operations["list_alerts_api_v1_alerts_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/datasets": {
         parameters: {
             query?: never;
@@ -838,6 +934,71 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** Actions */
+        Actions: {
+            /**
+             * Notify
+             * @description Apprise URLs (mailto://, discord://, json://, ...): any service apprise knows; secrets too.
+             */
+            notify?: string[];
+            /**
+             * Stop Run
+             * @description Cancel the run when the alert fires.
+             * @default false
+             */
+            stop_run: boolean;
+            /**
+             * Webhook
+             * @description POST a Slack-compatible JSON message ({text, ...}) here; the URL is a secret (never logged or shown).
+             */
+            webhook?: string | null;
+        };
+        /** AlertList */
+        AlertList: {
+            /** Items */
+            items: components["schemas"]["AlertPublic"][];
+        };
+        /** AlertPublic */
+        AlertPublic: {
+            /** Deliveries */
+            deliveries: components["schemas"]["Delivery"][];
+            /**
+             * Delivery
+             * @enum {string}
+             */
+            delivery: "none" | "pending" | "delivered" | "failed";
+            /**
+             * Fired At
+             * Format: date-time
+             */
+            fired_at: string;
+            /** Id */
+            id: number;
+            /** Message */
+            message: string;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /** Resolved At */
+            resolved_at: string | null;
+            /** Rule Id */
+            rule_id: number | null;
+            /** Run Id */
+            run_id: number;
+            /** Run Name */
+            run_name: string;
+            /**
+             * Source
+             * @description rule:<id> or detector:<name>
+             */
+            source: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "open" | "resolved";
+        };
         /** AttemptPublic */
         AttemptPublic: {
             /** End Reason */
@@ -927,6 +1088,31 @@ export interface components {
              * @default 1
              */
             scale: number;
+        };
+        /** Change */
+        Change: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "change";
+            /** Metric */
+            metric: string;
+            /**
+             * Op
+             * @enum {string}
+             */
+            op: "<" | "<=" | ">" | ">=" | "==" | "!=";
+            /**
+             * Value
+             * @description Compared with (last point - the point `window` points before it).
+             */
+            value: number;
+            /**
+             * Window
+             * @default 10
+             */
+            window: number;
         };
         /** CheckpointCreate */
         CheckpointCreate: {
@@ -1215,6 +1401,60 @@ export interface components {
              * @default 2
              */
             zero_stage: number;
+        };
+        /** Delivery */
+        Delivery: {
+            /** At */
+            at: string;
+            /** Attempt */
+            attempt: number;
+            /** Error */
+            error: string | null;
+            /** Ok */
+            ok: boolean;
+            /**
+             * Target
+             * @description webhook, notify 1, notify 2, ...
+             */
+            target: string;
+        };
+        /** DetectorList */
+        DetectorList: {
+            /** Items */
+            items: components["schemas"]["DetectorPublic"][];
+        };
+        /** DetectorPublic */
+        DetectorPublic: {
+            /** Algorithms */
+            algorithms: string[];
+            /** Name */
+            name: string;
+            /** Summary */
+            summary: string;
+        };
+        /**
+         * DetectorRule
+         * @description A built-in detector with its own parameters (and actions); muting such a rule mutes that detector for the
+         *     project's runs (or the one run).
+         */
+        DetectorRule: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "detector";
+            /**
+             * Name
+             * @enum {string}
+             */
+            name: "all_groups_equal" | "kl_unbounded" | "length_at_max" | "entropy_collapse" | "reward_falling";
+            /**
+             * Params
+             * @description Overrides of the detector's defaults.
+             */
+            params?: {
+                [key: string]: number;
+            };
         };
         /**
          * DpoOptions
@@ -1978,6 +2218,14 @@ export interface components {
              */
             trust_remote_code: boolean;
         };
+        /** Mute */
+        Mute: {
+            /**
+             * Muted
+             * @default true
+             */
+            muted: boolean;
+        };
         /**
          * NodeEnd
          * @description POST /runs/{id}/attempts/{n}/nodes/{r}/end: how a node other than 0 ended its part (node 0 sends the
@@ -2053,6 +2301,19 @@ export interface components {
             state: "granted" | "joined" | "ended";
             /** Worker */
             worker: string;
+        };
+        /** NonFinite */
+        NonFinite: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "nonfinite";
+            /**
+             * Metric
+             * @description A metric; unset: any metric of the run.
+             */
+            metric?: string | null;
         };
         /** PipelineDetail */
         PipelineDetail: {
@@ -2432,6 +2693,58 @@ export interface components {
              * @default 1
              */
             weight: number;
+        };
+        /** RuleList */
+        RuleList: {
+            /** Items */
+            items: components["schemas"]["RulePublic"][];
+        };
+        /** RulePublic */
+        RulePublic: {
+            /**
+             * Actions
+             * @description webhook and notify URLs shown as scheme://host/… (they are secrets)
+             */
+            actions: {
+                [key: string]: unknown;
+            };
+            /** Condition */
+            condition: {
+                [key: string]: unknown;
+            };
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Muted */
+            muted: boolean;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /** Run Id */
+            run_id: number | null;
+        };
+        /** RuleSpec */
+        RuleSpec: {
+            actions?: components["schemas"]["Actions"];
+            /** Condition */
+            condition: components["schemas"]["Threshold"] | components["schemas"]["Change"] | components["schemas"]["NonFinite"] | components["schemas"]["Stalled"] | components["schemas"]["StatusChange"] | components["schemas"]["DetectorRule"];
+            /** Name */
+            name: string;
+            /**
+             * Project
+             * @default default
+             */
+            project: string;
+            /**
+             * Run Id
+             * @description Only this run; unset: every run of the project.
+             */
+            run_id?: number | null;
         };
         /** RunCreated */
         RunCreated: {
@@ -3068,6 +3381,26 @@ export interface components {
                 [key: string]: unknown;
             } | null;
         };
+        /** Stalled */
+        Stalled: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "stalled";
+            /** Minutes */
+            minutes: number;
+        };
+        /** StatusChange */
+        StatusChange: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "status";
+            /** Statuses */
+            statuses: ("failed" | "lost" | "succeeded" | "cancelled")[];
+        };
         /** StatusUpdate */
         StatusUpdate: {
             /**
@@ -3132,6 +3465,29 @@ export interface components {
              * @description The components, each {name, weight, source}: name unique (reported as reward/<name>), weight 1.0 unless given (negative: a penalty), source a builtin, model, python or http reward (not a sum). total = sum of weight * component, each component after its own scale, clip and normalize.
              */
             terms: components["schemas"]["RewardTerm"][];
+        };
+        /** Threshold */
+        Threshold: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "threshold";
+            /** Metric */
+            metric: string;
+            /**
+             * Op
+             * @enum {string}
+             */
+            op: "<" | "<=" | ">" | ">=" | "==" | "!=";
+            /** Value */
+            value: number;
+            /**
+             * Window
+             * @description Mean of the last N points (1: the last point).
+             * @default 1
+             */
+            window: number;
         };
         /** TokenCreate */
         TokenCreate: {
@@ -3459,6 +3815,272 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_detectors_api_v1_alert_detectors_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DetectorList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_rules_api_v1_alert_rules_get: {
+        parameters: {
+            query?: {
+                project?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuleList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_rule_api_v1_alert_rules_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RuleSpec"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RulePublic"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_rule_api_v1_alert_rules__rule_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                rule_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    mute_rule_api_v1_alert_rules__rule_id__mute_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                rule_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Mute"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RulePublic"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_alerts_api_v1_alerts_get: {
+        parameters: {
+            query?: {
+                project?: string | null;
+                run_id?: number | null;
+                state?: ("open" | "resolved") | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_datasets_api_v1_datasets_get: {
         parameters: {
             query?: {

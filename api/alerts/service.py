@@ -1,0 +1,257 @@
+"""Alerts: rules over runs' metrics and status, the RL detectors every RL run gets, and what fired.
+
+`evaluate` (the reconciler's, every `alert_s`) looks at each run that is active or ended lately: every rule of its
+project (or of it) that is not muted, and every detector for its algorithm unless the project has a rule for that
+detector (its own parameters, or muted). A condition that holds opens an alert (one open per run and source),
+which is resolved when the condition clears; a status alert stays. Opening one stops the run if the rule says so
+and queues its delivery (api/alerts/delivery.py).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from api.auth.principal import Principal
+from api.exceptions import NotFound
+from api.models import Alert, AlertRule, Metric, Project, Run
+from api.models.base import utcnow
+from api.runs import service as runs
+from rlplane.alerts import (
+    DETECTORS,
+    Change,
+    DetectorRule,
+    NonFinite,
+    RuleSpec,
+    Stalled,
+    StatusChange,
+    Threshold,
+    Verdict,
+    change,
+    nonfinite,
+    threshold,
+)
+from rlplane.status import ACTIVE
+
+RECENT_ENDS = timedelta(minutes=10)  # a run that ended this recently is still looked at (its status rules)
+SERIES_POINTS = 200
+
+
+# --- rules ---
+
+
+def create_rule(session: Session, principal: Principal, spec: RuleSpec) -> AlertRule:
+    project = runs.project_by_name_or_422(session, spec.project)
+    principal.require(project.id, "write")
+    if spec.run_id is not None:
+        run = runs.readable_run(session, principal, spec.run_id)
+        if run.project_id != project.id:
+            from api.exceptions import Unprocessable
+
+            raise Unprocessable(["body", "run_id"], f"run {run.id} is not in project {spec.project!r}")
+    rule = AlertRule(
+        project_id=project.id,
+        run_id=spec.run_id,
+        name=spec.name,
+        spec=spec.model_dump(mode="json", include={"condition", "actions"}),
+        created_by=principal.user_id,
+    )
+    session.add(rule)
+    session.flush()
+    return rule
+
+
+def readable_rule(session: Session, principal: Principal, rule_id: int, action: str = "read") -> AlertRule:
+    rule = session.get(AlertRule, rule_id)
+    if rule is None or not principal.can(rule.project_id, "read"):
+        raise NotFound(f"alert rule {rule_id}")
+    principal.require(rule.project_id, action)
+    return rule
+
+
+def set_muted(session: Session, principal: Principal, rule_id: int, muted: bool) -> AlertRule:
+    rule = readable_rule(session, principal, rule_id, "write")
+    rule.muted = muted
+    return rule
+
+
+def delete_rule(session: Session, principal: Principal, rule_id: int) -> None:
+    session.delete(readable_rule(session, principal, rule_id, "write"))
+
+
+# --- evaluation ---
+
+
+def evaluate(session: Session, now: datetime | None = None) -> list[Alert]:
+    """Open and resolve alerts for every run worth looking at; returns the alerts opened."""
+    now = now or utcnow()
+    candidates = session.scalars(
+        select(Run).where(or_(Run.status.in_(ACTIVE), Run.ended_at >= now - RECENT_ENDS)).order_by(Run.id)
+    ).all()
+    opened: list[Alert] = []
+    rules_by_project: dict[int, list[AlertRule]] = {}
+    for run in candidates:
+        if run.project_id not in rules_by_project:
+            rules_by_project[run.project_id] = list(
+                session.scalars(select(AlertRule).where(AlertRule.project_id == run.project_id).order_by(AlertRule.id))
+            )
+        rules = [r for r in rules_by_project[run.project_id] if r.run_id in (None, run.id)]
+        opened += _evaluate_run(session, run, rules, now)
+    return opened
+
+
+def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datetime) -> list[Alert]:
+    series = _Series(session, run.id)
+    checks: list[tuple[str, str, AlertRule | None, Verdict, bool]] = []  # source, name, rule, verdict, sticky
+    overridden = set()
+    for rule in rules:
+        condition = RuleSpec.model_validate({"name": rule.name, **rule.spec}).condition
+        if isinstance(condition, DetectorRule):
+            overridden.add(condition.name)
+        if rule.muted:
+            continue
+        checks.append(
+            (f"rule:{rule.id}", rule.name, rule, _check(condition, run, series, now), isinstance(condition, StatusChange))
+        )
+    for detector in DETECTORS.values():
+        if run.algorithm in detector.algorithms and detector.name not in overridden and run.status in ACTIVE:
+            verdict = detector.check(series.detector_view(), _detector_params(run, {}))
+            checks.append((f"detector:{detector.name}", detector.name, None, verdict, False))
+    opened = []
+    for source, name, rule, verdict, sticky in checks:
+        current = session.scalars(
+            select(Alert).where(Alert.run_id == run.id, Alert.source == source).order_by(Alert.id.desc()).limit(1)
+        ).first()
+        if verdict.firing and (current is None or (current.state == "resolved" and not sticky)):
+            opened.append(_open(session, run, source, name, rule, verdict.message, now))
+        elif not verdict.firing and current is not None and current.state == "open" and not sticky:
+            current.state, current.resolved_at = "resolved", now
+    return opened
+
+
+def _detector_params(run: Run, params: dict[str, float]) -> dict[str, float]:
+    """A detector's parameters: the run's own limits (max_new_tokens) under the rule's overrides."""
+    gen = (run.spec.get(run.algorithm) or {}).get("gen") or {}
+    return {**({"max_new_tokens": float(gen["max_new_tokens"])} if gen.get("max_new_tokens") else {}), **params}
+
+
+def _check(condition, run: Run, series: _Series, now: datetime) -> Verdict:
+    if isinstance(condition, Threshold):
+        return threshold(series.points(condition.metric), condition.op, condition.value, condition.window, condition.metric)
+    if isinstance(condition, Change):
+        return change(series.points(condition.metric), condition.op, condition.value, condition.window, condition.metric)
+    if isinstance(condition, NonFinite):
+        if condition.metric is not None:
+            return nonfinite({condition.metric: series.points(condition.metric)})
+        return series.any_nonfinite()
+    if isinstance(condition, Stalled):
+        if run.status != "running":
+            return Verdict(False)
+        last = series.last_time() or (run.started_at.timestamp() if run.started_at else None)
+        idle = None if last is None else now.timestamp() - last
+        return Verdict(
+            idle is not None and idle > condition.minutes * 60,
+            f"no step progress for {idle / 60:.1f} minutes (at step {run.last_step})" if idle is not None else "",
+        )
+    if isinstance(condition, StatusChange):
+        return Verdict(run.status in condition.statuses, f"run {run.id} {run.status}: {run.status_reason}".rstrip(": "))
+    if isinstance(condition, DetectorRule):
+        if run.status not in ACTIVE:
+            return Verdict(False)
+        return DETECTORS[condition.name].check(series.detector_view(), _detector_params(run, condition.params))
+    raise AssertionError(condition)
+
+
+def _open(session: Session, run: Run, source: str, name: str, rule: AlertRule | None, message: str, now: datetime) -> Alert:
+    actions = (rule.spec.get("actions") or {}) if rule is not None else {}
+    deliver = bool(actions.get("webhook") or actions.get("notify"))
+    alert = Alert(
+        run_id=run.id,
+        rule_id=rule.id if rule else None,
+        source=source,
+        name=name,
+        message=message[:2000],
+        state="open",
+        fired_at=now,
+        delivery="pending" if deliver else "none",
+        deliveries=[],
+        next_attempt_at=now if deliver else None,
+    )
+    session.add(alert)
+    if actions.get("stop_run") and run.status in ("queued", "starting", "running"):
+        runs.set_status(
+            session, run, "cancelled" if run.status == "queued" else "cancelling", f"stopped by alert {name}: {message}"
+        )
+    session.flush()
+    return alert
+
+
+class _Series:
+    """A run's recent points per key, read once per evaluation."""
+
+    def __init__(self, session: Session, run_id: int) -> None:
+        self.session, self.run_id = session, run_id
+        self._cache: dict[str, list[float]] = {}
+
+    def points(self, key: str) -> list[float]:
+        if key not in self._cache:
+            rows = self.session.execute(
+                select(Metric.value, Metric.is_nan)
+                .where(Metric.run_id == self.run_id, Metric.key == key)
+                .order_by(Metric.step.desc())
+                .limit(SERIES_POINTS)
+            ).all()
+            self._cache[key] = [math.nan if is_nan else value for value, is_nan in reversed(rows)]
+        return self._cache[key]
+
+    def detector_view(self) -> dict[str, list[float]]:
+        from rlplane.alerts import DETECTOR_KEYS
+
+        return {key: self.points(key) for key in DETECTOR_KEYS}
+
+    def any_nonfinite(self) -> Verdict:
+        row = self.session.execute(
+            select(Metric.key, Metric.step, Metric.value, Metric.is_nan)
+            .where(Metric.run_id == self.run_id, or_(Metric.is_nan.is_(True), Metric.value > 1e308, Metric.value < -1e308))
+            .order_by(Metric.id.desc())
+            .limit(1)
+        ).first()
+        if row is None:
+            return Verdict(False)
+        shown = "NaN" if row.is_nan else str(row.value)
+        return Verdict(True, f"{row.key} is {shown} at step {row.step}")
+
+    def last_time(self) -> float | None:
+        from sqlalchemy import func
+
+        return self.session.scalar(select(func.max(Metric.time)).where(Metric.run_id == self.run_id))
+
+
+# --- reading ---
+
+
+def list_alerts(
+    session: Session, principal: Principal, *, project: str | None, run_id: int | None, state: str | None, limit: int
+) -> list[tuple[Alert, Run, str]]:
+    query = select(Alert, Run, Project.name).join(Run, Run.id == Alert.run_id).join(Project, Project.id == Run.project_id)
+    if (ids := principal.project_ids()) is not None:
+        query = query.where(Run.project_id.in_(ids))
+    if project is not None:
+        query = query.where(Project.name == project)
+    if run_id is not None:
+        query = query.where(Alert.run_id == run_id)
+    if state is not None:
+        query = query.where(Alert.state == state)
+    return [tuple(row) for row in session.execute(query.order_by(Alert.id.desc()).limit(limit)).all()]
+
+
+def list_rules(session: Session, principal: Principal, project: str | None) -> list[tuple[AlertRule, str]]:
+    query = select(AlertRule, Project.name).join(Project, Project.id == AlertRule.project_id)
+    if (ids := principal.project_ids()) is not None:
+        query = query.where(AlertRule.project_id.in_(ids))
+    if project is not None:
+        query = query.where(Project.name == project)
+    return [tuple(row) for row in session.execute(query.order_by(AlertRule.id)).all()]

@@ -1,0 +1,231 @@
+"""Alert rules: what to watch in a run's metrics and status, and the RL detectors every RL run gets by default.
+
+A rule is a condition and actions. Conditions are read from a run's recent points (oldest first), never code:
+
+    threshold  the mean of the last `window` points of `metric` compared with `value` (train/loss > 5)
+    change     the last point minus the point `window` points before it, compared with `value` (a fall of 0.5: < -0.5)
+    nonfinite  a NaN or infinite point of `metric` (any metric if unset)
+    stalled    a running run whose step has not moved for `minutes`
+    status     the run became one of `statuses` (failed, lost, succeeded, cancelled)
+    detector   one of DETECTORS, with its own parameters (a rule for it replaces its default; a muted one silences it)
+
+The detectors (DETECTORS) are conditions over the metrics our RL recipes log, with defaults; they watch every
+GRPO/PPO run unless a project mutes them. Each is a pure function here, so the API evaluates and the tests check
+exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from rlplane.spec.base import Name, StrictModel
+
+Op = Literal["<", "<=", ">", ">=", "==", "!="]
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+RUN_END_STATUSES = ("failed", "lost", "succeeded", "cancelled")
+METRIC_KEY = r"^[A-Za-z0-9_./-]{1,256}$"
+
+
+class Threshold(StrictModel):
+    kind: Literal["threshold"]
+    metric: str = Field(pattern=METRIC_KEY)
+    op: Op
+    value: float
+    window: int = Field(1, ge=1, le=1000, description="Mean of the last N points (1: the last point).")
+
+
+class Change(StrictModel):
+    kind: Literal["change"]
+    metric: str = Field(pattern=METRIC_KEY)
+    op: Op
+    value: float = Field(description="Compared with (last point - the point `window` points before it).")
+    window: int = Field(10, ge=1, le=1000)
+
+
+class NonFinite(StrictModel):
+    kind: Literal["nonfinite"]
+    metric: str | None = Field(None, pattern=METRIC_KEY, description="A metric; unset: any metric of the run.")
+
+
+class Stalled(StrictModel):
+    kind: Literal["stalled"]
+    minutes: float = Field(gt=0, le=7 * 24 * 60)
+
+
+class StatusChange(StrictModel):
+    kind: Literal["status"]
+    statuses: list[Literal["failed", "lost", "succeeded", "cancelled"]] = Field(min_length=1)
+
+
+class DetectorRule(StrictModel):
+    """A built-in detector with its own parameters (and actions); muting such a rule mutes that detector for the
+    project's runs (or the one run)."""
+
+    kind: Literal["detector"]
+    name: Literal["all_groups_equal", "kl_unbounded", "length_at_max", "entropy_collapse", "reward_falling"]
+    params: dict[str, float] = Field(default_factory=dict, description="Overrides of the detector's defaults.")
+
+
+Condition = Annotated[Threshold | Change | NonFinite | Stalled | StatusChange | DetectorRule, Field(discriminator="kind")]
+
+
+class Actions(StrictModel):
+    webhook: str | None = Field(
+        None,
+        max_length=2000,
+        description="POST a Slack-compatible JSON message ({text, ...}) here; the URL is a secret (never logged or shown).",
+    )
+    notify: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Apprise URLs (mailto://, discord://, json://, ...): any service apprise knows; secrets too.",
+    )
+    stop_run: bool = Field(False, description="Cancel the run when the alert fires.")
+
+    @field_validator("webhook")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("a webhook is an http:// or https:// URL (use notify for other services)")
+        return url
+
+
+class RuleSpec(StrictModel):
+    name: Name
+    project: Name = "default"
+    run_id: int | None = Field(None, ge=1, description="Only this run; unset: every run of the project.")
+    condition: Condition
+    actions: Actions = Field(default_factory=Actions)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    firing: bool
+    message: str = ""
+
+
+Points = Sequence[float]  # a metric's recent values, oldest first (NaN/inf as floats)
+
+
+def _finite(points: Points) -> list[float]:
+    return [p for p in points if math.isfinite(p)]
+
+
+def threshold(points: Points, op: str, value: float, window: int, metric: str) -> Verdict:
+    recent = _finite(points[-window:])
+    if len(recent) < window:
+        return Verdict(False)
+    mean = sum(recent) / window
+    what = "mean of the last {window} points of {metric}" if window > 1 else "{metric}"
+    return Verdict(_OPS[op](mean, value), f"{what.format(window=window, metric=metric)} is {mean:.4g} ({op} {value:g})")
+
+
+def change(points: Points, op: str, value: float, window: int, metric: str) -> Verdict:
+    if len(points) <= window or not (math.isfinite(points[-1]) and math.isfinite(points[-1 - window])):
+        return Verdict(False)
+    moved = points[-1] - points[-1 - window]
+    return Verdict(_OPS[op](moved, value), f"{metric} moved by {moved:+.4g} over {window} points ({op} {value:g})")
+
+
+def nonfinite(points_by_key: Mapping[str, Points]) -> Verdict:
+    for key, points in points_by_key.items():
+        if points and not math.isfinite(points[-1]):
+            return Verdict(True, f"{key} is {'NaN' if math.isnan(points[-1]) else points[-1]}")
+    return Verdict(False)
+
+
+# --- RL detectors: (name, what they read, defaults, the pure check) ---
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    algorithms: tuple[str, ...]
+    summary: str
+    check: Callable[[Mapping[str, Points], Mapping[str, float]], Verdict]
+
+
+def _all_groups_equal(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """Every GRPO group scored its responses the same for `steps` steps: advantages are all zero, nothing is learned."""
+    steps = int(spec.get("steps", 5))
+    recent = list(series.get("grpo/zero_std_groups", []))[-steps:]
+    firing = len(recent) == steps and all(v >= 0.999 for v in recent)
+    return Verdict(
+        firing, f"every group had the same reward for {steps} steps (grpo/zero_std_groups = 1): the run learns nothing"
+    )
+
+
+def _kl_unbounded(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """KL to the reference above `bound`, or rising at each of the last `steps` steps."""
+    bound, steps = spec.get("bound", 10.0), int(spec.get("steps", 10))
+    for key in ("grpo/kl", "ppo/kl"):
+        points = _finite(series.get(key, []))
+        if points and points[-1] > bound:
+            return Verdict(True, f"{key} is {points[-1]:.4g}, above {bound:g}")
+        recent = points[-steps - 1 :]
+        if len(recent) == steps + 1 and all(b > a for a, b in zip(recent, recent[1:], strict=False)) and recent[-1] > 0.1:
+            return Verdict(True, f"{key} rose at each of the last {steps} steps, to {recent[-1]:.4g}")
+    return Verdict(False)
+
+
+def _length_at_max(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """Mean response length at max_new_tokens (within 2%) for `steps` steps: responses are cut off, not finished."""
+    limit, steps = spec.get("max_new_tokens"), int(spec.get("steps", 5))
+    recent = _finite(series.get("gen/response_length", []))[-steps:]
+    if not limit or len(recent) < steps:
+        return Verdict(False)
+    firing = all(v >= 0.98 * limit for v in recent)
+    return Verdict(firing, f"mean response length {recent[-1]:.4g} stayed at max_new_tokens {limit:g} for {steps} steps")
+
+
+def _entropy_collapse(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """Policy entropy per token below `bound` nats: the policy has stopped exploring."""
+    bound = spec.get("bound", 0.05)
+    for key in ("grpo/entropy", "ppo/entropy"):
+        points = _finite(series.get(key, []))
+        if points and points[-1] < bound:
+            return Verdict(True, f"{key} is {points[-1]:.4g}, below {bound:g} nats per token")
+    return Verdict(False)
+
+
+def _reward_falling(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """reward/mean, smoothed over `window` steps, has lost half of what it gained (from its first window to its peak)
+    and the peak is at least `window` steps behind."""
+    window = int(spec.get("window", 10))
+    points = _finite(series.get("reward/mean", []))
+    if len(points) < 3 * window:
+        return Verdict(False)
+    smooth = [sum(points[i - window : i]) / window for i in range(window, len(points) + 1)]
+    peak_at = max(range(len(smooth)), key=smooth.__getitem__)
+    gain = smooth[peak_at] - smooth[0]
+    if gain <= 0 or len(smooth) - 1 - peak_at < window:
+        return Verdict(False)
+    firing = smooth[-1] < smooth[peak_at] - 0.5 * gain
+    return Verdict(
+        firing, f"reward/mean fell to {smooth[-1]:.4g} from its peak {smooth[peak_at]:.4g} (smoothed over {window} steps)"
+    )
+
+
+DETECTORS: dict[str, Detector] = {
+    d.name: d
+    for d in (
+        Detector("all_groups_equal", ("grpo",), "every GRPO group had the same reward for 5 steps", _all_groups_equal),
+        Detector("kl_unbounded", ("grpo", "ppo"), "KL to the reference above 10, or rising for 10 steps", _kl_unbounded),
+        Detector("length_at_max", ("grpo", "ppo"), "mean response length at max_new_tokens for 5 steps", _length_at_max),
+        Detector("entropy_collapse", ("grpo", "ppo"), "entropy below 0.05 nats per token", _entropy_collapse),
+        Detector("reward_falling", ("grpo", "ppo"), "smoothed reward/mean lost half its gain after a peak", _reward_falling),
+    )
+}
+DETECTOR_KEYS = ("grpo/zero_std_groups", "grpo/kl", "ppo/kl", "gen/response_length", "grpo/entropy", "ppo/entropy", "reward/mean")

@@ -1,0 +1,247 @@
+"""Alerts: the detectors and conditions as pure functions, then rules through the API against runs a worker
+reports to, with deliveries to a real HTTP receiver (a Slack-compatible webhook, and apprise's json:// service)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from api.alerts import delivery
+from api.alerts import service as alerts
+from api.models import Alert, Run
+from api.models.base import utcnow
+from api.reconcile import Reconciler
+from api.unit_of_work import transaction
+from rlplane.alerts import DETECTORS, change, nonfinite, threshold
+from tests.harness.factories import auth, create_run, worker_token
+from tests.harness.receiver import Receiver
+
+# --- the conditions and detectors, pure ---
+
+
+def test_conditions_read_the_recent_points():
+    assert threshold([1, 9, 7], ">", 5, 2, "train/loss").firing  # mean of 9 and 7
+    assert not threshold([9, 1], ">", 5, 2, "train/loss").firing
+    assert not threshold([9], ">", 5, 2, "train/loss").firing  # fewer points than the window: no verdict yet
+    fell = change([1.0, 0.9, 0.4], "<", -0.5, 2, "reward/mean")
+    assert fell.firing and fell.message == "reward/mean moved by -0.6 over 2 points (< -0.5)"
+    assert nonfinite({"a": [1.0], "b": [1.0, math.nan]}).message == "b is NaN"
+
+
+@pytest.mark.parametrize(
+    ("name", "fires", "quiet", "params"),
+    [
+        ("all_groups_equal", {"grpo/zero_std_groups": [0.5] + [1.0] * 5}, {"grpo/zero_std_groups": [1.0] * 4 + [0.9]}, {}),
+        ("kl_unbounded", {"grpo/kl": [0.1, 12.0]}, {"grpo/kl": [0.1, 0.3, 0.2] * 4}, {}),
+        ("kl_unbounded", {"ppo/kl": [0.05 * i for i in range(12)]}, {"ppo/kl": [0.5] * 12}, {}),
+        (
+            "length_at_max",
+            {"gen/response_length": [31.9] * 5},
+            {"gen/response_length": [31.9] * 4 + [20.0]},
+            {"max_new_tokens": 32},
+        ),
+        ("entropy_collapse", {"ppo/entropy": [1.0, 0.01]}, {"ppo/entropy": [0.01, 1.0]}, {}),
+        (
+            "reward_falling",
+            {"reward/mean": [0.0] * 10 + [1.0] * 10 + [0.2] * 10},
+            {"reward/mean": [0.0] * 10 + [1.0] * 10 + [0.8] * 10},
+            {},
+        ),
+    ],
+)
+def test_each_detector_fires_on_its_pattern_and_not_on_a_healthy_run(name, fires, quiet, params):
+    detector = DETECTORS[name]
+    verdict = detector.check(fires, params)
+    assert verdict.firing and verdict.message
+    assert not detector.check(quiet, params).firing
+    assert not detector.check({}, params).firing  # a run that has not logged the key yet
+
+
+# --- through the API ---
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+class Worker:
+    def __init__(self, client) -> None:
+        self.client, self.headers = client, auth(worker_token(client))
+
+    def start(self, run_id: int) -> None:
+        assert self.client.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w1"}, headers=self.headers).status_code == 200
+        running = {"attempt": 1, "status": "running"}
+        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=running, headers=self.headers).status_code == 200
+
+    def log(self, run_id: int, key: str, values: dict[int, float | str]) -> None:
+        rows = [{"key": key, "step": step, "value": value} for step, value in values.items()]
+        assert self.client.post(f"/api/v1/runs/{run_id}/metrics", json=rows, headers=self.headers).status_code == 200
+
+    def end(self, run_id: int, status: str) -> None:
+        ended = {"attempt": 1, "status": status, "reason": "exit code 1"}
+        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=ended, headers=self.headers).status_code == 200
+
+
+def watch(app) -> None:
+    Reconciler(app.state.sessionmaker, lambda *_: None).watch()
+
+
+def alerts_of(client, run_id: int) -> list[dict]:
+    return client.get("/api/v1/alerts", params={"run_id": run_id}).json()["items"]
+
+
+SECRET = "T0KEN-abc123-secret"
+
+
+def test_a_threshold_rule_opens_delivers_to_a_webhook_and_apprise_and_resolves(client, db, app, receiver, caplog):
+    worker = Worker(client)
+    run = create_run(client)
+    rule = {
+        "name": "loss-high",
+        "condition": {"kind": "threshold", "metric": "train/loss", "op": ">", "value": 5, "window": 2},
+        "actions": {
+            "webhook": f"{receiver.url}/hooks/{SECRET}",
+            "notify": [f"json://127.0.0.1:{receiver.url.rsplit(':', 1)[1]}/apprise/{SECRET}"],
+        },
+    }
+    created = client.post("/api/v1/alert-rules", json=rule)
+    assert created.status_code == 201, created.text
+    assert created.json()["actions"] == {"webhook": "http://127.0.0.1/…", "notify": ["json://127.0.0.1/…"], "stop_run": False}
+    worker.start(run["id"])
+    worker.log(run["id"], "train/loss", {1: 3.0, 2: 6.0})
+    caplog.set_level(logging.DEBUG)
+    watch(app)
+    assert alerts_of(client, run["id"]) == []  # the mean of the last two is 4.5
+    worker.log(run["id"], "train/loss", {3: 7.0})
+    watch(app)
+    [alert] = alerts_of(client, run["id"])
+    assert (alert["name"], alert["state"], alert["source"]) == ("loss-high", "open", f"rule:{created.json()['id']}")
+    assert alert["message"] == "mean of the last 2 points of train/loss is 6.5 (> 5)"
+    assert alert["delivery"] == "delivered" and {d["target"] for d in alert["deliveries"]} == {"webhook", "notify 1"}
+    paths = {path.rsplit("/", 2)[-2]: body for path, body in receiver.posts}
+    assert paths["hooks"]["text"] == f"[rlplane] loss-high on run {run['id']} (sft-tiny, project default): {alert['message']}"
+    assert paths["hooks"]["alert"]["run_id"] == run["id"]
+    assert alert["message"] in paths["apprise"]["message"]
+    assert SECRET not in caplog.text and SECRET not in client.get("/api/v1/alert-rules").text
+    watch(app)
+    assert len(receiver.posts) == 2  # open already: not again
+    worker.log(run["id"], "train/loss", {4: 1.0, 5: 1.0})
+    watch(app)
+    [alert] = alerts_of(client, run["id"])
+    assert alert["state"] == "resolved" and alert["resolved_at"] is not None
+
+
+def test_a_failed_delivery_is_recorded_retried_with_backoff_then_given_up(client, db, app, receiver):
+    receiver.status = 500
+    worker = Worker(client)
+    run = create_run(client)
+    rule = {"name": "any-nan", "condition": {"kind": "nonfinite"}, "actions": {"webhook": f"{receiver.url}/x/{SECRET}"}}
+    assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
+    worker.start(run["id"])
+    worker.log(run["id"], "train/grad_norm", {1: 1.0, 2: "NaN"})
+    watch(app)
+    [alert] = alerts_of(client, run["id"])
+    assert alert["message"] == "train/grad_norm is NaN at step 2"
+    assert alert["delivery"] == "pending" and alert["deliveries"][0]["error"] == "HTTP 500"
+    stored = db.get(Alert, alert["id"])
+    db.refresh(stored)
+    assert 4 <= (stored.next_attempt_at - utcnow()).total_seconds() <= 5  # the first backoff
+    later = utcnow()
+    for _ in range(delivery.MAX_ATTEMPTS):
+        later += timedelta(minutes=5)
+        delivery.deliver_due(app.state.sessionmaker, now=later)
+    [alert] = alerts_of(client, run["id"])
+    assert alert["delivery"] == "failed" and [d["attempt"] for d in alert["deliveries"]] == [1, 2, 3, 4, 5]
+    assert len(receiver.posts) == delivery.MAX_ATTEMPTS
+
+
+def test_stop_run_cancels_the_run_and_a_status_rule_fires_once(client, db, app):
+    worker = Worker(client)
+    doomed, failing = create_run(client, name="doomed"), create_run(client, name="failing")
+    stop = {"name": "stop-on-nan", "run_id": doomed["id"], "condition": {"kind": "nonfinite", "metric": "train/loss"}}
+    stop["actions"] = {"stop_run": True}
+    assert client.post("/api/v1/alert-rules", json=stop).status_code == 201
+    assert (
+        client.post(
+            "/api/v1/alert-rules", json={"name": "failed", "condition": {"kind": "status", "statuses": ["failed"]}}
+        ).status_code
+        == 201
+    )
+    for run in (doomed, failing):
+        worker.start(run["id"])
+        worker.log(run["id"], "train/loss", {1: "NaN"})
+    watch(app)
+    assert client.get(f"/api/v1/runs/{doomed['id']}").json()["status"] == "cancelling"
+    assert db.get(Run, doomed["id"]).status_reason.startswith("stopped by alert stop-on-nan: train/loss is NaN")
+    assert client.get(f"/api/v1/runs/{failing['id']}").json()["status"] == "running"  # the rule names one run
+    worker.end(failing["id"], "failed")
+    watch(app)
+    watch(app)
+    [fired] = alerts_of(client, failing["id"])
+    assert (fired["name"], fired["state"]) == ("failed", "open") and fired["message"].startswith(f"run {failing['id']} failed")
+
+
+def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs_are_seen(client, db, app):
+    worker = Worker(client)
+    grpo = {
+        "algorithm": "grpo",
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": {"source": "builtin:arithmetic"},
+        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 8}},
+    }
+    first = create_run(client, name="grpo-a", **grpo)
+    worker.start(first["id"])
+    worker.log(first["id"], "grpo/zero_std_groups", {s: 1.0 for s in range(1, 6)})
+    worker.log(first["id"], "gen/response_length", {s: 8.0 for s in range(1, 6)})
+    watch(app)
+    fired = {a["name"]: a for a in alerts_of(client, first["id"])}
+    assert set(fired) == {"all_groups_equal", "length_at_max"}, fired
+    assert fired["all_groups_equal"]["source"] == "detector:all_groups_equal" and fired["all_groups_equal"]["delivery"] == "none"
+    assert "max_new_tokens 8" in fired["length_at_max"]["message"]
+
+    muted = client.post(
+        "/api/v1/alert-rules", json={"name": "no-equal-groups", "condition": {"kind": "detector", "name": "all_groups_equal"}}
+    )
+    assert client.post(f"/api/v1/alert-rules/{muted.json()['id']}/mute", json={"muted": True}).json()["muted"] is True
+    second = create_run(client, name="grpo-b", **grpo)
+    worker.start(second["id"])
+    worker.log(second["id"], "grpo/zero_std_groups", {s: 1.0 for s in range(1, 6)})
+    watch(app)
+    assert alerts_of(client, second["id"]) == []
+
+    assert (
+        client.post("/api/v1/alert-rules", json={"name": "stuck", "condition": {"kind": "stalled", "minutes": 5}}).status_code
+        == 201
+    )
+    with transaction(app.state.sessionmaker) as uow:
+        alerts.evaluate(uow.session, now=utcnow() + timedelta(minutes=10))
+    assert "stuck" in {a["name"] for a in alerts_of(client, second["id"])}
+    names = {d["name"] for d in client.get("/api/v1/alert-detectors").json()["items"]}
+    assert names == set(DETECTORS)
+
+
+@pytest.mark.parametrize(
+    ("rule", "loc"),
+    [
+        (
+            {"name": "x", "condition": {"kind": "threshold", "metric": "a b", "op": ">", "value": 1}},
+            ["body", "condition", "threshold", "metric"],
+        ),
+        ({"name": "x", "condition": {"kind": "nonfinite"}, "actions": {"webhook": "ftp://h/x"}}, ["body", "actions", "webhook"]),
+        ({"name": "x", "condition": {"kind": "someday"}}, ["body", "condition"]),
+        ({"name": "x", "condition": {"kind": "nonfinite"}, "project": "nowhere"}, ["body", "project"]),
+    ],
+    ids=["metric-key", "webhook-scheme", "unknown-kind", "unknown-project"],
+)
+def test_a_bad_rule_is_refused_at_its_field_and_nothing_is_stored(client, db, rule, loc):
+    response = client.post("/api/v1/alert-rules", json=rule)
+    assert response.status_code == 422, response.text
+    assert any(e["loc"][: len(loc)] == loc for e in response.json()["detail"]), response.json()
+    assert db.scalars(select(Alert)).all() == [] and client.get("/api/v1/alert-rules").json() == {"items": []}
