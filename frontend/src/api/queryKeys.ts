@@ -1,3 +1,4 @@
+import type { AlertListQuery } from './alerts';
 import type { PipelineListQuery } from './pipelines';
 import type { RunListQuery } from './types';
 
@@ -46,6 +47,14 @@ const pipelines = {
   detail: (id: number) => [...pipelines.all(), id, 'detail'] as const,
 };
 
+/** Alerts across runs (the runs list's markers) and one run's (its page), both lists of one endpoint. */
+const alerts = {
+  all: () => ['alerts'] as const,
+  lists: () => [...alerts.all(), 'list'] as const,
+  list: (query: AlertListQuery) => [...alerts.lists(), query] as const,
+  detectors: () => [...alerts.all(), 'detectors'] as const,
+};
+
 const tokens = {
   all: () => ['tokens'] as const,
   list: (allUsers: boolean) => [...tokens.all(), 'list', { allUsers }] as const,
@@ -58,6 +67,7 @@ export const queryKeys = {
   samples,
   projects,
   pipelines,
+  alerts,
   tokens,
   users: { list: () => ['users', 'list'] as const },
   workers: { list: () => ['workers', 'list'] as const },

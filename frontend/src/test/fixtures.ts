@@ -1,3 +1,4 @@
+import type { Alert } from '../api/alerts';
 import type { PipelineDetail, Stage } from '../api/pipelines';
 import type { RunDetail, Sample } from '../api/types';
 
@@ -48,6 +49,16 @@ export function pipelineChain(over: Partial<PipelineDetail> = {}): PipelineDetai
       }),
       pipelineStage('ppo', { status: 'skipped', needs: ['sft', 'rm'], reason: 'rm failed' }),
     ],
+    ...over,
+  };
+}
+
+/** An alert as GET /alerts answers it: open, from rule 3 on run 7, with overrides. */
+export function alertOf(over: Partial<Alert> = {}): Alert {
+  return {
+    id: nextId++, run_id: 7, run_name: 'base', project: 'default', rule_id: 3, source: 'rule:3', name: 'loss spike',
+    message: 'train/loss 9.1 > 5 at step 40', state: 'open', fired_at: '2025-01-01T00:05:00Z', resolved_at: null,
+    delivery: 'none', deliveries: [],
     ...over,
   };
 }

@@ -8,6 +8,7 @@ import { useMetricHistory } from '../../charts/useMetricHistory';
 import { ErrorNote } from '../../components/ErrorNote';
 import { useRunEvents } from '../../sse/useRunEvents';
 import type { RunContext } from './context';
+import { RunAlerts } from './RunAlerts';
 import { RunHeader } from './RunHeader';
 import { SubmitWarnings } from './SubmitWarnings';
 
@@ -53,6 +54,7 @@ export function RunPage() {
       {/* The stream stays open after a run ends but brings nothing more, so the live dot goes off; a queued
           run's dot stays on: its start comes through the stream. */}
       <RunHeader run={run.data} liveStep={liveStep} connected={connected && !isTerminal(run.data.status)} />
+      <RunAlerts run={run.data} />
       <SubmitWarnings />
       <nav className="tabs" aria-label="Run sections">
         {TABS.map(([path, label]) => (

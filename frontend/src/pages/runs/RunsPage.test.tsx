@@ -146,8 +146,59 @@ describe('RunsPage headlines', () => {
 
     await vi.advanceTimersByTimeAsync(3_100); // the list's own poll brings new values
     await vi.waitFor(() => expect(cell(2).textContent).toBe('rewards/margin 1.2'));
-    expect(new Set(paths)).toEqual(new Set(['/api/v1/runs', '/api/v1/projects']));
+    expect(new Set(paths)).toEqual(new Set(['/api/v1/runs', '/api/v1/projects', '/api/v1/alerts']));
     expect(paths.filter((p) => p === '/api/v1/runs')).toHaveLength(2);
+    client.clear();
+  });
+});
+
+describe('RunsPage alerts', () => {
+  const openAlert = (id: number, runId: number, name: string) => ({
+    id, run_id: runId, run_name: `r${runId}`, project: 'default', rule_id: null, source: `detector:${name}`, name,
+    message: '...', state: 'open', fired_at: '2025-01-01T00:05:00Z', resolved_at: null, delivery: 'none', deliveries: [],
+  });
+
+  it('marks only the runs with open alerts, with their count and names, from one request per refresh', async () => {
+    vi.useFakeTimers({ shouldAdvanceTime: true }); // Date too: TanStack times its polls against Date.now
+    const alertUrls: URL[] = [];
+    let listPolls = 0;
+    vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+      const u = new URL(req.url);
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
+      if (u.pathname === '/api/v1/runs') {
+        listPolls += 1;
+        return json({ data: Array.from({ length: 20 }, (_, i) => run(i + 1, 'running', `r${i + 1}`, 'grpo')), count: 20 });
+      }
+      if (u.pathname !== '/api/v1/alerts') return new Response('{}', { status: 404 });
+      alertUrls.push(u);
+      const items = [openAlert(2, 3, 'zero_std_groups'), openAlert(1, 3, 'loss spike')];
+      // The second refresh brings one more, on another run.
+      if (alertUrls.length > 1) items.unshift(openAlert(3, 5, 'length collapse'));
+      return json({ items });
+    }));
+    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+    render(
+      <QueryClientProvider client={client}>
+        <MemoryRouter initialEntries={['/runs']}>
+          <RunsPage />
+        </MemoryRouter>
+      </QueryClientProvider>,
+    );
+    const table = await screen.findByRole('table');
+    const marker = await within(table).findByRole('link', { name: '2 open alerts: zero_std_groups, loss spike' });
+    expect(marker.closest('tr')?.dataset.runId).toBe('3');
+    expect(marker.textContent).toBe('⚠ 2');
+    expect(marker.getAttribute('title')).toBe('2 open alerts: zero_std_groups, loss spike');
+    expect(marker.getAttribute('href')).toBe('/runs/3');
+    expect(within(table).getAllByTestId('alert-marker')).toHaveLength(1);
+    expect(alertUrls).toHaveLength(1);
+    expect(Object.fromEntries(alertUrls[0]!.searchParams)).toEqual({ state: 'open', limit: '1000' });
+
+    await vi.advanceTimersByTimeAsync(3_100); // the list's poll and the markers' come together
+    await vi.waitFor(() => expect(within(table).getAllByTestId('alert-marker')).toHaveLength(2));
+    expect(within(table).getByRole('link', { name: '1 open alert: length collapse' }).closest('tr')?.dataset.runId).toBe('5');
+    expect(listPolls).toBe(2);
+    expect(alertUrls).toHaveLength(2);
     client.clear();
   });
 });

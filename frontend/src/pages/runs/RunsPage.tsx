@@ -1,6 +1,7 @@
 import { useState } from 'react';
 import { Link, useSearchParams } from 'react-router';
 import { keepPreviousData, useQuery } from '@tanstack/react-query';
+import { useOpenAlertsByRun } from '../../api/alerts';
 import { api, unwrap } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
 import { ErrorNote } from '../../components/ErrorNote';
@@ -29,6 +30,8 @@ export function RunsPage() {
     refetchInterval: REFRESH_MS,
     placeholderData: keepPreviousData,
   });
+  // One request for every row's marker, on the list's own beat.
+  const openAlerts = useOpenAlertsByRun(REFRESH_MS);
 
   const update = (next: RunFilters) => setParams(toParams(next), { replace: true });
   const toggle = (id: number) =>
@@ -59,6 +62,7 @@ export function RunsPage() {
       <RunFiltersForm filters={filters} onChange={update} />
       <ColumnPicker shown={columns} onChange={pickColumns} />
       <ErrorNote error={runs.error} />
+      {openAlerts.error && <p className="muted">Alert markers unavailable: {openAlerts.error.message}</p>}
       {runs.data && (
         <>
           <RunsTable
@@ -68,6 +72,7 @@ export function RunsPage() {
             selected={selected}
             onToggle={toggle}
             columns={columns}
+            openAlerts={openAlerts.data}
           />
           {count === 0 && <p className="muted">No runs match these filters.</p>}
           <nav className="pager" aria-label="Pages">

@@ -1,7 +1,9 @@
 import { Link } from 'react-router';
+import type { Alert } from '../../api/alerts';
 import type { Run, RunSort } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate, formatDuration } from '../../lib/format';
+import { AlertMarker } from './AlertMarker';
 import { CONFIG_COLUMNS, configValue, type ConfigColumn } from './columns';
 import { LatestMetric } from './LatestMetric';
 
@@ -12,6 +14,8 @@ interface Props {
   selected: ReadonlySet<number>;
   onToggle: (id: number) => void;
   columns: readonly ConfigColumn[];
+  /** Open alerts by run id; a run with none has no entry. */
+  openAlerts?: ReadonlyMap<number, Alert[]>;
 }
 
 const SORTABLE: Record<string, string> = { id: 'ID', status: 'Status', name: 'Name', created_at: 'Created' };
@@ -27,7 +31,7 @@ function SortHeader({ column, sort, onSort }: { column: string; sort: RunSort; o
   );
 }
 
-export function RunsTable({ runs, sort, onSort, selected, onToggle, columns }: Props) {
+export function RunsTable({ runs, sort, onSort, selected, onToggle, columns, openAlerts }: Props) {
   const config = CONFIG_COLUMNS.filter((c) => columns.includes(c.id));
   return (
     <table className="runs">
@@ -70,6 +74,7 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle, columns }: P
             </td>
             <td>
               <StatusBadge status={run.status} />
+              <AlertMarker runId={run.id} alerts={openAlerts?.get(run.id)} />
             </td>
             <th scope="row">
               <Link to={`/runs/${run.id}`}>{run.name}</Link>
