@@ -25,6 +25,7 @@ from api.runs import endpoints as runs
 from api.runs import node_endpoints as nodes
 from api.samples import endpoints as samples
 from api.settings import Settings
+from api.sweeps import endpoints as sweeps
 from api.workers import endpoints as workers
 from rlplane.logformat import configure_logging
 from rlplane.spec import RunSpec
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events,
         pipelines,
         alerts,
+        sweeps,
     ):
         app.include_router(module.router)
     docs_ui.install(app, OPENAPI_URL)

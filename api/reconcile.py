@@ -6,6 +6,8 @@ Every `reconcile_s` seconds, and at once when this process has just queued a run
   the run. Duplicates are harmless: only a queued run can be leased, once.
 - queued multi-node runs are granted their gang when enough workers are idle (api/runs/gang.py), and each
   node is sent to its worker's own queue (`runs.node`), again every `redispatch_s` until it joins.
+- sweeps move on: ended trials are scored, weak ones stopped early, new ones started up to `parallel`
+  (api/sweeps/service.py).
 - pipelines move on: a stage whose run ended ends as it did, and a stage whose inputs now exist starts its run
   (api/pipelines/service.py).
 - every `alert_s`, alert rules and the RL detectors look at active runs, and due alert deliveries are tried
@@ -34,6 +36,7 @@ from api.models.base import utcnow
 from api.pipelines import service as pipelines
 from api.runs import gang
 from api.runs.service import requeue_or_fail
+from api.sweeps import service as sweeps
 from api.unit_of_work import transaction
 from rlplane.status import ACTIVE
 from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
@@ -124,6 +127,8 @@ class Reconciler:
         """Stages whose runs ended, and stages whose inputs now exist (their runs are queued, then dispatched)."""
         with transaction(self.factory, self.nudge) as uow:
             pipelines.advance_all(uow.session, self.reward_entrypoints)
+        with transaction(self.factory, self.nudge) as uow:
+            sweeps.advance_all(uow.session, self.reward_entrypoints)
 
     def dispatch(self) -> None:
         with self.factory() as session:

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import admin, alerts, artifacts, datasets, observe, pipelines, runs
+from cli.commands import admin, alerts, artifacts, datasets, observe, pipelines, runs, sweeps
 from cli.context import State
 
 app = typer.Typer(
@@ -31,6 +31,8 @@ app.command()(runs.submit)
 app.add_typer(runs.app, name="runs")
 app.add_typer(pipelines.app, name="pipelines")
 app.add_typer(alerts.app, name="alerts")
+app.command()(sweeps.sweep)
+app.add_typer(sweeps.app, name="sweeps")
 app.command()(observe.logs)
 app.command()(observe.metrics)
 app.command()(observe.samples)

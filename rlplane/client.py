@@ -250,6 +250,22 @@ class Client:
     def retry_stage(self, pipeline_id: int, stage: str, spec: dict | None = None) -> dict:
         return self.json("POST", f"/pipelines/{pipeline_id}/stages/{stage}/retry", json={} if spec is None else {"spec": spec})
 
+    # --- sweeps ------------------------------------------------------------------------------
+
+    def submit_sweep(self, document: dict | str) -> dict:
+        if isinstance(document, str):
+            return self.json("POST", "/sweeps", content=document.encode(), headers={"Content-Type": "application/yaml"})
+        return self.json("POST", "/sweeps", json=document)
+
+    def sweeps(self, project: str | None = None, limit: int = 100) -> dict:
+        return self.json("GET", "/sweeps", params={k: v for k, v in {"project": project, "limit": limit}.items() if v})
+
+    def sweep(self, sweep_id: int) -> dict:
+        return self.json("GET", f"/sweeps/{sweep_id}")
+
+    def cancel_sweep(self, sweep_id: int) -> dict:
+        return self.json("POST", f"/sweeps/{sweep_id}/cancel")
+
     # --- alerts ------------------------------------------------------------------------------
 
     def alerts(self, **filters: Any) -> dict:

@@ -17,7 +17,7 @@ from api.models.base import utcnow
 from api.reconcile import Reconciler
 from api.unit_of_work import transaction
 from rlplane.alerts import DETECTORS, change, nonfinite, threshold
-from tests.harness.factories import auth, create_run, worker_token
+from tests.harness.factories import ApiWorker, create_run
 from tests.harness.receiver import Receiver
 
 # --- the conditions and detectors, pure ---
@@ -71,24 +71,6 @@ def receiver():
     r.close()
 
 
-class Worker:
-    def __init__(self, client) -> None:
-        self.client, self.headers = client, auth(worker_token(client))
-
-    def start(self, run_id: int) -> None:
-        assert self.client.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w1"}, headers=self.headers).status_code == 200
-        running = {"attempt": 1, "status": "running"}
-        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=running, headers=self.headers).status_code == 200
-
-    def log(self, run_id: int, key: str, values: dict[int, float | str]) -> None:
-        rows = [{"key": key, "step": step, "value": value} for step, value in values.items()]
-        assert self.client.post(f"/api/v1/runs/{run_id}/metrics", json=rows, headers=self.headers).status_code == 200
-
-    def end(self, run_id: int, status: str) -> None:
-        ended = {"attempt": 1, "status": status, "reason": "exit code 1"}
-        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=ended, headers=self.headers).status_code == 200
-
-
 def watch(app) -> None:
     Reconciler(app.state.sessionmaker, lambda *_: None).watch()
 
@@ -101,7 +83,7 @@ SECRET = "T0KEN-abc123-secret"
 
 
 def test_a_threshold_rule_opens_delivers_to_a_webhook_and_apprise_and_resolves(client, db, app, receiver, caplog):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     run = create_run(client)
     rule = {
         "name": "loss-high",
@@ -140,7 +122,7 @@ def test_a_threshold_rule_opens_delivers_to_a_webhook_and_apprise_and_resolves(c
 
 def test_a_failed_delivery_is_recorded_retried_with_backoff_then_given_up(client, db, app, receiver):
     receiver.status = 500
-    worker = Worker(client)
+    worker = ApiWorker(client)
     run = create_run(client)
     rule = {"name": "any-nan", "condition": {"kind": "nonfinite"}, "actions": {"webhook": f"{receiver.url}/x/{SECRET}"}}
     assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
@@ -163,7 +145,7 @@ def test_a_failed_delivery_is_recorded_retried_with_backoff_then_given_up(client
 
 
 def test_stop_run_cancels_the_run_and_a_status_rule_fires_once(client, db, app):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     doomed, failing = create_run(client, name="doomed"), create_run(client, name="failing")
     stop = {"name": "stop-on-nan", "run_id": doomed["id"], "condition": {"kind": "nonfinite", "metric": "train/loss"}}
     stop["actions"] = {"stop_run": True}
@@ -189,7 +171,7 @@ def test_stop_run_cancels_the_run_and_a_status_rule_fires_once(client, db, app):
 
 
 def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs_are_seen(client, db, app):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     grpo = {
         "algorithm": "grpo",
         "reward": {"kind": "builtin", "name": "arithmetic"},

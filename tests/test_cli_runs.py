@@ -434,3 +434,27 @@ def test_an_alert_rule_added_from_the_cli_fires_in_the_server_and_reaches_its_we
         assert "s3cr3t" not in stack.server.log_path.read_text()
     finally:
         receiver.close()
+
+
+def test_a_sweep_started_from_the_cli_runs_its_trials_through_the_worker_and_names_the_best(stack, tmp_path):
+    """Two grid trials of a 10-step SFT, one at a time: each an ordinary run the worker trains, scored on its last
+    eval/loss; `rlplane sweep --wait` exits 0 naming the best, `rlplane sweeps show` lists both."""
+    doc = tmp_path / "sweep.yaml"
+    doc.write_text(
+        "name: cli-sweep\n"
+        "spec: {algorithm: sft, model: {path: 'builtin:tiny-gpt2', max_seq_len: 32},\n"
+        "       data: {source: 'builtin:arithmetic', eval_fraction: 0.1},\n"
+        "       train: {steps: 10, batch_size: 8, eval_every: 5, checkpoint_every: null}}\n"
+        "space: {train.lr: {type: categorical, choices: [1.0e-5, 3.0e-3]}}\n"
+        "method: grid\nmetric: eval/loss\ngoal: min\ntrials: 2\nparallel: 1\n"
+    )
+    result = stack.cli("sweep", str(doc), "--wait", "--json")
+    assert result.exit_code == 0, result.stderr + stack.server.log_path.read_text()[-3000:]
+    final = json.loads(result.stdout)
+    assert final["status"] == "succeeded" and [t["state"] for t in final["trial_list"]] == ["complete", "complete"]
+    for trial in final["trial_list"]:
+        run = stack.run(trial["run_id"])
+        assert run["status"] == "succeeded" and run["spec"]["train"]["lr"] == trial["params"]["train.lr"]
+    assert final["best"]["params"] == {"train.lr": 3e-3}  # 10 steps at 1e-5 barely move the loss
+    shown = stack.cli("sweeps", "show", str(final["id"]))
+    assert shown.exit_code == 0 and "complete" in shown.stdout and "train.lr=0.003" in shown.stdout

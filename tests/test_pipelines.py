@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from api.models import Checkpoint, Pipeline, PipelineStage, Run, RunLink
 from api.reconcile import Reconciler
 from rlplane.pipeline import find_cycle, parse_gate
-from tests.harness.factories import auth, create_project, create_user, spec, worker_token
+from tests.harness.factories import ApiWorker, auth, create_project, create_user, spec
 
 GRPO = {
     "algorithm": "grpo",
@@ -50,30 +50,6 @@ def stages(client, pipeline_id: int) -> dict[str, dict]:
     return {s["name"]: s for s in client.get(f"/api/v1/pipelines/{pipeline_id}").json()["stages"]}
 
 
-class Worker:
-    """Drives a run as a worker does: lease, metrics, status."""
-
-    def __init__(self, client) -> None:
-        self.client, self.token = client, worker_token(client)
-
-    def finish(self, run_id: int, status: str = "succeeded", points: dict[str, dict[int, float]] | None = None) -> None:
-        headers = auth(self.token)
-        assert self.client.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w1"}, headers=headers).status_code == 200
-        assert (
-            self.client.post(
-                f"/api/v1/runs/{run_id}/status", json={"attempt": 1, "status": "running"}, headers=headers
-            ).status_code
-            == 200
-        )
-        rows = [
-            {"key": key, "step": step, "value": value} for key, series in (points or {}).items() for step, value in series.items()
-        ]
-        if rows:
-            assert self.client.post(f"/api/v1/runs/{run_id}/metrics", json=rows, headers=headers).status_code == 200
-        ended = {"attempt": 1, "status": status, "reason": "" if status == "succeeded" else "exit code 1"}
-        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=ended, headers=headers).status_code == 200
-
-
 def checkpoints(db, run_id: int, steps: list[int]) -> None:
     for step in steps:
         db.add(
@@ -85,7 +61,7 @@ def checkpoints(db, run_id: int, steps: list[int]) -> None:
 
 
 def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage_skips_the_rest(client, db, app):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     created = client.post("/api/v1/pipelines", json=chain())
     assert created.status_code == 201, created.text
     body = created.json()
@@ -149,7 +125,7 @@ def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage
 
 
 def test_a_closed_gate_skips_its_stage_with_the_value_it_saw_and_cancel_stops_everything(client, db, app):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     body = client.post("/api/v1/pipelines", json=chain(when='stages.sft.metrics["eval/loss"] < 1.5')).json()
     pid, sft_run = body["id"], body["stages"][0]["run_id"]
     worker.finish(sft_run, points={"eval/loss": {10: 1.7}})
@@ -175,7 +151,7 @@ def test_a_closed_gate_skips_its_stage_with_the_value_it_saw_and_cancel_stops_ev
 
 
 def test_a_stage_referencing_a_checkpoint_that_does_not_exist_fails_with_what_there_is(client, db, app):
-    worker = Worker(client)
+    worker = ApiWorker(client)
     doc = chain()
     doc["stages"]["grpo"]["spec"]["model"]["path"] = "stage:sft@25"
     body = client.post("/api/v1/pipelines", json=doc).json()

@@ -17,6 +17,7 @@ from api.models.run_attempt import RunAttempt
 from api.models.run_event import RunEvent
 from api.models.run_link import RunLink
 from api.models.sample import Sample
+from api.models.sweep import Sweep, SweepTrial
 from api.models.user import User
 from api.models.worker import Worker
 
@@ -41,6 +42,8 @@ __all__ = [
     "RunEvent",
     "RunLink",
     "Sample",
+    "Sweep",
+    "SweepTrial",
     "User",
     "Worker",
 ]

@@ -165,7 +165,7 @@ def _try_start(
         return _set(stage, "skipped", f"gate closed: {closed}")
     try:
         spec = parse_spec(substitute(doc.spec, lambda ref: _resolve(session, ref, by_name)))
-        principal = _submitter(session, pipeline)
+        principal = submitter(session, pipeline.created_by)
         run = runs.create_run(session, principal, spec, allowed)
     except (_Unresolved, SpecError, DomainError) as exc:
         return _set(stage, "failed", f"could not start: {_message(exc)}")
@@ -253,12 +253,12 @@ def best_step(session: Session, run_id: int, metric: str, goal: str, steps: list
     return None if best is None else best[1]
 
 
-def _submitter(session: Session, pipeline: Pipeline) -> Principal:
-    """The pipeline's submitter as a write principal with their project roles now (a removed member cannot start
-    stages any more)."""
-    user = session.get(User, pipeline.created_by) if pipeline.created_by is not None else None
+def submitter(session: Session, user_id: int | None) -> Principal:
+    """Who submitted a pipeline or sweep, as a write principal with their project roles now: the runs it starts
+    later are theirs, and a removed member's cannot start any more."""
+    user = session.get(User, user_id) if user_id is not None else None
     if user is None or user.disabled:
-        raise Conflict("the pipeline's submitter no longer exists or is disabled")
+        raise Conflict("its submitter no longer exists or is disabled")
     roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user.id)).all())
     return Principal(
         user_id=user.id,

@@ -60,3 +60,29 @@ def worker_token(client: TestClient, name: str = "worker-bot") -> str:
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+class ApiWorker:
+    """Drives runs as a worker does, through the API: lease and report running, log metrics, end."""
+
+    def __init__(self, client: TestClient, name: str = "worker-bot") -> None:
+        self.client, self.headers = client, auth(worker_token(client, name))
+
+    def start(self, run_id: int) -> None:
+        assert self.client.post(f"/api/v1/runs/{run_id}/lease", json={"worker": "w1"}, headers=self.headers).status_code == 200
+        running = {"attempt": 1, "status": "running"}
+        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=running, headers=self.headers).status_code == 200
+
+    def log(self, run_id: int, key: str, values: dict[int, float | str]) -> None:
+        rows = [{"key": key, "step": step, "value": value} for step, value in values.items()]
+        assert self.client.post(f"/api/v1/runs/{run_id}/metrics", json=rows, headers=self.headers).status_code == 200
+
+    def end(self, run_id: int, status: str = "succeeded") -> None:
+        ended = {"attempt": 1, "status": status, "reason": "" if status == "succeeded" else "exit code 1"}
+        assert self.client.post(f"/api/v1/runs/{run_id}/status", json=ended, headers=self.headers).status_code == 200
+
+    def finish(self, run_id: int, status: str = "succeeded", points: dict[str, dict[int, float]] | None = None) -> None:
+        self.start(run_id)
+        for key, series in (points or {}).items():
+            self.log(run_id, key, series)
+        self.end(run_id, status)

@@ -782,6 +782,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Sweeps */
+        get: operations["list_sweeps_api_v1_sweeps_get"];
+        put?: never;
+        /**
+         * Create Sweep
+         * @description Check the sweep (the spec at every end of every range) and start its first `parallel` trials.
+         */
+        post: operations["create_sweep_api_v1_sweeps_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Sweep */
+        get: operations["get_sweep_api_v1_sweeps__sweep_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel Sweep */
+        post: operations["cancel_sweep_api_v1_sweeps__sweep_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tokens": {
         parameters: {
             query?: never;
@@ -3466,6 +3521,110 @@ export interface components {
              */
             terms: components["schemas"]["RewardTerm"][];
         };
+        /** SweepDetail */
+        SweepDetail: {
+            best: components["schemas"]["TrialPublic"] | null;
+            /** Best Value */
+            best_value: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /** Budget */
+            budget: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Early Stopping */
+            early_stopping: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Goal
+             * @enum {string}
+             */
+            goal: "min" | "max";
+            /** Id */
+            id: number;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Parallel */
+            parallel: number;
+            /** Project */
+            project: string;
+            /** Reason */
+            reason: string | null;
+            /** Space */
+            space: {
+                [key: string]: unknown;
+            };
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /** Trial List */
+            trial_list: components["schemas"]["TrialPublic"][];
+            /**
+             * Trials
+             * @description Trials started so far
+             */
+            trials: number;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /** SweepList */
+        SweepList: {
+            /** Items */
+            items: components["schemas"]["SweepSummary"][];
+        };
+        /** SweepSummary */
+        SweepSummary: {
+            /** Best Value */
+            best_value: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /** Budget */
+            budget: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Goal
+             * @enum {string}
+             */
+            goal: "min" | "max";
+            /** Id */
+            id: number;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /**
+             * Trials
+             * @description Trials started so far
+             */
+            trials: number;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
         /** Threshold */
         Threshold: {
             /**
@@ -3691,6 +3850,37 @@ export interface components {
              * @default 0
              */
             weight_decay: number;
+        };
+        /** TrialPublic */
+        TrialPublic: {
+            /** Number */
+            number: number;
+            /**
+             * Params
+             * @description The trial's value at each searched path
+             */
+            params: {
+                [key: string]: unknown;
+            };
+            /**
+             * Reason
+             * @description Why it was stopped early or failed
+             */
+            reason: string | null;
+            /** Run Id */
+            run_id: number | null;
+            /** Run Status */
+            run_status: string | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "running" | "complete" | "pruned" | "failed" | "cancelled";
+            /**
+             * Value
+             * @description The metric's last value, once the trial's run succeeded
+             */
+            value: number | ("NaN" | "Infinity" | "-Infinity") | null;
         };
         /** UserCreate */
         UserCreate: {
@@ -6264,6 +6454,182 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_sweeps_api_v1_sweeps_get: {
+        parameters: {
+            query?: {
+                project?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_sweep_api_v1_sweeps_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The sweep document (spec, space, method, metric, goal, trials, parallel, ...), JSON or YAML */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+                "application/yaml": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_sweep_api_v1_sweeps__sweep_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_sweep_api_v1_sweeps__sweep_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
