@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError
 
 from rlplane.spec import SpecError, parse_spec
 from rlplane.spec.base import Name, StrictModel
+from rlplane.sweep import SweepDoc, load_sweep
 
 STAGE_REF = re.compile(r"^stage:([A-Za-z0-9._-]+)(?:@(best|last|[0-9]+))?$")
 # What stands in for a stage reference while a stage's spec is checked at submit: a run reference has the
@@ -55,6 +56,11 @@ class StageDoc(StrictModel):
         None, max_length=2000, description='A gate, e.g. stages.sft.metrics["eval/loss"] < 1.5; closed: skipped.'
     )
     best: BestCheckpoint | None = Field(None, description="What stage:<this>@best means; needed if another stage uses it.")
+    sweep: dict[str, Any] | None = Field(
+        None,
+        description="Tune this stage: a sweep's fields (space, method, metric, goal, trials, parallel, early_stopping) "
+        "over `spec`; the stage's output is the best trial's run.",
+    )
 
 
 class PipelineDoc(StrictModel):
@@ -219,9 +225,24 @@ def check(doc: PipelineDoc) -> list[dict[str, Any]]:
                 error([*at, "spec", "project"], f"a stage runs in the pipeline's project {doc.project!r}, not {spec.project!r}")
         except SpecError as exc:
             errors.extend({**e, "loc": [*at, "spec", *e["loc"]]} for e in exc.errors)
+            continue
+        if stage.sweep is not None:
+            try:
+                stage_sweep(stage, substitute(stage.spec, lambda _: PLACEHOLDER_RUN), doc.project)
+            except SpecError as exc:
+                # load_sweep locates a spec problem under ["spec", ...]; the rest are the sweep's own fields
+                errors.extend(
+                    {**e, "loc": [*at, *(e["loc"] if e["loc"][:1] == ["spec"] else ["sweep", *e["loc"]])]} for e in exc.errors
+                )
     if not errors and (cycle := find_cycle(dependencies(doc))):
         error(["stages"], f"the stages need each other in a cycle: {' -> '.join(cycle)}")
     return errors
+
+
+def stage_sweep(stage: StageDoc, spec: Mapping[str, Any], project: str) -> SweepDoc:
+    """The sweep a tuned stage runs: its `sweep` fields over `spec` (references already resolved); raises SpecError."""
+    assert stage.sweep is not None
+    return load_sweep({**stage.sweep, "name": spec.get("name"), "project": project, "spec": dict(spec)})
 
 
 def find_cycle(needs: Mapping[str, list[str]]) -> list[str] | None:

@@ -245,3 +245,34 @@ def test_every_shipped_pipeline_example_is_accepted_and_starts_its_first_stage(c
     assert response.status_code == 201, response.text
     statuses = [(s["name"], s["status"]) for s in response.json()["stages"]]
     assert statuses[0] == ("sft", "running") and all(status == "waiting" for _, status in statuses[1:])
+
+
+def test_a_tuned_stage_runs_a_sweep_and_the_next_stage_starts_from_its_best_trial(client, db, app):
+    worker = ApiWorker(client)
+    doc = chain()
+    del doc["stages"]["grpo"]
+    doc["stages"]["polish"]["spec"]["model"]["path"] = "stage:sft"
+    doc["stages"]["sft"]["sweep"] = {
+        "space": {"train.lr": {"type": "categorical", "choices": [1e-4, 1e-3]}},
+        "method": "grid",
+        "metric": "eval/loss",
+        "parallel": 2,
+    }
+    body = client.post("/api/v1/pipelines", json=doc).json()
+    sft = {s["name"]: s for s in body["stages"]}["sft"]
+    assert sft["status"] == "running" and sft["sweep_id"] is not None and sft["run_id"] is None
+    trials = client.get(f"/api/v1/sweeps/{sft['sweep_id']}").json()["trial_list"]
+    assert [t["params"]["train.lr"] for t in trials] == [1e-4, 1e-3]
+    for trial, loss in zip(trials, (1.5, 0.7), strict=True):
+        worker.finish(trial["run_id"], points={"eval/loss": {10: loss}})
+    advance(app)  # the sweep ends
+    advance(app)  # the stage sees it, and the next one starts
+    now = stages(client, body["id"])
+    best = trials[1]["run_id"]
+    assert now["sft"]["status"] == "succeeded" and now["sft"]["run_id"] == best and "best: trial 1" in now["sft"]["reason"]
+    assert db.get(Run, now["polish"]["run_id"]).spec["model"]["path"] == f"run:{best}"
+
+    doc["stages"]["sft"]["sweep"]["space"] = {"train.lrr": {"type": "categorical", "choices": [1]}}
+    refused = client.post("/api/v1/pipelines", json=doc)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "stages", "sft", "sweep", "space", "train.lrr"]

@@ -180,3 +180,20 @@ def revoke_token(session: Session, principal: Principal, token_id: int) -> tuple
 
 def count_users(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(User)) or 0
+
+
+def submitter(session: Session, user_id: int | None) -> Principal:
+    """Who submitted a pipeline or sweep, as a write principal with their project roles now: the runs it starts
+    later are theirs, and a removed member's cannot start any more."""
+    user = session.get(User, user_id) if user_id is not None else None
+    if user is None or user.disabled:
+        raise Conflict("its submitter no longer exists or is disabled")
+    roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user.id)).all())
+    return Principal(
+        user_id=user.id,
+        user_name=user.name,
+        token_id=0,
+        scopes=frozenset({"write"}),
+        is_site_admin=user.is_site_admin,
+        roles=roles,
+    )

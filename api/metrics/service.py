@@ -121,3 +121,14 @@ def series_document(
             text = buckets.to_columns_json(found) if columns else buckets.to_series_json(found)
             yield text if i == 0 else b"," + text
     yield b"]}"
+
+
+def last_value(session: Session, run_id: int, key: str) -> float | None:
+    """The value at the highest step of `key` in run `run_id`; None if it never logged it or it is NaN."""
+    row = session.execute(
+        select(Metric.value, Metric.is_nan)
+        .where(Metric.run_id == run_id, Metric.key == key)
+        .order_by(Metric.step.desc())
+        .limit(1)
+    ).first()
+    return None if row is None or row.is_nan else row.value

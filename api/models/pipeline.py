@@ -43,4 +43,6 @@ class PipelineStage(Base):
     # The latest run; every run the stage had, oldest first, in `runs`.
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
     runs: Mapped[list[int]] = mapped_column(JsonDoc)
+    # A tuned stage's sweep (its `sweep` field); its run_id is the best trial's once the sweep has ended.
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

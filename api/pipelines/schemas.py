@@ -28,6 +28,7 @@ class StagePublic(BaseModel):
     run_id: int | None = Field(description="Its latest run")
     run_status: str | None
     runs: list[int] = Field(description="Every run it has had, oldest first")
+    sweep_id: int | None = Field(description="A tuned stage's sweep; its run is the best trial's once it has ended")
     headline: Headline | None = Field(description="Its `best` metric if set, else eval/loss or train/loss: the last value")
 
 

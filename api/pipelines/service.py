@@ -13,11 +13,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
+from api.auth.service import submitter
 from api.exceptions import Conflict, DomainError, NotFound, Unprocessable
-from api.models import Checkpoint, Membership, Metric, Pipeline, PipelineStage, Run, User
+from api.metrics.service import last_value
+from api.models import Checkpoint, Metric, Pipeline, PipelineStage, Run, Sweep
 from api.models.base import utcnow
 from api.runs import service as runs
 from api.runs.sources import check_sources
+from api.sweeps import service as sweeps
 from rlplane.pipeline import (
     PLACEHOLDER_RUN,
     PipelineDoc,
@@ -28,11 +31,13 @@ from rlplane.pipeline import (
     downstream,
     parse_gate,
     stage_refs,
+    stage_sweep,
     substitute,
     with_defaults,
 )
 from rlplane.spec import SpecError, parse_spec
 from rlplane.status import TERMINAL
+from rlplane.sweep import SweepDoc
 
 ENDED = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 RETRYABLE = frozenset({"failed", "cancelled", "skipped", "stale", "succeeded"})
@@ -141,12 +146,29 @@ def _set(stage: PipelineStage, status: str, reason: str = "") -> bool:
 
 
 def _follow_run(session: Session, stage: PipelineStage) -> bool:
+    if stage.sweep_id is not None and stage.run_id is None:
+        return _follow_sweep(session, stage)
     run = session.get(Run, stage.run_id) if stage.run_id is not None else None
     if run is None:
         return _set(stage, "failed", "its run was deleted")
     if run.status not in TERMINAL:
         return False
     return _set(stage, run.status, "" if run.status == "succeeded" else f"run {run.id} {run.status}: {run.status_reason}")
+
+
+def _follow_sweep(session: Session, stage: PipelineStage) -> bool:
+    """A tuned stage ends as its sweep does; its output is then the best trial's run."""
+    sweep = session.get(Sweep, stage.sweep_id)
+    if sweep is None:
+        return _set(stage, "failed", "its sweep was deleted")
+    if sweep.status == "running":
+        return False
+    if sweep.status != "succeeded":
+        return _set(stage, sweep.status, f"sweep {sweep.id} {sweep.status}: {sweep.reason}")
+    best = sweeps.best_trial(SweepDoc.model_validate(sweep.document), sweeps.trials_of(session, sweep.id))
+    assert best is not None and best.run_id is not None  # a sweep succeeds only with a completed trial
+    stage.run_id, stage.runs = best.run_id, [*stage.runs, best.run_id]
+    return _set(stage, "succeeded", f"sweep {sweep.id}: {sweep.reason}")
 
 
 def _try_start(
@@ -164,9 +186,13 @@ def _try_start(
     if doc.when and (closed := _closed_gate(session, doc.when, by_name)):
         return _set(stage, "skipped", f"gate closed: {closed}")
     try:
-        spec = parse_spec(substitute(doc.spec, lambda ref: _resolve(session, ref, by_name)))
+        resolved = substitute(doc.spec, lambda ref: _resolve(session, ref, by_name))
         principal = submitter(session, pipeline.created_by)
-        run = runs.create_run(session, principal, spec, allowed)
+        if doc.sweep is not None:
+            sweep = sweeps.submit(session, principal, stage_sweep(doc, resolved, pipeline.document["project"]), allowed)
+            stage.sweep_id, stage.run_id = sweep.id, None
+            return _set(stage, "running")
+        run = runs.create_run(session, principal, parse_spec(resolved), allowed)
     except (_Unresolved, SpecError, DomainError) as exc:
         return _set(stage, "failed", f"could not start: {_message(exc)}")
     stage.run_id = run.id
@@ -197,17 +223,6 @@ def _closed_gate(session: Session, when: str, by_name: dict[str, PipelineStage])
         if not comparison.holds(value):
             return f"{comparison}: it is {value:g}"
     return None
-
-
-def last_value(session: Session, run_id: int, key: str) -> float | None:
-    """The value at the highest step of `key` in run `run_id`; None if it never logged it or it is NaN."""
-    row = session.execute(
-        select(Metric.value, Metric.is_nan)
-        .where(Metric.run_id == run_id, Metric.key == key)
-        .order_by(Metric.step.desc())
-        .limit(1)
-    ).first()
-    return None if row is None or row.is_nan else row.value
 
 
 def _resolve(session: Session, ref: StageRef, by_name: dict[str, PipelineStage]) -> str:
@@ -253,23 +268,6 @@ def best_step(session: Session, run_id: int, metric: str, goal: str, steps: list
     return None if best is None else best[1]
 
 
-def submitter(session: Session, user_id: int | None) -> Principal:
-    """Who submitted a pipeline or sweep, as a write principal with their project roles now: the runs it starts
-    later are theirs, and a removed member's cannot start any more."""
-    user = session.get(User, user_id) if user_id is not None else None
-    if user is None or user.disabled:
-        raise Conflict("its submitter no longer exists or is disabled")
-    roles = dict(session.execute(select(Membership.project_id, Membership.role).where(Membership.user_id == user.id)).all())
-    return Principal(
-        user_id=user.id,
-        user_name=user.name,
-        token_id=0,
-        scopes=frozenset({"write"}),
-        is_site_admin=user.is_site_admin,
-        roles=roles,
-    )
-
-
 def _settle(pipeline: Pipeline, stages: list[PipelineStage]) -> None:
     """The pipeline's status from its stages'."""
     if any(stage.status in ("waiting", "running") for stage in stages):
@@ -300,6 +298,9 @@ def cancel(session: Session, principal: Principal, pipeline_id: int) -> Pipeline
     for stage in stages_of(session, pipeline.id):
         if stage.status == "waiting":
             _set(stage, "cancelled", "the pipeline was cancelled")
+        elif stage.status == "running" and stage.sweep_id is not None and stage.run_id is None:
+            if (sweep := session.get(Sweep, stage.sweep_id)) is not None and sweep.status == "running":
+                sweeps.cancel(session, principal, sweep.id)
         elif stage.status == "running" and stage.run_id is not None:
             run = session.get(Run, stage.run_id)
             if run is not None and run.status not in TERMINAL and run.status != "cancelling":
@@ -340,6 +341,7 @@ def retry(
         _check_stage(session, principal, name, replaced, reward_entrypoints)
         stage.stage = replaced.model_dump(mode="json")
         pipeline.document = document.model_dump(mode="json")
+    stage.sweep_id = None
     _set(stage, "waiting", f"retried by {principal.user_name}" + (" with a new spec" if spec is not None else ""))
     for other in stages:
         if other.name not in after:

@@ -3,9 +3,10 @@
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from api.metrics.service import last_value
 from api.models import Pipeline, PipelineStage, Project, Run
 from api.pipelines import schemas
-from api.pipelines.service import last_value, stages_of
+from api.pipelines.service import stages_of
 from rlplane.pipeline import StageDoc
 
 HEADLINE_KEYS = ("eval/loss", "train/loss")
@@ -45,6 +46,7 @@ def detail(session: Session, pipeline: Pipeline) -> schemas.PipelineDetail:
                 run_id=s.run_id,
                 run_status=statuses.get(s.run_id),
                 runs=s.runs,
+                sweep_id=s.sweep_id,
                 headline=_headline(session, s),
             )
             for s in stages

@@ -17,10 +17,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
+from api.auth.service import submitter
 from api.exceptions import Conflict, DomainError, NotFound
+from api.metrics.service import last_value
 from api.models import Metric, Run, Sweep, SweepTrial
 from api.models.base import utcnow
-from api.pipelines.service import last_value, submitter
 from api.runs import service as runs
 from api.runs.sources import check_sources
 from rlplane.spec import SpecError, parse_spec

@@ -1,4 +1,4 @@
-"""sweeps and sweep_trials: searches over a run spec's fields, each trial a run
+"""sweeps and sweep_trials: searches over a run spec's fields, each trial a run; a pipeline stage's sweep
 
 Revision ID: 0009
 Revises: 0008
@@ -56,9 +56,17 @@ def upgrade() -> None:
     with op.batch_alter_table("sweep_trials", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_sweep_trials_sweep_id"), ["sweep_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_sweep_trials_run_id"), ["run_id"], unique=False)
+    with op.batch_alter_table("pipeline_stages", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("sweep_id", sa.Integer(), nullable=True))
+        batch_op.create_foreign_key(
+            batch_op.f("fk_pipeline_stages_sweep_id_sweeps"), "sweeps", ["sweep_id"], ["id"], ondelete="SET NULL"
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("pipeline_stages", schema=None) as batch_op:
+        batch_op.drop_constraint(batch_op.f("fk_pipeline_stages_sweep_id_sweeps"), type_="foreignkey")
+        batch_op.drop_column("sweep_id")
     with op.batch_alter_table("sweep_trials", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_sweep_trials_run_id"))
         batch_op.drop_index(batch_op.f("ix_sweep_trials_sweep_id"))

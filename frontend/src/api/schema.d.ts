@@ -3421,6 +3421,11 @@ export interface components {
              */
             status: "waiting" | "running" | "succeeded" | "failed" | "skipped" | "cancelled" | "stale";
             /**
+             * Sweep Id
+             * @description A tuned stage's sweep; its run is the best trial's once it has ended
+             */
+            sweep_id: number | null;
+            /**
              * When
              * @description Its gate, if any
              */
