@@ -16,7 +16,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.exceptions import NotFound
+from api.auth.service import in_project
 from api.models import Alert, AlertRule, Metric, Project, Run
 from api.models.base import utcnow
 from api.runs import service as runs
@@ -65,11 +65,7 @@ def create_rule(session: Session, principal: Principal, spec: RuleSpec) -> Alert
 
 
 def readable_rule(session: Session, principal: Principal, rule_id: int, action: str = "read") -> AlertRule:
-    rule = session.get(AlertRule, rule_id)
-    if rule is None or not principal.can(rule.project_id, "read"):
-        raise NotFound(f"alert rule {rule_id}")
-    principal.require(rule.project_id, action)
-    return rule
+    return in_project(session, principal, AlertRule, rule_id, "alert rule", action)
 
 
 def set_muted(session: Session, principal: Principal, rule_id: int, muted: bool) -> AlertRule:

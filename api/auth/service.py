@@ -197,3 +197,13 @@ def submitter(session: Session, user_id: int | None) -> Principal:
         is_site_admin=user.is_site_admin,
         roles=roles,
     )
+
+
+def in_project(session: Session, principal: Principal, model: type, object_id: int, what: str, action: str = "read"):
+    """A row of `model` (which has a project_id) the principal may `action`: 404 where it may not even read it (the
+    row's existence is not told), 403 where it may read but not act."""
+    row = session.get(model, object_id)
+    if row is None or not principal.can(row.project_id, "read"):
+        raise NotFound(f"{what} {object_id}")
+    principal.require(row.project_id, action)
+    return row

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.auth.service import submitter
+from api.auth.service import in_project, submitter
 from api.exceptions import Conflict, DomainError, NotFound, Unprocessable
 from api.metrics.service import last_value
 from api.models import Checkpoint, Metric, Pipeline, PipelineStage, Run, Sweep
@@ -105,11 +105,7 @@ def stages_of(session: Session, pipeline_id: int) -> list[PipelineStage]:
 
 
 def readable(session: Session, principal: Principal, pipeline_id: int, action: str = "read") -> Pipeline:
-    pipeline = session.get(Pipeline, pipeline_id)
-    if pipeline is None or not principal.can(pipeline.project_id, "read"):
-        raise NotFound(f"pipeline {pipeline_id}")
-    principal.require(pipeline.project_id, action)
-    return pipeline
+    return in_project(session, principal, Pipeline, pipeline_id, "pipeline", action)
 
 
 # --- the reconciler's part ---

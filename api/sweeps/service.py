@@ -17,8 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.auth.service import submitter
-from api.exceptions import Conflict, DomainError, NotFound
+from api.auth.service import in_project, submitter
+from api.exceptions import Conflict, DomainError
 from api.metrics.service import last_value
 from api.models import Metric, Run, Sweep, SweepTrial
 from api.models.base import utcnow
@@ -57,11 +57,7 @@ def trials_of(session: Session, sweep_id: int) -> list[SweepTrial]:
 
 
 def readable(session: Session, principal: Principal, sweep_id: int, action: str = "read") -> Sweep:
-    sweep = session.get(Sweep, sweep_id)
-    if sweep is None or not principal.can(sweep.project_id, "read"):
-        raise NotFound(f"sweep {sweep_id}")
-    principal.require(sweep.project_id, action)
-    return sweep
+    return in_project(session, principal, Sweep, sweep_id, "sweep", action)
 
 
 def advance_all(session: Session, reward_entrypoints: list[str]) -> None:
