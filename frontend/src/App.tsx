@@ -31,6 +31,8 @@ const WorkersPage = page(() => import('./pages/workers/WorkersPage'), 'WorkersPa
 const AdminPage = page(() => import('./pages/admin/AdminPage'), 'AdminPage');
 const PipelinesPage = page(() => import('./pages/pipelines/PipelinesPage'), 'PipelinesPage');
 const PipelinePage = page(() => import('./pages/pipelines/PipelinePage'), 'PipelinePage');
+const SweepsPage = page(() => import('./pages/sweeps/SweepsPage'), 'SweepsPage');
+const SweepPage = page(() => import('./pages/sweeps/SweepPage'), 'SweepPage');
 
 export function AppRoutes() {
   const navigate = useNavigate();
@@ -51,6 +53,8 @@ export function AppRoutes() {
         </Route>
         <Route path="/pipelines" element={<PipelinesPage />} />
         <Route path="/pipelines/:id" element={<PipelinePage />} />
+        <Route path="/sweeps" element={<SweepsPage />} />
+        <Route path="/sweeps/:id" element={<SweepPage />} />
         <Route path="/new" element={<NewRunPage />} />
         <Route path="/compare" element={<ComparePage />} />
         <Route path="/workers" element={<WorkersPage />} />

@@ -25,6 +25,8 @@ describe('queryKeys', () => {
     projects: queryKeys.projects.list(),
     pipelines: queryKeys.pipelines.list({ limit: 100 }),
     pipeline: queryKeys.pipelines.detail(7),
+    sweeps: queryKeys.sweeps.list({ limit: 100 }),
+    sweep: queryKeys.sweeps.detail(7),
     runAlerts: queryKeys.alerts.list({ run_id: 7 }),
     openAlerts: queryKeys.alerts.list({ state: 'open', limit: 1000 }),
     detectors: queryKeys.alerts.detectors(),
@@ -38,6 +40,7 @@ describe('queryKeys', () => {
     expect(invalidatedBy(runs.checkpoints(7), cached)).toEqual(['checkpoints', 'files']);
     // A pipeline action refreshes the lists; its own answer replaces the detail, so no refetch of that.
     expect(invalidatedBy(queryKeys.pipelines.lists(), cached)).toEqual(['pipelines']);
+    expect(invalidatedBy(queryKeys.sweeps.lists(), cached)).toEqual(['sweeps']);
     // Refreshing alerts leaves the detectors, which change only with the API's code.
     expect(invalidatedBy(queryKeys.alerts.lists(), cached)).toEqual(['runAlerts', 'openAlerts']);
   });

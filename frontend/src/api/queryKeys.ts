@@ -1,5 +1,6 @@
 import type { AlertListQuery } from './alerts';
 import type { PipelineListQuery } from './pipelines';
+import type { SweepListQuery } from './sweeps';
 import type { RunListQuery } from './types';
 
 /*
@@ -47,6 +48,13 @@ const pipelines = {
   detail: (id: number) => [...pipelines.all(), id, 'detail'] as const,
 };
 
+const sweeps = {
+  all: () => ['sweeps'] as const,
+  lists: () => [...sweeps.all(), 'list'] as const,
+  list: (query: SweepListQuery) => [...sweeps.lists(), query] as const,
+  detail: (id: number) => [...sweeps.all(), id, 'detail'] as const,
+};
+
 /** Alerts across runs (the runs list's markers) and one run's (its page), both lists of one endpoint. */
 const alerts = {
   all: () => ['alerts'] as const,
@@ -67,6 +75,7 @@ export const queryKeys = {
   samples,
   projects,
   pipelines,
+  sweeps,
   alerts,
   tokens,
   users: { list: () => ['users', 'list'] as const },

@@ -7,6 +7,7 @@ import { useTheme } from '../lib/theme';
 const LINKS = [
   ['/runs', 'Runs'],
   ['/pipelines', 'Pipelines'],
+  ['/sweeps', 'Sweeps'],
   ['/new', 'New run'],
   ['/compare', 'Compare'],
   ['/workers', 'Workers'],

@@ -1,5 +1,6 @@
 import type { Alert } from '../api/alerts';
 import type { PipelineDetail, Stage } from '../api/pipelines';
+import type { SweepDetail, Trial } from '../api/sweeps';
 import type { RunDetail, Sample } from '../api/types';
 
 /** A run detail as GET /runs/{id} answers it, with overrides. */
@@ -49,6 +50,42 @@ export function pipelineChain(over: Partial<PipelineDetail> = {}): PipelineDetai
       }),
       pipelineStage('ppo', { status: 'skipped', needs: ['sft', 'rm'], reason: 'rm failed' }),
     ],
+    ...over,
+  };
+}
+
+/** A trial as GET /sweeps/{id} answers it, with overrides. */
+export function sweepTrial(number: number, params: Record<string, unknown>, over: Partial<Trial> = {}): Trial {
+  return { number, params, run_id: 20 + number, run_status: 'succeeded', state: 'complete', value: null, reason: null, ...over };
+}
+
+/**
+ * sft-lr, running, searching a log-scaled learning rate, a batch size among three and an int warm-up for the
+ * lowest eval/loss: trial 3 is the best, 1 finished worse, 4 was pruned (with its last value), 2 failed, 5 runs.
+ */
+export function sweepDetail(over: Partial<SweepDetail> = {}): SweepDetail {
+  const trials = [
+    sweepTrial(1, { 'train.lr': 0.0001, 'train.batch_size': 16, 'train.warmup_steps': 10 }, { value: 0.9 }),
+    sweepTrial(2, { 'train.lr': 0.001, 'train.batch_size': 32, 'train.warmup_steps': 0 }, {
+      state: 'failed', run_status: 'failed', reason: 'run #22 failed: CUDA out of memory',
+    }),
+    sweepTrial(3, { 'train.lr': 0.00031622776601683794, 'train.batch_size': 8, 'train.warmup_steps': 50 }, { value: 0.42 }),
+    sweepTrial(4, { 'train.lr': 0.00001, 'train.batch_size': 16, 'train.warmup_steps': 20 }, {
+      state: 'pruned', run_status: 'cancelled', value: 1.7, reason: 'stopped early at step 100: eval/loss 1.7 (median)',
+    }),
+    sweepTrial(5, { 'train.lr': 0.00005, 'train.batch_size': 32, 'train.warmup_steps': 30 }, { state: 'running', run_status: 'running' }),
+  ];
+  return {
+    id: 4, name: 'sft-lr', project: 'default', status: 'running', reason: null, method: 'tpe', metric: 'eval/loss', goal: 'min',
+    trials: 5, budget: 12, parallel: 2, best_value: 0.42, created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T01:00:00Z',
+    space: {
+      'train.lr': { type: 'float', low: 0.00001, high: 0.001, log: true, step: null },
+      'train.batch_size': { type: 'categorical', choices: [8, 16, 32] },
+      'train.warmup_steps': { type: 'int', low: 0, high: 50, step: 10, log: false },
+    },
+    early_stopping: { method: 'median', min_steps: 100, min_trials: 3 },
+    best: trials[2]!,
+    trial_list: trials,
     ...over,
   };
 }

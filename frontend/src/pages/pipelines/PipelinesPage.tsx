@@ -1,40 +1,13 @@
 import { Link, useSearchParams } from 'react-router';
-import { useQuery } from '@tanstack/react-query';
-import { api, unwrap } from '../../api/client';
 import { usePipelines, type PipelineSummary } from '../../api/pipelines';
-import { queryKeys } from '../../api/queryKeys';
 import { ErrorNote } from '../../components/ErrorNote';
+import { ProjectFilter } from '../../components/ProjectFilter';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
 import { StageStrip } from './StageStrip';
 import './pipelines.css';
 
 const LIMIT = 100;
-
-function ProjectFilter({ project, onChange }: { project: string; onChange: (project: string) => void }) {
-  const projects = useQuery({
-    queryKey: queryKeys.projects.list(),
-    queryFn: () => unwrap(api.GET('/api/v1/projects')),
-    staleTime: 60_000,
-  });
-  const names = projects.data?.data.map((p) => p.name) ?? [];
-  return (
-    <form className="filters" role="search" onSubmit={(e) => e.preventDefault()}>
-      <div className="field">
-        <label htmlFor="pipeline-project">Project</label>
-        <select id="pipeline-project" value={project} onChange={(e) => onChange(e.target.value)}>
-          <option value="">All projects</option>
-          {/* A project from a shared URL stays choosable before (or without) the projects list. */}
-          {[...names, ...(project && !names.includes(project) ? [project] : [])].map((name) => (
-            <option key={name} value={name}>
-              {name}
-            </option>
-          ))}
-        </select>
-      </div>
-    </form>
-  );
-}
 
 function PipelinesTable({ pipelines }: { pipelines: PipelineSummary[] }) {
   return (
