@@ -180,6 +180,7 @@ LAUNCHING = (
         "test_worker_remote_artifacts",
         "test_worker_runs",
         "test_worker_shutdown",
+        "test_workflows",
     }
 )
 

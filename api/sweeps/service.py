@@ -257,4 +257,6 @@ def cancel(session: Session, principal: Principal, sweep_id: int) -> Sweep:
         run = session.get(Run, trial.run_id) if trial.state == "running" and trial.run_id is not None else None
         if run is not None and run.status not in TERMINAL and run.status != "cancelling":
             runs.cancel(session, principal, run.id)
+        if run is not None and run.status == "cancelled":  # it was queued: cancelled at once, and so is the trial
+            _set(trial, "cancelled", f"run {run.id} cancelled: {run.status_reason}")
     return sweep

@@ -342,6 +342,36 @@ try {
     if (!['cancelling', 'cancelled'].includes(run.status)) throw new Error(`stage first's run is ${run.status}`);
   });
 
+  await step('sweeps: the trials table shows live states; cancel from the page', async () => {
+    const created = await apiPost('/sweeps', {
+      name: 'e2e-sweep',
+      spec: {
+        algorithm: 'sft',
+        model: { path: 'builtin:tiny-gpt2', max_seq_len: 32 },
+        data: { source: 'builtin:arithmetic' },
+        train: { steps: 20000, batch_size: 4, eval_every: null, checkpoint_every: null },
+      },
+      space: { 'train.lr': { type: 'categorical', choices: [0.0001, 0.001] } },
+      method: 'grid',
+      metric: 'train/loss',
+      trials: 2,
+      parallel: 1,
+    });
+    await page.goto(`${base}/sweeps`);
+    await page.locator(`tr[data-sweep-id="${created.id}"]`).getByRole('link', { name: 'e2e-sweep' }).click();
+    await page.waitForURL(new RegExp(`/sweeps/${created.id}$`));
+    const first = page.locator('table.trials tr[data-trial="0"]');
+    await first.waitFor();
+    await page.locator('table.trials th[data-path="train.lr"]').waitFor();
+    if (!(await first.innerText()).includes('running')) throw new Error(`trial 0 is not shown running: ${await first.innerText()}`);
+    await shot('13c-sweep');
+    await page.getByRole('button', { name: 'Cancel sweep' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Cancel sweep' }).click();
+    await page.locator('table.trials tr[data-trial="0"]', { hasText: 'cancelled' }).waitFor();
+    const stored = await apiGet(`/sweeps/${created.id}`);
+    if (stored.status !== 'cancelled' || stored.trials !== 1) throw new Error(`the API says ${stored.status} with ${stored.trials} trials`);
+  });
+
   await step('workers page', async () => {
     await page.goto(`${base}/workers`);
     await page.locator('tr[data-worker]').first().waitFor();

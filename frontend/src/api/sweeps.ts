@@ -57,7 +57,11 @@ export function useSweep(id: number) {
     queryFn: () => getSweep(id),
     enabled: Number.isInteger(id) && id > 0,
     // An ended sweep starts no more trials, and its trials' values are final.
-    refetchInterval: (query) => (query.state.data?.status === 'running' ? 3_000 : false),
+    // A cancelled sweep's trials go on running until their runs have stopped: follow them until then too.
+    refetchInterval: (query) => {
+      const sweep = query.state.data;
+      return sweep && (sweep.status === 'running' || sweep.trial_list.some((t) => t.state === 'running')) ? 3_000 : false;
+    },
   });
 }
 

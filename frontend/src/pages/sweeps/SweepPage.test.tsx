@@ -183,7 +183,9 @@ describe('SweepPage', () => {
 
   it('polls every 3 s while the sweep runs, and stops once it has ended', async () => {
     vi.useFakeTimers({ shouldAdvanceTime: true }); // Date too: TanStack times its polls against Date.now
-    const answers: SweepDetail[] = [sweepDetail(), sweepDetail({ trials: 6 }), sweepDetail({ status: 'succeeded' })];
+    const ended = sweepDetail({ status: 'succeeded' });
+    ended.trial_list = ended.trial_list.map((t) => ({ ...t, state: t.state === 'running' ? 'complete' : t.state }));
+    const answers: SweepDetail[] = [sweepDetail(), sweepDetail({ trials: 6 }), ended];
     const requests = stubApi(() => json(answers[Math.min(gets(requests).length - 1, answers.length - 1)]));
     const client = renderPage();
     await screen.findByRole('heading', { level: 1 });
@@ -198,6 +200,18 @@ describe('SweepPage', () => {
     await vi.waitFor(() => expect(screen.queryByRole('button', { name: 'Cancel sweep' })).toBeNull());
     await vi.advanceTimersByTimeAsync(10_000);
     expect(gets(requests)).toHaveLength(3);
+    client.clear();
+  });
+
+  it('keeps polling a cancelled sweep until its trials have stopped running', async () => {
+    vi.useFakeTimers({ shouldAdvanceTime: true });
+    const stopping = sweepDetail({ status: 'cancelled' });
+    if (!stopping.trial_list.some((t) => t.state === 'running')) throw new Error('the fixture needs a running trial');
+    const requests = stubApi(() => json(stopping));
+    const client = renderPage();
+    await screen.findByRole('heading', { level: 1 });
+    await vi.advanceTimersByTimeAsync(3_100);
+    expect(gets(requests)).toHaveLength(2);
     client.clear();
   });
 
