@@ -147,6 +147,16 @@ def world(client, db, artifacts_root):
         "/api/v1/datasets", data={"kind": "prompts", "project": "secret"}, files={"file": ("p.jsonl", b'{"prompt": "hi"}\n')}
     )
     assert dataset.status_code == 201, dataset.text
+    stage = {k: v for k, v in spec().items() if k != "name"}
+    pipeline = client.post("/api/v1/pipelines", json={"name": "p", "project": "secret", "stages": {"a": {"spec": stage}}})
+    assert pipeline.status_code == 201, pipeline.text
+    space = {"train.lr": {"type": "categorical", "choices": [1e-4]}}
+    sweep = client.post(
+        "/api/v1/sweeps", json={"name": "s", "project": "secret", "spec": stage, "space": space, "metric": "eval/loss"}
+    )
+    assert sweep.status_code == 201, sweep.text
+    rule = client.post("/api/v1/alert-rules", json={"name": "r", "project": "secret", "condition": {"kind": "nonfinite"}})
+    assert rule.status_code == 201, rule.text
     outsider = create_user(client, "outsider", scopes=("admin",))
     token_id = db.scalar(select(ApiToken.id).where(ApiToken.name == "bootstrap"))
     params = {
@@ -159,6 +169,9 @@ def world(client, db, artifacts_root):
         "token_id": token_id,
         "attempt": 1,
         "node_rank": 0,
+        "pipeline_id": pipeline.json()["id"],
+        "sweep_id": sweep.json()["id"],
+        "rule_id": rule.json()["id"],
     }
     return params, outsider
 
@@ -185,6 +198,19 @@ BODIES = {
         "files": {"file": ("p.jsonl", b'{"prompt": "x"}\n')},
     },
     ("POST", "/api/v1/workers/heartbeat"): {"json": {"name": "w", "queues": ["cpu"]}},
+    ("POST", "/api/v1/pipelines"): {"json": {"name": "p2", "project": "secret", "stages": {"a": {"spec": spec()}}}},
+    ("POST", "/api/v1/pipelines/{pipeline_id}/stages/{name}/retry"): {"json": {}},
+    ("POST", "/api/v1/sweeps"): {
+        "json": {
+            "name": "s2",
+            "project": "secret",
+            "spec": spec(),
+            "space": {"train.lr": {"type": "categorical", "choices": [1e-4]}},
+            "metric": "m",
+        }
+    },
+    ("POST", "/api/v1/alert-rules"): {"json": {"name": "r2", "project": "secret", "condition": {"kind": "nonfinite"}}},
+    ("POST", "/api/v1/alert-rules/{rule_id}/mute"): {"json": {"muted": True}},
 }
 # Operations on the caller's own things: they answer, but show nothing of project 'secret'.
 OWN = {
@@ -195,6 +221,11 @@ OWN = {
     ("GET", "/api/v1/tokens"),
     ("POST", "/api/v1/tokens"),
     ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/pipelines"),
+    ("GET", "/api/v1/sweeps"),
+    ("GET", "/api/v1/alerts"),
+    ("GET", "/api/v1/alert-rules"),
+    ("GET", "/api/v1/alert-detectors"),
 }
 HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}")}  # other users' tokens do not exist for you
 

@@ -220,7 +220,7 @@ def test_yaml_submits_and_projects_bound_who_sees_and_starts_pipelines(client, d
     )
     assert client.get(f"/api/v1/pipelines/{pid}", headers=auth(reader)).status_code == 200
     assert client.post(f"/api/v1/pipelines/{pid}/cancel", headers=auth(reader)).status_code == 403
-    assert client.get(f"/api/v1/pipelines/{pid}", headers=auth(outsider)).status_code == 404
+    assert client.get(f"/api/v1/pipelines/{pid}", headers=auth(outsider)).status_code == 403  # as for runs
     assert client.get("/api/v1/pipelines", headers=auth(outsider)).json() == {"items": []}
     listed = client.get("/api/v1/pipelines", params={"project": "team"}).json()["items"]
     assert [(p["name"], p["stages"]) for p in listed] == [("two", [{"name": "sft", "status": "running"}])]

@@ -200,10 +200,10 @@ def submitter(session: Session, user_id: int | None) -> Principal:
 
 
 def in_project(session: Session, principal: Principal, model: type, object_id: int, what: str, action: str = "read"):
-    """A row of `model` (which has a project_id) the principal may `action`: 404 where it may not even read it (the
-    row's existence is not told), 403 where it may read but not act."""
+    """A row of `model` (which has a project_id) the principal may `action`: 404 if there is none, 403 outside the
+    principal's projects or beyond its role (as for runs)."""
     row = session.get(model, object_id)
-    if row is None or not principal.can(row.project_id, "read"):
+    if row is None:
         raise NotFound(f"{what} {object_id}")
     principal.require(row.project_id, action)
     return row
