@@ -200,6 +200,7 @@ BODIES = {
     ("POST", "/api/v1/workers/heartbeat"): {"json": {"name": "w", "queues": ["cpu"]}},
     ("POST", "/api/v1/pipelines"): {"json": {"name": "p2", "project": "secret", "stages": {"a": {"spec": spec()}}}},
     ("POST", "/api/v1/pipelines/{pipeline_id}/stages/{name}/retry"): {"json": {}},
+    ("POST", "/api/v1/pipelines/validate"): {"json": {"name": "p3", "project": "secret", "stages": {"a": {"spec": spec()}}}},
     ("POST", "/api/v1/sweeps"): {
         "json": {
             "name": "s2",

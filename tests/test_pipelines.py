@@ -276,3 +276,24 @@ def test_a_tuned_stage_runs_a_sweep_and_the_next_stage_starts_from_its_best_tria
     refused = client.post("/api/v1/pipelines", json=doc)
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "stages", "sft", "sweep", "space", "train.lrr"]
+
+
+def test_validate_checks_a_pipeline_as_a_submit_would_and_stores_nothing(client, db):
+    checked = client.post("/api/v1/pipelines/validate", json=chain())
+    assert checked.status_code == 200, checked.text
+    assert checked.json() == {
+        "valid": True,
+        "stages": [{"name": "sft", "needs": []}, {"name": "grpo", "needs": ["sft"]}, {"name": "polish", "needs": ["grpo"]}],
+    }
+    bad = chain()
+    bad["stages"]["grpo"]["spec"]["model"]["path"] = "stage:nope"
+    refused = client.post("/api/v1/pipelines/validate", json=bad)
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == [
+        "body",
+        "stages",
+        "grpo",
+        "spec",
+        "model",
+        "path",
+    ]
+    assert db.scalar(select(func.count()).select_from(Pipeline)) == 0 and db.scalar(select(func.count()).select_from(Run)) == 0

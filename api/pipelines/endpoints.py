@@ -6,7 +6,7 @@ from api.auth.deps import Reader, Writer
 from api.bodies import document_body, located
 from api.db import SessionDep
 from api.pipelines import schemas, service, views
-from rlplane.pipeline import PipelineDoc, load_pipeline
+from rlplane.pipeline import PipelineDoc, dependencies, load_pipeline
 from rlplane.spec import SpecError
 
 router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
@@ -37,6 +37,16 @@ def create_pipeline(
     pipeline = service.submit(session, principal, body, request.app.state.settings.reward_entrypoints)
     session.flush()
     return views.detail(session, pipeline)
+
+
+@router.post("/validate", response_model=schemas.PipelineCheck, openapi_extra=_DOCUMENT_BODY)
+def validate_pipeline(
+    principal: Writer, body: Annotated[PipelineDoc, Depends(pipeline_body)], session: SessionDep, request: Request
+) -> schemas.PipelineCheck:
+    """Check a pipeline as a submit would (every stage, references, gates, cycles, project and write access,
+    allowed rewards, datasets) without storing it: the New run page calls it as you type."""
+    service.check_submission(session, principal, body, request.app.state.settings.reward_entrypoints)
+    return schemas.PipelineCheck(stages=[schemas.StageNeeds(name=n, needs=needs) for n, needs in dependencies(body).items()])
 
 
 @router.get("", response_model=schemas.PipelineList)

@@ -62,3 +62,13 @@ class StageRetry(BaseModel):
     spec: dict[str, Any] | None = Field(
         None, description="A new run spec for the stage (a replace); omitted: run it again as it is"
     )
+
+
+class StageNeeds(BaseModel):
+    name: str
+    needs: list[str]
+
+
+class PipelineCheck(BaseModel):
+    valid: Literal[True] = True
+    stages: list[StageNeeds] = Field(description="Each stage and the stages it waits for, in document order")

@@ -43,12 +43,19 @@ ENDED = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 RETRYABLE = frozenset({"failed", "cancelled", "skipped", "stale", "succeeded"})
 
 
-def submit(session: Session, principal: Principal, doc: PipelineDoc, reward_entrypoints: list[str]) -> Pipeline:
-    """Store a validated pipeline and start the stages that need nothing; refuses (422) what a run submit would."""
+def check_submission(session: Session, principal: Principal, doc: PipelineDoc, reward_entrypoints: list[str]):
+    """What a submit checks beyond the document itself (project and write access, each stage's rewards, datasets
+    and runs); stores nothing. Returns the project."""
     project = runs.project_by_name_or_422(session, doc.project)
     principal.require(project.id, "write")
     for name, stage in doc.stages.items():
         _check_stage(session, principal, name, stage, reward_entrypoints)
+    return project
+
+
+def submit(session: Session, principal: Principal, doc: PipelineDoc, reward_entrypoints: list[str]) -> Pipeline:
+    """Store a validated pipeline and start the stages that need nothing; refuses (422) what a run submit would."""
+    project = check_submission(session, principal, doc, reward_entrypoints)
     pipeline = Pipeline(
         project_id=project.id,
         name=doc.name,

@@ -191,6 +191,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pipelines/validate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Validate Pipeline
+         * @description Check a pipeline as a submit would (every stage, references, gates, cycles, project and write access,
+         *     allowed rewards, datasets) without storing it: the New run page calls it as you type.
+         */
+        post: operations["validate_pipeline_api_v1_pipelines_validate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pipelines/{pipeline_id}": {
         parameters: {
             query?: never;
@@ -2370,6 +2391,20 @@ export interface components {
              */
             metric?: string | null;
         };
+        /** PipelineCheck */
+        PipelineCheck: {
+            /**
+             * Stages
+             * @description Each stage and the stages it waits for, in document order
+             */
+            stages: components["schemas"]["StageNeeds"][];
+            /**
+             * Valid
+             * @default true
+             * @constant
+             */
+            valid: true;
+        };
         /** PipelineDetail */
         PipelineDetail: {
             /**
@@ -3386,6 +3421,13 @@ export interface components {
              * @enum {string}
              */
             status: "waiting" | "running" | "succeeded" | "failed" | "skipped" | "cancelled" | "stale";
+        };
+        /** StageNeeds */
+        StageNeeds: {
+            /** Name */
+            name: string;
+            /** Needs */
+            needs: string[];
         };
         /** StagePublic */
         StagePublic: {
@@ -4565,6 +4607,46 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PipelineDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    validate_pipeline_api_v1_pipelines_validate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The pipeline document ({name, project, stages: {<name>: {spec, needs, when, best}}}), as JSON or YAML */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+                "application/yaml": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineCheck"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
