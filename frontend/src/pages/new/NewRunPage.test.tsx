@@ -168,6 +168,25 @@ describe('NewRunPage', () => {
     await waitFor(() => expect(editor().value).toMatch(/^# Supervised fine-tuning/));
   });
 
+  it('checks and submits a pipeline (a document with stages) as one, and opens it', async () => {
+    const calls: string[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (input: RequestInfo, init?: RequestInit) => {
+      const url = new URL(String(input), 'http://x').pathname;
+      calls.push(`${init?.method ?? 'GET'} ${url}`);
+      if (url.endsWith('/validate')) return json({ valid: true, stages: [{ name: 'sft', needs: [] }, { name: 'grpo', needs: ['sft'] }] });
+      return json({ id: 7 }, 201);
+    }));
+    renderAt('/new');
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    fireEvent.change(editor, { target: { value: 'name: chain\nstages:\n  sft: {spec: {algorithm: sft}}\n  grpo: {spec: {algorithm: grpo}}\n' } });
+    const valid = await screen.findByText(/Valid pipeline · 2 stages/, {}, { timeout: 3000 });
+    expect(valid.textContent).toContain('grpo (after sft)');
+    fireEvent.click(screen.getByRole('button', { name: 'Submit run' }));
+    expect((await screen.findByTestId('where')).textContent).toBe('/pipelines/7');
+    expect(calls.filter((c) => c.includes('/pipelines'))).toEqual(['POST /api/v1/pipelines/validate', 'POST /api/v1/pipelines']);
+    expect(calls).not.toContain('POST /api/v1/runs');
+  });
+
   it('shows a 403 without a line, and Tab indents until Escape', async () => {
     vi.stubGlobal('fetch', vi.fn(async () => json({ detail: 'no write access to project default' }, 403)));
     renderAt('/new');

@@ -4,8 +4,8 @@ import { api, authFetch, unwrap } from '../../api/client';
 import { ALGORITHMS, type Algorithm } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { goToLine, SpecEditor } from './SpecEditor';
-import { SpecVerdict, type Checked, type Verdict } from './SpecVerdict';
-import { cloneText, fieldErrors, isAlgorithm, TEMPLATES, withModelPath, type FieldError } from './spec';
+import { SpecVerdict, type Checked, type CheckedPipeline, type Verdict } from './SpecVerdict';
+import { cloneText, fieldErrors, isAlgorithm, isPipelineText, TEMPLATES, withModelPath, type FieldError } from './spec';
 import './newRun.css';
 
 const YAML_HEADERS = { 'Content-Type': 'application/yaml' };
@@ -91,8 +91,11 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
     const timer = setTimeout(async () => {
       let next: Verdict;
       try {
-        const { status, body } = await send('/api/v1/runs/validate', text);
-        next = status === 200 ? validVerdict(text, body as Checked & Warned) : { state: 'invalid', errors: errorsOf(text, status, body) };
+        // A pipeline (a document with stages) is checked, and submitted, as one: docs/pipelines.md.
+        const pipeline = isPipelineText(text);
+        const { status, body } = await send(pipeline ? '/api/v1/pipelines/validate' : '/api/v1/runs/validate', text);
+        if (status !== 200) next = { state: 'invalid', errors: errorsOf(text, status, body) };
+        else next = pipeline ? { state: 'valid-pipeline', checked: body as CheckedPipeline } : validVerdict(text, body as Checked & Warned);
       } catch (err) {
         next = { state: 'invalid', errors: fieldErrors(text, `Could not reach the server: ${String(err)}`) };
       }
@@ -116,7 +119,12 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
     setSubmitting(true);
     setChecking(false);
     try {
-      const { status, body } = await send('/api/v1/runs', text);
+      const pipeline = isPipelineText(text);
+      const { status, body } = await send(pipeline ? '/api/v1/pipelines' : '/api/v1/runs', text);
+      if (status === 201 && pipeline) {
+        navigate(`/pipelines/${(body as { id: number }).id}`);
+        return;
+      }
       if (status === 201) {
         // The run page shows the submit's warnings: this page is gone by then.
         const { id, warnings } = body as { id: number } & Warned;

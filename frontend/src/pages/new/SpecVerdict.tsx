@@ -5,9 +5,15 @@ export interface Checked {
   parents: Array<{ run_id: number; name: string; field: string; step: number | null }>;
 }
 
+/** POST /pipelines/validate's answer: each stage and the stages it waits for. */
+export interface CheckedPipeline {
+  stages: Array<{ name: string; needs: string[] }>;
+}
+
 export type Verdict =
   | { state: 'idle' }
   | { state: 'valid'; checked: Checked; warnings: FieldError[] }
+  | { state: 'valid-pipeline'; checked: CheckedPipeline }
   | { state: 'invalid'; errors: FieldError[] };
 
 function parentsText(parents: Checked['parents']): string {
@@ -54,6 +60,12 @@ export function SpecVerdict({ id, verdict, stale, onPick }: { id: string; verdic
           </p>
           {verdict.warnings.length > 0 && <Problems className="spec-warnings" label="Warnings" items={verdict.warnings} onPick={onPick} />}
         </>
+      )}
+      {verdict.state === 'valid-pipeline' && (
+        <p className="ok" data-testid="spec-valid">
+          Valid pipeline · {verdict.checked.stages.length} stages:{' '}
+          {verdict.checked.stages.map((s) => (s.needs.length ? `${s.name} (after ${s.needs.join(', ')})` : s.name)).join(' · ')}
+        </p>
       )}
       {verdict.state === 'invalid' && <Problems className="spec-errors" label="Problems in the spec" items={verdict.errors} onPick={onPick} />}
     </div>

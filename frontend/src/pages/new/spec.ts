@@ -59,6 +59,11 @@ export const TEMPLATES: Record<Algorithm, string> = {
   ilql: asTemplate(ilql),
 };
 
+/** A pipeline (docs/pipelines.md) rather than a run spec: a document with top-level `stages`. */
+export function isPipelineText(text: string): boolean {
+  return /^stages\s*:/m.test(text) || /^\s*\{[\s\S]*"stages"\s*:/.test(text);
+}
+
 export function isAlgorithm(value: string | null): value is Algorithm {
   return value != null && value in TEMPLATES;
 }
