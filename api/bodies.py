@@ -1,5 +1,7 @@
 """Request bodies that are documents (a run spec, a pipeline): JSON or YAML, parsed once, errors located in the body."""
 
+from typing import Any
+
 from fastapi import Request
 
 from api.exceptions import Unprocessable, UnsupportedMediaType
@@ -25,3 +27,14 @@ async def document_body(request: Request, what: str) -> tuple[dict, str]:
     except SpecError as exc:
         raise located(exc) from None
     return data, body.decode(errors="replace").replace("\x00", "\ufffd")
+
+
+def document_openapi(description: str) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads its body with `document_body` (FastAPI cannot see it)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"application/json": {"schema": {"type": "object"}}, "application/yaml": {"schema": {"type": "string"}}},
+        }
+    }

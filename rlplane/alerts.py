@@ -34,7 +34,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "==": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
 }
-RUN_END_STATUSES = ("failed", "lost", "succeeded", "cancelled")
 METRIC_KEY = r"^[A-Za-z0-9_./-]{1,256}$"
 
 

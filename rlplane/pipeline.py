@@ -21,7 +21,6 @@ Torch-free and database-free: the API validates and runs pipelines with it, the 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -302,7 +301,3 @@ def with_defaults(spec: Mapping[str, Any], pipeline: Any, project: Any, stage: s
 def is_pipeline(data: Any) -> bool:
     """A document with `stages` is a pipeline; a run spec has none."""
     return isinstance(data, Mapping) and "stages" in data
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and not math.isnan(value)

@@ -174,8 +174,3 @@ def load_sweep(data: Any) -> SweepDoc:
     if errors:
         raise SpecError(errors)
     return doc
-
-
-def is_sweep(data: Any) -> bool:
-    """A document with a search space is a sweep."""
-    return isinstance(data, Mapping) and "space" in data

@@ -12,15 +12,17 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
 from api.auth.service import in_project
+from api.exceptions import Unprocessable
 from api.models import Alert, AlertRule, Metric, Project, Run
 from api.models.base import utcnow
 from api.runs import service as runs
 from rlplane.alerts import (
+    DETECTOR_KEYS,
     DETECTORS,
     Change,
     DetectorRule,
@@ -49,8 +51,6 @@ def create_rule(session: Session, principal: Principal, spec: RuleSpec) -> Alert
     if spec.run_id is not None:
         run = runs.readable_run(session, principal, spec.run_id)
         if run.project_id != project.id:
-            from api.exceptions import Unprocessable
-
             raise Unprocessable(["body", "run_id"], f"run {run.id} is not in project {spec.project!r}")
     rule = AlertRule(
         project_id=project.id,
@@ -116,11 +116,11 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
         if run.algorithm in detector.algorithms and detector.name not in overridden and run.status in ACTIVE:
             verdict = detector.check(series.detector_view(), _detector_params(run, {}))
             checks.append((f"detector:{detector.name}", detector.name, None, verdict, False))
+    # Each source's newest alert on this run, read once (ascending ids: the newest wins).
+    latest = {a.source: a for a in session.scalars(select(Alert).where(Alert.run_id == run.id).order_by(Alert.id))}
     opened = []
     for source, name, rule, verdict, sticky in checks:
-        current = session.scalars(
-            select(Alert).where(Alert.run_id == run.id, Alert.source == source).order_by(Alert.id.desc()).limit(1)
-        ).first()
+        current = latest.get(source)
         if verdict.firing and (current is None or (current.state == "resolved" and not sticky)):
             opened.append(_open(session, run, source, name, rule, verdict.message, now))
         elif not verdict.firing and current is not None and current.state == "open" and not sticky:
@@ -204,8 +204,6 @@ class _Series:
         return self._cache[key]
 
     def detector_view(self) -> dict[str, list[float]]:
-        from rlplane.alerts import DETECTOR_KEYS
-
         return {key: self.points(key) for key in DETECTOR_KEYS}
 
     def any_nonfinite(self) -> Verdict:
@@ -221,8 +219,6 @@ class _Series:
         return Verdict(True, f"{row.key} is {shown} at step {row.step}")
 
     def last_time(self) -> float | None:
-        from sqlalchemy import func
-
         return self.session.scalar(select(func.max(Metric.time)).where(Metric.run_id == self.run_id))
 
 

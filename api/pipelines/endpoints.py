@@ -1,9 +1,9 @@
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, status
 
 from api.auth.deps import Reader, Writer
-from api.bodies import document_body, located
+from api.bodies import document_body, document_openapi, located
 from api.db import SessionDep
 from api.pipelines import schemas, service, views
 from rlplane.pipeline import PipelineDoc, dependencies, load_pipeline
@@ -11,13 +11,9 @@ from rlplane.spec import SpecError
 
 router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
 
-_DOCUMENT_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "The pipeline document ({name, project, stages: {<name>: {spec, needs, when, best}}}), as JSON or YAML",
-        "content": {"application/json": {"schema": {"type": "object"}}, "application/yaml": {"schema": {"type": "string"}}},
-    }
-}
+_DOCUMENT_BODY = document_openapi(
+    "The pipeline document ({name, project, stages: {<name>: {spec, needs, when, best}}}), as JSON or YAML"
+)
 
 
 async def pipeline_body(request: Request) -> PipelineDoc:

@@ -1,9 +1,9 @@
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, status
 
 from api.auth.deps import Reader, Writer
-from api.bodies import document_body, located
+from api.bodies import document_body, document_openapi, located
 from api.db import SessionDep
 from api.sweeps import schemas, service, views
 from rlplane.spec import SpecError
@@ -11,13 +11,7 @@ from rlplane.sweep import SweepDoc, load_sweep
 
 router = APIRouter(prefix="/api/v1/sweeps", tags=["sweeps"])
 
-_DOCUMENT_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "The sweep document (spec, space, method, metric, goal, trials, parallel, ...), JSON or YAML",
-        "content": {"application/json": {"schema": {"type": "object"}}, "application/yaml": {"schema": {"type": "string"}}},
-    }
-}
+_DOCUMENT_BODY = document_openapi("The sweep document (spec, space, method, metric, goal, trials, parallel, ...), JSON or YAML")
 
 
 async def sweep_body(request: Request) -> SweepDoc:

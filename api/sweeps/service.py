@@ -72,18 +72,19 @@ def advance_all(session: Session, reward_entrypoints: list[str]) -> None:
 def advance(session: Session, sweep: Sweep, reward_entrypoints: list[str]) -> None:
     doc = SweepDoc.model_validate(sweep.document)
     trials = trials_of(session, sweep.id)
+    curves = _Curves(session, doc.metric)
     for trial in trials:
         if trial.state == "running":
-            _follow(session, sweep, doc, trial, trials)
+            _follow(session, sweep, doc, trial, trials, curves)
     if sweep.status == "running":
-        while sum(t.state == "running" for t in trials) < doc.parallel and len(trials) < _budget(doc):
-            trials.append(_start(session, sweep, doc, trials, reward_entrypoints))
-        if len(trials) >= _budget(doc) and not any(t.state == "running" for t in trials):
+        while sum(t.state == "running" for t in trials) < doc.parallel and len(trials) < budget(doc):
+            trials.append(_start(session, sweep, doc, trials, reward_entrypoints, curves))
+        if len(trials) >= budget(doc) and not any(t.state == "running" for t in trials):
             _finish(sweep, doc, trials)
     sweep.updated_at = utcnow()
 
 
-def _budget(doc: SweepDoc) -> int:
+def budget(doc: SweepDoc) -> int:
     return min(doc.trials, len(grid(doc))) if doc.method == "grid" else doc.trials
 
 
@@ -91,7 +92,7 @@ def _set(trial: SweepTrial, state: str, reason: str = "", value: float | None = 
     trial.state, trial.reason, trial.value, trial.updated_at = state, reason[:2000], value, utcnow()
 
 
-def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, trials: list[SweepTrial]) -> None:
+def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, trials: list[SweepTrial], curves: _Curves) -> None:
     run = session.get(Run, trial.run_id) if trial.run_id is not None else None
     if run is None:
         return _set(trial, "failed", "its run was deleted")
@@ -106,10 +107,10 @@ def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, tr
         return _set(trial, "complete", "", value)
     if doc.early_stopping is None or run.status == "cancelling":
         return None
-    curve = _curve(session, run.id, doc.metric)
+    curve = curves(run.id)
     if not curve:
         return None
-    study = _study(session, doc, [t for t in trials if t is not trial])
+    study = _study(curves, doc, [t for t in trials if t is not trial])
     study.add_trial(
         create_trial(
             state=TrialState.RUNNING,
@@ -134,14 +135,24 @@ def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, tr
     return None
 
 
-def _curve(session: Session, run_id: int, metric: str) -> dict[int, float]:
-    rows = session.execute(
-        select(Metric.step, Metric.value, Metric.is_nan)
-        .where(Metric.run_id == run_id, Metric.key == metric)
-        .order_by(Metric.step.desc())
-        .limit(CURVE_POINTS)
-    ).all()
-    return {step: value for step, value, is_nan in rows if not is_nan and math.isfinite(value)}
+class _Curves:
+    """Each trial's finite points of the metric (step -> value), read once per advance: every study built in it (one
+    per running trial, one per new trial) holds every ended trial's curve."""
+
+    def __init__(self, session: Session, metric: str) -> None:
+        self.session, self.metric = session, metric
+        self._read: dict[int, dict[int, float]] = {}
+
+    def __call__(self, run_id: int) -> dict[int, float]:
+        if run_id not in self._read:
+            rows = self.session.execute(
+                select(Metric.step, Metric.value, Metric.is_nan)
+                .where(Metric.run_id == run_id, Metric.key == self.metric)
+                .order_by(Metric.step.desc())
+                .limit(CURVE_POINTS)
+            ).all()
+            self._read[run_id] = {step: value for step, value, is_nan in rows if not is_nan and math.isfinite(value)}
+        return self._read[run_id]
 
 
 def _distributions(doc: SweepDoc) -> dict[str, BaseDistribution]:
@@ -156,7 +167,7 @@ def _distributions(doc: SweepDoc) -> dict[str, BaseDistribution]:
     return out
 
 
-def _study(session: Session, doc: SweepDoc, trials: list[SweepTrial], seed: int | None = None) -> optuna.Study:
+def _study(curves: _Curves, doc: SweepDoc, trials: list[SweepTrial], seed: int | None = None) -> optuna.Study:
     """An in-memory study holding the ended trials (values, curves, the pruner's notes)."""
     if doc.method == "tpe":
         sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
@@ -175,7 +186,7 @@ def _study(session: Session, doc: SweepDoc, trials: list[SweepTrial], seed: int 
     for trial in trials:
         if trial.state not in ("complete", "pruned") or trial.run_id is None:
             continue
-        curve = _curve(session, trial.run_id, doc.metric)
+        curve = curves(trial.run_id)
         state = TrialState.COMPLETE if trial.state == "complete" else TrialState.PRUNED
         attrs = {**_rungs_passed(curve, early), **trial.attrs} if early is not None and early.method != "median" else trial.attrs
         study.add_trial(
@@ -205,19 +216,21 @@ def _rungs_passed(curve: dict[int, float], early: EarlyStopping) -> dict[str, fl
         rung += 1
 
 
-def _next_params(session: Session, sweep: Sweep, doc: SweepDoc, trials: list[SweepTrial]) -> dict:
+def _next_params(sweep: Sweep, doc: SweepDoc, trials: list[SweepTrial], curves: _Curves) -> dict:
     number = len(trials)
     if doc.method == "grid":
         taken = [t.params for t in trials]
         return next(p for p in grid(doc) if p not in taken)
     # One seed per trial: the same sweep samples the same values, restart or not.
-    study = _study(session, doc, trials, seed=doc.seed * 100_003 + sweep.id * 1009 + number)
+    study = _study(curves, doc, trials, seed=doc.seed * 100_003 + sweep.id * 1009 + number)
     return dict(study.ask(_distributions(doc)).params)
 
 
-def _start(session: Session, sweep: Sweep, doc: SweepDoc, trials: list[SweepTrial], allowed: list[str]) -> SweepTrial:
+def _start(
+    session: Session, sweep: Sweep, doc: SweepDoc, trials: list[SweepTrial], allowed: list[str], curves: _Curves
+) -> SweepTrial:
     number = len(trials)
-    params = _next_params(session, sweep, doc, trials)
+    params = _next_params(sweep, doc, trials, curves)
     trial = SweepTrial(sweep_id=sweep.id, number=number, params=params, state="running", reason="", attrs={})
     session.add(trial)
     try:

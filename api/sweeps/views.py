@@ -5,7 +5,7 @@ from sqlalchemy.orm import Session
 
 from api.models import Project, Run, Sweep, SweepTrial
 from api.sweeps import schemas
-from api.sweeps.service import _budget, best_trial, trials_of
+from api.sweeps.service import best_trial, budget, trials_of
 from rlplane.sweep import SweepDoc
 
 
@@ -33,7 +33,7 @@ def _summary(sweep: Sweep, project: str, trials: list[SweepTrial]) -> dict:
         metric=doc.metric,
         goal=doc.goal,
         trials=len(trials),
-        budget=_budget(doc),
+        budget=budget(doc),
         best_value=best.value if best else None,
         created_at=sweep.created_at,
         updated_at=sweep.updated_at,
