@@ -30,7 +30,7 @@ from rlplane.spec.sections import DeepSpeedBackend as DeepSpeedBackendSpec
 from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.base import Backend, BackendError, applies_update
 from trainer_core.backends.batching import accumulation_steps
-from trainer_core.backends.dist import DistEnv, default_device
+from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
 
 ADAM_STATES = ("exp_avg", "exp_avg_sq")
@@ -87,11 +87,8 @@ class DeepSpeedBackend(Backend):
         self._frozen_engines: list[Any] = []  # kept alive: they own the partitioning hooks of frozen models
         seed_rank(train.seed, self.rank)
         self._owns_group = not dist.is_initialized()
-        if self._owns_group and not env.is_distributed:
-            # One process is a world of one in this process's memory: a TCP store on MASTER_PORT's default (29500)
-            # would refuse the second one-process run on the same node (seen on a GPU machine: EADDRINUSE).
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+        if not env.is_distributed:  # several ranks: DeepSpeed joins them below, through torchrun's store
+            init_process_group(env, self.device, one_process_group=True)
         # Without a launcher DeepSpeed would look for MPI; one process is a world of one.
         for name, value in (
             ("RANK", env.rank),

@@ -58,10 +58,20 @@ def default_device(env: DistEnv) -> torch.device:
     return torch.device("cuda", env.local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def init_process_group(env: DistEnv, device: torch.device) -> bool:
-    """Join the ranks (nccl on CUDA, gloo on CPU) when there is more than one; True if this call created the group."""
-    if not env.is_distributed or dist.is_initialized():
+def init_process_group(env: DistEnv, device: torch.device, *, one_process_group: bool = False) -> bool:
+    """Join the ranks (nccl on CUDA, gloo on CPU) when there is more than one; True if this call created the group.
+
+    `one_process_group`: a backend that needs a group even alone (FSDP2, DeepSpeed) gets a world of one held in
+    this process's memory: no TCP store, so two one-process runs on a node never compete for MASTER_PORT's default
+    (seen on a GPU machine: the second failed with EADDRINUSE)."""
+    if dist.is_initialized():
         return False
+    if not env.is_distributed:
+        if one_process_group:
+            dist.init_process_group(
+                backend="nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
+            )
+        return one_process_group
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # env:// reads MASTER_ADDR/MASTER_PORT and, under torchrun, reuses the agent's store on that port.

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -90,12 +89,8 @@ class Fsdp2Backend(Backend):
         self._optimizer: torch.optim.Optimizer | None = None
         self._scheduler: Any = None
         seed_rank(train.seed, self.rank)
-        self._owns_group = init_process_group(env, self.device)
-        if not dist.is_initialized():
-            # fully_shard needs a process group even for one process: a world of one in this process's memory.
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
-            self._owns_group = True
+        # fully_shard needs a process group even for one process.
+        self._owns_group = init_process_group(env, self.device, one_process_group=True)
         # fp16 overflows without loss scaling; a rank's shard alone cannot tell, so this scaler agrees over ranks.
         self._scaler = ShardedGradScaler(enabled=spec.precision == "fp16")
 
