@@ -37,11 +37,11 @@ STEP_COLUMN = re.compile(r'"step":\[([^\]]*)\]')
 def metric_points(messages: list[dict]) -> list[dict]:
     """The points of the metrics messages, one dict each: a message holds each key's points as columns."""
     return [
-        {"key": c["key"], "step": step, "value": value, "time": t}
+        {"key": c["key"], "step": step, "value": value, "time": round(c["time0"] + ms / 1000, 3)}
         for m in messages
         if m["event"] == "metrics"
         for c in m["data"]
-        for step, value, t in zip(c["step"], c["value"], c["time"], strict=True)
+        for step, value, ms in zip(c["step"], c["value"], c["time_ms"], strict=True)
     ]
 
 
@@ -71,17 +71,18 @@ class TestEventStream:
         assert not [m for m in resumed if m["event"] == "logs"]  # nothing replayed twice
 
     def test_a_metrics_message_holds_each_keys_points_as_columns_in_the_order_stored(self, client, db):
+        # Times as milliseconds after the key's first point's: a wall-clock time's leading digits are sent once.
         run = create_run(client)
         logged = [
-            {"key": "b", "step": 2, "value": 0.5, "time": 10.0},
-            {"key": "a", "step": 1, "value": 1.5, "time": 11.0},
-            {"key": "b", "step": 1, "value": "NaN", "time": 12.0},
+            {"key": "b", "step": 2, "value": 0.5, "time": 1_764_000_010.25},
+            {"key": "a", "step": 1, "value": 1.5, "time": 1_764_000_011.0},
+            {"key": "b", "step": 1, "value": "NaN", "time": 1_764_000_009.1234},
         ]
         assert client.post(f"/api/v1/runs/{run['id']}/metrics", json=logged).json()["accepted"] == 3
         [message] = [m for m in events(client, run["id"], since_start=True) if m["event"] == "metrics"]
         assert message["data"] == [
-            {"key": "b", "step": [2, 1], "value": [0.5, "NaN"], "time": [10.0, 12.0]},
-            {"key": "a", "step": [1], "value": [1.5], "time": [11.0]},
+            {"key": "b", "step": [2, 1], "value": [0.5, "NaN"], "time0": 1_764_000_010.25, "time_ms": [0, -1127]},
+            {"key": "a", "step": [1], "value": [1.5], "time0": 1_764_000_011.0, "time_ms": [0]},
         ]
 
     def test_non_finite_values_travel_as_strings_and_samples_only_announce_themselves(self, client, db):
@@ -162,7 +163,8 @@ def test_events_fan_out_across_api_processes(two_api_processes):
         message = received.get(timeout=10)
         seen[message["event"]] = message["data"]
     assert time.monotonic() - sent < 5
-    assert seen["metrics"] == [{"key": "k", "step": [7], "value": [0.5], "time": seen["metrics"][0]["time"]}]
+    [columns] = seen["metrics"]
+    assert columns["key"] == "k" and columns["step"] == [7] and columns["value"] == [0.5] and columns["time_ms"] == [0]
     assert seen["status"][0]["status"] == "cancelled"
     assert httpx.get(f"{a.url}/api/v1/users", headers=headers).json()["count"] == 1  # one admin, not two
 
@@ -191,7 +193,7 @@ class Follower:
 
     def __init__(self, hub: FeedHub, run_id: int, start: Cursor | None = None) -> None:
         self.messages: list[dict] = []
-        self.chunks = follow(hub, run_id, lambda c: stream.hello(run_id, "queued", None, c), start, 30, 60)
+        self.chunks = follow(lambda: hub, run_id, lambda c: stream.hello(run_id, "queued", None, c), start, 30, 60)
 
     @property
     def steps(self) -> list[int]:

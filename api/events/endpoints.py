@@ -1,4 +1,3 @@
-from contextlib import aclosing
 from functools import partial
 from typing import Annotated
 
@@ -63,13 +62,9 @@ def run_events(
     start = Cursor.decode(last_event_id) or (Cursor() if since_start else None)
     settings = request.app.state.settings
 
-    async def body():
-        # On the event loop: the run's feed is shared by every stream this loop serves.
-        hello = partial(stream.hello, run.id, run.status, run.last_step)
-        messages = follow(hub_for(request.app), run_id, hello, start, timeout_s, settings.sse_keepalive_s)
-        async with aclosing(messages):
-            async for chunk in messages:
-                yield chunk
-
+    # The stream's generator itself is the body, with no generator around it: every open dashboard resumes it once
+    # per message. EventStreamResponse closes it; the run's feed is the event loop's, found on its first step.
+    hello = partial(stream.hello, run.id, run.status, run.last_step)
+    messages = follow(partial(hub_for, request.app), run_id, hello, start, timeout_s, settings.sse_keepalive_s)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return EventStreamResponse(body(), media_type="text/event-stream", headers=headers)
+    return EventStreamResponse(messages, media_type="text/event-stream", headers=headers)

@@ -14,7 +14,7 @@ FIRST_READ_S = 10.0
 
 
 async def follow(
-    hub: FeedHub,
+    hub_of_loop: Callable[[], FeedHub],
     run_id: int,
     hello: Callable[[Cursor], bytes],
     start: Cursor | None,
@@ -27,6 +27,7 @@ async def follow(
     begins, so a row is either in a batch from `seq` on or was committed before the catch-up read it; a row
     in both is skipped by id (Batch.for_stream)."""
     deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+    hub = hub_of_loop()  # on the event loop that serves the stream: its feeds are that loop's
     feed = hub.join(run_id)
     try:
         first_read_by = max(deadline, time.monotonic() + FIRST_READ_S)

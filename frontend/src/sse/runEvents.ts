@@ -9,6 +9,24 @@ export interface LiveColumns {
   time: number[];
 }
 
+/** How a key's columns travel (docs/api.md): times as milliseconds after the key's first point's, in seconds. */
+export interface WireColumns {
+  key: string;
+  step: number[];
+  value: Array<number | string>;
+  time0: number;
+  time_ms: number[];
+}
+
+export function liveColumns(wire: readonly WireColumns[]): LiveColumns[] {
+  return wire.map(({ key, step, value, time0, time_ms }) => ({
+    key,
+    step,
+    value,
+    time: time_ms.map((ms) => time0 + ms / 1000),
+  }));
+}
+
 export interface RunEventMap {
   hello: { run_id: number; status: string; last_step: number | null };
   status: Array<Record<string, unknown>>;
@@ -43,6 +61,7 @@ export class RunEventBus {
     let data: unknown;
     try {
       data = JSON.parse(event.data);
+      if (event.event === 'metrics') data = liveColumns(data as WireColumns[]);
     } catch {
       return; // a malformed message must not break the stream
     }
