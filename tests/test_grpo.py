@@ -1,6 +1,7 @@
 """The GRPO recipe through `python -m trainer_core run`: from the SFT chain's early checkpoint, the
 verifiable arithmetic reward raises held-out greedy accuracy; the RLOO baseline learns too;
-resume is exact."""
+resume is exact. The eval recipe scores the GRPO checkpoint: pass@k from sampled answers, and its greedy
+accuracy is the one the GRPO run reported."""
 
 from __future__ import annotations
 
@@ -32,13 +33,25 @@ def start(sft_run: Path) -> Path:
     return sft_run / "checkpoints" / "step-000250"
 
 
+@pytest.fixture(scope="module")
+def group_mean_run(start: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output of 160 GRPO steps with the group-mean baseline: the learning test checks it, the evaluation
+    test scores its checkpoint."""
+    tmp = tmp_path_factory.mktemp("grpo-group-mean")
+    run_spec(tmp / "grpo.yaml", grpo_spec(start, baseline="group_mean"), "--out", str(tmp / "out"))
+    return tmp / "out"
+
+
 @pytest.mark.parametrize("baseline", ["group_mean", "rloo"])
-def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, baseline: str) -> None:
+def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, baseline: str, request: pytest.FixtureRequest) -> None:
     """160 GRPO steps (8 prompts x 8 answers each): greedy accuracy on the 267 held-out problems
     rises by at least 0.12 over the SFT start (measured 0.378 -> 0.543 with the group mean and
     -> 0.573 with RLOO; after 80 steps +0.10/+0.13, and at lr 3e-4 or 4e-4 no faster)."""
-    out = tmp_path / "out"
-    run_spec(tmp_path / "grpo.yaml", grpo_spec(start, baseline=baseline), "--out", str(out))
+    if baseline == "group_mean":
+        out = request.getfixturevalue("group_mean_run")
+    else:
+        out = tmp_path / "out"
+        run_spec(tmp_path / "grpo.yaml", grpo_spec(start, baseline=baseline), "--out", str(out))
     accuracy = metrics(out, "eval/accuracy")
     assert sorted(accuracy) == [0, 80, 160]
     assert accuracy[160] >= accuracy[0] + 0.12, accuracy
@@ -77,3 +90,38 @@ def test_resume_is_exact(start: Path, tmp_path: Path) -> None:
     spec = grpo_spec(start, epochs=2)
     spec["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 2, "micro_batch_size": 32}
     assert_resume_is_exact(tmp_path, spec, 2, ("reward/mean", "grpo/kl", "grpo/clipfrac", "train/loss", "eval/accuracy"))
+
+
+def eval_spec(model: Path, **options: object) -> dict:
+    return {
+        "name": "eval-test",
+        "algorithm": "eval",
+        "model": {"path": str(model), "max_seq_len": 32},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": ARITHMETIC,
+        "eval": {"gen": {"max_new_tokens": 4}, **options},
+    }
+
+
+def test_evaluation_of_a_grpo_checkpoint_reports_pass_at_k(group_mean_run: Path, tmp_path: Path) -> None:
+    """The eval recipe on the GRPO run's step-160 checkpoint, on the same 267 held-out problems: 8 sampled answers
+    each give pass@1 (the unbiased estimate is the share of right answers, so it equals eval/accuracy), pass@4 and
+    pass@8, each at least the one before and pass@8 well above pass@1 (sampling finds answers greedy misses);
+    one greedy answer each gives exactly the eval/accuracy the GRPO run reported at step 160 (the same
+    evaluation)."""
+    checkpoint = group_mean_run / "checkpoints" / "step-000160"
+    sampled, greedy = tmp_path / "sampled", tmp_path / "greedy"
+    run_spec(tmp_path / "sampled.yaml", eval_spec(checkpoint, samples=8, k=[1, 4, 8]), "--out", str(sampled))
+    run_spec(tmp_path / "greedy.yaml", eval_spec(checkpoint, greedy=True), "--out", str(greedy))
+
+    values = {key: metrics(sampled, key) for key in ("eval/accuracy", "eval/pass@1", "eval/pass@4", "eval/pass@8")}
+    assert all(sorted(v) == [1] for v in values.values()), values
+    accuracy, at1, at4, at8 = (v[1] for v in values.values())
+    assert at1 == pytest.approx(accuracy, abs=1e-9)
+    assert 0.2 < at1 <= at4 <= at8 <= 1.0 and at8 >= at1 + 0.1, values
+    assert 1 <= metrics(sampled, "eval/length")[1] <= 4 and 0 <= metrics(sampled, "eval/truncated")[1] <= 1
+    assert metrics(sampled, "eval/reward")[1] == pytest.approx(accuracy)  # the arithmetic reward is 1 or 0
+
+    reported = metrics(group_mean_run, "eval/accuracy")[160]
+    assert metrics(greedy, "eval/accuracy")[1] == pytest.approx(reported, abs=1e-9)
+    assert metrics(greedy, "eval/pass@1")[1] == pytest.approx(reported, abs=1e-9)

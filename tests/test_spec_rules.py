@@ -23,6 +23,27 @@ RULE_CASES = {
     "other-algorithm-section": ("sft", ["ppo.epochs=2"], "ppo", "only applies to algorithm ppo"),
     "ppo-needs-reward": ("ppo", ["reward=null"], "reward", "algorithm ppo needs a reward: add reward:"),
     "grpo-needs-reward": ("ppo", ["reward=null", "algorithm=grpo"], "reward", "grpo needs a reward"),
+    "eval-needs-reward": ("ppo", ["reward=null", "algorithm=eval", "train.steps=1"], "reward", "eval needs a reward"),
+    "eval-one-step": ("ppo", ["algorithm=eval"], "train.steps", "an eval run trains nothing and is one step"),
+    "eval-on-torch": ("ppo", ["algorithm=eval", "train.steps=1", DEEPSPEED], "backend.kind", "eval runs on backend kind torch"),
+    "eval-greedy-one-answer": (
+        "ppo",
+        ["algorithm=eval", "train.steps=1", "eval.greedy=true", "eval.samples=4"],
+        "eval.greedy",
+        "set eval.samples: 1 or greedy: false",
+    ),
+    "eval-pass-at-k": (
+        "ppo",
+        ["algorithm=eval", "train.steps=1", "eval.samples=2", "eval.k=[1, 4]"],
+        "eval.k.1",
+        "pass@4 needs at least 4",
+    ),
+    "grpo-eval-pass-at-k": (
+        "ppo",
+        ["algorithm=grpo", "grpo.eval.samples=2", "grpo.eval.k=[8]"],
+        "grpo.eval.k.0",
+        "raise grpo.eval.samples to 8",
+    ),
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
     "megatron-cpu-fp32": ("sft", [MEGATRON], "backend.precision", "megatron on CPU trains in fp32, not bf16"),
@@ -221,7 +242,7 @@ def spec_with(base: str, sets: list[str]) -> dict:
 class TestCrossFieldRules:
     @pytest.mark.parametrize("base, sets, where, words", RULE_CASES.values(), ids=RULE_CASES.keys())
     def test_rule(self, base, sets, where, words):
-        error = error_at(spec_with(base, sets), where.split("."))
+        error = error_at(spec_with(base, sets), [int(p) if p.isdigit() else p for p in where.split(".")])
         assert words in error["msg"], error["msg"]
         assert error["type"] == "spec_rule"
 
@@ -260,6 +281,13 @@ class TestCrossFieldRules:
     )
     def test_valid_combinations_pass(self, sets):
         parse_spec(spec_with("sft", sets))
+
+    def test_an_eval_run_may_leave_train_out_and_is_one_step(self):
+        spec = {k: v for k, v in ppo_spec().items() if k != "train"} | {"algorithm": "eval", "eval": {"samples": 8, "k": [1, 8]}}
+        parsed = parse_spec(spec)
+        assert parsed.train.steps == 1 and parsed.eval.k == [1, 8] and not parsed.eval.greedy
+        # A training algorithm still needs its train section.
+        assert error_at({k: v for k, v in sft_spec().items() if k != "train"}, ["train"])["type"] == "missing"
 
     def test_ppo_with_a_shared_trunk_passes_on_megatron(self):
         parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"]))

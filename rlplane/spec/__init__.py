@@ -24,6 +24,7 @@ from rlplane.spec.algorithms import (
     ALGORITHMS,
     Algorithm,
     DpoOptions,
+    EvalOptions,
     GenSpec,
     GrpoOptions,
     IlqlOptions,
@@ -83,6 +84,7 @@ __all__ = [
     "DataSpec",
     "DeepSpeedBackend",
     "DpoOptions",
+    "EvalOptions",
     "Fsdp2Backend",
     "GenSpec",
     "GrpoOptions",
@@ -136,7 +138,10 @@ class RunSpec(StrictModel):
         description="Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Queue, GPUs and nodes.")
-    train: TrainSpec = Field(description="The optimization loop.")
+    train: TrainSpec = Field(
+        description="The optimization loop. An eval run trains nothing: it may leave train out ({steps: 1}; train.seed "
+        "seeds its sampling)."
+    )
     sft: SftOptions | None = Field(None, description="Options for algorithm sft; defaults filled in when absent.")
     reward_model: RewardModelOptions | None = Field(
         None, description="Options for algorithm reward; defaults filled in when absent."
@@ -145,6 +150,14 @@ class RunSpec(StrictModel):
     ppo: PpoOptions | None = Field(None, description="Options for algorithm ppo; defaults filled in when absent.")
     grpo: GrpoOptions | None = Field(None, description="Options for algorithm grpo; defaults filled in when absent.")
     ilql: IlqlOptions | None = Field(None, description="Options for algorithm ilql; defaults filled in when absent.")
+    eval: EvalOptions | None = Field(None, description="Options for algorithm eval; defaults filled in when absent.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_evaluation_is_one_step(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("algorithm") == "eval" and "train" not in data:
+            return {**data, "train": {"steps": 1}}
+        return data
 
     @model_validator(mode="after")
     def _fill_section_and_check_rules(self) -> RunSpec:

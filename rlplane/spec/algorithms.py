@@ -7,7 +7,7 @@ are filled in, so a stored spec always says exactly what ran.
 from __future__ import annotations
 
 import typing
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -23,6 +23,20 @@ class GenSpec(StrictModel):
     top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens; 0: no top-k filter.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass; 1.0: no top-p filter.")
     stop: list[str] = Field(default_factory=list, description="Strings that end a response (besides the EOS token).")
+
+
+class HeldOutEval(StrictModel):
+    """How an RL run evaluates on its held-out prompts every train.eval_every steps (the eval algorithm's measures)."""
+
+    samples: int = Field(1, ge=1, le=256, description="Answers per prompt: 1, one greedy answer; more, sampled with gen.")
+    k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1], min_length=1, max_length=16, description="eval/pass@k for each k (each <= samples)."
+    )
+    correct_at: float | None = Field(
+        None,
+        description="An answer is correct when its reward is at least this: eval/accuracy and eval/pass@k from the "
+        "reward; null: no pass@k, and eval/accuracy is a builtin task's own check.",
+    )
 
 
 class SftOptions(StrictModel):
@@ -99,6 +113,9 @@ class PpoOptions(StrictModel):
         "samples_every steps a response to each is sampled and logged with its reward, components and KL, so the "
         "same prompts can be followed across steps; 0: no samples.",
     )
+    eval: HeldOutEval = Field(
+        default_factory=HeldOutEval, description="What each evaluation on the held-out prompts draws and judges."
+    )
     samples_every: int = Field(
         10, ge=1, description="Log the tracked prompts' samples every N steps (and at the first and last)."
     )
@@ -127,6 +144,9 @@ class GrpoOptions(StrictModel):
         "samples_every steps a whole group (group_size responses) is sampled for each and logged with rewards, "
         "components, advantages and KL, so the same prompts can be followed across steps; 0: no samples.",
     )
+    eval: HeldOutEval = Field(
+        default_factory=HeldOutEval, description="What each evaluation on the held-out prompts draws and judges."
+    )
     samples_every: int = Field(10, ge=1, description="Log the tracked prompts' groups every N steps (and at the first and last).")
 
 
@@ -144,7 +164,33 @@ class IlqlOptions(StrictModel):
     gen: GenSpec = Field(default_factory=GenSpec, description="Sampling for evaluation generations.")
 
 
-Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql"]
+class EvalOptions(StrictModel):
+    """Score a model's answers to prompts with a reward or verifier: eval/reward, eval/accuracy, eval/pass@k, eval/length.
+
+    Each prompt gets `samples` answers (sampled with `gen`, or one greedy answer); an answer is correct when its
+    reward is at least `correct_at`. pass@k is the unbiased estimate from n = samples answers with c correct
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"): 1 - C(n-c, k) / C(n, k), averaged over
+    prompts."""
+
+    samples: int = Field(1, ge=1, le=1024, description="Answers per prompt (n of pass@k).")
+    k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1], min_length=1, max_length=16, description="pass@k reported for each k (each <= samples)."
+    )
+    greedy: bool = Field(False, description="One greedy answer per prompt (needs samples: 1); false: sample with gen.")
+    correct_at: float = Field(
+        1.0, description="An answer counts as correct (accuracy, pass@k) when its reward is at least this (a verifier's 1)."
+    )
+    split: Literal["eval", "all"] = Field(
+        "eval",
+        description="Which prompts: eval, the data's held-out ones (data.eval_fraction or data.eval_source; all of them "
+        "when none are held out); all, every prompt.",
+    )
+    max_prompts: int | None = Field(None, ge=1, description="Evaluate on the first N prompts only; null: all of them.")
+    batch_size: int = Field(64, ge=1, description="Answers generated at once on one process.")
+    gen: GenSpec = Field(default_factory=GenSpec, description="Sampling (ignored for greedy but max_new_tokens and stop).")
+
+
+Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval"]
 ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
 # The options section of each algorithm; "reward" is taken by the reward source, hence reward_model.
 ALGORITHM_SECTIONS: dict[str, str] = {
@@ -154,6 +200,11 @@ ALGORITHM_SECTIONS: dict[str, str] = {
     "ppo": "ppo",
     "grpo": "grpo",
     "ilql": "ilql",
+    "eval": "eval",
 }
 # Algorithms that generate responses online and score them with spec.reward.
 ONLINE_ALGORITHMS: tuple[str, ...] = ("ppo", "grpo")
+# Algorithms that score generated responses with spec.reward: the online ones, and evaluation.
+REWARDED_ALGORITHMS: tuple[str, ...] = (*ONLINE_ALGORITHMS, "eval")
+# Algorithms that train (eval only reads a model): they need train.steps.
+TRAINING_ALGORITHMS: tuple[str, ...] = ("sft", "reward", "dpo", "ppo", "grpo", "ilql")

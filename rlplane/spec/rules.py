@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, REWARDED_ALGORITHMS
 from rlplane.spec.builtin_names import builtin_names_exist
 from rlplane.spec.shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
 
@@ -39,21 +39,58 @@ def section_matches_algorithm(spec: RunSpec) -> Rules:
 
 
 def reward_matches_algorithm(spec: RunSpec) -> Rules:
-    """ppo and grpo need a reward section; sft, reward, dpo and ilql must not have one."""
-    online = spec.algorithm in ONLINE_ALGORITHMS
-    if online and spec.reward is None:
+    """ppo, grpo and eval need a reward section; sft, reward, dpo and ilql must not have one."""
+    rewarded = spec.algorithm in REWARDED_ALGORITHMS
+    if rewarded and spec.reward is None:
         yield Violation(
             ("reward",),
             f"algorithm {spec.algorithm} needs a reward: add reward: {{kind: builtin, name: ...}} "
             "or {kind: model, path: run:<id>}",
         )
-    elif not online and spec.reward is not None:
+    elif not rewarded and spec.reward is not None:
         why = (
             "ilql learns from the rewards in its dataset (data.columns.reward)"
             if spec.algorithm == "ilql"
             else f"algorithm {spec.algorithm} learns from its data and takes no reward"
         )
         yield Violation(("reward",), f"{why}; remove the reward section")
+
+
+def eval_is_one_step(spec: RunSpec) -> Rules:
+    """eval: train.steps is 1 (an evaluation trains nothing), and greedy decoding gives one answer per prompt."""
+    if spec.eval is None:
+        return
+    if spec.train.steps != 1:
+        yield Violation(("train", "steps"), "an eval run trains nothing and is one step; set train.steps: 1 or leave train out")
+    if spec.backend.kind != "torch":
+        yield Violation(
+            ("backend", "kind"),
+            f"eval runs on backend kind torch (each process answers its share of the prompts), not "
+            f"{spec.backend.kind}; set backend: {{kind: torch}}",
+        )
+    if spec.eval.greedy and spec.eval.samples != 1:
+        yield Violation(
+            ("eval", "greedy"),
+            f"greedy decoding gives the same answer every time, so {spec.eval.samples} samples would be copies; set "
+            "eval.samples: 1 or greedy: false",
+        )
+
+
+def pass_at_k_fits_samples(spec: RunSpec) -> Rules:
+    """eval.k (and ppo/grpo eval.k): pass@k needs at least k answers per prompt."""
+    sections = [("eval",), ("ppo", "eval"), ("grpo", "eval")]
+    for loc in sections:
+        options = spec
+        for part in loc:
+            options = getattr(options, part, None)
+        if options is None:
+            continue
+        for i, k in enumerate(options.k):
+            if k > options.samples:
+                where = ".".join(loc)
+                yield Violation(
+                    (*loc, "k", i), f"pass@{k} needs at least {k} answers per prompt; raise {where}.samples to {k} or lower k"
+                )
 
 
 def megatron_layout_fits(spec: RunSpec) -> Rules:
@@ -365,6 +402,8 @@ RULES = (
     builtin_names_exist,
     section_matches_algorithm,
     reward_matches_algorithm,
+    eval_is_one_step,
+    pass_at_k_fits_samples,
     megatron_layout_fits,
     megatron_on_cpu,
     megatron_tensor_parallel_fits_the_builtin_model,

@@ -197,7 +197,8 @@ def train_step(run: GrpoRun) -> loop.StepResult:
 
 
 def evaluate(run: GrpoRun) -> dict[str, float]:
-    return rollouts.evaluate(run, run.policy, rollouts.eval_rows(run), run.spec.grpo.gen, run.reward)
+    options = run.spec.grpo
+    return rollouts.evaluate(run, run.policy, rollouts.eval_rows(run), options.gen, run.reward, rollouts.plan_of(options.eval))
 
 
 def checkpoint_state(run: GrpoRun) -> checkpointing.CheckpointState:

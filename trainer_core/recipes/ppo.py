@@ -253,7 +253,9 @@ def train_step(run: PpoRun) -> loop.StepResult:
 
 
 def evaluate(run: PpoRun) -> dict[str, float]:
-    return rollouts.evaluate(run, run.actor_critic.policy, rollouts.eval_rows(run), run.spec.ppo.gen, run.reward)
+    options = run.spec.ppo
+    policy = run.actor_critic.policy
+    return rollouts.evaluate(run, policy, rollouts.eval_rows(run), options.gen, run.reward, rollouts.plan_of(options.eval))
 
 
 def checkpoint_state(run: PpoRun) -> checkpointing.CheckpointState:

@@ -25,7 +25,7 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.algorithms import GenSpec, HeldOutEval
 from trainer_core.backends import Backend
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import pad_id
@@ -213,50 +213,105 @@ def unchanged(reward: Any) -> Iterator[None]:
 # --- evaluation ---
 
 
-def evaluate(
-    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, reward: Any | None, batch_size: int = 64
-) -> dict[str, float]:
-    """Greedy responses to this rank's share of `rows`, scored, reduced over ranks.
+@dataclass(frozen=True)
+class EvalPlan:
+    """How evaluation draws and judges answers: `samples` per prompt (greedy: one), and, when `correct_at` is set, an
+    answer is correct when its reward is at least that (eval/accuracy and eval/pass@k for each of `k`)."""
 
-    eval/reward is spec.reward's total (its normaliser is left as it was), eval/reward/<name> each
-    component; when the data is a builtin task its own reward is reported by the task's name
-    (eval/accuracy for arithmetic, eval/optimality for randomwalks), which does not change when
-    a run swaps in a reward model."""
-    backend, tokenizer = run.backend, run.tokenizer
+    samples: int = 1
+    greedy: bool = True
+    correct_at: float | None = None
+    k: tuple[int, ...] = ()
+    batch_size: int = 64  # answers per generate call
+
+
+GREEDY = EvalPlan()
+
+
+def plan_of(held_out: HeldOutEval) -> EvalPlan:
+    """An RL run's evaluation (ppo/grpo eval: one greedy answer per prompt unless it asks for more samples)."""
+    return EvalPlan(samples=held_out.samples, greedy=held_out.samples == 1, correct_at=held_out.correct_at, k=tuple(held_out.k))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k from n answers of which c are correct (Chen et al. 2021, eq. 1): 1 - C(n-c, k) / C(n, k),
+    as the running product that avoids the large binomials."""
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def evaluate(
+    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, reward: Any | None, plan: EvalPlan = GREEDY
+) -> dict[str, float]:
+    """`plan.samples` answers to each of this rank's share of `rows` (greedy, or sampled with `gen`), scored, reduced
+    over ranks.
+
+    eval/reward is spec.reward's total per answer (its normaliser is left as it was), eval/reward/<name> each
+    component; eval/length the answers' mean length in tokens and eval/truncated the share that reached
+    gen.max_new_tokens; with plan.correct_at, eval/accuracy is the share of answers whose reward reaches it and
+    eval/pass@<k> the mean over prompts of pass_at_k. When the data is a builtin task its own reward is reported
+    by the task's name (eval/accuracy for arithmetic, eval/optimality for randomwalks; it does not change when a
+    run swaps in a reward model) unless plan.correct_at already says what eval/accuracy is."""
+    backend, tokenizer, n = run.backend, run.tokenizer, plan.samples
     task = builtin_task(run.spec.data.source)
-    names = ["reward"] + ([BUILTIN_EVAL_NAMES[task]] if task else [])
-    sums: dict[str, float] = {name: 0.0 for name in names}
-    budget, count = prompt_budget(run.spec, gen), 0
+    task_name = BUILTIN_EVAL_NAMES[task] if task else None
+    judged = plan.correct_at is not None and reward is not None
+    if judged and task_name == "accuracy":
+        task_name = None
+    sums: dict[str, float] = {"length": 0.0, "truncated": 0.0}
+    if reward is not None:
+        sums["reward"] = 0.0
+    if task_name:
+        sums[task_name] = 0.0
+    if judged:
+        sums["accuracy"] = 0.0
+        sums |= {f"pass@{k}": 0.0 for k in plan.k}
+    budget, answers, prompts_seen = prompt_budget(run.spec, gen), 0, 0
     # Stand-in chunks run too (generation and a model or normalised reward are collectives) but do not count.
-    for chunk, real in rank_chunks(rows, batch_size, backend):
-        generation = generate(policy, encode_prompts(chunk, tokenizer, budget), tokenizer, gen, backend, greedy=True)
+    for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
+        repeated = [row for row in chunk for _ in range(n)]
+        generation = generate(policy, encode_prompts(repeated, tokenizer, budget), tokenizer, gen, backend, greedy=plan.greedy)
         responses = decode(tokenizer, generation)
-        prompts = [prompt_text(r) for r in chunk]
+        prompts = [prompt_text(r) for r in repeated]
         scores = None
         if reward is not None:
             with unchanged(reward):
-                scores = reward(prompts, responses, [metadata(r) for r in chunk])
+                scores = reward(prompts, responses, [metadata(r) for r in repeated])
             for name in scores.components:  # every rank reduces the same keys, stand-ins included
                 sums.setdefault(f"reward/{name}", 0.0)
         if not real:
             continue
-        count += len(chunk)
+        answers += len(repeated)
+        prompts_seen += len(chunk)
+        lengths = generation.response_mask.sum(dim=1)
+        sums["length"] += float(lengths.sum())
+        sums["truncated"] += float((lengths >= gen.max_new_tokens).sum())
         if scores is not None:
             sums["reward"] += sum(scores.total)
             for name, values in scores.components.items():
                 sums[f"reward/{name}"] += sum(values)
-        if task:
+        if judged:
+            correct = [total >= plan.correct_at for total in scores.total]
+            sums["accuracy"] += sum(correct)
+            for i in range(len(chunk)):
+                c = sum(correct[i * n : (i + 1) * n])
+                for k in plan.k:
+                    sums[f"pass@{k}"] += pass_at_k(n, c, k)
+        if task_name:
             task_reward = builtin_reward(task)
-            score = sum(
-                task_reward(p, r, m.get("answer")) for p, r, m in zip(prompts, responses, map(metadata, chunk), strict=True)
+            sums[task_name] += sum(
+                task_reward(p, r, m.get("answer")) for p, r, m in zip(prompts, responses, map(metadata, repeated), strict=True)
             )
-            sums[BUILTIN_EVAL_NAMES[task]] += score
-    if reward is None:
-        sums.pop("reward")
     keys = sorted(sums)
-    totals = backend.all_reduce(torch.tensor([sums[k] for k in keys] + [count], dtype=torch.float64), "sum").tolist()
-    count = max(totals[-1], 1)
-    return {f"eval/{k}": v / count for k, v in zip(keys, totals[:-1], strict=True)}
+    totals = backend.all_reduce(
+        torch.tensor([sums[k] for k in keys] + [answers, prompts_seen], dtype=torch.float64), "sum"
+    ).tolist()
+    answers, prompts_seen = max(totals[-2], 1), max(totals[-1], 1)
+    return {f"eval/{k}": v / (prompts_seen if k.startswith("pass@") else answers) for k, v in zip(keys, totals[:-2], strict=True)}
 
 
 def eval_rows(run: Any) -> list[dict]:
