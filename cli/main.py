@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import admin, alerts, artifacts, datasets, observe, pipelines, runs, sweeps
+from cli.commands import admin, alerts, artifacts, datasets, evaluate, observe, pipelines, runs, sweeps
 from cli.context import State
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(pipelines.app, name="pipelines")
 app.add_typer(alerts.app, name="alerts")
 app.command()(sweeps.sweep)
+app.command("eval")(evaluate.evaluate)
 app.add_typer(sweeps.app, name="sweeps")
 app.command()(observe.logs)
 app.command()(observe.metrics)

@@ -340,3 +340,61 @@ class TestExport:
 
     def test_a_new_run_has_no_output(self, client, db):
         assert client.get(f"/api/v1/runs/{create_run(client)['id']}").json()["output"] is None
+
+
+class TestEvaluations:
+    """An eval run (algorithm eval) shows beside the checkpoint its model.path names, with its eval/* metrics."""
+
+    def eval_spec(self, model_path: str) -> dict:
+        return {
+            "algorithm": "eval",
+            "name": "pass-at-k",
+            "model": {"path": model_path},
+            "data": {"source": "builtin:arithmetic"},
+            "reward": {"kind": "builtin", "name": "arithmetic"},
+            "eval": {"samples": 8, "k": [1, 4, 8]},
+            "train": None,
+        }
+
+    def test_an_eval_run_shows_beside_the_checkpoint_it_names(self, client, db, ckpt_dir, ckpt_file):
+        source = create_run(client)
+        assert register(client, source["id"], record(ckpt_dir, step=5)).status_code == 201
+        assert register(client, source["id"], record(ckpt_file, step=10, kind="export")).status_code == 201
+        of_step = client.post("/api/v1/runs", json={k: v for k, v in self.eval_spec(f"run:{source['id']}@5").items() if v})
+        of_output = client.post("/api/v1/runs", json={k: v for k, v in self.eval_spec(f"run:{source['id']}").items() if v})
+        assert of_step.status_code == of_output.status_code == 201, of_step.text
+        assert of_step.json()["spec"]["train"]["steps"] == 1  # an evaluation is one step
+        points = [
+            {"key": "eval/accuracy", "step": 1, "value": 0.5},
+            {"key": "eval/pass@4", "step": 1, "value": 0.75},
+            {"key": "eval/pass@8", "step": 1, "value": "NaN"},
+            {"key": "train/ignored", "step": 1, "value": 3.0},
+        ]
+        assert client.post(f"/api/v1/runs/{of_step.json()['id']}/metrics", json=points).status_code == 200
+
+        listed = client.get(f"/api/v1/runs/{source['id']}/checkpoints").json()["data"]
+        by_kind = {c["kind"]: c for c in listed}
+        assert by_kind["checkpoint"]["evaluations"] == [
+            {
+                "run_id": of_step.json()["id"],
+                "name": "pass-at-k",
+                "status": "queued",
+                "data": "builtin:arithmetic",
+                "reward": "builtin:arithmetic",
+                "samples": 8,
+                "metrics": {"eval/accuracy": 0.5, "eval/pass@4": 0.75, "eval/pass@8": "NaN"},
+            }
+        ]
+        [on_export] = by_kind["export"]["evaluations"]  # run:<id> names the run's output
+        assert on_export["run_id"] == of_output.json()["id"] and on_export["metrics"] == {}
+        # The eval runs are the source's children in its lineage, as any run that starts from it.
+        children = client.get(f"/api/v1/runs/{source['id']}/lineage").json()["children"]
+        assert sorted(c["run_id"] for c in children) == sorted([of_step.json()["id"], of_output.json()["id"]])
+
+    def test_an_eval_run_without_a_reward_is_refused_naming_the_field(self, client, db):
+        source = create_run(client)
+        spec = {k: v for k, v in self.eval_spec(f"run:{source['id']}").items() if v and k != "reward"}
+        response = client.post("/api/v1/runs", json=spec)
+        assert response.status_code == 422
+        detail = response.json()["detail"]
+        assert any(e["loc"] == ["body", "reward"] and "eval needs a reward" in e["msg"] for e in detail), detail

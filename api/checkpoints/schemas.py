@@ -3,6 +3,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.floats import AnyFloat
 from api.values import Step
 
 CheckpointKind = Literal["checkpoint", "export"]
@@ -20,6 +21,18 @@ class CheckpointCreate(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+class CheckpointEvaluation(BaseModel):
+    """An eval run of this checkpoint (its spec's model.path names it) and what it has reported so far."""
+
+    run_id: int
+    name: str
+    status: str
+    data: str = Field(description="The eval run's data.source")
+    reward: str = Field(description="The eval run's reward, in short (builtin:<name>, model:<path>, python:<entrypoint>, ...)")
+    samples: int = Field(description="Answers per prompt")
+    metrics: dict[str, AnyFloat] = Field(description="The last value of each eval/* metric, e.g. eval/pass@4")
+
+
 class CheckpointPublic(BaseModel):
     id: int
     run_id: int
@@ -30,6 +43,9 @@ class CheckpointPublic(BaseModel):
     sha256: str
     metadata: dict[str, Any]
     created_at: datetime
+    evaluations: list[CheckpointEvaluation] = Field(
+        default_factory=list, description="Eval runs of this checkpoint (an export: of the run's output), oldest first"
+    )
 
 
 class CheckpointList(BaseModel):

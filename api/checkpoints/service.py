@@ -14,7 +14,8 @@ from api.artifacts import ArtifactStore, UnsafePath, safe_relative
 from api.auth.principal import Principal
 from api.checkpoints import schemas
 from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
-from api.models import Checkpoint, Run
+from api.metrics import rollups
+from api.models import Checkpoint, Run, RunLink
 from api.runs.service import claim_for_report, readable_run
 from rlplane.layout import rotated
 from rlplane.spec.sections import TrainSpec
@@ -103,7 +104,53 @@ def _forget_rotated(session: Session, run_id: int) -> None:
 def list_checkpoints(session: Session, principal: Principal, run_id: int) -> schemas.CheckpointList:
     readable_run(session, principal, run_id)
     rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step, Checkpoint.kind)).all()
-    return schemas.CheckpointList(data=[public(c) for c in rows], count=len(rows))
+    found = evaluations(session, run_id)
+    data = [public(c).model_copy(update={"evaluations": found.get(c.step if c.kind == "checkpoint" else None, [])}) for c in rows]
+    return schemas.CheckpointList(data=data, count=len(rows))
+
+
+def evaluations(session: Session, run_id: int) -> dict[int | None, list[schemas.CheckpointEvaluation]]:
+    """The eval runs of run `run_id`'s checkpoints, by the step their model.path names (None: the run's output,
+    which the export holds), each with the last value of its eval/* metrics: found through lineage, so an eval
+    submitted any way (CLI, dashboard, a pipeline stage) shows beside its checkpoint."""
+    rows = session.execute(
+        select(RunLink.step, Run)
+        .join(Run, Run.id == RunLink.child_id)
+        .where(RunLink.parent_id == run_id, RunLink.field == "model.path", Run.algorithm == "eval")
+        .order_by(Run.id)
+    ).all()
+    latest = rollups.latest_points(session, [run.id for _, run in rows], key_prefix="eval/")
+    found: dict[int | None, list[schemas.CheckpointEvaluation]] = {}
+    for step, run in rows:
+        spec = run.spec
+        found.setdefault(step, []).append(
+            schemas.CheckpointEvaluation(
+                run_id=run.id,
+                name=run.name,
+                status=run.status,
+                data=spec["data"]["source"],
+                reward=reward_text(spec.get("reward") or {}),
+                samples=(spec.get("eval") or {}).get("samples", 1),
+                metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
+            )
+        )
+    return found
+
+
+def reward_text(reward: dict[str, Any]) -> str:
+    """A reward section in short: builtin:arithmetic, model:run:12, python:my_rewards:score, http:<url>, sum(...)."""
+    kind = reward.get("kind", "?")
+    if kind == "builtin":
+        return f"builtin:{reward.get('name')}"
+    if kind == "model":
+        return f"model:{reward.get('path')}"
+    if kind == "python":
+        return f"python:{reward.get('entrypoint')}"
+    if kind == "http":
+        return "http"  # the URL may hold a token
+    if kind == "sum":
+        return "sum(" + ", ".join(reward_text(t.get("source") or {}) for t in reward.get("terms") or []) + ")"
+    return kind
 
 
 def readable_checkpoint(session: Session, principal: Principal, run_id: int, step: int, kind: str) -> Checkpoint:

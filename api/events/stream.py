@@ -71,9 +71,7 @@ def metric_columns(rows: Sequence[Any]) -> bytes:
         columns[1].append(step)
         columns[2].append("NaN" if is_nan else encode(value))
         columns[3].append(round((time - columns[0]) * 1000))
-    return orjson.dumps(
-        [{"key": k, "step": s, "value": v, "time0": t0, "time_ms": t} for k, (t0, s, v, t) in series.items()]
-    )
+    return orjson.dumps([{"key": k, "step": s, "value": v, "time0": t0, "time_ms": t} for k, (t0, s, v, t) in series.items()])
 
 
 # Only what a view reads (frontend/src/pages/run): samples just say that the samples tab should refetch, so

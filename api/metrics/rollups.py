@@ -190,9 +190,15 @@ def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
 
 
 def latest_points(
-    session: Session, run_ids: Iterable[int], *, keys: Iterable[str] = (), key_suffix: str | None = None
+    session: Session,
+    run_ids: Iterable[int],
+    *,
+    keys: Iterable[str] = (),
+    key_suffix: str | None = None,
+    key_prefix: str | None = None,
 ) -> dict[int, dict[str, tuple[int, float]]]:
-    """Each run's last (step, value) of the named keys, and of keys ending in `key_suffix`, in one query.
+    """Each run's last (step, value) of the named keys, and of keys ending in `key_suffix` or starting with
+    `key_prefix`, in one query.
 
     For a whole page of runs at once (the runs list). The suffix match is LIKE, which SQLite applies
     without regard to ASCII case: callers that care compare the keys again.
@@ -201,6 +207,8 @@ def latest_points(
     chosen = [MetricRollup.key.in_(keys)] if keys else []
     if key_suffix is not None:
         chosen.append(MetricRollup.key.endswith(key_suffix, autoescape=True))
+    if key_prefix is not None:
+        chosen.append(MetricRollup.key.startswith(key_prefix, autoescape=True))
     if not run_ids or not chosen:
         return {}
     width = WIDTHS[-1]

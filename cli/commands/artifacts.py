@@ -18,7 +18,7 @@ from rlplane.layout import MANIFEST
 
 @handled
 def checkpoints(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -> None:
-    """List a run's checkpoints and its final export (kind 'export').
+    """List a run's checkpoints and its final export (kind 'export'), each with its evaluations (`rlplane eval`).
 
     \b
     Example:
@@ -28,14 +28,32 @@ def checkpoints(ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False) -
     if as_json:
         return output.print_json(page)
     output.table(
-        ["STEP", "KIND", "SIZE", "SHA256", "CREATED", "PATH"],
+        ["STEP", "KIND", "SIZE", "SHA256", "CREATED", "PATH", "EVALUATIONS"],
         (
-            [c["step"], c["kind"], output.size(c["size"]), c["sha256"][:12], output.when(c["created_at"]), c["path"]]
+            [
+                c["step"],
+                c["kind"],
+                output.size(c["size"]),
+                c["sha256"][:12],
+                output.when(c["created_at"]),
+                c["path"],
+                "; ".join(_evaluation(e) for e in c.get("evaluations", [])),
+            ]
             for c in page["data"]
         ),
     )
     if not page["data"]:
         output.say(f"run {run_id} has no checkpoints yet")
+
+
+def _evaluation(evaluation: dict) -> str:
+    """An eval run of the checkpoint in short: its id and status, or its accuracy, pass@k and reward."""
+    shown = {k.removeprefix("eval/"): v for k, v in evaluation["metrics"].items()}
+    picked = [k for k in shown if k == "accuracy" or k.startswith("pass@")] or [k for k in shown if k == "reward"]
+    if not picked:
+        return f"run {evaluation['run_id']} {evaluation['status']}"
+    values = " ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in ((k, shown[k]) for k in picked))
+    return f"run {evaluation['run_id']}: {values}"
 
 
 def _choose(client: Client, run_id: int, step: int | None, kind: str | None) -> dict:

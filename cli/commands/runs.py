@@ -82,7 +82,8 @@ def _upload_local_data(client: Client, submission: Submission) -> Submission:
     return with_value(submission, "data.source", dataset["source"])
 
 
-def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool, as_json: bool) -> None:
+def send(ctx: typer.Context, submission: Submission) -> tuple[Client, dict]:
+    """Submit (a local data file uploaded first); say where the run is and what the server warned of."""
     client = state(ctx).client()
     try:
         submission = _upload_local_data(client, submission)
@@ -93,6 +94,11 @@ def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool
         raise
     output.say(f"submitted run {run['id']} ({run['name']}) to queue {run['queue']}: {client.url}/runs/{run['id']}")
     _print_warnings(run.get("warnings", []))
+    return client, run
+
+
+def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool, as_json: bool) -> None:
+    client, run = send(ctx, submission)
     if not (wait or follow):
         output.print_json(run) if as_json else typer.echo(run["id"])
         return
@@ -154,7 +160,7 @@ def list_runs(
     ctx: typer.Context,
     project: Annotated[str | None, typer.Option(help="Only this project")] = None,
     status: Annotated[list[str] | None, typer.Option(help="queued, running, succeeded, ... (repeatable)")] = None,
-    algorithm: Annotated[list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql (repeatable)")] = None,
+    algorithm: Annotated[list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql, eval (repeatable)")] = None,
     search: Annotated[str | None, typer.Option("--search", "-q", help="Substring of the run name")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="Show archived runs instead")] = False,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,

@@ -16,7 +16,15 @@ from typing import Any
 KINDS = ("sft", "preference", "prompts")
 
 # The kind of rows each algorithm trains on; ilql reads sft rows that also carry a "reward".
-ALGORITHM_KINDS = {"sft": "sft", "ilql": "sft", "reward": "preference", "dpo": "preference", "ppo": "prompts", "grpo": "prompts", "eval": "prompts"}
+ALGORITHM_KINDS = {
+    "sft": "sft",
+    "ilql": "sft",
+    "reward": "preference",
+    "dpo": "preference",
+    "ppo": "prompts",
+    "grpo": "prompts",
+    "eval": "prompts",
+}
 
 # data.columns field -> the column name rows carry after mapping (the spec calls the sft target "response").
 CANONICAL_COLUMNS = {"prompt": "prompt", "response": "completion", "chosen": "chosen", "rejected": "rejected", "reward": "reward"}
