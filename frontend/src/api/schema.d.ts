@@ -1221,6 +1221,40 @@ export interface components {
             /** Step */
             step: number;
         };
+        /**
+         * CheckpointEvaluation
+         * @description An eval run of this checkpoint (its spec's model.path names it) and what it has reported so far.
+         */
+        CheckpointEvaluation: {
+            /**
+             * Data
+             * @description The eval run's data.source
+             */
+            data: string;
+            /**
+             * Metrics
+             * @description The last value of each eval/* metric, e.g. eval/pass@4
+             */
+            metrics: {
+                [key: string]: number | ("NaN" | "Infinity" | "-Infinity");
+            };
+            /** Name */
+            name: string;
+            /**
+             * Reward
+             * @description The eval run's reward, in short (builtin:<name>, model:<path>, python:<entrypoint>, ...)
+             */
+            reward: string;
+            /** Run Id */
+            run_id: number;
+            /**
+             * Samples
+             * @description Answers per prompt
+             */
+            samples: number;
+            /** Status */
+            status: string;
+        };
         /** CheckpointFile */
         CheckpointFile: {
             /**
@@ -1252,6 +1286,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Evaluations
+             * @description Eval runs of this checkpoint (an export: of the run's output), oldest first
+             */
+            evaluations?: components["schemas"]["CheckpointEvaluation"][];
             /** Id */
             id: number;
             /**
@@ -1581,6 +1620,61 @@ export interface components {
             samples_to_log: number;
         };
         /**
+         * EvalOptions
+         * @description Score a model's answers to prompts with a reward or verifier: eval/reward, eval/accuracy, eval/pass@k, eval/length.
+         *
+         *     Each prompt gets `samples` answers (sampled with `gen`, or one greedy answer); an answer is correct when its
+         *     reward is at least `correct_at`. pass@k is the unbiased estimate from n = samples answers with c correct
+         *     (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"): 1 - C(n-c, k) / C(n, k), averaged over
+         *     prompts.
+         */
+        EvalOptions: {
+            /**
+             * Batch Size
+             * @description Answers generated at once on one process.
+             * @default 64
+             */
+            batch_size: number;
+            /**
+             * Correct At
+             * @description An answer counts as correct (accuracy, pass@k) when its reward is at least this (a verifier's 1).
+             * @default 1
+             */
+            correct_at: number;
+            /** @description Sampling (ignored for greedy but max_new_tokens and stop). */
+            gen?: components["schemas"]["GenSpec"];
+            /**
+             * Greedy
+             * @description One greedy answer per prompt (needs samples: 1); false: sample with gen.
+             * @default false
+             */
+            greedy: boolean;
+            /**
+             * K
+             * @description pass@k reported for each k (each <= samples).
+             */
+            k?: number[];
+            /**
+             * Max Prompts
+             * @description Evaluate on the first N prompts only; null: all of them.
+             * @default null
+             */
+            max_prompts: number | null;
+            /**
+             * Samples
+             * @description Answers per prompt (n of pass@k).
+             * @default 1
+             */
+            samples: number;
+            /**
+             * Split
+             * @description Which prompts: eval, the data's held-out ones (data.eval_fraction or data.eval_source; all of them when none are held out); all, every prompt.
+             * @default eval
+             * @enum {string}
+             */
+            split: "eval" | "all";
+        };
+        /**
          * Fsdp2Backend
          * @description PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded per layer.
          */
@@ -1713,6 +1807,8 @@ export interface components {
              * @default 1
              */
             epochs: number;
+            /** @description What each evaluation on the held-out prompts draws and judges. */
+            eval?: components["schemas"]["HeldOutEval"];
             /** @description Rollout sampling. */
             gen?: components["schemas"]["GenSpec"];
             /**
@@ -1820,6 +1916,29 @@ export interface components {
             name: string;
             /** Queues */
             queues: string[];
+        };
+        /**
+         * HeldOutEval
+         * @description How an RL run evaluates on its held-out prompts every train.eval_every steps (the eval algorithm's measures).
+         */
+        HeldOutEval: {
+            /**
+             * Correct At
+             * @description An answer is correct when its reward is at least this: eval/accuracy and eval/pass@k from the reward; null: no pass@k, and eval/accuracy is a builtin task's own check.
+             * @default null
+             */
+            correct_at: number | null;
+            /**
+             * K
+             * @description eval/pass@k for each k (each <= samples).
+             */
+            k?: number[];
+            /**
+             * Samples
+             * @description Answers per prompt: 1, one greedy answer; more, sampled with gen.
+             * @default 1
+             */
+            samples: number;
         };
         /**
          * HttpReward
@@ -2499,6 +2618,8 @@ export interface components {
              * @default 4
              */
             epochs: number;
+            /** @description What each evaluation on the held-out prompts draws and judges. */
+            eval?: components["schemas"]["HeldOutEval"];
             /**
              * Gamma
              * @description Discount factor.
@@ -3113,10 +3234,10 @@ export interface components {
         RunSpec: {
             /**
              * Algorithm
-             * @description Training algorithm: sft, reward, dpo, ppo, grpo, ilql.
+             * @description Training algorithm: sft, reward, dpo, ppo, grpo, ilql, eval.
              * @enum {string}
              */
-            algorithm: "sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql";
+            algorithm: "sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval";
             /**
              * Backend
              * @description Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).
@@ -3135,6 +3256,11 @@ export interface components {
              * @default null
              */
             dpo: components["schemas"]["DpoOptions"] | null;
+            /**
+             * @description Options for algorithm eval; defaults filled in when absent.
+             * @default null
+             */
+            eval: components["schemas"]["EvalOptions"] | null;
             /**
              * @description Options for algorithm grpo; defaults filled in when absent.
              * @default null
@@ -3186,6 +3312,7 @@ export interface components {
              * @description Labels for filtering runs (each 1-64 characters).
              */
             tags?: string[];
+            /** @description The optimization loop. An eval run trains nothing: it may leave train out ({steps: 1}; train.seed seeds its sampling). */
             train: components["schemas"]["TrainSpec"];
         };
         /** SampleIn */
@@ -5030,7 +5157,7 @@ export interface operations {
             query?: {
                 project?: string | null;
                 status?: ("queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost")[];
-                algorithm?: ("sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql")[];
+                algorithm?: ("sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval")[];
                 /** @description Substring of the run name */
                 q?: string | null;
                 /** @description Default: hide archived runs */
