@@ -125,3 +125,14 @@ def test_evaluation_of_a_grpo_checkpoint_reports_pass_at_k(group_mean_run: Path,
     reported = metrics(group_mean_run, "eval/accuracy")[160]
     assert metrics(greedy, "eval/accuracy")[1] == pytest.approx(reported, abs=1e-9)
     assert metrics(greedy, "eval/pass@1")[1] == pytest.approx(reported, abs=1e-9)
+
+
+@pytest.mark.parametrize("n, c, k", [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (8, 8, 8), (10, 1, 10), (100, 7, 16)])
+def test_pass_at_k_is_chen_et_als_unbiased_estimate(n: int, c: int, k: int) -> None:
+    from math import comb
+
+    from trainer_core.recipes.rollouts import pass_at_k
+
+    assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k), abs=1e-12)
+    if k == 1:
+        assert pass_at_k(n, c, 1) == pytest.approx(c / n)
