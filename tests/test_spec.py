@@ -275,7 +275,7 @@ class TestReferenceSyntax:
 class TestAlgorithmSections:
     @pytest.mark.parametrize("algorithm, section", [("sft", "sft"), ("reward", "reward_model"), ("dpo", "dpo"), ("ilql", "ilql")])
     def test_missing_section_gets_its_defaults(self, algorithm, section):
-        spec = parse_spec({**sft_spec(), "algorithm": algorithm})
+        spec = parse_spec({**sft_spec(), "algorithm": algorithm, "data": {"source": "builtin:arithmetic"}})
         assert getattr(spec, section) is not None
         assert section in spec.model_fields_set
         assert spec.options is getattr(spec, section)
@@ -352,9 +352,9 @@ class TestDocuments:
 
     def test_yaml_anchors_and_merge_keys_work(self):
         text = (
-            YAML_DOC.replace("algorithm: sft", "algorithm: dpo").replace(
-                "model: {path: builtin:tiny-gpt2}", "model: &policy {path: builtin:tiny-gpt2, max_seq_len: 64}"
-            )
+            YAML_DOC.replace("algorithm: sft", "algorithm: dpo")
+            .replace("model: {path: builtin:tiny-gpt2}", "model: &policy {path: builtin:tiny-gpt2, max_seq_len: 64}")
+            .replace("builtin:tiny-sft", "builtin:tiny-preference")
             + "dpo: {ref_model: {<<: *policy, max_seq_len: 128}}\n"
         )
         spec = load_spec(text)
@@ -459,7 +459,12 @@ class TestReferences:
         ]
 
     def test_dpo_reference_model(self):
-        data = {**sft_spec(), "algorithm": "dpo", "dpo": {"ref_model": {"path": "run:2@50"}}}
+        data = {
+            **sft_spec(),
+            "algorithm": "dpo",
+            "dpo": {"ref_model": {"path": "run:2@50"}},
+            "data": {"source": "builtin:tiny-preference"},
+        }
         assert parse_spec(data).references() == [RunReference(run_id=2, step=50, field="dpo.ref_model.path")]
 
     def test_no_references(self):

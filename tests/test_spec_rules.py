@@ -18,6 +18,7 @@ from tests.spec_cases import error_at, errors_of, ppo_spec, sft_spec
 
 MEGATRON = "backend={kind: megatron}"
 DEEPSPEED = "backend={kind: deepspeed}"
+PREFS = "data.source=builtin:tiny-preference"  # the rows dpo and reward read
 
 RULE_CASES = {
     "other-algorithm-section": ("sft", ["ppo.epochs=2"], "ppo", "only applies to algorithm ppo"),
@@ -43,6 +44,13 @@ RULE_CASES = {
         ["algorithm=grpo", "grpo.eval.samples=2", "grpo.eval.k=[8]"],
         "grpo.eval.k.0",
         "raise grpo.eval.samples to 8",
+    ),
+    "builtin-rows-for-the-algorithm": (
+        "sft",
+        ["algorithm=dpo"],
+        "data.source",
+        "builtin:tiny-sft has sft rows but algorithm dpo reads preference rows; use one of builtin:arithmetic, "
+        "builtin:tiny-preference, builtin:randomwalks",
     ),
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
@@ -259,9 +267,9 @@ class TestCrossFieldRules:
             ["backend.precision=bf16"],  # bf16 runs on CPU
             [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"],  # TP on CPU
             [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"],  # PP on CPU
-            [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2", "algorithm=dpo"],
-            [MEGATRON, "backend.precision=fp32", "algorithm=dpo"],
-            [MEGATRON, "backend.precision=fp32", "algorithm=reward"],
+            [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2", "algorithm=dpo", PREFS],
+            [MEGATRON, "backend.precision=fp32", "algorithm=dpo", PREFS],
+            [MEGATRON, "backend.precision=fp32", "algorithm=reward", PREFS],
             [
                 "resources.gpus=8",
                 MEGATRON,

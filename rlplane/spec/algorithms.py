@@ -202,6 +202,17 @@ ALGORITHM_SECTIONS: dict[str, str] = {
     "ilql": "ilql",
     "eval": "eval",
 }
+# The kind of dataset rows each algorithm reads (trainer_core/data/formats.py has the rules of each kind); ilql
+# reads sft rows that also carry a "reward".
+ALGORITHM_ROWS: dict[str, str] = {
+    "sft": "sft",
+    "ilql": "sft",
+    "reward": "preference",
+    "dpo": "preference",
+    "ppo": "prompts",
+    "grpo": "prompts",
+    "eval": "prompts",
+}
 # Algorithms that generate responses online and score them with spec.reward.
 ONLINE_ALGORITHMS: tuple[str, ...] = ("ppo", "grpo")
 # Algorithms that score generated responses with spec.reward: the online ones, and evaluation.

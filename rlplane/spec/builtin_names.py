@@ -1,5 +1,6 @@
 """builtin:<name> models and data, and builtin rewards, must name something that exists: a typo is refused at
-submit with the closest name ("did you mean builtin:tiny-sft?"), not found 4 s later on a worker."""
+submit with the closest name ("did you mean builtin:tiny-sft?"), not found 4 s later on a worker; builtin data must
+have the rows the algorithm reads (builtin:tiny-sft for a PPO run is refused, naming the datasets that fit)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import difflib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from rlplane.spec.algorithms import ALGORITHM_ROWS
 from rlplane.spec.base import path_fields
 from rlplane.spec.shapes import BUILTIN_SHAPES
 
@@ -44,8 +46,16 @@ def builtin_names_exist(spec: RunSpec) -> Iterator[Violation]:
         if path.startswith("builtin:") and path.removeprefix("builtin:") not in BUILTIN_SHAPES:
             yield Violation(loc, unknown(path.removeprefix("builtin:"), sorted(BUILTIN_SHAPES), "model"))
     source = spec.data.source
-    if source.startswith("builtin:") and source.removeprefix("builtin:") not in BUILTIN_SOURCES:
-        yield Violation(("data", "source"), unknown(source.removeprefix("builtin:"), list(BUILTIN_SOURCES), "dataset"))
+    name = source.removeprefix("builtin:") if source.startswith("builtin:") else None
+    if name is not None and name not in BUILTIN_SOURCES:
+        yield Violation(("data", "source"), unknown(name, list(BUILTIN_SOURCES), "dataset"))
+    elif name is not None and (reads := ALGORITHM_ROWS[spec.algorithm]) not in BUILTIN_SOURCES[name]:
+        fits = ", ".join(f"builtin:{n}" for n, kinds in BUILTIN_SOURCES.items() if reads in kinds)
+        yield Violation(
+            ("data", "source"),
+            f"builtin:{name} has {'/'.join(BUILTIN_SOURCES[name])} rows but algorithm {spec.algorithm} reads {reads} "
+            f"rows; use one of {fits}",
+        )
     rewards = [(("reward",), spec.reward)] if spec.reward is not None else []
     rewards += [(("reward", "terms", i, "source"), t.source) for i, t in enumerate(getattr(spec.reward, "terms", None) or [])]
     for loc, reward in rewards:

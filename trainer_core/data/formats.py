@@ -13,18 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlplane.spec.algorithms import ALGORITHM_ROWS
+
 KINDS = ("sft", "preference", "prompts")
 
-# The kind of rows each algorithm trains on; ilql reads sft rows that also carry a "reward".
-ALGORITHM_KINDS = {
-    "sft": "sft",
-    "ilql": "sft",
-    "reward": "preference",
-    "dpo": "preference",
-    "ppo": "prompts",
-    "grpo": "prompts",
-    "eval": "prompts",
-}
+# The kind of rows each algorithm trains on (the spec's table: a builtin dataset of the wrong kind is refused at submit).
+ALGORITHM_KINDS = ALGORITHM_ROWS
 
 # data.columns field -> the column name rows carry after mapping (the spec calls the sft target "response").
 CANONICAL_COLUMNS = {"prompt": "prompt", "response": "completion", "chosen": "chosen", "rejected": "rejected", "reward": "reward"}
