@@ -21,8 +21,10 @@ export type Sample = S['SampleOut'];
 export type PromptSummary = S['PromptSummary'];
 export type Checkpoint = S['CheckpointPublic'];
 export type CheckpointFile = S['CheckpointFile'];
+/** An eval run of a checkpoint, with the last value of each of its eval/* metrics. */
+export type CheckpointEvaluation = S['CheckpointEvaluation'];
 
 export type RunListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
 export type Algorithm = NonNullable<RunListQuery['algorithm']>[number];
 export type RunSort = NonNullable<RunListQuery['sort']>;
-export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql'];
+export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql', 'eval'];

@@ -1,5 +1,6 @@
 import { LineCounter, parseDocument, stringify, isMap, isScalar, isSeq, type Node } from 'yaml';
 import dpo from '../../../../examples/dpo.yaml?raw';
+import evaluation from '../../../../examples/eval.yaml?raw';
 import grpo from '../../../../examples/grpo.yaml?raw';
 import ilql from '../../../../examples/ilql.yaml?raw';
 import ppo from '../../../../examples/ppo.yaml?raw';
@@ -57,6 +58,7 @@ export const TEMPLATES: Record<Algorithm, string> = {
   ppo: asTemplate(ppo),
   grpo: asTemplate(grpo),
   ilql: asTemplate(ilql),
+  eval: asTemplate(evaluation),
 };
 
 /** A pipeline (docs/pipelines.md) rather than a run spec: a document with top-level `stages`. */
