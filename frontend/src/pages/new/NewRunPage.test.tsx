@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fireEvent, render, screen, waitFor } from '@testing-library/react';
 import { Link, MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { parse } from 'yaml';
 import { SubmitWarnings } from '../run/SubmitWarnings';
 import { NewRunPage } from './NewRunPage';
 
@@ -101,6 +102,47 @@ describe('NewRunPage', () => {
     await waitFor(() =>
       expect(editor.value).toBe('# mine\nname: base-from-step-200\nalgorithm: sft\nmodel:\n  path: run:7@200  # start\n'),
     );
+  });
+
+  it('evaluates a checkpoint: the eval template on the source run\'s data with its reward, its name and project', async () => {
+    const spec = {
+      name: 'grpo-math', algorithm: 'grpo', model: { path: 'run:3@250', max_seq_len: 96 }, data: { source: 'dataset:12', split: 'train' },
+      reward: { kind: 'builtin', name: 'arithmetic' }, resources: { queue: 'gpu', gpus: 1 }, grpo: { gen: { max_new_tokens: 24 } },
+    };
+    const validated: string[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (input: Request | string, init?: RequestInit) => {
+      const req = typeof input === 'string' ? new Request(new URL(input, 'http://x'), init) : input;
+      if (req.url.endsWith('/api/v1/runs/7')) return json({ id: 7, name: 'grpo-math', project: 'maths', spec, spec_text: null });
+      validated.push(await req.text());
+      return json({ valid: true, spec: {}, total_steps: 1, parents: [], warnings: [] });
+    }));
+    renderAt(`/new?algorithm=eval&from=7&model=${encodeURIComponent('run:7@200')}`);
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    await waitFor(() => expect(editor.value).toContain('name: eval-grpo-math'));
+    expect(parse(editor.value)).toMatchObject({
+      algorithm: 'eval', project: 'maths', model: { path: 'run:7@200', max_seq_len: 96 }, data: spec.data, reward: spec.reward,
+      eval: { gen: { max_new_tokens: 24 } },
+    });
+    expect(editor.value).toMatch(/^# Evaluation: score a checkpoint's answers/);
+    expect((screen.getByLabelText('Template') as HTMLSelectElement).value).toBe('eval');
+    expect(screen.getByText('evaluating a checkpoint of run #7')).toBeTruthy();
+    expect(screen.queryByText(/has no reward/)).toBeNull();
+    // What the API checks is the prefilled text.
+    await waitFor(() => expect(validated.at(-1)).toBe(editor.value), { timeout: 3000 });
+  });
+
+  it("evaluates an SFT run's output: the template's reward kept, and a note to choose one", async () => {
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) =>
+      urlOf(req).includes('/api/v1/runs/4')
+        ? json({ id: 4, name: 'sft-base', project: 'default', spec: { name: 'sft-base', algorithm: 'sft', reward: null, data: { source: 'builtin:tiny-sft' } }, spec_text: null })
+        : json({ valid: true, spec: {}, total_steps: 1, parents: [], warnings: [] }),
+    ));
+    renderAt(`/new?algorithm=eval&from=4&model=${encodeURIComponent('run:4')}`);
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    expect(await screen.findByText("Run sft-base has no reward to reuse: choose one (the reward below is the template's).")).toBeTruthy();
+    expect(parse(editor.value)).toMatchObject({
+      name: 'eval-sft-base', model: { path: 'run:4' }, data: { source: 'builtin:tiny-sft' }, reward: { kind: 'builtin', name: 'arithmetic' },
+    });
   });
 
   it('shows the warnings of a valid spec on their lines, and the submit\'s warnings on the new run', async () => {

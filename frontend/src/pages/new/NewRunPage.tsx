@@ -5,6 +5,7 @@ import { ALGORITHMS, type Algorithm } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { goToLine, SpecEditor } from './SpecEditor';
 import { SpecVerdict, type Checked, type CheckedPipeline, type Verdict } from './SpecVerdict';
+import { evalText } from './evalSpec';
 import { cloneText, fieldErrors, isAlgorithm, isPipelineText, TEMPLATES, withModelPath, type FieldError } from './spec';
 import './newRun.css';
 
@@ -51,9 +52,13 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
   const cloneId = Number(params.get('clone')) || null;
   // ?name= and ?model= come with "Start a run from this checkpoint".
   const cloneName = params.get('name');
-  const cloneModel = params.get('model');
+  const model = params.get('model');
+  // ?algorithm=eval&from= comes with "Evaluate": the checkpoint judged on its run's data with its reward.
+  const evalFrom = initialAlgorithm(params) === 'eval' ? Number(params.get('from')) || null : null;
+  const sourceId = cloneId ?? evalFrom;
   const [template, setTemplate] = useState<Algorithm>(() => initialAlgorithm(params));
-  const [text, setText] = useState(() => (cloneId ? '' : templateText(initialAlgorithm(params), params)));
+  const [text, setText] = useState(() => (sourceId ? '' : templateText(initialAlgorithm(params), params)));
+  const [note, setNote] = useState<string | null>(null);
   const [verdict, setVerdict] = useState<Verdict>({ state: 'idle' });
   const [checking, setChecking] = useState(false);
   const [submitting, setSubmitting] = useState(false);
@@ -63,21 +68,33 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
   const generation = useRef(0);
 
   useEffect(() => {
-    if (!cloneId) return;
+    if (!sourceId) return;
     let current = true;
-    unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: cloneId } } }))
+    const evalModel = model || `run:${sourceId}`;
+    unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: sourceId } } }))
       .then((run) => {
         if (!current) return;
+        if (!cloneId) {
+          const draft = evalText(evalModel, run);
+          setText(draft.text);
+          setNote(draft.note);
+          return;
+        }
         const algorithm = run.spec.algorithm;
         if (typeof algorithm === 'string' && isAlgorithm(algorithm)) setTemplate(algorithm);
         const text = cloneText(run, cloneName || `${run.name}-clone`);
-        setText(cloneModel ? withModelPath(text, cloneModel) : text);
+        setText(model ? withModelPath(text, model) : text);
       })
-      .catch((err: unknown) => current && setLoadError(err));
+      .catch((err: unknown) => {
+        if (!current) return;
+        setLoadError(err);
+        // Without the source run the checkpoint can still be judged: data and reward are left to the author.
+        if (!cloneId) setText(evalText(evalModel).text);
+      });
     return () => {
       current = false;
     };
-  }, [cloneId, cloneName, cloneModel]);
+  }, [sourceId, cloneId, cloneName, model]);
 
   // Ask the API after each pause in typing; the newest text wins.
   useEffect(() => {
@@ -153,9 +170,9 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
               </option>
             ))}
           </select>
-          {cloneId && (
+          {sourceId && (
             <span className="muted">
-              {text ? `cloned from run #${cloneId}` : loadError ? '' : `loading run #${cloneId}…`}
+              {text ? `${cloneId ? 'cloned from' : 'evaluating a checkpoint of'} run #${sourceId}` : loadError ? '' : `loading run #${sourceId}…`}
             </span>
           )}
           <span className="spacer" />
@@ -167,6 +184,7 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
           </button>
         </div>
         <ErrorNote error={loadError} />
+        {note && <p className="spec-note">{note}</p>}
         <label htmlFor="spec-text">Run spec (YAML)</label>
         <p id="spec-keys" className="muted spec-keys">
           Tab indents by two spaces; press Escape, then Tab, to move on. Every field: docs/spec.md.

@@ -1,4 +1,4 @@
-import { LineCounter, parseDocument, stringify, isMap, isScalar, isSeq, type Node } from 'yaml';
+import { LineCounter, parseDocument, stringify, isCollection, isMap, isScalar, isSeq, type Node } from 'yaml';
 import dpo from '../../../../examples/dpo.yaml?raw';
 import evaluation from '../../../../examples/eval.yaml?raw';
 import grpo from '../../../../examples/grpo.yaml?raw';
@@ -10,18 +10,19 @@ import type { Algorithm } from '../../api/types';
 import { specSource } from '../../lib/specText';
 
 /**
- * The text with the value at `path` set. An existing scalar is replaced in place so comments, alignment
- * and flow style stay byte for byte; otherwise the Document API adds the field (comments kept, layout
- * normalised).
+ * The text with the value at `path` set. An existing scalar set to a scalar is replaced in place so
+ * comments, alignment and flow style stay byte for byte; otherwise the Document API sets the field
+ * (comments kept, layout normalised), a section written in flow style (`reward: {kind: builtin}`) staying so.
  */
-export function withValue(text: string, path: string[], value: string): string {
+export function withValue(text: string, path: string[], value: unknown): string {
   const doc = parseDocument(text);
   const current = doc.getIn(path, true);
-  if (doc.errors.length === 0 && isScalar(current) && current.range) {
+  const scalar = value === null || typeof value !== 'object';
+  if (doc.errors.length === 0 && scalar && isScalar(current) && current.range) {
     const [start, end] = current.range;
     return text.slice(0, start) + stringify(value).trimEnd() + text.slice(end);
   }
-  doc.setIn(path, value);
+  doc.setIn(path, doc.createNode(value, { flow: isCollection(current) && !!current.flow }));
   return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
 }
 
