@@ -104,3 +104,13 @@ export function StartFromCheckpoint({ run, step }: { run: RunDetail; step: numbe
   const query = new URLSearchParams({ clone: String(run.id), model: `run:${run.id}@${step}`, name: `${run.name}-from-step-${step}` });
   return <Link to={`/new?${query}`}>Start a run from this checkpoint</Link>;
 }
+
+/**
+ * New run with an eval spec judging this checkpoint on the run's data with its reward (built by the New run
+ * page from ?from=); an export is the run's output, which `run:<id>` names.
+ */
+export function EvaluateCheckpoint({ run, ckpt }: { run: RunDetail; ckpt: Checkpoint }) {
+  const model = ckpt.kind === 'export' ? `run:${run.id}` : `run:${run.id}@${ckpt.step}`;
+  const query = new URLSearchParams({ algorithm: 'eval', from: String(run.id), model });
+  return <Link to={`/new?${query}`}>Evaluate</Link>;
+}

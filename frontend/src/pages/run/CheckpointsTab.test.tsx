@@ -6,7 +6,7 @@ import { evalAt, metadataLines } from './checkpointEval';
 import { CheckpointsTab } from './CheckpointsTab';
 
 const ckpt = (step: number, kind = 'checkpoint', metadata: Record<string, unknown> = { kind }) => ({
-  id: step, run_id: 7, step, kind, path: `7/checkpoints/step-${step}`, size: 2048, sha256: 'ab'.repeat(32),
+  id: kind === 'export' ? -step : step, run_id: 7, step, kind, path: `7/checkpoints/step-${step}`, size: 2048, sha256: 'ab'.repeat(32),
   metadata, created_at: '2025-01-01T00:00:00Z',
 });
 const point = (step: number, value: number | 'NaN') => ({ step, value, min: value, max: value, count: 1, time: 0 });
@@ -69,6 +69,57 @@ describe('CheckpointsTab', () => {
     const start = within(row200).getByRole('link', { name: 'Start a run from this checkpoint' });
     const params = new URLSearchParams(start.getAttribute('href')!.split('?')[1]);
     expect(Object.fromEntries(params)).toEqual({ clone: '7', model: 'run:7@200', name: 'base-from-step-200' });
+  });
+
+  it("shows each checkpoint's eval runs with their metrics in reading order, and Evaluate opens an eval of it", async () => {
+    const evaluation = (run_id: number, metrics: Record<string, number | string>, status = 'succeeded') => ({
+      run_id, name: `eval-base-${run_id}`, status, data: 'builtin:arithmetic', reward: 'builtin:arithmetic', samples: 16, metrics,
+    });
+    vi.stubGlobal('fetch', vi.fn(async (input: Request | string) => {
+      const { pathname } = new URL(typeof input === 'string' ? input : input.url, 'http://x');
+      if (pathname.endsWith('/checkpoints')) {
+        return json({
+          data: [
+            { ...ckpt(100), evaluations: [] },
+            {
+              ...ckpt(200),
+              evaluations: [
+                evaluation(21, { 'eval/pass@16': 0.9, 'eval/accuracy': 0.51234, 'eval/pass@4': 'NaN', 'eval/length': 3.5, 'eval/truncated': 0 }),
+                evaluation(22, {}, 'running'),
+              ],
+            },
+            { ...ckpt(200, 'export', { kind: 'export' }), evaluations: [evaluation(23, { 'eval/accuracy': 'Infinity' })] },
+          ],
+          count: 3,
+        });
+      }
+      if (pathname.endsWith('/metrics/keys')) return json({ data: [], count: 0 });
+      return json({ detail: 'unexpected' }, 404);
+    }));
+    renderTab(<CheckpointsTab />, runDetail({ name: 'base' }));
+
+    const table = await screen.findByRole('table', { name: 'Evaluations of step 200' });
+    const headers = within(table).getAllByRole('columnheader').map((h) => h.textContent);
+    expect(headers).toEqual(['Eval run', 'Status', 'Data', 'Reward', 'Samples', 'accuracy', 'pass@4', 'pass@16', 'length', 'truncated']);
+    const [, first, second] = within(table).getAllByRole('row');
+    expect(within(first!).getByRole('link', { name: '#21 eval-base-21' }).getAttribute('href')).toBe('/runs/21');
+    expect(within(first!).getAllByRole('cell').map((c) => c.textContent)).toEqual([
+      'succeeded', 'builtin:arithmetic', 'builtin:arithmetic', '16', '0.5123', 'NaN', '0.9', '3.5', '0',
+    ]);
+    // A run still evaluating has reported nothing yet.
+    expect(within(second!).getAllByRole('cell').map((c) => c.textContent)).toEqual([
+      'running', 'builtin:arithmetic', 'builtin:arithmetic', '16', '—', '—', '—', '—', '—',
+    ]);
+    const output = screen.getByRole('table', { name: "Evaluations of the run's output" });
+    expect(within(output).getByRole('link', { name: '#23 eval-base-23' })).toBeTruthy();
+    expect(within(output).getByText('Infinity')).toBeTruthy();
+    // A checkpoint nobody evaluated shows nothing more.
+    expect(screen.getAllByRole('table', { name: /^Evaluations of/ })).toHaveLength(2);
+
+    const query = (row: Element) =>
+      Object.fromEntries(new URLSearchParams(within(row as HTMLElement).getByRole('link', { name: 'Evaluate' }).getAttribute('href')!.split('?')[1]));
+    expect(query(document.querySelector('tr[data-step="200"][data-kind="checkpoint"]')!)).toEqual({ algorithm: 'eval', from: '7', model: 'run:7@200' });
+    expect(query(document.querySelector('tr[data-kind="export"]')!)).toEqual({ algorithm: 'eval', from: '7', model: 'run:7' });
   });
 
   it('picks the evaluation at or before a step, and flattens metadata', () => {

@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'react';
+import { Fragment, useEffect, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
@@ -7,7 +7,8 @@ import { isActive, isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatBytes, formatDate } from '../../lib/format';
 import { evalAt, evalKeys } from './checkpointEval';
-import { DownloadArchive, EvalList, FileList, MetadataList, StartFromCheckpoint } from './CheckpointParts';
+import { CheckpointEvaluations } from './CheckpointEvaluations';
+import { DownloadArchive, EvalList, EvaluateCheckpoint, FileList, MetadataList, StartFromCheckpoint } from './CheckpointParts';
 import { useRunContext } from './context';
 
 /**
@@ -39,6 +40,8 @@ function useEvalHistory(runId: number, live: boolean, checked: number) {
   return { series: history.data?.series, error: history.error };
 }
 
+const COLUMNS = 8;
+
 export function CheckpointsTab() {
   const { run } = useRunContext();
   const [open, setOpen] = useState<number | null>(null);
@@ -69,31 +72,44 @@ export function CheckpointsTab() {
         </thead>
         <tbody>
           {list.data.data.map((c) => (
-            <tr key={c.id} data-step={c.step} data-kind={c.kind}>
-              <th scope="row">{c.step}</th>
-              <td>{c.kind}</td>
-              <td>{formatBytes(c.size)}</td>
-              <td>{formatDate(c.created_at)}</td>
-              <td>
-                <EvalList values={evals.series && evalAt(evals.series, c.step)} step={c.step} />
-              </td>
-              <td>
-                <MetadataList ckpt={c} />
-              </td>
-              <td>
-                <DownloadArchive ckpt={c} />{' '}
-                {open === c.id ? (
-                  <FileList ckpt={c} />
-                ) : (
-                  <button type="button" className="linklike" onClick={() => setOpen(c.id)}>
-                    List files
-                  </button>
-                )}
-              </td>
-              <td>
-                <StartFromCheckpoint run={run} step={c.step} />
-              </td>
-            </tr>
+            <Fragment key={c.id}>
+              <tr data-step={c.step} data-kind={c.kind}>
+                <th scope="row">{c.step}</th>
+                <td>{c.kind}</td>
+                <td>{formatBytes(c.size)}</td>
+                <td>{formatDate(c.created_at)}</td>
+                <td>
+                  <EvalList values={evals.series && evalAt(evals.series, c.step)} step={c.step} />
+                </td>
+                <td>
+                  <MetadataList ckpt={c} />
+                </td>
+                <td>
+                  <DownloadArchive ckpt={c} />{' '}
+                  {open === c.id ? (
+                    <FileList ckpt={c} />
+                  ) : (
+                    <button type="button" className="linklike" onClick={() => setOpen(c.id)}>
+                      List files
+                    </button>
+                  )}
+                </td>
+                <td className="checkpoint-use">
+                  <StartFromCheckpoint run={run} step={c.step} />
+                  <EvaluateCheckpoint run={run} ckpt={c} />
+                </td>
+              </tr>
+              {!!c.evaluations?.length && (
+                <tr className="checkpoint-evals">
+                  <td colSpan={COLUMNS}>
+                    <CheckpointEvaluations
+                      caption={c.kind === 'export' ? "Evaluations of the run's output" : `Evaluations of step ${c.step}`}
+                      evaluations={c.evaluations}
+                    />
+                  </td>
+                </tr>
+              )}
+            </Fragment>
           ))}
         </tbody>
       </table>
