@@ -27,9 +27,9 @@ const run = (id: number, name: string, spec: object, status = 'succeeded') => ({
   total_steps: 100, last_step: 100, created_by: 'admin', created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z',
   started_at: null, ended_at: null, latest_checkpoint_step: null, output: null, attempts: [], parents: [], children: [], spec,
 });
-const series = (key: string, steps: number[]) => ({
+const series = (key: string, steps: number[], value?: number | 'NaN') => ({
   key, total_points: steps.length, downsampled: false,
-  points: steps.map((step) => ({ step, value: step / 10, min: null, max: null, count: 1, time: step, first_nan_step: null })),
+  points: steps.map((step) => ({ step, value: value ?? step / 10, min: null, max: null, count: 1, time: step, first_nan_step: null })),
 });
 const summary = (s: ReturnType<typeof series>) => ({
   key: s.key, count: s.total_points, last_step: s.points.at(-1)!.step, last_value: s.points.at(-1)!.value, last_time: 1,
@@ -38,10 +38,14 @@ const summary = (s: ReturnType<typeof series>) => ({
 const RUNS: Record<number, ReturnType<typeof run>> = {
   3: run(3, 'alpha', { train: { lr: 0.0001, steps: 100 }, seed: 1 }),
   7: run(7, 'beta', { train: { lr: 0.0002, steps: 100 }, seed: 1 }),
+  11: run(11, 'eval-a', { algorithm: 'eval', model: { path: 'run:3@100' } }),
+  12: run(12, 'eval-b', { algorithm: 'eval', model: { path: 'run:7@100' } }),
 };
 const METRICS: Record<number, Array<ReturnType<typeof series>>> = {
   3: [series('train/loss', [0, 10, 20]), series('train/lr', [0, 10])],
   7: [series('train/loss', [5, 15])],
+  11: [series('eval/length', [1], 'NaN'), series('eval/pass@8', [1], 0.875), series('eval/accuracy', [1], 0.5), series('eval/pass@2', [1], 0.666666)],
+  12: [series('eval/pass@2', [1], 0.4), series('eval/accuracy', [0, 1], 0.25)],
 };
 
 function json(body: unknown, status = 200) {
@@ -98,6 +102,7 @@ describe('ComparePage', () => {
     expect(loss.dataset.points).toBe('5'); // union of 0,10,20 and 5,15
     await vi.waitFor(() => expect(document.querySelector<HTMLElement>('[data-chart="train/lr"]')!.dataset.series).toBe('1'));
 
+    expect(screen.queryByRole('region', { name: 'Final values' })).toBeNull(); // no eval/* keys to compare
     const diff = screen.getByRole('region', { name: 'Spec differences' });
     const rows = within(diff).getAllByRole('row');
     expect(rows).toHaveLength(2); // header + train.lr
@@ -123,6 +128,21 @@ describe('ComparePage', () => {
     fireEvent.change(screen.getByLabelText('Add run'), { target: { value: '12' } });
     fireEvent.click(screen.getByRole('button', { name: 'Add' }));
     expect(screen.getByTestId('where').textContent).toBe('/compare?runs=3,99,5,7,12');
+    client.clear();
+  });
+
+  it("puts eval runs' last eval/* values side by side, in reading order, a dash where a run has none", async () => {
+    stubApi();
+    const client = renderAt('/compare?runs=11,12');
+    const table = await screen.findByRole('region', { name: 'Final values' });
+    await vi.waitFor(() => expect(within(table).getAllByRole('columnheader').map((h) => h.textContent)).toEqual(['Metric', '#11 eval-a', '#12 eval-b']));
+    const rows = within(table).getAllByRole('row').slice(1).map((r) => Array.from(r.children, (c) => c.textContent));
+    expect(rows).toEqual([
+      ['eval/accuracy', '0.5', '0.25'],
+      ['eval/pass@2', '0.6667', '0.4'],
+      ['eval/pass@8', '0.875', '—'],
+      ['eval/length', 'NaN', '—'],
+    ]);
     client.clear();
   });
 

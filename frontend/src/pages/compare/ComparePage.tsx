@@ -4,6 +4,7 @@ import type { RunDetail } from '../../api/types';
 import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
 import { runColor } from './colors';
 import { CompareCharts } from './CompareCharts';
+import { FinalValues } from './FinalValues';
 import type { ComparedLine } from './compareStore';
 import { Legend } from './Legend';
 import { parseRunIds, toSearch, withRunIds } from './params';
@@ -39,6 +40,7 @@ export function ComparePage() {
     [legendKey], // eslint-disable-line react-hooks/exhaustive-deps
   );
   const details = useShallowStable(runs.map((r) => r.run).filter((r): r is RunDetail => r != null));
+  const finals = charted.flatMap(({ r }) => (r.run && r.keys ? [{ run: r.run, keys: r.keys }] : []));
 
   return (
     <div className="compare-page">
@@ -58,6 +60,7 @@ export function ComparePage() {
         <>
           <ChartControls id="compare-smoothing" smoothing={smoothing} logScale={logScale} onParam={setParam} />
           {details.length >= 2 && <SpecDiff runs={details} />}
+          <FinalValues runs={finals} />
           <CompareCharts
             lines={lines}
             keys={keys}
