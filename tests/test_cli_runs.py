@@ -380,9 +380,9 @@ def test_rl_examples_run_through_the_worker(stack):
 
 def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_worker(stack, tmp_path):
     """examples/pipelines/sft-grpo.yaml, shortened: the API's reconciler starts GRPO once SFT has succeeded, from
-    SFT's best checkpoint by eval/loss, then the eval stage on GRPO's last checkpoint; all are ordinary runs (the
-    worker ran them; lineage links them). `rlplane eval` evaluates the same checkpoint; both results are listed
-    with it."""
+    SFT's best checkpoint by eval/loss, then the eval stage on GRPO's final model; all are ordinary runs (the worker
+    ran them; lineage links them). `rlplane eval` evaluates GRPO's step-2 checkpoint; each result is listed beside
+    what it evaluated."""
     import yaml
 
     doc = yaml.safe_load((ROOT / "examples" / "pipelines" / "sft-grpo.yaml").read_text())
@@ -407,19 +407,19 @@ def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_wor
     shown = stack.cli("pipelines", "show", str(pipeline["id"]))
     assert shown.exit_code == 0 and "grpo" in shown.stdout and "succeeded" in shown.stdout
 
-    # The eval stage scored GRPO's last checkpoint; `rlplane eval` scores it again with the run's own data and
-    # reward (greedy this time). Both show beside that checkpoint.
+    # The eval stage scored GRPO's final model (stage:grpo@last is run:<id>, its export); `rlplane eval` scores its
+    # step-2 checkpoint with the run's own data and reward (greedy). Each shows beside what it evaluated.
     lineage = stack.http.get(f"/runs/{evaluation['run_id']}/lineage").json()
-    assert [(p["run_id"], p["field"], p["step"]) for p in lineage["parents"]] == [(grpo["run_id"], "model.path", 2)]
+    assert [(p["run_id"], p["field"], p["step"]) for p in lineage["parents"]] == [(grpo["run_id"], "model.path", None)]
     again = stack.cli("eval", f"run:{grpo['run_id']}@2", "--greedy", "--max-prompts", "20", "--wait")
     assert again.exit_code == 0, again.stderr + stack.server.log_path.read_text()[-3000:]
     again_id = int(again.stdout.split()[0])
     assert "eval/accuracy" in again.stdout and "eval/pass@1" in again.stdout and "eval/length" in again.stdout
     checkpoints = stack.http.get(f"/runs/{grpo['run_id']}/checkpoints").json()["data"]
-    [last] = [c for c in checkpoints if c["kind"] == "checkpoint" and c["step"] == 2]
-    by_run = {e["run_id"]: e for e in last["evaluations"]}
-    assert set(by_run) == {evaluation["run_id"], again_id}, last["evaluations"]
-    staged, greedy = by_run[evaluation["run_id"]], by_run[again_id]
+    by_row = {(c["kind"], c["step"]): c["evaluations"] for c in checkpoints}
+    [staged] = by_row[("export", 2)]
+    [greedy] = by_row[("checkpoint", 2)]
+    assert staged["run_id"] == evaluation["run_id"] and greedy["run_id"] == again_id, by_row
     assert staged["samples"] == 4 and set(staged["metrics"]) >= {"eval/accuracy", "eval/pass@1", "eval/pass@4"}
     assert 0 <= staged["metrics"]["eval/pass@1"] <= staged["metrics"]["eval/pass@4"] <= 1
     assert greedy["samples"] == 1 and greedy["data"] == "builtin:arithmetic" and greedy["reward"] == "builtin:arithmetic"
