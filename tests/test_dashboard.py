@@ -112,8 +112,15 @@ train: {{steps: 20000, batch_size: 4, log_every: 1, eval_every: null, checkpoint
         result = _run(["node", "e2e/dashboard.e2e.mjs"], cwd=FRONTEND, env=env)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
         assert http.get(f"/runs/{run_id}").json()["status"] in ("cancelling", "cancelled")
-        submitted = http.get("/runs", params={"q": "e2e-from-new-run"}).json()["data"]
+        submitted = http.get("/runs", params={"q": "e2e-from-new-run", "algorithm": "sft"}).json()["data"]
         assert len(submitted) == 1 and submitted[0]["last_step"] is not None, submitted
+        # The evaluation submitted from its Checkpoints tab ran, and is listed with the checkpoint it names.
+        [evaluation] = http.get("/runs", params={"algorithm": "eval"}).json()["data"]
+        assert evaluation["status"] == "succeeded" and evaluation["name"] == "eval-e2e-from-new-run", evaluation
+        checkpoints = http.get(f"/runs/{submitted[0]['id']}/checkpoints").json()["data"]
+        [at_200] = [c for c in checkpoints if (c["kind"], c["step"]) == ("checkpoint", 200)]
+        [listed] = at_200["evaluations"]
+        assert listed["run_id"] == evaluation["id"] and listed["samples"] == 4 and "eval/pass@4" in listed["metrics"]
         shots = Path(browser["SCREENSHOTS"])
         assert sorted(p.suffix for p in shots.iterdir()) and all(p.stat().st_size > 1000 for p in shots.glob("*.png"))
     finally:

@@ -283,6 +283,43 @@ try {
       await page.getByTestId('spec-valid').waitFor();
       await shot('17-from-checkpoint');
     });
+
+    await step('evaluate a checkpoint: Evaluate opens an eval spec of it, submitted; the result shows under the checkpoint', async () => {
+      await page.goto(`${base}/runs/${newRunId}/checkpoints`);
+      const row = page.locator('tr[data-step="200"][data-kind="checkpoint"]');
+      await row.getByRole('link', { name: 'Evaluate' }).click();
+      await page.waitForURL(/\/new\?.*algorithm=eval/);
+      const editor = page.getByRole('textbox', { name: 'Run spec (YAML)' });
+      await page.waitForFunction(() => document.querySelector('textarea#spec-text')?.value.includes('algorithm: eval'), null, { timeout: 10_000 });
+      await page.waitForFunction((id) => document.querySelector('textarea#spec-text')?.value.includes(`run:${id}@200`), newRunId, { timeout: 10_000 });
+      // The SFT run read builtin:tiny-sft (no prompts to answer) and has no reward: the page says so, the API refuses
+      // the data until it names prompts.
+      await page.getByText(/has no reward to reuse/).waitFor();
+      const text = await editor.inputValue();
+      await page.locator('.spec-errors').filter({ hasText: 'data.source' }).waitFor({ timeout: 10_000 });
+      await editor.fill(text.replace(/source: builtin:tiny-sft/, 'source: builtin:arithmetic').replace(/samples: \d+/, 'samples: 4\n  max_prompts: 16').replace(/k: \[[^\]]*\]/, 'k: [1, 4]'));
+      await page.getByTestId('spec-valid').waitFor();
+      await page.getByRole('button', { name: 'Submit run' }).click();
+      await page.waitForURL(/\/runs\/\d+$/);
+      const evalRunId = Number(page.url().match(/\/runs\/(\d+)$/)[1]);
+      const deadline = Date.now() + 240_000;
+      let evalRun;
+      while ((evalRun = await apiGet(`/runs/${evalRunId}`)).status !== 'succeeded') {
+        if (['failed', 'cancelled', 'lost'].includes(evalRun.status) || Date.now() > deadline) {
+          throw new Error(`eval run ${evalRunId} is ${evalRun.status}`);
+        }
+        await page.waitForTimeout(1000);
+      }
+      if (evalRun.algorithm !== 'eval') throw new Error(`run ${evalRunId} is ${evalRun.algorithm}, not eval`);
+      await page.goto(`${base}/runs/${newRunId}/checkpoints`);
+      const shown = page.locator('table.evaluations', { hasText: 'Evaluations of step 200' }).locator(`tr[data-run="${evalRunId}"]`);
+      const passAt4 = shown.locator('td[data-key="eval/pass@4"]');
+      await passAt4.waitFor({ timeout: 30_000 });
+      const value = Number(await passAt4.innerText());
+      if (!(value >= 0 && value <= 1)) throw new Error(`pass@4 of run ${evalRunId} reads "${await passAt4.innerText()}"`);
+      console.log(`    eval run ${evalRunId} of run ${newRunId}@200: pass@4 ${value}`);
+      await shot('18-checkpoint-evaluated');
+    });
   }
 
   if (samplesRunId) {
