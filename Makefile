@@ -58,15 +58,11 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 # one would rebuild it in turn).
 TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions/$(shell printf %s "$(CURDIR)" | sha256sum | cut -c1-12)
 export TORCH_EXTENSIONS_DIR
-# async_io is built beside the suite at the lowest priority (tests/harness/deepspeed_ops.py), in its own process group
-# so that the compilers it started stop with it when the suite ends or is interrupted.
 test: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
-	@setsid nice -n 19 $(VENV)/bin/python -m tests.harness.deepspeed_ops --only async_io & ops=$$!; \
-	trap 'kill -- -$$ops 2>/dev/null; wait $$ops 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
-# DeepSpeed's CPU ops that every DeepSpeed launch loads, built before any test launches a trainer, and a check that
-# async_io can be built here (tests/harness/deepspeed_ops.py): seconds when the cache above has them, a minute cold.
+# DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
+# the cache above has them, minutes on a cold machine.
 .PHONY: deepspeed-ops
 deepspeed-ops: $(DEV_STAMP)
 	$(VENV)/bin/python -m tests.harness.deepspeed_ops

@@ -142,9 +142,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     fast = config.getoption("--fast")
     config.hook.pytest_deselected(items=[item for item in items if _deselected(item, fast)])
     items[:] = [item for item in items if not _deselected(item, fast)]
-    # Last, in their group too (a stable sort keeps the rest in order): tests that wait for what `make test` builds
-    # beside the suite (DeepSpeed's async_io op).
-    items.sort(key=lambda item: item.get_closest_marker("late") is not None)
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:

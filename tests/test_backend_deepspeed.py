@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO on CPU (gloo), 2 rank processes (forked with torchrun's environment): the same loss
 curve as the torch backend for SFT and DPO at every stage, exact resume, an export that loads with
 from_pretrained, and a run through DeepSpeed's own launcher. DeepSpeed's compiled ops are built before
-the suite, async_io beside it (tests/harness/deepspeed_ops.py)."""
+the suite (tests/harness/deepspeed_ops.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from rlplane.spec import parse_spec
-from tests.harness import deepspeed_ops
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
 from tests.harness.specs import SHARDED_SFT
 from tests.harness.training import assert_export_matches, metrics
@@ -27,36 +26,23 @@ DPO = {**SFT, "name": "ds-dpo", "algorithm": "dpo", "train": {**SFT["train"], "l
 BF16_ZERO2 = {"kind": "deepspeed", "precision": "bf16", "zero_stage": 2}
 
 
-@pytest.fixture(scope="session")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """builtin:tiny-gpt2's weights saved to a directory (so that a model built by zero.Init from the same files has
-    a plain ZeRO-3 run to follow), and the torch backend's SFT and DPO from them, which every ZeRO run follows.
-    Session-wide: the NVMe test runs after the rest of its group, once this module's other fixtures are gone."""
-    tmp = tmp_path_factory.mktemp("baselines")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each run once for the module, all from builtin:tiny-gpt2's weights saved to a directory (so that a model
+    built by zero.Init from the same files has a plain ZeRO-3 run to follow): the torch backend's SFT and DPO,
+    SFT at each ZeRO setting, and DPO on ZeRO-3."""
+    tmp = tmp_path_factory.mktemp("runs")
     model, tokenizer = build_builtin("tiny-gpt2")
     model.save_pretrained(tmp / "start")
     tokenizer.save_pretrained(tmp / "start")
+    sft, dpo = ({**spec, "model": {**spec["model"], "path": str(tmp / "start")}} for spec in (SFT, DPO))
     torch_backend = {"kind": "torch", "precision": "fp32"}
-    sft, dpo = _from(tmp / "start")
-    return {
-        "start": tmp / "start",
-        "torch-sft": launch(tmp, sft, torch_backend, "torch-sft"),
-        "torch-dpo": launch(tmp, dpo, torch_backend, "torch-dpo"),
-    }
-
-
-def _from(start: Path) -> tuple[dict, dict]:
-    return tuple({**spec, "model": {**spec["model"], "path": str(start)}} for spec in (SFT, DPO))
-
-
-@pytest.fixture(scope="module")
-def runs(baselines: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each run once for the module, from the baselines' start: SFT at each ZeRO setting, and DPO on ZeRO-3."""
-    tmp = tmp_path_factory.mktemp("runs")
-    sft, dpo = _from(baselines["start"])
-    out = {name: launch(tmp, sft, {"kind": "deepspeed", "precision": "fp32", **zero}, name) for name, zero in ZERO.items()}
+    out = {"torch-sft": launch(tmp, sft, torch_backend, "torch-sft"), "torch-dpo": launch(tmp, dpo, torch_backend, "torch-dpo")}
+    for name, zero in ZERO.items():
+        nvme = {"nvme_path": str(tmp / f"{name}-swap")} if zero.get("offload") == "nvme" else {}
+        out[name] = launch(tmp, sft, {"kind": "deepspeed", "precision": "fp32", **zero, **nvme}, name)
     out["zero3-dpo"] = launch(tmp, dpo, {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}, "zero3-dpo")
-    return {**baselines, **out}
+    return {**out, "start": tmp / "start"}
 
 
 ZERO = {
@@ -64,6 +50,9 @@ ZERO = {
     "zero2": {"zero_stage": 2},
     "zero3": {"zero_stage": 3},
     "zero3-offload": {"zero_stage": 3, "offload": "cpu"},
+    # ZeRO-Infinity through DeepSpeed's async_io op (compiled against libaio, which .ci/run installs);
+    # the "NVMe" is a directory on this machine's disk
+    "zero3-nvme": {"zero_stage": 3, "offload": "nvme"},
 }
 
 
@@ -74,19 +63,8 @@ def test_sft_loss_curve_matches_the_torch_backend(runs: dict[str, Path], name: s
     assert max_diff(metrics(runs[name], "train/grad_norm"), metrics(runs["torch-sft"], "train/grad_norm")) < 1e-3
 
 
-@pytest.mark.late
-def test_nvme_offload_follows_the_torch_curve_and_swaps_through_the_given_directory(
-    baselines: dict[str, Path], tmp_path: Path
-) -> None:
-    """ZeRO-Infinity through DeepSpeed's async_io op (compiled against libaio, which .ci/run installs; `make test`
-    builds it beside the suite, so this test runs last in its group); the "NVMe" is a directory on this machine's
-    disk, and the optimizer state of both ranks is swapped through it."""
-    deepspeed_ops.ensure("AsyncIOBuilder")
-    backend = {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3, "offload": "nvme", "nvme_path": str(tmp_path / "swap")}
-    out = launch(tmp_path, _from(baselines["start"])[0], backend, "zero3-nvme")
-    assert max_diff(metrics(out, "train/loss"), metrics(baselines["torch-sft"], "train/loss")) < TOLERANCE
-    assert max_diff(metrics(out, "train/grad_norm"), metrics(baselines["torch-sft"], "train/grad_norm")) < 1e-3
-    swap = tmp_path / "swap" / "zero_stage_3"
+def test_nvme_offload_swaps_through_the_given_directory(runs: dict[str, Path]) -> None:
+    swap = runs["zero3-nvme"].parent / "zero3-nvme-swap" / "zero_stage_3"
     assert {p.relative_to(swap).as_posix() for p in swap.glob("*/rank*")} >= {"optimizer/rank0", "optimizer/rank1"}
 
 
