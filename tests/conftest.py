@@ -113,19 +113,21 @@ def one_thread() -> Iterator[None]:
 
 
 # pytest-xdist (make test: -n 2 --dist loadgroup): each module is one group, so its module fixtures are set up
-# once; the modules that launch several ranks make two groups (Megatron's, and the rest with DeepSpeed and the
-# multi-node runs), so at most two multi-rank trainers share the 2 cores;
-# the users of the SFT chain's baseline share one group, so it is trained once.
+# once; the modules that launch several ranks make two groups of about equal length (one with Megatron's and
+# DeepSpeed's, one with the multi-node runs and the rest), so with two workers at most two multi-rank trainers share
+# the 2 cores, and neither group alone is most of the suite (one group of all but Megatron's was: its worker ran it
+# to the end while the other ran out of work); the users of the SFT chain's baseline share one group, so it is
+# trained once.
 GROUPS = {
-    "ranks-megatron": {
+    "ranks-megatron-deepspeed": {
         "test_backend_megatron",
         "test_backend_megatron_heads",
         "test_megatron_virtual_pipeline",
         "test_megatron_tp",
         "test_megatron_dist_checkpoint",
+        "test_backend_deepspeed",
     },
     "ranks": {
-        "test_backend_deepspeed",
         "test_backend_fsdp2",
         "test_sharded_recipes",
         "test_multiprocess",
@@ -136,6 +138,18 @@ GROUPS = {
     },
     "sft-chain": {"test_sft", "test_reward", "test_dpo", "test_grpo"},
 }
+# The groups handed out first, longest first: a long group that started last would run on alone at the end.
+FIRST = (
+    "ranks",
+    "ranks-megatron-deepspeed",
+    "sft-chain",
+    "test_cli_runs",
+    "test_worker_runs",
+    "test_dashboard",
+    "test_workflows",
+    "test_worker_remote_artifacts",
+    "test_prometheus",
+)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -144,13 +158,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     items[:] = [item for item in items if not _deselected(item, fast)]
     if not getattr(config.option, "loadgroup", False):
         return
+    groups = {}
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1]
-        group = next((name for name, modules in GROUPS.items() if module in modules), module)
+        groups[item] = next((name for name, modules in GROUPS.items() if module in modules), module)
         # --dist loadgroup schedules by the "@group" ending of a test's id. pytest-xdist 3.8 writes it for the
         # xdist_group mark into item._nodeid, which pytest 9 no longer reads (ids are NodeId objects), so the
         # groups are written here, where the workers report their ids to the scheduler.
-        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+        item._id = NodeId.parse(f"{item.nodeid}@{groups[item]}")
+    # The scheduler hands out groups in the order their first test comes (a stable sort keeps each group's order).
+    items.sort(key=lambda item: FIRST.index(groups[item]) if groups[item] in FIRST else len(FIRST))
 
 
 # make test-fast (--fast): the edit-test loop. Unit tests and the API on Postgres only, no process launches: the
@@ -158,7 +175,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # that starts a process fails, naming this list, so the tier stays what it says.
 LAUNCHING = (
     GROUPS["ranks"]
-    | GROUPS["ranks-megatron"]
+    | GROUPS["ranks-megatron-deepspeed"]
     | GROUPS["sft-chain"]
     | {
         "test_backends",
