@@ -58,8 +58,14 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 # one would rebuild it in turn).
 TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions/$(shell printf %s "$(CURDIR)" | sha256sum | cut -c1-12)
 export TORCH_EXTENSIONS_DIR
-test: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
+test:
+	@$(MAKE) --no-print-directory -j2 test-prerequisites
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
+
+# What the suite needs, two at a time: the dashboard's npm install and build and helm's download run beside the
+# venv's install and the DeepSpeed op build (minutes of compiling on a cold machine) instead of after them.
+.PHONY: test-prerequisites
+test-prerequisites: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 
 # DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
 # the cache above has them, minutes on a cold machine.
