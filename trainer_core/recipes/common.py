@@ -366,6 +366,11 @@ def is_due(step: int, every: int | None, last_step: int) -> bool:
     return step == last_step or (every is not None and step % every == 0)
 
 
+def failure_reason(exc: BaseException) -> str:
+    """What a failed run's status says: a divergence in its own words (where it went NaN), anything else with its type."""
+    return str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}"
+
+
 def drive(
     run: Run,
     train: Callable[[Any, int | None], None],
@@ -384,7 +389,7 @@ def drive(
             run.reporter.log(f"stopped at step {run.step} of {run.spec.train.steps}")
         return run
     except BaseException as exc:
-        run.reporter.status("failed", str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}")
+        run.reporter.status("failed", failure_reason(exc))
         raise
     finally:
         run.reporter.close()

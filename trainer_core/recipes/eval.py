@@ -81,7 +81,7 @@ def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, s
         run.reporter.status("succeeded", "step 1")
         return run
     except BaseException as exc:
-        run.reporter.status("failed", f"{type(exc).__name__}: {exc}")
+        run.reporter.status("failed", common.failure_reason(exc))
         raise
     finally:
         run.reward.close()
