@@ -12,6 +12,7 @@ from api.artifacts import ArtifactStore
 from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
 from api.checkpoints import endpoints as checkpoints
+from api.code import endpoints as code
 from api.datasets import endpoints as datasets
 from api.db import make_engine, make_sessionmaker
 from api.events import endpoints as events
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 reconcile_s=settings.reconcile_s,
                 redispatch_s=settings.redispatch_s,
                 lost_after_s=settings.lost_after_s,
+                script_silent_s=settings.script_silent_s,
                 reward_entrypoints=settings.reward_entrypoints,
                 alert_s=settings.alert_s,
             )
@@ -75,7 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         default_limit=settings.max_body_bytes,
         upload_limit=settings.max_upload_bytes,
-        upload_paths=(datasets.UPLOAD_PATH,),
+        upload_paths=(datasets.UPLOAD_PATH, code.UPLOAD_PATH, checkpoints.FILE_UPLOAD_PATH),
     )
     for module in (
         health,
@@ -87,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         samples,
         reports,
         checkpoints,
+        code,
         datasets,
         workers,
         events,

@@ -11,9 +11,9 @@ from rlplane.spec.io import read_document
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
 
-def located(exc: SpecError) -> Unprocessable:
-    """A document's errors as a 422 whose locations start at the body."""
-    return Unprocessable.many([{**err, "loc": ["body", *err["loc"]]} for err in exc.errors])
+def located(exc: SpecError, prefix: tuple[str, ...] = ("body",)) -> Unprocessable:
+    """A document's errors as a 422 whose locations start at the body (or at `prefix`: where the document is in it)."""
+    return Unprocessable.many([{**err, "loc": [*prefix, *err["loc"]]} for err in exc.errors])
 
 
 async def document_body(request: Request, what: str) -> tuple[dict, str]:

@@ -1,6 +1,7 @@
 """Request body limits, enforced on the declared length and on the bytes actually received."""
 
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -10,7 +11,10 @@ class BodyTooLarge(Exception):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, default_limit: int, upload_limit: int, upload_paths: tuple[str, ...]) -> None:
+    def __init__(
+        self, app: ASGIApp, default_limit: int, upload_limit: int, upload_paths: tuple[str | re.Pattern[str], ...]
+    ) -> None:
+        """`upload_paths`: where files are uploaded (upload_limit): exact paths, or patterns a path must match."""
         self.app, self.default_limit, self.upload_limit, self.upload_paths = app, default_limit, upload_limit, upload_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -21,7 +25,7 @@ class BodyLimitMiddleware:
             # No column can hold NUL and no name contains it; refuse it before any query sees it.
             await _reject(send, 400, "NUL characters (%00) are not allowed in URLs")
             return
-        limit = self.upload_limit if scope["path"].rstrip("/") in self.upload_paths else self.default_limit
+        limit = self.upload_limit if self._upload(scope["path"].rstrip("/")) else self.default_limit
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _reject(send, 413, f"request body larger than {limit} bytes")
@@ -53,6 +57,9 @@ class BodyLimitMiddleware:
                 raise
         if exceeded and not started:
             await _reject(send, 413, f"request body larger than {limit} bytes")
+
+    def _upload(self, path: str) -> bool:
+        return any(path == p if isinstance(p, str) else p.match(path) for p in self.upload_paths)
 
 
 async def _reject(send: Send, status: int, detail: str) -> None:

@@ -34,7 +34,7 @@ from api.alerts import service as alerts
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.pipelines import service as pipelines
-from api.runs import gang
+from api.runs import gang, scripts
 from api.runs.service import requeue_or_fail
 from api.sweeps import service as sweeps
 from api.unit_of_work import transaction
@@ -72,6 +72,7 @@ class Reconciler:
         reconcile_s: float = 2.0,
         redispatch_s: float = 30.0,
         lost_after_s: float = 20.0,
+        script_silent_s: float = 300.0,
         reward_entrypoints: list[str] | None = None,
         alert_s: float = 10.0,
     ) -> None:
@@ -79,6 +80,7 @@ class Reconciler:
         self.factory, self.send = factory, send
         self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
+        self.script_silent_s = script_silent_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
         self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
         self._born = utcnow()
@@ -172,7 +174,7 @@ class Reconciler:
                 select(Run.id, RunAttempt.worker, RunAttempt.started_at, Worker.last_heartbeat)
                 .join(RunAttempt, (RunAttempt.run_id == Run.id) & (RunAttempt.number == Run.attempt_count))
                 .outerjoin(Worker, Worker.name == RunAttempt.worker)
-                .where(Run.status.in_(ACTIVE), ~in_gang)
+                .where(Run.status.in_(ACTIVE), ~in_gang, RunAttempt.worker != scripts.SCRIPT)
             ).all()
             gangs = gang.silent_nodes(session, self.lost_after_s, self._born, JOIN_TIMEOUT_S)
         for run_id, reason in gangs:
@@ -185,3 +187,4 @@ class Reconciler:
                 silent = int((utcnow() - seen).total_seconds())
                 with transaction(self.factory, self.nudge) as uow:
                     requeue_or_fail(uow.session, run_id, f"lost: worker {worker} sent no heartbeat for {silent} s")
+        scripts.fail_silent(self.factory, self.script_silent_s, self._born)

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     lost_after_s: float = Field(
         default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~25 s)"
     )
+    script_silent_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A run a script started itself (rlplane.init) that sent nothing, not even its keep-alive (every 10 s), "
+        "for this long is failed: its script died without run.finish()",
+    )
+    max_code_bytes: int = Field(default=100 * 1024**2, gt=0, description="Largest code snapshot (rlplane submit --code)")
     log_format: Literal["text", "json"] = Field(
         default="text", description="text, or json: one JSON object per log line (uvicorn's loggers too), for log collectors"
     )

@@ -10,7 +10,21 @@
     rlplane.reports   the report sender: batches within the limits, retries, a disk spool
     rlplane.config    the CLI's saved login, RLPLANE_URL/RLPLANE_TOKEN, the local server's discovery
     rlplane.logformat JSON log lines for the API and the workers
+    rlplane.reporting the reporter (a buffer a background thread drains into sinks), shared by our recipes and the SDK
+    rlplane.manifest  a checkpoint's manifest (every file's size and sha256)
+    rlplane.sdk       the logging SDK for any training script: rlplane.init(), run.log(), ... (docs/sdk.md)
+    rlplane.integrations.hf  a transformers TrainerCallback (TRL's trainers too) over the SDK
 
 It imports pydantic, httpx, PyYAML and orjson, never torch and never api/ (tests/test_layering.py); keep
-this file free of imports so each part stays as light as it is.
+this file free of imports so each part stays as light as it is (`rlplane.init` loads the SDK when first used).
 """
+
+_SDK = ("init", "Run", "SdkError")
+
+
+def __getattr__(name: str):
+    if name in _SDK:
+        from rlplane import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'rlplane' has no attribute {name!r}")

@@ -320,6 +320,14 @@ class Client:
         except httpx.HTTPError as exc:
             raise Unreachable(self._unreachable(exc)) from None
 
+    # --- code snapshots (command runs) --------------------------------------------------------
+
+    def upload_code(self, archive: Path, project: str | None = None) -> dict:
+        """Store a .tar.gz of a command run's code; returns {snapshot (its sha256), size, files}."""
+        with archive.open("rb") as handle:
+            files = {"file": ("code.tar.gz", handle, "application/gzip")}
+            return self.json("POST", "/code", data={"project": project or "default"}, files=files, timeout=600)
+
     # --- datasets ----------------------------------------------------------------------------
 
     def upload_dataset(self, path: Path, kind: str, project: str | None = None, name: str | None = None) -> dict:

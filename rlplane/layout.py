@@ -3,6 +3,8 @@
     runs/<id>/checkpoints/step-000100/manifest.json   a complete checkpoint (its manifest is written last)
     runs/<id>/.hand-back                              the worker asks the trainer to checkpoint and exit
     runs/<id>/.attempt                                the attempt that owns the directory (the fence)
+    runs/<id>/.stop                                   a command run is cancelled: its script saves and exits
+    code/<sha256>.tar.gz                              a command run's code snapshot (rlplane submit --code)
     $RLPLANE_HOME/broker.db                           the embedded broker of one machine
 
 Which checkpoints are kept is one rule (`rotated`), applied by the trainer to its files, by the worker to
@@ -25,6 +27,17 @@ HAND_BACK_FILE = ".hand-back"
 # a trainer that outlives its fenced attempt (its worker silent, a partition) cannot overwrite the new one's.
 ATTEMPT_FILE = ".attempt"
 ATTEMPT_ENV = "RLPLANE_ATTEMPT"
+# Written by a worker into a command run's directory on cancel: the SDK's should_stop() turns true and the script has
+# command.stop_grace_s to save and exit before it is killed (a hand-back asks the same through HAND_BACK_FILE).
+STOP_FILE = ".stop"
+# What a worker tells a command run's script (the SDK reads them): the run, its directory (the SDK's reports go
+# there as the JSONL files the worker forwards), the spec it runs, and the checkpoint to resume from, if any.
+RUN_ID_ENV = "RLPLANE_RUN_ID"
+RUN_DIR_ENV = "RLPLANE_RUN_DIR"
+SPEC_ENV = "RLPLANE_SPEC"
+RESUME_ENV = "RLPLANE_RESUME_FROM"
+# Where a command run's script ran (the SDK writes it into the run directory; the worker sends it once)
+ENVIRONMENT_FILE = "environment.json"
 
 
 def owner(run_dir: Path) -> int | None:
@@ -56,6 +69,18 @@ def rotated(steps: Iterable[int], keep_last: int) -> list[int]:
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1 (got {keep_last}); rotating to zero would delete the resume point")
     return sorted(set(steps))[:-keep_last]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint directory of a run directory (its manifest written), if any."""
+    found = [(step_of(p.parent.name), p.parent) for p in (Path(run_dir) / CHECKPOINTS).glob(f"{STEP_PREFIX}*/{MANIFEST}")]
+    steps = [(step, path) for step, path in found if step is not None]
+    return max(steps)[1] if steps else None
+
+
+def code_snapshot(sha256: str) -> str:
+    """A command run's code snapshot (a .tar.gz, POST /code) relative to the artifact root."""
+    return f"code/{sha256}.tar.gz"
 
 
 def has_checkpoint(run_dir: Path) -> bool:

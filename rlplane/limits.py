@@ -12,3 +12,7 @@ MAX_REASON_CHARS = 2_000
 # The API's default request body limit (RLPLANE_MAX_BODY_BYTES); senders aim for half of it.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 SEND_BODY_BYTES = MAX_BODY_BYTES // 2
+# A metric key: namespaced with "/" (train/loss), at most 256 of these characters.
+KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
+# A code snapshot (rlplane submit --code DIR): the API's default limit on the archive (RLPLANE_MAX_CODE_BYTES).
+MAX_CODE_BYTES = 100 * 1024 * 1024

@@ -354,11 +354,11 @@ def test_reports_reach_the_run_directory_before_the_checkpoint_that_follows_them
     be in metrics.jsonl by the time the checkpoint is complete, even though the reporter writes lazily."""
     import json
 
+    from rlplane.reporting.reporter import AsyncReporter
+    from rlplane.reporting.sinks import JsonlSink
     from rlplane.spec import parse_spec
     from trainer_core.backends import make_backend
     from trainer_core.recipes.checkpointing import CheckpointState, save_and_rotate
-    from trainer_core.reporting.reporter import AsyncReporter
-    from trainer_core.reporting.sinks import JsonlSink
 
     spec = parse_spec({**SPEC, "name": "lazy", "data": {"source": "builtin:arithmetic"}, "train": {"steps": 10}})
     model, tokenizer = build_builtin("tiny-gpt2")

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from api.models import LogLine, Metric, Run
 from api.models import Sample as SampleRow
+from rlplane.reporting.events import Batch, MetricPoint
 from tests.harness.factories import ADMIN_TOKEN, auth, create_run, worker_token
 from trainer_core.reporting import (
     AsyncReporter,
@@ -26,7 +27,6 @@ from trainer_core.reporting import (
     WandbSink,
     make_reporter,
 )
-from trainer_core.reporting.events import Batch, MetricPoint
 
 
 class Collect:

@@ -12,8 +12,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from api.models import Metric
+from rlplane.reporting.http import ControlPlaneSink
 from tests.harness.factories import ADMIN_TOKEN, create_run
-from trainer_core.reporting.http import ControlPlaneSink
 from worker.artifacts import WorkerArtifacts
 from worker.forward import Forwarder
 from worker.uploads import Uploads

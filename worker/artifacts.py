@@ -21,7 +21,7 @@ from pathlib import Path
 
 import fsspec
 
-from rlplane.layout import CHECKPOINTS, MANIFEST, STEP_PREFIX, rotated, run_checkpoint, step_of
+from rlplane.layout import CHECKPOINTS, MANIFEST, STEP_PREFIX, code_snapshot, rotated, run_checkpoint, step_of
 from rlplane.spec import RunSpec
 
 logger = logging.getLogger("rlplane.worker")
@@ -65,7 +65,10 @@ class WorkerArtifacts:
                 self._download(f"runs/{ref.run_id}/final")
             else:
                 self._download(run_checkpoint(ref.run_id, ref.step))
-        source = spec.data.source
+        code = spec.command.code if spec.command is not None else None
+        if code is not None and code.snapshot is not None:
+            self._download_file(code_snapshot(code.snapshot))
+        source = spec.data.source if spec.data is not None else ""
         if source.startswith("dataset:"):
             self._download(f"datasets/{source.removeprefix('dataset:')}")
 
@@ -124,6 +127,16 @@ class WorkerArtifacts:
 
     def _remote(self, relative: str) -> str:
         return f"{self.remote_root.rstrip('/')}/{relative}"
+
+    def _download_file(self, relative: str) -> None:
+        """Copy one remote file down unless it is here (a code snapshot: its name is its content's hash)."""
+        local = self.local_root / relative
+        if local.is_file() or not self.fs.exists(self._remote(relative)):
+            return
+        local.parent.mkdir(parents=True, exist_ok=True)
+        partial = local.with_name(local.name + ".partial")
+        self.fs.get_file(self._remote(relative), str(partial))
+        partial.replace(local)
 
     def _download(self, relative: str) -> None:
         """Copy a remote directory down unless a complete copy is already here (a re-run on this node)."""

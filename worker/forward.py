@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from rlplane.layout import ENVIRONMENT_FILE
 from rlplane.reports import ReportSender, report_requests
 from worker.uploads import Uploads
 
@@ -79,6 +80,7 @@ class Forwarder:
         with self._lock:
             logs, self._lines = self._lines, []
         requests = report_requests(metrics, [_without_time(s) for s in samples], logs)
+        requests += self._environment()
         requests += [("checkpoints", orjson.dumps(self._checkpoint(e))) for e in events]
         delivered = self.sink.send(requests)  # with nothing new, it still retries the spool
         if self.reports:
@@ -104,6 +106,17 @@ class Forwarder:
         record["kind"] = "export" if event["metadata"].get("kind") == "export" else "checkpoint"
         record["path"] = f"{self.prefix}/{event['path']}"  # the API's paths are relative to the artifact root
         return record
+
+    def _environment(self) -> list[tuple[str, bytes]]:
+        """A command run's environment record (the SDK writes it once per attempt), sent when it is new."""
+        path = self.out_dir / ENVIRONMENT_FILE
+        if not self.reports or not path.is_file():
+            return []
+        stamp = path.stat().st_mtime_ns
+        if self.offsets.get(ENVIRONMENT_FILE) == stamp:
+            return []
+        self.offsets[ENVIRONMENT_FILE] = stamp
+        return [("environment", path.read_bytes())]
 
     def _read_new(self, name: str) -> list[dict[str, Any]]:
         path = self.out_dir / f"{name}.jsonl"

@@ -93,14 +93,16 @@ class Trainer:
         on_line: Callable[[int, str], None],
         env: dict[str, str] | None = None,
         first_rank: int = 0,
+        base_env: dict[str, str] | None = None,
     ):
-        """`first_rank`: the global rank of this node's first process, whose lines are those without a rank."""
+        """`first_rank`: the global rank of this node's first process, whose lines are those without a rank.
+        `base_env`: the environment `env` is added to (default: the worker's own)."""
         self.tail: deque[str] = deque(maxlen=30)  # for the failure reason
         self.first_rank = first_rank
         self.process = subprocess.Popen(
             command,
             cwd=cwd,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            env={**(os.environ if base_env is None else base_env), "PYTHONUNBUFFERED": "1", **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE, CHECKPOINTS, HAND_BACK_FILE, has_checkpoint
+from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE, CHECKPOINTS, HAND_BACK_FILE, STOP_FILE, has_checkpoint
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
@@ -33,6 +33,7 @@ from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
 from trainer_core.launch import free_port
 from worker.artifacts import WorkerArtifacts
 from worker.client import LeaseRefused, Superseded, WorkerApi
+from worker.command import CommandError, command_argv, command_cwd, command_env
 from worker.forward import Forwarder
 from worker.launcher import NodePlace, Trainer, processes_per_node, trainer_command
 from worker.settings import WorkerSettings
@@ -143,15 +144,28 @@ def _attempt(
                 )
                 logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
                 return "cancelled"
-            (out_dir / HAND_BACK_FILE).unlink(missing_ok=True)  # the last attempt's request, answered
+            for answered in (HAND_BACK_FILE, STOP_FILE):  # the last attempt's requests
+                (out_dir / answered).unlink(missing_ok=True)
             (out_dir / ATTEMPT_FILE).write_text(str(attempt))  # the fence: an older attempt's trainer writes no checkpoint
         logger.info("run=%d %s: starting its trainer%s", run_id, where, " (resuming)" if resume else "")
-        command = trainer_command(settings.python, spec, spec_path, out_dir, resume, place)
         first_rank = place.node_rank * processes_per_node(spec) if place else 0
-        env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt)}
+        if spec.command is not None:
+            try:
+                cwd = command_cwd(spec, out_dir, artifacts.local_root)
+                command = command_argv(settings.python, spec, out_dir, run_id, attempt, place)
+            except CommandError as exc:
+                if not reports:
+                    raise NodeRefused(str(exc)) from None
+                return _end_unstarted(client, run_id, attempt, str(exc))
+            env = command_env(spec, out_dir, spec_path, run_id, attempt)
+            base_env: dict[str, str] | None = {}
+        else:
+            cwd, base_env = out_dir, None
+            command = trainer_command(settings.python, spec, spec_path, out_dir, resume, place)
+            env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt)}
         if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
             env = {**env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
-        trainer = Trainer(command, out_dir, forwarder.add_line, env=env, first_rank=first_rank)
+        trainer = Trainer(command, cwd, forwarder.add_line, env=env, first_rank=first_rank, base_env=base_env)
         if not reports:
             return _watch_node(settings, client, holding, run_id, attempt, place, trainer, forwarder)
         outcome = _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
@@ -257,6 +271,9 @@ def _watch(
             if holding.status is not None:
                 status = holding.status
                 if status == "cancelling":
+                    if spec.command is not None:  # a user's script: should_stop() turns true, it may save first
+                        reason = _ask_to_stop(trainer, forwarder, STOP_FILE, spec.command.stop_grace_s, settings.poll_s)
+                        return _end(client, forwarder, trainer, run_id, attempt, "cancelled", f"cancelled: {reason}")
                     trainer.kill_group()
                     return _end(client, forwarder, trainer, run_id, attempt, "cancelled", "cancelled: the trainer was stopped")
                 if status not in (None, "starting", "running"):
@@ -276,6 +293,28 @@ def _watch(
     last_lines = "\n".join(list(trainer.tail)[-15:])
     reason = f"trainer exited with {code}:\n{last_lines}"
     return _end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
+
+
+def _ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: float, poll_s: float) -> str:
+    """Write `flag` into the run directory (the SDK's should_stop() sees it) and forward while the script saves and
+    exits, for up to `grace_s`; then stop whatever is left. Says how it ended."""
+    (forwarder.out_dir / flag).touch()
+    deadline = time.monotonic() + grace_s
+    while trainer.wait(poll_s) is None and time.monotonic() < deadline:
+        forwarder.poll()
+    code = trainer.poll()
+    if code is not None:
+        saved = f"; its last checkpoint is step {forwarder.last_checkpoint}" if forwarder.last_checkpoint is not None else ""
+        return f"the script stopped when asked (exit {code}){saved}"
+    trainer.kill_group()
+    return f"the script was stopped after {grace_s:g} s (command.stop_grace_s)"
+
+
+def _end_unstarted(client: WorkerApi, run_id: int, attempt: int, reason: str) -> str:
+    """The command could not start (its code is missing): the run fails on its configuration."""
+    client.status(run_id, StatusUpdate(attempt=attempt, status="failed", reason=reason[-MAX_REASON_CHARS:], failure="config"))
+    logger.info("run=%d attempt=%d failed before its command started: %s", run_id, attempt, reason)
+    return "failed"
 
 
 def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, why: str) -> str:

@@ -1,15 +1,20 @@
+import re
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 from fastapi.responses import FileResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.artifacts import ArtifactStore
-from api.auth.deps import CurrentPrincipal, Reader
+from api.auth.deps import CurrentPrincipal, Reader, Writer
 from api.checkpoints import schemas, service
 from api.checkpoints.archive import tar_stream
 from api.db import SessionDep
 from api.models import Checkpoint
+from api.runs import scripts
+from api.unit_of_work import transaction
 from api.values import RunId, StepPath
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
@@ -86,3 +91,28 @@ def download_checkpoint_archive(ckpt: CheckpointDep, request: Request) -> Stream
     top = f"run-{ckpt.run_id}-{ckpt.kind}-step-{ckpt.step}"
     headers = {"Content-Disposition": f'attachment; filename="{top}.tar"'}
     return StreamingResponse(tar_stream(top, entries), media_type="application/x-tar", headers=headers)
+
+
+# A scripted run's checkpoint files (api/runs/scripts.py): large, so under the upload limit, not the JSON one.
+FILE_UPLOAD_PATH = re.compile(r"^/api/v1/runs/[0-9]+/checkpoints/[0-9]+/files/.+$")
+
+
+@router.put("/{step}/files/{file_path:path}", status_code=status.HTTP_201_CREATED, response_model=schemas.CheckpointFile)
+async def upload_checkpoint_file(
+    run_id: RunId, step: StepPath, file_path: str, principal: Writer, request: Request
+) -> schemas.CheckpointFile:
+    """One file of a checkpoint of a run its script started itself (the SDK's log_checkpoint outside a worker): the
+    body is the file's bytes. Upload every file, manifest.json last, then register the checkpoint (POST)."""
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            spool.write(chunk)
+        spool.seek(0)
+
+        def save() -> None:
+            with transaction(request.app.state.sessionmaker) as uow:
+                scripts.save_checkpoint_file(uow.session, principal, _store(request), run_id, step, file_path, spool)
+
+        await run_in_threadpool(save)
+    return schemas.CheckpointFile(name=file_path, size=size)

@@ -2,8 +2,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat, MaybeFloat
 from api.values import Step
-
-KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
+from rlplane.limits import KEY_PATTERN
 
 
 class MetricPoint(BaseModel):

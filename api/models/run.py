@@ -27,6 +27,8 @@ class Run(Base):
     spec_text: Mapped[str | None] = mapped_column(Text)
     # A few spec fields for run lists (views.config_summary): the list does not load the spec itself.
     config: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)
+    # Where it ran, as its script recorded it through the SDK (POST /runs/{id}/environment); null for our recipes
+    environment: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc, deferred=True)
     # Why the run last failed: config (its spec, data or model), diverged (train.on_nonfinite), crashed.
     failure: Mapped[str | None] = mapped_column(String(16))
     total_steps: Mapped[int]

@@ -6,11 +6,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from api.artifacts import ArtifactStore
-from api.auth.deps import Reader, WorkerPrincipal, Writer
+from api.auth.deps import CurrentPrincipal, Reader, WorkerPrincipal, Writer
 from api.auth.service import readable_project
 from api.bodies import document_body, located
+from api.code import service as code
 from api.db import SessionDep, UowDep
-from api.runs import repository, schemas, service, views
+from api.runs import repository, schemas, scripts, service, views
 from api.values import Offset, RunId
 from rlplane.spec import RunSpec, SpecError, parse_spec
 from rlplane.spec.warnings import spec_warnings
@@ -52,8 +53,31 @@ def create_run(
     principal: Writer, body: Annotated[SubmittedSpec, Depends(spec_body)], session: SessionDep, request: Request
 ) -> schemas.RunCreated:
     allowed = request.app.state.settings.reward_entrypoints
+    code.check_snapshot(request.app.state.artifacts, body.spec)
     run = service.create_run(session, principal, body.spec, allowed, spec_text=body.text)
     return schemas.RunCreated(**views.run_detail(session, run.id).model_dump(), warnings=_warnings(body.spec))
+
+
+@router.post("/external", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail)
+def create_scripted_run(principal: Writer, body: schemas.ScriptedRunCreate, session: SessionDep) -> schemas.RunDetail:
+    """A run a script starts itself and reports to (the SDK's rlplane.init outside any worker, docs/sdk.md): it is
+    running at once, no worker holds it, and the script ends it (POST /status) or is failed once it falls silent
+    (RLPLANE_SCRIPT_SILENT_S). `spec` is a run spec of algorithm command (its argv what the script was started with)."""
+    try:
+        spec = parse_spec({**body.spec, "command": {**(body.spec.get("command") or {}), "external": True}})
+    except SpecError as exc:
+        raise located(exc, prefix=("body", "spec")) from None
+    run = scripts.create(session, principal, spec, body.environment)
+    return views.run_detail(session, run.id)
+
+
+@router.post("/{run_id}/environment", response_model=schemas.RunDetail)
+def record_environment(
+    run_id: RunId, principal: CurrentPrincipal, environment: dict[str, Any], session: SessionDep
+) -> schemas.RunDetail:
+    """Where the run runs (interpreter, packages, machine, command line, git), as its script's SDK records it."""
+    scripts.record_environment(session, principal, run_id, environment)
+    return views.run_detail(session, run_id)
 
 
 @router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
@@ -62,6 +86,7 @@ def validate_run(
 ) -> schemas.SpecCheck:
     """Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run."""
     spec = body.spec
+    code.check_snapshot(request.app.state.artifacts, spec)
     _, parents = service.check_submission(session, principal, spec, request.app.state.settings.reward_entrypoints)
     return schemas.SpecCheck(
         spec=spec.model_dump(mode="json"),
@@ -167,7 +192,9 @@ def lease_run(
 
 @router.post("/{run_id}/status", response_model=schemas.RunDetail)
 def update_status(
-    run_id: RunId, body: schemas.StatusUpdate, principal: WorkerPrincipal, session: SessionDep
+    run_id: RunId, body: schemas.StatusUpdate, principal: CurrentPrincipal, session: SessionDep
 ) -> schemas.RunDetail:
+    """The lease holder's word on its attempt; for a run its script started itself (rlplane.init), the script's
+    (a project writer's token): running as a keep-alive, then how it ended."""
     service.update_status(session, principal, run_id, body)
     return views.run_detail(session, run_id)

@@ -93,6 +93,19 @@ class RunDetail(RunPublic):
     output: RunOutput | None = Field(
         description="The final model export, once registered (download: checkpoints/{step}/files?kind=export)"
     )
+    environment: dict[str, Any] | None = Field(
+        None,
+        description="Where a command run's script ran, as the SDK recorded it: python, packages (name: version), "
+        "hostname, platform, argv, cwd, config, and git (commit, dirty, diff) for a script started outside a worker",
+    )
+
+
+class ScriptedRunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: dict[str, Any] = Field(description="A run spec of algorithm command; command.external is set for you")
+    environment: dict[str, Any] | None = Field(
+        None, description="Where the script runs (interpreter, packages, machine, git), as POST /runs/{id}/environment"
+    )
 
 
 class SpecWarningPublic(BaseModel):

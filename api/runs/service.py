@@ -140,6 +140,12 @@ def create_run(
 ) -> Run:
     """`spec_text`: the body as submitted (its comments), kept beside the validated spec."""
     project, parents = check_submission(session, principal, spec, reward_entrypoints)
+    if spec.command is not None and spec.command.external:
+        raise Unprocessable(
+            ["body", "command", "external"],
+            "external is set by rlplane.init for a run its script reports itself; a submitted command runs on a worker: "
+            "leave it out",
+        )
     stored = spec.model_dump(mode="json")
     run = Run(
         project_id=project.id,
@@ -187,6 +193,8 @@ def cancel(session: Session, principal: Principal, run_id: int) -> Run:
 
 def resume(session: Session, principal: Principal, run_id: int) -> Run:
     run = readable_run(session, principal, run_id, "write")
+    if is_scripted(run):
+        raise Conflict(f"run {run.id} was started by its script (rlplane.init), not by a worker: run the script again")
     if run.status not in RESUMABLE:
         raise Conflict(f"run {run.id} is {run.status}; only failed, cancelled or lost runs can be resumed")
     if run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES:
@@ -245,6 +253,10 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str, lost
 
 def update_status(session: Session, principal: Principal, run_id: int, body: schemas.StatusUpdate) -> Run:
     run = reportable_run(session, principal, run_id, lock=True)
+    if not principal.is_worker and not is_scripted(run):
+        raise Forbidden(
+            f"run {run_id} is run by a worker, which reports its status; cancel it with POST /api/v1/runs/{run_id}/cancel"
+        )
     if body.attempt != run.attempt_count:
         raise Conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
     if run.status == "cancelling" and body.status in ("starting", "running"):
@@ -261,6 +273,8 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
     if body.status != run.status:
         set_status(session, run, body.status, body.reason)
         run.failure = body.failure if body.status == "failed" else None
+    else:
+        run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)
     if body.last_step is not None:
         run.last_step = max(run.last_step or 0, body.last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
@@ -285,6 +299,9 @@ def max_attempts(run: Run) -> int:
 def _retry_or_fail(session: Session, run: Run) -> None:
     """A lost run goes back to the queue (it resumes from its latest checkpoint) while attempts remain;
     attempts handed back by a worker that was shutting down do not count."""
+    if is_scripted(run):
+        set_status(session, run, "failed", f"{run.status_reason}; a script's own run is not retried: run the script again")
+        return
     counted = session.scalar(
         select(func.count()).select_from(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.handed_back.is_(False))
     )
@@ -323,3 +340,8 @@ def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
     if run is None or run.status not in ACTIVE:
         return  # it ended or moved on while we looked
     end_attempt(session, run, reason)
+
+
+def is_scripted(run: Run) -> bool:
+    """A run its script started itself (rlplane.init): no worker can run it again."""
+    return bool(((run.spec or {}).get("command") or {}).get("external"))

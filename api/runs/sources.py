@@ -10,9 +10,9 @@ from api.auth.principal import Principal
 from api.exceptions import Unprocessable
 from api.models import Dataset
 from rlplane.spec import RunSpec
+from rlplane.spec.algorithms import ALGORITHM_ROWS
 from rlplane.spec.base import format_loc, path_fields
 from trainer_core.data.files import SUFFIXES
-from trainer_core.data.formats import kind_for_algorithm
 
 _RELATIVE = ("./", "../", "~")
 
@@ -23,7 +23,7 @@ def is_relative_file(value: str) -> bool:
 
 
 def check_sources(session: Session, principal: Principal, spec: RunSpec) -> None:
-    source = spec.data.source
+    source = spec.data.source if spec.data is not None else ""
     if source.startswith("dataset:"):
         dataset = session.get(Dataset, int(source.removeprefix("dataset:")))
         if dataset is None or not principal.can(dataset.project_id, "read"):
@@ -32,8 +32,8 @@ def check_sources(session: Session, principal: Principal, spec: RunSpec) -> None
                 f"{source} does not exist or is not visible to you; upload the file (rlplane submit uploads a local "
                 "data.source itself, or POST /api/v1/datasets) and use the dataset:<id> it returns",
             )
-        wanted = kind_for_algorithm(spec.algorithm)
-        if dataset.kind != wanted:
+        wanted = ALGORITHM_ROWS.get(spec.algorithm)  # a command run's script reads any kind
+        if wanted is not None and dataset.kind != wanted:
             raise Unprocessable(
                 ["body", "data", "source"],
                 f"{source} ({dataset.name}) holds {dataset.kind} rows but a {spec.algorithm} run reads {wanted} rows; "

@@ -89,6 +89,7 @@ def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
         attempts=attempts,
         latest_checkpoint_step=repository.latest_checkpoint_step(session, run_id),
         output=_output(repository.final_export(session, run_id)),
+        environment=run.environment,
     )
 
 

@@ -66,7 +66,7 @@ def _upload_local_data(client: Client, submission: Submission) -> Submission:
     from trainer_core.data.formats import kind_for_algorithm
 
     spec = submission.data
-    source = spec["data"]["source"]
+    source = (spec.get("data") or {}).get("source") or ""
     if not source.lower().endswith(SUFFIXES) or source.startswith("/"):
         return submission
     path = Path(source).expanduser()
@@ -82,10 +82,38 @@ def _upload_local_data(client: Client, submission: Submission) -> Submission:
     return with_value(submission, "data.source", dataset["source"])
 
 
-def send(ctx: typer.Context, submission: Submission) -> tuple[Client, dict]:
-    """Submit (a local data file uploaded first); say where the run is and what the server warned of."""
+def _upload_code(client: Client, submission: Submission, directory: Path) -> Submission:
+    """Pack and upload `directory` as the command run's code; the spec names the snapshot, its git commit and diff."""
+    from cli.code import CodeError, pack
+
+    if submission.data.get("algorithm") != "command":
+        raise _invalid([{"loc": ["algorithm"], "msg": "--code sends a command run's code; this spec is not algorithm command"}])
+    try:
+        packed = pack(directory)
+    except CodeError as exc:
+        raise _invalid([{"loc": ["command", "code"], "msg": str(exc)}]) from None
+    try:
+        stored = client.upload_code(packed.archive, submission.data.get("project"))
+    finally:
+        packed.archive.unlink(missing_ok=True)
+    code: dict[str, Any] = {"snapshot": stored["snapshot"], "files": stored["files"], "size": stored["size"]}
+    if packed.git is not None:
+        code |= {"git_commit": packed.git["commit"], "git_dirty": packed.git["dirty"]}
+        if packed.git["diff"]:
+            code["git_diff"] = packed.git["diff"]
+    dirty = " (uncommitted changes included)" if packed.git and packed.git["dirty"] else ""
+    commit = f" at {packed.git['commit'][:12]}{dirty}" if packed.git else ""
+    output.say(f"uploaded {packed.files} files of {directory}{commit} as code snapshot {stored['snapshot'][:12]}")
+    return with_value(submission, "command.code", code)
+
+
+def send(ctx: typer.Context, submission: Submission, code: Path | None = None) -> tuple[Client, dict]:
+    """Submit (a local data file, and the command's code, uploaded first); say where the run is and what the server
+    warned of."""
     client = state(ctx).client()
     try:
+        if code is not None:
+            submission = _upload_code(client, submission, code)
         submission = _upload_local_data(client, submission)
         run = client.submit(submission.body)
     except ApiError as exc:
@@ -97,8 +125,10 @@ def send(ctx: typer.Context, submission: Submission) -> tuple[Client, dict]:
     return client, run
 
 
-def _submit(ctx: typer.Context, submission: Submission, wait: bool, follow: bool, as_json: bool) -> None:
-    client, run = send(ctx, submission)
+def _submit(
+    ctx: typer.Context, submission: Submission, wait: bool, follow: bool, as_json: bool, code: Path | None = None
+) -> None:
+    client, run = send(ctx, submission, code)
     if not (wait or follow):
         output.print_json(run) if as_json else typer.echo(run["id"])
         return
@@ -119,6 +149,15 @@ def submit(
     wait: Wait = False,
     follow: Follow = False,
     as_json: JsonFlag = False,
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            metavar="DIR",
+            help="A command run's code: DIR is packed (what git would commit, .gitignore respected), uploaded, and the "
+            "command runs in it on the worker; its git commit and uncommitted diff are recorded",
+        ),
+    ] = None,
 ) -> None:
     """Submit a run spec, or a pipeline (a document with stages); prints its id on stdout (messages go to stderr).
 
@@ -132,6 +171,7 @@ def submit(
       rlplane submit examples/sft.yaml --set train.steps=200 --set train.lr=1e-4 --name sft-long --wait
       RUN=$(rlplane submit examples/dpo.yaml --set model.path=run:12) && rlplane logs $RUN -f
       rlplane submit examples/pipelines/sft-grpo.yaml --wait      # a pipeline: exit 0 when every stage succeeded
+      rlplane submit examples/trl/sft.yaml --code examples/trl --wait   # your own script (algorithm: command)
     """
     from rlplane.pipeline import is_pipeline
     from rlplane.spec import SpecError, read_spec_file
@@ -142,12 +182,12 @@ def submit(
         raise _invalid(exc.errors) from None
     text = spec_file.read_text() if spec_file.suffix.lower() != ".json" else None  # YAML: sent as written
     if is_pipeline(data):
-        if sets or name or follow:
+        if sets or name or follow or code:
             raise _invalid(
-                [{"loc": [], "msg": "--set, --name and --follow apply to a run spec; this is a pipeline (it has stages)"}]
+                [{"loc": [], "msg": "--set, --name, --follow and --code apply to a run spec; this is a pipeline (it has stages)"}]
             )
         return pipelines.submit(ctx, data, text, wait, as_json)
-    _submit(ctx, validated(text, data, sets, name), wait, follow, as_json)
+    _submit(ctx, validated(text, data, sets, name), wait, follow, as_json, code)
 
 
 def _step(run: dict) -> str:
@@ -160,7 +200,9 @@ def list_runs(
     ctx: typer.Context,
     project: Annotated[str | None, typer.Option(help="Only this project")] = None,
     status: Annotated[list[str] | None, typer.Option(help="queued, running, succeeded, ... (repeatable)")] = None,
-    algorithm: Annotated[list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql, eval (repeatable)")] = None,
+    algorithm: Annotated[
+        list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql, eval, command (repeat it)")
+    ] = None,
     search: Annotated[str | None, typer.Option("--search", "-q", help="Substring of the run name")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="Show archived runs instead")] = False,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,

@@ -23,6 +23,8 @@ from rlplane.spec.algorithms import (
     ALGORITHM_SECTIONS,
     ALGORITHMS,
     Algorithm,
+    CodeSource,
+    CommandOptions,
     DpoOptions,
     EvalOptions,
     GenSpec,
@@ -80,6 +82,8 @@ __all__ = [
     # section models
     "BackendSpec",
     "BuiltinReward",
+    "CodeSource",
+    "CommandOptions",
     "DataColumns",
     "DataSpec",
     "DeepSpeedBackend",
@@ -128,11 +132,15 @@ class RunSpec(StrictModel):
         default_factory=list, description="Labels for filtering runs (each 1-64 characters)."
     )
     algorithm: Algorithm = Field(description="Training algorithm: " + ", ".join(ALGORITHMS) + ".")
-    model: ModelSpec = Field(description="The model to train (the policy, for RL).")
+    model: ModelSpec | None = Field(
+        None, description="The model to train (the policy, for RL). Every algorithm but command needs it."
+    )
     reward: RewardSpec | None = Field(
         None, description="Reward source, chosen by kind (builtin, model, python, http, or sum of those); ppo and grpo only."
     )
-    data: DataSpec = Field(description="Training data (prompts, for ppo and grpo).")
+    data: DataSpec | None = Field(
+        None, description="Training data (prompts, for ppo and grpo). Every algorithm but command needs it."
+    )
     backend: BackendSpec = Field(
         default_factory=TorchBackend,
         description="Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).",
@@ -151,6 +159,9 @@ class RunSpec(StrictModel):
     grpo: GrpoOptions | None = Field(None, description="Options for algorithm grpo; defaults filled in when absent.")
     ilql: IlqlOptions | None = Field(None, description="Options for algorithm ilql; defaults filled in when absent.")
     eval: EvalOptions | None = Field(None, description="Options for algorithm eval; defaults filled in when absent.")
+    command: CommandOptions | None = Field(
+        None, description="Options for algorithm command (your own script, docs/sdk.md): its argv, code and environment."
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -7,9 +7,9 @@ are filled in, so a stored spec always says exactly what ran.
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints, model_validator
 
 from rlplane.spec.base import StrictModel
 from rlplane.spec.sections import ModelSpec
@@ -190,7 +190,78 @@ class EvalOptions(StrictModel):
     gen: GenSpec = Field(default_factory=GenSpec, description="Sampling (ignored for greedy but max_new_tokens and stop).")
 
 
-Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval"]
+class CodeSource(StrictModel):
+    """Where a command run's code is: a snapshot uploaded at submit, or a directory every worker mounts."""
+
+    snapshot: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of a code snapshot uploaded with POST /code (`rlplane submit --code DIR` uploads it and "
+        "sets this); the worker unpacks it and runs the command in it.",
+    )
+    path: str | None = Field(
+        None,
+        pattern=r"^/",
+        description="An absolute directory on a file system every worker of the queue mounts; the command runs there.",
+    )
+    git_commit: str | None = Field(None, max_length=64, description="The git commit of the snapshot (the CLI records it).")
+    git_dirty: bool = Field(False, description="The tree had uncommitted changes (the snapshot holds them; see git_diff).")
+    git_diff: str | None = Field(
+        None, max_length=1_000_000, description="`git diff HEAD` at submit, when the tree was dirty (recorded by the CLI)."
+    )
+    files: int | None = Field(None, ge=0, description="Files in the snapshot.")
+    size: int | None = Field(None, ge=0, description="Bytes of the snapshot archive.")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> CodeSource:
+        if (self.snapshot is None) == (self.path is None):
+            raise ValueError("give exactly one of snapshot (rlplane submit --code DIR uploads it) or path (a shared directory)")
+        return self
+
+
+# Environment variable names a shell accepts (rules.command_runs_a_command keeps RLPLANE_* for the worker).
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+
+
+class CommandOptions(StrictModel):
+    """Your own training script as a run: the worker runs `argv` (through torchrun for several processes), with the
+    run's resources, queue, cancel, hang detection, retries and hand-back; the script reports with the rlplane SDK
+    (`import rlplane; run = rlplane.init()`, docs/sdk.md), which finds the run through the environment."""
+
+    argv: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=1024,
+        description='The command, e.g. [python, train.py, --lr, "{train.lr}"]. A leading python (or python3) is the '
+        "worker's interpreter, and with several processes it runs under torchrun. {dotted.path} placeholders are "
+        "replaced by the spec's values ({train.lr}, {train.steps}, {command.config.warmup}, {run.id}, {run.dir}); "
+        "{{ and }} are literal braces.",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Your script's own settings, free-form: placeholders ({command.config.NAME}), "
+        "sweeps and the dashboard read them.",
+    )
+    code: CodeSource | None = Field(
+        None, description="The code the command runs in; null: the worker's working directory (the script must be there)."
+    )
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=65536)]] = Field(
+        default_factory=dict, max_length=256, description="Environment variables of the command (the worker sets RLPLANE_*)."
+    )
+    stop_grace_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="On cancel or hand-back the script is asked to stop (the SDK's should_stop() turns true) and gets "
+        "this long to save and exit before it is killed.",
+    )
+    external: bool = Field(
+        False,
+        description="Set by the API for a run the SDK started outside any worker (rlplane.init with a user token): "
+        "nothing is queued; the script reports and ends it itself.",
+    )
+
+
+Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"]
 ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
 # The options section of each algorithm; "reward" is taken by the reward source, hence reward_model.
 ALGORITHM_SECTIONS: dict[str, str] = {
@@ -201,6 +272,7 @@ ALGORITHM_SECTIONS: dict[str, str] = {
     "grpo": "grpo",
     "ilql": "ilql",
     "eval": "eval",
+    "command": "command",
 }
 # The kind of dataset rows each algorithm reads (trainer_core/data/formats.py has the rules of each kind); ilql
 # reads sft rows that also carry a "reward".
@@ -217,5 +289,7 @@ ALGORITHM_ROWS: dict[str, str] = {
 ONLINE_ALGORITHMS: tuple[str, ...] = ("ppo", "grpo")
 # Algorithms that score generated responses with spec.reward: the online ones, and evaluation.
 REWARDED_ALGORITHMS: tuple[str, ...] = (*ONLINE_ALGORITHMS, "eval")
+# Our recipes: everything but command (a user's script), which needs no model or data section.
+RECIPE_ALGORITHMS: tuple[str, ...] = tuple(a for a in ALGORITHM_SECTIONS if a != "command")
 # Algorithms that train (eval only reads a model): they need train.steps.
 TRAINING_ALGORITHMS: tuple[str, ...] = ("sft", "reward", "dpo", "ppo", "grpo", "ilql")

@@ -45,11 +45,11 @@ def builtin_names_exist(spec: RunSpec) -> Iterator[Violation]:
     for loc, path in path_fields(spec):
         if path.startswith("builtin:") and path.removeprefix("builtin:") not in BUILTIN_SHAPES:
             yield Violation(loc, unknown(path.removeprefix("builtin:"), sorted(BUILTIN_SHAPES), "model"))
-    source = spec.data.source
+    source = spec.data.source if spec.data is not None else ""
     name = source.removeprefix("builtin:") if source.startswith("builtin:") else None
     if name is not None and name not in BUILTIN_SOURCES:
         yield Violation(("data", "source"), unknown(name, list(BUILTIN_SOURCES), "dataset"))
-    elif name is not None and (reads := ALGORITHM_ROWS[spec.algorithm]) not in BUILTIN_SOURCES[name]:
+    elif name is not None and (reads := ALGORITHM_ROWS.get(spec.algorithm)) and reads not in BUILTIN_SOURCES[name]:
         fits = ", ".join(f"builtin:{n}" for n, kinds in BUILTIN_SOURCES.items() if reads in kinds)
         yield Violation(
             ("data", "source"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS, REWARDED_ALGORITHMS
 from rlplane.spec.builtin_names import builtin_names_exist
+from rlplane.spec.command import PlaceholderError, fill
 from rlplane.spec.shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
 
 if TYPE_CHECKING:
@@ -54,6 +55,39 @@ def reward_matches_algorithm(spec: RunSpec) -> Rules:
             else f"algorithm {spec.algorithm} learns from its data and takes no reward"
         )
         yield Violation(("reward",), f"{why}; remove the reward section")
+
+
+def model_and_data_given(spec: RunSpec) -> Rules:
+    """Every algorithm but command needs a model and data section (a command run's script loads its own)."""
+    if spec.algorithm == "command":
+        return
+    for section, example in (("model", "{path: builtin:tiny-gpt2}"), ("data", "{source: builtin:tiny-sft}")):
+        if getattr(spec, section) is None:
+            yield Violation((section,), f"algorithm {spec.algorithm} needs a {section} section, e.g. {section}: {example}")
+
+
+def command_runs_a_command(spec: RunSpec) -> Rules:
+    """command: argv names what to run (unless the SDK started the run itself), each {placeholder} names a value of
+    the spec, and the backend is torch (backend.processes: how many processes torchrun starts on CPU)."""
+    if spec.command is None:
+        return
+    if not spec.command.argv and not spec.command.external:
+        yield Violation(("command", "argv"), 'give the command to run, e.g. argv: [python, train.py, --lr, "{train.lr}"]')
+    for name in spec.command.env:
+        if name.startswith("RLPLANE_"):
+            yield Violation(("command", "env", name), "RLPLANE_* variables are set by the worker for the SDK; rename it")
+    values = spec.model_dump(mode="json")
+    for i, argument in enumerate(spec.command.argv):
+        try:
+            fill(argument, values, {})
+        except PlaceholderError as exc:
+            yield Violation(("command", "argv", i), str(exc))
+    if spec.backend.kind != "torch":
+        yield Violation(
+            ("backend", "kind"),
+            f"a command run brings its own training code, so rlplane's {spec.backend.kind} backend does not apply; set "
+            "backend: {kind: torch, processes: N} (N processes under torchrun on CPU; resources.gpus on GPUs)",
+        )
 
 
 def eval_is_one_step(spec: RunSpec) -> Rules:
@@ -114,6 +148,8 @@ def megatron_layout_fits(spec: RunSpec) -> Rules:
 def megatron_tensor_parallel_fits_the_builtin_model(spec: RunSpec) -> Rules:
     """megatron tensor_parallel must divide a builtin model's attention heads, key/value heads and MLP width
     (other models are checked when the trainer has read their config)."""
+    if spec.model is None:
+        return
     backend, path = spec.backend, spec.model.path
     if backend.kind != "megatron" or not path.startswith("builtin:"):
         return
@@ -175,6 +211,8 @@ def megatron_pipeline_fits(spec: RunSpec) -> Rules:
     """megatron virtual_pipeline_parallel needs pipeline_parallel >= 3 and a multiple of pipeline_parallel micro-batches
     per step; pipeline_parallel x virtual_pipeline_parallel must divide a builtin model's layers (other models are
     checked when the trainer has read their config)."""
+    if spec.model is None:
+        return
     backend, path = spec.backend, spec.model.path
     if backend.kind != "megatron":
         return
@@ -388,6 +426,8 @@ def generation_fits_context(spec: RunSpec) -> Rules:
     is the model's context length, known here for the builtin models (the trainer checks the others)."""
     section = ALGORITHM_SECTIONS[spec.algorithm]
     gen = getattr(getattr(spec, section), "gen", None)
+    if gen is None or spec.model is None:
+        return
     length, fix = spec.model.max_seq_len, "lower it or raise model.max_seq_len"
     if length is None and spec.model.path.removeprefix("builtin:") in BUILTIN_SHAPES:
         length, fix = min(MAX_POSITIONS, DEFAULT_MAX_SEQ_LEN_CAP), f"lower it ({spec.model.path} has {MAX_POSITIONS} positions)"
@@ -400,6 +440,7 @@ def generation_fits_context(spec: RunSpec) -> Rules:
 
 RULES = (
     builtin_names_exist,
+    command_runs_a_command,
     section_matches_algorithm,
     reward_matches_algorithm,
     eval_is_one_step,
@@ -427,4 +468,7 @@ RULES = (
 
 
 def check_rules(spec: RunSpec) -> list[Violation]:
+    missing = list(model_and_data_given(spec))
+    if missing:  # the other rules read those sections
+        return missing
     return [violation for rule in RULES for violation in rule(spec)]

@@ -6,7 +6,6 @@ present with the listed size; `verify` also compares hashes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,10 +14,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlplane.layout import MANIFEST
+from rlplane.manifest import FORMAT_VERSION, manifest_digest_and_size, read_manifest, sha256_file, write_manifest
 
-FORMAT_VERSION = 1
-_CHUNK = 1 << 20
+__all__ = ["FORMAT_VERSION", "manifest_digest_and_size", "read_manifest", "sha256_file", "write_manifest"]
 
 
 def fsync_path(path: Path) -> None:
@@ -54,36 +52,6 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path)) if path.exists() else {}
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def write_manifest(root: Path, step: int) -> Path:
-    """List every file under `root` with size and sha256; written last, so its presence marks completion."""
-    files = {
-        path.relative_to(root).as_posix(): {"size": path.stat().st_size, "sha256": sha256_file(path)}
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != MANIFEST
-    }
-    manifest = root / MANIFEST
-    write_json(manifest, {"format_version": FORMAT_VERSION, "step": step, "files": files})
-    fsync_path(manifest)
-    return manifest
-
-
-def read_manifest(root: Path) -> dict[str, Any] | None:
-    """The manifest, or None where it is missing or unreadable (an incomplete checkpoint)."""
-    try:
-        manifest = read_json(root / MANIFEST)
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
-
-
 def is_complete(root: Path) -> bool:
     """Manifest present and every listed file has its listed size (cheap: no hashing)."""
     manifest = read_manifest(root)
@@ -104,10 +72,3 @@ def verify(path: Path) -> bool:
     manifest = read_manifest(root)
     assert manifest is not None
     return all(sha256_file(root / name) == entry.get("sha256") for name, entry in manifest["files"].items())
-
-
-def manifest_digest_and_size(root: Path) -> tuple[str, int]:
-    """(sha256 of manifest.json, total bytes of the checkpoint including the manifest)."""
-    manifest = read_manifest(root) or {"files": {}}
-    total = sum(entry["size"] for entry in manifest["files"].values()) + (root / MANIFEST).stat().st_size
-    return sha256_file(root / MANIFEST), total

@@ -1,46 +1,4 @@
-"""How a trainer reports: metrics, logs, samples, checkpoints and status, through one `Reporter`.
+"""The trainer reports through the contract's reporter (rlplane.reporting), which the SDK shares."""
 
-    reporter = make_reporter(run_dir, rank=backend.rank, control_plane=ControlPlaneSink(url, token, run_id, attempt))
-    reporter.metrics(step, {"train/loss": loss, "train/lr": lr})
-    reporter.close()  # flushes everything
-
-Torch-free: the worker and tests use it without a GPU stack.
-"""
-
-from pathlib import Path
-
-from trainer_core.reporting.events import Batch, CheckpointEvent, Sample
-from trainer_core.reporting.http import ControlPlaneSink
-from trainer_core.reporting.reporter import AsyncReporter, NullReporter, Reporter, Sink
-from trainer_core.reporting.sinks import JsonlSink, StdoutSink, WandbSink
-
-__all__ = [
-    "AsyncReporter",
-    "Batch",
-    "CheckpointEvent",
-    "ControlPlaneSink",
-    "JsonlSink",
-    "NullReporter",
-    "Reporter",
-    "Sample",
-    "Sink",
-    "StdoutSink",
-    "WandbSink",
-    "make_reporter",
-]
-
-
-def make_reporter(
-    out_dir: Path | None, *, rank: int, stdout: bool = True, control_plane: ControlPlaneSink | None = None
-) -> Reporter:
-    """Rank zero reports to the run directory, stdout and the control plane; other ranks report nothing."""
-    if rank != 0:
-        return NullReporter()
-    sinks: list[Sink] = []
-    if out_dir is not None:
-        sinks.append(JsonlSink(out_dir))
-    if stdout:
-        sinks.append(StdoutSink())
-    if control_plane is not None:
-        sinks.append(control_plane)
-    return AsyncReporter(sinks)
+from rlplane.reporting import *  # noqa: F403
+from rlplane.reporting import __all__  # noqa: F401

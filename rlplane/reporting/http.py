@@ -6,8 +6,8 @@ from collections.abc import Iterator
 import orjson
 
 from rlplane.limits import MAX_LOG_CHARS, MAX_REASON_CHARS
+from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
 from rlplane.reports import ReportSender, Request, report_requests
-from trainer_core.reporting.events import Batch, checkpoint_record, json_float, sample_record
 
 
 class ControlPlaneSink(ReportSender):

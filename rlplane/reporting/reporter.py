@@ -10,8 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from rlplane.status import TRAINER_STATUSES, TrainerStatus
-from trainer_core.reporting.events import (
+from rlplane.reporting.events import (
     Batch,
     CheckpointEvent,
     LogLine,
@@ -20,6 +19,7 @@ from trainer_core.reporting.events import (
     StatusEvent,
     StepSample,
 )
+from rlplane.status import TRAINER_STATUSES, TrainerStatus
 
 logger = logging.getLogger("rlplane.reporting")
 

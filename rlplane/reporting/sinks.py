@@ -6,7 +6,7 @@ from typing import IO, Any
 
 import orjson
 
-from trainer_core.reporting.events import Batch, checkpoint_record, json_float, sample_record
+from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
 
 
 class JsonlSink:

@@ -1,0 +1,25 @@
+"""A tiny arithmetic task for the TRL examples: prompts like "3+4=" and a verifier that checks the answer.
+Self-contained (no download), so the examples run anywhere; swap in your own dataset and reward."""
+
+from __future__ import annotations
+
+import random
+import re
+
+
+def problems(count: int, seed: int = 0) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        rows.append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
+    return rows
+
+
+def correct(completions: list[str], answer: list[str], **_: object) -> list[float]:
+    """1.0 where the completion starts with the right number, else 0.0 (TRL passes dataset columns by name)."""
+    scores = []
+    for completion, expected in zip(completions, answer, strict=True):
+        match = re.match(r"\s*(-?\d+)", completion)
+        scores.append(1.0 if match and match.group(1) == expected else 0.0)
+    return scores

@@ -1,0 +1,1 @@
+"""Integrations of the SDK with other training libraries (each imports its library; rlplane itself never does)."""

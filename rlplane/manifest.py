@@ -1,0 +1,61 @@
+"""A checkpoint's manifest: every file's size and sha256, written last, so its presence marks a complete checkpoint;
+its own hash is the checkpoint's. Torch-free: the trainer, the SDK (a script's checkpoints) and tests share it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlplane.layout import MANIFEST
+
+FORMAT_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(root: Path, step: int) -> Path:
+    """List every file under `root` with size and sha256; written last, so its presence marks completion."""
+    files = {
+        path.relative_to(root).as_posix(): {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    manifest = root / MANIFEST
+    document = {"format_version": FORMAT_VERSION, "step": step, "files": files}
+    manifest.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    _fsync(manifest)
+    return manifest
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """The manifest, or None where it is missing or unreadable (an incomplete checkpoint)."""
+    try:
+        manifest = json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def manifest_digest_and_size(root: Path) -> tuple[str, int]:
+    """(sha256 of manifest.json, total bytes of the checkpoint including the manifest)."""
+    manifest = read_manifest(root) or {"files": {}}
+    total = sum(entry["size"] for entry in manifest["files"].values()) + (root / MANIFEST).stat().st_size
+    return sha256_file(root / MANIFEST), total

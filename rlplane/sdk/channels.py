@@ -1,0 +1,228 @@
+"""Where an SDK run's reports go.
+
+    WorkerChannel  inside a run a worker launched (algorithm: command): the run directory's JSONL files, which the
+                   worker forwards to the API (the channel our recipes use); checkpoints are written into the run
+                   directory's layout; stopping is asked for with a file (cancel, hand-back)
+    ApiChannel     a script started anywhere else: straight to the API with the user's token, through the same
+                   sender (batched, retried, spooled to disk while the API is down); checkpoints are uploaded; a
+                   keep-alive says the script lives and brings back a cancel
+
+Both run in the reporter's background thread or their own: the training loop only appends to a buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from rlplane.client import ApiError, Client, ClientError
+from rlplane.layout import (
+    CHECKPOINTS,
+    ENVIRONMENT_FILE,
+    HAND_BACK_FILE,
+    MANIFEST,
+    STOP_FILE,
+    owner,
+    rotated,
+    run_checkpoint,
+    step_dir_name,
+    step_of,
+)
+from rlplane.limits import MAX_REASON_CHARS
+from rlplane.manifest import manifest_digest_and_size, write_manifest
+from rlplane.reporting import AsyncReporter, CheckpointEvent, ControlPlaneSink, JsonlSink
+from rlplane.sdk.values import SdkError
+
+logger = logging.getLogger("rlplane.sdk")
+
+KEEP_ALIVE_S = 10.0
+
+
+class WorkerChannel:
+    def __init__(self, run_dir: Path, run_id: int, attempt: int | None, spec: dict[str, Any]) -> None:
+        self.run_dir, self.run_id, self.attempt = run_dir, run_id, attempt
+        self.keep_last = int((spec.get("train") or {}).get("keep_last", 3))
+        self.reporter = AsyncReporter([JsonlSink(run_dir)])
+
+    def should_stop(self) -> bool:
+        return (self.run_dir / STOP_FILE).exists() or (self.run_dir / HAND_BACK_FILE).exists()
+
+    def environment(self, record: dict[str, Any]) -> None:
+        partial = self.run_dir / f"{ENVIRONMENT_FILE}.partial"
+        partial.write_text(json.dumps(record))
+        partial.replace(self.run_dir / ENVIRONMENT_FILE)
+
+    def checkpoint(self, source: Path, step: int, metadata: dict[str, Any]) -> Path:
+        """Put `source` (a file or directory) into the run directory as step `step`'s checkpoint: linked (or copied)
+        into a staging directory, its manifest written, renamed into place, older ones rotated (train.keep_last)."""
+        if self.attempt is not None and owner(self.run_dir) not in (None, self.attempt):
+            raise SdkError(f"attempt {self.attempt} of run {self.run_id} is over (another attempt owns its directory)")
+        root = self.run_dir / CHECKPOINTS
+        target = root / step_dir_name(step)
+        if source.resolve() != target.resolve():
+            staging = root / f".staging-{step_dir_name(step)}-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            _link_tree(source, staging)
+            (staging / MANIFEST).unlink(missing_ok=True)
+            write_manifest(staging, step)
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+        else:
+            write_manifest(target, step)
+        sha256, size = manifest_digest_and_size(target)
+        self.reporter.flush(timeout=30)  # the step's metrics reach the run directory before its checkpoint
+        self.reporter.checkpoint(
+            CheckpointEvent(step, f"{CHECKPOINTS}/{target.name}", size, sha256, {"kind": "checkpoint", **metadata})
+        )
+        complete = [s for p in root.glob(f"*/{MANIFEST}") if (s := step_of(p.parent.name)) is not None]
+        for old in rotated(complete, self.keep_last):
+            shutil.rmtree(root / step_dir_name(old), ignore_errors=True)
+        return target
+
+    def finish(self, status: str, reason: str, last_step: int | None) -> None:
+        if status == "failed":
+            self.reporter.status("failed", reason[-MAX_REASON_CHARS:])
+        self.reporter.close()  # the exit code tells the worker how the run ended
+
+
+class ApiChannel:
+    def __init__(self, client: Client, token: str, run: dict[str, Any], spool_dir: Path) -> None:
+        self.client, self.run_id = client, int(run["id"])
+        self.attempt = int(run.get("attempt_count") or 1)
+        self.keep_last = int(((run.get("spec") or {}).get("train") or {}).get("keep_last", 3))
+        self.sink = ControlPlaneSink(client.url, token, self.run_id, self.attempt, spool_dir=spool_dir, max_retries=3)
+        self.reporter = AsyncReporter([self.sink])
+        self.status: str = str(run.get("status", "running"))
+        self._stop, self._abandon = threading.Event(), threading.Event()
+        self.staging = spool_dir / "checkpoints"
+        self._queue: list[tuple[Path, int, dict[str, Any]]] = []
+        self._pending = threading.Condition()
+        self._uploader = threading.Thread(target=self._upload_all, name="rlplane-checkpoints", daemon=True)
+        self._uploader.start()
+        self._keeper = threading.Thread(target=self._keep_alive, name="rlplane-keep-alive", daemon=True)
+        self._keeper.start()
+
+    def should_stop(self) -> bool:
+        return self.status == "cancelling"
+
+    def environment(self, record: dict[str, Any]) -> None:
+        try:
+            self.client.json("POST", f"/runs/{self.run_id}/environment", json=record)
+        except ClientError as exc:
+            logger.warning("run=%d environment not recorded: %s", self.run_id, exc)
+
+    def checkpoint(self, source: Path, step: int, metadata: dict[str, Any]) -> Path:
+        """Stage `source` (a file or directory) as step `step`'s checkpoint beside the spool (hard links: the script
+        may delete or overwrite its own copy at once, as Hugging Face's save_total_limit does) and upload it in the
+        background, manifest last, then register it."""
+        staged = self.staging / step_dir_name(step)
+        shutil.rmtree(staged, ignore_errors=True)
+        _link_tree(source, staged)
+        write_manifest(staged, step)
+        self.reporter.flush(timeout=30)  # the step's metrics before its checkpoint
+        with self._pending:
+            self._queue.append((staged, step, metadata))
+            self._pending.notify_all()
+        return staged
+
+    def _upload_all(self) -> None:
+        while True:
+            with self._pending:
+                self._pending.wait_for(lambda: self._queue or self._stop.is_set())
+                if not self._queue:
+                    return
+                staged, step, metadata = self._queue[0]
+            backoff = 1.0
+            while not self._upload(staged, step, metadata):
+                if self._abandon.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 30.0)
+            shutil.rmtree(staged, ignore_errors=True)
+            with self._pending:
+                self._queue.pop(0)
+                self._pending.notify_all()
+
+    def _upload(self, staged: Path, step: int, metadata: dict[str, Any]) -> bool:
+        """True once the API holds the checkpoint (or refused it for good, which is logged)."""
+        files = sorted(p for p in staged.rglob("*") if p.is_file() and p.name != MANIFEST)
+        try:
+            for file in [*files, staged / MANIFEST]:
+                with file.open("rb") as handle:
+                    name = file.relative_to(staged).as_posix()
+                    self.client.request("PUT", f"/runs/{self.run_id}/checkpoints/{step}/files/{name}", content=handle)
+            sha256, size = manifest_digest_and_size(staged)
+            body = {"step": step, "path": run_checkpoint(self.run_id, step), "size": size, "sha256": sha256}
+            body |= {"kind": "checkpoint", "metadata": {"kind": "checkpoint", **metadata}}
+            self.client.json("POST", f"/runs/{self.run_id}/checkpoints", json=body)
+            return True
+        except ApiError as exc:
+            if exc.status == 429 or exc.status >= 500:
+                return False
+            logger.error("run=%d checkpoint step %d refused: %s", self.run_id, step, exc)
+            return True
+        except ClientError as exc:
+            logger.warning("run=%d checkpoint step %d not uploaded yet: %s", self.run_id, step, exc)
+            return False
+
+    def finish(self, status: str, reason: str, last_step: int | None, upload_wait_s: float = 600.0) -> None:
+        self.reporter.flush(timeout=None)  # every report, then the checkpoints, then the status, then close
+        self._stop.set()
+        with self._pending:
+            self._pending.notify_all()
+            if not self._pending.wait_for(lambda: not self._queue, upload_wait_s):
+                logger.error(
+                    "run=%d %d checkpoint(s) not uploaded after %g s; left in %s",
+                    self.run_id,
+                    len(self._queue),
+                    upload_wait_s,
+                    self.staging,
+                )
+        self._abandon.set()
+        if self.status == "cancelling" and status == "succeeded":
+            status, reason = "cancelled", reason or "cancelled: the script stopped when asked"
+        if not reason:
+            reason = f"the script finished at step {last_step}" if status == "succeeded" else status
+        body = {"attempt": self.attempt, "status": status, "reason": reason[-MAX_REASON_CHARS:]}
+        if last_step is not None:
+            body["last_step"] = last_step
+        if not self.sink.send([("status", json.dumps(body).encode())]):
+            logger.warning(
+                "run=%d final status %s is spooled in %s: the API was unreachable", self.run_id, status, self.sink.spool.where
+            )
+        self.reporter.close()  # closes the sink
+
+    def _keep_alive(self) -> None:
+        """Say the script lives (a run that falls silent is failed by the API) and learn of a cancel."""
+        body = {"attempt": self.attempt, "status": "running"}
+        while not self._stop.wait(KEEP_ALIVE_S):
+            try:
+                self.status = self.client.json("POST", f"/runs/{self.run_id}/status", json=body)["status"]
+            except ApiError as exc:
+                logger.warning("run=%d keep-alive refused: %s", self.run_id, exc)
+                if exc.status in (404, 409):
+                    return
+            except ClientError:
+                pass  # down for now: the reports are spooled meanwhile
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """`target` holding what `source` holds: hard links where the file system allows, copies elsewhere."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if source.is_file():
+        target.mkdir(parents=True)
+        link(str(source), str(target / source.name))
+    elif source.is_dir():
+        shutil.copytree(source, target, copy_function=link, ignore=shutil.ignore_patterns(MANIFEST))
+    else:
+        raise SdkError(f"log_checkpoint: {source} does not exist; save the checkpoint first, then log it")
