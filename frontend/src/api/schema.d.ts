@@ -100,6 +100,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/code": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload Code
+         * @description Store a command run's code (`rlplane submit --code DIR` packs and sends it): kept once per content, by sha256,
+         *     at most RLPLANE_MAX_CODE_BYTES. Uploading needs write access to `project`, where the run will be.
+         */
+        post: operations["upload_code_api_v1_code_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/code/{sha256}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Code
+         * @description A command run's code snapshot (for a reader of a run that runs it): what reproduces it, with its spec.
+         */
+        get: operations["download_code_api_v1_code__sha256__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/datasets": {
         parameters: {
             query?: never;
@@ -337,6 +378,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/external": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Scripted Run
+         * @description A run a script starts itself and reports to (the SDK's rlplane.init outside any worker, docs/sdk.md): it is
+         *     running at once, no worker holds it, and the script ends it (POST /status) or is failed once it falls silent
+         *     (RLPLANE_SCRIPT_SILENT_S). `spec` is a run spec of algorithm command (its argv what the script was started with).
+         */
+        post: operations["create_scripted_run_api_v1_runs_external_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/validate": {
         parameters: {
             query?: never;
@@ -543,8 +606,33 @@ export interface paths {
         };
         /** Download Checkpoint File */
         get: operations["download_checkpoint_file_api_v1_runs__run_id__checkpoints__step__files__file_path__get"];
-        put?: never;
+        /**
+         * Upload Checkpoint File
+         * @description One file of a checkpoint of a run its script started itself (the SDK's log_checkpoint outside a worker): the
+         *     body is the file's bytes. Upload every file, manifest.json last, then register the checkpoint (POST).
+         */
+        put: operations["upload_checkpoint_file_api_v1_runs__run_id__checkpoints__step__files__file_path__put"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/environment": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record Environment
+         * @description Where the run runs (interpreter, packages, machine, command line, git), as its script's SDK records it.
+         */
+        post: operations["record_environment_api_v1_runs__run_id__environment_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -775,7 +863,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Update Status */
+        /**
+         * Update Status
+         * @description The lease holder's word on its attempt; for a run its script started itself (rlplane.init), the script's
+         *     (a project writer's token): running as a keep-alive, then how it ended.
+         */
         post: operations["update_status_api_v1_runs__run_id__status_post"];
         delete?: never;
         options?: never;
@@ -1111,6 +1203,19 @@ export interface components {
              */
             worker: string;
         };
+        /** Body_upload_code_api_v1_code_post */
+        Body_upload_code_api_v1_code_post: {
+            /**
+             * File
+             * @description A .tar.gz of the directory the command runs in
+             */
+            file: string;
+            /**
+             * Project
+             * @default default
+             */
+            project: string;
+        };
         /** Body_upload_dataset_api_v1_datasets_post */
         Body_upload_dataset_api_v1_datasets_post: {
             /**
@@ -1313,6 +1418,72 @@ export interface components {
             /** Step */
             step: number;
         };
+        /** CodeSnapshot */
+        CodeSnapshot: {
+            /**
+             * Files
+             * @description Files in it
+             */
+            files: number;
+            /**
+             * Size
+             * @description Bytes of the archive
+             */
+            size: number;
+            /**
+             * Snapshot
+             * @description Its sha256: a command run's command.code.snapshot
+             */
+            snapshot: string;
+        };
+        /**
+         * CodeSource
+         * @description Where a command run's code is: a snapshot uploaded at submit, or a directory every worker mounts.
+         */
+        CodeSource: {
+            /**
+             * Files
+             * @description Files in the snapshot.
+             * @default null
+             */
+            files: number | null;
+            /**
+             * Git Commit
+             * @description The git commit of the snapshot (the CLI records it).
+             * @default null
+             */
+            git_commit: string | null;
+            /**
+             * Git Diff
+             * @description `git diff HEAD` at submit, when the tree was dirty (recorded by the CLI).
+             * @default null
+             */
+            git_diff: string | null;
+            /**
+             * Git Dirty
+             * @description The tree had uncommitted changes (the snapshot holds them; see git_diff).
+             * @default false
+             */
+            git_dirty: boolean;
+            /**
+             * Path
+             * @description An absolute directory on a file system every worker of the queue mounts; the command runs there.
+             * @default null
+             */
+            path: string | null;
+            /**
+             * Size
+             * @description Bytes of the snapshot archive.
+             * @default null
+             */
+            size: number | null;
+            /**
+             * Snapshot
+             * @description sha256 of a code snapshot uploaded with POST /code (`rlplane submit --code DIR` uploads it and sets this); the worker unpacks it and runs the command in it.
+             * @default null
+             */
+            snapshot: string | null;
+        };
         /** ColumnsResponse */
         ColumnsResponse: {
             /** Max Points */
@@ -1321,6 +1492,50 @@ export interface components {
             run_id: number;
             /** Series */
             series: components["schemas"]["SeriesColumns"][];
+        };
+        /**
+         * CommandOptions
+         * @description Your own training script as a run: the worker runs `argv` (through torchrun for several processes), with the
+         *     run's resources, queue, cancel, hang detection, retries and hand-back; the script reports with the rlplane SDK
+         *     (`import rlplane; run = rlplane.init()`, docs/sdk.md), which finds the run through the environment.
+         */
+        CommandOptions: {
+            /**
+             * Argv
+             * @description The command, e.g. [python, train.py, --lr, "{train.lr}"]. A leading python (or python3) is the worker's interpreter, and with several processes it runs under torchrun. {dotted.path} placeholders are replaced by the spec's values ({train.lr}, {train.steps}, {command.config.warmup}, {run.id}, {run.dir}); {{ and }} are literal braces.
+             */
+            argv?: string[];
+            /**
+             * @description The code the command runs in; null: the worker's working directory (the script must be there).
+             * @default null
+             */
+            code: components["schemas"]["CodeSource"] | null;
+            /**
+             * Config
+             * @description Your script's own settings, free-form: placeholders ({command.config.NAME}), sweeps and the dashboard read them.
+             */
+            config?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Env
+             * @description Environment variables of the command (the worker sets RLPLANE_*).
+             */
+            env?: {
+                [key: string]: string;
+            };
+            /**
+             * External
+             * @description Set by the API for a run the SDK started outside any worker (rlplane.init with a user token): nothing is queued; the script reports and ends it itself.
+             * @default false
+             */
+            external: boolean;
+            /**
+             * Stop Grace S
+             * @description On cancel or hand-back the script is asked to stop (the SDK's should_stop() turns true) and gets this long to save and exit before it is killed.
+             * @default 60
+             */
+            stop_grace_s: number;
         };
         /**
          * DataColumns
@@ -2986,6 +3201,13 @@ export interface components {
             /** Ended At */
             ended_at: string | null;
             /**
+             * Environment
+             * @description Where a command run's script ran, as the SDK recorded it: python, packages (name: version), hostname, platform, argv, cwd, config, and git (commit, dirty, diff) for a script started outside a worker
+             */
+            environment?: {
+                [key: string]: unknown;
+            } | null;
+            /**
              * Failure
              * @description Why a failed run failed: config, diverged or crashed
              */
@@ -3070,6 +3292,13 @@ export interface components {
             created_by: string | null;
             /** Ended At */
             ended_at: string | null;
+            /**
+             * Environment
+             * @description Where a command run's script ran, as the SDK recorded it: python, packages (name: version), hostname, platform, argv, cwd, config, and git (commit, dirty, diff) for a script started outside a worker
+             */
+            environment?: {
+                [key: string]: unknown;
+            } | null;
             /**
              * Failure
              * @description Why a failed run failed: config, diverged or crashed
@@ -3234,17 +3463,25 @@ export interface components {
         RunSpec: {
             /**
              * Algorithm
-             * @description Training algorithm: sft, reward, dpo, ppo, grpo, ilql, eval.
+             * @description Training algorithm: sft, reward, dpo, ppo, grpo, ilql, eval, command.
              * @enum {string}
              */
-            algorithm: "sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval";
+            algorithm: "sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval" | "command";
             /**
              * Backend
              * @description Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).
              */
             backend?: components["schemas"]["TorchBackend"] | components["schemas"]["DeepSpeedBackend"] | components["schemas"]["Fsdp2Backend"] | components["schemas"]["MegatronBackend"];
-            /** @description Training data (prompts, for ppo and grpo). */
-            data: components["schemas"]["DataSpec"];
+            /**
+             * @description Options for algorithm command (your own script, docs/sdk.md): its argv, code and environment.
+             * @default null
+             */
+            command: components["schemas"]["CommandOptions"] | null;
+            /**
+             * @description Training data (prompts, for ppo and grpo). Every algorithm but command needs it.
+             * @default null
+             */
+            data: components["schemas"]["DataSpec"] | null;
             /**
              * Description
              * @description Free text shown with the run.
@@ -3271,8 +3508,11 @@ export interface components {
              * @default null
              */
             ilql: components["schemas"]["IlqlOptions"] | null;
-            /** @description The model to train (the policy, for RL). */
-            model: components["schemas"]["ModelSpec"];
+            /**
+             * @description The model to train (the policy, for RL). Every algorithm but command needs it.
+             * @default null
+             */
+            model: components["schemas"]["ModelSpec"] | null;
             /**
              * Name
              * @description Run name: 1-128 letters, digits, '.', '_' or '-'.
@@ -3389,6 +3629,23 @@ export interface components {
             count: number;
             /** Data */
             data: components["schemas"]["SampleOut"][];
+        };
+        /** ScriptedRunCreate */
+        ScriptedRunCreate: {
+            /**
+             * Environment
+             * @description Where the script runs (interpreter, packages, machine, git), as POST /runs/{id}/environment
+             */
+            environment?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Spec
+             * @description A run spec of algorithm command; command.external is set for you
+             */
+            spec: {
+                [key: string]: unknown;
+            };
         };
         /** Series */
         Series: {
@@ -4445,6 +4702,98 @@ export interface operations {
             };
         };
     };
+    upload_code_api_v1_code_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": components["schemas"]["Body_upload_code_api_v1_code_post"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeSnapshot"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_code_api_v1_code__sha256__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The snapshot, as uploaded */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": unknown;
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_datasets_api_v1_datasets_get: {
         parameters: {
             query?: {
@@ -5157,7 +5506,7 @@ export interface operations {
             query?: {
                 project?: string | null;
                 status?: ("queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost")[];
-                algorithm?: ("sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval")[];
+                algorithm?: ("sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval" | "command")[];
                 /** @description Substring of the run name */
                 q?: string | null;
                 /** @description Default: hide archived runs */
@@ -5243,6 +5592,53 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    create_scripted_run_api_v1_runs_external_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScriptedRunCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
             };
         };
     };
@@ -5851,6 +6247,107 @@ export interface operations {
                 };
                 content: {
                     "application/octet-stream": unknown;
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    upload_checkpoint_file_api_v1_runs__run_id__checkpoints__step__files__file_path__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                /** @description Optimizer step */
+                step: number;
+                file_path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointFile"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    record_environment_api_v1_runs__run_id__environment_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */

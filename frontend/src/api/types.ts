@@ -23,8 +23,11 @@ export type Checkpoint = S['CheckpointPublic'];
 export type CheckpointFile = S['CheckpointFile'];
 /** An eval run of a checkpoint, with the last value of each of its eval/* metrics. */
 export type CheckpointEvaluation = S['CheckpointEvaluation'];
+/** A command run's spec section (algorithm command: the user's own script). */
+export type CommandOptions = S['CommandOptions'];
+export type CodeSource = S['CodeSource'];
 
 export type RunListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
 export type Algorithm = NonNullable<RunListQuery['algorithm']>[number];
 export type RunSort = NonNullable<RunListQuery['sort']>;
-export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql', 'eval'];
+export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql', 'eval', 'command'];

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import commandExample from '../../../../examples/command.yaml?raw';
 import dpoExample from '../../../../examples/dpo.yaml?raw';
 import grpoExample from '../../../../examples/grpo.yaml?raw';
 import ppoExample from '../../../../examples/ppo.yaml?raw';
@@ -72,10 +73,31 @@ describe('spec helpers', () => {
     expect(parse(TEMPLATES.ppo).model.path).toBe('run:<id of your sft-randomwalks run>');
     expect(TEMPLATES.ppo).not.toBe(ppoExample);
     expect(TEMPLATES.dpo).toBe(dpoExample); // a builtin model stays as it is
-    for (const text of Object.values(TEMPLATES)) expect(parse(text).model.path).not.toMatch(/^(\.|~)/);
+    // command's script picks its own model: its template has none
+    for (const text of Object.values(TEMPLATES)) expect(parse(text).model?.path ?? '').not.toMatch(/^(\.|~)/);
   });
 
   it('has a template per algorithm, each naming its algorithm', () => {
     for (const [algorithm, text] of Object.entries(TEMPLATES)) expect(parse(text).algorithm).toBe(algorithm);
+    expect(Object.keys(TEMPLATES)).toContain('command');
+  });
+
+  it("offers the command template as examples/command.yaml is: a script on a shared directory, comments kept", () => {
+    expect(TEMPLATES.command).toBe(commandExample);
+    const spec = parse(TEMPLATES.command);
+    expect(spec.model).toBeUndefined();
+    expect(spec.command.code).toEqual({ path: '/shared/code/my-project' });
+    expect(spec.command.argv).toEqual(expect.arrayContaining(['{train.lr}', '{train.steps}']));
+    expect(TEMPLATES.command).toContain('--code DIR');
+    expect(TEMPLATES.command).toContain('rlplane.init()');
+  });
+
+  it('clones a run its script started itself without command.external, which only the API sets', () => {
+    const spec = { name: 'mine', algorithm: 'command', command: { argv: ['train.py'], external: true, code: null } };
+    const cloned = parse(cloneText({ spec, spec_text: null }, 'mine-clone'));
+    expect(cloned.name).toBe('mine-clone');
+    expect(cloned.command).toEqual({ argv: ['train.py'], code: null });
+    const written = '# mine\nname: a\nalgorithm: command\ncommand: {argv: [python, t.py]}  # keep\n';
+    expect(cloneText({ spec: {}, spec_text: written }, 'b')).toBe(written.replace('name: a', 'name: b'));
   });
 });

@@ -1,4 +1,5 @@
 import { LineCounter, parseDocument, stringify, isCollection, isMap, isScalar, isSeq, type Node } from 'yaml';
+import command from '../../../../examples/command.yaml?raw';
 import dpo from '../../../../examples/dpo.yaml?raw';
 import evaluation from '../../../../examples/eval.yaml?raw';
 import grpo from '../../../../examples/grpo.yaml?raw';
@@ -60,6 +61,7 @@ export const TEMPLATES: Record<Algorithm, string> = {
   grpo: asTemplate(grpo),
   ilql: asTemplate(ilql),
   eval: asTemplate(evaluation),
+  command: asTemplate(command),
 };
 
 /** A pipeline (docs/pipelines.md) rather than a run spec: a document with top-level `stages`. */
@@ -71,9 +73,17 @@ export function isAlgorithm(value: string | null): value is Algorithm {
   return value != null && value in TEMPLATES;
 }
 
-/** A run's spec to edit as a new run named `name`: as its author wrote it (lib/specText.ts), renamed in place. */
+/**
+ * A run's spec to edit as a new run named `name`: as its author wrote it (lib/specText.ts), renamed in place.
+ * A run its script started itself has `command.external` set, which only the API may set (a submit is refused
+ * with it): the clone leaves it out, to run the command on a worker.
+ */
 export function cloneText(run: { spec: Record<string, unknown>; spec_text: string | null }, name: string): string {
-  return withValue(specSource(run).text, ['name'], name);
+  const text = withValue(specSource(run).text, ['name'], name);
+  const doc = parseDocument(text);
+  if (!doc.hasIn(['command', 'external'])) return text;
+  doc.deleteIn(['command', 'external']);
+  return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
 }
 
 export type Path = Array<string | number>;

@@ -212,3 +212,34 @@ describe('filters', () => {
     expect(toParams(f).toString()).toBe('status=running&sort=name&limit=500');
   });
 });
+
+describe('the algorithm filter', () => {
+  it('offers command (a user script) and asks the API for those runs', async () => {
+    const urls: string[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+      urls.push(req.url);
+      const u = new URL(req.url);
+      if (u.pathname === '/api/v1/runs') return json({ data: [run(3, 'running', 'trl-sft', 'command')], count: 1 });
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
+      return new Response('{}', { status: 404 });
+    }));
+    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+    render(
+      <QueryClientProvider client={client}>
+        <MemoryRouter initialEntries={['/runs']}>
+          <Routes>
+            <Route path="/runs" element={<><RunsPage /><Where /></>} />
+          </Routes>
+        </MemoryRouter>
+      </QueryClientProvider>,
+    );
+    await screen.findByRole('table');
+    const algorithms = screen.getByRole('group', { name: 'Algorithm' });
+    expect(within(algorithms).getAllByRole('checkbox').map((c) => c.parentElement?.textContent)).toContain('command');
+    fireEvent.click(within(algorithms).getByRole('checkbox', { name: 'command' }));
+    expect(screen.getByTestId('where').textContent).toBe('/runs?algorithm=command');
+    await vi.waitFor(() => expect(urls.some((u) => new URL(u).searchParams.get('algorithm') === 'command')).toBe(true));
+    expect(parseFilters(new URLSearchParams('algorithm=command')).algorithm).toEqual(['command']);
+    client.clear();
+  });
+});
