@@ -25,6 +25,7 @@ const SamplesTab = page(() => import('./pages/run/SamplesTab'), 'SamplesTab');
 const LogsTab = page(() => import('./pages/run/LogsTab'), 'LogsTab');
 const CheckpointsTab = page(() => import('./pages/run/CheckpointsTab'), 'CheckpointsTab');
 const SpecTab = page(() => import('./pages/run/SpecTab'), 'SpecTab');
+const CodeTab = page(() => import('./pages/run/code/CodeTab'), 'CodeTab');
 const NewRunPage = page(() => import('./pages/new/NewRunPage'), 'NewRunPage');
 const ComparePage = page(() => import('./pages/compare/ComparePage'), 'ComparePage');
 const WorkersPage = page(() => import('./pages/workers/WorkersPage'), 'WorkersPage');
@@ -50,6 +51,7 @@ export function AppRoutes() {
           <Route path="logs" element={<LogsTab />} />
           <Route path="checkpoints" element={<CheckpointsTab />} />
           <Route path="spec" element={<SpecTab />} />
+          <Route path="code" element={<CodeTab />} />
         </Route>
         <Route path="/pipelines" element={<PipelinesPage />} />
         <Route path="/pipelines/:id" element={<PipelinePage />} />

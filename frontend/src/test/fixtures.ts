@@ -18,6 +18,24 @@ export function runDetail(over: Partial<RunDetail> = {}): RunDetail {
   };
 }
 
+/** A command run (the user's own script) as GET /runs/{id} answers it: its stored spec, with `command` overrides. */
+export function commandRunDetail(command: Record<string, unknown> = {}, over: Partial<RunDetail> = {}): RunDetail {
+  const spec = {
+    name: 'trl-sft', algorithm: 'command', model: null, data: null, train: { steps: 200, lr: 0.0001 },
+    command: {
+      argv: ['python', 'sft.py', '--model', '{command.config.model}', '--lr', '{train.lr}', '--note', 'two words'],
+      config: { model: 'HuggingFaceTB/SmolLM2-135M' }, env: { HF_HOME: '/cache/hf', WANDB_MODE: 'offline' },
+      stop_grace_s: 60, external: false,
+      code: {
+        snapshot: 'ab12'.repeat(16), path: null, git_commit: 'c0ffee1234567890c0ffee1234567890c0ffee12', git_dirty: false,
+        git_diff: null, files: 12, size: 4567,
+      },
+      ...command,
+    },
+  };
+  return runDetail({ name: 'trl-sft', algorithm: 'command', total_steps: 200, spec, spec_text: null, ...over });
+}
+
 let nextId = 1;
 /** A sample as GET /runs/{id}/samples answers it. */
 export function sample(over: Partial<Sample> = {}): Sample {

@@ -7,14 +7,17 @@ import { CANCELLABLE } from '../../api/runStatus';
 import type { RunDetail } from '../../api/types';
 import { ConfirmDialog } from '../../components/ConfirmDialog';
 import { ErrorNote } from '../../components/ErrorNote';
+import { isExternal } from './command';
 
 /**
  * Cancel (after a confirmation: it stops a training process), Clone, and Resume where the API would take
  * it: `run.resumable` is false for a run that failed on its own configuration or diverged, which would only
- * fail again.
+ * fail again. A run its script started itself (outside any worker) is never offered it: no worker could run
+ * that script again, and the API refuses.
  */
 export function RunActions({ run }: { run: RunDetail }) {
   const queryClient = useQueryClient();
+  const external = isExternal(run);
   const [confirming, setConfirming] = useState(false);
   const action = useMutation({
     mutationFn: (name: 'cancel' | 'resume') =>
@@ -37,12 +40,17 @@ export function RunActions({ run }: { run: RunDetail }) {
         <Link className="button" to={`/new?clone=${run.id}`}>
           Clone
         </Link>
-        {run.resumable && (
+        {run.resumable && !external && (
           <button type="button" disabled={action.isPending} onClick={() => action.mutate('resume')}>
             Resume
           </button>
         )}
-        {run.status === 'failed' && !run.resumable && (
+        {external && (run.resumable || run.status === 'failed') && (
+          <span className="muted" data-testid="not-resumable">
+            Not resumable: its script started it outside a worker; start the script again
+          </span>
+        )}
+        {!external && run.status === 'failed' && !run.resumable && (
           <span className="muted" data-testid="not-resumable">
             Not resumable: it failed {run.failure === 'diverged' ? 'by diverging' : 'on its configuration'}; clone it and change the spec
           </span>
@@ -61,10 +69,17 @@ export function RunActions({ run }: { run: RunDetail }) {
             setConfirming(false);
           }}
         >
-          <p>
-            {run.name} stops at its current step{run.status === 'queued' ? '' : ' (its worker ends the training process)'}. You can resume it
-            later from its latest checkpoint.
-          </p>
+          {external ? (
+            <p>
+              {run.name}'s script is asked to stop (rlplane's should_stop() turns true) and ends the run itself. It cannot be resumed:
+              start the script again.
+            </p>
+          ) : (
+            <p>
+              {run.name} stops at its current step{run.status === 'queued' ? '' : ' (its worker ends the training process)'}. You can resume it
+              later from its latest checkpoint.
+            </p>
+          )}
         </ConfirmDialog>
       )}
       {!confirming && <ErrorNote error={action.error} />}

@@ -3,12 +3,12 @@ import { fireEvent, render, screen, waitFor, within } from '@testing-library/rea
 import { MemoryRouter } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import type { AttemptNode, RunDetail } from '../../api/types';
-import { json, runDetail } from '../../test/fixtures';
+import { commandRunDetail, json, runDetail } from '../../test/fixtures';
 import { hostPort } from './Attempts';
 import { RunHeader } from './RunHeader';
 
 function renderHeader(run: RunDetail) {
-  render(
+  return render(
     <QueryClientProvider client={new QueryClient({ defaultOptions: { queries: { retry: false } } })}>
       <MemoryRouter>
         <RunHeader run={run} liveStep={null} connected={false} />
@@ -51,6 +51,27 @@ describe('RunHeader actions', () => {
     renderHeader(runDetail({ status: 'cancelled', resumable: true }));
     expect(screen.getByRole('button', { name: 'Resume' })).toBeTruthy();
     expect(screen.queryByRole('button', { name: 'Cancel' })).toBeNull();
+  });
+
+  it('offers Resume for a command run a worker ran', () => {
+    renderHeader(commandRunDetail({}, { status: 'cancelled', resumable: true }));
+    expect(screen.getByRole('button', { name: 'Resume' })).toBeTruthy();
+    expect(screen.queryByText('started by its script')).toBeNull();
+  });
+
+  it('never offers Resume for a run its script started itself, says so, and marks it beside its status', () => {
+    const external = { external: true, code: null, argv: ['train.py', '--lr', '3e-4'] };
+    const { unmount } = renderHeader(commandRunDetail(external, { status: 'failed', failure: 'crashed', resumable: true }));
+    expect(screen.queryByRole('button', { name: 'Resume' })).toBeNull();
+    expect(screen.getByTestId('not-resumable').textContent).toContain('its script started it');
+    const badge = screen.getByText('started by its script');
+    expect(badge.previousElementSibling?.textContent).toBe('failed'); // beside the status badge
+    expect(screen.getByRole('link', { name: 'Clone' })).toBeTruthy();
+    unmount();
+
+    renderHeader(commandRunDetail(external, { status: 'running' }));
+    fireEvent.click(screen.getByRole('button', { name: 'Cancel' }));
+    expect(screen.getByRole('dialog').textContent).toContain('cannot be resumed');
   });
 });
 

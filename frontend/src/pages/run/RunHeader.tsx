@@ -4,6 +4,7 @@ import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
 import { Attempts } from './Attempts';
 import { RunActions } from './RunActions';
+import { isExternal } from './command';
 
 function Links({ label, links }: { label: string; links: RunLink[] }) {
   if (!links.length) return null;
@@ -33,6 +34,11 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
           <span className="muted">#{run.id}</span> {run.name}
         </h1>
         <StatusBadge status={run.status} />
+        {isExternal(run) && (
+          <span className="badge badge-external" title="Its script started it through the SDK (rlplane.init), outside any worker: it ends when the script says so, and cannot be resumed">
+            started by its script
+          </span>
+        )}
         <span className="num" data-testid="run-step">
           step {step}/{run.total_steps}
         </span>

@@ -11,6 +11,7 @@ import type { RunContext } from './context';
 import { RunAlerts } from './RunAlerts';
 import { RunHeader } from './RunHeader';
 import { SubmitWarnings } from './SubmitWarnings';
+import { hasCodeTab } from './command';
 
 const TABS = [
   ['', 'Charts'],
@@ -19,6 +20,8 @@ const TABS = [
   ['checkpoints', 'Checkpoints'],
   ['spec', 'Spec'],
 ] as const;
+// A command run (the user's own script) also shows what it ran and where.
+const CODE_TAB = ['code', 'Code & environment'] as const;
 
 export function RunPage() {
   const idParam = useParams().id;
@@ -49,6 +52,7 @@ export function RunPage() {
   if (!run.data) return <p className="muted">Loading run {runId}…</p>;
 
   const context: RunContext = { run: run.data, bus, metrics };
+  const tabs = hasCodeTab(run.data) ? [...TABS, CODE_TAB] : TABS;
   return (
     <section className="run-page">
       {/* The stream stays open after a run ends but brings nothing more, so the live dot goes off; a queued
@@ -57,7 +61,7 @@ export function RunPage() {
       <RunAlerts run={run.data} />
       <SubmitWarnings />
       <nav className="tabs" aria-label="Run sections">
-        {TABS.map(([path, label]) => (
+        {tabs.map(([path, label]) => (
           <NavLink key={label} to={path ? `/runs/${runId}/${path}` : `/runs/${runId}`} end>
             {label}
           </NavLink>
