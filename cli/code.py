@@ -71,7 +71,7 @@ def pack(directory: Path, limit: int = MAX_CODE_BYTES) -> Packed:
     handle, name = tempfile.mkstemp(prefix="rlplane-code-", suffix=".tar.gz")
     os.close(handle)
     archive = Path(name)
-    with archive.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped:
+    with archive.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as zipped:
         with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for relative in names:
                 path = directory / relative

@@ -182,6 +182,7 @@ LAUNCHING = (
         "test_cli",
         "test_cli_admin",
         "test_cli_runs",
+        "test_command_runs",
         "test_dashboard",
         "test_deploy",
         "test_events",

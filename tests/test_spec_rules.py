@@ -20,7 +20,26 @@ MEGATRON = "backend={kind: megatron}"
 DEEPSPEED = "backend={kind: deepspeed}"
 PREFS = "data.source=builtin:tiny-preference"  # the rows dpo and reward read
 
+COMMAND = {"name": "script", "algorithm": "command", "train": {"steps": 5}, "command": {"argv": ["python", "t.py"]}}
+
 RULE_CASES = {
+    "command-needs-argv": ("command", ["command.argv=[]"], "command.argv", "give the command to run, e.g. argv: [python"),
+    "command-placeholder-names-a-value": (
+        "command",
+        ['command.argv=[python, t.py, "--lr={train.lx}"]'],
+        "command.argv.2",
+        "{train.lx} names nothing in the spec; use a dotted path into it (sections: backend, command, resources, train)",
+    ),
+    "command-lone-brace": ("command", ['command.argv=[python, "{"]'], "command.argv.1", "write {{ for a literal brace"),
+    "command-env-is-not-ours": (
+        "command",
+        ["command.env={RLPLANE_TOKEN: x}"],
+        "command.env.RLPLANE_TOKEN",
+        "RLPLANE_* variables are set by the worker",
+    ),
+    "command-on-torch": ("command", [DEEPSPEED], "backend.kind", "a command run brings its own training code"),
+    "recipe-needs-model": ("command", ["algorithm=sft", "command=null"], "model", "algorithm sft needs a model section"),
+    "recipe-needs-data": ("command", ["algorithm=sft", "command=null"], "data", "algorithm sft needs a data section"),
     "other-algorithm-section": ("sft", ["ppo.epochs=2"], "ppo", "only applies to algorithm ppo"),
     "ppo-needs-reward": ("ppo", ["reward=null"], "reward", "algorithm ppo needs a reward: add reward:"),
     "grpo-needs-reward": ("ppo", ["reward=null", "algorithm=grpo"], "reward", "grpo needs a reward"),
@@ -244,7 +263,8 @@ RULE_CASES = {
 
 
 def spec_with(base: str, sets: list[str]) -> dict:
-    return apply_overrides(sft_spec() if base == "sft" else ppo_spec(), sets)
+    bases = {"sft": sft_spec, "ppo": ppo_spec, "command": lambda: dict(COMMAND)}
+    return apply_overrides(bases[base](), sets)
 
 
 class TestCrossFieldRules:

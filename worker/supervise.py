@@ -304,6 +304,8 @@ def _ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: flo
         forwarder.poll()
     code = trainer.poll()
     if code is not None:
+        trainer.wait_output()
+        forwarder.poll()  # the checkpoint it saved on its way out
         saved = f"; its last checkpoint is step {forwarder.last_checkpoint}" if forwarder.last_checkpoint is not None else ""
         return f"the script stopped when asked (exit {code}){saved}"
     trainer.kill_group()

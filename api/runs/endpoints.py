@@ -63,8 +63,11 @@ def create_scripted_run(principal: Writer, body: schemas.ScriptedRunCreate, sess
     """A run a script starts itself and reports to (the SDK's rlplane.init outside any worker, docs/sdk.md): it is
     running at once, no worker holds it, and the script ends it (POST /status) or is failed once it falls silent
     (RLPLANE_SCRIPT_SILENT_S). `spec` is a run spec of algorithm command (its argv what the script was started with)."""
+    document, command = dict(body.spec), body.spec.get("command") or {}
+    if isinstance(command, dict):  # anything else is refused by the spec's schema
+        document["command"] = {**command, "external": True}
     try:
-        spec = parse_spec({**body.spec, "command": {**(body.spec.get("command") or {}), "external": True}})
+        spec = parse_spec(document)
     except SpecError as exc:
         raise located(exc, prefix=("body", "spec")) from None
     run = scripts.create(session, principal, spec, body.environment)

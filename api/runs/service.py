@@ -9,6 +9,7 @@ from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import gang, repository, schemas, views
+from api.runs.views import is_scripted
 from api.runs.sources import check_sources
 from api.unit_of_work import unit_of_work
 from rlplane.spec import PythonReward, RunSpec, SumReward
@@ -341,7 +342,3 @@ def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
         return  # it ended or moved on while we looked
     end_attempt(session, run, reason)
 
-
-def is_scripted(run: Run) -> bool:
-    """A run its script started itself (rlplane.init): no worker can run it again."""
-    return bool(((run.spec or {}).get("command") or {}).get("external"))

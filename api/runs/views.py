@@ -29,7 +29,9 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
         started_at=run.started_at,
         ended_at=run.ended_at,
         failure=run.failure,
-        resumable=run.status in RESUMABLE and not (run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES),
+        resumable=run.status in RESUMABLE
+        and not (run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES)
+        and not (run.algorithm == "command" and is_scripted(run)),
         config=run.config or {},
     )
 
@@ -97,3 +99,8 @@ def _output(export) -> schemas.RunOutput | None:
     if export is None:
         return None
     return schemas.RunOutput(step=export.step, path=export.path, size=export.size, sha256=export.sha256)
+
+
+def is_scripted(run: Run) -> bool:
+    """A run its script started itself (rlplane.init): no worker can run it again."""
+    return bool(((run.spec or {}).get("command") or {}).get("external"))

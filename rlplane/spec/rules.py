@@ -439,6 +439,7 @@ def generation_fits_context(spec: RunSpec) -> Rules:
 
 
 RULES = (
+    model_and_data_given,
     builtin_names_exist,
     command_runs_a_command,
     section_matches_algorithm,
@@ -468,7 +469,9 @@ RULES = (
 
 
 def check_rules(spec: RunSpec) -> list[Violation]:
-    missing = list(model_and_data_given(spec))
-    if missing:  # the other rules read those sections
-        return missing
-    return [violation for rule in RULES for violation in rule(spec)]
+    found: list[Violation] = []
+    for rule in RULES:
+        found += rule(spec)
+        if found and rule is model_and_data_given:  # the other rules read those sections
+            return found
+    return found
