@@ -9,8 +9,8 @@ from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
 from api.runs import gang, repository, schemas, views
-from api.runs.views import is_scripted
 from api.runs.sources import check_sources
+from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
 from rlplane.spec import PythonReward, RunSpec, SumReward
 from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
@@ -341,4 +341,3 @@ def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
     if run is None or run.status not in ACTIVE:
         return  # it ended or moved on while we looked
     end_attempt(session, run, reason)
-
