@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -23,6 +24,7 @@ from tests.harness.worker_stack import ADMIN, Stack
 from worker.command import CommandError, unpack
 
 LOOP = str(ROOT / "tests" / "sdk_loop.py")
+TRL_RUNS: dict[str, int] = {}  # the TRL runs' ids, for the dashboard's check of them (last in this module)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,7 @@ def test_trl_sft_script_runs_on_a_worker_with_its_code_uploaded(stack, tiny_mode
     assert "uploaded" in done.stderr and "files of" in done.stderr and "as code snapshot" in done.stderr
     run = stack.run(int(done.stdout.split()[0]))
     assert run["status"] == "succeeded", run["status_reason"]
+    TRL_RUNS["sft"] = run["id"]
     code = run["spec"]["command"]["code"]
     assert len(code["snapshot"]) == 64 and code["files"] >= 4 and len(code["git_commit"]) == 40
     loss = series(stack, run["id"], "train/loss")
@@ -101,6 +104,7 @@ def test_trl_grpo_script_reports_its_completion_groups(stack, tiny_model):
     }
     run = stack.wait_status(stack.submit(spec), {"succeeded", "failed"}, timeout=300)
     assert run["status"] == "succeeded", run["status_reason"]
+    TRL_RUNS["grpo"] = run["id"]
     assert [s for s, _ in series(stack, run["id"], "reward/mean")] == [1, 2, 3]
     assert series(stack, run["id"], "reward/std") and series(stack, run["id"], "gen/response_length")
     samples = stack.http.get(f"/runs/{run['id']}/samples", params={"limit": 500}).json()["data"]
@@ -170,6 +174,21 @@ def test_a_failing_script_fails_its_run_with_its_last_lines(stack):
     assert run["status"] == "failed" and run["failure"] == "crashed"
     assert "exited with 1" in run["status_reason"] and "no such file: data.jsonl" in run["status_reason"]
     assert "worker token visible: False" in run["status_reason"]
+
+
+def test_the_trl_runs_on_their_run_pages_in_chromium(stack, tmp_path):
+    """frontend/e2e/command.e2e.mjs: the SFT run's loss chart, the GRPO run's reward chart and completion groups, and
+    the SFT run's code and packages, as the dashboard (served by the stack's API) shows them."""
+    assert set(TRL_RUNS) == {"sft", "grpo"}, "the TRL tests above run first and must have passed"
+    chromium = shutil.which("chromium")
+    assert chromium, "the end-to-end test needs Debian's chromium (.ci/run installs it)"
+    assert (ROOT / "frontend" / "dist" / "index.html").exists(), "run `make test`: it builds the dashboard"
+    env = {**os.environ, "RLPLANE_URL": stack.api.url, "RLPLANE_TOKEN": ADMIN, "CHROMIUM": chromium}
+    env |= {"SCREENSHOTS": str(tmp_path / "shots"), "SFT_RUN_ID": str(TRL_RUNS["sft"]), "GRPO_RUN_ID": str(TRL_RUNS["grpo"])}
+    command = ["node", "e2e/command.e2e.mjs"]
+    done = subprocess.run(command, cwd=ROOT / "frontend", env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    assert done.stdout.count("ok  ") == 4
 
 
 # --- packing and unpacking the code (real git, no stack) ---

@@ -283,15 +283,16 @@ def _watch(
         trainer.kill_group()
         raise
     code = trainer.poll()
+    who = "trainer" if spec.command is None else "script"  # a command run's is the user's
     trainer.wait_output()
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
-        return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"trainer exited 0 at step {forwarder.last_step}")
+        return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
     failure = FAILURE_OF_EXIT.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:
         return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure, failure=failure)
     last_lines = "\n".join(list(trainer.tail)[-15:])
-    reason = f"trainer exited with {code}:\n{last_lines}"
+    reason = f"{who} exited with {code}:\n{last_lines}"
     return _end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
 
 
