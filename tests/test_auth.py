@@ -1,9 +1,11 @@
 """Auth on by default: every operation needs a token, and nothing crosses project lines."""
 
 import hashlib
+import io
 import json
 import os
 import stat
+import tarfile
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -157,6 +159,10 @@ def world(client, db, artifacts_root):
     assert sweep.status_code == 201, sweep.text
     rule = client.post("/api/v1/alert-rules", json={"name": "r", "project": "secret", "condition": {"kind": "nonfinite"}})
     assert rule.status_code == 201, rule.text
+    code = client.post("/api/v1/code", data={"project": "secret"}, files={"file": ("code.tar.gz", CODE)})
+    assert code.status_code == 201, code.text
+    command = {**SCRIPT, "command": {"argv": ["python", "t.py"], "code": {"snapshot": code.json()["snapshot"]}}}
+    assert client.post("/api/v1/runs", json=command).status_code == 201
     outsider = create_user(client, "outsider", scopes=("admin",))
     token_id = db.scalar(select(ApiToken.id).where(ApiToken.name == "bootstrap"))
     params = {
@@ -172,12 +178,29 @@ def world(client, db, artifacts_root):
         "pipeline_id": pipeline.json()["id"],
         "sweep_id": sweep.json()["id"],
         "rule_id": rule.json()["id"],
+        "sha256": code.json()["snapshot"],
     }
     return params, outsider
 
 
+def _code_snapshot() -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        info = tarfile.TarInfo("t.py")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"1\n"))
+    return raw.getvalue()
+
+
+CODE = _code_snapshot()
+SCRIPT = {"name": "script", "project": "secret", "algorithm": "command", "train": {"steps": 1}, "command": {"argv": ["x"]}}
+
 # Bodies that are valid, so that an answer of 403 proves the permission check (not validation) refused.
 BODIES = {
+    ("POST", "/api/v1/runs/external"): {"json": {"spec": SCRIPT}},
+    ("POST", "/api/v1/runs/{run_id}/environment"): {"json": {"python": "3.11.9"}},
+    ("PUT", "/api/v1/runs/{run_id}/checkpoints/{step}/files/{file_path}"): {"content": b"x"},
+    ("POST", "/api/v1/code"): {"data": {"project": "secret"}, "files": {"file": ("code.tar.gz", CODE)}},
     ("POST", "/api/v1/users"): {"json": {"name": "zed"}},
     ("POST", "/api/v1/projects"): {"json": {"name": "p2"}},
     ("PUT", "/api/v1/projects/{name}/members/{user}"): {"json": {"role": "viewer"}},
@@ -228,7 +251,8 @@ OWN = {
     ("GET", "/api/v1/alert-rules"),
     ("GET", "/api/v1/alert-detectors"),
 }
-HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}")}  # other users' tokens do not exist for you
+# Other users' tokens, and code snapshots no run of yours runs, do not exist for you.
+HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}"), ("GET", "/api/v1/code/{sha256}")}
 
 
 def _call(anon, method, path, params, headers):

@@ -258,7 +258,7 @@ class TestExamples:
         from pathlib import Path
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-        assert len(examples) == 14
+        assert len(examples) == 15
         sft = create_run(client, name="parent")
         for path in examples:
             text = path.read_text()
