@@ -163,6 +163,18 @@ def test_cancel_lets_a_command_run_save_before_it_stops(stack):
     assert any(f"asked to stop at step {saved}: saved" in line["text"] for line in logs)
 
 
+def test_a_command_of_two_processes_runs_under_torchrun_and_rank_zero_reports(stack):
+    """backend.processes 2: the script runs under torchrun, both ranks attach to the run, only rank 0 reports."""
+    argv = ["python", LOOP, "--steps", "20", "--step-s", "0.01", "--out", "{run.dir}/out"]
+    spec = {"name": "two-ranks", "algorithm": "command", "train": {"steps": 20}, "command": {"argv": argv}}
+    run_id = stack.submit({**spec, "backend": {"kind": "torch", "processes": 2}})
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=120)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert [s for s, _ in series(stack, run_id, "train/loss")] == list(range(1, 21))  # once each: rank 1 sent nothing
+    logs = stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]
+    assert {line["rank"] for line in logs if line["text"] == f"run {run_id} started"} == {0, 1}
+
+
 def test_a_failing_script_fails_its_run_with_its_last_lines(stack):
     """A script that exits non-zero fails its run (crashed) with the lines it printed last; it never sees the
     worker's own token."""

@@ -21,7 +21,7 @@ from api.models import Run, RunAttempt
 from api.models.base import utcnow
 from api.runs import scripts
 from rlplane import sdk
-from rlplane.layout import CHECKPOINTS, ENVIRONMENT_FILE, MANIFEST, STOP_FILE
+from rlplane.layout import CHECKPOINTS, ENVIRONMENT_FILE, HAND_BACK_FILE, MANIFEST, STOP_FILE
 from rlplane.manifest import read_manifest
 from rlplane.spec import parse_spec
 from rlplane.spec.command import render_argv
@@ -119,7 +119,11 @@ class TestWorkerChannel:
         other = rlplane.init()
         other.log({"train/loss": 1.0})
         assert not other.reporting and not other.should_stop()
-        (attached / STOP_FILE).touch()
+        (attached / HAND_BACK_FILE).touch()  # the worker drains: save and leave
+        assert other.should_stop()
+        (attached / HAND_BACK_FILE).unlink()
+        assert not other.should_stop()
+        (attached / STOP_FILE).touch()  # a cancel
         assert other.should_stop()
         other.finish()
         assert not (attached / "metrics.jsonl").exists() and not (attached / ENVIRONMENT_FILE).exists()

@@ -100,6 +100,11 @@ def _leave_if_a_rank(code: int) -> int:
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     resume_from = _resume_point(args.resume) if args.resume is not None else None
     spec = _spec(args, resume_from)
+    if spec.command is not None:
+        raise BadInput(
+            "algorithm command is your own script, which this trainer does not run: run the script itself (the SDK "
+            "reports it to a run of its own, docs/sdk.md) or submit it to a worker: rlplane submit SPEC --code DIR"
+        )
     out_dir = args.out or (_out_of(resume_from) if resume_from else None) or Path("runs") / spec.name
     if resume_from is None and (out_dir / "checkpoints").is_dir() and any((out_dir / "checkpoints").iterdir()):
         raise BadInput(
