@@ -15,7 +15,8 @@ FORMAT_VERSION = 1
 _CHUNK = 1 << 20
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a directory's data and metadata to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -41,7 +42,7 @@ def write_manifest(root: Path, step: int) -> Path:
     manifest = root / MANIFEST
     document = {"format_version": FORMAT_VERSION, "step": step, "files": files}
     manifest.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    _fsync(manifest)
+    fsync_path(manifest)
     return manifest
 
 

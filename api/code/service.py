@@ -4,7 +4,6 @@ that unpacks it (worker/code.py, with the same rules) writes nothing outside the
 
 from __future__ import annotations
 
-import hashlib
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -20,14 +19,6 @@ from rlplane.spec import RunSpec
 
 MAX_FILES = 100_000
 MAX_UNPACKED_BYTES = 4 * 1024**3
-
-
-def digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def check_archive(path: Path) -> int:

@@ -14,10 +14,9 @@ from sqlalchemy.orm import Session
 from api.artifacts import ArtifactStore, UnsafePath, safe_relative
 from api.auth.principal import Principal
 from api.exceptions import Conflict, Unprocessable
-from api.models import Run, RunAttempt, RunEvent, RunLink
+from api.models import Run, RunAttempt
 from api.models.base import utcnow
-from api.runs import views
-from api.runs.service import check_submission, is_scripted, reportable_run, set_status
+from api.runs.service import is_scripted, new_run, reportable_run, set_status
 from api.unit_of_work import transaction
 from rlplane.layout import run_checkpoint
 from rlplane.spec import RunSpec
@@ -33,30 +32,11 @@ def create(session: Session, principal: Principal, spec: RunSpec, environment: d
     """A running run whose script reports itself: attempt 1, held by no worker, nothing queued."""
     if spec.algorithm != "command":
         raise Unprocessable(["body", "spec", "algorithm"], "a script's own run is algorithm command (rlplane.init sets it)")
-    project, parents = check_submission(session, principal, spec, [])
-    stored = spec.model_dump(mode="json")
-    stored["command"]["external"] = True
-    now = utcnow()
-    run = Run(
-        project_id=project.id,
-        name=spec.name,
-        algorithm=spec.algorithm,
-        backend=spec.backend.kind,
-        queue=spec.resources.queue,
-        status="queued",
-        spec=stored,
-        config=views.config_summary(stored),
-        total_steps=spec.total_steps,
-        created_by=principal.user_id,
-        attempt_count=1,
-        environment=_checked(environment) if environment is not None else None,
-    )
-    session.add(run)
-    session.flush()
-    for parent, ref in parents:
-        session.add(RunLink(parent_id=parent.id, child_id=run.id, field=ref.field, step=ref.step))
-    session.add(RunAttempt(run_id=run.id, number=1, worker=SCRIPT, started_at=now))
-    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": "started by its script"}))
+    run = new_run(session, principal, spec, [], "started by its script", None)
+    run.attempt_count = 1
+    if environment is not None:
+        run.environment = _checked(environment)
+    session.add(RunAttempt(run_id=run.id, number=1, worker=SCRIPT, started_at=utcnow()))
     run.status = "starting"  # queued -> starting -> running, as a leased run goes, without a worker
     set_status(session, run, "running", f"started by {principal.user_name}'s script (rlplane.init)")
     return run

@@ -140,13 +140,22 @@ def create_run(
     session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str], spec_text: str | None = None
 ) -> Run:
     """`spec_text`: the body as submitted (its comments), kept beside the validated spec."""
-    project, parents = check_submission(session, principal, spec, reward_entrypoints)
     if spec.command is not None and spec.command.external:
         raise Unprocessable(
             ["body", "command", "external"],
             "external is set by rlplane.init for a run its script reports itself; a submitted command runs on a worker: "
             "leave it out",
         )
+    run = new_run(session, principal, spec, reward_entrypoints, "submitted", spec_text)
+    unit_of_work(session).dispatch_after_commit()
+    return run
+
+
+def new_run(
+    session: Session, principal: Principal, spec: RunSpec, reward_entrypoints: list[str], reason: str, spec_text: str | None
+) -> Run:
+    """A queued run of `spec` with its lineage, once the submission's checks pass (check_submission)."""
+    project, parents = check_submission(session, principal, spec, reward_entrypoints)
     stored = spec.model_dump(mode="json")
     run = Run(
         project_id=project.id,
@@ -166,9 +175,8 @@ def create_run(
     session.flush()
     for parent, ref in parents:
         session.add(RunLink(parent_id=parent.id, child_id=run.id, field=ref.field, step=ref.step))
-    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": "submitted"}))
+    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": "queued", "reason": reason}))
     session.flush()
-    unit_of_work(session).dispatch_after_commit()
     return run
 
 

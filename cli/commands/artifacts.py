@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path, PurePosixPath
 from typing import Annotated
@@ -14,6 +13,7 @@ from cli import output
 from cli.context import JsonFlag, RunArg, fail, handled, state
 from rlplane.client import Client, RangeIgnored
 from rlplane.layout import MANIFEST
+from rlplane.manifest import sha256_file
 
 
 @handled
@@ -68,14 +68,6 @@ def _choose(client: Client, run_id: int, step: int | None, kind: str | None) -> 
     return max(exports or wanted, key=lambda c: c["step"])
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fetch(client: Client, ckpt: dict, name: str, size: int, dest: Path, progress: Progress, task: TaskID) -> None:
     """Download one file into dest, continuing the `.part` an interrupted download of this checkpoint left."""
     part = dest.with_name(f"{dest.name}.{ckpt['sha256'][:12]}.part")  # never continue another checkpoint's bytes
@@ -100,7 +92,7 @@ def _expected_hashes(out: Path, ckpt: dict, names: list[str]) -> dict[str, str]:
     """Every file's sha256 as the record pins it: through the manifest, or the record's own hash for one file."""
     if MANIFEST not in names:
         return {name: ckpt["sha256"] for name in names}
-    if _sha256(out / MANIFEST) != ckpt["sha256"]:
+    if sha256_file(out / MANIFEST) != ckpt["sha256"]:
         (out / MANIFEST).unlink()
         raise fail(f"{MANIFEST} does not match the checkpoint's sha256; removed it: run the command again")
     listed = json.loads((out / MANIFEST).read_text())["files"]
@@ -148,11 +140,11 @@ def download(
             dest = out / name
             if name == MANIFEST:
                 continue
-            if dest.is_file() and dest.stat().st_size == size and _sha256(dest) == expected.get(name):
+            if dest.is_file() and dest.stat().st_size == size and sha256_file(dest) == expected.get(name):
                 progress.advance(task, size)  # already here from an earlier download
                 continue
             _fetch(client, ckpt, name, size, dest, progress, task)
-            if _sha256(dest) != expected.get(name):
+            if sha256_file(dest) != expected.get(name):
                 dest.unlink()
                 bad.append(name)
     if bad:

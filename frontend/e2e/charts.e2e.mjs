@@ -5,7 +5,7 @@
 //      FILL_ONLY=1 fills the runs, prints their ids and stops (to look by hand).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium, stepsOf } from './browser.mjs';
 
 const base = (process.env.RLPLANE_URL ?? '').replace(/\/$/, '');
 const token = process.env.RLPLANE_TOKEN ?? '';
@@ -105,20 +105,10 @@ console.log(`charts runs: ${JSON.stringify(runs)}`);
 if (process.env.FILL_ONLY) process.exit(0);
 
 let page;
-const step = async (name, fn) => {
-  const started = Date.now();
-  try {
-    await fn();
-  } catch (err) {
-    await page?.screenshot({ path: join(shots, `FAILED-charts-${name.replace(/\W+/g, '-')}.png`), fullPage: true }).catch(() => {});
-    fail(`${name}: ${err?.message ?? err}`);
-  }
-  console.log(`ok  ${name} (${Date.now() - started} ms)`);
-};
+const { step, shot } = stepsOf({ shots, currentPage: () => page, fail, prefix: 'charts-' });
 const check = (ok, message) => {
   if (!ok) throw new Error(message);
 };
-const shot = (name) => page.screenshot({ path: join(shots, `charts-${name}.png`), fullPage: true });
 const chart = (key) => page.locator(`[data-chart="${key}"]`);
 const attr = (key, name) => chart(key).getAttribute(`data-${name}`);
 const drawn = (key) =>
@@ -195,11 +185,7 @@ const textWidth = (text) =>
     return ctx.measureText(t).width;
   }, text);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 const pageErrors = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });

@@ -2,10 +2,8 @@
 // SDK's Hugging Face callback must show their loss and reward charts, their completion groups and their code.
 // env: RLPLANE_URL (serving the built dashboard), RLPLANE_TOKEN, SCREENSHOTS (dir), CHROMIUM (browser binary),
 //      SFT_RUN_ID (TRL SFTTrainer, its code uploaded with --code), GRPO_RUN_ID (TRL GRPOTrainer, log_completions).
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
 import { apiClient } from './api.mjs';
+import { launchChromium, stepsOf } from './browser.mjs';
 
 const base = (process.env.RLPLANE_URL ?? '').replace(/\/$/, '');
 const token = process.env.RLPLANE_TOKEN ?? '';
@@ -19,27 +17,12 @@ function fail(message) {
   process.exit(1);
 }
 if (!base || !token || !sftRun || !grpoRun) fail('set RLPLANE_URL, RLPLANE_TOKEN, SFT_RUN_ID and GRPO_RUN_ID');
-mkdirSync(shots, { recursive: true });
 
 let page;
-const step = async (name, fn) => {
-  const started = Date.now();
-  try {
-    await fn();
-  } catch (err) {
-    await page?.screenshot({ path: join(shots, `FAILED-${name}.png`), fullPage: true }).catch(() => {});
-    fail(`${name}: ${err?.message ?? err}`);
-  }
-  console.log(`ok  ${name} (${Date.now() - started} ms)`);
-};
-const shot = (name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+const { step, shot } = stepsOf({ shots, currentPage: () => page, fail });
 const points = async (runId, key) => (await apiGet(`/runs/${runId}/metrics?keys=${encodeURIComponent(key)}&max_points=10000`)).series[0].points.length;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 const pageErrors = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });

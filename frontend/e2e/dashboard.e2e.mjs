@@ -6,8 +6,8 @@
 // RUN_ID's spec is expected as submitted YAML with a comment (the Spec tab and Clone must keep it): SPEC_COMMENT.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
 import { apiClient, lineOf } from './api.mjs';
+import { launchChromium, stepsOf } from './browser.mjs';
 import { samplesSteps } from './samples.steps.mjs';
 
 const base = (process.env.RLPLANE_URL ?? '').replace(/\/$/, '');
@@ -27,24 +27,9 @@ if (!base) fail('set RLPLANE_URL to the server serving the dashboard, e.g. http:
 if (!token) fail('set RLPLANE_TOKEN to an API token (e.g. the contents of $RLPLANE_HOME/admin.token)');
 mkdirSync(shots, { recursive: true });
 
-const step = async (name, fn) => {
-  const started = Date.now();
-  try {
-    await fn();
-  } catch (err) {
-    await page?.screenshot({ path: join(shots, `FAILED-${name}.png`), fullPage: true }).catch(() => {});
-    fail(`${name}: ${err?.message ?? err}`);
-  }
-  console.log(`ok  ${name} (${Date.now() - started} ms)`);
-};
-const shot = (name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
-
 let page;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const { step, shot } = stepsOf({ shots, currentPage: () => page, fail });
+const browser = await launchChromium();
 const pageErrors = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });

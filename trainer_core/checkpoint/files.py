@@ -14,18 +14,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlplane.manifest import FORMAT_VERSION, manifest_digest_and_size, read_manifest, sha256_file, write_manifest
+from rlplane.manifest import (
+    FORMAT_VERSION,
+    fsync_path,
+    manifest_digest_and_size,
+    read_manifest,
+    sha256_file,
+    write_manifest,
+)
 
-__all__ = ["FORMAT_VERSION", "manifest_digest_and_size", "read_manifest", "sha256_file", "write_manifest"]
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a directory's data and metadata to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["FORMAT_VERSION", "fsync_path", "manifest_digest_and_size", "read_manifest", "sha256_file", "write_manifest"]
 
 
 def fsync_tree(root: Path) -> None:
