@@ -118,8 +118,10 @@ def test_trl_grpo_script_reports_its_completion_groups(stack, tiny_model):
 
 def test_a_plain_loop_outside_any_worker_loses_and_duplicates_nothing_while_the_api_is_down(stack, tmp_path):
     """A script using the SDK alone creates its run; the API is down for 20 s while it logs; afterwards every step's
-    loss is there once, its checkpoint was uploaded, and the run ended succeeded with the script's git commit."""
-    command = [sys.executable, LOOP, "--steps", "300", "--step-s", "0.1", "--checkpoint-every", "150", "--out", str(tmp_path)]
+    loss is there once, its checkpoints were uploaded, what it printed is its logs, and the run ended succeeded with
+    the script's git commit."""
+    # About 20 s of steps: the script logs its last ones, checkpoints and says it finished while the API is down.
+    command = [sys.executable, LOOP, "--steps", "200", "--step-s", "0.1", "--checkpoint-every", "100", "--out", str(tmp_path)]
     script = subprocess.Popen(command, cwd=ROOT, env=user_env(stack, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         started = script.stdout.readline().decode()
@@ -134,16 +136,18 @@ def test_a_plain_loop_outside_any_worker_loses_and_duplicates_nothing_while_the_
             script.wait()
     run = stack.run(run_id)
     assert run["status"] == "succeeded", run["status_reason"]
-    assert run["status_reason"] == "the script finished at step 300" and run["last_step"] == 300
+    assert run["status_reason"] == "the script finished at step 200" and run["last_step"] == 200
     body = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()
     [loss] = body["series"]
-    assert [p["step"] for p in loss["points"]] == list(range(1, 301)) and loss["total_points"] == 300
-    assert [c["step"] for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]] == [150, 300]
-    weights = stack.http.get(f"/runs/{run_id}/checkpoints/300/files/weight.json").json()
-    assert weights["step"] == 300 and abs(weights["weight"] - 2.0) < 1e-3  # it learned y = 2x
+    assert [p["step"] for p in loss["points"]] == list(range(1, 201)) and loss["total_points"] == 200
+    assert [c["step"] for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]] == [100, 200]
+    weights = stack.http.get(f"/runs/{run_id}/checkpoints/200/files/weight.json").json()
+    assert weights["step"] == 200 and abs(weights["weight"] - 2.0) < 1e-3  # it learned y = 2x
     assert run["attempts"][0]["worker"] == "(script)" and run["spec"]["command"]["external"] is True
     assert len(run["environment"]["git"]["commit"]) == 40 and run["environment"]["argv"][0] == LOOP
     assert stack.http.post(f"/runs/{run_id}/resume").status_code == 409  # no worker could run it again
+    logs = stack.http.get(f"/runs/{run_id}/logs", params={"limit": 100}).json()["data"]
+    assert [line["text"] for line in logs] == [f"run {run_id} started"]  # what it printed, as its logs
 
 
 def test_cancel_lets_a_command_run_save_before_it_stops(stack):

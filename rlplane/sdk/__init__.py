@@ -35,7 +35,7 @@ from typing import Any, Literal
 from rlplane import config as saved_config
 from rlplane.client import Client, ClientError
 from rlplane.layout import ATTEMPT_ENV, RESUME_ENV, RUN_DIR_ENV, RUN_ID_ENV, SPEC_ENV, latest_checkpoint
-from rlplane.sdk import environment, values
+from rlplane.sdk import console, environment, values
 from rlplane.sdk.channels import ApiChannel, WorkerChannel
 from rlplane.sdk.values import SdkError
 
@@ -130,6 +130,7 @@ class Run:
             if self._finished:
                 return
             self._finished = True
+        console.release()
         if self._channel is not None:
             self._channel.finish(status, reason, self._step)
 
@@ -163,10 +164,12 @@ def init(
     url: str | None = None,
     token: str | None = None,
     rank: int | None = None,
+    capture_output: bool = True,
 ) -> Run:
     """The run this process reports to: the worker's run when a worker launched the script (the arguments but config
     are then the submitted spec's), else a new run in `project` (default: "default") named `name` (default: the
-    script's name). `steps`: how many steps the script will take (the progress shown); `keep_last`: checkpoints kept.
+    script's name). `steps`: how many steps the script will take (the progress shown); `keep_last`: checkpoints kept;
+    `capture_output`: what the script prints becomes the run's logs (outside a worker; inside one the worker does it).
     Raises SdkError when the run cannot be created (the message says why: no login, no such project, ...)."""
     run_config = dict(config or {})
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
@@ -175,7 +178,10 @@ def init(
         return _attach(Path(run_dir), run_config, rank)
     if rank != 0:
         return Run(None, run_id=None, config=run_config)
-    return _create(project, name, run_config, description, tags, steps, keep_last, url, token)
+    run = _create(project, name, run_config, description, tags, steps, keep_last, url, token)
+    if capture_output and run._channel is not None:
+        console.capture(run._channel.reporter)
+    return run
 
 
 def _attach(run_dir: Path, run_config: dict[str, Any], rank: int) -> Run:

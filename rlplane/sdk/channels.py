@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from rlplane.sdk.values import SdkError
 logger = logging.getLogger("rlplane.sdk")
 
 KEEP_ALIVE_S = 10.0
+FINAL_STATUS_WAITS_S = (1, 2, 4, 8, 15, 30, 60)  # then the run is failed as silent (RLPLANE_SCRIPT_SILENT_S)
 
 
 class WorkerChannel:
@@ -141,7 +143,7 @@ class ApiChannel:
             while not self._upload(staged, step, metadata):
                 if self._abandon.wait(backoff):
                     return
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, 5.0)  # an attempt is cheap; the API may be back any moment
             shutil.rmtree(staged, ignore_errors=True)
             with self._pending:
                 self._queue.pop(0)
@@ -190,7 +192,13 @@ class ApiChannel:
         body = {"attempt": self.attempt, "status": status, "reason": reason[-MAX_REASON_CHARS:]}
         if last_step is not None:
             body["last_step"] = last_step
-        if not self.sink.send([("status", json.dumps(body).encode())]):
+        delivered = self.sink.send([("status", json.dumps(body).encode())])
+        for wait in FINAL_STATUS_WAITS_S:  # the process is leaving: the run's end is worth waiting for the API
+            if delivered:
+                break
+            time.sleep(wait)
+            delivered = self.sink.send([])  # the spool, oldest first, the status last
+        if not delivered:
             logger.warning(
                 "run=%d final status %s is spooled in %s: the API was unreachable", self.run_id, status, self.sink.spool.where
             )
