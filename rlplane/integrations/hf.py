@@ -5,11 +5,15 @@ GRPO, RLOO, ...) accept it.
     trainer = GRPOTrainer(..., args=GRPOConfig(..., log_completions=True), callbacks=[RlplaneCallback()])
     trainer.train(resume_from_checkpoint=RlplaneCallback.resume_from())
 
+    trainer = RLOOTrainer(...); RlplaneCallback.attach(trainer)   # the same, and it reads the trainer's rollouts
+
 - metrics: what the trainer logs, under our keys where the meaning is the same (loss -> train/loss, learning_rate ->
   train/lr, grad_norm -> train/grad_norm, eval_loss -> eval/loss, TRL's reward -> reward/mean, reward_std ->
   reward/std, kl -> grpo/kl, rewards/<f>/mean -> reward/<f>, ...: KEYS below), the rest under their own names;
-- samples: TRL's completion tables (GRPO and RLOO with log_completions=True) with their reward components and
-  advantages; the completions of one step that share a prompt are its group;
+- samples: TRL's completions (GRPO and RLOO) with their reward components and advantages; the completions of one
+  step that share a prompt are its group. Attached to the trainer (`RlplaneCallback.attach(trainer)`) it reads
+  each step's rollouts from the trainer itself; given to it in `callbacks=[...]`, from the completion tables GRPO
+  writes with log_completions=True (RLOO writes none: attach it);
 - checkpoints: each one the trainer saves (output_dir/checkpoint-N) as the run's checkpoint at step N;
 - the trainer's arguments as the run's config; a cancel (or a hand-back) makes the trainer save and stop.
 """
@@ -67,11 +71,21 @@ class RlplaneCallback(TrainerCallback):
     when training begins, with the trainer's arguments as its config (init_kwargs: project, name, ... for a script
     started outside a worker)."""
 
-    def __init__(self, run: rlplane.Run | None = None, **init_kwargs: Any) -> None:
+    def __init__(self, run: rlplane.Run | None = None, trainer: Any = None, **init_kwargs: Any) -> None:
         self.run = run
+        self.trainer = trainer
         self.init_kwargs = init_kwargs
         self.algorithm = "hf"
         self._completions_seen: set[str] = set()
+        self._rollouts_step: int | None = None
+
+    @classmethod
+    def attach(cls, trainer: Any, run: rlplane.Run | None = None, **init_kwargs: Any) -> RlplaneCallback:
+        """Add a callback to `trainer` that also reads its rollouts (TRL's GRPO and RLOO keep each step's prompts,
+        completions, rewards and advantages): every logged step's completions become samples, with no table."""
+        callback = cls(run, trainer, **init_kwargs)
+        trainer.add_callback(callback)
+        return callback
 
     @staticmethod
     def resume_from() -> str | None:
@@ -101,7 +115,8 @@ class RlplaneCallback(TrainerCallback):
         values = {our_key(k, self.algorithm): float(v) for k, v in logs.items() if _number(v)}
         if values:
             self.run.log(values, step=state.global_step)
-        self._completions(args)
+        if not self._rollouts(state.global_step):
+            self._completions(args)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         if self.run is not None and self.run.should_stop():
@@ -117,8 +132,27 @@ class RlplaneCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
         if self.run is not None and state.is_world_process_zero:
-            self._completions(args)
+            if self.trainer is None:
+                self._completions(args)
             self.run.flush()
+
+    def _rollouts(self, step: int) -> bool:
+        """The attached trainer's latest rollouts as samples at `step`; False without a trainer that keeps them."""
+        kept = getattr(self.trainer, "_logs", None)
+        if not isinstance(kept, dict) or "completion" not in kept or self.run is None:
+            return False
+        if step != self._rollouts_step and kept["completion"]:
+            self._rollouts_step = step
+            rewards = {name: list(values) for name, values in kept.get("rewards", {}).items()}
+            advantages = list(kept.get("advantages", []))
+            rows = []
+            for i, (prompt, completion) in enumerate(zip(kept["prompt"], kept["completion"], strict=False)):
+                row = {"prompt": prompt, "completion": completion, **{k: v[i] for k, v in rewards.items() if i < len(v)}}
+                if i < len(advantages):
+                    row["advantage"] = advantages[i]
+                rows.append(_sample(row, getattr(self.trainer.args, "reward_weights", None)))
+            self.run.log_samples(rows, step=step)
+        return True
 
     def _completions(self, args: TrainingArguments) -> None:
         """TRL writes each logged step's completion table to output_dir/completions/*.parquet (after the callbacks'
@@ -142,6 +176,7 @@ class RlplaneCallback(TrainerCallback):
 
 
 def _sample(row: dict[str, Any], weights: list[float] | None) -> dict[str, Any]:
+    """One completion (a table row, or the trainer's kept rollout) as an SDK sample."""
     fixed = {"step", "prompt", "completion", "advantage", "image"}
     components = {k: float(v) for k, v in row.items() if k not in fixed and _number(v)}
     weights = weights or [1.0] * len(components)

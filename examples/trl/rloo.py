@@ -1,0 +1,66 @@
+"""RLOO with TRL's RLOOTrainer, reported to rlplane: the callback is attached to the trainer, so each step's
+completions (RLOO writes no completion table) reach the run's Samples tab with their rewards and advantages.
+
+    python rloo.py --model ./my-sft-model --max-steps 100                     # alone: a run is created for it
+    rlplane submit rloo.yaml --code .                                          # or as a command run on a worker
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import datasets
+import torch
+from tasks import correct, problems
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import RLOOConfig, RLOOTrainer
+
+from rlplane.integrations.hf import RlplaneCallback
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="A Hugging Face id or a local model directory")
+    p.add_argument("--max-steps", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--prompts-per-step", type=int, default=2)
+    p.add_argument("--group", type=int, default=4, help="Completions per prompt (the leave-one-out baseline's k)")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--save-steps", type=int, default=50)
+    p.add_argument("--output-dir", default="out/rloo")
+    p.add_argument("--project", default="default", help="Outside a worker: the project of the run it creates")
+    args = p.parse_args()
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    config = RLOOConfig(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.prompts_per_step * args.group,
+        num_generations=args.group,
+        max_completion_length=args.max_new_tokens,
+        learning_rate=args.lr,
+        beta=0.0,
+        logging_steps=1,
+        save_steps=args.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = RLOOTrainer(
+        model=model,
+        reward_funcs=correct,
+        args=config,
+        train_dataset=datasets.Dataset.from_list(problems(256)),
+        processing_class=tokenizer,
+    )
+    RlplaneCallback.attach(trainer, project=args.project)
+    trainer.train(resume_from_checkpoint=RlplaneCallback.resume_from())
+
+
+if __name__ == "__main__":
+    main()
