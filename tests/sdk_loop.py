@@ -1,6 +1,7 @@
 """A plain training loop that reports through the SDK (the tests' script, not a trainer of ours): it fits y = 2x
 with one weight by SGD, logs its loss every step, a checkpoint every --checkpoint-every steps and when asked to
-stop, and stops when run.should_stop() says so (cancel) or after --steps.
+stop, and stops when run.should_stop() says so (cancel, hand-back) or after --steps; it resumes from
+run.resume_from.
 
     python tests/sdk_loop.py --steps 300 --step-s 0.1 --out DIR   # alone: RLPLANE_URL / RLPLANE_TOKEN name the API
     (as a command run, a worker sets RLPLANE_RUN_ID, RLPLANE_RUN_DIR, ... and it attaches to that run)
@@ -28,6 +29,10 @@ def main() -> None:
     print(f"run {run.id} started", flush=True)
     out = Path(args.out)
     weight, step = 0.0, 0
+    if run.resume_from is not None:  # a retried or handed-back attempt goes on where the last one saved
+        saved = json.loads((run.resume_from / "weight.json").read_text())
+        weight, step = saved["weight"], saved["step"]
+        print(f"resumed at step {step}", flush=True)
     while step < args.steps:
         step += 1
         x = (step % 7) / 7 + 0.1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -170,6 +171,28 @@ def test_cancel_lets_a_command_run_save_before_it_stops(stack):
     assert str(checkpoint["step"]) == saved and checkpoint["step"] >= 10
     logs = stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]
     assert any(f"asked to stop at step {saved}: saved" in line["text"] for line in logs)
+
+
+def test_a_handed_back_command_run_saves_and_the_next_attempt_resumes_from_it(stack):
+    """SIGTERM to the worker (a node drains): should_stop() turns true, the script saves and exits, the attempt ends
+    handed back and the run is requeued; another worker's attempt resumes from that checkpoint (run.resume_from), and
+    every step is logged once across the two attempts. The module's later tests use the new worker."""
+    argv = ["python", LOOP, "--steps", "120", "--step-s", "0.05", "--out", "{run.dir}/out"]
+    run_id = stack.submit({"name": "hand-back", "algorithm": "command", "train": {"steps": 120}, "command": {"argv": argv}})
+    stack.wait_step(run_id, 20)
+    first = stack.workers[0]
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0, "the worker did not exit cleanly after SIGTERM"
+    [attempt] = stack.run(run_id)["attempts"]
+    assert attempt["handed_back"] and "checkpointed at step" in attempt["end_reason"], attempt["end_reason"]
+    saved = int(attempt["end_reason"].rsplit("checkpointed at step ", 1)[1].split(",")[0])
+    assert saved >= 20
+    stack.start_worker("cmd-w2")
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=120)
+    assert run["status"] == "succeeded" and len(run["attempts"]) == 2, run["status_reason"]
+    assert [s for s, _ in series(stack, run_id, "train/loss")] == list(range(1, 121))
+    logs = stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]
+    assert any(line["text"] == f"resumed at step {saved}" for line in logs), [line["text"] for line in logs][-10:]
 
 
 def test_a_command_of_two_processes_runs_under_torchrun_and_rank_zero_reports(stack):
