@@ -64,6 +64,24 @@ RULE_CASES = {
         "grpo.eval.k.0",
         "raise grpo.eval.samples to 8",
     ),
+    "dr-grpo-without-std": (
+        "ppo",
+        ["algorithm=grpo", "grpo.loss=dr_grpo"],
+        "grpo.normalize_std",
+        "set grpo.normalize_std: false",
+    ),
+    "overlong-buffer-fits": (
+        "ppo",
+        ["algorithm=grpo", "grpo.overlong_buffer=64", "grpo.gen.max_new_tokens=16"],
+        "grpo.overlong_buffer",
+        "use at most 16",
+    ),
+    "kl-in-reward-needs-beta": (
+        "ppo",
+        ["algorithm=grpo", "grpo.kl_in=reward", "grpo.beta=0"],
+        "grpo.kl_in",
+        "needs grpo.beta > 0",
+    ),
     "builtin-rows-for-the-algorithm": (
         "sft",
         ["algorithm=dpo"],

@@ -129,12 +129,48 @@ class GrpoOptions(StrictModel):
     kl_estimator: Literal["k3", "k1"] = Field(
         "k3", description="KL estimator: k3, unbiased and low-variance (as in GRPO); k1, the plain log-ratio."
     )
-    cliprange: float = Field(0.2, gt=0, description="Policy ratio clip.")
-    epochs: int = Field(1, ge=1, description="Passes over each step's rollouts.")
-    baseline: Literal["group_mean", "rloo"] = Field(
-        "group_mean", description="group_mean: the group's mean reward; rloo: mean of the other responses."
+    cliprange: float = Field(0.2, gt=0, description="Policy ratio clip (the lower side, and the upper one unless clip_high).")
+    clip_high: float | None = Field(
+        None,
+        gt=0,
+        description="Upper ratio clip 1 + clip_high ('clip-higher', DAPO: Yu et al. 2025, 0.28 there): low-probability "
+        "tokens may rise further, against entropy collapse; null: cliprange.",
     )
-    normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
+    loss: Literal["grpo", "dr_grpo", "dapo"] = Field(
+        "grpo",
+        description="How token losses become the loss: grpo, mean over each response's tokens then over responses; "
+        "dr_grpo, their sum over responses x gen.max_new_tokens, a constant, so length does not scale a response's "
+        "weight (Dr. GRPO: Liu et al. 2025; with normalize_std false); dapo, mean over every response token of the "
+        "step's batch (DAPO's token-level loss: Yu et al. 2025).",
+    )
+    importance_sampling: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: each token's ratio to the sampling policy; sequence: one ratio per response, the exp of its "
+        "tokens' mean log-ratio, clipped as one (GSPO: Zheng et al. 2025; it wants a much smaller cliprange, e.g. 4e-4).",
+    )
+    epochs: int = Field(1, ge=1, description="Passes over each step's rollouts.")
+    baseline: Literal["group_mean", "rloo", "reinforce++"] = Field(
+        "group_mean",
+        description="group_mean: the group's mean reward (GRPO); rloo: mean of the other responses (Ahmadian et al. "
+        "2024); reinforce++: the group mean, with the advantages then scaled by the whole batch's std instead of each "
+        "group's (REINFORCE++ with a baseline: Hu et al. 2025).",
+    )
+    normalize_std: bool = Field(
+        True, description="Divide advantages by the reward std: the group's (the batch's, for reinforce++)."
+    )
+    kl_in: Literal["loss", "reward"] = Field(
+        "loss",
+        description="Where the beta-weighted KL to the reference goes: loss, a per-token term of the loss (GRPO); "
+        "reward, each response's summed log-ratio taken off its reward before advantages (as PPO and REINFORCE++ do). "
+        "beta 0: no KL anywhere.",
+    )
+    overlong_buffer: int | None = Field(
+        None,
+        ge=1,
+        description="DAPO's soft overlong punishment (Yu et al. 2025): a response longer than gen.max_new_tokens - "
+        "overlong_buffer tokens loses reward linearly, down to -1 at gen.max_new_tokens (where it was cut off); "
+        "null: none.",
+    )
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
     samples_to_log: int = Field(

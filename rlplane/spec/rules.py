@@ -90,6 +90,28 @@ def command_runs_a_command(spec: RunSpec) -> Rules:
         )
 
 
+def grpo_variants_fit(spec: RunSpec) -> Rules:
+    """grpo: Dr. GRPO's loss goes without std normalisation; the overlong buffer fits in gen.max_new_tokens; a KL in
+    the reward needs beta > 0."""
+    options = spec.grpo
+    if options is None:
+        return
+    if options.loss == "dr_grpo" and options.normalize_std and options.baseline != "reinforce++":
+        yield Violation(
+            ("grpo", "normalize_std"),
+            "Dr. GRPO drops the std normalisation as well as the length normalisation (a group's std rescales its "
+            "questions by difficulty); set grpo.normalize_std: false, or loss: grpo",
+        )
+    if options.overlong_buffer is not None and options.overlong_buffer > options.gen.max_new_tokens:
+        yield Violation(
+            ("grpo", "overlong_buffer"),
+            f"the buffer ({options.overlong_buffer} tokens) is longer than grpo.gen.max_new_tokens "
+            f"({options.gen.max_new_tokens}); use at most {options.gen.max_new_tokens}",
+        )
+    if options.kl_in == "reward" and options.beta == 0:
+        yield Violation(("grpo", "kl_in"), "a KL in the reward needs grpo.beta > 0 (beta 0 means no KL at all)")
+
+
 def eval_is_one_step(spec: RunSpec) -> Rules:
     """eval: train.steps is 1 (an evaluation trains nothing), and greedy decoding gives one answer per prompt."""
     if spec.eval is None:
@@ -445,6 +467,7 @@ RULES = (
     section_matches_algorithm,
     reward_matches_algorithm,
     eval_is_one_step,
+    grpo_variants_fit,
     pass_at_k_fits_samples,
     megatron_layout_fits,
     megatron_on_cpu,

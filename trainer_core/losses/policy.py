@@ -117,14 +117,26 @@ def ppo_value_loss(
     return loss, clipfrac
 
 
+Baseline = Literal["group_mean", "rloo", "reinforce++"]
+Aggregation = Literal["grpo", "dr_grpo", "dapo"]
+ImportanceLevel = Literal["token", "sequence"]
+
+
 def group_advantages(
-    rewards: Tensor, group_size: int, baseline: Literal["group_mean", "rloo"] = "group_mean", normalize_std: bool = True
+    rewards: Tensor,
+    group_size: int,
+    baseline: Baseline = "group_mean",
+    normalize_std: bool = True,
+    batch_moments: Tensor | None = None,
 ) -> Tensor:
     """One advantage per response [N] from rewards [N] laid out as N / group_size groups of consecutive responses.
 
     group_mean: r - mean(group) (GRPO, Shao et al. 2024); rloo: r - mean(the group's others)
     (Ahmadian et al. 2024). normalize_std divides by the group's std (+1e-4): a group whose
-    responses all scored the same gets advantage 0, not a division by zero.
+    responses all scored the same gets advantage 0, not a division by zero. reinforce++: r - mean(group),
+    whitened over the whole batch instead of each group (REINFORCE++ with a group baseline, Hu et al. 2025:
+    a group's own std, a few responses, is a noisy scale); `batch_moments` [count, sum, sum of squares] of the
+    centered rewards over every rank's share of the batch (default: these rewards alone).
     """
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be [N] with N a multiple of group_size {group_size}, got {tuple(rewards.shape)}")
@@ -134,21 +146,55 @@ def group_advantages(
     mean = groups.mean(dim=1, keepdim=True)
     if baseline == "rloo":
         centered = (groups - mean) * group_size / (group_size - 1)  # r - (Σ others)/(G-1)
-    elif baseline == "group_mean":
+    elif baseline in ("group_mean", "reinforce++"):
         centered = groups - mean
     else:
-        raise ValueError(f"baseline must be 'group_mean' or 'rloo', got {baseline!r}")
+        raise ValueError(f"baseline must be 'group_mean', 'rloo' or 'reinforce++', got {baseline!r}")
+    if normalize_std and baseline == "reinforce++":
+        moments = centered_moments(centered.reshape(-1)) if batch_moments is None else batch_moments
+        count, total, squares = moments[0], moments[1], moments[2]
+        batch_mean = total / count
+        batch_var = (squares / count - batch_mean**2).clamp(min=0) * count / (count - 1).clamp(min=1)
+        return ((centered.reshape(-1) - batch_mean) / (batch_var.sqrt() + 1e-4)).to(rewards.dtype)
     if normalize_std:
         centered = centered / (groups.std(dim=1, keepdim=True) + 1e-4)
     return centered.reshape(-1)
 
 
+def centered_moments(rewards_centered: Tensor) -> Tensor:
+    """[count, sum, sum of squares] (float64) of group-centered rewards: summed over ranks, REINFORCE++'s batch scale."""
+    values = rewards_centered.to(torch.float64)
+    return torch.stack(
+        [torch.tensor(float(values.numel()), dtype=torch.float64, device=values.device), values.sum(), (values**2).sum()]
+    )
+
+
+def overlong_penalty(lengths: Tensor, max_tokens: int, buffer: int) -> Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), added to each response's reward: 0 up to
+    max_tokens - buffer tokens, then falling linearly to -1 at max_tokens (a response cut off there gets -1)."""
+    if not 0 < buffer <= max_tokens:
+        raise ValueError(f"buffer must be in 1..max_tokens ({max_tokens}), got {buffer}")
+    start = max_tokens - buffer
+    return torch.clamp((start - lengths.to(torch.float32)) / buffer, min=-1.0, max=0.0)
+
+
+def sequence_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Σ over each response's tokens of log π - log π_ref (k1): the KL a reward carries when the penalty is in the
+    reward (PPO's way, Ouyang et al. 2022) rather than in the loss."""
+    return ((logprobs - ref_logprobs) * mask.to(logprobs.dtype)).sum(-1)
+
+
 class GrpoLoss(NamedTuple):
     loss: Tensor
-    policy_loss: Tensor  # the clipped surrogate part
+    policy_loss: Tensor  # the clipped surrogate part, aggregated as the loss is
     kl: Tensor  # mean per-token KL estimate to the reference
-    clipfrac: Tensor
+    clipfrac: Tensor  # tokens whose ratio was clipped (either side)
     approx_kl: Tensor
+    clipfrac_low: Tensor  # ratio below 1 - cliprange with a negative advantage
+    clipfrac_high: Tensor  # ratio above 1 + clip_high with a positive advantage
+    ratio_mean: Tensor  # the importance ratio over response tokens (per response, with importance "sequence")
+    ratio_min: Tensor
+    ratio_max: Tensor
 
 
 def grpo_loss(
@@ -160,24 +206,73 @@ def grpo_loss(
     cliprange: float,
     beta: float,
     estimator: KlEstimator = "k3",
+    *,
+    clip_high: float | None = None,
+    aggregation: Aggregation = "grpo",
+    importance: ImportanceLevel = "token",
+    max_tokens: int | None = None,
+    token_normalizer: float | None = None,
 ) -> GrpoLoss:
     """GRPO's objective (Shao et al. 2024, eq. 3): per token, the clipped surrogate with the response's
-    advantage plus β·KL to the reference, averaged over each response's tokens, then over responses."""
+    advantage plus β·KL to the reference, and its variants:
+
+    clip_high       the upper clip 1 + clip_high instead of 1 + cliprange ("clip-higher", DAPO: Yu et al. 2025)
+    importance      token: each token's ratio; sequence: one ratio per response, exp of its tokens' mean log-ratio
+                    (GSPO: Zheng et al. 2025), clipped as one
+    aggregation     grpo: mean over each response's tokens, then over responses (longer responses weigh less per
+                    token); dr_grpo: sum over tokens / (responses · max_tokens), a constant (Dr. GRPO: Liu et al.
+                    2025, "Understanding R1-Zero-Like Training"); dapo: sum over tokens / token_normalizer, the
+                    tokens of the whole step's batch (DAPO's token-level loss)
+    """
     log_ratio = logprobs - old_logprobs
+    mask_f = mask.to(logprobs.dtype)
+    if importance == "sequence":
+        log_ratio = ((log_ratio * mask_f).sum(-1) / mask_f.sum(-1).clamp(min=1)).unsqueeze(1)
+    elif importance != "token":
+        raise ValueError(f"importance must be 'token' or 'sequence', got {importance!r}")
     ratio = torch.exp(log_ratio)
     adv = advantages.unsqueeze(1)
+    high = cliprange if clip_high is None else clip_high
     unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
-    surrogate = torch.maximum(unclipped, clipped)
+    clipped = -adv * torch.clamp(ratio, 1 - cliprange, 1 + high)
+    surrogate = torch.maximum(unclipped, clipped).expand_as(logprobs)
     if ref_logprobs is not None and beta > 0:
         kl = kl_penalty(logprobs, ref_logprobs, estimator)
     else:
         kl = torch.zeros_like(logprobs)
-    per_token = surrogate + beta * kl
-    loss = masked_mean(per_token, mask, dim=1).mean()
+
+    def aggregate(per_token: Tensor) -> Tensor:
+        if aggregation == "grpo":
+            return masked_mean(per_token, mask, dim=1).mean()
+        if aggregation == "dr_grpo":
+            if max_tokens is None:
+                raise ValueError("aggregation dr_grpo needs max_tokens (the generation's max_new_tokens)")
+            return (per_token * mask_f).sum() / (per_token.shape[0] * max_tokens)
+        if aggregation == "dapo":
+            normalizer = token_normalizer if token_normalizer is not None else mask_f.sum().clamp(min=1)
+            return (per_token * mask_f).sum() / normalizer
+        raise ValueError(f"aggregation must be 'grpo', 'dr_grpo' or 'dapo', got {aggregation!r}")
+
+    loss = aggregate(surrogate + beta * kl)
     with torch.no_grad():
-        policy_loss = masked_mean(surrogate, mask, dim=1).mean()
+        policy_loss = aggregate(surrogate)
         kl_mean = masked_mean(kl, mask, dim=1).mean()
-        clipfrac = masked_mean((clipped > unclipped).to(logprobs.dtype), mask)
-        approx_kl = masked_mean(ratio - 1 - log_ratio, mask)
-    return GrpoLoss(loss, policy_loss, kl_mean, clipfrac, approx_kl)
+        token_ratio = ratio.expand_as(logprobs)
+        clipfrac = masked_mean((clipped > unclipped).expand_as(logprobs).to(logprobs.dtype), mask)
+        low = ((ratio < 1 - cliprange) & (adv < 0)).expand_as(logprobs).to(logprobs.dtype)
+        high_clipped = ((ratio > 1 + high) & (adv > 0)).expand_as(logprobs).to(logprobs.dtype)
+        approx_kl = masked_mean(token_ratio - 1 - log_ratio.expand_as(logprobs), mask)
+        present = mask.bool()
+        ratios = token_ratio[present] if present.any() else torch.ones(1, device=logprobs.device)
+        return GrpoLoss(
+            loss,
+            policy_loss,
+            kl_mean,
+            clipfrac,
+            approx_kl,
+            masked_mean(low, mask),
+            masked_mean(high_clipped, mask),
+            masked_mean(token_ratio, mask),
+            ratios.min(),
+            ratios.max(),
+        )

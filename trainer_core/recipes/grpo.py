@@ -31,12 +31,15 @@ from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.losses.policy import (
+    centered_moments,
     entropy_from_logits,
     group_advantages,
     grpo_loss,
     kl_penalty,
     masked_mean,
+    overlong_penalty,
     response_logprobs,
+    sequence_kl,
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
@@ -86,8 +89,9 @@ class Groups:
     generation: rollouts.Generation
     advantages: torch.Tensor  # [N]
     old_logprobs: torch.Tensor | None  # [N, R]; None: the update's own (one epoch)
-    ref_logprobs: torch.Tensor | None  # [N, R]; None without a KL term
+    ref_logprobs: torch.Tensor | None  # [N, R]; None without a KL term in the loss
     stats: dict[str, float]  # this rank's sums
+    token_normalizer: float  # grpo.loss dapo: the step's response tokens over all ranks, per data-parallel rank
 
 
 def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,17 +108,36 @@ def sample(run: GrpoRun) -> Groups:
     scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size)
     generation, scores = scored.generation, scored.scores
     rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)
-    advantages = group_advantages(rewards, options.group_size, options.baseline, options.normalize_std)
+    lengths = generation.response_mask.sum(1)
+    kl_in_reward = options.kl_in == "reward" and run.reference is not None
     old = ref = None
     with backend.autocast():
-        if options.epochs > 1:
+        if options.epochs > 1 or kl_in_reward:
             old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
     groups = rewards.view(-1, options.group_size)
-    zero_std = float((groups.std(dim=1) == 0).sum() * options.group_size)
-    stats = online.rollout_stats(scored, rewards, {"grpo/zero_std_groups": zero_std})
-    return Groups(generation, advantages, old, ref, stats)
+    own = {
+        "grpo/zero_std_groups": float((groups.std(dim=1) == 0).sum() * options.group_size),
+        "gen/truncated": float((lengths >= options.gen.max_new_tokens).sum()),
+    }
+    shaped = rewards  # what the advantages are computed from; reward/* report the reward source's own
+    if options.overlong_buffer is not None:
+        penalty = overlong_penalty(lengths, options.gen.max_new_tokens, options.overlong_buffer)
+        shaped, own["grpo/overlong_penalty"] = shaped + penalty, float(penalty.sum())
+    if kl_in_reward:
+        kl = sequence_kl(old.float(), ref.float(), generation.response_mask)
+        shaped, own["grpo/reward_kl"] = shaped - options.beta * kl, float(kl.sum())
+        ref = None  # in the reward, not in the loss
+    moments = None
+    if options.baseline == "reinforce++":  # the batch's scale: every rank's responses
+        centered = (shaped.view(-1, options.group_size) - shaped.view(-1, options.group_size).mean(1, keepdim=True)).reshape(-1)
+        moments = backend.all_reduce(centered_moments(centered), "sum")
+    advantages = group_advantages(shaped, options.group_size, options.baseline, options.normalize_std, moments)
+    tokens = torch.tensor([float(generation.response_mask.sum())], dtype=torch.float64)
+    normalizer = float(backend.all_reduce(tokens, "mean")[0])
+    stats = online.rollout_stats(scored, rewards, own)
+    return Groups(generation, advantages, old, ref, stats, normalizer)
 
 
 @torch.no_grad()
@@ -139,7 +162,17 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
 
 
 # The sums each micro-batch adds (weighted by its share of the responses), in this order.
-_UPDATE_KEYS = ("train/loss", "grpo/policy_loss", "grpo/kl", "grpo/clipfrac", "grpo/approx_kl", "grpo/entropy")
+_UPDATE_KEYS = (
+    "train/loss",
+    "grpo/policy_loss",
+    "grpo/kl",
+    "grpo/clipfrac",
+    "grpo/approx_kl",
+    "grpo/entropy",
+    "grpo/clipfrac_low",
+    "grpo/clipfrac_high",
+    "grpo/ratio_mean",
+)
 
 
 def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
@@ -180,14 +213,31 @@ def _finish(
     old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]
     ref = None if groups.ref_logprobs is None else groups.ref_logprobs[index]
     out = grpo_loss(
-        logprobs, old, ref, groups.advantages[index], part.response_mask, options.cliprange, options.beta, options.kl_estimator
+        logprobs,
+        old,
+        ref,
+        groups.advantages[index],
+        part.response_mask,
+        options.cliprange,
+        options.beta,
+        options.kl_estimator,
+        clip_high=options.clip_high,
+        aggregation=options.loss,
+        importance=options.importance_sampling,
+        max_tokens=options.gen.max_new_tokens,
+        token_normalizer=groups.token_normalizer,
     )
     share = len(index) / size
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), part.response_mask)
         values = [out.loss, out.policy_loss, out.kl, out.clipfrac, out.approx_kl, entropy]
+        values += [out.clipfrac_low, out.clipfrac_high, out.ratio_mean]
         sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=logits.device) * share for v in values])
-    return out.loss * len(index) / size * scale, sums
+        if options.loss == "dapo":  # already a share of the step's tokens: its sum over micro-batches is the loss
+            sums[:2] = torch.stack([out.loss.detach(), out.policy_loss]).double()
+    # dapo's loss is this micro-batch's tokens over the step's, the others' a mean over its responses: weigh those
+    weight = 1.0 if options.loss == "dapo" else len(index) / size
+    return out.loss * weight * scale, sums
 
 
 def train_step(run: GrpoRun) -> loop.StepResult:
