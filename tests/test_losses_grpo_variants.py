@@ -1,6 +1,7 @@
-"""The GRPO family's variants (trainer_core.losses.policy): each against values written out by hand with Python
-loops, and against TRL's own GRPO loss (GRPOTrainer._compute_loss, TRL 1.16) on the same tensors for the variants
-TRL has (loss_type grpo / dr_grpo / dapo, epsilon_high, importance_sampling_level token / sequence, beta)."""
+"""The GRPO family's variants (trainer_core.losses.policy) and PPO's explained variance: each against values
+written out by hand with Python loops, and against TRL's own GRPO loss (GRPOTrainer._compute_loss, TRL 1.16) on the
+same tensors for the variants TRL has (loss_type grpo / dr_grpo / dapo, epsilon_high, importance_sampling_level
+token / sequence, beta)."""
 
 from __future__ import annotations
 
@@ -161,3 +162,24 @@ def test_the_same_loss_as_trl(loss_type, level, eps_high, beta):
     assert float(ours.clipfrac_high) == pytest.approx(metrics["clip_ratio/high_mean"], abs=1e-6)
     if beta:
         assert float(ours.kl) == pytest.approx(metrics["kl"], rel=0.2)  # TRL: token mean; ours: per response, then mean
+
+
+def test_explained_variance_by_hand_and_over_split_batches():
+    from trainer_core.losses.policy import explained_variance, value_moments
+
+    returns = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 9.0]])
+    values = torch.tensor([[1.5, 1.5, 7.0], [2.0, 1.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]], dtype=torch.bool)  # the third tokens are padding
+    r, v = [1.0, 2.0, 3.0, 0.0], [1.5, 1.5, 2.0, 1.0]
+    e = [a - b for a, b in zip(r, v, strict=True)]
+
+    def var(x):
+        m = sum(x) / len(x)
+        return sum((y - m) ** 2 for y in x) / len(x)
+
+    expected = 1 - var(e) / var(r)
+    assert explained_variance(value_moments(values, returns, mask)) == pytest.approx(expected)
+    halves = value_moments(values[:1], returns[:1], mask[:1]) + value_moments(values[1:], returns[1:], mask[1:])
+    assert explained_variance(halves) == pytest.approx(expected)  # what the ranks' summed moments give
+    assert explained_variance(value_moments(returns, returns, mask)) == pytest.approx(1.0)  # a perfect critic
+    assert math.isnan(explained_variance(value_moments(values, torch.ones_like(returns), mask)))  # no variance to explain

@@ -38,12 +38,16 @@ def test_ppo_raises_optimality_with_kl_bounded(walker: Path, tmp_path: Path) -> 
         "ppo/entropy",
         "ppo/clipfrac",
         "ppo/approx_kl",
+        "ppo/explained_variance",
         "gen/response_length",
         "perf/gen_s",
         "perf/train_s",
         "reward/randomwalks",
     ):
         assert sorted(metrics(out, key)) == list(range(1, 31)), key
+    # The value head learns to predict returns: explained variance -0.06 at the first step, 0.15 on average after.
+    explained = metrics(out, "ppo/explained_variance")
+    assert sum(explained[s] for s in range(2, 31)) / 29 > 0.05, explained
     # The tracked prompts (2), answered at the first step, every 10th and the last: the same prompts each time.
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert sorted({s["step"] for s in samples}) == [1, 10, 20, 30]

@@ -36,7 +36,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-ReduceOp = Literal["mean", "sum"]
+ReduceOp = Literal["mean", "sum", "max", "min"]
+# gloo has no AVG: a mean is a SUM divided by the ranks
+_DIST_OPS = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def reduced(tensor: torch.Tensor, op: ReduceOp, device: torch.device, ranks: int, group=None) -> torch.Tensor:
+    """`tensor` reduced with `op` over `ranks` ranks of `group` (a new tensor on `device`)."""
+    if op not in _DIST_OPS:
+        raise ValueError(f"all_reduce op must be one of {', '.join(_DIST_OPS)}, got {op!r}.")
+    result = tensor.detach().to(device, copy=True)
+    if ranks == 1:
+        return result
+    dist.all_reduce(result, op=_DIST_OPS[op], group=group)
+    return result / ranks if op == "mean" else result
 
 
 @dataclass(frozen=True)
@@ -115,13 +128,7 @@ class Backend(ABC):
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
         """A new tensor reduced over all ranks (the input is left as it was), on this rank's device. Under
         model parallelism, over the data-parallel ranks only (a replica's ranks hold the same values)."""
-        if op not in ("mean", "sum"):
-            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
-        result = tensor.detach().to(self.device, copy=True)
-        if self.world_size == 1:
-            return result
-        dist.all_reduce(result, op=dist.ReduceOp.SUM)  # gloo has no AVG
-        return result / self.world_size if op == "mean" else result
+        return reduced(tensor, op, self.device, self.world_size)
 
     def barrier(self) -> None:
         """Wait for every rank."""

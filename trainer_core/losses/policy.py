@@ -84,6 +84,26 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     return advantages, (advantages + values) * mask_f
 
 
+def value_moments(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """[tokens, Σ R, Σ R², Σ (R - V), Σ (R - V)²] (float64) over the masked-in tokens: summed over ranks, the
+    inputs of explained_variance."""
+    keep = mask.bool()
+    r, e = returns[keep].double(), (returns - values)[keep].double()
+    count = torch.tensor(float(r.numel()), dtype=torch.float64, device=r.device)
+    return torch.stack([count, r.sum(), (r**2).sum(), e.sum(), (e**2).sum()])
+
+
+def explained_variance(moments: Tensor) -> float:
+    """1 - Var(R - V) / Var(R): how much of the returns' variance the value head's predictions explain (1: all of it;
+    0 or below: none; a critic health signal, as OpenAI baselines and trlx report it). NaN without variance."""
+    count, r_sum, r_sq, e_sum, e_sq = (float(x) for x in moments)
+    if count < 2:
+        return float("nan")
+    var_r = r_sq / count - (r_sum / count) ** 2
+    var_e = e_sq / count - (e_sum / count) ** 2
+    return 1.0 - var_e / var_r if var_r > 0 else float("nan")
+
+
 class PolicyLoss(NamedTuple):
     loss: Tensor  # scalar: call backward on it
     clipfrac: Tensor  # share of tokens whose ratio was clipped

@@ -92,6 +92,8 @@ class Groups:
     ref_logprobs: torch.Tensor | None  # [N, R]; None without a KL term in the loss
     stats: dict[str, float]  # this rank's sums
     token_normalizer: float  # grpo.loss dapo: the step's response tokens over all ranks, per data-parallel rank
+    lowest: dict[str, float]  # over all ranks: what the step reports as its minimum (and highest its maximum)
+    highest: dict[str, float]
 
 
 def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,7 +139,9 @@ def sample(run: GrpoRun) -> Groups:
     tokens = torch.tensor([float(generation.response_mask.sum())], dtype=torch.float64)
     normalizer = float(backend.all_reduce(tokens, "mean")[0])
     stats = online.rollout_stats(scored, rewards, own)
-    return Groups(generation, advantages, old, ref, stats, normalizer)
+    lowest = {"gen/response_length_min": float(backend.all_reduce(lengths.min().double(), "min"))}
+    highest = {"gen/response_length_max": float(backend.all_reduce(lengths.max().double(), "max"))}
+    return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest)
 
 
 @torch.no_grad()
@@ -193,7 +197,14 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         sums += backend.forward_backward(run.model, steps).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
-    return {**means, "train/grad_norm": grad_norm / options.epochs}
+    # The same on every rank (reduced here), so the step's averaging over ranks keeps them.
+    extremes = {
+        key: float(backend.all_reduce(torch.tensor(value, dtype=torch.float64), "min")) for key, value in groups.lowest.items()
+    }
+    extremes |= {
+        key: float(backend.all_reduce(torch.tensor(value, dtype=torch.float64), "max")) for key, value in groups.highest.items()
+    }
+    return {**means, **extremes, "train/grad_norm": grad_norm / options.epochs}
 
 
 def _finish(
@@ -228,6 +239,8 @@ def _finish(
         token_normalizer=groups.token_normalizer,
     )
     share = len(index) / size
+    groups.lowest["grpo/ratio_min"] = min(groups.lowest.get("grpo/ratio_min", float("inf")), float(out.ratio_min))
+    groups.highest["grpo/ratio_max"] = max(groups.highest.get("grpo/ratio_max", float("-inf")), float(out.ratio_max))
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), part.response_mask)
         values = [out.loss, out.policy_loss, out.kl, out.clipfrac, out.approx_kl, entropy]

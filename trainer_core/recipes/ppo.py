@@ -33,12 +33,14 @@ from trainer_core.backends import MicroStep, local_batch_range, micro_batch_rang
 from trainer_core.data import load_examples
 from trainer_core.losses.policy import (
     entropy_from_logits,
+    explained_variance,
     gae,
     masked_mean,
     masked_whiten,
     ppo_policy_loss,
     ppo_value_loss,
     response_logprobs,
+    value_moments,
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
@@ -196,6 +198,9 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
             updates += 1
     means = {key: float(value) / updates for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
     means["train/grad_norm"] = grad_norm / updates
+    # Of the values the rollout was scored with, over every rank's tokens (the same on each, so averaging keeps it).
+    moments = backend.all_reduce(value_moments(batch.values, batch.returns, batch.generation.response_mask), "sum")
+    means["ppo/explained_variance"] = explained_variance(moments)
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
 
 

@@ -2,21 +2,25 @@ import { describe, expect, it, vi } from 'vitest';
 import { fireEvent, render, screen, within } from '@testing-library/react';
 import { useState, type ReactNode } from 'react';
 import { ChartPanels, PAGE } from './ChartPanels';
+import { METRIC_MEANINGS } from './metricMeanings';
 import type { ChartSource, KeyInfo } from './source';
 
-// The chart itself is covered in MetricChart.test.tsx; here it is a labelled box.
-vi.mock('./MetricChart', () => ({
-  MetricChart: ({ metricKey, same, actions }: { metricKey: string; same?: string[]; actions?: ReactNode }) => (
-    <figure>
-      <figcaption>
-        {metricKey}
-        {same && ` = ${same.join(' = ')} (same values)`}
-        {actions}
-      </figcaption>
-      <div data-chart={metricKey} />
-    </figure>
-  ),
-}));
+// The chart itself is covered in MetricChart.test.tsx; here it is a labelled box with the real title.
+vi.mock('./MetricChart', async () => {
+  const { MetricTitle } = await import('./MetricTitle');
+  return {
+    MetricChart: ({ metricKey, same, actions }: { metricKey: string; same?: string[]; actions?: ReactNode }) => (
+      <figure>
+        <figcaption>
+          <MetricTitle metricKey={metricKey} />
+          {same && <span>= {same.join(' = ')} (same values)</span>}
+          {actions}
+        </figcaption>
+        <div data-chart={metricKey} />
+      </figure>
+    ),
+  };
+});
 
 const source: ChartSource = { lines: () => [], loaded: () => false, request: vi.fn(), subscribe: () => () => {} };
 const info = (key: string): KeyInfo => ({ key, points: 10, signature: key });
@@ -67,6 +71,46 @@ describe('ChartPanels', () => {
     render(<Panels duplicates={new Map([['reward/arithmetic', 'reward/mean']])} />);
     const reward = screen.getByRole('region', { name: 'Reward' });
     expect(charts(reward)).toEqual(['reward/mean']);
-    expect(within(reward).getByText('reward/mean = reward/arithmetic (same values)', { exact: false })).toBeTruthy();
+    expect(within(reward).getByText('= reward/arithmetic (same values)')).toBeTruthy();
+  });
+});
+
+describe('RL health panels', () => {
+  const GRPO = ['reward/mean', 'grpo/kl', 'grpo/clipfrac', 'grpo/clipfrac_high', 'grpo/ratio_mean', 'grpo/entropy', 'gen/truncated',
+    'grpo/zero_std_groups', 'custom/thing'].map(info);
+  const renderRun = (keys: KeyInfo[]) =>
+    render(<ChartPanels source={source} keys={keys} duplicates={new Map()} search="" onSearch={() => {}} smoothing={0.6} logScale={false} xBy="step" />);
+  const figure = (key: string) => document.querySelector(`[data-chart="${key}"]`)!.closest('figure')!;
+
+  it("shows a GRPO run's health signals together, in their panels", () => {
+    renderRun(GRPO);
+    expect(screen.getAllByRole('region').map((r) => r.getAttribute('aria-label'))).toEqual(
+      ['Reward', 'KL', 'Clipping & ratio', 'Entropy & length', 'Groups', 'Other']);
+    expect(charts(screen.getByRole('region', { name: 'Clipping & ratio' }))).toEqual(['grpo/clipfrac', 'grpo/clipfrac_high', 'grpo/ratio_mean']);
+    expect(charts(screen.getByRole('region', { name: 'Entropy & length' }))).toEqual(['gen/truncated', 'grpo/entropy']);
+    expect(charts(screen.getByRole('region', { name: 'Groups' }))).toEqual(['grpo/zero_std_groups']);
+  });
+
+  it("gives a known key's chart its meaning: the title's tooltip and an info button described by it", () => {
+    renderRun(GRPO);
+    const groups = within(figure('grpo/zero_std_groups'));
+    const meaning = 'Share of answers in groups whose rewards were all equal: they teach nothing. High means the task is too easy or too hard for the policy.';
+    expect(groups.getByTitle(meaning).textContent).toBe('grpo/zero_std_groups');
+    const button = groups.getByRole('button', { name: 'About grpo/zero_std_groups', description: meaning });
+    const tooltip = groups.getByRole('tooltip', { hidden: true });
+    expect(button.getAttribute('aria-describedby')).toBe(tooltip.id);
+    expect(tooltip.textContent).toBe(meaning);
+    const clip = within(figure('grpo/clipfrac_high'));
+    expect(clip.getByRole('button', { name: 'About grpo/clipfrac_high', description: METRIC_MEANINGS['grpo/clipfrac_high'] })).toBeTruthy();
+    expect(clip.getByTitle(/DAPO's clip-higher raises this limit/).textContent).toBe('grpo/clipfrac_high');
+  });
+
+  it('gives a key the table does not explain no tooltip', () => {
+    renderRun(GRPO);
+    const other = figure('custom/thing');
+    expect(within(other).queryByRole('button', { name: /About/ })).toBeNull();
+    expect(within(other).queryByRole('tooltip', { hidden: true })).toBeNull();
+    expect(other.querySelector('[title]:not(button)')).toBeNull(); // the pin's title is its action, not a meaning
+    expect(screen.getAllByRole('tooltip', { hidden: true })).toHaveLength(GRPO.length - 1);
   });
 });

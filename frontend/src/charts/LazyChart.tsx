@@ -1,5 +1,6 @@
 import { useLayoutEffect, useRef, useState, type ComponentProps } from 'react';
 import { MetricChart } from './MetricChart';
+import { MetricTitle } from './MetricTitle';
 
 // One observer for every chart on the page (a run can have thousands of keys). Charts within
 // half a screen of the viewport are built, so a scroll usually finds them drawn.
@@ -54,7 +55,7 @@ export function LazyChart(props: ComponentProps<typeof MetricChart>) {
   return (
     <figure ref={placeholder} className="chart chart-pending" data-pending-chart={props.metricKey}>
       <figcaption>
-        <span className="chart-key">{props.metricKey}</span>
+        <MetricTitle metricKey={props.metricKey} />
         {props.actions}
       </figcaption>
       <div className="chart-canvas" style={{ height: (props.height ?? 200) + 32 }} />

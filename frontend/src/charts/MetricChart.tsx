@@ -2,6 +2,7 @@ import { useEffect, useRef, useState, type ReactNode } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { resolveColor, useThemeAttribute } from '../lib/theme';
+import { MetricTitle } from './MetricTitle';
 import { describeNonFinite } from './nonFinite';
 import { buildPlot, pointsOf, type Plot } from './plotData';
 import { plotOptions } from './plotOptions';
@@ -150,7 +151,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
   return (
     <figure className="chart">
       <figcaption>
-        <span className="chart-key">{metricKey}</span>
+        <MetricTitle metricKey={metricKey} />
         {same && same.length > 0 && <span className="chart-same">= {same.join(' = ')} (same values)</span>}
         {note && (
           <span className="chart-note" role="note">

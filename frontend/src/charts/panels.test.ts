@@ -19,16 +19,39 @@ describe('groupPanels', () => {
     ]);
   });
 
-  it('gives the PPO and GRPO diagnostics their own panel, not Other', () => {
-    const keys = ['ppo/clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/value_clipfrac', 'ppo/kl', 'ppo/policy_loss',
-      'grpo/clipfrac', 'grpo/zero_std_groups', 'grpo/kl', 'train/skipped_steps', 'values/mean', 'gen/response_length'];
+  it("groups a GRPO run's RL health signals: KL, clipping & ratio, entropy & length, groups", () => {
+    const keys = [
+      'reward/mean', 'reward/std', 'train/loss', 'grpo/policy_loss', 'grpo/kl', 'grpo/reward_kl', 'grpo/approx_kl',
+      'grpo/clipfrac', 'grpo/clipfrac_low', 'grpo/clipfrac_high', 'grpo/ratio_mean', 'grpo/ratio_min', 'grpo/ratio_max',
+      'grpo/entropy', 'grpo/overlong_penalty', 'gen/truncated', 'gen/response_length', 'gen/response_length_min',
+      'gen/response_length_max', 'grpo/zero_std_groups', 'grpo/advantage_std',
+    ];
     expect(groupPanels(keys)).toEqual([
-      { title: 'KL', keys: ['grpo/kl', 'ppo/kl'] },
-      { title: 'Losses', keys: ['ppo/policy_loss'] },
+      { title: 'Reward', keys: ['reward/mean', 'reward/std'] },
+      { title: 'KL', keys: ['grpo/kl', 'grpo/reward_kl'] },
+      { title: 'Losses', keys: ['train/loss', 'grpo/policy_loss'] },
       {
-        title: 'PPO diagnostics',
-        keys: ['values/mean', 'gen/response_length', 'grpo/clipfrac', 'grpo/zero_std_groups', 'ppo/approx_kl', 'ppo/clipfrac', 'ppo/entropy', 'ppo/value_clipfrac'],
+        title: 'Clipping & ratio',
+        keys: ['grpo/approx_kl', 'grpo/clipfrac', 'grpo/clipfrac_high', 'grpo/clipfrac_low', 'grpo/ratio_max', 'grpo/ratio_mean', 'grpo/ratio_min'],
       },
+      {
+        title: 'Entropy & length',
+        keys: ['gen/response_length', 'gen/response_length_max', 'gen/response_length_min', 'gen/truncated', 'grpo/entropy', 'grpo/overlong_penalty'],
+      },
+      { title: 'Groups', keys: ['grpo/zero_std_groups'] },
+      { title: 'RL diagnostics', keys: ['grpo/advantage_std'] }, // a GRPO key without a panel of its own, not Other
+    ]);
+  });
+
+  it("groups a PPO run's: the critic beside them, TRL's rloo/* keys with ours", () => {
+    const keys = ['ppo/clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/value_clipfrac', 'ppo/kl', 'ppo/kl_coef', 'ppo/policy_loss',
+      'ppo/explained_variance', 'train/skipped_steps', 'values/mean', 'gen/response_length', 'rloo/kl', 'rloo/clipfrac'];
+    expect(groupPanels(keys)).toEqual([
+      { title: 'KL', keys: ['ppo/kl', 'rloo/kl', 'ppo/kl_coef'] },
+      { title: 'Losses', keys: ['ppo/policy_loss'] },
+      { title: 'Clipping & ratio', keys: ['ppo/approx_kl', 'ppo/clipfrac', 'ppo/value_clipfrac', 'rloo/clipfrac'] },
+      { title: 'Entropy & length', keys: ['gen/response_length', 'ppo/entropy'] },
+      { title: 'Critic', keys: ['values/mean', 'ppo/explained_variance'] },
       { title: 'Gradient norm', keys: ['train/skipped_steps'] },
     ]);
   });

@@ -5,17 +5,22 @@ export interface Panel {
 }
 
 const last = (key: string) => key.slice(key.lastIndexOf('/') + 1);
-const DIAGNOSTICS = new Set(['clipfrac', 'approx_kl', 'entropy', 'value_clipfrac', 'zero_std_groups']);
 
 // Order is the order an RLHF practitioner reads a run in (docs/dashboard.md): is reward going up,
-// is the policy drifting (KL), are losses sane, is the PPO/GRPO update healthy (clipping, approx
-// KL, entropy), then evaluation, optimiser health and throughput. The first rule that matches wins.
+// is the policy drifting (KL), are losses sane, then the RL health of the PPO/GRPO update: how far
+// it moved the policy (clipping, ratio, approx KL), whether it still explores and how long it
+// answers, whether its groups teach anything, whether the critic predicts. Then evaluation,
+// optimiser health and throughput. The first rule that matches wins. The last segment decides where
+// it can, so TRL's keys (rloo/kl, rloo/clipfrac) land beside ours.
 const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Reward', match: (k) => /^rewards?\//.test(k) },
-  { title: 'KL', match: (k) => /^kl(_coef)?$/.test(last(k)) || /^ppo\/kl/.test(k) },
+  { title: 'KL', match: (k) => /^(kl|kl_coef|reward_kl)$/.test(last(k)) || /^ppo\/kl/.test(k) },
   { title: 'Losses', match: (k) => last(k).includes('loss') },
-  // Rollout statistics (the critic's values, response length) read with the update's health.
-  { title: 'PPO diagnostics', match: (k) => DIAGNOSTICS.has(last(k)) || /^(ppo|grpo|values|gen)\//.test(k) },
+  { title: 'Clipping & ratio', match: (k) => /clipfrac|^approx_kl$|^ratio_(mean|min|max)$/.test(last(k)) },
+  { title: 'Entropy & length', match: (k) => last(k) === 'entropy' || last(k) === 'overlong_penalty' || k.startsWith('gen/') },
+  { title: 'Groups', match: (k) => last(k) === 'zero_std_groups' },
+  { title: 'Critic', match: (k) => last(k) === 'explained_variance' || k.startsWith('values/') },
+  { title: 'RL diagnostics', match: (k) => /^(ppo|grpo|rloo)\//.test(k) },
   // eval/reward (the run's reward on held-out prompts) and eval/optimality (randomwalks) read like accuracy.
   { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },

@@ -50,7 +50,7 @@ from torch import nn
 
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
-from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, applies_update, share_tied
+from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp, applies_update, reduced, share_tied
 from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
@@ -128,13 +128,8 @@ class MegatronBackend(Backend):
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean") -> torch.Tensor:
         """Reduced over the data-parallel group: the TP ranks of one replica hold the same values (gathered logits)."""
-        if op not in ("mean", "sum"):
-            raise ValueError(f"all_reduce op must be 'mean' or 'sum', got {op!r}.")
-        result = tensor.detach().to(self.device, copy=True)
-        if self._dp_size == 1:
-            return result
-        dist.all_reduce(result, op=dist.ReduceOp.SUM, group=self._ps.get_data_parallel_group())
-        return result / self._dp_size if op == "mean" else result
+        group = self._ps.get_data_parallel_group() if self._dp_size > 1 else None
+        return reduced(tensor, op, self.device, self._dp_size, group)
 
     # --- the model ---
 

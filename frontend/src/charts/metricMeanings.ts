@@ -1,0 +1,46 @@
+/**
+ * What the RL health signals mean, keyed by metric key: the tooltip on a chart's title (MetricTitle), on the
+ * run page and in Compare, and for any other view that names a key. A key not here gets no tooltip.
+ * The trainers' definitions are in docs/rl.md and trainer_core/losses/policy.py.
+ */
+export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
+  'reward/mean': "Mean reward of the step's answers.",
+  'reward/std': "Standard deviation of the step's rewards.",
+
+  'grpo/zero_std_groups':
+    'Share of answers in groups whose rewards were all equal: they teach nothing. High means the task is too easy or too hard for the policy.',
+  'grpo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',
+  'grpo/clipfrac_low':
+    'Ratio under 1 - cliprange with a negative advantage (the policy was kept from lowering a bad token further).',
+  'grpo/clipfrac_high':
+    "Ratio over 1 + clip_high with a positive advantage (the policy was kept from raising a good token further); DAPO's clip-higher raises this limit.",
+  'grpo/ratio_mean': 'Mean importance ratio (new policy / sampling policy) over answer tokens; 1 when each batch is used once.',
+  'grpo/ratio_min': "Smallest importance ratio (new policy / sampling policy) over the step's answer tokens.",
+  'grpo/ratio_max': "Largest importance ratio (new policy / sampling policy) over the step's answer tokens.",
+  'grpo/approx_kl': 'Approximate KL between the updated and the sampling policy.',
+  'grpo/entropy':
+    'Mean entropy of the next-token distribution over answer tokens; a collapse toward 0 means the policy stopped exploring.',
+  'grpo/kl': 'KL to the reference model (k3 or k1 estimator), the term in the loss.',
+  'grpo/reward_kl': "Each answer's summed log-ratio to the reference, taken off its reward (grpo.kl_in: reward).",
+  'grpo/overlong_penalty': "Mean reward taken off answers for their length (DAPO's overlong shaping).",
+
+  'gen/truncated': 'Share of answers that ran to max_new_tokens (cut off).',
+  'gen/response_length': 'Mean answer length in tokens.',
+  'gen/response_length_min': "Shortest answer of the step, in tokens.",
+  'gen/response_length_max': "Longest answer of the step, in tokens.",
+
+  'ppo/explained_variance':
+    "How much of the returns' variance the value head explains: 1 is perfect, 0 or below means the critic predicts nothing.",
+  'ppo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',
+  'ppo/value_clipfrac': "Share of answer tokens whose value was clipped to within cliprange_value of the rollout's value.",
+  'ppo/approx_kl': 'Approximate KL between the updated and the sampling policy.',
+  'ppo/entropy':
+    'Mean entropy of the next-token distribution over answer tokens; a collapse toward 0 means the policy stopped exploring.',
+  'ppo/kl': "KL to the reference model: each answer's summed per-token log-ratio (k1), taken off its reward times ppo/kl_coef.",
+  'ppo/kl_coef': 'The KL coefficient; the adaptive controller moves it toward ppo.target_kl.',
+};
+
+/** The meaning of a metric key, or undefined for a key the table does not explain. */
+export function metricMeaning(key: string): string | undefined {
+  return Object.hasOwn(METRIC_MEANINGS, key) ? METRIC_MEANINGS[key] : undefined;
+}
