@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { act, render, screen } from '@testing-library/react';
+import { act, cleanup, render, screen } from '@testing-library/react';
 import type { Series } from '../api/types';
 import { MetricChart } from './MetricChart';
 import { MetricStore } from './store';
@@ -112,5 +112,18 @@ describe('MetricChart', () => {
     expect(plots).toHaveLength(1); // built once, before its history came, for the lines the key list promised
     expect(plots[0]!.opts.series.map((s) => s.label)).toEqual(['step', 'value']);
     expect(plots[0]!.data[0]).toEqual([0, 250, 500, 750]);
+  });
+
+  it("titles a known key with its meaning and leaves an unknown key's title bare", () => {
+    setup(series('grpo/entropy', range(10)));
+    const meaning = screen.getByRole('button', { name: 'About grpo/entropy' });
+    expect(screen.getByRole('tooltip', { hidden: true }).textContent).toMatch(/collapse toward 0 means the policy stopped exploring/);
+    expect(meaning.getAttribute('aria-describedby')).toBe(screen.getByRole('tooltip', { hidden: true }).id);
+    expect(screen.getByText('grpo/entropy').getAttribute('title')).toMatch(/^Mean entropy of the next-token distribution/);
+    cleanup();
+    setup(series('custom/thing', range(10)));
+    expect(screen.getByText('custom/thing').getAttribute('title')).toBeNull();
+    expect(screen.queryByRole('tooltip', { hidden: true })).toBeNull();
+    expect(screen.queryByRole('button')).toBeNull();
   });
 });

@@ -3,7 +3,7 @@ import { metricMeaning } from './metricMeanings';
 
 /**
  * A chart's title: its key and, where metricMeanings.ts explains the key, its meaning as the key's title
- * and as a tooltip on an ⓘ button (shown on hover and on keyboard focus; Escape hides it).
+ * and as a tooltip on an (i) button (shown on hover and on keyboard focus; Escape hides it).
  */
 export function MetricTitle({ metricKey }: { metricKey: string }) {
   const tipId = useId();
@@ -21,7 +21,7 @@ export function MetricTitle({ metricKey }: { metricKey: string }) {
         aria-describedby={tipId}
         onKeyDown={(e) => e.key === 'Escape' && e.currentTarget.blur()}
       >
-        ⓘ
+        i
       </button>
       <span role="tooltip" id={tipId} className="chart-tooltip">
         {meaning}
