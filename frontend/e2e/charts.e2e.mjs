@@ -249,11 +249,11 @@ try {
     await shot('ticks');
   });
 
-  await step('panels: PPO diagnostics, identical series drawn once, full width, min/max band', async () => {
+  await step('panels: RL health (clipping & ratio, entropy), identical series drawn once, full width, min/max band', async () => {
     await page.goto(`${base}/runs/${runs.main}`);
-    const diag = page.getByRole('region', { name: 'PPO diagnostics', exact: true });
-    for (const k of ['ppo/clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/value_clipfrac']) {
-      await diag.locator(`[data-chart="${k}"], [data-pending-chart="${k}"]`).waitFor();
+    for (const [panel, k] of [['Clipping & ratio', 'ppo/clipfrac'], ['Clipping & ratio', 'ppo/approx_kl'],
+      ['Clipping & ratio', 'ppo/value_clipfrac'], ['Entropy & length', 'ppo/entropy']]) {
+      await page.getByRole('region', { name: panel, exact: true }).locator(`[data-chart="${k}"], [data-pending-chart="${k}"]`).waitFor();
     }
     check((await page.getByRole('region', { name: 'Other', exact: true }).locator('[data-chart^="ppo/"]').count()) === 0, 'ppo key in Other');
     await page.locator('[data-chart="reward/mean"]').locator('xpath=..').getByText('= reward/arithmetic (same values)').waitFor();

@@ -171,6 +171,14 @@ class GrpoOptions(StrictModel):
         "overlong_buffer tokens loses reward linearly, down to -1 at gen.max_new_tokens (where it was cut off); "
         "null: none.",
     )
+    dynamic_sampling: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="DAPO's dynamic sampling (Yu et al. 2025): drop the groups whose rewards are all equal (they teach "
+        "nothing) and sample more prompts to refill the batch, up to this many extra rounds a step (the batch is "
+        "topped up with dropped groups if still short); 0: off. grpo/sampling_rounds and grpo/kept_groups say what it did.",
+    )
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
     samples_to_log: int = Field(

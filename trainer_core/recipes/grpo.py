@@ -19,6 +19,7 @@ normaliser; the reference is rebuilt from the spec.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import load_examples
+from trainer_core.data.tokenize import pad_id
 from trainer_core.losses.policy import (
     centered_moments,
     entropy_from_logits,
@@ -106,8 +108,7 @@ def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.
 def sample(run: GrpoRun) -> Groups:
     """group_size scored responses to each of this rank's prompts of the next global batch."""
     backend, options = run.backend, run.spec.grpo
-    rows = common.local_batch(run, run.train_rows)
-    scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size)
+    scored, own = _rollouts(run)
     generation, scores = scored.generation, scored.scores
     rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)
     lengths = generation.response_mask.sum(1)
@@ -118,11 +119,7 @@ def sample(run: GrpoRun) -> Groups:
             old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation)[0]
-    groups = rewards.view(-1, options.group_size)
-    own = {
-        "grpo/zero_std_groups": float((groups.std(dim=1) == 0).sum() * options.group_size),
-        "gen/truncated": float((lengths >= options.gen.max_new_tokens).sum()),
-    }
+    own["gen/truncated"] = float((lengths >= options.gen.max_new_tokens).sum())
     shaped = rewards  # what the advantages are computed from; reward/* report the reward source's own
     if options.overlong_buffer is not None:
         penalty = overlong_penalty(lengths, options.gen.max_new_tokens, options.overlong_buffer)
@@ -142,6 +139,48 @@ def sample(run: GrpoRun) -> Groups:
     lowest = {"gen/response_length_min": float(backend.all_reduce(lengths.min().double(), "min"))}
     highest = {"gen/response_length_max": float(backend.all_reduce(lengths.max().double(), "max"))}
     return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest)
+
+
+def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
+    """This rank's scored groups for the step, and the sums that say how they were drawn. With grpo.dynamic_sampling,
+    groups whose rewards are all equal are dropped and more prompts sampled, round after round, until every rank has
+    its batch of informative groups or the rounds run out (then dropped groups fill the rest). Every rank samples as
+    many rounds as the rank that needs most: their generation runs in step (ZeRO-3's synced generate)."""
+    backend, options = run.backend, run.spec.grpo
+    size = options.group_size
+
+    def draw() -> tuple[rollouts.Scored, list[bool]]:
+        rows = common.local_batch(run, run.train_rows)
+        scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=size)
+        spread = torch.tensor(scored.scores.total, dtype=torch.float32).view(-1, size).std(dim=1) > 0
+        return scored, spread.tolist()
+
+    first, informative = draw()
+    groups, gen_s = len(informative), first.gen_s
+    own = {"grpo/zero_std_groups": float((groups - sum(informative)) * size)}  # of the first draw: the signal
+    if not options.dynamic_sampling:
+        return first, own
+    pad = pad_id(run.tokenizer)
+    rows_of = lambda group: list(range(group * size, (group + 1) * size))  # noqa: E731
+    kept: rollouts.Scored | None = None
+    spare: list[tuple[rollouts.Scored, int]] = []
+    count, rounds, scored = 0, 0, first
+    while True:
+        for group, good in enumerate(informative):
+            if good and count < groups:
+                kept, count = rollouts.keep(scored, rows_of(group), pad, kept), count + 1
+            elif not good:
+                spare.append((scored, group))
+        short = backend.all_reduce(torch.tensor(float(groups - count)), "max")
+        if float(short) == 0 or rounds == options.dynamic_sampling:
+            break
+        scored, informative = draw()
+        rounds, gen_s = rounds + 1, gen_s + scored.gen_s
+    for scored, group in spare[: groups - count]:  # still short: dropped groups keep the batch's size (advantage 0)
+        kept = rollouts.keep(scored, rows_of(group), pad, kept)
+    own |= {"grpo/sampling_rounds": float(rounds + 1) * len(first.prompts), "grpo/kept_groups": float(count * size)}
+    assert kept is not None
+    return dataclasses.replace(kept, gen_s=gen_s), own
 
 
 @torch.no_grad()

@@ -58,6 +58,25 @@ class Generation:
         """Keyword arguments of a model forward over prompt + response."""
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
 
+    @staticmethod
+    def concat(parts: list[Generation], pad: int) -> Generation:
+        """The rows of several generations as one: prompts padded on the left and responses on the right to the
+        widest (padding is masked out, so every row's forward gives what it gave alone)."""
+        prompt = max(p.prompt_width for p in parts)
+        response = max(p.response_mask.shape[1] for p in parts)
+
+        def widen(g: Generation, tensor: torch.Tensor, value: int) -> torch.Tensor:
+            left, right = prompt - g.prompt_width, response - g.response_mask.shape[1]
+            return torch.nn.functional.pad(tensor, (left, right), value=value)
+
+        return Generation(
+            torch.cat([widen(g, g.input_ids, pad) for g in parts]),
+            torch.cat([widen(g, g.attention_mask, 0) for g in parts]),
+            torch.cat([widen(g, g.position_ids, 0) for g in parts]),
+            torch.cat([torch.nn.functional.pad(g.response_mask, (0, response - g.response_mask.shape[1])) for g in parts]),
+            prompt,
+        )
+
 
 def prompt_budget(spec: RunSpec, gen: GenSpec) -> int:
     """Longest prompt in tokens: model.max_seq_len minus room for the response (spec rules keep it ≥ 1)."""
@@ -180,6 +199,31 @@ class Scored:
     responses: list[str]
     scores: Any  # trainer_core.rewards.RewardScores
     gen_s: float  # seconds spent generating
+
+
+def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None) -> Scored:
+    """The responses `index` of `scored` (appended to `also`'s, when given): one batch from several rounds. Its
+    gen_s is 0: the caller knows how long all its rounds took."""
+    rows = torch.tensor(index, dtype=torch.long)
+    picked = Scored(
+        scored.generation.rows(rows),
+        [scored.prompts[i] for i in index],
+        [scored.responses[i] for i in index],
+        type(scored.scores)(
+            [scored.scores.total[i] for i in index], {k: [v[i] for i in index] for k, v in scored.scores.components.items()}
+        ),
+        0.0,
+    )
+    if also is None:
+        return picked
+    components = {k: also.scores.components.get(k, []) + v for k, v in picked.scores.components.items()}
+    return Scored(
+        Generation.concat([also.generation, picked.generation], pad),
+        also.prompts + picked.prompts,
+        also.responses + picked.responses,
+        type(scored.scores)(also.scores.total + picked.scores.total, components),
+        0.0,
+    )
 
 
 def sample_and_score(

@@ -1999,11 +1999,11 @@ export interface components {
         GrpoOptions: {
             /**
              * Baseline
-             * @description group_mean: the group's mean reward; rloo: mean of the other responses.
+             * @description group_mean: the group's mean reward (GRPO); rloo: mean of the other responses (Ahmadian et al. 2024); reinforce++: the group mean, with the advantages then scaled by the whole batch's std instead of each group's (REINFORCE++ with a baseline: Hu et al. 2025).
              * @default group_mean
              * @enum {string}
              */
-            baseline: "group_mean" | "rloo";
+            baseline: "group_mean" | "rloo" | "reinforce++";
             /**
              * Beta
              * @description Coefficient of the KL penalty to the reference model; 0: none.
@@ -2011,11 +2011,23 @@ export interface components {
              */
             beta: number;
             /**
+             * Clip High
+             * @description Upper ratio clip 1 + clip_high ('clip-higher', DAPO: Yu et al. 2025, 0.28 there): low-probability tokens may rise further, against entropy collapse; null: cliprange.
+             * @default null
+             */
+            clip_high: number | null;
+            /**
              * Cliprange
-             * @description Policy ratio clip.
+             * @description Policy ratio clip (the lower side, and the upper one unless clip_high).
              * @default 0.2
              */
             cliprange: number;
+            /**
+             * Dynamic Sampling
+             * @description DAPO's dynamic sampling (Yu et al. 2025): drop the groups whose rewards are all equal (they teach nothing) and sample more prompts to refill the batch, up to this many extra rounds a step (the batch is topped up with dropped groups if still short); 0: off. grpo/sampling_rounds and grpo/kept_groups say what it did.
+             * @default 0
+             */
+            dynamic_sampling: number;
             /**
              * Epochs
              * @description Passes over each step's rollouts.
@@ -2033,6 +2045,13 @@ export interface components {
              */
             group_size: number;
             /**
+             * Importance Sampling
+             * @description token: each token's ratio to the sampling policy; sequence: one ratio per response, the exp of its tokens' mean log-ratio, clipped as one (GSPO: Zheng et al. 2025; it wants a much smaller cliprange, e.g. 4e-4).
+             * @default token
+             * @enum {string}
+             */
+            importance_sampling: "token" | "sequence";
+            /**
              * Kl Estimator
              * @description KL estimator: k3, unbiased and low-variance (as in GRPO); k1, the plain log-ratio.
              * @default k3
@@ -2040,11 +2059,31 @@ export interface components {
              */
             kl_estimator: "k3" | "k1";
             /**
+             * Kl In
+             * @description Where the beta-weighted KL to the reference goes: loss, a per-token term of the loss (GRPO); reward, each response's summed log-ratio taken off its reward before advantages (as PPO and REINFORCE++ do). beta 0: no KL anywhere.
+             * @default loss
+             * @enum {string}
+             */
+            kl_in: "loss" | "reward";
+            /**
+             * Loss
+             * @description How token losses become the loss: grpo, mean over each response's tokens then over responses; dr_grpo, their sum over responses x gen.max_new_tokens, a constant, so length does not scale a response's weight (Dr. GRPO: Liu et al. 2025; with normalize_std false); dapo, mean over every response token of the step's batch (DAPO's token-level loss: Yu et al. 2025).
+             * @default grpo
+             * @enum {string}
+             */
+            loss: "grpo" | "dr_grpo" | "dapo";
+            /**
              * Normalize Std
-             * @description Divide advantages by the group's reward std.
+             * @description Divide advantages by the reward std: the group's (the batch's, for reinforce++).
              * @default true
              */
             normalize_std: boolean;
+            /**
+             * Overlong Buffer
+             * @description DAPO's soft overlong punishment (Yu et al. 2025): a response longer than gen.max_new_tokens - overlong_buffer tokens loses reward linearly, down to -1 at gen.max_new_tokens (where it was cut off); null: none.
+             * @default null
+             */
+            overlong_buffer: number | null;
             /**
              * @description Reference model for the KL penalty; null: the initial policy.
              * @default null
