@@ -7,11 +7,9 @@ completions (RLOO writes no completion table) reach the run's Samples tab with t
 
 from __future__ import annotations
 
-import argparse
-
 import datasets
 import torch
-from tasks import correct, problems
+from tasks import correct, problems, rl_arguments
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import RLOOConfig, RLOOTrainer
 
@@ -19,17 +17,7 @@ from rlplane.integrations.hf import RlplaneCallback
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="A Hugging Face id or a local model directory")
-    p.add_argument("--max-steps", type=int, default=100)
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--group", type=int, default=4, help="Completions per prompt (the leave-one-out baseline's k)")
-    p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--save-steps", type=int, default=50)
-    p.add_argument("--output-dir", default="out/rloo")
-    p.add_argument("--project", default="default", help="Outside a worker: the project of the run it creates")
-    args = p.parse_args()
+    args = rl_arguments(__doc__.splitlines()[0], "out/rloo")
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)

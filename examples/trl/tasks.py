@@ -3,6 +3,7 @@ Self-contained (no download), so the examples run anywhere; swap in your own dat
 
 from __future__ import annotations
 
+import argparse
 import random
 import re
 
@@ -23,3 +24,18 @@ def correct(completions: list[str], answer: list[str], **_: object) -> list[floa
         match = re.match(r"\s*(-?\d+)", completion)
         scores.append(1.0 if match and match.group(1) == expected else 0.0)
     return scores
+
+
+def rl_arguments(description: str, output_dir: str) -> argparse.Namespace:
+    """The command line of the RL examples (grpo.py, rloo.py)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", required=True, help="A Hugging Face id or a local model directory")
+    p.add_argument("--max-steps", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--prompts-per-step", type=int, default=2)
+    p.add_argument("--group", type=int, default=4, help="Completions per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--save-steps", type=int, default=50)
+    p.add_argument("--output-dir", default=output_dir)
+    p.add_argument("--project", default="default", help="Outside a worker: the project of the run it creates")
+    return p.parse_args()
