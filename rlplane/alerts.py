@@ -73,7 +73,16 @@ class DetectorRule(StrictModel):
     project's runs (or the one run)."""
 
     kind: Literal["detector"]
-    name: Literal["all_groups_equal", "kl_unbounded", "length_at_max", "entropy_collapse", "reward_falling"]
+    name: Literal[
+        "all_groups_equal",
+        "kl_unbounded",
+        "length_at_max",
+        "entropy_collapse",
+        "reward_falling",
+        "mostly_truncated",
+        "clipping_heavily",
+        "critic_blind",
+    ]
     params: dict[str, float] = Field(default_factory=dict, description="Overrides of the detector's defaults.")
 
 
@@ -217,6 +226,49 @@ def _reward_falling(series: Mapping[str, Points], spec: Mapping[str, float]) -> 
     )
 
 
+def _held(
+    series: Mapping[str, Points], keys: tuple[str, ...], steps: int, holds: Callable[[float], bool]
+) -> tuple[str, float] | None:
+    """The first of `keys` whose last `steps` finite points all satisfy `holds`: (key, its last value)."""
+    for key in keys:
+        recent = _finite(series.get(key, []))[-steps:]
+        if len(recent) == steps and all(holds(v) for v in recent):
+            return key, recent[-1]
+    return None
+
+
+def _mostly_truncated(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """More than `bound` of the responses ran to max_new_tokens (gen/truncated) for `steps` steps: they are cut off, so
+    their rewards judge unfinished answers (raise max_new_tokens, or shape overlong responses: grpo.overlong_buffer)."""
+    bound, steps = spec.get("bound", 0.5), int(spec.get("steps", 5))
+    found = _held(series, ("gen/truncated",), steps, lambda v: v > bound)
+    if found is None:
+        return Verdict(False)
+    return Verdict(True, f"{found[1]:.0%} of responses were cut off at max_new_tokens for {steps} steps (gen/truncated)")
+
+
+def _clipping_heavily(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """The share of clipped tokens above `bound` for `steps` steps: each update moves the policy further than the clip
+    allows (a lower lr, fewer epochs, or smaller minibatches)."""
+    bound, steps = spec.get("bound", 0.3), int(spec.get("steps", 5))
+    found = _held(series, ("grpo/clipfrac", "ppo/clipfrac"), steps, lambda v: v > bound)
+    if found is None:
+        return Verdict(False)
+    return Verdict(True, f"{found[0]} was above {bound:g} for {steps} steps ({found[1]:.3g}): the updates overshoot the clip")
+
+
+def _critic_blind(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """PPO's value head explains none of the returns' variance (ppo/explained_variance below `bound`) for `steps`
+    steps: its advantages are noise (a higher vf_coef, a critic of its own, or a lower lr)."""
+    bound, steps = spec.get("bound", 0.0), int(spec.get("steps", 10))
+    found = _held(series, ("ppo/explained_variance",), steps, lambda v: v < bound)
+    if found is None:
+        return Verdict(False)
+    return Verdict(
+        True, f"ppo/explained_variance stayed below {bound:g} for {steps} steps ({found[1]:.3g}): the critic predicts nothing"
+    )
+
+
 DETECTORS: dict[str, Detector] = {
     d.name: d
     for d in (
@@ -225,6 +277,21 @@ DETECTORS: dict[str, Detector] = {
         Detector("length_at_max", ("grpo", "ppo"), "mean response length at max_new_tokens for 5 steps", _length_at_max),
         Detector("entropy_collapse", ("grpo", "ppo"), "entropy below 0.05 nats per token", _entropy_collapse),
         Detector("reward_falling", ("grpo", "ppo"), "smoothed reward/mean lost half its gain after a peak", _reward_falling),
+        Detector("mostly_truncated", ("grpo", "ppo"), "over half the responses cut off for 5 steps", _mostly_truncated),
+        Detector("clipping_heavily", ("grpo", "ppo"), "over 30% of tokens clipped for 5 steps", _clipping_heavily),
+        Detector("critic_blind", ("ppo",), "explained variance below 0 for 10 steps", _critic_blind),
     )
 }
-DETECTOR_KEYS = ("grpo/zero_std_groups", "grpo/kl", "ppo/kl", "gen/response_length", "grpo/entropy", "ppo/entropy", "reward/mean")
+DETECTOR_KEYS = (
+    "grpo/zero_std_groups",
+    "grpo/kl",
+    "ppo/kl",
+    "gen/response_length",
+    "grpo/entropy",
+    "ppo/entropy",
+    "reward/mean",
+    "gen/truncated",
+    "grpo/clipfrac",
+    "ppo/clipfrac",
+    "ppo/explained_variance",
+)

@@ -45,6 +45,10 @@ def test_conditions_read_the_recent_points():
             {"max_new_tokens": 32},
         ),
         ("entropy_collapse", {"ppo/entropy": [1.0, 0.01]}, {"ppo/entropy": [0.01, 1.0]}, {}),
+        ("mostly_truncated", {"gen/truncated": [0.2] + [0.8] * 5}, {"gen/truncated": [0.8] * 4 + [0.3]}, {}),
+        ("clipping_heavily", {"grpo/clipfrac": [0.4] * 5}, {"grpo/clipfrac": [0.4] * 4 + [0.1]}, {}),
+        ("clipping_heavily", {"ppo/clipfrac": [0.2] * 5}, {"ppo/clipfrac": [0.05] * 5}, {"bound": 0.1}),
+        ("critic_blind", {"ppo/explained_variance": [0.5] + [-0.2] * 10}, {"ppo/explained_variance": [-0.2] * 9 + [0.1]}, {}),
         (
             "reward_falling",
             {"reward/mean": [0.0] * 10 + [1.0] * 10 + [0.2] * 10},
