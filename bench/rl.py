@@ -16,14 +16,20 @@ PPO: ours only, an examples/ppo.yaml-like run (builtin:randomwalks, builtin tiny
 4 epochs of 2 minibatches per step). TRL 1.16 removed PPOTrainer (not in `trl`, not in
 `trl.experimental`); the bench asks the TRL venv and prints the answer in the table.
 
+The GRPO family's variants run on both sides with the same settings (GRPO_VARIANTS): grpo (TRL loss_type grpo),
+grpo-dr_grpo (Dr. GRPO: loss dr_grpo without std scaling; TRL loss_type dr_grpo, scale_rewards none), grpo-dapo
+(DAPO's token-level loss with clip-higher 0.28; TRL loss_type dapo, epsilon_high 0.28). With --sft-steps both start
+from our SFT of the tiny Llama, so that the learning curves (reward over the first and last 5 steps) mean something.
+
 rlplane runs as `python -m trainer_core run SPEC.json --out DIR` with this interpreter; TRL runs as
-`bench/rlbench/trl_side.py` with the interpreter of a separate venv (--trl-python), so TRL never
-enters the project's .venv:
+`bench/rlbench/trl_side.py` with the interpreter given by --trl-python: the project's dev venv holds trl 1.16
+(tests/test_command_runs.py runs it), or a venv of its own:
 
     python3 -m venv bench/.venv-trl
     bench/.venv-trl/bin/pip install trl==1.16.0 torch==2.13.0 transformers==5.23.0 datasets
     .venv/bin/python bench/rl.py                        # about 3 minutes on 2 cores
-    .venv/bin/python bench/rl.py --only grpo --steps 60 --json bench/results/rl.json
+    .venv/bin/python bench/rl.py --only grpo,grpo-dr_grpo,grpo-dapo --sft-steps 250 --steps 40 --lr 2e-4 \
+        --repeat 1 --trl-python .venv/bin/python --json bench/results/rl-variants.json
 
 Steps/s is measured end of step to end of step after --warmup steps (rlplane: the "time" of
 consecutive metrics rows, log_every 1; TRL: a callback's on_step_end). A step splits into
@@ -50,7 +56,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from trainers import env_for, machine  # noqa: E402  (the trainers bench's environment and machine facts)
 
 TRL_SIDE = ROOT / "bench" / "rlbench" / "trl_side.py"
-ALGORITHMS = ("grpo", "ppo")
+# The GRPO family, each variant as both sides set it: (our grpo section's overrides, TRL's GRPOConfig overrides).
+GRPO_VARIANTS: dict[str, tuple[dict, dict]] = {
+    "grpo": ({}, {"loss_type": "grpo", "epsilon_high": 0.2, "scale_rewards": "group"}),
+    "grpo-dr_grpo": ({"loss": "dr_grpo", "normalize_std": False}, {"loss_type": "dr_grpo", "scale_rewards": "none"}),
+    "grpo-dapo": ({"loss": "dapo", "clip_high": 0.28}, {"loss_type": "dapo", "epsilon_high": 0.28}),
+}
+ALGORITHMS = (*GRPO_VARIANTS, "ppo")
 TRL_PPO_PROBE = """
 import importlib.util, trl
 print("trl.PPOTrainer:", "present" if hasattr(trl, "PPOTrainer") else "absent")
@@ -66,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group", type=int, default=8, help="GRPO responses per prompt (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=8, help="GRPO response length limit (default 8)")
     p.add_argument("--lr", type=float, default=1e-5, help="GRPO constant learning rate (default 1e-5)")
+    p.add_argument(
+        "--sft-steps", type=int, default=0, help="SFT the starting model for this many steps first (default 0: random)"
+    )
     p.add_argument("--beta", type=float, default=0.04, help="GRPO KL coefficient, > 0 (default 0.04)")
     p.add_argument("--ppo-steps", type=int, default=20, help="PPO steps per run (default 20)")
     p.add_argument("--ppo-batch", type=int, default=32, help="PPO rollouts per step (default 32)")
@@ -88,8 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def prepare(work: Path) -> dict[str, Path]:
-    """Save the tiny Llama (seed 0) and the builtin:arithmetic training prompts; returns their paths."""
+def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """The starting model both sides load and the builtin:arithmetic training prompts; returns their paths. The model
+    is the tiny Llama (seed 0), SFT'd by our recipe for --sft-steps first, so that its answers are right often enough
+    for rewards to differ within a group (from random weights every reward is 0 and nothing is learned)."""
     from trainer_core.data import load_examples
     from trainer_core.models import build_builtin
 
@@ -97,6 +114,21 @@ def prepare(work: Path) -> dict[str, Path]:
     model_dir = work / "tiny-llama"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
+    if args.sft_steps:
+        spec = {
+            "name": "bench-sft",
+            "algorithm": "sft",
+            "model": {"path": str(model_dir), "max_seq_len": 32},
+            "data": {"source": "builtin:arithmetic", "eval_fraction": 0.1},
+            "train": {"steps": args.sft_steps, "batch_size": 32, "lr": 1e-3, "warmup_steps": 10, "eval_every": None},
+        }
+        spec_path = work / "sft.json"
+        spec_path.write_text(json.dumps(spec))
+        cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(work / "sft")]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env_for(args), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the SFT start failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        model_dir = work / "sft" / "final"
     rows = load_examples({"source": "builtin:arithmetic"}, "prompts", seed=0).train
     prompts = work / "arithmetic-prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": r["prompt"], "answer": r["answer"]}) + "\n" for r in rows))
@@ -112,9 +144,9 @@ def rlplane_spec(algorithm: str, paths: dict[str, Path], args: argparse.Namespac
         "resources": {"queue": "cpu", "gpus": 0},
     }
     train = {"schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0, "log_every": 1}
-    if algorithm == "grpo":
+    if algorithm in GRPO_VARIANTS:
         return {
-            "name": "bench-grpo",
+            "name": f"bench-{algorithm}",
             "algorithm": "grpo",
             "model": {"path": str(paths["model"]), "max_seq_len": 32, "dtype": "fp32"},
             "reward": {"kind": "builtin", "name": "arithmetic"},
@@ -131,6 +163,7 @@ def rlplane_spec(algorithm: str, paths: dict[str, Path], args: argparse.Namespac
                 "cliprange": 0.2,
                 "samples_to_log": 0,
                 "gen": {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_k": 0, "top_p": 1.0},
+                **GRPO_VARIANTS[algorithm][0],
             },
         }
     return {  # examples/ppo.yaml from the builtin model instead of the sft-randomwalks run
@@ -198,6 +231,7 @@ def run_trl(algorithm: str, work: Path, paths: dict[str, Path], args: argparse.N
         "threads": args.threads,
         "root": str(ROOT),
         "result": str(work / f"trl-{algorithm}.json"),
+        "variant": GRPO_VARIANTS[algorithm][1],
     }
     config_path = work / f"trl-{algorithm}-config.json"
     config_path.write_text(json.dumps(config))
@@ -265,8 +299,9 @@ def summarize(
         "gen_s_per_step": sum(gen) / len(gen),
         "train_s_per_step": sum(train) / len(train),
         "response_length": sum(response_length[warmup:]) / len(step),
-        "reward_first": reward[0] if reward else float("nan"),
-        "reward_last": reward[-1] if reward else float("nan"),
+        "reward_first": sum(reward[:5]) / len(reward[:5]) if reward else float("nan"),  # the first 5 steps' mean
+        "reward_last": sum(reward[-5:]) / len(reward[-5:]) if reward else float("nan"),  # the last 5 steps'
+        "reward": reward,
         "process_wall_s": wall,
         "step_s": step_s,
     }
@@ -280,9 +315,9 @@ def table(results: dict[str, dict], trl_ppo: str) -> str:
     head = (
         "| algorithm | rlplane steps/s | TRL steps/s | rlplane/TRL | rlplane gen / other / train | "
         "TRL gen / other / train | gen ms/step rlplane / TRL | train ms/step rlplane / TRL | "
-        "response tokens rlplane / TRL |"
+        "response tokens rlplane / TRL | reward, first 5 -> last 5 steps, rlplane / TRL |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for algorithm, r in results.items():
         ours, trl = r["rlplane"], r.get("trl")
         if trl is None:
@@ -290,7 +325,7 @@ def table(results: dict[str, dict], trl_ppo: str) -> str:
             lines.append(
                 f"| {algorithm} | {ours['steps_per_s']:.2f} | - ({why}) | - | {split_text(ours)} | - | "
                 f"{ours['gen_s_per_step'] * 1e3:.0f} / - | {ours['train_s_per_step'] * 1e3:.0f} / - | "
-                f"{ours['response_length']:.2f} / - |"
+                f"{ours['response_length']:.2f} / - | {ours['reward_first']:.3f} -> {ours['reward_last']:.3f} / - |"
             )
             continue
         lines.append(
@@ -298,7 +333,8 @@ def table(results: dict[str, dict], trl_ppo: str) -> str:
             f"{ours['steps_per_s'] / trl['steps_per_s']:.2f}x | {split_text(ours)} | {split_text(trl)} | "
             f"{ours['gen_s_per_step'] * 1e3:.0f} / {trl['gen_s_per_step'] * 1e3:.0f} | "
             f"{ours['train_s_per_step'] * 1e3:.0f} / {trl['train_s_per_step'] * 1e3:.0f} | "
-            f"{ours['response_length']:.2f} / {trl['response_length']:.2f} |"
+            f"{ours['response_length']:.2f} / {trl['response_length']:.2f} | "
+            f"{ours['reward_first']:.3f} -> {ours['reward_last']:.3f} / {trl['reward_first']:.3f} -> {trl['reward_last']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -310,12 +346,12 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def measure(work: Path, args: argparse.Namespace) -> dict[str, dict]:
-    paths = prepare(work)
+    paths = prepare(work, args)
     runs: dict[str, dict[str, list[dict]]] = {a: {"rlplane": [], "trl": []} for a in args.only}
     for i in range(args.repeat):  # alternate the sides so that drift on the machine hits both alike
         for algorithm in args.only:
             sides = [("rlplane", run_rlplane)]
-            if algorithm == "grpo" and not args.skip_trl:
+            if algorithm in GRPO_VARIANTS and not args.skip_trl:
                 sides.append(("trl", run_trl))
             for side, fn in sides if i % 2 == 0 else sides[::-1]:
                 runs[algorithm][side].append(fn(algorithm, work, paths, args))
@@ -354,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             "rlplane: torch.optim.AdamW(fused=True), fp32, no checkpointing"
         )
     print(
-        f"grpo: tiny-llama, builtin:arithmetic, {args.prompts} prompts x {args.group} responses, max_new_tokens "
+        f"grpo: tiny-llama{f' after {args.sft_steps} SFT steps' if args.sft_steps else ''}, builtin:arithmetic, "
+        f"{args.prompts} prompts x {args.group} responses, max_new_tokens "
         f"{args.max_new_tokens}, lr {args.lr:g} constant, beta {args.beta:g}, {args.steps} steps ({args.warmup} not timed)\n"
         f"ppo: builtin tiny-gpt2, builtin:randomwalks, {args.ppo_batch} rollouts, 4 epochs x 2 minibatches, "
         f"{args.ppo_steps} steps ({args.warmup} not timed); median of {args.repeat} alternating runs per side\n"
