@@ -128,6 +128,13 @@ class TestWorkerChannel:
         other.finish()
         assert not (attached / "metrics.jsonl").exists() and not (attached / ENVIRONMENT_FILE).exists()
 
+    def test_a_second_init_finishes_the_first_run(self, attached):
+        first = rlplane.init()
+        second = rlplane.init()
+        assert first.finished and not second.finished
+        second.finish()
+        assert second.finished
+
     def test_a_missing_checkpoint_is_refused_at_the_call(self, attached, tmp_path):
         run = rlplane.init()
         with pytest.raises(rlplane.SdkError, match="does not exist; save the checkpoint first"):

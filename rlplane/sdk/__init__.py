@@ -44,6 +44,7 @@ __all__ = ["Run", "SdkError", "init"]
 logger = logging.getLogger("rlplane.sdk")
 
 Ending = Literal["succeeded", "failed", "cancelled"]
+_current: Run | None = None  # the run rlplane.init made last (a second init finishes it)
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -76,6 +77,11 @@ class Run:
     def reporting(self) -> bool:
         """False on ranks other than 0 (their calls are checked, then dropped)."""
         return self._channel is not None
+
+    @property
+    def finished(self) -> bool:
+        """finish() has run (by the script, at exit, or by a later rlplane.init)."""
+        return self._finished
 
     @property
     def step(self) -> int | None:
@@ -171,16 +177,21 @@ def init(
     script's name). `steps`: how many steps the script will take (the progress shown); `keep_last`: checkpoints kept;
     `capture_output`: what the script prints becomes the run's logs (outside a worker; inside one the worker does it).
     Raises SdkError when the run cannot be created (the message says why: no login, no such project, ...)."""
+    global _current
+    if _current is not None:  # one run at a time, as a script means it: a second init ends the first
+        _current.finish()
     run_config = dict(config or {})
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
-        return _attach(Path(run_dir), run_config, rank)
+        _current = _attach(Path(run_dir), run_config, rank)
+        return _current
     if rank != 0:
         return Run(None, run_id=None, config=run_config)
     run = _create(project, name, run_config, description, tags, steps, keep_last, url, token)
     if capture_output and run._channel is not None:
         console.capture(run._channel.reporter)
+    _current = run
     return run
 
 
