@@ -19,7 +19,8 @@ PPO: ours only, an examples/ppo.yaml-like run (builtin:randomwalks, builtin tiny
 The GRPO family's variants run on both sides with the same settings (GRPO_VARIANTS): grpo (TRL loss_type grpo),
 grpo-dr_grpo (Dr. GRPO: loss dr_grpo without std scaling; TRL loss_type dr_grpo, scale_rewards none), grpo-dapo
 (DAPO's token-level loss with clip-higher 0.28; TRL loss_type dapo, epsilon_high 0.28). With --sft-steps both start
-from our SFT of the tiny Llama, so that the learning curves (reward over the first and last 5 steps) mean something.
+from our SFT of the builtin model (--model), so that the learning curves (mean reward over the first and last 20
+steps) mean something.
 
 rlplane runs as `python -m trainer_core run SPEC.json --out DIR` with this interpreter; TRL runs as
 `bench/rlbench/trl_side.py` with the interpreter given by --trl-python: the project's dev venv holds trl 1.16
@@ -81,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sft-steps", type=int, default=0, help="SFT the starting model for this many steps first (default 0: random)"
     )
+    p.add_argument(
+        "--model", default="tiny-llama", choices=("tiny-llama", "tiny-gpt2"), help="builtin model (default tiny-llama)"
+    )
     p.add_argument("--beta", type=float, default=0.04, help="GRPO KL coefficient, > 0 (default 0.04)")
     p.add_argument("--ppo-steps", type=int, default=20, help="PPO steps per run (default 20)")
     p.add_argument("--ppo-batch", type=int, default=32, help="PPO rollouts per step (default 32)")
@@ -93,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", type=Path, help="keep the model, prompts and run directories here (default: a temp dir)")
     args = p.parse_args(argv)
     args.only = [a.strip() for a in args.only.split(",") if a.strip()]
+    args.trl_python = os.path.abspath(args.trl_python)  # TRL runs in the work directory; not resolved: a venv's link
     bad = [a for a in args.only if a not in ALGORITHMS]
     if bad:
         p.error(f"--only: unknown algorithm(s) {bad}; choose from {','.join(ALGORITHMS)}")
@@ -110,8 +115,8 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
     from trainer_core.data import load_examples
     from trainer_core.models import build_builtin
 
-    model, tokenizer = build_builtin("tiny-llama", "causal", seed=0)
-    model_dir = work / "tiny-llama"
+    model, tokenizer = build_builtin(args.model, "causal", seed=0)
+    model_dir = work / args.model
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     if args.sft_steps:
@@ -120,7 +125,7 @@ def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
             "algorithm": "sft",
             "model": {"path": str(model_dir), "max_seq_len": 32},
             "data": {"source": "builtin:arithmetic", "eval_fraction": 0.1},
-            "train": {"steps": args.sft_steps, "batch_size": 32, "lr": 1e-3, "warmup_steps": 10, "eval_every": None},
+            "train": {"steps": args.sft_steps, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20, "eval_every": None},
         }
         spec_path = work / "sft.json"
         spec_path.write_text(json.dumps(spec))
@@ -299,8 +304,8 @@ def summarize(
         "gen_s_per_step": sum(gen) / len(gen),
         "train_s_per_step": sum(train) / len(train),
         "response_length": sum(response_length[warmup:]) / len(step),
-        "reward_first": sum(reward[:5]) / len(reward[:5]) if reward else float("nan"),  # the first 5 steps' mean
-        "reward_last": sum(reward[-5:]) / len(reward[-5:]) if reward else float("nan"),  # the last 5 steps'
+        "reward_first": sum(reward[:20]) / len(reward[:20]) if reward else float("nan"),  # the first 20 steps' mean
+        "reward_last": sum(reward[-20:]) / len(reward[-20:]) if reward else float("nan"),  # the last 20 steps'
         "reward": reward,
         "process_wall_s": wall,
         "step_s": step_s,
@@ -315,7 +320,7 @@ def table(results: dict[str, dict], trl_ppo: str) -> str:
     head = (
         "| algorithm | rlplane steps/s | TRL steps/s | rlplane/TRL | rlplane gen / other / train | "
         "TRL gen / other / train | gen ms/step rlplane / TRL | train ms/step rlplane / TRL | "
-        "response tokens rlplane / TRL | reward, first 5 -> last 5 steps, rlplane / TRL |"
+        "response tokens rlplane / TRL | reward, first 20 -> last 20 steps, rlplane / TRL |"
     )
     lines = [head, "|" + "---|" * 10]
     for algorithm, r in results.items():
@@ -390,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             "rlplane: torch.optim.AdamW(fused=True), fp32, no checkpointing"
         )
     print(
-        f"grpo: tiny-llama{f' after {args.sft_steps} SFT steps' if args.sft_steps else ''}, builtin:arithmetic, "
+        f"grpo: {args.model}{f' after {args.sft_steps} SFT steps' if args.sft_steps else ''}, builtin:arithmetic, "
         f"{args.prompts} prompts x {args.group} responses, max_new_tokens "
         f"{args.max_new_tokens}, lr {args.lr:g} constant, beta {args.beta:g}, {args.steps} steps ({args.warmup} not timed)\n"
         f"ppo: builtin tiny-gpt2, builtin:randomwalks, {args.ppo_batch} rollouts, 4 epochs x 2 minibatches, "
