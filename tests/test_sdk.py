@@ -247,6 +247,17 @@ class TestScriptedRuns:
         refused = client.put(f"/api/v1/runs/{worker_run['id']}/checkpoints/5/files/x.bin", content=b"x")
         assert refused.status_code == 409 and "stores its checkpoints itself" in refused.json()["detail"]
 
+    def test_rotated_checkpoints_of_a_scripted_run_leave_the_artifact_root(self, client, artifacts_root):
+        run = external(client, {**SCRIPT_SPEC, "train": {"steps": 50, "keep_last": 1}})
+        base = f"/api/v1/runs/{run['id']}/checkpoints"
+        for step in (5, 6):
+            assert client.put(f"{base}/{step}/files/w.bin", content=bytes([step])).status_code == 201
+            body = {"step": step, "path": f"runs/{run['id']}/checkpoints/step-{step:06d}", "size": 1, "sha256": "0" * 64}
+            assert client.post(base, json={**body, "kind": "checkpoint"}).status_code == 201
+        assert [c["step"] for c in client.get(base).json()["data"]] == [6]
+        kept = artifacts_root / "runs" / str(run["id"]) / "checkpoints"
+        assert sorted(p.name for p in kept.iterdir()) == ["step-000006"]  # step 5's files went with its record
+
     def test_a_script_that_falls_silent_is_failed(self, app, client, db):
         run = external(client)
         long_ago = utcnow() - timedelta(seconds=1000)

@@ -17,7 +17,8 @@ from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
 from api.metrics import rollups
 from api.models import Checkpoint, Run, RunLink
 from api.runs.service import claim_for_report, readable_run
-from rlplane.layout import rotated
+from api.unit_of_work import unit_of_work
+from rlplane.layout import rotated, run_checkpoint
 from rlplane.spec.sections import TrainSpec
 
 
@@ -86,19 +87,24 @@ def register(
     session.add(ckpt)
     session.flush()
     if body.kind == "checkpoint":
-        _forget_rotated(session, run_id)
+        _forget_rotated(session, store, run_id)
     return ckpt, True
 
 
-def _forget_rotated(session: Session, run_id: int) -> None:
+def _forget_rotated(session: Session, store: ArtifactStore, run_id: int) -> None:
     """Drop the records of checkpoints the trainer has rotated away (rlplane.layout.rotated: the trainer and a
-    remote root's worker keep the same ones), so a listing never offers a checkpoint whose files are gone."""
+    remote root's worker keep the same ones), so a listing never offers a checkpoint whose files are gone. A run
+    its script started itself (rlplane.init) uploaded its files here and has no worker to delete them: the API
+    deletes them, once the records' deletion is committed."""
     spec = session.scalar(select(Run.spec).where(Run.id == run_id)) or {}
     keep_last = (spec.get("train") or {}).get("keep_last", TrainSpec.model_fields["keep_last"].default)
     ours = (Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
     doomed = rotated(session.scalars(select(Checkpoint.step).where(*ours)).all(), keep_last)
     if doomed:
         session.execute(delete(Checkpoint).where(*ours, Checkpoint.step.in_(doomed)))
+        if ((spec.get("command") or {}).get("external")) is True:
+            for step in doomed:
+                unit_of_work(session).after_commit(partial(store.delete_tree, PurePosixPath(run_checkpoint(run_id, step))))
 
 
 def list_checkpoints(session: Session, principal: Principal, run_id: int) -> schemas.CheckpointList:
