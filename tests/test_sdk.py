@@ -302,6 +302,25 @@ class TestCodeSnapshots:
         outsider = create_user(client, "outsider", roles={"other": "member"}, scopes=("read", "write"))
         assert client.get(f"/api/v1/code/{sha}", headers=auth(outsider)).status_code == 404
 
+    def test_pipelines_and_sweeps_name_only_uploaded_snapshots(self, client):
+        missing = {"argv": ["python", "t.py", "--lr", "{train.lr}"], "code": {"snapshot": "e" * 64}}
+        stage = {k: v for k, v in SCRIPT_SPEC.items() if k != "name"} | {"command": missing}
+        for path in ("/api/v1/pipelines", "/api/v1/pipelines/validate"):
+            refused = client.post(path, json={"name": "p", "stages": {"train": {"spec": stage}}})
+            assert refused.status_code == 422, refused.text
+            [error] = refused.json()["detail"]
+            assert error["loc"] == ["body", "stages", "train", "spec", "command", "code", "snapshot"]
+            assert "POST /api/v1/code" in error["msg"]
+        sweep = {"name": "s", "spec": stage, "space": {"train.lr": {"type": "categorical", "choices": [1e-4]}}, "metric": "m"}
+        refused = client.post("/api/v1/sweeps", json=sweep)
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == [
+            "body",
+            "spec",
+            "command",
+            "code",
+            "snapshot",
+        ]
+
     @pytest.mark.parametrize(
         "archive, words",
         [

@@ -68,16 +68,19 @@ def readable(session: Session, principal: Principal, artifacts: ArtifactStore, s
 
 
 def _snapshot_of(spec: dict | None) -> str | None:
-    code = ((spec or {}).get("command") or {}).get("code") or {}
-    return code.get("snapshot")
+    command = (spec or {}).get("command") if isinstance(spec, dict) else None
+    code = command.get("code") if isinstance(command, dict) else None
+    return code.get("snapshot") if isinstance(code, dict) else None
 
 
-def check_snapshot(artifacts: ArtifactStore, spec: RunSpec) -> None:
-    """A command run's snapshot must have been uploaded (POST /code) before the run names it."""
-    code = spec.command.code if spec.command is not None else None
-    if code is not None and code.snapshot is not None and not exists(artifacts, code.snapshot):
+def check_snapshot(artifacts: ArtifactStore, spec: RunSpec | dict, at: tuple[str, ...] = ("body",)) -> None:
+    """A command run's snapshot must have been uploaded (POST /code) before a run names it: a submitted spec, or a
+    pipeline stage's or a sweep's (a document still to be resolved, `at` its place in the body)."""
+    document = spec.model_dump(mode="json") if isinstance(spec, RunSpec) else spec
+    sha = _snapshot_of(document)
+    if isinstance(sha, str) and not exists(artifacts, sha):
         raise Unprocessable(
-            ["body", "command", "code", "snapshot"],
-            f"no code snapshot {code.snapshot} was uploaded: upload it first (POST /api/v1/code), or let "
+            [*at, "command", "code", "snapshot"],
+            f"no code snapshot {sha} was uploaded: upload it first (POST /api/v1/code), or let "
             "`rlplane submit --code DIR` do both",
         )

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 
 from api.auth.deps import Reader, Writer
 from api.bodies import document_body, document_openapi, located
+from api.code import service as code
 from api.db import SessionDep
 from api.pipelines import schemas, service, views
 from rlplane.pipeline import PipelineDoc, dependencies, load_pipeline
@@ -30,9 +31,15 @@ def create_pipeline(
 ) -> schemas.PipelineDetail:
     """Validate the whole pipeline (every stage's spec, references, gates, no cycles) and start the stages that need
     nothing; the rest start as the reconciler finds their inputs."""
+    _snapshots_uploaded(request, body)
     pipeline = service.submit(session, principal, body, request.app.state.settings.reward_entrypoints)
     session.flush()
     return views.detail(session, pipeline)
+
+
+def _snapshots_uploaded(request: Request, body: PipelineDoc) -> None:
+    for name, stage in body.stages.items():
+        code.check_snapshot(request.app.state.artifacts, stage.spec, ("body", "stages", name, "spec"))
 
 
 @router.post("/validate", response_model=schemas.PipelineCheck, openapi_extra=_DOCUMENT_BODY)
@@ -41,6 +48,7 @@ def validate_pipeline(
 ) -> schemas.PipelineCheck:
     """Check a pipeline as a submit would (every stage, references, gates, cycles, project and write access,
     allowed rewards, datasets) without storing it: the New run page calls it as you type."""
+    _snapshots_uploaded(request, body)
     service.check_submission(session, principal, body, request.app.state.settings.reward_entrypoints)
     return schemas.PipelineCheck(stages=[schemas.StageNeeds(name=n, needs=needs) for n, needs in dependencies(body).items()])
 

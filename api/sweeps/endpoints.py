@@ -4,6 +4,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 
 from api.auth.deps import Reader, Writer
 from api.bodies import document_body, document_openapi, located
+from api.code import service as code
 from api.db import SessionDep
 from api.sweeps import schemas, service, views
 from rlplane.spec import SpecError
@@ -27,6 +28,7 @@ def create_sweep(
     principal: Writer, body: Annotated[SweepDoc, Depends(sweep_body)], session: SessionDep, request: Request
 ) -> schemas.SweepDetail:
     """Check the sweep (the spec at every end of every range) and start its first `parallel` trials."""
+    code.check_snapshot(request.app.state.artifacts, body.spec, ("body", "spec"))
     sweep = service.submit(session, principal, body, request.app.state.settings.reward_entrypoints)
     session.flush()
     return views.detail(session, sweep)
