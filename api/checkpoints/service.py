@@ -17,6 +17,7 @@ from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
 from api.metrics import rollups
 from api.models import Checkpoint, Run, RunLink
 from api.runs.service import claim_for_report, readable_run
+from api.runs.views import scripted_spec
 from api.unit_of_work import unit_of_work
 from rlplane.layout import rotated, run_checkpoint
 from rlplane.spec.sections import TrainSpec
@@ -102,7 +103,7 @@ def _forget_rotated(session: Session, store: ArtifactStore, run_id: int) -> None
     doomed = rotated(session.scalars(select(Checkpoint.step).where(*ours)).all(), keep_last)
     if doomed:
         session.execute(delete(Checkpoint).where(*ours, Checkpoint.step.in_(doomed)))
-        if ((spec.get("command") or {}).get("external")) is True:
+        if scripted_spec(spec):
             for step in doomed:
                 unit_of_work(session).after_commit(partial(store.delete_tree, PurePosixPath(run_checkpoint(run_id, step))))
 

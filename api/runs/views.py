@@ -103,4 +103,9 @@ def _output(export) -> schemas.RunOutput | None:
 
 def is_scripted(run: Run) -> bool:
     """A run its script started itself (rlplane.init): no worker can run it again."""
-    return bool(((run.spec or {}).get("command") or {}).get("external"))
+    return scripted_spec(run.spec)
+
+
+def scripted_spec(spec: dict | None) -> bool:
+    """The stored spec of a run its script started itself."""
+    return bool(((spec or {}).get("command") or {}).get("external"))

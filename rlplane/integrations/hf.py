@@ -21,6 +21,7 @@ GRPO, RLOO, ...) accept it.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,6 @@ class RlplaneCallback(TrainerCallback):
     def resume_from() -> str | None:
         """The checkpoint to resume from, for trainer.train(resume_from_checkpoint=...): the newest of this run's
         (a retried or resumed attempt of a worker's run), else None."""
-        import os
-
         resume = os.environ.get(RESUME_ENV) or None
         if resume is None and os.environ.get(RUN_DIR_ENV):
             found = latest_checkpoint(Path(os.environ[RUN_DIR_ENV]))

@@ -69,8 +69,7 @@ class WorkerChannel:
         if source.resolve() != target.resolve():
             staging = root / f".staging-{step_dir_name(step)}-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
-            _link_tree(source, staging)
-            (staging / MANIFEST).unlink(missing_ok=True)
+            _link_tree(source, staging)  # without the source's own manifest: ours is written here
             write_manifest(staging, step)
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)
@@ -95,8 +94,7 @@ class WorkerChannel:
 class ApiChannel:
     def __init__(self, client: Client, token: str, run: dict[str, Any], spool_dir: Path) -> None:
         self.client, self.run_id = client, int(run["id"])
-        self.attempt = int(run.get("attempt_count") or 1)
-        self.keep_last = int(((run.get("spec") or {}).get("train") or {}).get("keep_last", 3))
+        self.attempt = int(run["attempts"][-1]["number"]) if run.get("attempts") else 1
         self.sink = ControlPlaneSink(client.url, token, self.run_id, self.attempt, spool_dir=spool_dir, max_retries=3)
         self.reporter = AsyncReporter([self.sink])
         self.status: str = str(run.get("status", "running"))

@@ -3,7 +3,6 @@ line that made it is in the traceback (not as a 422 in a background thread minut
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from numbers import Real
@@ -89,7 +88,3 @@ def samples(items: Sequence[Mapping[str, Any]]) -> list[Sample]:
     if isinstance(items, Mapping) or not isinstance(items, Sequence):
         raise SdkError("log_samples() takes a list of samples (mappings with prompt, response, reward, ...)")
     return [sample(item, f"samples[{i}]") for i, item in enumerate(items)]
-
-
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

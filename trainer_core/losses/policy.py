@@ -7,6 +7,7 @@ Sequence-level tensors are [B]. Nothing here calls a model or keeps state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import torch
@@ -147,7 +148,7 @@ def group_advantages(
     group_size: int,
     baseline: Baseline = "group_mean",
     normalize_std: bool = True,
-    batch_moments: Tensor | None = None,
+    reduce_sum: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """One advantage per response [N] from rewards [N] laid out as N / group_size groups of consecutive responses.
 
@@ -155,8 +156,8 @@ def group_advantages(
     (Ahmadian et al. 2024). normalize_std divides by the group's std (+1e-4): a group whose
     responses all scored the same gets advantage 0, not a division by zero. reinforce++: r - mean(group),
     whitened over the whole batch instead of each group (REINFORCE++ with a group baseline, Hu et al. 2025:
-    a group's own std, a few responses, is a noisy scale); `batch_moments` [count, sum, sum of squares] of the
-    centered rewards over every rank's share of the batch (default: these rewards alone).
+    a group's own std, a few responses, is a noisy scale); `reduce_sum` sums its [count, sum, sum of squares]
+    moments over every rank's share of the batch (default: these rewards alone).
     """
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be [N] with N a multiple of group_size {group_size}, got {tuple(rewards.shape)}")
@@ -171,7 +172,8 @@ def group_advantages(
     else:
         raise ValueError(f"baseline must be 'group_mean', 'rloo' or 'reinforce++', got {baseline!r}")
     if normalize_std and baseline == "reinforce++":
-        moments = centered_moments(centered.reshape(-1)) if batch_moments is None else batch_moments
+        moments = centered_moments(centered.reshape(-1))
+        moments = reduce_sum(moments) if reduce_sum is not None else moments
         count, total, squares = moments[0], moments[1], moments[2]
         batch_mean = total / count
         batch_var = (squares / count - batch_mean**2).clamp(min=0) * count / (count - 1).clamp(min=1)

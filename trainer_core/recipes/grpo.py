@@ -33,7 +33,6 @@ from trainer_core.backends import MicroStep, micro_batch_ranges
 from trainer_core.data import load_examples
 from trainer_core.data.tokenize import pad_id
 from trainer_core.losses.policy import (
-    centered_moments,
     entropy_from_logits,
     group_advantages,
     grpo_loss,
@@ -94,8 +93,8 @@ class Groups:
     ref_logprobs: torch.Tensor | None  # [N, R]; None without a KL term in the loss
     stats: dict[str, float]  # this rank's sums
     token_normalizer: float  # grpo.loss dapo: the step's response tokens over all ranks, per data-parallel rank
-    lowest: dict[str, float]  # over all ranks: what the step reports as its minimum (and highest its maximum)
-    highest: dict[str, float]
+    lowest: dict[str, torch.Tensor]  # what the step reports as its minimum (and highest its maximum), this rank's
+    highest: dict[str, torch.Tensor]
 
 
 def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,16 +127,13 @@ def sample(run: GrpoRun) -> Groups:
         kl = sequence_kl(old.float(), ref.float(), generation.response_mask)
         shaped, own["grpo/reward_kl"] = shaped - options.beta * kl, float(kl.sum())
         ref = None  # in the reward, not in the loss
-    moments = None
-    if options.baseline == "reinforce++":  # the batch's scale: every rank's responses
-        centered = (shaped.view(-1, options.group_size) - shaped.view(-1, options.group_size).mean(1, keepdim=True)).reshape(-1)
-        moments = backend.all_reduce(centered_moments(centered), "sum")
-    advantages = group_advantages(shaped, options.group_size, options.baseline, options.normalize_std, moments)
+    over_ranks = lambda moments: backend.all_reduce(moments, "sum")  # noqa: E731  (reinforce++: the whole batch's scale)
+    advantages = group_advantages(shaped, options.group_size, options.baseline, options.normalize_std, over_ranks)
     tokens = torch.tensor([float(generation.response_mask.sum())], dtype=torch.float64)
     normalizer = float(backend.all_reduce(tokens, "mean")[0])
     stats = online.rollout_stats(scored, rewards, own)
-    lowest = {"gen/response_length_min": float(backend.all_reduce(lengths.min().double(), "min"))}
-    highest = {"gen/response_length_max": float(backend.all_reduce(lengths.max().double(), "max"))}
+    lowest = {"gen/response_length_min": lengths.min().double()}
+    highest = {"gen/response_length_max": lengths.max().double()}
     return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest)
 
 
@@ -236,13 +232,11 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         sums += backend.forward_backward(run.model, steps).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
-    # The same on every rank (reduced here), so the step's averaging over ranks keeps them.
-    extremes = {
-        key: float(backend.all_reduce(torch.tensor(value, dtype=torch.float64), "min")) for key, value in groups.lowest.items()
-    }
-    extremes |= {
-        key: float(backend.all_reduce(torch.tensor(value, dtype=torch.float64), "max")) for key, value in groups.highest.items()
-    }
+    # The same on every rank (reduced here, one collective each), so the step's averaging over ranks keeps them.
+    extremes = {}
+    for op, found in (("min", groups.lowest), ("max", groups.highest)):
+        reduced = backend.all_reduce(torch.stack(list(found.values())), op).tolist()
+        extremes |= dict(zip(found, reduced, strict=True))
     return {**means, **extremes, "train/grad_norm": grad_norm / options.epochs}
 
 
@@ -278,8 +272,12 @@ def _finish(
         token_normalizer=groups.token_normalizer,
     )
     share = len(index) / size
-    groups.lowest["grpo/ratio_min"] = min(groups.lowest.get("grpo/ratio_min", float("inf")), float(out.ratio_min))
-    groups.highest["grpo/ratio_max"] = max(groups.highest.get("grpo/ratio_max", float("-inf")), float(out.ratio_max))
+    for found, key, value, pick in (
+        (groups.lowest, "grpo/ratio_min", out.ratio_min, torch.minimum),
+        (groups.highest, "grpo/ratio_max", out.ratio_max, torch.maximum),
+    ):  # tensors: no device sync per micro-batch
+        value = value.detach().double()
+        found[key] = value if key not in found else pick(found[key], value)
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), part.response_mask)
         values = [out.loss, out.policy_loss, out.kl, out.clipfrac, out.approx_kl, entropy]
