@@ -127,6 +127,7 @@ def rlplane_spec(recipe: str, paths: dict[str, Path], args: argparse.Namespace) 
     }
     if recipe == "dpo":
         spec["dpo"] = {"beta": args.beta, "loss": "sigmoid", "label_smoothing": 0.0, "ref_model": None}
+    spec["train"] |= getattr(args, "spec_train", {})  # bench/packing.py's padding_free and micro_batch_tokens
     return spec
 
 
@@ -174,6 +175,7 @@ def run_trl(recipe: str, work: Path, paths: dict[str, Path], args: argparse.Name
         "beta": args.beta,
         "threads": args.threads,
         "result": str(work / f"trl-{recipe}.json"),
+        **getattr(args, "trl_extra", {}),  # bench/packing.py's padding_free
     }
     config_path = work / f"trl-{recipe}-config.json"
     config_path.write_text(json.dumps(config))

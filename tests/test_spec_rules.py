@@ -89,6 +89,24 @@ RULE_CASES = {
         "builtin:tiny-sft has sft rows but algorithm dpo reads preference rows; use one of builtin:arithmetic, "
         "builtin:tiny-preference, builtin:randomwalks",
     ),
+    "packing-not-for-ilql": (
+        "sft",
+        ["algorithm=ilql", "data.source=builtin:randomwalks", "train.padding_free=true"],
+        "train.padding_free",
+        "ilql does not take train.padding_free (it is for sft, reward, dpo, ppo, grpo)",
+    ),
+    "packing-not-on-megatron": (
+        "sft",
+        [MEGATRON, "backend.precision=fp32", "train.micro_batch_tokens=256"],
+        "train.micro_batch_tokens",
+        "need Transformer Engine's attention; remove train.micro_batch_tokens or use torch, deepspeed or fsdp2",
+    ),
+    "token-budget-or-micro-batch-size": (
+        "sft",
+        ["train.micro_batch_tokens=256", "train.micro_batch_size=2"],
+        "train.micro_batch_size",
+        "set train.micro_batch_size or train.micro_batch_tokens, not both",
+    ),
     "sft-no-reward": ("sft", ["reward={kind: builtin, name: x}"], "reward", "remove the reward section"),
     "ilql-no-reward": ("sft", ["algorithm=ilql", "reward={kind: builtin, name: x}"], "reward", "rewards in its dataset"),
     "megatron-cpu-fp32": ("sft", [MEGATRON], "backend.precision", "megatron on CPU trains in fp32, not bf16"),

@@ -95,7 +95,11 @@ def main(config_path: str) -> None:
     )
     if recipe == "sft":
         model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
-        args = trl.SFTConfig(**common, packing=False, completion_only_loss=True)
+        # padding-free (bench/packing.py) leaves max_length unenforced, which TRL refuses unless it is None: the
+        # bench's rows are within it already
+        free = cfg.get("padding_free", False)
+        common |= {"max_length": None} if free else {}
+        args = trl.SFTConfig(**common, packing=False, completion_only_loss=True, padding_free=free)
         cls, extra = counting(trl.SFTTrainer), {}
     elif recipe == "reward":
         model = AutoModelForSequenceClassification.from_pretrained(cfg["model"], dtype=torch.float32)

@@ -406,6 +406,36 @@ def micro_batch_divides_rank_batch(spec: RunSpec) -> Rules:
         )
 
 
+# The recipes whose training forwards take token-budget micro-batches and run padding-free (recipes/packing.py).
+PACKED_ALGORITHMS = ("sft", "reward", "dpo", "ppo", "grpo")
+
+
+def packing_fits(spec: RunSpec) -> Rules:
+    """train.micro_batch_tokens and train.padding_free: sft, reward, dpo, ppo and grpo, not on megatron, and
+    micro_batch_tokens instead of micro_batch_size."""
+    train = spec.train
+    for field, on in (("micro_batch_tokens", train.micro_batch_tokens is not None), ("padding_free", train.padding_free)):
+        if not on:
+            continue
+        if spec.algorithm not in PACKED_ALGORITHMS:
+            yield Violation(
+                ("train", field),
+                f"{spec.algorithm} does not take train.{field} (it is for {', '.join(PACKED_ALGORITHMS)}); remove it",
+            )
+        elif spec.backend.kind == "megatron":
+            yield Violation(
+                ("train", field),
+                "megatron runs fixed-shape micro-batches through its pipeline schedule, and its packed sequences (the THD "
+                f"layout) need Transformer Engine's attention; remove train.{field} or use torch, deepspeed or fsdp2",
+            )
+    if train.micro_batch_tokens is not None and train.micro_batch_size is not None:
+        yield Violation(
+            ("train", "micro_batch_size"),
+            "set train.micro_batch_size or train.micro_batch_tokens, not both (a token budget decides how many examples "
+            "each micro-batch holds)",
+        )
+
+
 def grpo_batch_holds_whole_groups(spec: RunSpec) -> Rules:
     """grpo: train.batch_size must be a multiple of grpo.group_size (it counts responses, group_size per prompt)."""
     if spec.grpo is not None and spec.train.batch_size % spec.grpo.group_size:
@@ -483,6 +513,7 @@ RULES = (
     batch_splits_over_ranks,
     ppo_minibatch_divides_batch,
     micro_batch_divides_rank_batch,
+    packing_fits,
     grpo_batch_holds_whole_groups,
     intervals_within_steps,
     dpo_label_smoothing_needs_sigmoid,

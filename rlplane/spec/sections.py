@@ -336,6 +336,19 @@ class TrainSpec(StrictModel):
         description="Examples per forward/backward on one rank; gradients accumulate over the rest. "
         "null: the whole per-rank batch at once.",
     )
+    micro_batch_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Cut each rank's batch into micro-batches of at most this many tokens instead of micro_batch_size "
+        "examples (rows x longest row when padded, real tokens with padding_free); a longer example gets one of its "
+        "own. null: micro_batch_size.",
+    )
+    padding_free: bool = Field(
+        False,
+        description="Run each micro-batch's sequences back to back in one row, with no padding (position ids restart "
+        "per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, "
+        "ppo, grpo; not on megatron.",
+    )
     lr: float = Field(1.0e-5, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to lr over this many steps.")

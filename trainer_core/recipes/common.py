@@ -23,7 +23,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.spec.sections import ModelSpec, TrainSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, micro_batch_ranges
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
@@ -257,11 +257,11 @@ def local_batch(run: Run, items: Sequence[T]) -> list[T]:
     return [items[indices[i]] for i in local_batch_range(len(indices), backend.data_rank, backend.data_world_size)]
 
 
-def weighted_micro_batches(local: list[T], size: int) -> list[tuple[list[T], float]]:
-    """`local` in micro-batches of `size`, each with its loss weight: its share of `local` times the micro-batch
-    count, which the backend divides by again, so the step's loss is the mean over `local`."""
-    micro = micro_batch_ranges(range(len(local)), size)
-    return [(local[p.start : p.stop], len(local[p.start : p.stop]) / len(local) * len(micro)) for p in micro]
+def weighted_micro_batches(local: list[T], groups: list[list[int]]) -> list[tuple[list[T], float]]:
+    """`local`'s micro-batches (`groups` of its indices: recipes/packing.py), each with its loss weight: its share of
+    `local` times the micro-batch count, which the backend divides by again, so the step's loss is the mean over
+    `local`."""
+    return [([local[i] for i in group], len(group) / len(local) * len(groups)) for group in groups]
 
 
 # --- one optimizer step ---

@@ -32,7 +32,7 @@ from trainer_core.data.pairs import PairExample, load_pairs, pair_batch, pair_to
 from trainer_core.data.tokenize import model_inputs
 from trainer_core.losses import DpoLoss, dpo_loss, token_logprobs
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, loop, samples
+from trainer_core.recipes import common, loop, packing, samples
 
 
 @dataclass(kw_only=True)
@@ -52,6 +52,9 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=seed)
         data = load_pairs(spec, tokenizer)
         opt = common.prepare_optimization(spec, backend, model, len(data.train), resume_from)
+        if spec.train.padding_free:
+            packing.check_separates(opt.model, backend)
+            packing.check_separates(reference, backend)
     if resume_from is not None:
         reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return DpoRun(
@@ -61,11 +64,6 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         sample_rows=data.eval_rows[: spec.dpo.samples_to_log],
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
-
-
-def _token_logps(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probabilities of the 2B rows' labels and their mask (see `token_logprobs`)."""
-    return token_logprobs(_logits(model, batch), batch["labels"])
 
 
 def _sequence_logps(run: DpoRun, logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,15 +77,16 @@ def _sequence_logps(run: DpoRun, logps: torch.Tensor, mask: torch.Tensor) -> tup
 def _reference(run: DpoRun, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference model's (log π_ref(chosen), log π_ref(rejected)) [B] each."""
     with torch.no_grad():
-        return _sequence_logps(run, *_token_logps(run.reference, batch))
+        logits = _logits(run.reference, batch, run.spec.train.padding_free)
+        return _sequence_logps(run, *token_logprobs(logits, batch["labels"]))
 
 
 def _dpo(run: DpoRun, batch: dict[str, torch.Tensor]) -> DpoLoss:
     return _dpo_from_logits(run, _logits(run.model, batch), batch, _reference(run, batch))
 
 
-def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    return model(**model_inputs(batch)).logits
+def _logits(model: nn.Module, batch: dict[str, torch.Tensor], padding_free: bool = False) -> torch.Tensor:
+    return packing.forward(model, model_inputs(batch), padding_free).logits
 
 
 def _finish(
@@ -161,17 +160,27 @@ def evaluate(run: DpoRun) -> dict[str, float] | None:
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": (chosen - rejected) / pairs}
 
 
-def train_step(run: DpoRun) -> loop.StepResult:
-    """One optimizer step over the next global batch: loss and rewards/* means, pre-clip grad norm, input tokens."""
-    local = common.local_batch(run, run.train_pairs)
-    run.model.train()
+def micro_steps(run: DpoRun, local: list[PairExample]) -> list[MicroStep]:
+    """This rank's pairs of the step as micro-batches (train.micro_batch_size pairs or train.micro_batch_tokens tokens
+    each, padded or padding-free), each weighing its share of the rank's pairs, with the reference's log-probabilities."""
+    train = run.spec.train
+    sizes = [[len(p["chosen"]["input_ids"]), len(p["rejected"]["input_ids"])] for p in local]
     steps = []
-    for pairs, weight in common.weighted_micro_batches(local, run.spec.train.micro_batch_size):
+    for pairs, weight in common.weighted_micro_batches(local, packing.micro_batches(sizes, train, run.backend)):
         batch = _batch(run, pairs)
         # The reference's log-probabilities first, on every rank (a sharded or pipelined reference runs collectively).
         with run.backend.autocast():
             reference = _reference(run, batch)
-        steps.append(MicroStep(model_inputs(batch), partial(_finish, run=run, batch=batch, reference=reference, weight=weight)))
+        finish = partial(_finish, run=run, batch=batch, reference=reference, weight=weight)
+        steps.append(packing.micro_step(model_inputs(batch), finish, train.padding_free))
+    return steps
+
+
+def train_step(run: DpoRun) -> loop.StepResult:
+    """One optimizer step over the next global batch: loss and rewards/* means, pre-clip grad norm, input tokens."""
+    local = common.local_batch(run, run.train_pairs)
+    run.model.train()
+    steps = micro_steps(run, local)
     (loss, chosen, rejected, correct, count), grad_norm = common.optimizer_step(run, steps)
     values = {
         "train/loss": loss / count,

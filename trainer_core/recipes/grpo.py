@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import MicroStep, micro_batch_ranges
+from trainer_core.backends import MicroStep
 from trainer_core.data import load_examples
 from trainer_core.data.tokenize import pad_id
 from trainer_core.losses.policy import (
@@ -43,7 +43,7 @@ from trainer_core.losses.policy import (
     sequence_kl,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
+from trainer_core.recipes import checkpointing, common, loop, online, packing, rollouts, samples
 from trainer_core.rewards import Reward
 
 
@@ -73,6 +73,10 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         opt = common.prepare_optimization(
             spec, backend, policy, len(split.train), resume_from, batch_size=prompts_per_step, schedule_per_step=True
         )
+        if spec.train.padding_free:
+            for model in (opt.model, reference):
+                if model is not None:
+                    packing.check_separates(model, backend)
         if resume_from is not None:
             reward.load_state_dict(opt.extra["reward"])
             reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
@@ -97,8 +101,8 @@ class Groups:
     highest: dict[str, torch.Tensor]
 
 
-def _logprobs(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = model(**generation.inputs()).logits
+def _logprobs(model: nn.Module, generation: rollouts.Generation, padding_free: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = packing.forward(model, generation.inputs(), padding_free).logits
     p = generation.prompt_width
     return response_logprobs(logits, generation.input_ids, p), logits[:, p - 1 : -1]
 
@@ -113,11 +117,12 @@ def sample(run: GrpoRun) -> Groups:
     lengths = generation.response_mask.sum(1)
     kl_in_reward = options.kl_in == "reward" and run.reference is not None
     old = ref = None
+    packed = run.spec.train.padding_free
     with backend.autocast():
         if options.epochs > 1 or kl_in_reward:
-            old = _logprobs(run.model, generation)[0]  # the prepared model: a sharded one scores from its shards
+            old = _logprobs(run.model, generation, packed)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
-            ref = _logprobs(run.reference, generation)[0]
+            ref = _logprobs(run.reference, generation, packed)[0]
     own["gen/truncated"] = float((lengths >= options.gen.max_new_tokens).sum())
     shaped = rewards  # what the advantages are computed from; reward/* report the reward source's own
     if options.overlong_buffer is not None:
@@ -192,7 +197,9 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
     kls = None
     if run.reference is not None:
         with backend.autocast():
-            logprobs, ref = _logprobs(run.model, scored.generation)[0], _logprobs(run.reference, scored.generation)[0]
+            packed = run.spec.train.padding_free
+            logprobs = _logprobs(run.model, scored.generation, packed)[0]
+            ref = _logprobs(run.reference, scored.generation, packed)[0]
         per_token = kl_penalty(logprobs.float(), ref.float(), options.kl_estimator)
         kls = masked_mean(per_token, scored.generation.response_mask, dim=1).tolist()
     if backend.is_rank_zero:
@@ -214,22 +221,30 @@ _UPDATE_KEYS = (
 )
 
 
+def micro_steps(run: GrpoRun, groups: Groups) -> list[MicroStep]:
+    """This rank's responses as micro-batches of one update (train.micro_batch_size responses or
+    train.micro_batch_tokens tokens each, padded or padding-free), each weighing its share of the responses."""
+    train, generation = run.spec.train, groups.generation
+    size = groups.advantages.shape[0]
+    sizes = packing.row_sizes(generation.attention_mask, train.padding_free)
+    micro = packing.micro_batches(sizes, train, run.backend, run.spec.micro_batch_size)
+    steps = []
+    for group in micro:
+        index = torch.tensor(group, dtype=torch.long)
+        part = generation.rows(index)
+        finish = partial(_finish, run=run, groups=groups, index=index, part=part, size=size, scale=len(micro))
+        steps.append(packing.micro_step(part.inputs(), finish, train.padding_free))
+    return steps
+
+
 def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
     """grpo.epochs passes, each one optimizer update over all of this step's responses (in micro-batches)."""
-    spec, backend, options = run.spec, run.backend, run.spec.grpo
-    size = groups.advantages.shape[0]
+    backend, options = run.backend, run.spec.grpo
     sums = torch.zeros(len(_UPDATE_KEYS), dtype=torch.float64)
     grad_norm = 0.0
     run.model.train()
     for _ in range(options.epochs):
-        micro = micro_batch_ranges(range(size), spec.micro_batch_size)
-        steps = []
-        for piece in micro:
-            index = torch.arange(piece.start, piece.stop)
-            part = groups.generation.rows(index)
-            finish = partial(_finish, run=run, groups=groups, index=index, part=part, size=size, scale=len(micro))
-            steps.append(MicroStep(part.inputs(), finish))
-        sums += backend.forward_backward(run.model, steps).cpu().double()
+        sums += backend.forward_backward(run.model, micro_steps(run, groups)).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
     # The same on every rank (reduced here, one collective each), so the step's averaging over ranks keeps them.

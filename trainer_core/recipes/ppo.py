@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import MicroStep, local_batch_range, micro_batch_ranges
+from trainer_core.backends import MicroStep, local_batch_range
 from trainer_core.data import load_examples
 from trainer_core.losses.policy import (
     entropy_from_logits,
@@ -43,7 +43,7 @@ from trainer_core.losses.policy import (
     value_moments,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, online, rollouts, samples
+from trainer_core.recipes import checkpointing, common, loop, online, packing, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.rewards import Reward
 
@@ -119,6 +119,9 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         opt = common.prepare_optimization(
             spec, backend, model, len(split.train), resume_from, saved=saved, schedule_per_step=True
         )
+        if spec.train.padding_free:
+            packing.check_separates(opt.model, backend)
+            packing.check_separates(reference, backend)
         kl = KlController(options.kl_coef, options.target_kl, options.horizon)
         if resume_from is not None:
             kl.load_state_dict(opt.extra["kl"])
@@ -134,26 +137,31 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     )
 
 
-def _logprobs_values(model: nn.Module, generation: rollouts.Generation) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _logprobs_values(
+    model: nn.Module, generation: rollouts.Generation, padding_free: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log π of each response token, V of the state before it, the logits over the response positions)."""
-    logits, values = model(**generation.inputs())
+    logits, values = packing.forward(model, generation.inputs(), padding_free)
     p = generation.prompt_width
     return response_logprobs(logits, generation.input_ids, p), values[:, p - 1 : -1], logits[:, p - 1 : -1]
+
+
+def _reference_logprobs(run: PpoRun, generation: rollouts.Generation) -> torch.Tensor:
+    logits = packing.forward(run.reference, generation.inputs(), run.spec.train.padding_free).logits
+    return response_logprobs(logits, generation.input_ids, generation.prompt_width)
 
 
 @torch.no_grad()
 def rollout(run: PpoRun) -> Rollouts:
     """Sample and score this rank's share of the next global batch of prompts, with advantages."""
-    backend, options = run.backend, run.spec.ppo
+    backend, options, packed = run.backend, run.spec.ppo, run.spec.train.padding_free
     rows = common.local_batch(run, run.train_rows)
     scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen)
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
     with backend.autocast():
-        logprobs, values, _ = _logprobs_values(run.model, generation)  # the prepared model (megatron: its shards)
-        ref_logprobs = response_logprobs(
-            run.reference(**generation.inputs()).logits, generation.input_ids, generation.prompt_width
-        )
+        logprobs, values, _ = _logprobs_values(run.model, generation, packed)  # the prepared model (megatron: its shards)
+        ref_logprobs = _reference_logprobs(run, generation)
     mask_f = mask.to(logprobs.dtype)
     kl = (logprobs - ref_logprobs) * mask_f  # k1 per token: its sum is the response's KL estimate
     score = torch.tensor(scores.total, dtype=logprobs.dtype, device=backend.device)
@@ -174,6 +182,21 @@ def rollout(run: PpoRun) -> Rollouts:
 _UPDATE_KEYS = ("ppo/policy_loss", "ppo/value_loss", "ppo/entropy", "ppo/clipfrac", "ppo/approx_kl", "ppo/value_clipfrac")
 
 
+def micro_steps(run: PpoRun, batch: Rollouts, rows: torch.Tensor) -> list[MicroStep]:
+    """A minibatch's `rows` of the rollouts as micro-batches of one update (train.micro_batch_size rows or
+    train.micro_batch_tokens tokens each, padded or padding-free), each weighing its share of the minibatch."""
+    train = run.spec.train
+    sizes = packing.row_sizes(batch.generation.attention_mask[rows], train.padding_free)
+    micro = packing.micro_batches(sizes, train, run.backend, run.spec.micro_batch_size)
+    steps = []
+    for group in micro:
+        index = rows[torch.tensor(group, dtype=torch.long)]
+        part = batch.generation.rows(index)
+        finish = partial(_finish, run=run, batch=batch, index=index, part=part, rows=len(rows), scale=len(micro))
+        steps.append(packing.micro_step(part.inputs(), finish, train.padding_free))
+    return steps
+
+
 def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     """ppo.epochs passes of minibatch updates over the rollouts; the means of the loss statistics."""
     spec, backend, options = run.spec, run.backend, run.spec.ppo
@@ -186,14 +209,7 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
         permutation = torch.randperm(size)  # the global generator: saved and restored with the checkpoint
         for start in range(0, size, minibatch):
             rows = permutation[start : start + minibatch]
-            micro = micro_batch_ranges(range(len(rows)), spec.micro_batch_size)
-            steps = []
-            for piece in micro:
-                index = rows[piece.start : piece.stop]
-                part = batch.generation.rows(index)
-                finish = partial(_finish, run=run, batch=batch, index=index, part=part, rows=len(rows), scale=len(micro))
-                steps.append(MicroStep(part.inputs(), finish))
-            sums += backend.forward_backward(run.model, steps).cpu().double()
+            sums += backend.forward_backward(run.model, micro_steps(run, batch, rows)).cpu().double()
             grad_norm += backend.step()
             updates += 1
     means = {key: float(value) / updates for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
@@ -242,8 +258,8 @@ def report_tracked(run: PpoRun, step: int) -> None:
     scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen, observe=True)
     generation = scored.generation
     with backend.autocast():
-        logprobs = _logprobs_values(run.model, generation)[0]
-        ref = response_logprobs(run.reference(**generation.inputs()).logits, generation.input_ids, generation.prompt_width)
+        logprobs = _logprobs_values(run.model, generation, run.spec.train.padding_free)[0]
+        ref = _reference_logprobs(run, generation)
     kls = ((logprobs.float() - ref.float()) * generation.response_mask).sum(1).tolist()
     if backend.is_rank_zero:
         run.reporter.samples(step, samples.response_samples(scored, options.gen, kls))

@@ -28,7 +28,7 @@ from trainer_core.data.pairs import PairExample, load_pairs, pair_batch, pair_to
 from trainer_core.data.tokenize import model_inputs
 from trainer_core.losses import bradley_terry_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, loop, samples
+from trainer_core.recipes import common, loop, packing, samples
 from trainer_core.reporting import Sample
 
 
@@ -37,6 +37,7 @@ class RewardRun(common.Run):
     train_pairs: list[PairExample]
     eval_pairs: list[PairExample]
     sample_rows: list[dict]  # the first held-out pairs as rows (their text): what evaluations show as samples
+    head: packing.ScoreHead | None  # with train.padding_free: the score head read per token
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> RewardRun:
@@ -45,12 +46,17 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         spec = common.fit_context(spec, model)
         data = load_pairs(spec, tokenizer)
         opt = common.prepare_optimization(spec, backend, model, len(data.train), resume_from)
+        head = packing.ScoreHead(backend.unwrap(opt.model)) if spec.train.padding_free else None
+        if head is not None:
+            with head.catching():
+                packing.check_separates(opt.model, backend, lambda _output: head.caught.pop(0))
     if resume_from is not None:
         reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return RewardRun(
         train_pairs=data.train,
         eval_pairs=data.eval,
         sample_rows=data.eval_rows[: spec.reward_model.samples_to_log],
+        head=head,
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
@@ -102,15 +108,25 @@ def evaluate(run: RewardRun) -> dict[str, float] | None:
     return {"eval/loss": loss / pairs, "eval/accuracy": correct / pairs, "eval/margin": margin / pairs}
 
 
+def micro_steps(run: RewardRun, local: list[PairExample]) -> list[MicroStep]:
+    """This rank's pairs of the step as micro-batches (train.micro_batch_size pairs or train.micro_batch_tokens tokens
+    each, padded or padding-free), each weighing its share of the rank's pairs. Run them inside `packing.catching(run.head)`."""
+    train = run.spec.train
+    sizes = [[len(p["chosen"]["input_ids"]), len(p["rejected"]["input_ids"])] for p in local]
+    make = run.head.micro_step if run.head is not None else packing.micro_step
+    steps = []
+    for pairs, weight in common.weighted_micro_batches(local, packing.micro_batches(sizes, train, run.backend)):
+        batch = pair_batch(pairs, run.tokenizer, run.backend.device)
+        steps.append(make(model_inputs(batch), partial(_finish, run=run, weight=weight), train.padding_free))
+    return steps
+
+
 def train_step(run: RewardRun) -> loop.StepResult:
     """One optimizer step over the next global batch: mean loss, accuracy, pre-clip grad norm, input tokens."""
     local = common.local_batch(run, run.train_pairs)
     run.model.train()
-    steps = []
-    for pairs, weight in common.weighted_micro_batches(local, run.spec.train.micro_batch_size):
-        batch = pair_batch(pairs, run.tokenizer, run.backend.device)
-        steps.append(MicroStep(model_inputs(batch), partial(_finish, run=run, weight=weight)))
-    (loss_sum, correct, _, count), grad_norm = common.optimizer_step(run, steps)
+    with packing.catching(run.head):
+        (loss_sum, correct, _, count), grad_norm = common.optimizer_step(run, micro_steps(run, local))
     values = {"train/loss": loss_sum / count, "train/accuracy": correct / count, "train/grad_norm": grad_norm}
     return loop.StepResult(values, pair_tokens(local) * run.backend.data_world_size)
 

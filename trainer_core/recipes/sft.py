@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from trainer_core.backends import MicroStep, micro_batch_ranges
+from trainer_core.backends import MicroStep
 from trainer_core.data import kind_for_algorithm, load_examples
-from trainer_core.data.tokenize import Example, collate, pack, pad_id, tokenize_rows
+from trainer_core.data.tokenize import Example, collate, model_inputs, pack, pad_id, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, loop, samples
+from trainer_core.recipes import common, loop, packing, samples
 
 
 @dataclass(kw_only=True)
@@ -47,6 +47,8 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         if spec.sft.packing:
             train_examples, eval_examples = pack(train_examples, max_len), pack(eval_examples, max_len)
         opt = common.prepare_optimization(spec, backend, model, len(train_examples), resume_from)
+        if spec.train.padding_free:
+            packing.check_separates(opt.model, backend)
     if resume_from is not None:
         reporter.log(f"resumed from {resume_from} at step {opt.step}")
     return SftRun(
@@ -83,24 +85,30 @@ def evaluate(run: SftRun) -> float | None:
     return loss_sum / tokens if tokens else float("nan")
 
 
-def train_step(run: SftRun) -> loop.StepResult:
-    """One optimizer step over the next global batch: mean token loss, pre-clip grad norm, input tokens."""
-    backend, spec = run.backend, run.spec
-    local = common.local_batch(run, run.train_examples)
-    micro = micro_batch_ranges(range(len(local)), spec.train.micro_batch_size)
+def micro_steps(run: SftRun, local: list[Example]) -> list[MicroStep]:
+    """This rank's examples of the step as micro-batches (train.micro_batch_size examples or train.micro_batch_tokens
+    tokens each, padded or padding-free), each weighing its tokens' share of the global batch's loss tokens."""
+    backend, train = run.backend, run.spec.train
+    groups = packing.micro_batches([[len(e["input_ids"])] for e in local], train, backend)
     # Tokens that carry loss (labels[1:] not masked) in the GLOBAL batch, so every token weighs the same
     # on 1 or N ranks: each rank divides by the global count, times the data-parallel size since DDP averages gradients.
     mine = sum(sum(label != IGNORE_INDEX for label in e["labels"][1:]) for e in local)
     global_tokens = float(backend.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), "sum")[0])
     loss_tokens = max(1.0, global_tokens) / backend.data_world_size
-    run.model.train()
     steps = []
-    for piece in micro:
-        batch = {k: v.to(backend.device) for k, v in collate(local[piece.start : piece.stop], pad_id(run.tokenizer)).items()}
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        steps.append(MicroStep(inputs, partial(_finish, labels=batch["labels"], scale=len(micro), loss_tokens=loss_tokens)))
-    (loss_sum, tokens), grad_norm = common.optimizer_step(run, steps)
-    input_tokens = sum(len(e["input_ids"]) for e in local) * backend.data_world_size
+    for group in groups:
+        batch = {k: v.to(backend.device) for k, v in collate([local[i] for i in group], pad_id(run.tokenizer)).items()}
+        finish = partial(_finish, labels=batch["labels"], scale=len(groups), loss_tokens=loss_tokens)
+        steps.append(packing.micro_step(model_inputs(batch), finish, train.padding_free))
+    return steps
+
+
+def train_step(run: SftRun) -> loop.StepResult:
+    """One optimizer step over the next global batch: mean token loss, pre-clip grad norm, input tokens."""
+    local = common.local_batch(run, run.train_examples)
+    run.model.train()
+    (loss_sum, tokens), grad_norm = common.optimizer_step(run, micro_steps(run, local))
+    input_tokens = sum(len(e["input_ids"]) for e in local) * run.backend.data_world_size
     return loop.StepResult({"train/loss": loss_sum / max(tokens, 1.0), "train/grad_norm": grad_norm}, input_tokens)
 
 
