@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine (the lent device machine: Python 3.12 with its own CUDA torch, no registry): install the kit
 # that `make gpu-kit` built here, then run tests/test_gpu.py and bench/gpu.py from this source tree. Writes to OUT:
-# versions.txt, gpu-tests.log, gpu-tests.xml (JUnit), gpu-bench.log, gpu-bench.json and results.json (a summary:
+# versions.txt, gpu-tests.log, gpu-tests.xml (JUnit), gpu-bench.log, gpu-bench.json, engines.log and engines.json
+# (bench/engines.py: the rollout engines' tokens/s) and results.json (a summary:
 # versions, each test's outcome and seconds, the bench's table). Exits non-zero if a test failed or a step broke.
 # Usage: scripts/gpu-check.sh OUT [KIT]   (KIT default .gpu-kit)
 # Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
 # GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
-# GPU_BENCH_ARGS passes arguments to bench/gpu.py; GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 leave one half out.
+# GPU_BENCH_ARGS passes arguments to bench/gpu.py (GPU_ENGINES_ARGS to bench/engines.py, GPU_ENGINES_TIMEOUT default
+# 150); GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_ENGINES=1 leave one part out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT [KIT]}
@@ -51,6 +53,11 @@ if [ -z "${GPU_SKIP_BENCH:-}" ]; then
   grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -2 | while read -r log; do
     tail -n 40 "$log" >"$out/bench-$(basename "$log" | tr -c 'A-Za-z0-9._\n-' _ | cut -c1-60)"
   done
+fi
+if [ -z "${GPU_SKIP_ENGINES:-}" ]; then
+  timeout -k 10 "${GPU_ENGINES_TIMEOUT:-150}" "$python" bench/engines.py --json "$out/engines.json" ${GPU_ENGINES_ARGS:-} \
+    >"$out/engines.log" 2>&1 || status=1
+  tail -n 12 "$out/engines.log"
 fi
 "$python" - "$out" <<'PY'
 import json, sys, xml.etree.ElementTree as ET

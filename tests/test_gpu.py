@@ -129,3 +129,35 @@ def test_megatron_pipeline_learns_in_bf16_on_gpus(tmp_path: Path, tensor_paralle
     reference = metrics(train(tmp_path, one_gpu, "fp32"), "train/loss")
     assert loss[40] < loss[1] - 1.0, loss
     assert max(abs(loss[s] - reference[s]) for s in reference) < 0.05, (loss, reference)
+
+
+@pytest.mark.parametrize("static_cache", [False, True], ids=["dynamic-cache", "static-cache"])
+def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(static_cache: bool) -> None:
+    """The hf rollout engine on CUDA (gen.static_cache: transformers compiles the static-cache decode with CUDA graphs)
+    in fp32: the dynamic-cache engine's greedy tokens, and log-probabilities within 1e-4 of the trainer's forward."""
+    from rlplane.spec.algorithms import GenSpec
+    from rlplane.spec.sections import TorchBackend, TrainSpec
+    from trainer_core.backends import make_backend
+    from trainer_core.backends.dist import DistEnv
+    from trainer_core.losses.policy import response_logprobs
+    from trainer_core.models import build_builtin
+    from trainer_core.recipes import rollouts
+
+    backend = make_backend(TorchBackend(kind="torch", precision="fp32"), TrainSpec(steps=1, batch_size=4), DistEnv())
+    try:
+        model, tokenizer = build_builtin("tiny-llama", seed=0)
+        model = model.to(backend.device).eval()
+        prompts = rollouts.encode_prompts([{"prompt": p} for p in ("12+7=", "3*4=", "40+41=", "9*9=")], tokenizer, 20)
+        gen = {"max_new_tokens": 24, "top_k": 0}
+        dynamic = rollouts.generate(model, prompts, tokenizer, GenSpec(**gen), backend, greedy=True)
+        for _ in range(2):  # the first static-cache call compiles
+            generation = rollouts.generate(
+                model, prompts, tokenizer, GenSpec(**gen, static_cache=static_cache), backend, greedy=True
+            )
+        assert torch.equal(generation.input_ids, dynamic.input_ids)
+        with torch.no_grad():
+            logits = model(**generation.inputs()).logits
+        trainer = response_logprobs(logits, generation.input_ids, generation.prompt_width)
+        assert float(((trainer - generation.logprobs).abs() * generation.response_mask).max()) <= 1e-4
+    finally:
+        backend.close()

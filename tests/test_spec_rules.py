@@ -101,6 +101,24 @@ RULE_CASES = {
         "train.micro_batch_tokens",
         "need Transformer Engine's attention; remove train.micro_batch_tokens or use torch, deepspeed or fsdp2",
     ),
+    "megatron-engine-needs-megatron": (
+        "ppo",
+        ["ppo.gen.engine=megatron"],
+        "ppo.gen.engine",
+        "the megatron engine decodes from megatron's shards: set backend.kind: megatron, or gen.engine: hf (or auto)",
+    ),
+    "hf-engine-not-on-megatron": (
+        "ppo",
+        ["algorithm=grpo", "reward={kind: builtin, name: randomwalks}", MEGATRON, "backend.precision=fp32", "grpo.gen.engine=hf"],
+        "grpo.gen.engine",
+        "transformers' generate() cannot run: set gen.engine: megatron (or auto)",
+    ),
+    "static-cache-is-for-hf": (
+        "ppo",
+        [MEGATRON, "backend.precision=fp32", "ppo.gen.static_cache=true"],
+        "ppo.gen.static_cache",
+        "static_cache is for the hf engine",
+    ),
     "token-budget-or-micro-batch-size": (
         "sft",
         ["train.micro_batch_tokens=256", "train.micro_batch_size=2"],

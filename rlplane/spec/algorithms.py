@@ -23,6 +23,18 @@ class GenSpec(StrictModel):
     top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens; 0: no top-k filter.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass; 1.0: no top-p filter.")
     stop: list[str] = Field(default_factory=list, description="Strings that end a response (besides the EOS token).")
+    engine: Literal["auto", "hf", "megatron"] = Field(
+        "auto",
+        description="What samples the responses: hf, transformers' generate() on the policy; megatron, megatron-core "
+        "KV-cache decoding from the policy's shards; auto: megatron on the megatron backend, else hf. Each returns its "
+        "log-probabilities of the sampled tokens, and RL runs report how far they are from the trainer's (rollout/*).",
+    )
+    static_cache: bool = Field(
+        False,
+        description="hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA "
+        "graphs) on a GPU; on CPU, the static cache alone. Not on megatron.",
+    )
+
 
 
 class HeldOutEval(StrictModel):
@@ -103,6 +115,12 @@ class PpoOptions(StrictModel):
         None, ge=1, description="Rollouts per optimizer update within a step (global); null: train.batch_size."
     )
     whiten_rewards: bool = Field(False, description="Normalize rewards to zero mean, unit variance per batch.")
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by "
+        "min(π_trainer / π_engine, tis_cap) of the sampled token; null: off (as grpo.tis_cap).",
+    )
     critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
@@ -178,6 +196,13 @@ class GrpoOptions(StrictModel):
         description="DAPO's dynamic sampling (Yu et al. 2025): drop the groups whose rewards are all equal (they teach "
         "nothing) and sample more prompts to refill the batch, up to this many extra rounds a step (the batch is "
         "topped up with dropped groups if still short); 0: off. grpo/sampling_rounds and grpo/kept_groups say what it did.",
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by "
+        "min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing "
+        "from the trainer's (a GPU engine's kernels, precision); null: off.",
     )
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")

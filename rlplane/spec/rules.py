@@ -436,6 +436,33 @@ def packing_fits(spec: RunSpec) -> Rules:
         )
 
 
+def engine_fits_backend(spec: RunSpec) -> Rules:
+    """<section>.gen.engine: megatron needs the megatron backend, which has no other (its policy is shards);
+    gen.static_cache is for the hf engine."""
+    section = ALGORITHM_SECTIONS.get(spec.algorithm)
+    gen = getattr(getattr(spec, section, None), "gen", None) if section else None
+    if gen is None:
+        return
+    megatron = spec.backend.kind == "megatron"
+    engine = gen.engine if gen.engine != "auto" else ("megatron" if megatron else "hf")
+    if engine == "megatron" and not megatron:
+        yield Violation(
+            (section, "gen", "engine"),
+            f"the megatron engine decodes from megatron's shards: set backend.kind: megatron, or gen.engine: hf (or auto) "
+            f"on {spec.backend.kind}",
+        )
+    elif engine == "hf" and megatron:
+        yield Violation(
+            (section, "gen", "engine"),
+            "on the megatron backend the policy is megatron-core shards, which transformers' generate() cannot run: "
+            "set gen.engine: megatron (or auto)",
+        )
+    if gen.static_cache and engine != "hf":
+        yield Violation(
+            (section, "gen", "static_cache"), "static_cache is for the hf engine; megatron's decoding keeps its own cache"
+        )
+
+
 def grpo_batch_holds_whole_groups(spec: RunSpec) -> Rules:
     """grpo: train.batch_size must be a multiple of grpo.group_size (it counts responses, group_size per prompt)."""
     if spec.grpo is not None and spec.train.batch_size % spec.grpo.group_size:
@@ -514,6 +541,7 @@ RULES = (
     ppo_minibatch_divides_batch,
     micro_batch_divides_rank_batch,
     packing_fits,
+    engine_fits_backend,
     grpo_batch_holds_whole_groups,
     intervals_within_steps,
     dpo_label_smoothing_needs_sigmoid,

@@ -111,14 +111,25 @@ class PolicyLoss(NamedTuple):
     approx_kl: Tensor  # mean of (r - 1) - log r between the updated and the rollout policy (≥ 0)
 
 
-def ppo_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cliprange: float) -> PolicyLoss:
-    """The clipped surrogate (Schulman et al. 2017, eq. 7), averaged over every response token of the batch."""
+def ppo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cliprange: float,
+    rollout_weights: Tensor | None = None,
+) -> PolicyLoss:
+    """The clipped surrogate (Schulman et al. 2017, eq. 7), averaged over every response token of the batch;
+    `rollout_weights`: per-token constants weighing it (truncated importance sampling, as grpo_loss takes them)."""
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     # L = -min(r A, clip(r, 1-ε, 1+ε) A): no gain from moving the ratio past the clip range.
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    surrogate = torch.maximum(unclipped, clipped)
+    if rollout_weights is not None:
+        surrogate = surrogate * rollout_weights.detach()
+    loss = masked_mean(surrogate, mask)
     with torch.no_grad():
         clipfrac = masked_mean((clipped > unclipped).to(logprobs.dtype), mask)
         approx_kl = masked_mean(ratio - 1 - log_ratio, mask)
@@ -234,6 +245,7 @@ def grpo_loss(
     importance: ImportanceLevel = "token",
     max_tokens: int | None = None,
     token_normalizer: float | None = None,
+    rollout_weights: Tensor | None = None,
 ) -> GrpoLoss:
     """GRPO's objective (Shao et al. 2024, eq. 3): per token, the clipped surrogate with the response's
     advantage plus β·KL to the reference, and its variants:
@@ -245,6 +257,8 @@ def grpo_loss(
                     token); dr_grpo: sum over tokens / (responses · max_tokens), a constant (Dr. GRPO: Liu et al.
                     2025, "Understanding R1-Zero-Like Training"); dapo: sum over tokens / token_normalizer, the
                     tokens of the whole step's batch (DAPO's token-level loss)
+    rollout_weights per token, constants that weigh the surrogate (not the KL term): truncated importance sampling's
+                    min(π_trainer / π_engine, C) for tokens a rollout engine drew (Yao et al. 2025)
     """
     log_ratio = logprobs - old_logprobs
     mask_f = mask.to(logprobs.dtype)
@@ -258,6 +272,8 @@ def grpo_loss(
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1 - cliprange, 1 + high)
     surrogate = torch.maximum(unclipped, clipped).expand_as(logprobs)
+    if rollout_weights is not None:
+        surrogate = surrogate * rollout_weights.detach()
     if ref_logprobs is not None and beta > 0:
         kl = kl_penalty(logprobs, ref_logprobs, estimator)
     else:

@@ -43,7 +43,7 @@ from trainer_core.losses.policy import (
     sequence_kl,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, online, packing, rollouts, samples
+from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
 from trainer_core.rewards import Reward
 
 
@@ -99,6 +99,7 @@ class Groups:
     token_normalizer: float  # grpo.loss dapo: the step's response tokens over all ranks, per data-parallel rank
     lowest: dict[str, torch.Tensor]  # what the step reports as its minimum (and highest its maximum), this rank's
     highest: dict[str, torch.Tensor]
+    mismatch: list[torch.Tensor]  # engines.mismatch_sums of the sampling policy's log-probs against the engine's
 
 
 def _logprobs(model: nn.Module, generation: rollouts.Generation, padding_free: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +140,10 @@ def sample(run: GrpoRun) -> Groups:
     stats = online.rollout_stats(scored, rewards, own)
     lowest = {"gen/response_length_min": lengths.min().double()}
     highest = {"gen/response_length_max": lengths.max().double()}
-    return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest)
+    mismatch = []  # one epoch: the update's own forward is the sampling policy's, and _finish compares it there
+    if old is not None and generation.logprobs is not None:
+        mismatch.append(engines.mismatch_sums(old, generation.logprobs, generation.response_mask))
+    return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest, mismatch)
 
 
 def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
@@ -252,7 +256,12 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
     for op, found in (("min", groups.lowest), ("max", groups.highest)):
         reduced = backend.all_reduce(torch.stack(list(found.values())), op).tolist()
         extremes |= dict(zip(found, reduced, strict=True))
-    return {**means, **extremes, "train/grad_norm": grad_norm / options.epochs}
+    return {
+        **means,
+        **extremes,
+        **engines.mismatch_metrics(run.backend, groups.mismatch),
+        "train/grad_norm": grad_norm / options.epochs,
+    }
 
 
 def _finish(
@@ -271,6 +280,12 @@ def _finish(
     logprobs = response_logprobs(logits, part.input_ids, p)
     old = logprobs.detach() if groups.old_logprobs is None else groups.old_logprobs[index]
     ref = None if groups.ref_logprobs is None else groups.ref_logprobs[index]
+    drawn = part.logprobs  # the rollout engine's
+    if groups.old_logprobs is None and drawn is not None:
+        groups.mismatch.append(engines.mismatch_sums(old, drawn, part.response_mask))
+    weights = None
+    if options.tis_cap is not None and drawn is not None:
+        weights = engines.truncated_is_weights(old, drawn, options.tis_cap)
     out = grpo_loss(
         logprobs,
         old,
@@ -285,6 +300,7 @@ def _finish(
         importance=options.importance_sampling,
         max_tokens=options.gen.max_new_tokens,
         token_normalizer=groups.token_normalizer,
+        rollout_weights=weights,
     )
     share = len(index) / size
     for found, key, value, pick in (

@@ -43,7 +43,7 @@ from trainer_core.losses.policy import (
     value_moments,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, online, packing, rollouts, samples
+from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.rewards import Reward
 
@@ -99,6 +99,7 @@ class Rollouts:
     advantages: torch.Tensor  # [B, R], whitened
     returns: torch.Tensor  # [B, R]
     stats: dict[str, float]  # this rank's sums, reduced in train_step
+    mismatch: list[torch.Tensor]  # engines.mismatch_sums: the trainer's log-probs of the samples against the engine's
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> PpoRun:
@@ -175,7 +176,10 @@ def rollout(run: PpoRun) -> Rollouts:
 
     own = {"ppo/kl": float(kl.sum(1).sum()), "values/mean": float(masked_mean(values.float(), mask) * len(rows))}
     stats = online.rollout_stats(scored, torch.tensor(scores.total, dtype=torch.float64), own)
-    return Rollouts(generation, logprobs, values.float(), advantages, returns, stats)
+    mismatch = []
+    if generation.logprobs is not None:
+        mismatch.append(engines.mismatch_sums(logprobs, generation.logprobs, mask))
+    return Rollouts(generation, logprobs, values.float(), advantages, returns, stats, mismatch)
 
 
 # The sums each micro-batch adds (weighted by its share of the minibatch), in this order.
@@ -217,6 +221,7 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     # Of the values the rollout was scored with, over every rank's tokens (the same on each, so averaging keeps it).
     moments = backend.all_reduce(value_moments(batch.values, batch.returns, batch.generation.response_mask), "sum")
     means["ppo/explained_variance"] = explained_variance(moments)
+    means |= engines.mismatch_metrics(backend, batch.mismatch)
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
 
 
@@ -235,7 +240,10 @@ def _finish(
     p, mask = part.prompt_width, part.response_mask
     logprobs = response_logprobs(logits, part.input_ids, p)
     values = values[:, p - 1 : -1]
-    policy = ppo_policy_loss(logprobs, batch.logprobs[index], batch.advantages[index], mask, options.cliprange)
+    weights = None
+    if options.tis_cap is not None and part.logprobs is not None:
+        weights = engines.truncated_is_weights(batch.logprobs[index], part.logprobs, options.tis_cap)
+    policy = ppo_policy_loss(logprobs, batch.logprobs[index], batch.advantages[index], mask, options.cliprange, weights)
     value_loss, value_clipfrac = ppo_value_loss(
         values.float(), batch.values[index], batch.returns[index], mask, options.cliprange_value
     )

@@ -31,6 +31,7 @@ from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_
 from trainer_core.data.tokenize import pad_id
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.recipes.divergence import Diverged
+from trainer_core.recipes.engines import make_engine
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Generation:
     position_ids: torch.Tensor  # [B, P + R]
     response_mask: torch.Tensor  # [B, R] bool
     prompt_width: int  # P
+    logprobs: torch.Tensor | None = None  # [B, R]: the rollout engine's log-probabilities of the response tokens
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -52,6 +54,7 @@ class Generation:
             self.position_ids[index],
             self.response_mask[index],
             self.prompt_width,
+            None if self.logprobs is None else self.logprobs[index],
         )
 
     def inputs(self) -> dict[str, torch.Tensor]:
@@ -75,6 +78,9 @@ class Generation:
             torch.cat([widen(g, g.position_ids, 0) for g in parts]),
             torch.cat([torch.nn.functional.pad(g.response_mask, (0, response - g.response_mask.shape[1])) for g in parts]),
             prompt,
+            None
+            if any(g.logprobs is None for g in parts)
+            else torch.cat([torch.nn.functional.pad(g.logprobs, (0, response - g.logprobs.shape[1])) for g in parts]),
         )
 
 
@@ -133,8 +139,8 @@ class FiniteLogits(LogitsProcessor):
 def generate(
     policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, *, greedy: bool = False
 ) -> Generation:
-    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy, through the
-    backend (a sharded policy keeps every rank generating until the longest response on any rank ends)."""
+    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy, with the rollout engine
+    gen.engine names (engines.py), and its log-probabilities of the response tokens."""
     device = backend.device
     pad = pad_id(tokenizer)
     width = max(len(p) for p in prompts)
@@ -154,22 +160,24 @@ def generate(
         sampling |= {"stop_strings": list(gen.stop), "tokenizer": tokenizer}
     was_training = policy.training
     policy.eval()
-    out = backend.generate(
+    sampled = make_engine(gen, backend).sample(
         policy,
-        input_ids=ids,
+        ids,
+        LogitsProcessorList([FiniteLogits()]),
         attention_mask=mask,
         max_new_tokens=gen.max_new_tokens,
         pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,
         use_cache=True,
-        logits_processor=LogitsProcessorList([FiniteLogits()]),
         **sampling,
     )
     policy.train(was_training)
+    out = sampled.ids
     response = out[:, width:]
     response_mask = _response_mask(response, tokenizer.eos_token_id, pad)
     attention_mask = torch.cat([mask, response_mask.long()], dim=1)
-    return Generation(out, attention_mask, _positions(attention_mask), response_mask, width)
+    logprobs = sampled.logprobs * response_mask
+    return Generation(out, attention_mask, _positions(attention_mask), response_mask, width, logprobs)
 
 
 def _response_mask(response: torch.Tensor, eos: int | None, pad: int) -> torch.Tensor:

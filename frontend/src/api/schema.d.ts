@@ -1947,11 +1947,24 @@ export interface components {
          */
         GenSpec: {
             /**
+             * Engine
+             * @description What samples the responses: hf, transformers' generate() on the policy; megatron, megatron-core KV-cache decoding from the policy's shards; auto: megatron on the megatron backend, else hf. Each returns its log-probabilities of the sampled tokens, and RL runs report how far they are from the trainer's (rollout/*).
+             * @default auto
+             * @enum {string}
+             */
+            engine: "auto" | "hf" | "megatron";
+            /**
              * Max New Tokens
              * @description Longest response in tokens.
              * @default 32
              */
             max_new_tokens: number;
+            /**
+             * Static Cache
+             * @description hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA graphs) on a GPU; on CPU, the static cache alone. Not on megatron.
+             * @default false
+             */
+            static_cache: boolean;
             /**
              * Stop
              * @description Strings that end a response (besides the EOS token).
@@ -2101,6 +2114,12 @@ export interface components {
              * @default 4
              */
             samples_to_log: number;
+            /**
+             * Tis Cap
+             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing from the trainer's (a GPU engine's kernels, precision); null: off.
+             * @default null
+             */
+            tis_cap: number | null;
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -2929,6 +2948,12 @@ export interface components {
              * @default null
              */
             target_kl: number | null;
+            /**
+             * Tis Cap
+             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token; null: off (as grpo.tis_cap).
+             * @default null
+             */
+            tis_cap: number | null;
             /**
              * Vf Coef
              * @description Weight of the value loss.
@@ -4284,12 +4309,24 @@ export interface components {
              */
             micro_batch_size: number | null;
             /**
+             * Micro Batch Tokens
+             * @description Cut each rank's batch into micro-batches of at most this many tokens instead of micro_batch_size examples (rows x longest row when padded, real tokens with padding_free); a longer example gets one of its own. null: micro_batch_size.
+             * @default null
+             */
+            micro_batch_tokens: number | null;
+            /**
              * On Nonfinite
              * @description A step whose train loss, gradient norm or mean reward is NaN or infinite: fail ends the run failed (diverged: ... at step N) with no final model; skip leaves the weights and optimizer as they were for that step (as DeepSpeed skips fp16 overflow steps), counts it in train/skipped_steps and fails after max_consecutive_skips such steps in a row. Either way a non-finite update is never applied.
              * @default fail
              * @enum {string}
              */
             on_nonfinite: "fail" | "skip";
+            /**
+             * Padding Free
+             * @description Run each micro-batch's sequences back to back in one row, with no padding (position ids restart per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, ppo, grpo; not on megatron.
+             * @default false
+             */
+            padding_free: boolean;
             /**
              * Schedule
              * @description Learning-rate decay after warmup.

@@ -7,6 +7,12 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'reward/mean': "Mean reward of the step's answers.",
   'reward/std': "Standard deviation of the step's rewards.",
 
+  'rollout/logprob_diff':
+    "Mean |trainer - engine| log-probability of the sampled tokens: how far the rollout engine's numbers are from the trainer's (float noise on one device in fp32).",
+  'rollout/logprob_diff_max': 'Largest |trainer - engine| log-probability of a sampled token in the step.',
+  'rollout/kl':
+    "KL(engine || trainer) per token (k3 estimate): the off-policy gap between the engine that sampled and the policy being trained; grpo.tis_cap corrects for it.",
+
   'grpo/zero_std_groups':
     'Share of answers in groups whose rewards were all equal: they teach nothing. High means the task is too easy or too hard for the policy.',
   'grpo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',

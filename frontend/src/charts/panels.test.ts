@@ -56,6 +56,13 @@ describe('groupPanels', () => {
     ]);
   });
 
+  it("gives the rollout engine's mismatch its own panel, before KL takes rollout/kl", () => {
+    expect(groupPanels(['rollout/kl', 'rollout/logprob_diff', 'grpo/kl'])).toEqual([
+      { title: 'Rollout engine', keys: ['rollout/kl', 'rollout/logprob_diff'] },
+      { title: 'KL', keys: ['grpo/kl'] },
+    ]);
+  });
+
   it('puts the headline key first, then shallower keys', () => {
     expect(groupPanels(['reward/arithmetic', 'reward/std', 'reward/mean'])[0]!.keys).toEqual(['reward/mean', 'reward/arithmetic', 'reward/std']);
     expect(groupPanels(['eval/reward/arithmetic', 'eval/accuracy'])[0]!.keys).toEqual(['eval/accuracy', 'eval/reward/arithmetic']);

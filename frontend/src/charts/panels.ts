@@ -14,6 +14,7 @@ const last = (key: string) => key.slice(key.lastIndexOf('/') + 1);
 // it can, so TRL's keys (rloo/kl, rloo/clipfrac) land beside ours.
 const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Reward', match: (k) => /^rewards?\//.test(k) },
+  { title: 'Rollout engine', match: (k) => k.startsWith('rollout/') },
   { title: 'KL', match: (k) => /^(kl|kl_coef|reward_kl)$/.test(last(k)) || /^ppo\/kl/.test(k) },
   { title: 'Losses', match: (k) => last(k).includes('loss') },
   { title: 'Clipping & ratio', match: (k) => /clipfrac|^approx_kl$|^ratio_(mean|min|max)$/.test(last(k)) },

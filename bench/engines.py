@@ -1,0 +1,178 @@
+"""Rollout engines on one device: generated tokens/s of plain Hugging Face generate, our hf engine (dynamic and
+static KV cache) and our megatron engine, on the same model, prompts and settings.
+
+A benchmark, not a test. The GPU fast paths (gen.static_cache: transformers compiles the static-cache decode with
+torch.compile and CUDA graphs on a GPU) only mean something on a GPU: run it there (scripts/gpu-check.sh runs
+bench/gpu.py; this one as `python bench/engines.py --json OUT/engines.json` on the lent machine). On CPU it runs
+too, with small sizes, to show the bench works and the engines agree.
+
+The model is a Llama of --hidden x --layers with random weights (seed 0) and the builtin tokenizer's vocabulary,
+in --dtype. --batch prompts of builtin:arithmetic, --new-tokens tokens at most at temperature 1, each run seeded
+alike (the engines draw the same tokens, so they decode the same number of positions; tokens/s counts positions, a
+finished row's padding included, as that is what the decoding computes). Each engine runs --warmup times untimed
+(compilation happens there), then --repeat timed runs; the median is shown. The megatron engine runs the same
+weights converted to megatron-core shards (TP 1, in this process). "max |Δ logprob|" is the largest difference
+between an engine's log-probabilities of its tokens and the Hugging Face model's forward on them (fp32 scores).
+
+    .venv/bin/python bench/engines.py --device cpu --hidden 64 --layers 2 --batch 8 --new-tokens 32
+    python bench/engines.py --json engines.json          # on a GPU: bf16, 1024 x 8, 64 prompts x 256 tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ENGINES = ("hf generate", "hf engine", "hf engine + static cache", "megatron engine")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--hidden", type=int, default=1024, help="hidden size (default 1024)")
+    p.add_argument("--layers", type=int, default=8, help="layers (default 8)")
+    p.add_argument("--batch", type=int, default=64, help="prompts generated at once (default 64)")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens generated per prompt (default 256)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per engine (default 2)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is shown (default 3)")
+    p.add_argument("--only", default=",".join(ENGINES), help="comma-separated engines (default: all)")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    return p.parse_args(argv)
+
+
+def build(args: argparse.Namespace, device):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer_core.models.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=max(1, args.hidden // 64),
+        num_key_value_heads=max(1, args.hidden // 64),
+        intermediate_size=4 * args.hidden,
+        max_position_embeddings=1024,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    return LlamaForCausalLM(config).to(device=device, dtype=dtype).eval(), tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from rlplane.spec.algorithms import GenSpec
+    from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
+    from rlplane.spec.sections import TorchBackend, TrainSpec
+    from trainer_core.backends import make_backend
+    from trainer_core.backends.dist import DistEnv
+    from trainer_core.data import builtin_examples
+    from trainer_core.losses.policy import response_logprobs
+    from trainer_core.recipes import rollouts
+    from trainer_core.recipes.common import make_optimizer
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    args.dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in ENGINES]:
+        print(f"unknown engine(s) {unknown}: choose from {', '.join(ENGINES)}", file=sys.stderr)
+        return 2
+    model, tokenizer = build(args, device)
+    rows = builtin_examples("arithmetic", "prompts", seed=0, eval_fraction=0.0).train[: args.batch]
+    prompts = rollouts.encode_prompts(rows, tokenizer, 32)
+    gen = {"max_new_tokens": args.new_tokens, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    precision = {"bf16": "bf16", "fp32": "fp32"}[args.dtype]
+    train = TrainSpec(steps=1, batch_size=args.batch)
+    torch_backend = make_backend(TorchBackend(kind="torch", precision=precision), train.model_copy(), DistEnv())
+    megatron_backend = None
+    width = max(map(len, prompts))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = (ids != tokenizer.pad_token_id).long()
+
+    def hf_generate():
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                **gen,
+            )
+        return out, None
+
+    def engine(static_cache: bool, backend):
+        def run():
+            generation = rollouts.generate(model, prompts, tokenizer, GenSpec(**gen, static_cache=static_cache), backend)
+            return generation.input_ids, generation
+
+        return run
+
+    results = {}
+    for name in names:
+        if name == "megatron engine" and megatron_backend is None:
+            megatron_backend = make_backend(MegatronBackendSpec(kind="megatron", precision=precision), train, DistEnv())
+            megatron_backend.prepare(model, make_optimizer(model, train))
+        run = {
+            "hf generate": hf_generate,
+            "hf engine": engine(False, torch_backend),
+            "hf engine + static cache": engine(True, torch_backend),
+            "megatron engine": engine(False, megatron_backend),
+        }[name]
+        for _ in range(args.warmup):
+            torch.manual_seed(0)
+            run()
+        seconds = []
+        for _ in range(args.repeat):
+            torch.manual_seed(0)  # every engine, every run: the same draws, so the same tokens and lengths
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            out, generation = run()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - started)
+        generated = (out.shape[1] - width) * out.shape[0]  # decoded positions, a finished row's padding included
+        row = {"tokens_per_s": generated / statistics.median(seconds), "seconds": seconds, "tokens": generated}
+        if generation is not None:
+            with torch.no_grad():
+                logits = model(**generation.inputs()).logits.float()
+            trainer = response_logprobs(logits, generation.input_ids, generation.prompt_width)
+            row["max_logprob_diff"] = float(((trainer - generation.logprobs).abs() * generation.response_mask).max())
+        results[name] = row
+    versions = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"}
+    print(f"{versions}; Llama {args.hidden} x {args.layers} in {args.dtype}, {args.batch} prompts x {args.new_tokens} tokens")
+    print("| engine | generated tokens/s | vs hf generate | max abs Δ logprob vs trainer |")
+    print("|---|---|---|---|")
+    base = results.get("hf generate", {}).get("tokens_per_s")
+    for name, row in results.items():
+        ratio = f"{row['tokens_per_s'] / base:.2f}x" if base else "-"
+        diff = f"{row['max_logprob_diff']:.1e}" if "max_logprob_diff" in row else "-"
+        print(f"| {name} | {row['tokens_per_s']:,.0f} | {ratio} | {diff} |")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": versions, "results": results})
+        )
+    for backend in (torch_backend, megatron_backend):
+        if backend is not None:
+            backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
