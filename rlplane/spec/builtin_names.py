@@ -24,6 +24,7 @@ BUILTIN_SOURCES: dict[str, tuple[str, ...]] = {
     "tiny-preference": ("preference",),
     "tiny-prompts": ("prompts",),
     "randomwalks": ("sft", "preference", "prompts"),
+    "calculator": ("sft", "prompts"),
 }
 # reward: {kind: builtin, name: <name>}
 BUILTIN_REWARDS: tuple[str, ...] = ("arithmetic", "randomwalks")

@@ -36,7 +36,7 @@ class HttpScorer:
         return scores
 
     def _batch(self, prompts: list[str], responses: list[str], metadata: list[dict]) -> list[float]:
-        body = json.dumps({"prompts": prompts, "responses": responses, "metadata": metadata}, default=_jsonable)
+        body = json.dumps({"prompts": prompts, "responses": responses, "metadata": metadata}, default=jsonable)
         reply = self._post(body.encode())
         try:
             rewards = reply.json()["rewards"]
@@ -47,35 +47,55 @@ class HttpScorer:
         return checked_scores(rewards, len(responses), f"reward service {self.spec.url}")
 
     def _post(self, body: bytes) -> httpx.Response:
-        spec, problem = self.spec, ""
-        for attempt in range(spec.attempts):
-            if attempt:
-                time.sleep(spec.backoff_s * 2 ** (attempt - 1))
-            try:
-                reply = self.client.post(spec.url, content=body)
-            except httpx.TransportError as exc:  # refused, reset, DNS, timeout
-                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                continue
-            if reply.status_code in _RETRIED_STATUS:
-                problem = f"HTTP {reply.status_code}"
-                continue
-            if reply.status_code != 200:
-                raise RewardError(
-                    f"reward service {spec.url} answered HTTP {reply.status_code}: {reply.text[:200]!r}; "
-                    f"check {self.field}.url and {self.field}.headers"
-                )
-            return reply
-        raise RewardError(
-            f"reward service {spec.url} failed {spec.attempts} attempts (last: {problem}); check that it is running and "
-            f"reachable from the workers, or raise {self.field}.timeout_s or {self.field}.attempts"
-        )
+        spec = self.spec
+        return post_with_retries(
+            self.client, spec.url, body, attempts=spec.attempts, backoff_s=spec.backoff_s, field=self.field,
+            what="reward service", error=RewardError,
+        )  # fmt: skip
 
     def close(self) -> None:
         self.client.close()
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """numpy scalars and arrays from parquet rows as plain JSON; anything else as its text."""
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def post_with_retries(
+    client: httpx.Client,
+    url: str,
+    body: bytes,
+    *,
+    attempts: int,
+    backoff_s: float,
+    field: str,
+    what: str,
+    error: type[Exception],
+) -> httpx.Response:
+    """POST `body` until a 200: an unreachable service, a timeout, 429 or 5xx is tried `attempts` times in all, waiting
+    backoff_s, 2·backoff_s, ... between tries; any other status raises `error` at once (trying again would get the
+    same answer). `what` and `field` name the service and its spec section in the messages."""
+    problem = ""
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+        try:
+            reply = client.post(url, content=body)
+        except httpx.TransportError as exc:  # refused, reset, DNS, timeout
+            problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            continue
+        if reply.status_code in _RETRIED_STATUS:
+            problem = f"HTTP {reply.status_code}"
+            continue
+        if reply.status_code != 200:
+            raise error(
+                f"{what} {url} answered HTTP {reply.status_code}: {reply.text[:200]!r}; check {field}.url and {field}.headers"
+            )
+        return reply
+    raise error(
+        f"{what} {url} failed {attempts} attempts (last: {problem}); check that it is running and reachable from the "
+        f"workers, or raise {field}.timeout_s or {field}.attempts"
+    )

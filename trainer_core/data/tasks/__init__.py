@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from trainer_core.data.formats import DataError
 from trainer_core.data.split import Split
-from trainer_core.data.tasks import arithmetic, randomwalks
+from trainer_core.data.tasks import arithmetic, calculator, randomwalks
 
 Examples = Callable[..., Split]
 Reward = Callable[..., float]
@@ -27,6 +27,8 @@ BUILTIN_SOURCES: dict[str, dict[str, Examples]] = {
         "preference": randomwalks.preference_examples,
         "prompts": randomwalks.prompt_examples,
     },
+    # rewarded by the calculator environment (grpo.environment), not by a reward of its own
+    "calculator": {"sft": calculator.sft_examples, "prompts": calculator.prompt_examples},
 }
 
 # reward: {kind: builtin, name: <name>} -> reward(prompt, response, answer=None) -> float

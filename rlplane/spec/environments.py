@@ -1,0 +1,109 @@
+"""grpo.environment: multi-turn episodes instead of one scored response (docs/rl.md, "Environments").
+
+The policy's turn goes to an environment that answers (a tool's result, a user's turn) or ends the episode with
+its reward. One kind per place an environment lives: builtin (in the trainer), http (a service), python (an
+allow-listed factory: ours, or an OpenEnv environment).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints
+
+from rlplane.spec.base import StrictModel
+
+BUILTIN_ENVIRONMENTS: tuple[str, ...] = ("calculator", "python")
+
+
+def _max_turns() -> Any:
+    return Field(
+        4,
+        ge=1,
+        le=64,
+        description="Policy turns per episode at most: an episode the environment has not ended after them is cut off "
+        "(the environment gives its verdict for a cut-off episode).",
+    )
+
+
+def _max_tokens() -> Any:
+    return Field(
+        128,
+        ge=1,
+        description="Longest episode after the prompt, in tokens: the policy's turns and the environment's answers "
+        "together (model.max_seq_len must hold it and the prompt); an episode that would grow past it is cut off.",
+    )
+
+
+def _stop() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=16,
+        description="Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); "
+        "grpo.gen.stop and the EOS token end one too.",
+    )
+
+
+class SandboxLimits(StrictModel):
+    """What code run by the builtin python environment may use (a subprocess with no network and none of the
+    trainer's environment variables, in a scratch directory removed after)."""
+
+    cpu_s: float = Field(5.0, gt=0, le=600, description="CPU seconds (RLIMIT_CPU); past them the code is killed.")
+    wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock seconds; past them the code is killed.")
+    memory_mb: int = Field(512, ge=64, le=1_048_576, description="Address space in MiB (RLIMIT_AS).")
+    output_kb: int = Field(
+        64, ge=1, le=65536, description="The most the code may write to a file, stdout or stderr, in KiB (RLIMIT_FSIZE)."
+    )
+
+
+class BuiltinEnvironment(StrictModel):
+    """An environment that ships with the trainer: calculator (a tool the policy calls as <calc>17*23</calc> and
+    that answers <result>391</result>; the reward is the final answer's correctness against the row's answer), or
+    python (the policy's code runs in a sandbox with the row's tests; the reward is 1 when they pass)."""
+
+    kind: Literal["builtin"] = Field("builtin", description="builtin: an environment of the trainer's own.")
+    name: Literal["calculator", "python"] = Field(description="Which: " + ", ".join(BUILTIN_ENVIRONMENTS) + ".")
+    max_turns: int = _max_turns()
+    max_tokens: int = _max_tokens()
+    sandbox: SandboxLimits = Field(
+        default_factory=SandboxLimits, description="Limits of the code the python environment runs (python only)."
+    )
+
+
+class HttpEnvironment(StrictModel):
+    """Episodes played by a service over HTTP: POST <url>/reset, <url>/step and <url>/cutoff (docs/rl.md)."""
+
+    kind: Literal["http"] = Field("http", description="http: an environment service over HTTP.")
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+[^\s?#]*$")] = Field(
+        description="http:// or https:// base URL; /reset, /step and /cutoff are posted to under it."
+    )
+    timeout_s: float = Field(30.0, gt=0, description="Seconds to wait for one answer before retrying.")
+    attempts: int = Field(
+        3, ge=1, le=10, description="Tries per request when the service is unreachable, times out or answers 429/5xx."
+    )
+    backoff_s: float = Field(1.0, ge=0, le=60, description="Wait before the second try; doubled before each later one.")
+    concurrency: int = Field(8, ge=1, le=256, description="Requests in flight at once (one per live episode).")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra request headers; stored in plain text with the run, so no secrets."
+    )
+    stop: list[str] = _stop()
+    max_turns: int = _max_turns()
+    max_tokens: int = _max_tokens()
+
+
+class PythonEnvironment(StrictModel):
+    """An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
+    cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
+    which is then made once per episode."""
+
+    kind: Literal["python"] = Field("python", description="python: an environment from an allow-listed factory.")
+    entrypoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
+        description="module:factory, e.g. my_envs.wordle:make; only entrypoints matching RLPLANE_REWARD_ENTRYPOINTS on "
+        "the server and the worker run (the setting that allows python rewards)."
+    )
+    stop: list[str] = _stop()
+    max_turns: int = _max_turns()
+    max_tokens: int = _max_tokens()
+
+
+EnvironmentSpec = Annotated[BuiltinEnvironment | HttpEnvironment | PythonEnvironment, Field(discriminator="kind")]

@@ -1,0 +1,97 @@
+"""The sandbox that runs untrusted Python (trainer_core/environments/sandbox.py): each thing it cannot run is a
+reason, never an exception; no network (a connect to a listening 127.0.0.1 socket fails), no inherited secrets, a
+scratch directory removed after, no process outliving it; in both of its ways of keeping the network out (network
+and PID namespaces, or an audit hook where namespaces cannot be made). And the python verifier built on it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rlplane.spec.environments import SandboxLimits
+from tests.harness.environments import played
+from trainer_core.environments.python_exec import PythonExecution, code_of
+from trainer_core.environments.sandbox import namespaces_work, run_python
+
+LIMITS = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=256, output_kb=16)
+MODES = [pytest.param(True, id="namespaces"), pytest.param(False, id="audit-hook")]
+
+
+def _mode(namespaces: bool) -> bool:
+    if namespaces and not namespaces_work():
+        pytest.skip("this machine cannot make network and PID namespaces (unshare)")
+    return namespaces
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("assert 1 == 2, 'wrong'", "tests failed: AssertionError: wrong"),
+        ("def f(:\n", "syntax error: SyntaxError"),
+        ("import time\ntime.sleep(30)", "timeout: still running after 3 s"),
+        ("while True:\n    pass", "cpu time: over 1 s"),
+        ("x = bytearray(2 * 1024**3)", "memory: over 256 MiB"),
+        ("print('x' * 100_000)", "output: wrote more than 16 KiB"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "killed by SIGSEGV"),
+        ("raise SystemExit(3)", "exit 3"),
+        ("raise ValueError('nope')", "exit 1: ValueError: nope"),
+    ],
+)
+def test_what_the_sandbox_cannot_run_is_a_reason(namespaces: bool, source: str, reason: str) -> None:
+    started = time.monotonic()
+    outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
+    assert not outcome.passed and outcome.reason.startswith(reason), outcome
+    assert time.monotonic() - started < LIMITS.wall_s + 2
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_sandbox_has_no_network_no_secrets_and_a_scratch_directory(namespaces: bool) -> None:
+    """A connect to a socket listening on 127.0.0.1 fails inside; the trainer's variables are not there; the working
+    directory is the sandbox's own and is gone afterwards."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        os.environ["RLPLANE_TEST_SECRET"] = "hunter2"
+        try:
+            source = "import os, socket\nprint(os.getcwd())\nprint(os.environ.get('RLPLANE_TEST_SECRET'))\n"
+            source += f"socket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
+            outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
+        finally:
+            del os.environ["RLPLANE_TEST_SECRET"]
+    cwd, secret = outcome.stdout.splitlines()[:2]
+    assert secret == "None" and "connected" not in outcome.stdout
+    assert not outcome.passed and outcome.reason == "network: refused (the sandbox has none)", outcome
+    assert "rlplane-sandbox-" in cwd and not Path(cwd).exists()
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+def test_nothing_the_sandbox_starts_outlives_it(namespaces: bool) -> None:
+    marker = f"{time.time_ns() % 10**6}.25"  # a sleep no one else runs
+    source = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nprint('started')"
+    outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
+    if namespaces:  # it may start one: the PID namespace ends it with the code
+        assert outcome.passed and outcome.stdout == "started\n", outcome
+    else:  # it may not start one at all
+        assert not outcome.passed and outcome.reason.startswith("refused: subprocess.Popen"), outcome
+    running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    assert running.stdout == "", running.stdout
+
+
+def test_python_verifier_runs_the_code_with_the_rows_tests() -> None:
+    row = {"prompt": "Write add(a, b).", "tests": "assert add(2, 3) == 5"}
+    message = "Here:\n```python\ndef add(a, b):\n    return a + b\n```"
+    assert code_of(message) == "def add(a, b):\n    return a + b\n"
+    (passed,) = played(PythonExecution(LIMITS, max_turns=1), row, message)
+    assert passed.done and passed.reward == 1.0 and passed.components == {"passed": 1.0}
+    (failed,) = played(PythonExecution(LIMITS, max_turns=1), row, "def add(a, b):\n    return a - b")
+    assert failed.done and failed.reward == 0.0 and failed.reason.startswith("tests failed") and not failed.error
+    feedback, second = played(PythonExecution(LIMITS, max_turns=2), row, "def add(a, b) return", message)
+    assert not feedback.done and feedback.error and feedback.text.startswith("<output>syntax error")
+    assert second.done and second.reward == 1.0  # it read the error and tried again

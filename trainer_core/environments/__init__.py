@@ -1,0 +1,70 @@
+"""Environments of multi-turn GRPO (grpo.environment): the spec's section -> an object that plays episodes.
+
+    make_environment(spec.grpo.environment) -> Environment: reset(episode), step(episode, message), cut_off(...)
+
+One module per job: base (the protocol, Episode, Reply), calculator (the builtin tool task), sandbox (running
+untrusted Python) and python_exec (the builtin verifier on it), http (a service; `server` is a reference one),
+openenv (OpenEnv environments). recipes/episodes.py plays them with the policy. Importing this package loads no
+torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from rlplane.spec.environments import BuiltinEnvironment, EnvironmentSpec, HttpEnvironment, PythonEnvironment
+from trainer_core.environments.base import EnvError, Environment, Episode, Reply, answer, end
+from trainer_core.rewards.allowlist import allowed_from_env, is_allowed, refusal
+
+__all__ = ["Environment", "EnvError", "Episode", "Reply", "answer", "end", "make_environment"]
+
+FIELD = "grpo.environment"
+
+
+def make_environment(spec: EnvironmentSpec, field: str = FIELD) -> Environment:
+    """The environment `spec` describes; EnvError (naming `field`) when it cannot be made."""
+    if isinstance(spec, BuiltinEnvironment):
+        if spec.name == "calculator":
+            from trainer_core.environments.calculator import Calculator
+
+            return Calculator()
+        from trainer_core.environments.python_exec import PythonExecution
+
+        return PythonExecution(spec.sandbox, spec.max_turns)
+    if isinstance(spec, HttpEnvironment):
+        from trainer_core.environments.http import HttpEnvironment as Client
+
+        return Client(spec, field)
+    assert isinstance(spec, PythonEnvironment)
+    return _from_entrypoint(spec, field)
+
+
+def _from_entrypoint(spec: PythonEnvironment, field: str) -> Environment:
+    """The allow-list is checked before the module is imported (importing runs its code), here as well as at submit."""
+    from trainer_core.environments.openenv import OpenEnvAdapter, looks_like_openenv
+
+    patterns = allowed_from_env()
+    if not is_allowed(spec.entrypoint, patterns):
+        raise EnvError(refusal(spec.entrypoint, f"{field}.entrypoint", patterns))
+    module_name, name = spec.entrypoint.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EnvError(
+            f"{field}.entrypoint: cannot import module {module_name!r} ({exc}); install it on the workers or put it on "
+            "their PYTHONPATH"
+        ) from exc
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise EnvError(f"{field}.entrypoint: module {module_name!r} has no callable {name!r} (a factory of environments)")
+    made = factory()
+    if looks_like_openenv(made):
+        made.close()  # this one only told us its kind: OpenEnv environments are made afresh for every episode
+        return OpenEnvAdapter(factory, tuple(spec.stop))
+    for method in ("reset", "step", "cut_off", "close"):
+        if not callable(getattr(made, method, None)):
+            raise EnvError(
+                f"{field}.entrypoint {spec.entrypoint} made a {type(made).__name__}, which has no {method}(); return "
+                "an environment (reset, step, cut_off, close: docs/rl.md) or an OpenEnv Environment"
+            )
+    return made

@@ -1,0 +1,117 @@
+"""OpenEnv environments (openenv-core's `Environment`: reset() and step(action) return an Observation with `done`
+and `reward`) played as ours, in the trainer's process, without importing openenv: any object with that shape.
+
+One environment is made per episode (OpenEnv's hold one episode each). reset() gets the row's columns its
+signature names (seed, episode_id, ...) and its observation opens the episode. Each policy message becomes the
+environment's Action, as verifiers' OpenEnv taskset does it: a JSON object (fenced or not) is the action's fields;
+other text fills the action's one required field (an Action with several needs JSON). An observation is shown as
+its one text field, or as JSON of its fields. A done observation ends the episode with the rewards of its steps
+summed; a message that is no valid action is answered with why (an error), and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_core.environments.base import EnvError, Episode, Reply, answer, end
+
+_STANDARD = {"done", "reward", "metadata"}  # every Observation has these; the rest is what the policy sees
+
+
+def looks_like_openenv(environment: Any) -> bool:
+    """An OpenEnv environment has reset and step but not our cut_off."""
+    return (
+        callable(getattr(environment, "reset", None))
+        and callable(getattr(environment, "step", None))
+        and not hasattr(environment, "cut_off")
+    )
+
+
+def action_class(environment: Any) -> type:
+    """The Action model step() takes, from its annotation (OpenEnv environments annotate step(action: MyAction))."""
+    try:
+        hints = typing.get_type_hints(type(environment).step)
+    except Exception as exc:  # annotations that do not resolve: say so rather than guess
+        raise EnvError(f"{type(environment).__name__}.step's annotations do not resolve ({exc})") from None
+    parameters = [p for p in inspect.signature(type(environment).step).parameters if p != "self"]
+    cls = hints.get(parameters[0]) if parameters else None
+    if not (isinstance(cls, type) and hasattr(cls, "model_validate")):
+        raise EnvError(
+            f"{type(environment).__name__}.step must annotate its action with the Action model it takes, e.g. "
+            "def step(self, action: MyAction) -> MyObservation"
+        )
+    return cls
+
+
+def to_action(cls: type, message: str) -> Any:
+    """The policy's message as an instance of the Action model `cls`; ValueError says why it is none."""
+    text = message.strip()
+    if text.startswith("```") and text.endswith("```"):
+        text = "\n".join(text.splitlines()[1:-1]).strip()
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError:
+        fields = None
+    if not isinstance(fields, dict):
+        required = [name for name, field in cls.model_fields.items() if field.is_required() and name != "metadata"]
+        if len(required) != 1:
+            raise ValueError(f"write the action as a JSON object with {', '.join(required) or 'its fields'}")
+        fields = {required[0]: text}
+    try:
+        return cls.model_validate(fields)
+    except Exception as exc:  # pydantic's ValidationError, without importing pydantic's internals here
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def observation_text(observation: Any) -> str:
+    shown = {k: v for k, v in observation.model_dump().items() if k not in _STANDARD}
+    if not shown:
+        return ""
+    if len(shown) == 1 and isinstance(next(iter(shown.values())), str):
+        return next(iter(shown.values()))
+    return json.dumps(shown, default=str)
+
+
+@dataclass
+class _Playing:
+    environment: Any
+    action: type
+    total: float = 0.0
+
+
+class OpenEnvAdapter:
+    def __init__(self, make: Callable[[], Any], stop: tuple[str, ...] = ()) -> None:
+        self.make, self.stop = make, stop
+
+    def reset(self, episode: Episode) -> str:
+        environment = self.make()
+        accepted = inspect.signature(environment.reset).parameters
+        observation = environment.reset(**{k: v for k, v in episode.row.items() if k in accepted})
+        episode.state = _Playing(environment, action_class(environment), float(observation.reward or 0.0))
+        return observation_text(observation)
+
+    def step(self, episode: Episode, message: str) -> Reply:
+        playing: _Playing = episode.state
+        try:
+            action = to_action(playing.action, message)
+        except ValueError as exc:
+            return answer(f"invalid action: {exc}", error=True, reason=f"invalid action: {exc}")
+        observation = playing.environment.step(action)
+        playing.total += float(observation.reward or 0.0)
+        if observation.done:
+            playing.environment.close()
+            return end(playing.total, components={"openenv": playing.total})
+        return answer(observation_text(observation))
+
+    def cut_off(self, episode: Episode, why: str) -> Reply:
+        playing: _Playing = episode.state
+        playing.environment.close()
+        return end(playing.total, components={"openenv": playing.total}, reason=f"cut off by {why}")
+
+    def close(self) -> None:
+        pass
