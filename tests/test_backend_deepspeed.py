@@ -14,7 +14,7 @@ import pytest
 
 from rlplane.spec import parse_spec
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
-from tests.harness.specs import SHARDED_SFT
+from tests.harness.specs import SHARDED_SFT, packed
 from tests.harness.training import assert_export_matches, metrics
 from trainer_core.models import build_builtin
 from worker.launcher import split_rank, trainer_command
@@ -42,6 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         nvme = {"nvme_path": str(tmp / f"{name}-swap")} if zero.get("offload") == "nvme" else {}
         out[name] = launch(tmp, sft, {"kind": "deepspeed", "precision": "fp32", **zero, **nvme}, name)
     out["zero3-dpo"] = launch(tmp, dpo, {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}, "zero3-dpo")
+    out["zero3-packed"] = launch(tmp, packed(sft), {"kind": "deepspeed", "precision": "fp32", "zero_stage": 3}, "zero3-packed")
     return {**out, "start": tmp / "start"}
 
 
@@ -61,6 +62,13 @@ def test_sft_loss_curve_matches_the_torch_backend(runs: dict[str, Path], name: s
     assert max_diff(metrics(runs[name], "train/loss"), metrics(runs["torch-sft"], "train/loss")) < TOLERANCE
     # The pre-clip norm (clipping at 1.0 is on: these norms are 3-7).
     assert max_diff(metrics(runs[name], "train/grad_norm"), metrics(runs["torch-sft"], "train/grad_norm")) < 1e-3
+
+
+def test_padding_free_token_budget_micro_batches_follow_the_padded_curve(runs: dict[str, Path]) -> None:
+    """ZeRO-3 with train.padding_free and train.micro_batch_tokens: the torch backend's padded curve (the SFT loss
+    weighs every token of the global batch alike, so neither the packing nor the split changes a step)."""
+    assert max_diff(metrics(runs["zero3-packed"], "train/loss"), metrics(runs["torch-sft"], "train/loss")) < TOLERANCE
+    assert max_diff(metrics(runs["zero3-packed"], "train/grad_norm"), metrics(runs["torch-sft"], "train/grad_norm")) < 1e-3
 
 
 def test_nvme_offload_swaps_through_the_given_directory(runs: dict[str, Path]) -> None:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from rlplane.spec.sections import Fsdp2Backend as Fsdp2BackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.launch import finish, max_diff, start
-from tests.harness.specs import SHARDED_SFT
+from tests.harness.specs import SHARDED_SFT, packed
 from tests.harness.training import assert_export_matches, metrics
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.fsdp2_backend import repeated_blocks, unfuse_for_sharded_scaler
@@ -51,6 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "fsdp2-dpo": start(tmp, DPO, FSDP2, "fsdp2-dpo"),
         "torch-sft-1": start(tmp, one, TORCH, "torch-sft-1", processes=1),
         "fsdp2-sft-1": start(tmp, one, FSDP2, "fsdp2-sft-1", processes=1),
+        "fsdp2-sft-packed": start(tmp, packed(SFT), FSDP2, "fsdp2-sft-packed"),
     }
     done = {"fsdp2-sft": finish(*started.pop("fsdp2-sft"))}
     checkpoint = str(done["fsdp2-sft"] / "checkpoints" / "step-000006")
@@ -64,6 +65,12 @@ def test_sft_loss_curve_matches_the_torch_backend(runs: dict[str, Path]) -> None
     # The pre-clip norm, reduced over the shards (clipping at 1.0 is on: these norms are 3-5).
     assert max_diff(metrics(runs["fsdp2-sft"], "train/grad_norm"), metrics(runs["torch-sft"], "train/grad_norm")) < 1e-4
     assert metrics(runs["fsdp2-sft"], "train/lr") == metrics(runs["torch-sft"], "train/lr")
+
+
+def test_padding_free_token_budget_micro_batches_follow_the_padded_curve(runs: dict[str, Path]) -> None:
+    """FSDP2 with train.padding_free and train.micro_batch_tokens: the torch backend's padded curve."""
+    assert max_diff(metrics(runs["fsdp2-sft-packed"], "train/loss"), metrics(runs["torch-sft"], "train/loss")) < TOLERANCE
+    assert max_diff(metrics(runs["fsdp2-sft-packed"], "train/grad_norm"), metrics(runs["torch-sft"], "train/grad_norm")) < 1e-4
 
 
 def test_one_process_gives_the_curve_of_two(runs: dict[str, Path]) -> None:

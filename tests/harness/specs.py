@@ -67,6 +67,13 @@ SHARDED_SFT = {
     },
 }
 
+
+def packed(spec: dict) -> dict:
+    """`spec` with padding-free micro-batches of at most 64 tokens (docs/packing.md) instead of micro_batch_size."""
+    train = {**spec["train"], "micro_batch_size": None, "micro_batch_tokens": 64, "padding_free": True}
+    return {**spec, "name": f"{spec['name']}-packed", "train": {**train, "checkpoint_every": None}}
+
+
 ILQL_SPEC = {
     "name": "ilql-test",
     "algorithm": "ilql",
