@@ -451,6 +451,17 @@ class TestSubmitAllowList:
         assert response.status_code == 422, response.text
         assert response.json()["detail"][0]["loc"] == ["body", "reward", "terms", 1, "source", "entrypoint"]
 
+    def test_disallowed_environment_entrypoint_is_422_at_its_field(self, client, monkeypatch):
+        monkeypatch.setattr(client.app.state.settings, "reward_entrypoints", ["lab_rewards.*:score"])
+        spec = {k: v for k, v in grpo_spec({"kind": "builtin", "name": "arithmetic"}).items() if k != "reward"}
+        environment = {"kind": "python", "entrypoint": "my_envs:make", "max_tokens": 16}
+        spec["grpo"] = {"group_size": 4, "gen": {"max_new_tokens": 4}, "environment": environment}
+        response = client.post("/api/v1/runs/validate", json=spec)
+        assert response.status_code == 422, response.text
+        errors = response.json()["detail"]
+        assert [e["loc"] for e in errors] == [["body", "grpo", "environment", "entrypoint"]], errors
+        assert "add 'my_envs:make'" in errors[0]["msg"]
+
     def test_allowed_entrypoint_is_201(self, client, monkeypatch):
         monkeypatch.setattr(client.app.state.settings, "reward_entrypoints", ["lab_rewards.*:score", "other:*"])
         response = client.post("/api/v1/runs", json=grpo_spec({"kind": "python", "entrypoint": "lab_rewards.math:score"}))

@@ -20,6 +20,8 @@ MEGATRON = "backend={kind: megatron}"
 DEEPSPEED = "backend={kind: deepspeed}"
 PREFS = "data.source=builtin:tiny-preference"  # the rows dpo and reward read
 
+# grpo with the calculator environment in place of a reward
+ENVIRONMENT = ["algorithm=grpo", "reward=null", "grpo.environment={kind: builtin, name: calculator}"]
 COMMAND = {"name": "script", "algorithm": "command", "train": {"steps": 5}, "command": {"argv": ["python", "t.py"]}}
 
 RULE_CASES = {
@@ -81,6 +83,36 @@ RULE_CASES = {
         ["algorithm=grpo", "grpo.kl_in=reward", "grpo.beta=0"],
         "grpo.kl_in",
         "needs grpo.beta > 0",
+    ),
+    "environment-replaces-reward": (
+        "ppo",
+        ["algorithm=grpo", "grpo.environment={kind: builtin, name: calculator}"],
+        "reward",
+        "grpo.environment rewards each episode when it ends, so this reward would never be used; remove the reward",
+    ),
+    "environment-fits-context": (
+        "ppo",
+        [*ENVIRONMENT, "model.max_seq_len=64", "grpo.environment.max_tokens=64"],
+        "grpo.environment.max_tokens",
+        "max_tokens 64 leaves no room for the prompt in a 64-token sequence",
+    ),
+    "environment-turn-fits-episode": (
+        "ppo",
+        [*ENVIRONMENT, "grpo.environment.max_tokens=16", "grpo.gen.max_new_tokens=20"],
+        "grpo.gen.max_new_tokens",
+        "one policy turn (20 tokens) is longer than a whole episode",
+    ),
+    "environment-without-overlong-buffer": (
+        "ppo",
+        [*ENVIRONMENT, "grpo.overlong_buffer=2"],
+        "grpo.overlong_buffer",
+        "an episode has several; remove it",
+    ),
+    "sandbox-for-python-only": (
+        "ppo",
+        [*ENVIRONMENT, "grpo.environment.sandbox={cpu_s: 1}"],
+        "grpo.environment.sandbox",
+        "sandbox limits apply to the python environment's code, not to calculator",
     ),
     "builtin-rows-for-the-algorithm": (
         "sft",
@@ -364,6 +396,18 @@ class TestCrossFieldRules:
     def test_valid_combinations_pass(self, sets):
         parse_spec(spec_with("sft", sets))
 
+    @pytest.mark.parametrize(
+        "environment",
+        [
+            "{kind: builtin, name: python, max_turns: 2, sandbox: {cpu_s: 2, memory_mb: 256}}",
+            "{kind: http, url: 'http://127.0.0.1:8080/env', stop: ['</call>'], max_tokens: 200}",
+            "{kind: python, entrypoint: 'my_envs.wordle:make'}",
+        ],
+    )
+    def test_environments_pass_in_place_of_a_reward(self, environment):
+        spec = parse_spec(spec_with("ppo", ["algorithm=grpo", "reward=null", f"grpo.environment={environment}"]))
+        assert spec.reward is None and spec.grpo.environment is not None
+
     def test_an_eval_run_may_leave_train_out_and_is_one_step(self):
         spec = {k: v for k, v in ppo_spec().items() if k != "train"} | {"algorithm": "eval", "eval": {"samples": 8, "k": [1, 8]}}
         parsed = parse_spec(spec)
@@ -386,3 +430,29 @@ class TestCrossFieldRules:
     def test_derived_batch_values(self):
         spec = parse_spec(spec_with("sft", ["resources.gpus=2", "train.batch_size=32", "train.micro_batch_size=4"]))
         assert (spec.data_parallel_size, spec.micro_batch_size, spec.gradient_accumulation_steps) == (2, 4, 4)
+
+
+@pytest.mark.parametrize(
+    "environment, loc, words",
+    [
+        ({"kind": "builtin", "name": "calc"}, ["grpo", "environment", "name"], "'calculator' or 'python'"),
+        ({"kind": "http", "url": "ftp://x"}, ["grpo", "environment", "url"], "should match pattern"),
+        ({"kind": "shell"}, ["grpo", "environment"], "builtin, http, python"),
+        ({"kind": "python", "entrypoint": "no colon"}, ["grpo", "environment", "entrypoint"], "should match pattern"),
+        ({"kind": "builtin", "name": "python", "sandbox": {"memory_mb": 1}}, ["grpo", "environment", "sandbox", "memory_mb"],
+         "greater than or equal to 64"),
+    ],
+)  # fmt: skip
+def test_environment_fields_are_checked_with_their_names(environment: dict, loc: list, words: str) -> None:
+    """grpo.environment's own fields: a wrong one is named, with what it takes."""
+    spec = {
+        "name": "t",
+        "algorithm": "grpo",
+        "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 64},
+        "data": {"source": "builtin:calculator"},
+        "train": {"steps": 1, "batch_size": 8},
+        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 16}, "environment": environment},
+    }
+    errors = errors_of(spec)
+    matching = [e for e in errors if e["loc"] == loc]
+    assert matching and words in matching[0]["msg"], errors

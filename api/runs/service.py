@@ -112,17 +112,21 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
 
 
 def python_rewards(spec: RunSpec) -> list[tuple[list, str]]:
-    """(error location, entrypoint) of every python reward in the spec, a sum's terms included."""
-    reward = spec.reward
+    """(error location, entrypoint) of every python reward in the spec, a sum's terms included, and of a python
+    environment (grpo.environment): the code a worker would import."""
+    reward, found = spec.reward, []
     if isinstance(reward, PythonReward):
-        return [(["body", "reward", "entrypoint"], reward.entrypoint)]
+        found = [(["body", "reward", "entrypoint"], reward.entrypoint)]
     if isinstance(reward, SumReward):
-        return [
+        found = [
             (["body", "reward", "terms", i, "source", "entrypoint"], term.source.entrypoint)
             for i, term in enumerate(reward.terms)
             if isinstance(term.source, PythonReward)
         ]
-    return []
+    environment = spec.grpo.environment if spec.grpo is not None else None
+    if environment is not None and environment.kind == "python":
+        found.append((["body", "grpo", "environment", "entrypoint"], environment.entrypoint))
+    return found
 
 
 def check_reward_entrypoints(spec: RunSpec, allowed: list[str]) -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from rlplane.spec.base import StrictModel
+from rlplane.spec.environments import EnvironmentSpec
 from rlplane.spec.sections import ModelSpec
 
 
@@ -34,7 +35,6 @@ class GenSpec(StrictModel):
         description="hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA "
         "graphs) on a GPU; on CPU, the static cache alone. Not on megatron.",
     )
-
 
 
 class HeldOutEval(StrictModel):
@@ -205,7 +205,13 @@ class GrpoOptions(StrictModel):
         "from the trainer's (a GPU engine's kernels, precision); null: off.",
     )
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
-    gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
+    gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling (of each policy turn, with an environment).")
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="Multi-turn episodes, chosen by kind (builtin, http, python): each policy turn goes to the "
+        "environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the "
+        "episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.",
+    )
     samples_to_log: int = Field(
         4,
         ge=0,

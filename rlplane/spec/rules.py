@@ -40,8 +40,17 @@ def section_matches_algorithm(spec: RunSpec) -> Rules:
 
 
 def reward_matches_algorithm(spec: RunSpec) -> Rules:
-    """ppo, grpo and eval need a reward section; sft, reward, dpo and ilql must not have one."""
+    """ppo, grpo and eval need a reward section (grpo with an environment must not: its environment rewards); sft,
+    reward, dpo and ilql must not have one."""
     rewarded = spec.algorithm in REWARDED_ALGORITHMS
+    if spec.grpo is not None and spec.grpo.environment is not None:
+        if spec.reward is not None:
+            yield Violation(
+                ("reward",),
+                "grpo.environment rewards each episode when it ends, so this reward would never be used; remove the "
+                "reward section, or remove grpo.environment to score single responses with it",
+            )
+        return
     if rewarded and spec.reward is None:
         yield Violation(
             ("reward",),
@@ -110,6 +119,41 @@ def grpo_variants_fit(spec: RunSpec) -> Rules:
         )
     if options.kl_in == "reward" and options.beta == 0:
         yield Violation(("grpo", "kl_in"), "a KL in the reward needs grpo.beta > 0 (beta 0 means no KL at all)")
+
+
+def grpo_environment_fits(spec: RunSpec) -> Rules:
+    """grpo.environment: its max_tokens leaves room for a prompt in model.max_seq_len and holds one turn of
+    gen.max_new_tokens; no overlong_buffer (an episode's length is not one response's); sandbox limits are for the
+    python environment."""
+    options = spec.grpo
+    environment = options.environment if options is not None else None
+    if environment is None:
+        return
+    where = ("grpo", "environment")
+    length = spec.model.max_seq_len if spec.model is not None else None
+    if length is not None and environment.max_tokens >= length:
+        yield Violation(
+            (*where, "max_tokens"),
+            f"max_tokens {environment.max_tokens} leaves no room for the prompt in a {length}-token sequence; lower it "
+            "or raise model.max_seq_len",
+        )
+    if options.gen.max_new_tokens > environment.max_tokens:
+        yield Violation(
+            ("grpo", "gen", "max_new_tokens"),
+            f"one policy turn ({options.gen.max_new_tokens} tokens) is longer than a whole episode "
+            f"(grpo.environment.max_tokens {environment.max_tokens}); lower it or raise max_tokens",
+        )
+    if options.overlong_buffer is not None:
+        yield Violation(
+            ("grpo", "overlong_buffer"),
+            "the overlong buffer shapes a single response's length against gen.max_new_tokens, and an episode has "
+            "several; remove it (grpo.environment.max_tokens cuts episodes off)",
+        )
+    if environment.kind == "builtin" and environment.name != "python" and "sandbox" in environment.model_fields_set:
+        yield Violation(
+            (*where, "sandbox"),
+            f"sandbox limits apply to the python environment's code, not to {environment.name}; remove them",
+        )
 
 
 def eval_is_one_step(spec: RunSpec) -> Rules:
@@ -525,6 +569,7 @@ RULES = (
     reward_matches_algorithm,
     eval_is_one_step,
     grpo_variants_fit,
+    grpo_environment_fits,
     pass_at_k_fits_samples,
     megatron_layout_fits,
     megatron_on_cpu,

@@ -32,6 +32,7 @@ from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep
 from trainer_core.data import load_examples
 from trainer_core.data.tokenize import pad_id
+from trainer_core.environments import EnvError, Environment, make_environment
 from trainer_core.losses.policy import (
     entropy_from_logits,
     group_advantages,
@@ -44,13 +45,16 @@ from trainer_core.losses.policy import (
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
+from trainer_core.recipes.episodes import error_summary, play, step_stats
+from trainer_core.recipes.episodes import evaluate as evaluate_episodes
 from trainer_core.rewards import Reward
 
 
 @dataclass(kw_only=True)
 class GrpoRun(common.Run):  # model: the policy, wrapped by the backend; order: over prompts, batch_size / group_size a step
     reference: nn.Module | None  # frozen; None when beta is 0
-    reward: Reward
+    reward: Reward | None  # None with an environment: it rewards the episodes
+    environment: Environment | None  # grpo.environment
     train_rows: list[dict]
     eval_rows: list[dict]
 
@@ -68,7 +72,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         if options.beta > 0:
             reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=seed)
         split = load_examples(spec.data, "prompts", seed=seed)
-        reward = online.reward_source(spec, backend)
+        reward, environment = _reward_or_environment(spec, backend, reporter)
         prompts_per_step = spec.train.batch_size // options.group_size
         opt = common.prepare_optimization(
             spec, backend, policy, len(split.train), resume_from, batch_size=prompts_per_step, schedule_per_step=True
@@ -78,15 +82,46 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
                 if model is not None:
                     packing.check_separates(model, backend)
         if resume_from is not None:
-            reward.load_state_dict(opt.extra["reward"])
+            if reward is not None:
+                reward.load_state_dict(opt.extra["reward"])
             reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return GrpoRun(
         reference=reference,
         reward=reward,
+        environment=environment,
         train_rows=split.train,
         eval_rows=split.eval,
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
+
+
+def _reward_or_environment(spec: RunSpec, backend: Any, reporter: Any) -> tuple[Reward | None, Environment | None]:
+    """spec.reward, or the environment that plays and rewards whole episodes (grpo.environment)."""
+    limits = spec.grpo.environment
+    if limits is None:
+        return online.reward_source(spec, backend), None
+    if limits.max_tokens >= spec.model.max_seq_len:  # the spec rules could not check an unset max_seq_len
+        raise EnvError(
+            f"grpo.environment.max_tokens {limits.max_tokens} leaves no room for the prompt in {spec.model.path!r}'s "
+            f"{spec.model.max_seq_len}-token context; lower it or set model.max_seq_len"
+        )
+    environment = make_environment(limits)
+    described = f"{limits.kind} {getattr(limits, 'name', None) or getattr(limits, 'url', None) or limits.entrypoint}"
+    if getattr(limits, "name", None) == "python":
+        from trainer_core.environments.sandbox import isolation
+
+        described += f" (sandbox: {isolation()})"
+    reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
+    return None, environment
+
+
+def _scored(run: GrpoRun, rows: list[dict], repeat: int, *, observe: bool = False) -> rollouts.Scored:
+    """`repeat` scored answers to each row: single responses scored by the reward, or whole episodes played with
+    the environment (which keeps nothing between episodes, so `observe` has nothing to leave alone there)."""
+    options = run.spec.grpo
+    if run.environment is None:
+        return rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=repeat, observe=observe)
+    return play(run, run.policy, rows, options.gen, run.environment, options.environment, repeat=repeat)
 
 
 @dataclass
@@ -124,7 +159,12 @@ def sample(run: GrpoRun) -> Groups:
             old = _logprobs(run.model, generation, packed)[0]  # the prepared model: a sharded one scores from its shards
         if run.reference is not None:
             ref = _logprobs(run.reference, generation, packed)[0]
-    own["gen/truncated"] = float((lengths >= options.gen.max_new_tokens).sum())
+    if run.environment is None:
+        own["gen/truncated"] = float((lengths >= options.gen.max_new_tokens).sum())
+    else:
+        own |= step_stats(scored)  # env/*, and gen/truncated: the episodes the limits cut off
+        if (errors := error_summary(scored)) and backend.is_rank_zero:
+            run.reporter.log(f"step={run.step + 1} {errors}")
     shaped = rewards  # what the advantages are computed from; reward/* report the reward source's own
     if options.overlong_buffer is not None:
         penalty = overlong_penalty(lengths, options.gen.max_new_tokens, options.overlong_buffer)
@@ -156,7 +196,7 @@ def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
 
     def draw() -> tuple[rollouts.Scored, list[bool]]:
         rows = common.local_batch(run, run.train_rows)
-        scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=size)
+        scored = _scored(run, rows, size)
         spread = torch.tensor(scored.scores.total, dtype=torch.float32).view(-1, size).std(dim=1) > 0
         return scored, spread.tolist()
 
@@ -195,7 +235,7 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
     response token: what grpo/kl averages, so k3 is never negative). Every rank runs it; rank zero reports."""
     options, backend = run.spec.grpo, run.backend
     rows = samples.tracked_rows(run, options.samples_to_log)
-    scored = rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=options.group_size, observe=True)
+    scored = _scored(run, rows, options.group_size, observe=True)
     rewards = torch.tensor(scored.scores.total, dtype=torch.float32, device=backend.device)
     advantages = group_advantages(rewards, options.group_size, options.baseline, options.normalize_std)
     kls = None
@@ -208,6 +248,13 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
         kls = masked_mean(per_token, scored.generation.response_mask, dim=1).tolist()
     if backend.is_rank_zero:
         extra = {"advantage": advantages.tolist()}
+        if scored.episodes is not None:  # an episode's turns, tool calls and errors; truncated: cut off by the limits
+            extra |= {
+                "turns": [r.turns for r in scored.episodes],
+                "tool_calls": [r.tool_calls for r in scored.episodes],
+                "errors": [len(r.errors) for r in scored.episodes],
+                "truncated": [float(r.truncated) for r in scored.episodes],
+            }
         run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, extra))
 
 
@@ -328,13 +375,16 @@ def train_step(run: GrpoRun) -> loop.StepResult:
 
 
 def evaluate(run: GrpoRun) -> dict[str, float]:
-    options = run.spec.grpo
-    return rollouts.evaluate(run, run.policy, rollouts.eval_rows(run), options.gen, run.reward, rollouts.plan_of(options.eval))
+    options, rows, plan = run.spec.grpo, rollouts.eval_rows(run), rollouts.plan_of(run.spec.grpo.eval)
+    if run.environment is not None:
+        return evaluate_episodes(run, run.policy, rows, options.gen, run.environment, options.environment, plan)
+    return rollouts.evaluate(run, run.policy, rows, options.gen, run.reward, plan)
 
 
 def checkpoint_state(run: GrpoRun) -> checkpointing.CheckpointState:
     """The policy as the checkpoint's model, and the reward normaliser; the reference is rebuilt from the spec."""
-    return checkpointing.run_state(run, model=run.policy, extra={"reward": run.reward.state_dict()})
+    reward = run.reward.state_dict() if run.reward is not None else {}
+    return checkpointing.run_state(run, model=run.policy, extra={"reward": reward})
 
 
 def train(run: GrpoRun, stop_at: int | None = None) -> None:

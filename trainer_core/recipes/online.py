@@ -108,8 +108,10 @@ def step(
 def drive(
     run: Any, train: Callable[[Any, int | None], None], stop_at: int | None, export: Callable[[Any], nn.Module] | None = None
 ) -> Any:
-    """common.drive, then the reward source is closed as well, whatever happens."""
+    """common.drive, then the reward source (or environment) is closed as well, whatever happens."""
     try:
         return common.drive(run, train, stop_at, export=export)
     finally:
-        run.reward.close()
+        for source in (run.reward, getattr(run, "environment", None)):
+            if source is not None:
+                source.close()

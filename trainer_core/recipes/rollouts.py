@@ -206,7 +206,8 @@ class Scored:
     prompts: list[str]  # one per response
     responses: list[str]
     scores: Any  # trainer_core.rewards.RewardScores
-    gen_s: float  # seconds spent generating
+    gen_s: float  # seconds spent generating (and, for episodes, playing them)
+    episodes: list[Any] | None = None  # episodes.EpisodeRecord per response, when an environment played them
 
 
 def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None) -> Scored:
@@ -221,6 +222,7 @@ def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None)
             [scored.scores.total[i] for i in index], {k: [v[i] for i in index] for k, v in scored.scores.components.items()}
         ),
         0.0,
+        None if scored.episodes is None else [scored.episodes[i] for i in index],
     )
     if also is None:
         return picked
@@ -231,6 +233,7 @@ def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None)
         also.responses + picked.responses,
         type(scored.scores)(also.scores.total + picked.scores.total, components),
         0.0,
+        None if also.episodes is None else also.episodes + (picked.episodes or []),
     )
 
 

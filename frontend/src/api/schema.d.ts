@@ -1237,6 +1237,39 @@ export interface components {
             project: string;
         };
         /**
+         * BuiltinEnvironment
+         * @description An environment that ships with the trainer: calculator (a tool the policy calls as <calc>17*23</calc> and
+         *     that answers <result>391</result>; the reward is the final answer's correctness against the row's answer), or
+         *     python (the policy's code runs in a sandbox with the row's tests; the reward is 1 when they pass).
+         */
+        BuiltinEnvironment: {
+            /**
+             * @description builtin: an environment of the trainer's own. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            kind: "builtin";
+            /**
+             * Max Tokens
+             * @description Longest episode after the prompt, in tokens: the policy's turns and the environment's answers together (model.max_seq_len must hold it and the prompt); an episode that would grow past it is cut off.
+             * @default 128
+             */
+            max_tokens: number;
+            /**
+             * Max Turns
+             * @description Policy turns per episode at most: an episode the environment has not ended after them is cut off (the environment gives its verdict for a cut-off episode).
+             * @default 4
+             */
+            max_turns: number;
+            /**
+             * Name
+             * @description Which: calculator, python.
+             * @enum {string}
+             */
+            name: "calculator" | "python";
+            /** @description Limits of the code the python environment runs (python only). */
+            sandbox?: components["schemas"]["SandboxLimits"];
+        };
+        /**
          * BuiltinReward
          * @description A reward function shipped with rlplane (e.g. randomwalks, arithmetic).
          */
@@ -2042,6 +2075,12 @@ export interface components {
              */
             dynamic_sampling: number;
             /**
+             * Environment
+             * @description Multi-turn episodes, chosen by kind (builtin, http, python): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.
+             * @default null
+             */
+            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
+            /**
              * Epochs
              * @description Passes over each step's rollouts.
              * @default 1
@@ -2049,7 +2088,7 @@ export interface components {
             epochs: number;
             /** @description What each evaluation on the held-out prompts draws and judges. */
             eval?: components["schemas"]["HeldOutEval"];
-            /** @description Rollout sampling. */
+            /** @description Rollout sampling (of each policy turn, with an environment). */
             gen?: components["schemas"]["GenSpec"];
             /**
              * Group Size
@@ -2212,6 +2251,70 @@ export interface components {
              * @default 1
              */
             samples: number;
+        };
+        /**
+         * HttpEnvironment
+         * @description Episodes played by a service over HTTP: POST <url>/reset, <url>/step and <url>/cutoff (docs/rl.md).
+         */
+        HttpEnvironment: {
+            /**
+             * Attempts
+             * @description Tries per request when the service is unreachable, times out or answers 429/5xx.
+             * @default 3
+             */
+            attempts: number;
+            /**
+             * Backoff S
+             * @description Wait before the second try; doubled before each later one.
+             * @default 1
+             */
+            backoff_s: number;
+            /**
+             * Concurrency
+             * @description Requests in flight at once (one per live episode).
+             * @default 8
+             */
+            concurrency: number;
+            /**
+             * Headers
+             * @description Extra request headers; stored in plain text with the run, so no secrets.
+             */
+            headers?: {
+                [key: string]: string;
+            };
+            /**
+             * @description http: an environment service over HTTP. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            kind: "http";
+            /**
+             * Max Tokens
+             * @description Longest episode after the prompt, in tokens: the policy's turns and the environment's answers together (model.max_seq_len must hold it and the prompt); an episode that would grow past it is cut off.
+             * @default 128
+             */
+            max_tokens: number;
+            /**
+             * Max Turns
+             * @description Policy turns per episode at most: an episode the environment has not ended after them is cut off (the environment gives its verdict for a cut-off episode).
+             * @default 4
+             */
+            max_turns: number;
+            /**
+             * Stop
+             * @description Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); grpo.gen.stop and the EOS token end one too.
+             */
+            stop?: string[];
+            /**
+             * Timeout S
+             * @description Seconds to wait for one answer before retrying.
+             * @default 30
+             */
+            timeout_s: number;
+            /**
+             * Url
+             * @description http:// or https:// base URL; /reset, /step and /cutoff are posted to under it.
+             */
+            url: string;
         };
         /**
          * HttpReward
@@ -3045,6 +3148,41 @@ export interface components {
             samples: number;
         };
         /**
+         * PythonEnvironment
+         * @description An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
+         *     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
+         *     which is then made once per episode.
+         */
+        PythonEnvironment: {
+            /**
+             * Entrypoint
+             * @description module:factory, e.g. my_envs.wordle:make; only entrypoints matching RLPLANE_REWARD_ENTRYPOINTS on the server and the worker run (the setting that allows python rewards).
+             */
+            entrypoint: string;
+            /**
+             * @description python: an environment from an allow-listed factory. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            kind: "python";
+            /**
+             * Max Tokens
+             * @description Longest episode after the prompt, in tokens: the policy's turns and the environment's answers together (model.max_seq_len must hold it and the prompt); an episode that would grow past it is cut off.
+             * @default 128
+             */
+            max_tokens: number;
+            /**
+             * Max Turns
+             * @description Policy turns per episode at most: an episode the environment has not ended after them is cut off (the environment gives its verdict for a cut-off episode).
+             * @default 4
+             */
+            max_turns: number;
+            /**
+             * Stop
+             * @description Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); grpo.gen.stop and the EOS token end one too.
+             */
+            stop?: string[];
+        };
+        /**
          * PythonReward
          * @description A Python function `f(prompts, responses, metadata) -> list[float]`; it must be allowed by the server.
          */
@@ -3693,6 +3831,37 @@ export interface components {
             count: number;
             /** Data */
             data: components["schemas"]["SampleOut"][];
+        };
+        /**
+         * SandboxLimits
+         * @description What code run by the builtin python environment may use (a subprocess with no network and none of the
+         *     trainer's environment variables, in a scratch directory removed after).
+         */
+        SandboxLimits: {
+            /**
+             * Cpu S
+             * @description CPU seconds (RLIMIT_CPU); past them the code is killed.
+             * @default 5
+             */
+            cpu_s: number;
+            /**
+             * Memory Mb
+             * @description Address space in MiB (RLIMIT_AS).
+             * @default 512
+             */
+            memory_mb: number;
+            /**
+             * Output Kb
+             * @description The most the code may write to a file, stdout or stderr, in KiB (RLIMIT_FSIZE).
+             * @default 64
+             */
+            output_kb: number;
+            /**
+             * Wall S
+             * @description Wall-clock seconds; past them the code is killed.
+             * @default 10
+             */
+            wall_s: number;
         };
         /** ScriptedRunCreate */
         ScriptedRunCreate: {

@@ -1,0 +1,245 @@
+"""Multi-turn rollouts with a policy (trainer_core/recipes/episodes.py) and GRPO runs with an environment.
+
+The layout keeps the loss on the policy's tokens only: the environment's tokens are attended to but outside
+response_mask, a multi-turn row's log-probs are the ones its tokens get alone, and the GRPO loss does not move when
+the environment's positions do. Then GRPO from an SFT start on the builtin tool task learns to use the calculator:
+held-out success rises well above the start's (measured here, printed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.environments import BuiltinEnvironment
+from rlplane.spec.sections import TorchBackend as TorchBackendSpec
+from rlplane.spec.sections import TrainSpec
+from tests.harness.baselines import one_torch_thread
+from tests.harness.training import metrics, run_spec
+from trainer_core.backends.torch_backend import TorchBackend
+from trainer_core.environments import Episode, Reply, answer, end
+from trainer_core.losses.policy import grpo_loss, response_logprobs
+from trainer_core.models import build_builtin
+from trainer_core.recipes import episodes
+from trainer_core.recipes.rollouts import EvalPlan
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = "<result>42</result>"
+
+
+class Scripted:
+    """Answers TOOL to every turn until the policy has had `turns` turns, then ends with reward = turns."""
+
+    stop: tuple[str, ...] = ()
+
+    def __init__(self, turns: int, opening: str = "") -> None:
+        self.turns, self.opening = turns, opening
+
+    def reset(self, episode: Episode) -> str:
+        episode.state = "ready"
+        return self.opening
+
+    def step(self, episode: Episode, message: str) -> Reply:
+        assert episode.messages[-1] == ("policy", message) and episode.state == "ready"
+        if episode.turns >= self.turns:
+            return end(float(episode.turns), components={"turns": float(episode.turns)})
+        return answer(TOOL, tool_call=True)
+
+    def cut_off(self, episode: Episode, why: str) -> Reply:
+        return end(-1.0, reason=f"cut off by {why}")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def policy() -> tuple[torch.nn.Module, object, object]:
+    model, tokenizer = build_builtin("tiny-gpt2", "causal", seed=0)
+    backend = TorchBackend(TorchBackendSpec(), TrainSpec(steps=1, batch_size=8))
+    return model.eval(), tokenizer, backend
+
+
+def play(policy, environment, rows, *, max_turns=4, max_tokens=64, max_new_tokens=5, greedy=True, repeat=1):
+    model, tokenizer, backend = policy
+    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=96)))
+    limits = BuiltinEnvironment(name="calculator", max_turns=max_turns, max_tokens=max_tokens)
+    gen = GenSpec(max_new_tokens=max_new_tokens)
+    return episodes.play(run, model, rows, gen, environment, limits, repeat=repeat, greedy=greedy)
+
+
+ROWS = [{"prompt": "12*34="}, {"prompt": "What is 5*6? Use the tool."}]
+
+
+def test_environment_tokens_are_attended_to_but_never_trained_on(policy) -> None:
+    _, tokenizer, _ = policy
+    scored = play(policy, Scripted(turns=3), ROWS)
+    g, tool = scored.generation, tokenizer(TOOL, add_special_tokens=False)["input_ids"]
+    for i, row in enumerate(ROWS):
+        real = g.attention_mask[i, g.prompt_width :].bool()
+        ids, mine = g.response_ids[i][real].tolist(), g.response_mask[i][real].tolist()
+        policy_turn = len(ids) - 2 * len(tool)  # three turns of up to 5 tokens around two tool answers
+        spans = [(a, a + len(tool)) for a in range(len(ids)) if ids[a : a + len(tool)] == tool]
+        assert len(spans) == 2 and policy_turn >= 3
+        for start, stop in spans:
+            assert mine[start:stop] == [False] * len(tool)  # the environment's answer: attended, no loss
+        assert sum(mine) == len(ids) - 2 * len(tool)  # everything else is the policy's
+        assert not g.response_mask[i][~real].any()  # padding is neither
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        assert g.input_ids[i, g.prompt_width - len(prompt) : g.prompt_width].tolist() == prompt
+        positions = g.position_ids[i][g.attention_mask[i].bool()]
+        assert positions.tolist() == list(range(len(prompt) + len(ids)))  # counted over real tokens
+    assert scored.scores.total == [3.0, 3.0] and scored.scores.components == {"turns": [3.0, 3.0]}
+    assert [(r.turns, r.tool_calls, r.truncated) for r in scored.episodes] == [(3, 2, False)] * 2
+    assert scored.responses[0].count(TOOL) == 2  # the sample shows the whole episode
+
+
+def test_a_multi_turn_row_scores_as_its_tokens_do_alone(policy) -> None:
+    """Log-probs of the policy's tokens in the padded batch equal those of each row's real tokens alone, and the
+    GRPO loss is the same whatever the log-probs at the environment's positions are."""
+    model, _, _ = policy
+    scored = play(policy, Scripted(turns=2, opening=" Go:"), ROWS + [{"prompt": "1+1="}], greedy=False)
+    g = scored.generation
+    with torch.no_grad():
+        batch = response_logprobs(model(**g.inputs()).logits, g.input_ids, g.prompt_width)
+        for i in range(len(scored.prompts)):
+            keep = g.attention_mask[i].bool()
+            ids = g.input_ids[i][keep].unsqueeze(0)
+            prompt = int(keep[: g.prompt_width].sum())
+            alone = response_logprobs(model(input_ids=ids).logits, ids, prompt)[0]
+            real = g.attention_mask[i, g.prompt_width :].bool()
+            assert torch.allclose(batch[i][real], alone, atol=1e-5)
+    # what the rollout engine reported while sampling each turn is what the whole row gives the policy's tokens
+    assert g.logprobs is not None and not g.logprobs[~g.response_mask].any()
+    assert torch.allclose(g.logprobs[g.response_mask], batch[g.response_mask], atol=1e-4)
+    logprobs = batch.clone().requires_grad_(True)
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    loss = lambda lp: grpo_loss(lp, lp.detach(), None, advantages, g.response_mask, 0.2, 0.0, "k3").loss  # noqa: E731
+    moved = batch.masked_fill(~g.response_mask, 7.0)  # the environment's positions (and padding) changed
+    assert torch.allclose(loss(batch), loss(moved))
+    loss(logprobs).backward()
+    assert (logprobs.grad[~g.response_mask] == 0).all() and (logprobs.grad[g.response_mask] != 0).any()
+
+
+def test_limits_cut_episodes_off_with_the_environments_verdict(policy) -> None:
+    by_turns = play(policy, Scripted(turns=10), ROWS[:1], max_turns=2)
+    (record,) = by_turns.episodes
+    assert (record.turns, record.truncated, record.reason) == (2, True, "cut off by max_turns")
+    assert by_turns.scores.total == [-1.0] and TOOL in by_turns.responses[0]  # the first answer was appended
+    by_tokens = play(policy, Scripted(turns=10), ROWS[:1], max_tokens=20)
+    (record,) = by_tokens.episodes
+    assert record.truncated and record.reason == "cut off by max_tokens"
+    assert by_tokens.generation.attention_mask[0, by_tokens.generation.prompt_width :].sum() <= 20
+    stats = episodes.step_stats(by_tokens)
+    assert stats["env/truncated"] == stats["gen/truncated"] == 1.0
+
+
+def test_evaluation_plays_episodes(policy) -> None:
+    model, tokenizer, backend = policy
+    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=96)))
+    limits = BuiltinEnvironment(name="calculator", max_turns=4, max_tokens=64)
+    gen = GenSpec(max_new_tokens=5)
+    greedy = episodes.evaluate(run, model, ROWS * 3, gen, Scripted(turns=2), limits, EvalPlan(k=(1,)))
+    assert greedy["eval/turns"] == 2 and greedy["eval/tool_calls"] == 1 and greedy["eval/reward"] == 2.0
+    assert greedy["eval/success"] == greedy["eval/pass@1"] == 1.0 and greedy["eval/truncated"] == 0
+    sampled = episodes.evaluate(run, model, ROWS, gen, Scripted(turns=9), limits, EvalPlan(4, False, 0.0, (1, 4)))
+    assert sampled["eval/truncated"] == 1 and sampled["eval/success"] == 0 and sampled["eval/pass@4"] == 0
+
+
+# --- GRPO runs ---
+
+SFT = {
+    "name": "sft-calculator",
+    "algorithm": "sft",
+    "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 64},
+    "data": {"source": "builtin:calculator", "eval_fraction": 0.1},
+    "train": {"steps": 400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20, "log_every": 100},
+    "sft": {"samples_to_log": 0},
+}
+
+
+def grpo_spec(model: Path, environment: dict, **train: object) -> dict:
+    return {
+        "name": "grpo-environment",
+        "algorithm": "grpo",
+        "model": {"path": str(model), "max_seq_len": 64},
+        "data": {"source": "builtin:calculator", "eval_fraction": 0.1},
+        "train": {"steps": 30, "batch_size": 64, "lr": 2e-4, "schedule": "constant", "eval_every": 15, **train},
+        "grpo": {
+            "group_size": 8,
+            "gen": {"max_new_tokens": 20},
+            "environment": {"max_turns": 3, "max_tokens": 56, **environment},
+            "samples_to_log": 2,
+            "samples_every": 15,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def sft_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 SFT steps on builtin:calculator (10 s): its rows call the tool on a fifth of the problems, so the model
+    answers straight away, and wrongly, almost every time."""
+    out = tmp_path_factory.mktemp("sft-calculator") / "out"
+    with one_torch_thread():  # a module fixture starts before the tests' one_thread does
+        run_spec(out.parent / "sft.yaml", SFT, "--out", str(out))
+    return out / "final"
+
+
+def test_grpo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> None:
+    """30 GRPO steps (8 prompts x 8 episodes) with the calculator environment: greedy success on the 810 held-out
+    problems goes from the SFT start's (measured 0.005: it never calls the tool) to at least 0.3 above it (measured
+    0.74 after 20 steps, 0.81 after 60), and tool calls from none to almost every episode."""
+    out = tmp_path / "out"
+    run_spec(tmp_path / "grpo.yaml", grpo_spec(sft_start, {"kind": "builtin", "name": "calculator"}), "--out", str(out))
+    success, calls = metrics(out, "eval/success"), metrics(out, "eval/tool_calls")
+    print(f"held-out success {success}, tool calls per episode {calls}")
+    assert sorted(success) == [0, 15, 30]
+    assert success[30] >= success[0] + 0.3 and calls[30] >= calls[0] + 0.5, (success, calls)
+    for key in ("env/turns", "env/tool_calls", "env/errors", "env/truncated", "gen/truncated", "reward/correct"):
+        assert sorted(metrics(out, key)) == list(range(1, 31)), key
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    last = [s for s in samples if s["step"] == 30]
+    assert len(last) == 16 and all({"turns", "tool_calls", "errors", "truncated", "advantage"} <= set(s["scores"]) for s in last)
+    called = [s for s in last if s["scores"]["tool_calls"]]
+    assert called and all("<result>" in s["response"] for s in called)  # the whole episode, the tool's answer too
+
+
+@pytest.fixture
+def service() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer_core.environments.server", "--env", "calculator"],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_path: Path, service: str) -> None:
+    """Two steps each with the calculator served over HTTP (the same episodes as in-process: the reference server
+    plays the builtin) and with the python verifier, whose sandbox answers the policy's non-code with reasons; the
+    run logs them and goes on."""
+    short = {"steps": 2, "batch_size": 16, "eval_every": None}
+    remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
+    remote["data"]["eval_fraction"] = 0.01  # 81 held-out problems
+    run_spec(tmp_path / "http.yaml", remote, "--out", str(tmp_path / "http"))
+    assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
+    sandboxed = grpo_spec(sft_start, {"kind": "builtin", "name": "python", "max_turns": 1}, **short)
+    sandboxed["grpo"]["environment"]["sandbox"] = {"wall_s": 5}
+    sandboxed["data"]["eval_fraction"] = 0.01
+    run_spec(tmp_path / "python.yaml", sandboxed, "--out", str(tmp_path / "python"))
+    # calculator rows have no tests: an answer like "1776" is a program that runs (1), "<calc>..." is not (0)
+    assert len(metrics(tmp_path / "python", "reward/passed")) == 2
+    errors = metrics(tmp_path / "python", "env/errors")
+    assert len(errors) == 2 and min(errors.values()) > 0
+    logs = (tmp_path / "python" / "logs.jsonl").read_text()
+    assert "environment builtin python" in logs and "sandbox:" in logs and "env errors=" in logs

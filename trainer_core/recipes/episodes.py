@@ -1,0 +1,268 @@
+"""Multi-turn rollouts (grpo.environment): the policy and an environment take turns until each episode ends.
+
+    play()        prompt rows -> rollouts.Scored: every row's episode, all played at once, turn by turn
+    evaluate()    the eval prompts' episodes: eval/reward, eval/success, eval/pass@k, eval/turns, ...
+    step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log
+
+Each turn, every live episode gets one policy turn from a single batched rollouts.generate() call, which stops at
+EOS, a stop string (the environment's, and gen.stop) or gen.max_new_tokens; then the environment answers each
+(text that is appended, or the end with a reward). An episode the environment has not ended after
+environment.max_turns policy turns, or that would grow past environment.max_tokens, is cut off, and the
+environment gives its verdict on it.
+
+Layout: the Generation of rollouts.py, B rows of [P prompt positions | R response positions]. The environment's
+opening text (reset) joins the prompt. In the response region the policy's turns and the environment's answers
+follow each other as they were played, every real token with attention_mask 1, only the policy's with
+response_mask 1: log-probs, the loss, the KL, entropy and lengths count the policy's tokens alone, each conditioned
+on everything before it, as it was sampled. Positions are counted over real tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.environments import EnvironmentSpec
+from trainer_core.data.tokenize import pad_id
+from trainer_core.environments import Environment, Episode, Reply
+from trainer_core.recipes import rollouts
+from trainer_core.recipes.common import rank_chunks
+from trainer_core.rewards import RewardScores
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """What a step reports of one episode."""
+
+    turns: int  # the policy's
+    tool_calls: int
+    errors: tuple[str, ...]  # the reason of each answer marked as an error
+    truncated: bool  # cut off by max_turns or max_tokens
+    reason: str | None  # why it ended, in the environment's words
+
+
+@dataclass
+class _Playing:
+    episode: Episode
+    prompt: list[int]
+    ids: list[int] = field(default_factory=list)  # after the prompt: the policy's and the environment's tokens
+    mine: list[bool] = field(default_factory=list)  # per id: the policy's
+    drawn: list[float] | None = field(default_factory=list)  # per id: the rollout engine's log-prob (0: not sampled)
+    tool_calls: int = 0
+    errors: list[str] = field(default_factory=list)
+    cut: str | None = None  # max_turns or max_tokens, when the limits ended it
+    verdict: Reply | None = None
+
+    def add(self, ids: Sequence[int], policy: bool, drawn: Sequence[float] | None = None) -> None:
+        self.ids += ids
+        self.mine += [policy] * len(ids)
+        if self.drawn is not None:
+            self.drawn = None if policy and drawn is None else self.drawn + list(drawn or [0.0] * len(ids))
+
+    def heard(self, reply: Reply) -> None:
+        self.tool_calls += reply.tool_call
+        if reply.error:
+            self.errors.append(reply.reason or "error (no reason given)")
+
+
+def prompt_budget(spec: Any, limits: EnvironmentSpec) -> int:
+    """Longest prompt (with the environment's opening) in tokens: model.max_seq_len less the episode's room."""
+    return max(1, spec.model.max_seq_len - limits.max_tokens)
+
+
+def _each(environment: Environment, call: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """call(item) for each item: at once when the environment says it can serve several (a service, a sandbox)."""
+    workers = min(getattr(environment, "concurrency", 1), len(items))
+    if workers <= 1:
+        return [call(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(call, items))
+
+
+def _ending(ids: list[int], eos: int | None, limit: int) -> str:
+    if ids and ids[-1] == eos:
+        return "eos"
+    return "length" if len(ids) >= limit else "stop"
+
+
+@torch.no_grad()
+def play(
+    run: Any,
+    policy: nn.Module,
+    rows: list[dict],
+    gen: GenSpec,
+    environment: Environment,
+    limits: EnvironmentSpec,
+    repeat: int = 1,
+    *,
+    greedy: bool = False,
+) -> rollouts.Scored:
+    """`repeat` episodes for each row (consecutive: a GRPO group), played to their ends. Every rank plays as many
+    turns as the rank that needs most (generating on a stand-in when its own episodes are over): generation on a
+    sharded policy is a collective."""
+    tokenizer, backend = run.tokenizer, run.backend
+    rows = [row for row in rows for _ in range(repeat)]
+    started = time.perf_counter()
+    budget = prompt_budget(run.spec, limits)
+    playing = [_Playing(Episode(row=row), []) for row in rows]
+    openings = _each(environment, environment.reset, [p.episode for p in playing])
+    encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []  # noqa: E731
+    for p, prompt, opening in zip(playing, rollouts.encode_prompts(rows, tokenizer, budget), openings, strict=True):
+        p.prompt = (prompt + encode(opening))[-budget:]
+    stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
+    turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
+    eos = tokenizer.eos_token_id
+    while True:
+        live = [p for p in playing if p.verdict is None and p.cut is None]
+        if float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) == 0:
+            break
+        contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
+        generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
+        drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
+        for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
+            new = ids[keep].tolist()
+            room = limits.max_tokens - len(p.ids)
+            p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
+            if len(new) > room:
+                p.cut = "max_tokens"
+                continue
+            p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
+            p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
+        answering = [p for p in live if p.cut is None]
+        replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
+        for p, reply in zip(answering, replies, strict=True):
+            p.heard(reply)
+            if reply.done:
+                p.verdict = reply
+                continue
+            text = encode(reply.text)
+            if p.episode.turns >= limits.max_turns:
+                p.cut = "max_turns"
+            elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
+                p.cut = "max_tokens"
+            else:
+                p.add(text, policy=False)
+                p.episode.messages.append(("environment", reply.text))
+    cut = [p for p in playing if p.verdict is None]
+    for p, verdict in zip(cut, _each(environment, lambda p: environment.cut_off(p.episode, p.cut), cut), strict=True):
+        p.heard(verdict)
+        p.verdict = verdict
+    return _scored(playing, rows, openings, tokenizer, backend.device, time.perf_counter() - started)
+
+
+def _scored(
+    playing: list[_Playing], rows: list[dict], openings: list[str], tokenizer: Any, device: torch.device, seconds: float
+) -> rollouts.Scored:
+    pad = pad_id(tokenizer)
+    width, length = max(len(p.prompt) for p in playing), max(1, max(len(p.ids) for p in playing))
+    ids = torch.full((len(playing), width + length), pad, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    response_mask = torch.zeros((len(playing), length), dtype=torch.bool)
+    for i, p in enumerate(playing):
+        start, end = width - len(p.prompt), width + len(p.ids)
+        ids[i, start:end] = torch.tensor(p.prompt + p.ids, dtype=torch.long)
+        attention[i, start:end] = 1
+        response_mask[i, : len(p.ids)] = torch.tensor(p.mine, dtype=torch.bool)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    drawn = None  # the engine's log-probs of the policy's tokens, when every turn had them (0 elsewhere)
+    if all(p.drawn is not None for p in playing):
+        drawn = torch.zeros((len(playing), length), dtype=torch.float32)
+        for i, p in enumerate(playing):
+            drawn[i, : len(p.ids)] = torch.tensor(p.drawn, dtype=torch.float32)
+        drawn = drawn.to(device)
+    generation = rollouts.Generation(
+        ids.to(device), attention.to(device), positions.to(device), response_mask.to(device), width, drawn
+    )
+    verdicts = [p.verdict for p in playing]
+    names = sorted({name for v in verdicts for name in v.components})
+    scores = RewardScores(
+        [v.reward for v in verdicts], {name: [float(v.components.get(name, 0.0)) for v in verdicts] for name in names}
+    )
+    records = [
+        EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
+    ]
+    prompts = [rollouts.prompt_text(row) + opening for row, opening in zip(rows, openings, strict=True)]
+    texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
+    return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records)
+
+
+def step_stats(scored: rollouts.Scored) -> dict[str, float]:
+    """This rank's sums over its episodes (the step divides them by the episodes of all ranks): env/turns,
+    env/tool_calls, env/errors (answers marked as errors), env/truncated and gen/truncated (cut off by the limits)."""
+    records = scored.episodes or []
+    truncated = float(sum(r.truncated for r in records))
+    return {
+        "env/turns": float(sum(r.turns for r in records)),
+        "env/tool_calls": float(sum(r.tool_calls for r in records)),
+        "env/errors": float(sum(len(r.errors) for r in records)),
+        "env/truncated": truncated,
+        "gen/truncated": truncated,
+    }
+
+
+def error_summary(scored: rollouts.Scored, most: int = 5) -> str | None:
+    """The commonest error reasons with their counts, as one structured log line; None without errors."""
+    reasons = Counter(reason for record in scored.episodes or [] for reason in record.errors)
+    if not reasons:
+        return None
+    shown = "; ".join(f"{reason} (x{count})" for reason, count in reasons.most_common(most))
+    return f"env errors={sum(reasons.values())} reasons={shown!r}"
+
+
+def evaluate(
+    run: Any,
+    policy: nn.Module,
+    rows: list[dict],
+    gen: GenSpec,
+    environment: Environment,
+    limits: EnvironmentSpec,
+    plan: rollouts.EvalPlan,
+) -> dict[str, float]:
+    """`plan.samples` episodes for each of this rank's share of `rows` (greedy turns, or sampled with `gen`), reduced
+    over ranks: eval/reward (the environment's, per episode) and eval/reward/<component>; eval/success, the share of
+    episodes whose reward reaches plan.correct_at (1 when unset: a verifier's pass), and eval/pass@k; eval/turns,
+    eval/tool_calls, eval/errors and eval/truncated per episode; eval/length, the policy's tokens per episode."""
+    backend, n = run.backend, plan.samples
+    threshold = 1.0 if plan.correct_at is None else plan.correct_at
+    keys = ["reward", "success", "length", "turns", "tool_calls", "errors", "truncated"]
+    sums: dict[str, float] = {key: 0.0 for key in keys} | {f"pass@{k}": 0.0 for k in plan.k}
+    episodes = prompts_seen = 0
+    for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
+        scored = play(run, policy, chunk, gen, environment, limits, repeat=n, greedy=plan.greedy)
+        for name in scored.scores.components:
+            sums.setdefault(f"reward/{name}", 0.0)
+        if not real:
+            continue
+        episodes, prompts_seen = episodes + len(chunk) * n, prompts_seen + len(chunk)
+        correct = [total >= threshold for total in scored.scores.total]
+        stats = step_stats(scored)
+        sums["reward"] += sum(scored.scores.total)
+        sums["success"] += sum(correct)
+        sums["length"] += float(scored.generation.response_mask.sum())
+        for key in ("turns", "tool_calls", "errors", "truncated"):
+            sums[key] += stats[f"env/{key}"]
+        for name, values in scored.scores.components.items():
+            sums[f"reward/{name}"] += sum(values)
+        for i in range(len(chunk)):
+            c = sum(correct[i * n : (i + 1) * n])
+            for k in plan.k:
+                sums[f"pass@{k}"] += rollouts.pass_at_k(n, c, k)
+    names = sorted(sums)
+    totals = backend.all_reduce(
+        torch.tensor([sums[k] for k in names] + [episodes, prompts_seen], dtype=torch.float64), "sum"
+    ).tolist()
+    episodes, prompts_seen = max(totals[-2], 1), max(totals[-1], 1)
+    return {
+        f"eval/{k}": v / (prompts_seen if k.startswith("pass@") else episodes) for k, v in zip(names, totals[:-2], strict=True)
+    }
