@@ -7,7 +7,8 @@ describe('metricMeaning', () => {
       'grpo/zero_std_groups', 'grpo/clipfrac', 'grpo/clipfrac_low', 'grpo/clipfrac_high', 'grpo/ratio_mean', 'grpo/ratio_min',
       'grpo/ratio_max', 'grpo/approx_kl', 'grpo/entropy', 'grpo/kl', 'grpo/reward_kl', 'grpo/overlong_penalty', 'gen/truncated',
       'gen/response_length', 'gen/response_length_min', 'gen/response_length_max', 'ppo/explained_variance', 'ppo/clipfrac',
-      'ppo/value_clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/kl', 'ppo/kl_coef',
+      'ppo/value_clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/kl', 'ppo/kl_coef', 'env/turns', 'env/tool_calls', 'env/errors',
+      'env/truncated',
     ];
     expect(keys.filter((k) => !metricMeaning(k))).toEqual([]);
     expect(metricMeaning('grpo/clipfrac_low')).toBe(

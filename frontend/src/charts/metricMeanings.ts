@@ -35,6 +35,12 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'gen/response_length_min': "Shortest answer of the step, in tokens.",
   'gen/response_length_max': "Longest answer of the step, in tokens.",
 
+  'env/turns': "The policy's turns per episode (grpo.environment).",
+  'env/tool_calls': 'Answers of the environment that ran a tool, per episode.',
+  'env/errors':
+    'Turns the environment could not use (a malformed tool call, code that did not run), per episode; the run logs their reasons.',
+  'env/truncated': "Share of episodes cut off by grpo.environment's max_turns or max_tokens before the environment ended them.",
+
   'ppo/explained_variance':
     "How much of the returns' variance the value head explains: 1 is perfect, 0 or below means the critic predicts nothing.",
   'ppo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',

@@ -63,6 +63,14 @@ describe('groupPanels', () => {
     ]);
   });
 
+  it("gives a multi-turn run's episodes their own panel, and eval/success to evaluation", () => {
+    expect(groupPanels(['env/turns', 'env/tool_calls', 'env/errors', 'env/truncated', 'eval/success', 'grpo/zero_std_groups'])).toEqual([
+      { title: 'Groups', keys: ['grpo/zero_std_groups'] },
+      { title: 'Environment', keys: ['env/errors', 'env/tool_calls', 'env/truncated', 'env/turns'] },
+      { title: 'Eval accuracy & margins', keys: ['eval/success'] },
+    ]);
+  });
+
   it('puts the headline key first, then shallower keys', () => {
     expect(groupPanels(['reward/arithmetic', 'reward/std', 'reward/mean'])[0]!.keys).toEqual(['reward/mean', 'reward/arithmetic', 'reward/std']);
     expect(groupPanels(['eval/reward/arithmetic', 'eval/accuracy'])[0]!.keys).toEqual(['eval/accuracy', 'eval/reward/arithmetic']);

@@ -9,7 +9,8 @@ const last = (key: string) => key.slice(key.lastIndexOf('/') + 1);
 // Order is the order an RLHF practitioner reads a run in (docs/dashboard.md): is reward going up,
 // is the policy drifting (KL), are losses sane, then the RL health of the PPO/GRPO update: how far
 // it moved the policy (clipping, ratio, approx KL), whether it still explores and how long it
-// answers, whether its groups teach anything, whether the critic predicts. Then evaluation,
+// answers, whether its groups teach anything, how its episodes go (grpo.environment: turns, tool calls, errors,
+// cut-offs), whether the critic predicts. Then evaluation,
 // optimiser health and throughput. The first rule that matches wins. The last segment decides where
 // it can, so TRL's keys (rloo/kl, rloo/clipfrac) land beside ours.
 const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
@@ -20,10 +21,11 @@ const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Clipping & ratio', match: (k) => /clipfrac|^approx_kl$|^ratio_(mean|min|max)$/.test(last(k)) },
   { title: 'Entropy & length', match: (k) => last(k) === 'entropy' || last(k) === 'overlong_penalty' || k.startsWith('gen/') },
   { title: 'Groups', match: (k) => last(k) === 'zero_std_groups' },
+  { title: 'Environment', match: (k) => k.startsWith('env/') },
   { title: 'Critic', match: (k) => last(k) === 'explained_variance' || k.startsWith('values/') },
   { title: 'RL diagnostics', match: (k) => /^(ppo|grpo|rloo)\//.test(k) },
   // eval/reward (the run's reward on held-out prompts) and eval/optimality (randomwalks) read like accuracy.
-  { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality/.test(last(k)) || /^eval\/reward/.test(k) },
+  { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality|success/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },
   { title: 'Gradient norm', match: (k) => last(k) === 'grad_norm' || last(k) === 'skipped_steps' },
   { title: 'Performance', match: (k) => k.startsWith('perf/') },
