@@ -22,7 +22,7 @@ from rlplane.spec.environments import BuiltinEnvironment
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
-from tests.harness.training import metrics, run_spec
+from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
@@ -209,6 +209,14 @@ def test_grpo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> 
     assert len(last) == 16 and all({"turns", "tool_calls", "errors", "truncated", "advantage"} <= set(s["scores"]) for s in last)
     called = [s for s in last if s["scores"]["tool_calls"]]
     assert called and all("<result>" in s["response"] for s in called)  # the whole episode, the tool's answer too
+
+
+def test_a_run_with_an_environment_resumes_exactly(sft_start: Path, tmp_path: Path) -> None:
+    """3 steps straight vs 1, then --resume (its stored spec, every default stated, parses again): the same policy
+    bit for bit, the same episodes' metrics."""
+    spec = grpo_spec(sft_start, {"kind": "builtin", "name": "calculator"}, steps=3, eval_every=3, checkpoint_every=1)
+    spec["data"]["eval_fraction"] = 0.01
+    assert_resume_is_exact(tmp_path, spec, 1, ("reward/mean", "env/tool_calls", "env/turns", "grpo/kl", "eval/success"))
 
 
 @pytest.fixture

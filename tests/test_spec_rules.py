@@ -402,11 +402,14 @@ class TestCrossFieldRules:
             "{kind: builtin, name: python, max_turns: 2, sandbox: {cpu_s: 2, memory_mb: 256}}",
             "{kind: http, url: 'http://127.0.0.1:8080/env', stop: ['</call>'], max_tokens: 200}",
             "{kind: python, entrypoint: 'my_envs.wordle:make'}",
+            "{kind: builtin, name: calculator}",
         ],
     )
     def test_environments_pass_in_place_of_a_reward(self, environment):
         spec = parse_spec(spec_with("ppo", ["algorithm=grpo", "reward=null", f"grpo.environment={environment}"]))
         assert spec.reward is None and spec.grpo.environment is not None
+        # the stored spec states every default (the calculator's sandbox too) and parses again: a resume reads it
+        assert parse_spec(spec.model_dump(mode="json")) == spec
 
     def test_an_eval_run_may_leave_train_out_and_is_one_step(self):
         spec = {k: v for k, v in ppo_spec().items() if k != "train"} | {"algorithm": "eval", "eval": {"samples": 8, "k": [1, 8]}}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS, REWARDED_ALGORITHMS
 from rlplane.spec.builtin_names import builtin_names_exist
 from rlplane.spec.command import PlaceholderError, fill
+from rlplane.spec.environments import SandboxLimits
 from rlplane.spec.shapes import BUILTIN_SHAPES, DEFAULT_MAX_SEQ_LEN_CAP, MAX_POSITIONS
 
 if TYPE_CHECKING:
@@ -149,7 +150,8 @@ def grpo_environment_fits(spec: RunSpec) -> Rules:
             "the overlong buffer shapes a single response's length against gen.max_new_tokens, and an episode has "
             "several; remove it (grpo.environment.max_tokens cuts episodes off)",
         )
-    if environment.kind == "builtin" and environment.name != "python" and "sandbox" in environment.model_fields_set:
+    # Compared with the defaults, not with what was set: a stored spec states every default, and must parse again.
+    if environment.kind == "builtin" and environment.name != "python" and environment.sandbox != SandboxLimits():
         yield Violation(
             (*where, "sandbox"),
             f"sandbox limits apply to the python environment's code, not to {environment.name}; remove them",
