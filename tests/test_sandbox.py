@@ -1,6 +1,7 @@
 """The sandbox that runs untrusted Python (trainer_core/environments/sandbox.py): each thing it cannot run is a
 reason, never an exception; no network (a connect to a listening 127.0.0.1 socket fails), no inherited secrets, a
-scratch directory removed after, no process outliving it; in both of its ways of keeping the network out (network
+scratch directory removed after and the only place it may write, the trainer's credentials covered, no process
+outliving it; in both of its ways of keeping the network out (network
 and PID namespaces, or an audit hook where namespaces cannot be made). And the python verifier built on it."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ MODES = [pytest.param(True, id="namespaces"), pytest.param(False, id="audit-hook
 
 def _mode(namespaces: bool) -> bool:
     if namespaces and not namespaces_work():
-        pytest.skip("this machine cannot make network and PID namespaces (unshare)")
+        pytest.skip("this machine cannot make network, PID and mount namespaces (unshare)")
     return namespaces
 
 
@@ -69,6 +70,35 @@ def test_the_sandbox_has_no_network_no_secrets_and_a_scratch_directory(namespace
     assert secret == "None" and "connected" not in outcome.stdout
     assert not outcome.passed and outcome.reason == "network: refused (the sandbox has none)", outcome
     assert "rlplane-sandbox-" in cwd and not Path(cwd).exists()
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_scratch_directory_is_the_only_place_it_writes(namespaces: bool, tmp_path: Path) -> None:
+    """Overwriting or removing a file outside fails with a reason and leaves the file as it was; the scratch
+    directory takes files and directories."""
+    victim = tmp_path / "checkpoint.bin"
+    victim.write_text("weights")
+    for source in (f"open({str(victim)!r}, 'w').write('gone')", f"import os\nos.remove({str(victim)!r})"):
+        outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
+        assert not outcome.passed and outcome.reason.startswith("refused: "), outcome
+        assert "scratch directory" in outcome.reason and victim.read_text() == "weights"
+    inside = "import os\nos.mkdir('d')\nopen('d/x', 'w').write('kept')\nprint(open('d/x').read())"
+    outcome = run_python(inside, LIMITS, use_namespaces=_mode(namespaces))
+    assert outcome.passed and outcome.stdout == "kept\n", outcome
+
+
+def test_the_trainers_credentials_are_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its mount namespace the code finds the trainer's user's ~/.config (rlplane login's token) and ~/.ssh empty."""
+    _mode(True)
+    for where in (".config/rlplane", ".ssh"):
+        (tmp_path / where).mkdir(parents=True)
+        (tmp_path / where / "secret").write_text("hunter2")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    source = f"import os\nfor d in ('.config', '.ssh'):\n    print(sorted(os.listdir(os.path.join({str(tmp_path)!r}, d))))"
+    outcome = run_python(source, LIMITS, use_namespaces=True)
+    assert outcome.passed and outcome.stdout.split("\n")[:2] == ["[]", "[]"], outcome
+    assert (tmp_path / ".ssh" / "secret").read_text() == "hunter2"  # covered in there, untouched out here
 
 
 @pytest.mark.parametrize("namespaces", MODES)

@@ -5,12 +5,15 @@
 What the code gets, and how each limit is kept:
 - CPU time (RLIMIT_CPU), address space (RLIMIT_AS), bytes written to any file, stdout included (RLIMIT_FSIZE), no
   core dumps; the wall clock is the trainer's timeout, after which the whole process group is killed.
-- No network: a fresh network namespace (`unshare --net`, inside a new user namespace when the trainer is not
-  root), where not even loopback is up. Where namespaces cannot be made, an audit hook in the child refuses every
+- No network: a fresh network namespace (`unshare --net --pid --mount`, inside a new user namespace when the
+  trainer is not root), where not even loopback is up. Where namespaces cannot be made, an audit hook in the child refuses every
   socket event, and ctypes and process creation with them (so no way around it through libc or a curl).
 - None of the trainer's environment variables (secrets): a minimal environment of its own. Run as root, the
   code runs as nobody.
-- A scratch directory as its working directory and HOME, removed afterwards.
+- A scratch directory as its working directory and HOME, removed afterwards, and the only place it may write: in
+  its mount namespace every other mount is remounted read-only, and the trainer's user's credentials (~/.config,
+  ~/.ssh, cloud keys: `hidden_paths`) are covered by empty read-only directories; without namespaces the audit hook
+  refuses opening for writing, removing, renaming or changing anything outside it.
 - Nothing it starts outlives it: a PID namespace whose init is our small supervisor, so when the code's process
   ends every process it started is killed by the kernel; without namespaces, process creation is refused. Every
   process of the sandbox dies with the trainer (PR_SET_PDEATHSIG).
@@ -41,6 +44,28 @@ NOBODY = 65534
 _SUPERVISOR = r"""
 import json, os, sys
 plan = json.loads(sys.argv[1])
+if plan["namespaces"]:  # our own mount namespace: every mount read-only but the work directory, secrets covered
+    import subprocess
+    def mount(*args):
+        subprocess.run(["mount", *args], check=True, capture_output=True, text=True)
+    def unescape(point):  # /proc/self/mountinfo writes space, tab, newline and backslash as octal escapes
+        for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+            point = point.replace(code, char)
+        return point
+    try:
+        mount("--make-rprivate", "/")
+        mount("--bind", plan["work"], plan["work"])
+        with open("/proc/self/mountinfo") as mounts:
+            points = {unescape(line.split()[4]) for line in mounts}
+        for point in sorted(points - {plan["work"]}):
+            mount("-o", "remount,bind,ro", point)
+        for hidden in plan["hidden"]:
+            mount("-t", "tmpfs", "-o", "ro,size=4k,mode=0", "tmpfs", hidden)
+        os.chdir(plan["work"])  # the working directory was entered through the read-only mount: enter the writable one
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        os.write(plan["status_fd"], ("setup:the filesystem could not be made read-only: " + detail.strip()).encode())
+        sys.exit(125)
 pid = os.fork()
 if pid == 0:
     os.close(plan["status_fd"])
@@ -53,9 +78,25 @@ if pid == 0:
     if plan["audit"]:
         refused = ("socket.", "ctypes.", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn",
                    "os.system", "subprocess.Popen", "pty.spawn")
+        # what changes the filesystem: allowed inside the work directory only
+        changes = {"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown", "os.symlink", "os.link",
+                   "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree"}
+        work = os.path.realpath(plan["work"])
+        def _writes(args):  # open's (path, mode, flags): a mode of "w", "a", "x" or "+", or flags that write
+            return bool(args[2] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC)) or bool(
+                str(args[1] or "r").strip("rbt"))
+        def inside(path):
+            if isinstance(path, int):
+                return True  # an open descriptor: opened under these rules
+            full = os.path.realpath(os.fsdecode(path))
+            return full == work or full.startswith(work + os.sep)
         def audit(event, args):
             if event.startswith(refused) and event != "socket.gethostname":
                 raise PermissionError(f"sandbox: {event} is refused (no network, no new processes)")
+            if event == "open" and args[0] is not None and _writes(args) and not inside(args[0]):
+                raise PermissionError(f"sandbox: writing {args[0]!r} is refused (only the scratch directory is writable)")
+            if event in changes and not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
+                raise PermissionError(f"sandbox: {event} outside the scratch directory is refused")
         sys.addaudithook(audit)
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
@@ -79,6 +120,14 @@ class Outcome:
     returncode: int | None  # negative: the signal that ended it; None: it never finished
 
 
+def hidden_paths() -> list[Path]:
+    """What the code may not even read: where the trainer's user keeps credentials (rlplane login's token, cloud and
+    SSH keys). A read-only empty directory covers each in the sandbox's mount namespace."""
+    home = Path.home()
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    return [config, home / ".ssh", home / ".aws", home / ".gnupg", home / ".kube", home / ".docker"]
+
+
 @cache
 def namespaces_work() -> bool:
     """Whether this machine lets us make the network and PID namespaces (user namespaces may be off, seccomp may
@@ -86,7 +135,10 @@ def namespaces_work() -> bool:
     if shutil.which("unshare") is None:
         return False
     try:
-        probe = subprocess.run([*_unshare(), "true"], capture_output=True, timeout=10, env={"PATH": os.defpath})
+        # the mounts the supervisor makes, tried: a machine that gives the namespaces but not the mounts gets the
+        # audit hook's rules instead
+        script = "mount --make-rprivate / && mount -o remount,bind,ro /"
+        probe = subprocess.run([*_unshare(), "sh", "-c", script], capture_output=True, timeout=10, env={"PATH": os.defpath})
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
@@ -94,7 +146,7 @@ def namespaces_work() -> bool:
 
 def _unshare() -> list[str]:
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return ["unshare", *user, "--net", "--pid", "--fork", "--kill-child"]
+    return ["unshare", *user, "--net", "--pid", "--mount", "--fork", "--kill-child"]
 
 
 @cache
@@ -111,9 +163,11 @@ def _can_drop() -> bool:
 def isolation() -> str:
     """How the sandbox's rules are kept on this machine, for the run's log."""
     network = (
-        "network and PID namespaces (unshare)"
+        "network, PID and mount namespaces (unshare): no network, a read-only filesystem but the scratch directory, "
+        "credentials covered"
         if namespaces_work()
-        else "an audit hook refusing sockets, ctypes and new processes (namespaces are not available here)"
+        else "an audit hook refusing sockets, ctypes, new processes and writes outside the scratch directory "
+        "(namespaces are not available here)"
     )
     user = (
         "as nobody"
@@ -145,6 +199,8 @@ def _run(source: str, limits: SandboxLimits, namespaces: bool, scratch: Path) ->
     read_status, write_status = os.pipe()
     plan = {
         "status_fd": write_status,
+        "work": str(work.resolve()),
+        "hidden": [str(p) for p in hidden_paths() if p.is_dir()],
         "drop": drop,
         "audit": not namespaces,
         "namespaces": namespaces,
@@ -183,6 +239,8 @@ def _run(source: str, limits: SandboxLimits, namespaces: bool, scratch: Path) ->
     with os.fdopen(read_status, "rb") as status:
         reported = status.read().decode() or None
     stdout, stderr = _head(scratch / "stdout", written), _head(scratch / "stderr", written)
+    if reported is not None and reported.startswith("setup:"):  # the sandbox, not the code, failed: nothing ran
+        return Outcome(False, f"sandbox: {reported.removeprefix('setup:')}", stdout, stderr, None)
     code = int(reported) if reported is not None else None
     passed, reason = classify(code, timed_out, stderr, limits)
     return Outcome(passed, reason, stdout, stderr, code)
@@ -204,6 +262,8 @@ def classify(code: int | None, timed_out: bool, stderr: str, limits: SandboxLimi
         return False, f"output: wrote more than {limits.output_kb} KiB"
     if "Network is unreachable" in last or "sandbox: socket" in last:
         return False, "network: refused (the sandbox has none)"
+    if "Read-only file system" in last:
+        return False, "refused: writing outside the scratch directory (the rest of the filesystem is read-only)"
     if "sandbox: " in last:
         return False, f"refused: {last.split('sandbox: ', 1)[1]}"
     if last.startswith("MemoryError") or "Cannot allocate memory" in last:
