@@ -194,7 +194,6 @@ def test_an_openenv_environment_plays_through_the_adapter(monkeypatch: pytest.Mo
     """A real openenv-core Environment (tests/harness/openenv_guess.py) made per episode: its reset's observation
     opens the episode, a bare message fills the action's one field, a bad one is answered with why, and the summed
     rewards end it."""
-    pytest.importorskip("openenv.core.env_server.interfaces", reason="openenv-core is not installed (rlplane[openenv])")
     monkeypatch.setenv("RLPLANE_REWARD_ENTRYPOINTS", "tests.harness.openenv_guess:*")
     environment = make_environment(PythonEnvironment(entrypoint="tests.harness.openenv_guess:make", stop=["\n"]))
     assert environment.stop == ("\n",)
