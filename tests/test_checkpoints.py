@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.models import Checkpoint
-from tests.harness.factories import auth, create_run, worker_token
+from tests.harness.factories import auth, create_project, create_run, create_user, worker_token
 
 JSON = {"Content-Type": "application/json"}
 MODEL_BYTES = bytes(range(256)) * 16
@@ -390,6 +390,31 @@ class TestEvaluations:
         # The eval runs are the source's children in its lineage, as any run that starts from it.
         children = client.get(f"/api/v1/runs/{source['id']}/lineage").json()["children"]
         assert sorted(c["run_id"] for c in children) == sorted([of_step.json()["id"], of_output.json()["id"]])
+
+    def test_runs_of_another_project_stay_out_of_a_readers_lineage_and_evaluations(self, client, db, ckpt_dir):
+        """Someone in two projects evaluates a checkpoint of one in the other: a reader of the first alone does not
+        learn of that run (not as a child, not beside the checkpoint); a reader of both does."""
+        source = create_run(client)
+        assert register(client, source["id"], record(ckpt_dir, step=5)).status_code == 201
+        create_project(client, "secret")
+        hidden = client.post(
+            "/api/v1/runs", json={**{k: v for k, v in self.eval_spec(f"run:{source['id']}@5").items() if v}, "project": "secret"}
+        )
+        shown = client.post("/api/v1/runs", json={k: v for k, v in self.eval_spec(f"run:{source['id']}@5").items() if v})
+        assert hidden.status_code == shown.status_code == 201, hidden.text
+        outsider = auth(create_user(client, "olga", roles={"default": "viewer"}, scopes=("read",)))
+        insider = auth(create_user(client, "ivan", roles={"default": "viewer", "secret": "viewer"}, scopes=("read",)))
+        for headers, expected in ((outsider, [shown.json()["id"]]), (insider, sorted([shown.json()["id"], hidden.json()["id"]]))):
+            detail = client.get(f"/api/v1/runs/{source['id']}", headers=headers)
+            lineage = client.get(f"/api/v1/runs/{source['id']}/lineage", headers=headers)
+            listed = client.get(f"/api/v1/runs/{source['id']}/checkpoints", headers=headers)
+            assert detail.status_code == lineage.status_code == listed.status_code == 200
+            assert sorted(c["run_id"] for c in detail.json()["children"]) == expected
+            assert sorted(c["run_id"] for c in lineage.json()["children"]) == expected
+            assert sorted(e["run_id"] for e in listed.json()["data"][0]["evaluations"]) == expected
+        # the hidden run's own page still names its parent to those who may read it
+        parents = client.get(f"/api/v1/runs/{hidden.json()['id']}/lineage", headers=insider).json()["parents"]
+        assert [p["run_id"] for p in parents] == [source["id"]]
 
     def test_an_eval_run_without_a_reward_is_refused_naming_the_field(self, client, db):
         source = create_run(client)

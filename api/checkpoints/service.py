@@ -111,21 +111,22 @@ def _forget_rotated(session: Session, store: ArtifactStore, run_id: int) -> None
 def list_checkpoints(session: Session, principal: Principal, run_id: int) -> schemas.CheckpointList:
     readable_run(session, principal, run_id)
     rows = session.scalars(select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step, Checkpoint.kind)).all()
-    found = evaluations(session, run_id)
+    found = evaluations(session, run_id, principal)
     data = [public(c).model_copy(update={"evaluations": found.get(c.step if c.kind == "checkpoint" else None, [])}) for c in rows]
     return schemas.CheckpointList(data=data, count=len(rows))
 
 
-def evaluations(session: Session, run_id: int) -> dict[int | None, list[schemas.CheckpointEvaluation]]:
-    """The eval runs of run `run_id`'s checkpoints, by the step their model.path names (None: the run's output,
-    which the export holds), each with the last value of its eval/* metrics: found through lineage, so an eval
-    submitted any way (CLI, dashboard, a pipeline stage) shows beside its checkpoint."""
+def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int | None, list[schemas.CheckpointEvaluation]]:
+    """The eval runs of run `run_id`'s checkpoints that `principal` may read, by the step their model.path names
+    (None: the run's output, which the export holds), each with the last value of its eval/* metrics: found through
+    lineage, so an eval submitted any way (CLI, dashboard, a pipeline stage) shows beside its checkpoint."""
     rows = session.execute(
         select(RunLink.step, Run)
         .join(Run, Run.id == RunLink.child_id)
         .where(RunLink.parent_id == run_id, RunLink.field == "model.path", Run.algorithm == "eval")
         .order_by(Run.id)
     ).all()
+    rows = [(step, run) for step, run in rows if principal.can(run.project_id, "read")]
     latest = rollups.latest_points(session, [run.id for _, run in rows], key_prefix="eval/")
     found: dict[int | None, list[schemas.CheckpointEvaluation]] = {}
     for step, run in rows:

@@ -55,7 +55,7 @@ def create_run(
     allowed = request.app.state.settings.reward_entrypoints
     code.check_snapshot(request.app.state.artifacts, body.spec)
     run = service.create_run(session, principal, body.spec, allowed, spec_text=body.text)
-    return schemas.RunCreated(**views.run_detail(session, run.id).model_dump(), warnings=_warnings(body.spec))
+    return schemas.RunCreated(**views.run_detail(session, run.id, principal).model_dump(), warnings=_warnings(body.spec))
 
 
 @router.post("/external", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail)
@@ -71,7 +71,7 @@ def create_scripted_run(principal: Writer, body: schemas.ScriptedRunCreate, sess
     except SpecError as exc:
         raise located(exc, prefix=("body", "spec")) from None
     run = scripts.create(session, principal, spec, body.environment)
-    return views.run_detail(session, run.id)
+    return views.run_detail(session, run.id, principal)
 
 
 @router.post("/{run_id}/environment", response_model=schemas.RunDetail)
@@ -80,7 +80,7 @@ def record_environment(
 ) -> schemas.RunDetail:
     """Where the run runs (interpreter, packages, machine, command line, git), as its script's SDK records it."""
     scripts.record_environment(session, principal, run_id, environment)
-    return views.run_detail(session, run_id)
+    return views.run_detail(session, run_id, principal)
 
 
 @router.post("/validate", response_model=schemas.SpecCheck, openapi_extra=_SPEC_BODY)
@@ -133,19 +133,19 @@ def list_runs(
 @router.get("/{run_id}", response_model=schemas.RunDetail)
 def read_run(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.RunDetail:
     service.readable_run(session, principal, run_id)
-    return views.run_detail(session, run_id)
+    return views.run_detail(session, run_id, principal)
 
 
 @router.get("/{run_id}/lineage", response_model=schemas.Lineage)
 def read_lineage(run_id: RunId, principal: Reader, session: SessionDep) -> schemas.Lineage:
     service.readable_run(session, principal, run_id)
-    return views.lineage(session, run_id)
+    return views.lineage(session, run_id, principal)
 
 
 def _action(name: str, apply):
     def endpoint(run_id: RunId, principal: Writer, session: SessionDep) -> schemas.RunDetail:
         apply(session, principal, run_id)
-        return views.run_detail(session, run_id)
+        return views.run_detail(session, run_id, principal)
 
     endpoint.__name__ = f"{name}_run"
     return endpoint
@@ -189,7 +189,7 @@ def lease_run(
     run_id: RunId, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep, request: Request
 ) -> schemas.Lease:
     run, attempt = service.lease(session, principal, run_id, body.worker, request.app.state.settings.lost_after_s)
-    detail = views.run_detail(session, run.id)
+    detail = views.run_detail(session, run.id, principal)
     return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
 
 
@@ -200,4 +200,4 @@ def update_status(
     """The lease holder's word on its attempt; for a run its script started itself (rlplane.init), the script's
     (a project writer's token): running as a keep-alive, then how it ended."""
     service.update_status(session, principal, run_id, body)
-    return views.run_detail(session, run_id)
+    return views.run_detail(session, run_id, principal)

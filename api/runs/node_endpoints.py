@@ -26,7 +26,7 @@ def join_node(
     """The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port)."""
     run, slot = gang.join(session, principal, run_id, attempt, node_rank, body)
     return NodeLease(
-        run=views.run_detail(session, run.id),
+        run=views.run_detail(session, run.id, principal),
         attempt=attempt,
         node_rank=slot.node_rank,
         rendezvous=gang.rendezvous(session, run, attempt),
@@ -46,4 +46,4 @@ def end_node(
 ) -> schemas.RunDetail:
     """A node other than 0 ended its part; a non-zero exit ends the attempt for every node."""
     gang.end_node(session, principal, run_id, attempt, node_rank, body)
-    return views.run_detail(session, run_id)
+    return views.run_detail(session, run_id, principal)

@@ -4,6 +4,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from api.auth.principal import Principal
 from api.models import Run
 from api.runs import repository, schemas
 from api.runs.headlines import page_headlines
@@ -64,17 +65,24 @@ def link_public(link, run: Run) -> schemas.RunLinkPublic:
     )
 
 
-def lineage(session: Session, run_id: int) -> schemas.Lineage:
+def lineage(session: Session, run_id: int, principal: Principal) -> schemas.Lineage:
+    """The run's parents and children that `principal` may read: a run another project made from this one's
+    checkpoint (by someone in both) is not shown to a reader who is not in that project. A worker sees none."""
     return schemas.Lineage(
         run_id=run_id,
-        parents=[link_public(link, run) for link, run in repository.parents(session, run_id)],
-        children=[link_public(link, run) for link, run in repository.children(session, run_id)],
+        parents=[
+            link_public(link, run) for link, run in repository.parents(session, run_id) if principal.can(run.project_id, "read")
+        ],
+        children=[
+            link_public(link, run) for link, run in repository.children(session, run_id) if principal.can(run.project_id, "read")
+        ],
     )
 
 
-def run_detail(session: Session, run_id: int) -> schemas.RunDetail:
+def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.RunDetail:
+    """The run as `principal` sees it (its lineage: `lineage`)."""
     run, project, creator = repository.run_row(session, run_id)
-    links = lineage(session, run_id)
+    links = lineage(session, run_id, principal)
     nodes: dict[int, list[schemas.NodePublic]] = {}
     for node in repository.attempt_nodes(session, run_id):
         nodes.setdefault(node.attempt, []).append(schemas.NodePublic.model_validate(node, from_attributes=True))
