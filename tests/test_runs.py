@@ -258,7 +258,7 @@ class TestExamples:
         from pathlib import Path
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-        assert len(examples) == 15
+        assert len(examples) == 17
         sft = create_run(client, name="parent")
         for path in examples:
             text = path.read_text()
@@ -267,7 +267,9 @@ class TestExamples:
                 assert response.status_code == 422, (path.name, response.text)
                 [error] = response.json()["detail"]
                 assert error["loc"] == ["body", "model", "path"] and "relative to your machine" in error["msg"]
-                chained = yaml.safe_load(text) | {"model": {"path": f"run:{sft['id']}", "max_seq_len": 32}}
+                document = yaml.safe_load(text)
+                length = document["model"].get("max_seq_len", 32)  # an environment's episodes need the example's room
+                chained = document | {"model": {"path": f"run:{sft['id']}", "max_seq_len": length}}
                 response = client.post("/api/v1/runs", json=chained)
             assert response.status_code == 201, (path.name, response.text)
             assert response.json()["algorithm"] == path.stem.split("-")[0]
