@@ -163,6 +163,21 @@ class TestStateMachine:
         assert not (artifacts_root / f"runs/{run['id']}").exists()  # its files went with it
         assert (artifacts_root / f"runs/{other['id']}/checkpoints/step-000010").is_dir()
 
+    def test_a_parent_is_not_deleted_and_its_children_elsewhere_are_counted_not_named(self, client, db):
+        parent = create_run(client)
+        client.post(f"/api/v1/runs/{parent['id']}/cancel")
+        create_project(client, "elsewhere")
+        mine = create_run(client, name="child", model={"path": f"run:{parent['id']}"})
+        theirs = create_run(client, name="theirs", project="elsewhere", model={"path": f"run:{parent['id']}"})
+        admin = auth(create_user(client, "ada", roles={"default": "admin"}, scopes=("admin",)))
+        refused = client.delete(f"/api/v1/runs/{parent['id']}", headers=admin)
+        assert refused.status_code == 409, refused.text
+        detail = refused.json()["detail"]
+        assert f"runs [{mine['id']}] and 1 run(s) in projects you cannot read" in detail and str(theirs["id"]) not in detail
+        assert client.get(f"/api/v1/runs/{parent['id']}").status_code == 200  # nothing deleted
+        both = client.delete(f"/api/v1/runs/{parent['id']}").json()["detail"]  # a site admin reads every project
+        assert f"runs [{mine['id']}, {theirs['id']}]" in both
+
     def test_worker_lifecycle_with_fencing(self, client, db):
         token = worker_token(client)
         run = create_run(client)

@@ -235,9 +235,14 @@ def delete(session: Session, principal: Principal, run_id: int) -> Run:
     run = readable_run(session, principal, run_id, "admin")
     if run.status not in TERMINAL:
         raise Conflict(f"run {run.id} is {run.status}; cancel it and wait for it to end before deleting")
-    kids = [child.id for _, child in repository.children(session, run.id)]
+    kids = [child for _, child in repository.children(session, run.id)]
     if kids:
-        raise Conflict(f"run {run.id} is the parent of runs {kids}: delete or archive those first, lineage would break")
+        # runs the caller may not read are counted, not named
+        named = [child.id for child in kids if principal.can(child.project_id, "read")]
+        hidden = len(kids) - len(named)
+        which = f"runs {named}" if named else ""
+        which += (" and " if named else "") + (f"{hidden} run(s) in projects you cannot read" if hidden else "")
+        raise Conflict(f"run {run.id} is the parent of {which}: delete or archive those first, lineage would break")
     session.delete(run)
     session.flush()
     return run
