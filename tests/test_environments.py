@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from rlplane.spec.environments import HttpEnvironment as HttpSpec
 from rlplane.spec.environments import PythonEnvironment
-from tests.harness.environments import played
+from tests.harness.environments import played, served_calculator
 from trainer_core.data.tasks import calculator as task
 from trainer_core.environments import EnvError, Episode, make_environment
 from trainer_core.environments.calculator import Calculator, ExpressionError, calculate
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # --- the calculator ---
 
@@ -78,15 +72,8 @@ def test_calculator_data_shows_the_tool_on_a_share_of_rows_and_holds_problems_ou
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainer_core.environments.server", "--env", "calculator"],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with served_calculator() as url:
+        yield url
 
 
 def http(url: str, **fields: object) -> object:

@@ -8,8 +8,6 @@ held-out success rises well above the start's (measured here, printed)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +20,7 @@ from rlplane.spec.environments import BuiltinEnvironment
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
+from tests.harness.environments import served_calculator
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
@@ -31,7 +30,6 @@ from trainer_core.recipes import episodes
 from trainer_core.recipes.rollouts import EvalPlan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-ROOT = Path(__file__).resolve().parent.parent
 TOOL = "<result>42</result>"
 
 
@@ -221,15 +219,8 @@ def test_a_run_with_an_environment_resumes_exactly(sft_start: Path, tmp_path: Pa
 
 @pytest.fixture
 def service() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainer_core.environments.server", "--env", "calculator"],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with served_calculator() as url:
+        yield url
 
 
 def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_path: Path, service: str) -> None:

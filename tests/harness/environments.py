@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 from trainer_core.environments import Episode, Reply
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def served_calculator() -> Iterator[str]:
+    """The reference environment server (trainer_core/environments/server.py) serving the calculator in its own
+    process, stopped after: its URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer_core.environments.server", "--env", "calculator"],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def played(environment, row: dict, *messages: str) -> list[Reply]:

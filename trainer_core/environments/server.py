@@ -15,11 +15,12 @@ import dataclasses
 import json
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from trainer_core.environments.base import Environment, Episode, Reply
 from trainer_core.environments.calculator import Calculator
+from trainer_core.rewards.server import serve
 
 SERVED = {"calculator": Calculator}
 
@@ -107,16 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default)")
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(Sessions(SERVED[args.env]())))
-    host, port = server.server_address[:2]
-    print(f"http://{host}:{port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+    return serve(args.host, args.port, make_handler(Sessions(SERVED[args.env]())))
 
 
 if __name__ == "__main__":

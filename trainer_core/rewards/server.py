@@ -62,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default)")
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(BUILTIN_REWARDS[args.task]))
+    return serve(args.host, args.port, make_handler(BUILTIN_REWARDS[args.task]), "/")
+
+
+def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler], path: str = "") -> int:
+    """Serve until interrupted, the URL (with `path`) printed first on stdout for whoever started the server."""
+    server = ThreadingHTTPServer((host, port), handler)
     host, port = server.server_address[:2]
-    print(f"http://{host}:{port}/", flush=True)
+    print(f"http://{host}:{port}{path}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
