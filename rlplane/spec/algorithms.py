@@ -16,6 +16,16 @@ from rlplane.spec.environments import EnvironmentSpec
 from rlplane.spec.sections import ModelSpec
 
 
+# ppo.tis_cap and grpo.tis_cap: one knob, the same in both
+TIS_CAP = Field(
+    None,
+    gt=0,
+    description="Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by "
+    "min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing "
+    "from the trainer's (a GPU engine's kernels, precision); null: off.",
+)
+
+
 class GenSpec(StrictModel):
     """Sampling settings for generated responses."""
 
@@ -115,12 +125,7 @@ class PpoOptions(StrictModel):
         None, ge=1, description="Rollouts per optimizer update within a step (global); null: train.batch_size."
     )
     whiten_rewards: bool = Field(False, description="Normalize rewards to zero mean, unit variance per batch.")
-    tis_cap: float | None = Field(
-        None,
-        gt=0,
-        description="Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by "
-        "min(π_trainer / π_engine, tis_cap) of the sampled token; null: off (as grpo.tis_cap).",
-    )
+    tis_cap: float | None = TIS_CAP
     critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
@@ -197,13 +202,7 @@ class GrpoOptions(StrictModel):
         "nothing) and sample more prompts to refill the batch, up to this many extra rounds a step (the batch is "
         "topped up with dropped groups if still short); 0: off. grpo/sampling_rounds and grpo/kept_groups say what it did.",
     )
-    tis_cap: float | None = Field(
-        None,
-        gt=0,
-        description="Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by "
-        "min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing "
-        "from the trainer's (a GPU engine's kernels, precision); null: off.",
-    )
+    tis_cap: float | None = TIS_CAP
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling (of each policy turn, with an environment).")
     environment: EnvironmentSpec | None = Field(

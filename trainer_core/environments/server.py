@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler
@@ -20,7 +19,7 @@ from typing import Any
 
 from trainer_core.environments.base import Environment, Episode, Reply
 from trainer_core.environments.calculator import Calculator
-from trainer_core.rewards.server import serve
+from trainer_core.rewards.server import JsonHandler, serve
 
 SERVED = {"calculator": Calculator}
 
@@ -78,26 +77,14 @@ def _wire(reply: Reply) -> dict:
 
 
 def make_handler(sessions: Sessions) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                self._send(200, sessions.handle(self.path.rstrip("/"), json.loads(self.rfile.read(length))))
+                self.send_json(200, sessions.handle(self.path.rstrip("/"), self.body()))
             except NotFound as exc:
-                self._send(404, {"error": str(exc)})
+                self.send_json(404, {"error": str(exc)})
             except (ValueError, TypeError) as exc:
-                self._send(400, {"error": str(exc)})
-
-        def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass  # stdout carries the URL line only
+                self.send_json(400, {"error": str(exc)})
 
     return Handler
 

@@ -74,8 +74,6 @@ class BackendEngine:
     """Sampling through the backend's generate (a sharded policy keeps every rank generating until the longest
     response on any rank ends; megatron's decodes from its shards)."""
 
-    name = "hf"
-
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 

@@ -15,8 +15,8 @@ another. The output is scattered back into the padded [B, L] layout the recipe's
 padding was (every loss masks those positions), so the loss and its gradients are the padded step's. A model
 whose attention does not honour the restarts is refused at setup (`check_separates`), never trained on a mix.
 A score model's head is read per token through a forward hook (`ScoreHead`), since its own pooling would take
-the packed row's last token for every sequence. The loss-specific form is as the recipes (TRL's
-DataCollatorWithFlattening and NeMo RL's sequence packing do the same with flash attention's varlen kernels).
+the packed row's last token for every sequence. TRL's padding-free collator and NeMo RL's sequence packing feed
+models the same way.
 """
 
 from __future__ import annotations
@@ -49,13 +49,21 @@ def budget_groups(sizes: Sequence[Sequence[int]], budget: int, padding_free: boo
     micro-batch it fits (padded: the one it started, since a longer row behind would widen every row)."""
     order = sorted(range(len(sizes)), key=lambda i: -max(sizes[i], default=0))
     groups: list[list[int]] = []
+    tokens: list[int] = []  # padding-free: each group's real tokens; padded: its rows (its first row is its longest)
     for i in order:
-        candidates = groups if padding_free else groups[-1:]
-        home = next((g for g in candidates if cost([sizes[j] for j in g + [i]], padding_free) <= budget), None)
+        if padding_free:
+            need = sum(sizes[i])
+            home = next((k for k, used in enumerate(tokens) if used + need <= budget), None)
+        else:
+            need = len(sizes[i])
+            fits = groups and (tokens[-1] + need) * max(sizes[groups[-1][0]]) <= budget
+            home = len(groups) - 1 if fits else None
         if home is None:
             groups.append([i])
+            tokens.append(need)
         else:
-            home.append(i)
+            groups[home].append(i)
+            tokens[home] += need
     return groups
 
 

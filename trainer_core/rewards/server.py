@@ -31,27 +31,35 @@ def score_body(body: dict, reward: Callable[..., float]) -> list[float]:
     return [float(reward(p, r, (m or {}).get("answer"))) for p, r, m in zip(prompts, responses, metadata, strict=True)]
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """What the reference servers share: a JSON body in, a JSON answer out, no per-request log lines (stdout carries
+    the URL line only; a trainer's logs are the place for per-request noise)."""
+
+    def body(self) -> object:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length))
+
+    def send_json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
 def make_handler(reward: Callable[..., float]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                rewards = score_body(json.loads(self.rfile.read(length)), reward)
+                rewards = score_body(self.body(), reward)
             except (ValueError, TypeError, AttributeError) as exc:
-                self._send(400, {"error": str(exc)})
+                self.send_json(400, {"error": str(exc)})
                 return
-            self._send(200, {"rewards": rewards})
-
-        def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass  # stdout carries the URL line only; a trainer's logs are the place for per-request noise
+            self.send_json(200, {"rewards": rewards})
 
     return Handler
 

@@ -3053,7 +3053,7 @@ export interface components {
             target_kl: number | null;
             /**
              * Tis Cap
-             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token; null: off (as grpo.tis_cap).
+             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing from the trainer's (a GPU engine's kernels, precision); null: off.
              * @default null
              */
             tis_cap: number | null;
