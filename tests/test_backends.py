@@ -22,6 +22,7 @@ from trainer_core.backends import (
     make_backend,
     micro_batch_ranges,
 )
+from trainer_core.launch import free_port
 from trainer_core.models import build_builtin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,10 +176,16 @@ def test_global_batch_splits_into_equal_rank_shares_and_micro_batches():
         micro_batch_ranges(range(4), 3)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_a_rendezvous_port_is_free_and_outside_the_ephemeral_range() -> None:
+    """The kernel gives ephemeral ports to outgoing connections between the draw and the rendezvous's bind, which once
+    took a gang's port (EADDRINUSE): the draw stays below that range, and the port binds."""
+    start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for host in ("127.0.0.1", "127.0.0.3"):
+        ports = {free_port(host) for _ in range(20)}
+        assert all(1024 < port < start for port in ports), ports
+        assert len(ports) > 1  # drawn, not one fixed port
+        with socket.socket() as sock:
+            sock.bind((host, ports.pop()))
 
 
 def test_ddp_on_two_gloo_ranks_matches_one_process_on_the_global_batch(tmp_path):
