@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlplane.spec import parse_spec
 from tests.harness.launch import ROOT, after, checkpoint, launch, max_diff, trainer_env
 from tests.harness.specs import SHARDED_SFT, packed
 from tests.harness.training import assert_export_matches, metrics
+from trainer_core.backends.deepspeed_backend import adam_step_tensor
 from trainer_core.models import build_builtin
 from worker.launcher import split_rank, trainer_command
 
@@ -202,3 +204,15 @@ def test_a_one_process_run_keeps_its_world_in_memory_and_needs_no_port() -> None
         held.close()
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.mark.parametrize(("group", "device"), [({"fused": True}, "meta"), ({"capturable": True}, "meta"), ({}, "cpu")])
+def test_a_resumed_adam_step_counter_sits_where_its_kernel_reads_it(group: dict, device: str) -> None:
+    """A resume writes Adam's step counter itself: on the parameter's device for the fused and capturable kernels
+    (a CPU counter beside CUDA parameters stopped the first resumed ZeRO-2 bf16 step on an H200), else on the CPU as
+    torch keeps it. A meta tensor stands in for a GPU's parameter: any device but the CPU shows the placement."""
+    flat = torch.zeros(4, device="meta")
+    counter = adam_step_tensor(6.0, flat, group)
+    assert counter.device.type == device and counter.dtype == torch.float32 and counter.shape == ()
+    if device == "cpu":
+        assert float(counter) == 6.0

@@ -345,11 +345,12 @@ class DeepSpeedBackend(Backend):
             flats = list(zero.fp32_partitioned_groups_flat)
         else:
             flats = [flat for group in optimizer.param_groups for flat in group["params"]]
+        groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
         for flat in flats:
             state = optimizer.state[flat]
             for key in ADAM_STATES:
                 state.setdefault(key, torch.zeros_like(flat, memory_format=torch.preserve_format))
-            state["step"] = torch.tensor(step, dtype=torch.float32)
+            state["step"] = adam_step_tensor(step, flat, groups.get(id(flat), optimizer.defaults))
         self._link_fragments()
 
     def _link_fragments(self) -> None:
@@ -359,6 +360,14 @@ class DeepSpeedBackend(Backend):
         if hasattr(zero, "_lazy_init_hp_params_optimizer_state"):
             zero._hp_optimizer_states_linked = False  # it may have linked while the state was still empty
             zero._lazy_init_hp_params_optimizer_state()
+
+
+def adam_step_tensor(step: float, param: torch.Tensor, group: dict) -> torch.Tensor:
+    """Adam's step counter for `param`, where torch keeps it: on the parameter's device for the fused and capturable
+    kernels (they read it there; on a GPU a CPU counter stops the first resumed step with "state_steps is on cpu"),
+    on the CPU otherwise, as torch.optim.Optimizer.load_state_dict places it."""
+    device = param.device if group.get("fused") or group.get("capturable") else torch.device("cpu")
+    return torch.tensor(step, dtype=torch.float32, device=device)
 
 
 def _with_tied(module: nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
