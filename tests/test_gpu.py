@@ -1,7 +1,8 @@
 """Backends on a CUDA GPU: bf16 and fp16 (with loss scaling) on the torch, DeepSpeed and FSDP2
 backends, bf16 on the Megatron backend (tensor parallel 1: one GPU; pipeline parallel 2 and tensor x
 pipeline parallel 2 x 2 on 2 and 4 GPUs, skipped on a machine with fewer), NCCL as the process group,
-and PPO generating under ZeRO-3 on the GPU.
+PPO generating under ZeRO-3 on the GPU, exact resume on the GPU, checkpoints that move between the GPU
+and the CPU, and the hf rollout engine's compiled static-cache decoding.
 
 Marked `gpu`: `make test` (and CI, which has no GPU) deselects them; run them where a GPU exists with
 `python -m pytest -m gpu tests/test_gpu.py` (the lent device machine, see docs/backends.md). They
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.harness.launch import trainer_env
+from tests.harness.launch import after, checkpoint, max_diff, trainer_env
 from tests.harness.training import metrics
 
 pytestmark = pytest.mark.gpu
@@ -39,11 +40,15 @@ def cuda() -> None:
     assert torch.cuda.is_available(), "tests marked gpu need a CUDA GPU"
 
 
-def train(tmp_path: Path, spec: dict, name: str) -> Path:
+def train(tmp_path: Path, spec: dict, name: str, *args: str, cpu: bool = False) -> Path:
+    """Train SPEC into tmp_path/NAME (ARGS: more trainer arguments, e.g. --resume); on the CPU where `cpu` (the
+    trainer takes the GPU whenever CUDA is visible)."""
     out, path = tmp_path / name, tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     env = {**trainer_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
-    command = [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(out)]
+    if cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    command = [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(out), *args]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out
@@ -80,6 +85,49 @@ def test_sft_learns_in_mixed_precision_on_the_gpu(tmp_path: Path, backend: dict)
     loss = metrics(out, "train/loss")
     assert sorted(loss) == list(range(1, 41))
     assert loss[40] < loss[1] - 1.0, loss
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        {"kind": "torch", "precision": "bf16"},
+        {"kind": "deepspeed", "zero_stage": 2, "precision": "bf16"},
+        {"kind": "fsdp2", "precision": "bf16"},
+    ],
+    ids=["torch-bf16", "zero2-bf16", "fsdp2-bf16"],
+)
+def test_a_gpu_run_resumes_on_its_curve(tmp_path: Path, backend: dict) -> None:
+    """20 bf16 steps with a checkpoint at 10, then steps 11-20 again from it in new processes: the losses and grad
+    norms of the straight run. Asked bit for bit; the tolerance (1e-4) is for kernels that may pick another
+    algorithm in a new process (cuBLAS, SDPA's backward), and the test prints the difference it saw."""
+    spec = {**SFT, "backend": backend, "train": {**SFT["train"], "steps": 20, "checkpoint_every": 10}}
+    straight = train(tmp_path, spec, "straight")
+    resumed = train(tmp_path, spec, "resumed", "--resume", checkpoint(straight, 10))
+    for key in ("train/loss", "train/grad_norm"):
+        diff = max_diff(metrics(resumed, key), after(metrics(straight, key), 10))
+        print(f"{backend}: {key} resumed vs straight, largest difference {diff:.3g}")
+        assert diff <= 1e-4, (key, metrics(resumed, key), metrics(straight, key))
+
+
+def test_checkpoints_move_between_the_gpu_and_the_cpu(tmp_path: Path) -> None:
+    """fp32 on the torch backend: a CPU run's step-10 checkpoint resumes on the GPU, and a GPU run's on the CPU; each
+    resumed run's steps 11-20 follow the run it came from within 1e-3 (the same fp32 arithmetic on other kernels:
+    CPU and GPU sum in different orders, and Adam carries the difference; a lost optimizer state moves it by 0.1)."""
+    spec = {
+        **SFT,
+        "backend": {"kind": "torch", "precision": "fp32"},
+        "train": {**SFT["train"], "steps": 20, "checkpoint_every": 10},
+    }
+    on_cpu = train(tmp_path, {**spec, "resources": {"gpus": 0}}, "cpu", cpu=True)
+    on_gpu = train(tmp_path, spec, "gpu")
+    to_gpu = train(tmp_path, spec, "cpu-to-gpu", "--resume", checkpoint(on_cpu, 10))
+    to_cpu = train(tmp_path, {**spec, "resources": {"gpus": 0}}, "gpu-to-cpu", "--resume", checkpoint(on_gpu, 10), cpu=True)
+    for resumed, source in ((to_gpu, on_cpu), (to_cpu, on_gpu)):
+        loss = metrics(resumed, "train/loss")
+        assert sorted(loss) == list(range(11, 21))
+        diff = max_diff(loss, after(metrics(source, "train/loss"), 10))
+        print(f"{resumed.name}: loss against {source.name}'s, largest difference {diff:.3g}")
+        assert diff <= 1e-3, (loss, metrics(source, "train/loss"))
 
 
 def test_bf16_zero3_follows_the_torch_bf16_curve(tmp_path: Path) -> None:
