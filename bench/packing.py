@@ -119,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-packing-") as tmp:
         work = Path(tmp)
         paths = prepare(work, args)
-        results = {name: run(name, work, paths, args) for name in names}
+        results = {}
+        for name in names:
+            results[name] = r = run(name, work, paths, args)
+            # as each run ends, so that a bench cut at a time limit still reports the runs it finished
+            print(f"{name}: {r['steps_per_s']:.2f} steps/s, {r['tokens_per_s']:,.0f} tokens/s", flush=True)
     print(f"machine: {machine()}")
     print(
         f"{args.steps} steps of {args.batch} rows, lengths log-uniform in [{args.min_len}, {args.seq_len}] tokens, "

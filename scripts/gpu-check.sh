@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine (the lent device machine: Python 3.12 with its own CUDA torch, no registry): install the kit
-# that `make gpu-kit` built here, then run tests/test_gpu.py and bench/gpu.py from this source tree. Writes to OUT:
-# versions.txt, gpu-tests.log, gpu-tests.xml (JUnit), gpu-bench.log, gpu-bench.json, engines.log and engines.json
-# (bench/engines.py: the rollout engines' tokens/s) and results.json (a summary:
-# versions, each test's outcome and seconds, the bench's table). Exits non-zero if a test failed or a step broke.
+# that `make gpu-kit` built here, then run tests/test_gpu.py and bench/gpu.py from this source tree. Writes to OUT
+# (seven files: the device tool brings back at most eight): versions.txt, gpu-tests.log, gpu-bench.log,
+# gpu-bench.json, engines.log and engines.json (bench/engines.py: the rollout engines' tokens/s) and results.json (a
+# summary: versions, each test's outcome and seconds, the bench's table); the tests' JUnit XML stays in /tmp. Exits non-zero if a test failed or a step broke.
 # Usage: scripts/gpu-check.sh OUT [KIT]   (KIT default .gpu-kit)
 # Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
 # GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
@@ -37,20 +37,21 @@ print(subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdo
 PY
 cat "$out/versions.txt"
 status=0
+junit=$(mktemp /tmp/gpu-tests.XXXXXX.xml)
 if [ -z "${GPU_SKIP_TESTS:-}" ]; then
   # --noconftest: tests/conftest.py builds the API's fixtures (FastAPI, SQLAlchemy, Postgres), which the GPU tests
   # do not use and the GPU machine lacks; -o addopts= drops the suite's `-m 'not gpu'` and service plugin.
   timeout -k 10 "${GPU_TEST_TIMEOUT:-330}" "$python" -m pytest --noconftest -o addopts= -p no:cacheprovider -m gpu -v --timeout 240 \
     tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} -n "${GPU_TEST_WORKERS:-4}" -rA --durations=0 \
-    --junitxml "$out/gpu-tests.xml" >"$out/gpu-tests.log" 2>&1 || status=1
+    --junitxml "$junit" >"$out/gpu-tests.log" 2>&1 || status=1
   tail -n 60 "$out/gpu-tests.log"
 fi
 if [ -z "${GPU_SKIP_BENCH:-}" ]; then
   timeout -k 10 "${GPU_BENCH_TIMEOUT:-200}" "$python" bench/gpu.py --json "$out/gpu-bench.json" --keep /tmp/rlplane-gpu-bench \
     ${GPU_BENCH_ARGS:-} >"$out/gpu-bench.log" 2>&1 || status=1
   tail -n 30 "$out/gpu-bench.log"
-  # the failing runs' own logs, so a failure can be read here
-  grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -2 | while read -r log; do
+  # the first failing run's own log, so a failure can be read here
+  grep -l -iE "error|traceback" /tmp/rlplane-gpu-bench/*.log 2>/dev/null | head -1 | while read -r log; do
     tail -n 40 "$log" >"$out/bench-$(basename "$log" | tr -c 'A-Za-z0-9._\n-' _ | cut -c1-60)"
   done
 fi
@@ -59,13 +60,13 @@ if [ -z "${GPU_SKIP_ENGINES:-}" ]; then
     >"$out/engines.log" 2>&1 || status=1
   tail -n 12 "$out/engines.log"
 fi
-"$python" - "$out" <<'PY'
+"$python" - "$out" "$junit" <<'PY'
 import json, sys, xml.etree.ElementTree as ET
 from pathlib import Path
-out = Path(sys.argv[1])
+out, junit = Path(sys.argv[1]), Path(sys.argv[2])
 summary = {"versions": (out / "versions.txt").read_text().splitlines(), "tests": {}, "bench": None}
-if (out / "gpu-tests.xml").exists():
-    for case in ET.parse(out / "gpu-tests.xml").iter("testcase"):
+if junit.stat().st_size:
+    for case in ET.parse(junit).iter("testcase"):
         outcome = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
         summary["tests"][case.get("name")] = {"outcome": outcome, "seconds": float(case.get("time", 0))}
 if (out / "gpu-bench.json").exists():

@@ -15,7 +15,6 @@ from rlplane.spec.base import StrictModel
 from rlplane.spec.environments import EnvironmentSpec
 from rlplane.spec.sections import ModelSpec
 
-
 # ppo.tis_cap and grpo.tis_cap: one knob, the same in both
 TIS_CAP = Field(
     None,
