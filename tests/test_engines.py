@@ -80,6 +80,31 @@ def test_the_hf_engine_samples_todays_tokens_with_the_trainers_logprobs(torch_ba
     assert_matches_trainer(model, generation, 1e-5)
 
 
+@pytest.mark.parametrize("greedy", [False, True], ids=["sampled", "greedy"])
+def test_micro_batches_by_length_give_each_prompt_its_own_row(torch_backend, greedy: bool) -> None:
+    """gen.micro_batch_size 3 over 7 prompts of 2 to 9 tokens: three calls of like-length prompts, whose rows come
+    back in the prompts' order (each row holds its own prompt), with the engine's log-probabilities equal to the
+    trainer's forward; greedy answers are those of one call over all seven, and sampled ones repeat for a seed."""
+    model, tokenizer = build_builtin("tiny-llama", seed=0)
+    rows = [{"prompt": p} for p in ("1=", "123+456=", "7*8=", "40+41=", "1234+5678=", "9=", "12*34=")]
+    prompts = rollouts.encode_prompts(rows, tokenizer, 20)
+    assert len({len(p) for p in prompts}) >= 5
+    whole = GenSpec(**GEN)
+    split = GenSpec(**GEN, micro_batch_size=3)
+    torch.manual_seed(3)
+    generation = rollouts.generate(model, prompts, tokenizer, split, torch_backend, greedy=greedy)
+    width = generation.prompt_width
+    assert width == max(len(p) for p in prompts)
+    for row, prompt, keep in zip(generation.input_ids, prompts, generation.attention_mask, strict=True):
+        assert row[:width][keep[:width].bool()].tolist() == prompt
+    assert_matches_trainer(model, generation, 1e-5)
+    torch.manual_seed(3)
+    again = rollouts.generate(model, prompts, tokenizer, split if not greedy else whole, torch_backend, greedy=greedy)
+    assert torch.equal(again.input_ids, generation.input_ids)
+    assert torch.equal(again.response_mask, generation.response_mask)
+    assert float((again.logprobs - generation.logprobs).abs().max()) <= 1e-5
+
+
 @pytest.fixture(scope="module")
 def megatron_backend() -> Iterator:
     backend = make_backend(MegatronBackendSpec(kind="megatron", precision="fp32"), TrainSpec(steps=1, batch_size=2), DistEnv())

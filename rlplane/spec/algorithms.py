@@ -44,6 +44,13 @@ class GenSpec(StrictModel):
         description="hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA "
         "graphs) on a GPU; on CPU, the static cache alone. Not on megatron.",
     )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Responses generated per call, the prompts grouped by length (the longest together) so each call "
+        "pads its prompts little and holds at most this many KV caches; null: all of a rank's prompts in one call. "
+        "Greedy answers are the same either way; sampled ones are drawn in another order.",
+    )
 
 
 class HeldOutEval(StrictModel):

@@ -140,7 +140,29 @@ def generate(
     policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, *, greedy: bool = False
 ) -> Generation:
     """Sample one response per prompt (greedy for evaluation) from the unwrapped policy, with the rollout engine
-    gen.engine names (engines.py), and its log-probabilities of the response tokens."""
+    gen.engine names (engines.py), and its log-probabilities of the response tokens; in calls of
+    gen.micro_batch_size prompts of like length where that is set. The rows come back in the prompts' order."""
+    size = gen.micro_batch_size
+    if size is None:
+        return _generate_call(policy, prompts, tokenizer, gen, backend, greedy)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # the longest first: peak memory shows at once
+    calls = [order[i : i + size] for i in range(0, len(order), size)]
+    parts = [_generate_call(policy, [prompts[i] for i in call], tokenizer, gen, backend, greedy) for call in calls]
+    if backend.forward_is_collective:
+        # Each forward gathers parameters from every rank: a rank with fewer calls runs stand-in ones, and discards them.
+        most = int(backend.all_reduce(torch.tensor(float(len(calls)), device=backend.device), "max"))
+        for _ in range(most - len(calls)):
+            _generate_call(policy, prompts[:1], tokenizer, gen, backend, greedy)
+    merged = Generation.concat(parts, pad_id(tokenizer))
+    back = torch.empty(len(order), dtype=torch.long)
+    back[torch.tensor(order)] = torch.arange(len(order))
+    return merged.rows(back.to(merged.input_ids.device))
+
+
+def _generate_call(
+    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, greedy: bool
+) -> Generation:
+    """One engine call over `prompts`, left-padded to the longest."""
     device = backend.device
     pad = pad_id(tokenizer)
     width = max(len(p) for p in prompts)

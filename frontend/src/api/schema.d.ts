@@ -1993,6 +1993,12 @@ export interface components {
              */
             max_new_tokens: number;
             /**
+             * Micro Batch Size
+             * @description Responses generated per call, the prompts grouped by length (the longest together) so each call pads its prompts little and holds at most this many KV caches; null: all of a rank's prompts in one call. Greedy answers are the same either way; sampled ones are drawn in another order.
+             * @default null
+             */
+            micro_batch_size: number | null;
+            /**
              * Static Cache
              * @description hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA graphs) on a GPU; on CPU, the static cache alone. Not on megatron.
              * @default false
