@@ -6,13 +6,16 @@ torch.compile and CUDA graphs on a GPU) only mean something on a GPU: run it the
 bench/gpu.py; this one as `python bench/engines.py --json OUT/engines.json` on the lent machine). On CPU it runs
 too, with small sizes, to show the bench works and the engines agree.
 
-The model is a Llama of --hidden x --layers with random weights (seed 0) and the builtin tokenizer's vocabulary,
-in --dtype. --batch prompts of builtin:arithmetic, --new-tokens tokens at most at temperature 1, each run seeded
-alike (the engines draw the same tokens, so they decode the same number of positions; tokens/s counts positions, a
-finished row's padding included, as that is what the decoding computes). Each engine runs --warmup times untimed
-(compilation happens there), then --repeat timed runs; the median is shown. The megatron engine runs the same
-weights converted to megatron-core shards (TP 1, in this process). "max |Δ logprob|" is the largest difference
-between an engine's log-probabilities of its tokens and the Hugging Face model's forward on them (fp32 scores).
+The model is a Llama of --hidden x --layers with random weights (seed 0) and the builtin tokenizer's vocabulary, in
+--dtype. --batch prompts of builtin:arithmetic, --new-tokens tokens at most at temperature 1, each run seeded alike
+(the engines draw the same tokens, so they decode the same number of positions; tokens/s counts positions, a
+finished row's padding included, as that is what the decoding computes). "by length" is the static-cache engine
+with gen.micro_batch_size (--micro-batch): calls of like-length prompts, which draw other tokens, so its rows end
+elsewhere; "real tokens/s" (each row's tokens through its first eos) is what compares it with the others. Each
+engine runs --warmup times untimed (compilation happens there), then --repeat timed runs in rounds of one run of
+each engine; the median is shown. The megatron engine runs the same weights converted to megatron-core shards (TP
+1, in this process). "max |Δ logprob|" is the largest difference between an engine's log-probabilities of its
+tokens and the Hugging Face model's forward on them (fp32 scores).
 
     .venv/bin/python bench/engines.py --device cpu --hidden 64 --layers 2 --batch 8 --new-tokens 32
     python bench/engines.py --json engines.json   # on a GPU: bf16, 1024 x 8, 32 prompts x 128 tokens (a minute on an H200)
@@ -26,11 +29,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ENGINES = ("hf generate", "hf engine", "hf engine + static cache", "megatron engine")
+ENGINES = ("hf generate", "hf engine", "hf engine + static cache", "hf engine + static cache + by length", "megatron engine")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default 128)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per engine (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is shown (default 3)")
+    p.add_argument("--micro-batch", type=int, default=None, help="gen.micro_batch_size of the 'by length' row (default batch/4)")
     p.add_argument("--only", default=",".join(ENGINES), help="comma-separated engines (default: all)")
     p.add_argument("--json", type=Path, help="also write the results here")
     return p.parse_args(argv)
@@ -116,39 +121,59 @@ def main(argv: list[str] | None = None) -> int:
             )
         return out, None
 
-    def engine(static_cache: bool, backend):
+    def engine(static_cache: bool, backend, micro_batch_size: int | None = None):
         def run():
-            generation = rollouts.generate(model, prompts, tokenizer, GenSpec(**gen, static_cache=static_cache), backend)
+            spec = GenSpec(**gen, static_cache=static_cache, micro_batch_size=micro_batch_size)
+            generation = rollouts.generate(model, prompts, tokenizer, spec, backend)
             return generation.input_ids, generation
 
         return run
 
+    if "megatron engine" in names:
+        megatron_backend = make_backend(MegatronBackendSpec(kind="megatron", precision=precision), train, DistEnv())
+        megatron_backend.prepare(model, make_optimizer(model, train))
+    runs = {
+        "hf generate": hf_generate,
+        "hf engine": engine(False, torch_backend),
+        "hf engine + static cache": engine(True, torch_backend),
+        "hf engine + static cache + by length": engine(True, torch_backend, args.micro_batch or max(1, args.batch // 4)),
+        "megatron engine": engine(False, megatron_backend),
+    }
+
+    def timed(name: str) -> tuple[float, Any, Any]:
+        torch.manual_seed(0)  # every engine, every run: the same draws, so the same tokens and lengths
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        out, generation = runs[name]()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started, out, generation
+
+    for name in names:
+        for _ in range(args.warmup):
+            timed(name)
+    # Timed runs in rounds, one of each engine per round: whichever engine runs first in a process ran slower on
+    # a CPU (its order, not the engine: swapping two engines swapped the gap), so no engine has all of the firsts.
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    last: dict[str, tuple[Any, Any]] = {}
+    for round_ in range(args.repeat):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            took, *last[name] = timed(name)
+            seconds[name].append(took)
     results = {}
     for name in names:
-        if name == "megatron engine" and megatron_backend is None:
-            megatron_backend = make_backend(MegatronBackendSpec(kind="megatron", precision=precision), train, DistEnv())
-            megatron_backend.prepare(model, make_optimizer(model, train))
-        run = {
-            "hf generate": hf_generate,
-            "hf engine": engine(False, torch_backend),
-            "hf engine + static cache": engine(True, torch_backend),
-            "megatron engine": engine(False, megatron_backend),
-        }[name]
-        for _ in range(args.warmup):
-            torch.manual_seed(0)
-            run()
-        seconds = []
-        for _ in range(args.repeat):
-            torch.manual_seed(0)  # every engine, every run: the same draws, so the same tokens and lengths
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            started = time.perf_counter()
-            out, generation = run()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds.append(time.perf_counter() - started)
+        out, generation = last[name]
         generated = (out.shape[1] - width) * out.shape[0]  # decoded positions, a finished row's padding included
-        row = {"tokens_per_s": generated / statistics.median(seconds), "seconds": seconds, "tokens": generated}
+        # Real tokens (through each row's first eos): the measure that compares calls of other shapes (by length).
+        real = int(rollouts._response_mask(out[:, width:], tokenizer.eos_token_id, tokenizer.pad_token_id).sum())
+        median = statistics.median(seconds[name])
+        row = {
+            "tokens_per_s": generated / median,
+            "real_tokens_per_s": real / median,
+            "seconds": seconds[name],
+            "tokens": generated,
+        }
         if generation is not None:
             with torch.no_grad():
                 logits = model(**generation.inputs()).logits.float()
@@ -157,13 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = row
     versions = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"}
     print(f"{versions}; Llama {args.hidden} x {args.layers} in {args.dtype}, {args.batch} prompts x {args.new_tokens} tokens")
-    print("| engine | generated tokens/s | vs hf generate | max abs Δ logprob vs trainer |")
-    print("|---|---|---|---|")
-    base = results.get("hf generate", {}).get("tokens_per_s")
+    print("| engine | generated tokens/s | real tokens/s | vs hf generate (real) | max abs Δ logprob vs trainer |")
+    print("|---|---|---|---|---|")
+    base = results.get("hf generate", {}).get("real_tokens_per_s")
     for name, row in results.items():
-        ratio = f"{row['tokens_per_s'] / base:.2f}x" if base else "-"
+        ratio = f"{row['real_tokens_per_s'] / base:.2f}x" if base else "-"
         diff = f"{row['max_logprob_diff']:.1e}" if "max_logprob_diff" in row else "-"
-        print(f"| {name} | {row['tokens_per_s']:,.0f} | {ratio} | {diff} |")
+        print(f"| {name} | {row['tokens_per_s']:,.0f} | {row['real_tokens_per_s']:,.0f} | {ratio} | {diff} |")
     if args.json:
         args.json.write_text(
             json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": versions, "results": results})
