@@ -8,7 +8,9 @@
 # Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
 # GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
 # GPU_BENCH_ARGS passes arguments to bench/gpu.py (GPU_ENGINES_ARGS to bench/engines.py, GPU_ENGINES_TIMEOUT default
-# 150); GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_ENGINES=1 leave one part out.
+# 150); GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_ENGINES=1 leave one part out. GPU_PACKING=1 also runs
+# bench/packing.py into packing.log (GPU_PACKING_ARGS, GPU_PACKING_TIMEOUT default 300): with the bench, that makes
+# nine files, one more than the device tool brings back, so pair it with GPU_SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT [KIT]}
@@ -59,6 +61,12 @@ if [ -z "${GPU_SKIP_ENGINES:-}" ]; then
   timeout -k 10 "${GPU_ENGINES_TIMEOUT:-150}" "$python" bench/engines.py --json "$out/engines.json" ${GPU_ENGINES_ARGS:-} \
     >"$out/engines.log" 2>&1 || status=1
   tail -n 12 "$out/engines.log"
+fi
+if [ -n "${GPU_PACKING:-}" ]; then
+  # bench/packing.py prints each variant as it ends, so a cut run still tells what it measured
+  timeout -k 10 "${GPU_PACKING_TIMEOUT:-300}" "$python" bench/packing.py ${GPU_PACKING_ARGS:---steps 15 --warmup 3 --threads 8} \
+    >"$out/packing.log" 2>&1 || status=1
+  tail -n 14 "$out/packing.log"
 fi
 "$python" - "$out" "$junit" <<'PY'
 import json, sys, xml.etree.ElementTree as ET
