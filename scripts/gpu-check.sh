@@ -3,14 +3,15 @@
 # that `make gpu-kit` built here, then run tests/test_gpu.py and bench/gpu.py from this source tree. Writes to OUT
 # (seven files: the device tool brings back at most eight): versions.txt, gpu-tests.log, gpu-bench.log,
 # gpu-bench.json, engines.log and engines.json (bench/engines.py: the rollout engines' tokens/s) and results.json (a
-# summary: versions, each test's outcome and seconds, the bench's table); the tests' JUnit XML stays in /tmp. Exits non-zero if a test failed or a step broke.
+# summary: versions, each test's outcome and seconds, the bench's table); the tests' JUnit XML stays in /tmp.
+# Exits non-zero if a test failed or a step broke.
 # Usage: scripts/gpu-check.sh OUT [KIT]   (KIT default .gpu-kit)
 # Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
 # GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
 # GPU_BENCH_ARGS passes arguments to bench/gpu.py (GPU_ENGINES_ARGS to bench/engines.py, GPU_ENGINES_TIMEOUT default
 # 150); GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_ENGINES=1 leave one part out. GPU_PACKING=1 also runs
-# bench/packing.py into packing.log (GPU_PACKING_ARGS, GPU_PACKING_TIMEOUT default 300): with the bench, that makes
-# nine files, one more than the device tool brings back, so pair it with GPU_SKIP_BENCH=1.
+# bench/packing.py into packing.log (GPU_PACKING_ARGS, GPU_PACKING_TIMEOUT default 300): with the bench and a failed
+# run's log that makes nine files, one more than the device tool brings back, so pair it with GPU_SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT [KIT]}
