@@ -1,6 +1,6 @@
 """The sandbox that runs untrusted Python (trainer_core/environments/sandbox.py): each thing it cannot run is a
 reason, never an exception; no network (a connect to a listening 127.0.0.1 socket fails), no inherited secrets, a
-scratch directory removed after and the only place it may write, the trainer's credentials covered, no process
+scratch directory removed after and the only place it may write, none of the trainer's files to read, no process
 outliving it; in both of its ways of keeping the network out (network
 and PID namespaces, or an audit hook where namespaces cannot be made). And the python verifier built on it."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,31 +76,42 @@ def test_the_sandbox_has_no_network_no_secrets_and_a_scratch_directory(namespace
 
 @pytest.mark.parametrize("namespaces", MODES)
 def test_the_scratch_directory_is_the_only_place_it_writes(namespaces: bool, tmp_path: Path) -> None:
-    """Overwriting or removing a file outside fails with a reason and leaves the file as it was; the scratch
-    directory takes files and directories."""
-    victim = tmp_path / "checkpoint.bin"
-    victim.write_text("weights")
-    for source in (f"open({str(victim)!r}, 'w').write('gone')", f"import os\nos.remove({str(victim)!r})"):
-        outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
-        assert not outcome.passed and outcome.reason.startswith("refused: "), outcome
-        assert "scratch directory" in outcome.reason and victim.read_text() == "weights"
+    """Overwriting or removing a file outside fails with a reason and leaves the file as it was: one of the trainer's
+    (in its namespaces the code does not even see it) and one in this Python's environment, which it sees read-only.
+    The scratch directory takes files and directories."""
+    victims = [tmp_path / "checkpoint.bin", Path(sys.prefix) / f"sandbox-victim-{os.getpid()}"]
+    try:
+        for victim in victims:
+            victim.write_text("weights")
+            for source in (f"open({str(victim)!r}, 'w').write('gone')", f"import os\nos.remove({str(victim)!r})"):
+                outcome = run_python(source, LIMITS, use_namespaces=_mode(namespaces))
+                assert not outcome.passed and victim.read_text() == "weights", outcome
+                if namespaces and victim.parent == tmp_path:
+                    assert "No such file or directory" in outcome.reason, outcome
+                else:
+                    assert outcome.reason.startswith("refused: ") and "scratch directory" in outcome.reason, outcome
+    finally:
+        victims[1].unlink(missing_ok=True)
     inside = "import os\nos.mkdir('d')\nopen('d/x', 'w').write('kept')\nprint(open('d/x').read())"
     outcome = run_python(inside, LIMITS, use_namespaces=_mode(namespaces))
     assert outcome.passed and outcome.stdout == "kept\n", outcome
 
 
-def test_the_trainers_credentials_are_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In its mount namespace the code finds the trainer's user's ~/.config (rlplane login's token) and ~/.ssh empty."""
+def test_the_trainers_files_are_not_there_to_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its namespaces the code sees the system and this Python, and none of the trainer's files: not its user's
+    ~/.config (rlplane login's token) or ~/.ssh, not /tmp, not the directory the trainer runs in."""
     _mode(True)
     for where in (".config/rlplane", ".ssh"):
         (tmp_path / where).mkdir(parents=True)
         (tmp_path / where / "secret").write_text("hunter2")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    source = f"import os\nfor d in ('.config', '.ssh'):\n    print(sorted(os.listdir(os.path.join({str(tmp_path)!r}, d))))"
+    looked_for = [tmp_path / ".config/rlplane/secret", tmp_path / ".ssh/secret", Path.cwd() / "pyproject.toml"]
+    source = "import json, os\n" + "".join(f"print(os.path.exists({str(p)!r}))\n" for p in looked_for)
+    source += "print(sorted(os.listdir('/tmp')) == [os.getcwd().split('/')[2]])\nprint(os.path.exists('/usr/bin'))"
     outcome = run_python(source, LIMITS, use_namespaces=True)
-    assert outcome.passed and outcome.stdout.split("\n")[:2] == ["[]", "[]"], outcome
-    assert (tmp_path / ".ssh" / "secret").read_text() == "hunter2"  # covered in there, untouched out here
+    assert outcome.passed and outcome.stdout.split() == ["False"] * len(looked_for) + ["True", "True"], outcome
+    assert (tmp_path / ".ssh" / "secret").read_text() == "hunter2"
 
 
 @pytest.mark.parametrize("namespaces", MODES)

@@ -10,10 +10,12 @@ What the code gets, and how each limit is kept:
   socket event, and ctypes and process creation with them (so no way around it through libc or a curl).
 - None of the trainer's environment variables (secrets): a minimal environment of its own. Run as root, the
   code runs as nobody.
-- A scratch directory as its working directory and HOME, removed afterwards, and the only place it may write: in
-  its mount namespace every other mount is remounted read-only, and the trainer's user's credentials (~/.config,
-  ~/.ssh, cloud keys: `hidden_paths`) are covered by empty read-only directories; without namespaces the audit hook
-  refuses opening for writing, removing, renaming or changing anything outside it.
+- A scratch directory as its working directory and HOME, removed afterwards, and the only place it may write. In
+  its mount namespace it runs in a root of its own (chroot) that holds, read-only, the system's programs and
+  libraries and this Python (`visible_paths`), and the scratch directory: the trainer's home and credentials, /tmp,
+  the run's and other runs' directories, datasets and checkpoints are not there to read. Without namespaces the
+  audit hook refuses opening for writing, removing, renaming or changing anything outside it, but reads are not
+  confined.
 - Nothing it starts outlives it: a PID namespace whose init is our small supervisor, so when the code's process
   ends every process it started is killed by the kernel; without namespaces, process creation is refused. Every
   process of the sandbox dies with the trainer (PR_SET_PDEATHSIG).
@@ -44,27 +46,36 @@ NOBODY = 65534
 _SUPERVISOR = r"""
 import json, os, sys
 plan = json.loads(sys.argv[1])
-if plan["namespaces"]:  # our own mount namespace: every mount read-only but the work directory, secrets covered
+if plan["namespaces"]:  # our own mount namespace: a new root that holds the system, Python and the work directory
     import subprocess
     def mount(*args):
         subprocess.run(["mount", *args], check=True, capture_output=True, text=True)
-    def unescape(point):  # /proc/self/mountinfo writes space, tab, newline and backslash as octal escapes
-        for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-            point = point.replace(code, char)
-        return point
     try:
         mount("--make-rprivate", "/")
-        mount("--bind", plan["work"], plan["work"])
-        with open("/proc/self/mountinfo") as mounts:
-            points = {unescape(line.split()[4]) for line in mounts}
-        for point in sorted(points - {plan["work"]}):
-            mount("-o", "remount,bind,ro", point)
-        for hidden in plan["hidden"]:
-            mount("-t", "tmpfs", "-o", "ro,size=4k,mode=0", "tmpfs", hidden)
-        os.chdir(plan["work"])  # the working directory was entered through the read-only mount: enter the writable one
+        root = plan["root"]
+        mount("-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", root)
+        for path in plan["visible"]:
+            inside = root + path
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            if os.path.islink(path):  # /bin -> usr/bin where /usr is merged: the same link in here
+                os.symlink(os.readlink(path), inside)
+                continue
+            if os.path.isdir(path):
+                os.makedirs(inside, exist_ok=True)
+            else:
+                open(inside, "a").close()
+            mount("--rbind", path, inside)
+            mount("-o", "remount,bind,ro", inside)
+        os.makedirs(root + plan["work"])
+        mount("--bind", plan["work"], root + plan["work"])
+        os.makedirs(root + "/proc")
+        mount("-t", "proc", "proc", root + "/proc")  # this PID namespace's: the sandbox's own processes only
+        mount("-o", "remount,ro", root)
+        os.chroot(root)
+        os.chdir(plan["work"])
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
-        os.write(plan["status_fd"], ("setup:the filesystem could not be made read-only: " + detail.strip()).encode())
+        os.write(plan["status_fd"], ("setup:the sandbox's filesystem could not be made: " + detail.strip()).encode())
         sys.exit(125)
 pid = os.fork()
 if pid == 0:
@@ -120,28 +131,43 @@ class Outcome:
     returncode: int | None  # negative: the signal that ended it; None: it never finished
 
 
-def hidden_paths() -> list[Path]:
-    """What the code may not even read: where the trainer's user keeps credentials (rlplane login's token, cloud and
-    SSH keys). A read-only empty directory covers each in the sandbox's mount namespace."""
-    home = Path.home()
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    return [config, home / ".ssh", home / ".aws", home / ".gnupg", home / ".kube", home / ".docker"]
+# What the code sees of the machine in its mount namespace, read-only: the system's programs and libraries, the few
+# files of /etc that libc and Python read, and the devices programs expect. Nothing of the trainer's: no home, no
+# /tmp, no run or data directories, no /etc of services.
+SYSTEM_PATHS = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd", "/etc/group",
+    "/etc/alternatives", "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom",
+)  # fmt: skip
+
+
+def visible_paths() -> list[str]:
+    """SYSTEM_PATHS and this Python (its installation, and the virtual environment it runs in), outermost first, each
+    once: the only things outside its scratch directory the code can see."""
+    python = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    paths = sorted({os.path.realpath(p) for p in python} | {p for p in SYSTEM_PATHS if os.path.lexists(p)})
+    kept: list[str] = []
+    for path in paths:  # sorted: a directory comes before what is inside it, which its bind already brings
+        if not any(path.startswith(k.rstrip("/") + "/") for k in kept if not os.path.islink(k)):
+            kept.append(path)
+    return kept
 
 
 @cache
 def namespaces_work() -> bool:
-    """Whether this machine lets us make the network and PID namespaces (user namespaces may be off, seccomp may
-    refuse unshare): tried once."""
+    """Whether this machine lets us make the network, PID and mount namespaces and the sandbox's root in them (user
+    namespaces may be off, seccomp may refuse unshare or mount): tried once, by running nothing in such a sandbox. A
+    machine that cannot gets the audit hook's rules instead."""
     if shutil.which("unshare") is None:
         return False
-    try:
-        # the mounts the supervisor makes, tried: a machine that gives the namespaces but not the mounts gets the
-        # audit hook's rules instead
-        script = "mount --make-rprivate / && mount -o remount,bind,ro /"
-        probe = subprocess.run([*_unshare(), "sh", "-c", script], capture_output=True, timeout=10, env={"PATH": os.defpath})
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
+    probe = run_python("", SandboxLimits(cpu_s=5, wall_s=10, memory_mb=512, output_kb=16), use_namespaces=True)
+    return probe.passed
 
 
 def _unshare() -> list[str]:
@@ -163,8 +189,8 @@ def _can_drop() -> bool:
 def isolation() -> str:
     """How the sandbox's rules are kept on this machine, for the run's log."""
     network = (
-        "network, PID and mount namespaces (unshare): no network, a read-only filesystem but the scratch directory, "
-        "credentials covered"
+        "network, PID and mount namespaces (unshare): no network, a root of its own holding the system and Python "
+        "read-only and the scratch directory"
         if namespaces_work()
         else "an audit hook refusing sockets, ctypes, new processes and writes outside the scratch directory "
         "(namespaces are not available here)"
@@ -197,10 +223,12 @@ def _run(source: str, limits: SandboxLimits, namespaces: bool, scratch: Path) ->
     cpu, written = max(1, round(limits.cpu_s)), limits.output_kb * 1024
     memory = limits.memory_mb * 1024 * 1024
     read_status, write_status = os.pipe()
+    (scratch / "root").mkdir()
     plan = {
         "status_fd": write_status,
         "work": str(work.resolve()),
-        "hidden": [str(p) for p in hidden_paths() if p.is_dir()],
+        "root": str((scratch / "root").resolve()),
+        "visible": visible_paths(),
         "drop": drop,
         "audit": not namespaces,
         "namespaces": namespaces,
