@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import admin, alerts, artifacts, datasets, evaluate, observe, pipelines, runs, sweeps
+from cli.commands import admin, alerts, artifacts, datasets, evaluate, observe, pipelines, runs, sweeps, sync
 from cli.context import State
 
 app = typer.Typer(
@@ -47,6 +47,7 @@ app.add_typer(admin.tokens_app, name="tokens")
 app.add_typer(admin.projects_app, name="projects")
 app.add_typer(admin.users_app, name="users")
 app.command()(admin.workers)
+app.command()(sync.sync)
 
 Host = Annotated[str, typer.Option(help="Interface to bind")]
 Port = Annotated[int, typer.Option(help="TCP port")]

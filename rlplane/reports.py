@@ -178,4 +178,4 @@ class Spool:
             self._files()[0].unlink()
 
     def _files(self) -> list[Path]:
-        return sorted(self.directory.glob("*.json"))  # type: ignore[union-attr]
+        return sorted(self.directory.glob("[0-9]*.json"))  # type: ignore[union-attr]  (NNN.endpoint.json only)

@@ -156,6 +156,51 @@ def test_a_plain_loop_outside_any_worker_loses_and_duplicates_nothing_while_the_
     assert outage and all("unreachable" in line or "not uploaded yet" in line for line in outage), outage
 
 
+def test_what_a_script_could_not_send_before_it_ended_is_sent_later(stack, tmp_path):
+    """The API goes down while a plain loop runs. The script finishes and, after RLPLANE_FINISH_WAIT_S (3 s) of no
+    answer, exits 0 with its last steps, its checkpoint and its end on disk. `rlplane sync` while the API is down
+    sends nothing, says so and exits 4. Once the API is back, the next script on the machine sends them as it starts
+    (rlplane.init): every step once, the checkpoint, the run succeeded; the spool is gone, and `rlplane sync` has
+    nothing left to send (it shares the sending with init: rlplane/sdk/leftovers.py)."""
+    env = {**user_env(stack, tmp_path), "RLPLANE_FINISH_WAIT_S": "3"}
+    command = [sys.executable, LOOP, "--steps", "60", "--step-s", "0.1", "--checkpoint-every", "60", "--out", str(tmp_path)]
+    script = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sync = [sys.executable, "-m", "cli.main", "sync"]
+    stopped = False
+    try:
+        started = script.stdout.readline().decode()
+        assert started.startswith("run "), started + script.stdout.read().decode()
+        run_id = int(started.split()[1])
+        spool = tmp_path / "cfg" / "rlplane" / "spool" / f"run-{run_id}"
+        stack.wait_step(run_id, 10)
+        stack.api.stop()
+        stopped = True
+        assert script.wait(timeout=120) == 0, script.stdout.read().decode()
+        assert list(spool.glob("*.status.json")) and (spool / "checkpoints" / "step-000060" / "weight.json").is_file()
+        down = subprocess.run(sync, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert down.returncode == 4 and f"run {run_id}: 0 request(s)" in down.stderr, down.stderr
+        assert "left (the API is unreachable)" in down.stderr and list(spool.glob("*.status.json"))
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+        if stopped:
+            stack.start_api()
+    # the next script on the machine sends them, beside its own run, before it exits
+    short = [sys.executable, LOOP, "--steps", "3", "--step-s", "0.01", "--out", str(tmp_path / "next"), "--name", "next"]
+    after = subprocess.run(short, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert after.returncode == 0, after.stdout + after.stderr
+    run = stack.run(run_id)
+    assert run["status"] == "succeeded" and run["last_step"] == 60, run["status_reason"]
+    body = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()
+    [loss] = body["series"]
+    assert [p["step"] for p in loss["points"]] == list(range(1, 61)) and loss["total_points"] == 60
+    assert [c["step"] for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]] == [60]
+    assert not spool.exists()
+    again = subprocess.run(sync, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "nothing to send" in again.stderr, again.stderr
+
+
 def test_cancel_lets_a_command_run_save_before_it_stops(stack):
     """A cancel asks the script to stop (should_stop() turns true): it saves a checkpoint of its step and exits, and
     the run is cancelled with that checkpoint registered."""

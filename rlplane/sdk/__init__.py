@@ -35,7 +35,7 @@ from typing import Any, Literal
 from rlplane import config as saved_config
 from rlplane.client import Client, ClientError
 from rlplane.layout import ATTEMPT_ENV, RESUME_ENV, RUN_DIR_ENV, RUN_ID_ENV, SPEC_ENV, latest_checkpoint
-from rlplane.sdk import console, environment, values
+from rlplane.sdk import console, environment, leftovers, values
 from rlplane.sdk.channels import ApiChannel, WorkerChannel
 from rlplane.sdk.values import SdkError
 
@@ -250,8 +250,7 @@ def _create(
     except ClientError as exc:
         client.close()
         raise SdkError(f"rlplane.init: the run was not created: {exc}") from None
-    spool = saved_config.config_dir() / "spool" / f"run-{created['id']}"
-    channel = ApiChannel(client, profile.token, created, spool)
+    channel = ApiChannel(client, profile.token, created, leftovers.spool_of(int(created["id"])))
     run = Run(channel, run_id=int(created["id"]), config=run_config, url=f"{profile.url}/runs/{created['id']}")
     _finish_at_exit(run)
     return run

@@ -30,19 +30,32 @@ from rlplane.layout import (
     STOP_FILE,
     owner,
     rotated,
-    run_checkpoint,
     step_dir_name,
     step_of,
 )
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.manifest import manifest_digest_and_size, write_manifest
 from rlplane.reporting import AsyncReporter, CheckpointEvent, ControlPlaneSink, JsonlSink
+from rlplane.sdk import leftovers
 from rlplane.sdk.values import SdkError
 
 logger = logging.getLogger("rlplane.sdk")
 
 KEEP_ALIVE_S = 10.0
 FINAL_STATUS_WAITS_S = (1, 2, 4, 8, 15, 30, 60)  # then the run is failed as silent (RLPLANE_SCRIPT_SILENT_S)
+
+
+def finish_wait_s() -> float:
+    """How long finish() waits for an API it cannot reach (RLPLANE_FINISH_WAIT_S, default 120) before it leaves the
+    rest on disk for `rlplane sync`."""
+    raw = os.environ.get("RLPLANE_FINISH_WAIT_S", "120")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SdkError(f"RLPLANE_FINISH_WAIT_S={raw!r}: give a number of seconds >= 0") from None
+    if not value >= 0:
+        raise SdkError(f"RLPLANE_FINISH_WAIT_S={raw!r}: give a number of seconds >= 0")
+    return value
 
 
 class WorkerChannel:
@@ -95,6 +108,11 @@ class ApiChannel:
     def __init__(self, client: Client, token: str, run: dict[str, Any], spool_dir: Path) -> None:
         self.client, self.run_id = client, int(run["id"])
         self.attempt = int(run["attempts"][-1]["number"]) if run.get("attempts") else 1
+        self.finish_wait_s = finish_wait_s()
+        self.spool_dir = spool_dir
+        leftovers.write_target(spool_dir, client.url, self.run_id, self.attempt)
+        self._lock = leftovers.hold_for_life(spool_dir)  # no `rlplane sync` sends this spool while the script lives
+        self._unreachable_since: float | None = None  # the first failed upload of a run of failures
         self.sink = ControlPlaneSink(client.url, token, self.run_id, self.attempt, spool_dir=spool_dir, max_retries=3)
         self.reporter = AsyncReporter([self.sink])
         self.status: str = str(run.get("status", "running"))
@@ -106,6 +124,11 @@ class ApiChannel:
         self._uploader.start()
         self._keeper = threading.Thread(target=self._keep_alive, name="rlplane-keep-alive", daemon=True)
         self._keeper.start()
+        # what earlier scripts on this machine could not deliver before they ended, sent beside this run
+        self._leftovers = threading.Thread(
+            target=self._send_leftovers, args=(client.url, token), name="rlplane-leftovers", daemon=True
+        )
+        self._leftovers.start()
 
     def should_stop(self) -> bool:
         return self.status == "cancelling"
@@ -123,6 +146,7 @@ class ApiChannel:
         staged = self.staging / step_dir_name(step)
         shutil.rmtree(staged, ignore_errors=True)
         _link_tree(source, staged)
+        leftovers.write_checkpoint_metadata(staged, metadata)  # for `rlplane sync`, should the upload outlive the script
         write_manifest(staged, step)
         self.reporter.flush(timeout=30)  # the step's metrics before its checkpoint
         with self._pending:
@@ -138,50 +162,37 @@ class ApiChannel:
                     return
                 staged, step, metadata = self._queue[0]
             backoff = 1.0
-            while not self._upload(staged, step, metadata):
+            while not leftovers.upload_checkpoint(self.client, self.run_id, staged, step, metadata):
+                self._unreachable_since = self._unreachable_since or time.monotonic()
                 if self._abandon.wait(backoff):
                     return
                 backoff = min(backoff * 2, 5.0)  # an attempt is cheap; the API may be back any moment
+            self._unreachable_since = None
             shutil.rmtree(staged, ignore_errors=True)
+            staged.with_suffix(".json").unlink(missing_ok=True)
             with self._pending:
                 self._queue.pop(0)
                 self._pending.notify_all()
 
-    def _upload(self, staged: Path, step: int, metadata: dict[str, Any]) -> bool:
-        """True once the API holds the checkpoint (or refused it for good, which is logged)."""
-        files = sorted(p for p in staged.rglob("*") if p.is_file() and p.name != MANIFEST)
-        try:
-            for file in [*files, staged / MANIFEST]:
-                with file.open("rb") as handle:
-                    name = file.relative_to(staged).as_posix()
-                    self.client.request("PUT", f"/runs/{self.run_id}/checkpoints/{step}/files/{name}", content=handle)
-            sha256, size = manifest_digest_and_size(staged)
-            body = {"step": step, "path": run_checkpoint(self.run_id, step), "size": size, "sha256": sha256}
-            body |= {"kind": "checkpoint", "metadata": {"kind": "checkpoint", **metadata}}
-            self.client.json("POST", f"/runs/{self.run_id}/checkpoints", json=body)
-            return True
-        except ApiError as exc:
-            if exc.status == 429 or exc.status >= 500:
-                return False
-            logger.error("run=%d checkpoint step %d refused: %s", self.run_id, step, exc)
-            return True
-        except ClientError as exc:
-            logger.warning("run=%d checkpoint step %d not uploaded yet: %s", self.run_id, step, exc)
-            return False
+    def _uploads_done_or_given_up(self) -> bool:
+        """No checkpoint waits, or the API has not answered an upload for finish_wait_s (a working upload of a large
+        checkpoint is waited for, however long it takes)."""
+        since = self._unreachable_since
+        return not self._queue or (since is not None and time.monotonic() - since >= self.finish_wait_s)
 
     def finish(self, status: str, reason: str, last_step: int | None, upload_wait_s: float = 600.0) -> None:
         self.reporter.flush(timeout=None)  # every report, then the checkpoints, then the status, then close
         self._stop.set()
+        deadline = time.monotonic() + upload_wait_s
         with self._pending:
             self._pending.notify_all()
-            if not self._pending.wait_for(lambda: not self._queue, upload_wait_s):
+            while not self._uploads_done_or_given_up() and time.monotonic() < deadline:
+                self._pending.wait(1.0)
+            if self._queue:
                 logger.error(
-                    "run=%d %d checkpoint(s) not uploaded after %g s; left in %s",
-                    self.run_id,
-                    len(self._queue),
-                    upload_wait_s,
-                    self.staging,
-                )
+                    "run=%d %d checkpoint(s) not uploaded; left in %s: `rlplane sync` sends them", self.run_id,
+                    len(self._queue), self.staging,
+                )  # fmt: skip
         self._abandon.set()
         if self.status == "cancelling" and status == "succeeded":
             status, reason = "cancelled", reason or "cancelled: the script stopped when asked"
@@ -190,17 +201,38 @@ class ApiChannel:
         body = {"attempt": self.attempt, "status": status, "reason": reason[-MAX_REASON_CHARS:]}
         if last_step is not None:
             body["last_step"] = last_step
-        delivered = self.sink.send([("status", json.dumps(body).encode())])
+        # With checkpoints left over, the run's end stays in the spool behind them: `rlplane sync` sends it after them.
+        delivered = self.sink.send([("status", json.dumps(body).encode())]) if not self._queue else False
+        if self._queue:
+            self.sink.spool.extend([("status", json.dumps(body).encode())])
+        waited = 0.0
         for wait in FINAL_STATUS_WAITS_S:  # the process is leaving: the run's end is worth waiting for the API
-            if delivered:
+            if delivered or self._queue or waited + wait > self.finish_wait_s:
                 break
             time.sleep(wait)
+            waited += wait
             delivered = self.sink.send([])  # the spool, oldest first, the status last
         if not delivered:
             logger.warning(
-                "run=%d final status %s is spooled in %s: the API was unreachable", self.run_id, status, self.sink.spool.where
-            )
+                "run=%d final status %s is left in %s, the API being unreachable: `rlplane sync` sends it",
+                self.run_id, status, self.spool_dir,
+            )  # fmt: skip
         self.reporter.close()  # closes the sink
+        if delivered:
+            shutil.rmtree(self.spool_dir, ignore_errors=True)
+        leftovers.release(self._lock)
+        self._leftovers.join(self.finish_wait_s)  # a short script still delivers what earlier ones left
+
+    def _send_leftovers(self, url: str, token: str) -> None:
+        try:
+            for sent in leftovers.send_all(url, token, exclude=self.run_id):
+                if sent.requests or sent.checkpoints:
+                    logger.info(
+                        "run=%d left unsent by its script: %d request(s) and %d checkpoint(s) sent now, %d left",
+                        sent.run_id, sent.requests, sent.checkpoints, sent.left,
+                    )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001  (a courtesy to earlier runs: never this run's failure)
+            logger.warning("earlier runs' leftovers not sent: %s", exc)
 
     def _keep_alive(self) -> None:
         """Say the script lives (a run that falls silent is failed by the API) and learn of a cancel."""

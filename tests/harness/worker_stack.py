@@ -77,6 +77,10 @@ class Stack:
     def restart_api(self, down_s: float) -> None:
         self.api.stop()
         time.sleep(down_s)
+        self.start_api()
+
+    def start_api(self) -> None:
+        """A new API process on the stopped one's port and database."""
         self.api = ApiProcess(self.home, self.database_url, ADMIN, port=self.api.port, extra_env=self.api_env)
         self.api.wait_ready()
 
