@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 import time
@@ -47,6 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default 128)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per engine (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is shown (default 3)")
+    p.add_argument(
+        "--prompt-lengths",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=None,
+        metavar="MIN,MAX",
+        help="prompts of digits with lengths log-uniform in MIN..MAX tokens (default: builtin:arithmetic's prompts)",
+    )
     p.add_argument("--micro-batch", type=int, default=None, help="gen.micro_batch_size of the 'by length' row (default batch/4)")
     p.add_argument("--only", default=",".join(ENGINES), help="comma-separated engines (default: all)")
     p.add_argument("--json", type=Path, help="also write the results here")
@@ -98,8 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown engine(s) {unknown}: choose from {', '.join(ENGINES)}", file=sys.stderr)
         return 2
     model, tokenizer = build(args, device)
-    rows = builtin_examples("arithmetic", "prompts", seed=0, eval_fraction=0.0).train[: args.batch]
-    prompts = rollouts.encode_prompts(rows, tokenizer, 32)
+    if args.prompt_lengths is None:
+        rows = builtin_examples("arithmetic", "prompts", seed=0, eval_fraction=0.0).train[: args.batch]
+        prompts = rollouts.encode_prompts(rows, tokenizer, 32)
+    else:  # digit strings (a token each) of lengths drawn log-uniformly: a batch whose padding "by length" saves
+        shortest, longest = args.prompt_lengths
+        draw = random.Random(0)
+        lengths = [round(math.exp(draw.uniform(math.log(shortest), math.log(longest)))) for _ in range(args.batch)]
+        text = ["".join(draw.choice("0123456789") for _ in range(n - 1)) + "=" for n in lengths]
+        prompts = rollouts.encode_prompts([{"prompt": t} for t in text], tokenizer, longest + 8)
     gen = {"max_new_tokens": args.new_tokens, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     precision = {"bf16": "bf16", "fp32": "fp32"}[args.dtype]
     train = TrainSpec(steps=1, batch_size=args.batch)
