@@ -209,6 +209,42 @@ def test_grpo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> 
     assert called and all("<result>" in s["response"] for s in called)  # the whole episode, the tool's answer too
 
 
+def test_ppo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> None:
+    """PPO with ppo.environment from the same SFT start: 20 steps of 64 episodes, the reward at each episode's last
+    policy token and GAE across the tool's answers. Greedy held-out success rises by at least 0.3 (measured 0.005 ->
+    0.80; tool calls 0 -> 1.0 per episode), tool calls by at least 0.5 per episode, and the health signals PPO
+    reports for every run are there."""
+    spec = {
+        "name": "ppo-environment",
+        "algorithm": "ppo",
+        "model": {"path": str(sft_start), "max_seq_len": 64},
+        "data": {"source": "builtin:calculator", "eval_fraction": 0.1},
+        "train": {"steps": 20, "batch_size": 64, "lr": 3e-5, "schedule": "constant", "eval_every": 20},
+        "ppo": {
+            "kl_coef": 0.01,
+            "epochs": 4,
+            "minibatch_size": 16,
+            "gen": {"max_new_tokens": 20},
+            "environment": {"kind": "builtin", "name": "calculator", "max_turns": 3, "max_tokens": 56},
+            "samples_to_log": 2,
+            "samples_every": 20,
+        },
+    }
+    out = tmp_path / "out"
+    run_spec(tmp_path / "ppo.yaml", spec, "--out", str(out))
+    success, calls = metrics(out, "eval/success"), metrics(out, "eval/tool_calls")
+    print(f"held-out success {success}, tool calls per episode {calls}")
+    assert success[20] >= success[0] + 0.3 and calls[20] >= calls[0] + 0.5, (success, calls)
+    keys = ("env/tool_calls", "gen/truncated", "ppo/clipfrac_low", "ppo/clipfrac_high", "ppo/ratio_max")
+    for key in (*keys, "ppo/ratio_mean", "ppo/ratio_min", "gen/response_length_min", "gen/response_length_max"):
+        assert sorted(metrics(out, key)) == list(range(1, 21)), key
+    ratio_min, ratio_max = metrics(out, "ppo/ratio_min"), metrics(out, "ppo/ratio_max")
+    assert all(0 < ratio_min[s] <= 1.0 <= ratio_max[s] for s in ratio_min)  # the first update's ratios are 1
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    last = [s for s in samples if s["step"] == 20]
+    assert len(last) == 2 and all({"turns", "tool_calls", "errors", "truncated"} <= set(s["scores"]) for s in last)
+
+
 def test_a_run_with_an_environment_resumes_exactly(sft_start: Path, tmp_path: Path) -> None:
     """3 steps straight vs 1, then --resume (its stored spec, every default stated, parses again): the same policy
     bit for bit, the same episodes' metrics."""

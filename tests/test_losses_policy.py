@@ -1,5 +1,6 @@
-"""trainer_core.losses.policy and the KL controller: hand-computed values for GAE, the clipped PPO
-losses, GRPO's group advantages (mean and leave-one-out) and loss, and the KL estimators."""
+"""trainer_core.losses.policy and the KL controller: hand-computed values for GAE (a multi-turn episode's equals GAE
+over its policy tokens alone), the clipped PPO losses and their health signals, GRPO's group advantages (mean and
+leave-one-out) and loss, and the KL estimators."""
 
 from __future__ import annotations
 
@@ -38,6 +39,24 @@ def test_gae_by_hand_with_the_episode_ending_at_the_mask() -> None:
     assert returns.tolist()[0] == pytest.approx([a0 + 0.5, a1 + 0.2, a2 + 0.4, 0.0])
 
 
+def test_gae_of_a_multi_turn_episode_skips_the_environments_tokens() -> None:
+    """Policy tokens, two of the environment's (masked out), policy tokens again, padding: the advantages and returns
+    of the policy's tokens are those of the same tokens without the gap (the environment's answer is part of the
+    step between two policy tokens, not an end), and the gap's are 0."""
+    rewards = torch.tensor([[0.1, 0.0, 5.0, 5.0, -0.2, 1.0, 9.0]])
+    values = torch.tensor([[0.5, 0.2, 3.0, 3.0, 0.4, 0.3, 7.0]])
+    mask = torch.tensor([[True, True, False, False, True, True, False]])
+    gamma, lam = 0.9, 0.8
+    advantages, returns = gae(rewards, values, mask, gamma, lam)
+    keep = mask[0]
+    alone_a, alone_r = gae(rewards[:, keep], values[:, keep], torch.ones(1, 4, dtype=torch.bool), gamma, lam)
+    assert advantages[0, keep].tolist() == pytest.approx(alone_a[0].tolist())
+    assert returns[0, keep].tolist() == pytest.approx(alone_r[0].tolist())
+    assert advantages[0, ~keep].tolist() == [0.0, 0.0, 0.0] and returns[0, ~keep].tolist() == [0.0, 0.0, 0.0]
+    d1 = 0.0 + gamma * 0.4 - 0.2  # the token before the gap looks past it, to the next policy token's value
+    assert float(alone_a[0, 1]) == pytest.approx(d1 + gamma * lam * float(alone_a[0, 2]))
+
+
 def test_ppo_policy_loss_clips_the_ratio_in_the_advantage_direction() -> None:
     old = torch.zeros(1, 3)
     new = torch.log(torch.tensor([[1.5, 0.5, 1.1]]))  # ratios 1.5, 0.5, 1.1
@@ -49,6 +68,10 @@ def test_ppo_policy_loss_clips_the_ratio_in_the_advantage_direction() -> None:
     assert out.clipfrac.item() == pytest.approx(2 / 3)
     ratios = torch.tensor([1.5, 0.5, 1.1])
     assert out.approx_kl.item() == pytest.approx(float((ratios - 1 - ratios.log()).mean()))
+    # the health signals: token 2 under 1 - 0.2 with a negative advantage, token 1 over 1 + 0.2 with a positive one
+    assert out.clipfrac_low.item() == pytest.approx(1 / 3) and out.clipfrac_high.item() == pytest.approx(1 / 3)
+    assert out.ratio_mean.item() == pytest.approx(3.1 / 3)
+    assert (out.ratio_min.item(), out.ratio_max.item()) == pytest.approx((0.5, 1.5))
 
 
 def test_ppo_value_loss_takes_the_worse_of_clipped_and_unclipped() -> None:

@@ -113,7 +113,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
 
 def python_rewards(spec: RunSpec) -> list[tuple[list, str]]:
     """(error location, entrypoint) of every python reward in the spec, a sum's terms included, and of a python
-    environment (grpo.environment): the code a worker would import."""
+    environment (grpo or ppo .environment): the code a worker would import."""
     reward, found = spec.reward, []
     if isinstance(reward, PythonReward):
         found = [(["body", "reward", "entrypoint"], reward.entrypoint)]
@@ -123,9 +123,11 @@ def python_rewards(spec: RunSpec) -> list[tuple[list, str]]:
             for i, term in enumerate(reward.terms)
             if isinstance(term.source, PythonReward)
         ]
-    environment = spec.grpo.environment if spec.grpo is not None else None
-    if environment is not None and environment.kind == "python":
-        found.append((["body", "grpo", "environment", "entrypoint"], environment.entrypoint))
+    for section in ("grpo", "ppo"):
+        options = getattr(spec, section)
+        environment = options.environment if options is not None else None
+        if environment is not None and environment.kind == "python":
+            found.append((["body", section, "environment", "entrypoint"], environment.entrypoint))
     return found
 
 

@@ -135,6 +135,12 @@ class PpoOptions(StrictModel):
     critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling.")
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers "
+        "(appended, never trained on) or ends the episode with its reward, which replaces the reward section and is "
+        "given at the episode's last policy token; null: one response per prompt, scored by reward.",
+    )
     samples_to_log: int = Field(
         4,
         ge=0,

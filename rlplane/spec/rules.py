@@ -44,12 +44,13 @@ def reward_matches_algorithm(spec: RunSpec) -> Rules:
     """ppo, grpo and eval need a reward section (grpo with an environment must not: its environment rewards); sft,
     reward, dpo and ilql must not have one."""
     rewarded = spec.algorithm in REWARDED_ALGORITHMS
-    if spec.grpo is not None and spec.grpo.environment is not None:
+    if (played := _environment_of(spec)) is not None:
+        name = f"{played[0]}.environment"
         if spec.reward is not None:
             yield Violation(
                 ("reward",),
-                "grpo.environment rewards each episode when it ends, so this reward would never be used; remove the "
-                "reward section, or remove grpo.environment to score single responses with it",
+                f"{name} rewards each episode when it ends, so this reward would never be used; remove the reward "
+                f"section, or remove {name} to score single responses with it",
             )
         return
     if rewarded and spec.reward is None:
@@ -122,15 +123,24 @@ def grpo_variants_fit(spec: RunSpec) -> Rules:
         yield Violation(("grpo", "kl_in"), "a KL in the reward needs grpo.beta > 0 (beta 0 means no KL at all)")
 
 
-def grpo_environment_fits(spec: RunSpec) -> Rules:
-    """grpo.environment: its max_tokens leaves room for a prompt in model.max_seq_len and holds one turn of
-    gen.max_new_tokens; no overlong_buffer (an episode's length is not one response's); sandbox limits are for the
-    python environment."""
-    options = spec.grpo
-    environment = options.environment if options is not None else None
-    if environment is None:
+def _environment_of(spec: RunSpec) -> tuple[str, Any] | None:
+    """(the algorithm's section, its environment) of a run that plays episodes (grpo or ppo .environment)."""
+    for section in ("grpo", "ppo"):
+        options = getattr(spec, section)
+        if options is not None and options.environment is not None:
+            return section, options.environment
+    return None
+
+
+def environment_fits(spec: RunSpec) -> Rules:
+    """grpo.environment and ppo.environment: max_tokens leaves room for a prompt in model.max_seq_len and holds one
+    turn of gen.max_new_tokens; no grpo.overlong_buffer (an episode's length is not one response's); sandbox limits
+    are for the python environment."""
+    if (played := _environment_of(spec)) is None:
         return
-    where = ("grpo", "environment")
+    section, environment = played
+    options = getattr(spec, section)
+    where = (section, "environment")
     length = spec.model.max_seq_len if spec.model is not None else None
     if length is not None and environment.max_tokens >= length:
         yield Violation(
@@ -140,11 +150,11 @@ def grpo_environment_fits(spec: RunSpec) -> Rules:
         )
     if options.gen.max_new_tokens > environment.max_tokens:
         yield Violation(
-            ("grpo", "gen", "max_new_tokens"),
+            (section, "gen", "max_new_tokens"),
             f"one policy turn ({options.gen.max_new_tokens} tokens) is longer than a whole episode "
-            f"(grpo.environment.max_tokens {environment.max_tokens}); lower it or raise max_tokens",
+            f"({section}.environment.max_tokens {environment.max_tokens}); lower it or raise max_tokens",
         )
-    if options.overlong_buffer is not None:
+    if section == "grpo" and options.overlong_buffer is not None:
         yield Violation(
             ("grpo", "overlong_buffer"),
             "the overlong buffer shapes a single response's length against gen.max_new_tokens, and an episode has "
@@ -571,7 +581,7 @@ RULES = (
     reward_matches_algorithm,
     eval_is_one_step,
     grpo_variants_fit,
-    grpo_environment_fits,
+    environment_fits,
     pass_at_k_fits_samples,
     megatron_layout_fits,
     megatron_on_cpu,

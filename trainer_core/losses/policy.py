@@ -71,6 +71,11 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
 
     δ_t = r_t + γ V_{t+1} - V_t, A_t = δ_t + γλ A_{t+1}; the value after a response's last token
     is 0 (the episode ends). returns = A + V are the value targets. Masked-out positions get 0.
+
+    The recursion runs over the masked-in tokens alone: t+1 is the next one of them, so in a multi-turn episode the
+    environment's tokens between two policy turns are part of the step from one policy token to the next (their
+    state is in V of the next), not an end of the episode. A single response (its tokens first, padding after) is
+    what it was.
     """
     mask_f = mask.to(values.dtype)
     values = values * mask_f
@@ -78,10 +83,12 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     running = torch.zeros_like(values[:, 0])
     next_value = torch.zeros_like(values[:, 0])
     for t in reversed(range(values.shape[1])):
+        keep = mask_f[:, t]
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        running = (delta + gamma * lam * running) * mask_f[:, t]
-        advantages[:, t] = running
-        next_value = values[:, t]
+        here = delta + gamma * lam * running
+        advantages[:, t] = here * keep
+        running = torch.where(keep > 0, here, running)  # a masked-out position passes both on unchanged
+        next_value = torch.where(keep > 0, values[:, t], next_value)
     return advantages, (advantages + values) * mask_f
 
 
@@ -109,6 +116,11 @@ class PolicyLoss(NamedTuple):
     loss: Tensor  # scalar: call backward on it
     clipfrac: Tensor  # share of tokens whose ratio was clipped
     approx_kl: Tensor  # mean of (r - 1) - log r between the updated and the rollout policy (≥ 0)
+    clipfrac_low: Tensor  # ratio below 1 - cliprange with a negative advantage
+    clipfrac_high: Tensor  # ratio above 1 + cliprange with a positive advantage
+    ratio_mean: Tensor  # the importance ratio over response tokens
+    ratio_min: Tensor
+    ratio_max: Tensor
 
 
 def ppo_policy_loss(
@@ -133,7 +145,12 @@ def ppo_policy_loss(
     with torch.no_grad():
         clipfrac = masked_mean((clipped > unclipped).to(logprobs.dtype), mask)
         approx_kl = masked_mean(ratio - 1 - log_ratio, mask)
-    return PolicyLoss(loss, clipfrac, approx_kl)
+        low = masked_mean(((ratio < 1 - cliprange) & (advantages < 0)).to(logprobs.dtype), mask)
+        high = masked_mean(((ratio > 1 + cliprange) & (advantages > 0)).to(logprobs.dtype), mask)
+        keep = mask.bool()
+        inside = ratio[keep] if keep.any() else ratio.new_ones(1)
+        extremes = inside.min(), inside.max()
+    return PolicyLoss(loss, clipfrac, approx_kl, low, high, masked_mean(ratio.detach(), mask), *extremes)
 
 
 def ppo_value_loss(

@@ -1,8 +1,8 @@
-"""Multi-turn rollouts (grpo.environment): the policy and an environment take turns until each episode ends.
+"""Multi-turn rollouts (grpo.environment, ppo.environment): the policy and an environment take turns until each episode ends.
 
     play()        prompt rows -> rollouts.Scored: every row's episode, all played at once, turn by turn
     evaluate()    the eval prompts' episodes: eval/reward, eval/success, eval/pass@k, eval/turns, ...
-    step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log
+    step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log;  sample_extra()  per sample
 
 Each turn, every live episode gets one policy turn from a single batched rollouts.generate() call, which stops at
 EOS, a stop string (the environment's, and gen.stop) or gen.max_new_tokens; then the environment answers each
@@ -208,6 +208,19 @@ def step_stats(scored: rollouts.Scored) -> dict[str, float]:
         "env/errors": float(sum(len(r.errors) for r in records)),
         "env/truncated": truncated,
         "gen/truncated": truncated,
+    }
+
+
+def sample_extra(scored: rollouts.Scored) -> dict[str, list[float]]:
+    """Per episode, for its sample: turns, tool calls and errors, and truncated (cut off by the limits); nothing for
+    single responses."""
+    if scored.episodes is None:
+        return {}
+    return {
+        "turns": [r.turns for r in scored.episodes],
+        "tool_calls": [r.tool_calls for r in scored.episodes],
+        "errors": [len(r.errors) for r in scored.episodes],
+        "truncated": [float(r.truncated) for r in scored.episodes],
     }
 
 

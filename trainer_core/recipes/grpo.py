@@ -32,7 +32,7 @@ from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep
 from trainer_core.data import load_examples
 from trainer_core.data.tokenize import pad_id
-from trainer_core.environments import EnvError, Environment, make_environment
+from trainer_core.environments import Environment
 from trainer_core.losses.policy import (
     entropy_from_logits,
     group_advantages,
@@ -45,7 +45,7 @@ from trainer_core.losses.policy import (
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
-from trainer_core.recipes.episodes import error_summary, play, step_stats
+from trainer_core.recipes.episodes import error_summary, play, sample_extra, step_stats
 from trainer_core.recipes.episodes import evaluate as evaluate_episodes
 from trainer_core.rewards import Reward
 
@@ -72,7 +72,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         if options.beta > 0:
             reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=seed)
         split = load_examples(spec.data, "prompts", seed=seed)
-        reward, environment = _reward_or_environment(spec, backend, reporter)
+        reward, environment = online.reward_or_environment(spec, options.environment, "grpo", backend, reporter)
         prompts_per_step = spec.train.batch_size // options.group_size
         opt = common.prepare_optimization(
             spec, backend, policy, len(split.train), resume_from, batch_size=prompts_per_step, schedule_per_step=True
@@ -93,26 +93,6 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         eval_rows=split.eval,
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
-
-
-def _reward_or_environment(spec: RunSpec, backend: Any, reporter: Any) -> tuple[Reward | None, Environment | None]:
-    """spec.reward, or the environment that plays and rewards whole episodes (grpo.environment)."""
-    limits = spec.grpo.environment
-    if limits is None:
-        return online.reward_source(spec, backend), None
-    if limits.max_tokens >= spec.model.max_seq_len:  # the spec rules could not check an unset max_seq_len
-        raise EnvError(
-            f"grpo.environment.max_tokens {limits.max_tokens} leaves no room for the prompt in {spec.model.path!r}'s "
-            f"{spec.model.max_seq_len}-token context; lower it or set model.max_seq_len"
-        )
-    environment = make_environment(limits)
-    described = f"{limits.kind} {getattr(limits, 'name', None) or getattr(limits, 'url', None) or limits.entrypoint}"
-    if getattr(limits, "name", None) == "python":
-        from trainer_core.environments.sandbox import isolation
-
-        described += f" (sandbox: {isolation()})"
-    reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
-    return None, environment
 
 
 def _scored(run: GrpoRun, rows: list[dict], repeat: int, *, observe: bool = False) -> rollouts.Scored:
@@ -247,14 +227,7 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
         per_token = kl_penalty(logprobs.float(), ref.float(), options.kl_estimator)
         kls = masked_mean(per_token, scored.generation.response_mask, dim=1).tolist()
     if backend.is_rank_zero:
-        extra = {"advantage": advantages.tolist()}
-        if scored.episodes is not None:  # an episode's turns, tool calls and errors; truncated: cut off by the limits
-            extra |= {
-                "turns": [r.turns for r in scored.episodes],
-                "tool_calls": [r.tool_calls for r in scored.episodes],
-                "errors": [len(r.errors) for r in scored.episodes],
-                "truncated": [float(r.truncated) for r in scored.episodes],
-            }
+        extra = {"advantage": advantages.tolist(), **sample_extra(scored)}
         run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, extra))
 
 

@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
+from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.backends import Backend
+from trainer_core.environments import EnvError, Environment, make_environment
 from trainer_core.recipes import common, rollouts, samples
 from trainer_core.rewards import Reward, make_reward
 
@@ -39,6 +41,28 @@ def reward_source(spec: RunSpec, backend: Backend) -> Reward:
         reduce_sum=lambda t: backend.all_reduce(t, "sum"),
         place=backend.prepare_frozen,
     )
+
+
+def reward_or_environment(
+    spec: RunSpec, limits: EnvironmentSpec | None, section: str, backend: Backend, reporter: Any
+) -> tuple[Reward | None, Environment | None]:
+    """spec.reward, or the environment that plays and rewards whole episodes (`section`.environment: grpo, ppo)."""
+    if limits is None:
+        return reward_source(spec, backend), None
+    field = f"{section}.environment"
+    if limits.max_tokens >= spec.model.max_seq_len:  # the spec rules could not check an unset max_seq_len
+        raise EnvError(
+            f"{field}.max_tokens {limits.max_tokens} leaves no room for the prompt in {spec.model.path!r}'s "
+            f"{spec.model.max_seq_len}-token context; lower it or set model.max_seq_len"
+        )
+    environment = make_environment(limits, field)
+    described = f"{limits.kind} {getattr(limits, 'name', None) or getattr(limits, 'url', None) or limits.entrypoint}"
+    if getattr(limits, "name", None) == "python":
+        from trainer_core.environments.sandbox import isolation
+
+        described += f" (sandbox: {isolation()})"
+    reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
+    return None, environment
 
 
 def rollout_stats(scored: rollouts.Scored, rewards: torch.Tensor, own: Mapping[str, float]) -> dict[str, float]:

@@ -31,6 +31,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep, local_batch_range
 from trainer_core.data import load_examples
+from trainer_core.environments import Environment
 from trainer_core.losses.policy import (
     entropy_from_logits,
     explained_variance,
@@ -43,7 +44,7 @@ from trainer_core.losses.policy import (
     value_moments,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
+from trainer_core.recipes import checkpointing, common, engines, episodes, loop, online, packing, rollouts, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.rewards import Reward
 
@@ -81,7 +82,8 @@ class ActorCritic(nn.Module):
 @dataclass(kw_only=True)
 class PpoRun(common.Run):  # model: the ActorCritic, wrapped by the backend; step: PPO steps done
     reference: nn.Module  # frozen, eval mode
-    reward: Reward
+    reward: Reward | None  # None with an environment: it rewards the episodes
+    environment: Environment | None  # ppo.environment
     kl: KlController
     train_rows: list[dict]
     eval_rows: list[dict]
@@ -100,6 +102,8 @@ class Rollouts:
     returns: torch.Tensor  # [B, R]
     stats: dict[str, float]  # this rank's sums, reduced in train_step
     mismatch: list[torch.Tensor]  # engines.mismatch_sums: the trainer's log-probs of the samples against the engine's
+    lowest: dict[str, torch.Tensor]  # what the step reports as its minimum (and highest its maximum), this rank's
+    highest: dict[str, torch.Tensor]
 
 
 def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdout: bool = True) -> PpoRun:
@@ -114,7 +118,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         hidden = (critic or policy).config.hidden_size
         model = ActorCritic(policy, ValueHead(hidden, seed), critic)
         split = load_examples(spec.data, "prompts", seed=seed)
-        reward = online.reward_source(spec, backend)
+        reward, environment = online.reward_or_environment(spec, options.environment, "ppo", backend, reporter)
         # The schedule steps once per PPO step (train_step), not per minibatch update as the backend would.
         saved = (policy, model.checkpoint_modules())  # the checkpoint's model and the modules beside it
         opt = common.prepare_optimization(
@@ -126,11 +130,13 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         kl = KlController(options.kl_coef, options.target_kl, options.horizon)
         if resume_from is not None:
             kl.load_state_dict(opt.extra["kl"])
-            reward.load_state_dict(opt.extra["reward"])
+            if reward is not None:
+                reward.load_state_dict(opt.extra["reward"])
             reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return PpoRun(
         reference=reference,
         reward=reward,
+        environment=environment,
         kl=kl,
         train_rows=split.train,
         eval_rows=split.eval,
@@ -157,7 +163,7 @@ def rollout(run: PpoRun) -> Rollouts:
     """Sample and score this rank's share of the next global batch of prompts, with advantages."""
     backend, options, packed = run.backend, run.spec.ppo, run.spec.train.padding_free
     rows = common.local_batch(run, run.train_rows)
-    scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen)
+    scored = _scored(run, rows)
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
     with backend.autocast():
@@ -169,21 +175,50 @@ def rollout(run: PpoRun) -> Rollouts:
     if options.whiten_rewards:
         score = masked_whiten(score, torch.ones_like(score, dtype=torch.bool), shift_mean=False)
     rewards = -run.kl.value * kl
-    last = mask.long().sum(1).clamp(min=1) - 1  # the response's final token (its eos) carries the score
+    # The final policy token (its eos; an episode's last turn's) carries the score; gae skips the environment's tokens.
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = torch.where(mask, positions, -1).max(dim=1).values.clamp(min=0)
     rewards[torch.arange(len(rows)), last] += score
     advantages, returns = gae(rewards, values.float(), mask, options.gamma, options.lam)
     advantages = masked_whiten(advantages, mask)
 
     own = {"ppo/kl": float(kl.sum(1).sum()), "values/mean": float(masked_mean(values.float(), mask) * len(rows))}
+    lengths = mask.sum(1)
+    if run.environment is None:
+        own["gen/truncated"] = float((lengths >= options.gen.max_new_tokens).sum())
+    else:
+        own |= episodes.step_stats(scored)  # env/*, and gen/truncated: the episodes the limits cut off
+        if (errors := episodes.error_summary(scored)) and backend.is_rank_zero:
+            run.reporter.log(f"step={run.step + 1} {errors}")
     stats = online.rollout_stats(scored, torch.tensor(scores.total, dtype=torch.float64), own)
     mismatch = []
     if generation.logprobs is not None:
         mismatch.append(engines.mismatch_sums(logprobs, generation.logprobs, mask))
-    return Rollouts(generation, logprobs, values.float(), advantages, returns, stats, mismatch)
+    lowest = {"gen/response_length_min": lengths.min().double()}
+    highest = {"gen/response_length_max": lengths.max().double()}
+    return Rollouts(generation, logprobs, values.float(), advantages, returns, stats, mismatch, lowest, highest)
+
+
+def _scored(run: PpoRun, rows: list[dict], *, observe: bool = False) -> rollouts.Scored:
+    """One scored response to each row, or one whole episode played with the environment (ppo.environment)."""
+    options, policy = run.spec.ppo, run.actor_critic.policy
+    if run.environment is None:
+        return rollouts.sample_and_score(run, policy, rows, options.gen, observe=observe)
+    return episodes.play(run, policy, rows, options.gen, run.environment, options.environment)
 
 
 # The sums each micro-batch adds (weighted by its share of the minibatch), in this order.
-_UPDATE_KEYS = ("ppo/policy_loss", "ppo/value_loss", "ppo/entropy", "ppo/clipfrac", "ppo/approx_kl", "ppo/value_clipfrac")
+_UPDATE_KEYS = (
+    "ppo/policy_loss",
+    "ppo/value_loss",
+    "ppo/entropy",
+    "ppo/clipfrac",
+    "ppo/approx_kl",
+    "ppo/value_clipfrac",
+    "ppo/clipfrac_low",
+    "ppo/clipfrac_high",
+    "ppo/ratio_mean",
+)
 
 
 def micro_steps(run: PpoRun, batch: Rollouts, rows: torch.Tensor) -> list[MicroStep]:
@@ -221,6 +256,8 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     # Of the values the rollout was scored with, over every rank's tokens (the same on each, so averaging keeps it).
     moments = backend.all_reduce(value_moments(batch.values, batch.returns, batch.generation.response_mask), "sum")
     means["ppo/explained_variance"] = explained_variance(moments)
+    for op, found in (("min", batch.lowest), ("max", batch.highest)):  # the same on every rank once reduced here
+        means |= dict(zip(found, backend.all_reduce(torch.stack(list(found.values())), op).tolist(), strict=True))
     means |= engines.mismatch_metrics(backend, batch.mismatch)
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
 
@@ -249,9 +286,16 @@ def _finish(
     )
     loss = policy.loss + options.vf_coef * value_loss
     share = len(index) / rows
+    for found, key, value, pick in (
+        (batch.lowest, "ppo/ratio_min", policy.ratio_min, torch.minimum),
+        (batch.highest, "ppo/ratio_max", policy.ratio_max, torch.maximum),
+    ):  # tensors: no device sync per micro-batch
+        value = value.detach().double()
+        found[key] = value if key not in found else pick(found[key], value)
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), mask)
         values_out = [policy.loss, value_loss, entropy, policy.clipfrac, policy.approx_kl, value_clipfrac]
+        values_out += [policy.clipfrac_low, policy.clipfrac_high, policy.ratio_mean]
         sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=logits.device) * share for v in values_out])
     return loss * len(index) / rows * scale, sums
 
@@ -263,14 +307,14 @@ def report_tracked(run: PpoRun, step: int) -> None:
     rank zero reports."""
     options, backend = run.spec.ppo, run.backend
     rows = samples.tracked_rows(run, options.samples_to_log)
-    scored = rollouts.sample_and_score(run, run.actor_critic.policy, rows, options.gen, observe=True)
+    scored = _scored(run, rows, observe=True)
     generation = scored.generation
     with backend.autocast():
         logprobs = _logprobs_values(run.model, generation, run.spec.train.padding_free)[0]
         ref = _reference_logprobs(run, generation)
     kls = ((logprobs.float() - ref.float()) * generation.response_mask).sum(1).tolist()
     if backend.is_rank_zero:
-        run.reporter.samples(step, samples.response_samples(scored, options.gen, kls))
+        run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, episodes.sample_extra(scored)))
 
 
 def train_step(run: PpoRun) -> loop.StepResult:
@@ -283,8 +327,10 @@ def train_step(run: PpoRun) -> loop.StepResult:
 
 def evaluate(run: PpoRun) -> dict[str, float]:
     options = run.spec.ppo
-    policy = run.actor_critic.policy
-    return rollouts.evaluate(run, policy, rollouts.eval_rows(run), options.gen, run.reward, rollouts.plan_of(options.eval))
+    policy, rows, plan = run.actor_critic.policy, rollouts.eval_rows(run), rollouts.plan_of(options.eval)
+    if run.environment is not None:
+        return episodes.evaluate(run, policy, rows, options.gen, run.environment, options.environment, plan)
+    return rollouts.evaluate(run, policy, rows, options.gen, run.reward, plan)
 
 
 def checkpoint_state(run: PpoRun) -> checkpointing.CheckpointState:
@@ -294,7 +340,7 @@ def checkpoint_state(run: PpoRun) -> checkpointing.CheckpointState:
         run,
         model=run.actor_critic.policy,
         modules=run.actor_critic.checkpoint_modules(),
-        extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict()},
+        extra={"kl": run.kl.state_dict(), "reward": run.reward.state_dict() if run.reward is not None else {}},
     )
 
 

@@ -2995,6 +2995,12 @@ export interface components {
              */
             critic: components["schemas"]["ModelSpec"] | null;
             /**
+             * Environment
+             * @description Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers (appended, never trained on) or ends the episode with its reward, which replaces the reward section and is given at the episode's last policy token; null: one response per prompt, scored by reward.
+             * @default null
+             */
+            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
+            /**
              * Epochs
              * @description Passes over each step's rollouts.
              * @default 4

@@ -35,15 +35,22 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'gen/response_length_min': "Shortest answer of the step, in tokens.",
   'gen/response_length_max': "Longest answer of the step, in tokens.",
 
-  'env/turns': "The policy's turns per episode (grpo.environment).",
+  'env/turns': "The policy's turns per episode (grpo.environment, ppo.environment).",
   'env/tool_calls': 'Answers of the environment that ran a tool, per episode.',
   'env/errors':
     'Turns the environment could not use (a malformed tool call, code that did not run), per episode; the run logs their reasons.',
-  'env/truncated': "Share of episodes cut off by grpo.environment's max_turns or max_tokens before the environment ended them.",
+  'env/truncated': "Share of episodes cut off by the environment section's max_turns or max_tokens before the environment ended them.",
 
   'ppo/explained_variance':
     "How much of the returns' variance the value head explains: 1 is perfect, 0 or below means the critic predicts nothing.",
   'ppo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',
+  'ppo/clipfrac_low':
+    'Ratio under 1 - cliprange with a negative advantage (the policy was kept from lowering a bad token further).',
+  'ppo/clipfrac_high':
+    'Ratio over 1 + cliprange with a positive advantage (the policy was kept from raising a good token further).',
+  'ppo/ratio_mean': 'Mean importance ratio (new policy / sampling policy) over answer tokens, over all epochs.',
+  'ppo/ratio_min': "Smallest importance ratio (new policy / sampling policy) over the step's answer tokens.",
+  'ppo/ratio_max': "Largest importance ratio (new policy / sampling policy) over the step's answer tokens.",
   'ppo/value_clipfrac': "Share of answer tokens whose value was clipped to within cliprange_value of the rollout's value.",
   'ppo/approx_kl': 'Approximate KL between the updated and the sampling policy.',
   'ppo/entropy':
