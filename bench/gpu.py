@@ -48,6 +48,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from backends import failure, mfu, peak_tflops, sized_llama  # noqa: E402  (the backends bench's model and MFU)
 
+from worker.launcher import signal_on_parent_death, stop_tree  # noqa: E402  (the worker's: no run outlives the bench)
+
 TRL_SIDE = ROOT / "bench" / "trainersbench" / "trl_side.py"
 BACKENDS = {  # in the order they run: the MFU target's backends first, so a cut-short run still has them
     "torch": {"kind": "torch", "precision": "bf16"},
@@ -159,14 +161,20 @@ def launch(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, 
     memory.start()
     started = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=signal_on_parent_death(signal.SIGTERM),
+        )  # fmt: skip
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:  # a hung run costs one row, not the rest of the bench
-            os.killpg(proc.pid, signal.SIGKILL)
+            stop_tree(proc.pid, reap=proc.poll)
             proc.wait()
             out.write(f"\nbench/gpu.py: RunTimeoutError: stopped after {RUN_TIMEOUT_S} s\n")
             code = -signal.SIGKILL
+        except BaseException:  # stopped itself (Ctrl-C, or SIGTERM from a caller's timeout): its runs stop with it
+            stop_tree(proc.pid, reap=proc.poll)
+            raise
     memory.done.set()
     memory.join()
     return code, memory.peak, time.perf_counter() - started
@@ -386,8 +394,15 @@ def table(results: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # A caller's timeout sends SIGTERM: leave as Ctrl-C does, through launch's cleanup, not with the runs orphaned
+    # (they are in sessions of their own, and on CPU a dry run's orphans trained on for an hour)
+    signal.signal(signal.SIGTERM, _interrupted)
     import torch
 
     if not torch.cuda.is_available() and not args.allow_cpu:
@@ -437,4 +452,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or a caller's SIGTERM: the runs were stopped on the way out
+        print("bench/gpu.py: stopped; its runs were stopped with it", file=sys.stderr)
+        sys.exit(130)

@@ -142,25 +142,30 @@ class Trainer:
         self._reader.join(timeout)
 
     def kill_group(self, grace_s: float = 5.0) -> None:
-        """SIGTERM to the trainer's process group and to every process under it, then SIGKILL to whatever is left
-        after `grace_s`. The tree, not only the group: torchrun starts each rank in a session of its own, and a rank
-        it had no time to end (stopped, or hung where SIGTERM cannot reach it) would outlive it. SIGCONT follows
-        SIGTERM, so a stopped process acts on it."""
-        pgid = self.process.pid
-        tree: set[tuple[int, int]] = set()  # kept: a rank whose launcher died is no longer found under it
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            tree |= _descendants(pgid)
-            sent = _signal(pgid, tree, sig)
-            if sig == signal.SIGTERM:
-                _signal(pgid, tree, signal.SIGCONT)
-            if not sent:
+        """stop_tree of the trainer's process group (its torchrun or its one process, and every rank)."""
+        stop_tree(self.process.pid, grace_s, reap=self.process.poll)
+
+
+def stop_tree(pgid: int, grace_s: float = 5.0, reap: Callable[[], object] | None = None) -> None:
+    """SIGTERM to process group `pgid` and to every process under its leader, then SIGKILL to whatever is left after
+    `grace_s`. The tree, not only the group: torchrun starts each rank in a session of its own, and a rank it had no
+    time to end (stopped, or hung where SIGTERM cannot reach it) would outlive it. SIGCONT follows SIGTERM, so a
+    stopped process acts on it. `reap`: the leader's Popen.poll, so it does not linger as a zombie."""
+    tree: set[tuple[int, int]] = set()  # kept: a rank whose launcher died is no longer found under it
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        tree |= _descendants(pgid)
+        sent = _signal(pgid, tree, sig)
+        if sig == signal.SIGTERM:
+            _signal(pgid, tree, signal.SIGCONT)
+        if not sent:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if reap is not None:
+                reap()
+            if not _group_alive(pgid) and not any(_same_process(pid, started) for pid, started in tree):
                 return
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                self.process.poll()
-                if not _group_alive(pgid) and not any(_same_process(pid, started) for pid, started in tree):
-                    return
-                time.sleep(0.1)
+            time.sleep(0.1)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

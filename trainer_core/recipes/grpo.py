@@ -271,11 +271,7 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         sums += backend.forward_backward(run.model, micro_steps(run, groups)).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
-    # The same on every rank (reduced here, one collective each), so the step's averaging over ranks keeps them.
-    extremes = {}
-    for op, found in (("min", groups.lowest), ("max", groups.highest)):
-        reduced = backend.all_reduce(torch.stack(list(found.values())), op).tolist()
-        extremes |= dict(zip(found, reduced, strict=True))
+    extremes = online.reduced_extremes(backend, groups.lowest, groups.highest)
     return {
         **means,
         **extremes,
@@ -323,12 +319,7 @@ def _finish(
         rollout_weights=weights,
     )
     share = len(index) / size
-    for found, key, value, pick in (
-        (groups.lowest, "grpo/ratio_min", out.ratio_min, torch.minimum),
-        (groups.highest, "grpo/ratio_max", out.ratio_max, torch.maximum),
-    ):  # tensors: no device sync per micro-batch
-        value = value.detach().double()
-        found[key] = value if key not in found else pick(found[key], value)
+    online.track_ratio_extremes(groups.lowest, groups.highest, "grpo", out)
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), part.response_mask)
         values = [out.loss, out.policy_loss, out.kl, out.clipfrac, out.approx_kl, entropy]

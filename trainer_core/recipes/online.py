@@ -65,6 +65,26 @@ def reward_or_environment(
     return None, environment
 
 
+def track_ratio_extremes(lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor], section: str, loss: Any) -> None:
+    """Fold a micro-batch's smallest and largest importance ratio (`loss`.ratio_min, .ratio_max) into the step's
+    `section`/ratio_min and _max, as tensors: no device sync per micro-batch."""
+    for found, key, value, pick in (
+        (lowest, f"{section}/ratio_min", loss.ratio_min, torch.minimum),
+        (highest, f"{section}/ratio_max", loss.ratio_max, torch.maximum),
+    ):
+        value = value.detach().double()
+        found[key] = value if key not in found else pick(found[key], value)
+
+
+def reduced_extremes(backend: Backend, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The step's minima and maxima over ranks (one collective each): the same on every rank, so the step's
+    averaging over ranks keeps them."""
+    extremes: dict[str, float] = {}
+    for op, found in (("min", lowest), ("max", highest)):
+        extremes |= dict(zip(found, backend.all_reduce(torch.stack(list(found.values())), op).tolist(), strict=True))
+    return extremes
+
+
 def rollout_stats(scored: rollouts.Scored, rewards: torch.Tensor, own: Mapping[str, float]) -> dict[str, float]:
     """This rank's sums over a step's scored responses, which `step` reduces: the reward's total and square (for
     reward/mean and reward/std; `rewards` as the recipe holds them), each reward component, response tokens, the

@@ -256,8 +256,7 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     # Of the values the rollout was scored with, over every rank's tokens (the same on each, so averaging keeps it).
     moments = backend.all_reduce(value_moments(batch.values, batch.returns, batch.generation.response_mask), "sum")
     means["ppo/explained_variance"] = explained_variance(moments)
-    for op, found in (("min", batch.lowest), ("max", batch.highest)):  # the same on every rank once reduced here
-        means |= dict(zip(found, backend.all_reduce(torch.stack(list(found.values())), op).tolist(), strict=True))
+    means |= online.reduced_extremes(backend, batch.lowest, batch.highest)
     means |= engines.mismatch_metrics(backend, batch.mismatch)
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
 
@@ -286,12 +285,7 @@ def _finish(
     )
     loss = policy.loss + options.vf_coef * value_loss
     share = len(index) / rows
-    for found, key, value, pick in (
-        (batch.lowest, "ppo/ratio_min", policy.ratio_min, torch.minimum),
-        (batch.highest, "ppo/ratio_max", policy.ratio_max, torch.maximum),
-    ):  # tensors: no device sync per micro-batch
-        value = value.detach().double()
-        found[key] = value if key not in found else pick(found[key], value)
+    online.track_ratio_extremes(batch.lowest, batch.highest, "ppo", policy)
     with torch.no_grad():
         entropy = masked_mean(entropy_from_logits(logits[:, p - 1 : -1]), mask)
         values_out = [policy.loss, value_loss, entropy, policy.clipfrac, policy.approx_kl, value_clipfrac]
