@@ -1,4 +1,4 @@
-"""grpo.environment: multi-turn episodes instead of one scored response (docs/rl.md, "Environments").
+"""grpo.environment and ppo.environment: multi-turn episodes instead of one scored response (docs/rl.md, "Environments").
 
 The policy's turn goes to an environment that answers (a tool's result, a user's turn) or ends the episode with
 its reward. One kind per place an environment lives: builtin (in the trainer), http (a service), python (an

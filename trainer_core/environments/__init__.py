@@ -1,4 +1,4 @@
-"""Environments of multi-turn GRPO (grpo.environment): the spec's section -> an object that plays episodes.
+"""Environments of multi-turn GRPO and PPO (grpo and ppo .environment): the spec's section -> an object that plays episodes.
 
     make_environment(spec.grpo.environment) -> Environment: reset(episode), step(episode, message), cut_off(...)
 
