@@ -201,13 +201,15 @@ class ApiChannel:
         body = {"attempt": self.attempt, "status": status, "reason": reason[-MAX_REASON_CHARS:]}
         if last_step is not None:
             body["last_step"] = last_step
-        # With checkpoints left over, the run's end stays in the spool behind them: `rlplane sync` sends it after them.
-        delivered = self.sink.send([("status", json.dumps(body).encode())]) if not self._queue else False
-        if self._queue:
-            self.sink.spool.extend([("status", json.dumps(body).encode())])
+        end = ("status", json.dumps(body).encode())
+        if self._queue:  # checkpoints left over: the run's end stays in the spool behind them, for `rlplane sync`
+            self.sink.spool.extend([end])
+            delivered = False
+        else:
+            delivered = self.sink.send([end])
         waited = 0.0
-        for wait in FINAL_STATUS_WAITS_S:  # the process is leaving: the run's end is worth waiting for the API
-            if delivered or self._queue or waited + wait > self.finish_wait_s:
+        for wait in FINAL_STATUS_WAITS_S if not self._queue else ():  # leaving: the run's end is worth a wait
+            if delivered or waited + wait > self.finish_wait_s:
                 break
             time.sleep(wait)
             waited += wait

@@ -46,33 +46,35 @@ def write_target(directory: Path, url: str, run_id: int, attempt: int) -> None:
     (directory / TARGET).write_text(json.dumps({"url": url.rstrip("/"), "run_id": run_id, "attempt": attempt}))
 
 
-@contextmanager
-def held(directory: Path) -> Iterator[bool]:
-    """Hold `directory`'s lock while inside; yields False (and holds nothing) when another process holds it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def hold_for_life(directory: Path) -> int | None:
-    """Take `directory`'s lock until `release` (the running script's own spool); the descriptor, or None when another
-    holds it (a sync sending it right now: the script goes on without the lock rather than wait)."""
+def _try_lock(directory: Path) -> int | None:
+    """`directory`'s lock, taken without waiting: its descriptor (closing it releases the lock), or None when another
+    process holds it."""
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        logger.warning("spool %s is being sent by another process; this run spools beside it", directory)
         return None
+    return fd
+
+
+@contextmanager
+def held(directory: Path) -> Iterator[bool]:
+    """Hold `directory`'s lock while inside; yields False (and holds nothing) when another process holds it."""
+    fd = _try_lock(directory)
+    try:
+        yield fd is not None
+    finally:
+        release(fd)
+
+
+def hold_for_life(directory: Path) -> int | None:
+    """Take `directory`'s lock until `release` (the running script's own spool); the descriptor, or None when another
+    holds it (a sync sending it right now: the script goes on without the lock rather than wait)."""
+    fd = _try_lock(directory)
+    if fd is None:
+        logger.warning("spool %s is being sent by another process; this run spools beside it", directory)
     return fd
 
 
@@ -159,13 +161,14 @@ def send_leftover(directory: Path, url: str, token: str, *, max_retries: int = 1
                 shutil.rmtree(staged, ignore_errors=True)
                 metadata_file.unlink(missing_ok=True)
                 sent.checkpoints += 1
+        waiting = len(staged_checkpoints(directory))
         sender = ReportSender(url, token, sent.run_id, int(target["attempt"]), spool_dir=directory, max_retries=max_retries)
         try:
             before = len(sender.spool)
-            if not staged_checkpoints(directory):  # the run's end waits for its checkpoints
+            if not waiting:  # the run's end waits for its checkpoints
                 sender.send([])
             sent.requests = before - len(sender.spool)
-            sent.left = len(sender.spool) + len(staged_checkpoints(directory))
+            sent.left = len(sender.spool) + waiting
         finally:
             sender.close()
     if not sent.left:

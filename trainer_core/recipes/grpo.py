@@ -45,7 +45,7 @@ from trainer_core.losses.policy import (
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
-from trainer_core.recipes.episodes import error_summary, play, sample_extra, step_stats
+from trainer_core.recipes.episodes import error_summary, sample_extra, step_stats
 from trainer_core.recipes.episodes import evaluate as evaluate_episodes
 from trainer_core.rewards import Reward
 
@@ -93,15 +93,6 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         eval_rows=split.eval,
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
-
-
-def _scored(run: GrpoRun, rows: list[dict], repeat: int, *, observe: bool = False) -> rollouts.Scored:
-    """`repeat` scored answers to each row: single responses scored by the reward, or whole episodes played with
-    the environment (which keeps nothing between episodes, so `observe` has nothing to leave alone there)."""
-    options = run.spec.grpo
-    if run.environment is None:
-        return rollouts.sample_and_score(run, run.policy, rows, options.gen, repeat=repeat, observe=observe)
-    return play(run, run.policy, rows, options.gen, run.environment, options.environment, repeat=repeat)
 
 
 @dataclass
@@ -176,7 +167,7 @@ def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
 
     def draw() -> tuple[rollouts.Scored, list[bool]]:
         rows = common.local_batch(run, run.train_rows)
-        scored = _scored(run, rows, size)
+        scored = online.scored(run, run.policy, options, rows, size)
         spread = torch.tensor(scored.scores.total, dtype=torch.float32).view(-1, size).std(dim=1) > 0
         return scored, spread.tolist()
 
@@ -215,7 +206,7 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
     response token: what grpo/kl averages, so k3 is never negative). Every rank runs it; rank zero reports."""
     options, backend = run.spec.grpo, run.backend
     rows = samples.tracked_rows(run, options.samples_to_log)
-    scored = _scored(run, rows, options.group_size, observe=True)
+    scored = online.scored(run, run.policy, options, rows, options.group_size, observe=True)
     rewards = torch.tensor(scored.scores.total, dtype=torch.float32, device=backend.device)
     advantages = group_advantages(rewards, options.group_size, options.baseline, options.normalize_std)
     kls = None

@@ -16,7 +16,7 @@ from rlplane.spec import RunSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.backends import Backend
 from trainer_core.environments import EnvError, Environment, make_environment
-from trainer_core.recipes import common, rollouts, samples
+from trainer_core.recipes import common, episodes, rollouts, samples
 from trainer_core.rewards import Reward, make_reward
 
 
@@ -63,6 +63,17 @@ def reward_or_environment(
         described += f" (sandbox: {isolation()})"
     reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
     return None, environment
+
+
+def scored(
+    run: Any, policy: nn.Module, options: Any, rows: list[dict], repeat: int = 1, *, observe: bool = False
+) -> rollouts.Scored:
+    """`repeat` scored answers to each row (`options`: the ppo or grpo section): single responses scored by
+    run.reward, or whole episodes played with run.environment (which keeps nothing between episodes, so `observe`,
+    which leaves the reward's normaliser as it was, has nothing to leave alone there)."""
+    if run.environment is None:
+        return rollouts.sample_and_score(run, policy, rows, options.gen, repeat=repeat, observe=observe)
+    return episodes.play(run, policy, rows, options.gen, run.environment, options.environment, repeat=repeat)
 
 
 def track_ratio_extremes(lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor], section: str, loss: Any) -> None:

@@ -163,7 +163,7 @@ def rollout(run: PpoRun) -> Rollouts:
     """Sample and score this rank's share of the next global batch of prompts, with advantages."""
     backend, options, packed = run.backend, run.spec.ppo, run.spec.train.padding_free
     rows = common.local_batch(run, run.train_rows)
-    scored = _scored(run, rows)
+    scored = online.scored(run, run.actor_critic.policy, options, rows)
     generation, scores = scored.generation, scored.scores
     mask = generation.response_mask
     with backend.autocast():
@@ -197,14 +197,6 @@ def rollout(run: PpoRun) -> Rollouts:
     lowest = {"gen/response_length_min": lengths.min().double()}
     highest = {"gen/response_length_max": lengths.max().double()}
     return Rollouts(generation, logprobs, values.float(), advantages, returns, stats, mismatch, lowest, highest)
-
-
-def _scored(run: PpoRun, rows: list[dict], *, observe: bool = False) -> rollouts.Scored:
-    """One scored response to each row, or one whole episode played with the environment (ppo.environment)."""
-    options, policy = run.spec.ppo, run.actor_critic.policy
-    if run.environment is None:
-        return rollouts.sample_and_score(run, policy, rows, options.gen, observe=observe)
-    return episodes.play(run, policy, rows, options.gen, run.environment, options.environment)
 
 
 # The sums each micro-batch adds (weighted by its share of the minibatch), in this order.
@@ -301,7 +293,7 @@ def report_tracked(run: PpoRun, step: int) -> None:
     rank zero reports."""
     options, backend = run.spec.ppo, run.backend
     rows = samples.tracked_rows(run, options.samples_to_log)
-    scored = _scored(run, rows, observe=True)
+    scored = online.scored(run, run.actor_critic.policy, options, rows, observe=True)
     generation = scored.generation
     with backend.autocast():
         logprobs = _logprobs_values(run.model, generation, run.spec.train.padding_free)[0]
