@@ -1,7 +1,9 @@
 """The words for where a run is, what moves it on, and how a trainer's exit says how it ended.
 
 The API enforces TRANSITIONS (anything else is HTTP 409), the worker reports them, the CLI and the
-dashboard show them; a trainer only ever says running, succeeded or failed (TRAINER_STATUSES).
+dashboard show them; a trainer only ever says running, succeeded or failed (TRAINER_STATUSES). One exception: a
+run its script started itself that the API failed for the script's silence takes the script's later word
+(running, or its end) over that guess (api/runs/service.py, _script_back).
 """
 
 from __future__ import annotations

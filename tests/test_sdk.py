@@ -17,7 +17,7 @@ import torch
 from sqlalchemy import select, update
 
 import rlplane
-from api.models import Run, RunAttempt
+from api.models import Run, RunAttempt, RunEvent
 from api.models.base import utcnow
 from api.runs import scripts
 from rlplane import sdk
@@ -269,6 +269,46 @@ class TestScriptedRuns:
         assert detail["status_reason"].startswith("its script sent nothing for 1000 s")
         assert db.scalar(select(RunAttempt.failure).where(RunAttempt.run_id == run["id"])) == "crashed"
         assert scripts.fail_silent(app.state.sessionmaker, 300, born=long_ago) == []
+
+    def test_a_script_failed_for_its_silence_that_speaks_again_is_believed(self, app, client, db):
+        """Its keep-alive (the network came back) makes it running again; its end sent late (rlplane sync) replaces
+        the failure, with the checkpoint it uploads first. A run whose script failed it itself stays failed."""
+        run = external(client)
+        base, status = f"/api/v1/runs/{run['id']}", f"/api/v1/runs/{run['id']}/status"
+
+        def fall_silent() -> None:
+            long_ago = utcnow() - timedelta(seconds=1000)
+            db.execute(update(Run).where(Run.id == run["id"]).values(updated_at=long_ago))
+            db.commit()
+            assert scripts.fail_silent(app.state.sessionmaker, 300, born=long_ago) == [run["id"]]
+
+        fall_silent()
+        back = client.post(status, json={"attempt": 1, "status": "running"})
+        assert back.status_code == 200, back.text
+        assert (back.json()["status"], back.json()["ended_at"], back.json()["failure"]) == ("running", None, None)
+        assert back.json()["attempts"][0]["end_reason"] is None
+        fall_silent()
+        assert client.put(f"{base}/checkpoints/9/files/w.bin", content=b"w").status_code == 201
+        record = {"step": 9, "path": f"runs/{run['id']}/checkpoints/step-000009", "size": 1, "sha256": "0" * 64}
+        assert client.post(f"{base}/checkpoints", json={**record, "kind": "checkpoint"}).status_code == 201
+        end = {"attempt": 1, "status": "succeeded", "reason": "the script finished at step 9", "last_step": 9}
+        late = client.post(status, json=end)
+        assert late.status_code == 200, late.text
+        body = late.json()
+        assert (body["status"], body["failure"], body["last_step"]) == ("succeeded", None, 9)
+        assert body["status_reason"].startswith("the script finished at step 9 (sent late")
+        assert (body["attempts"][0]["failure"], body["attempts"][0]["end_reason"]) == (None, body["status_reason"])
+        assert client.post(status, json=end).json()["status"] == "succeeded"  # a retried end changes nothing
+        said = select(RunEvent.payload).where(RunEvent.run_id == run["id"], RunEvent.kind == "status").order_by(RunEvent.id)
+        assert [p["status"] for p in db.scalars(said)][-4:] == ["failed", "running", "failed", "succeeded"]
+
+        own = external(client)
+        failed = {"attempt": 1, "status": "failed", "failure": "crashed", "reason": "ValueError"}
+        assert client.post(f"/api/v1/runs/{own['id']}/status", json=failed).status_code == 200
+        refused = client.post(f"/api/v1/runs/{own['id']}/status", json={"attempt": 1, "status": "succeeded"})
+        assert refused.status_code == 409 and "cannot become succeeded" in refused.json()["detail"]
+        refused = client.put(f"/api/v1/runs/{own['id']}/checkpoints/9/files/w.bin", content=b"w")
+        assert refused.status_code == 409
 
 
 def snapshot(members: dict[str, bytes]) -> bytes:

@@ -16,7 +16,7 @@ from api.auth.principal import Principal
 from api.exceptions import Conflict, Unprocessable
 from api.models import Run, RunAttempt
 from api.models.base import utcnow
-from api.runs.service import is_scripted, new_run, reportable_run, set_status
+from api.runs.service import fell_silent, is_scripted, new_run, reportable_run, set_status
 from api.unit_of_work import transaction
 from rlplane.layout import run_checkpoint
 from rlplane.spec import RunSpec
@@ -70,7 +70,7 @@ def save_checkpoint_file(
             f"run {run_id} is run by a worker, which stores its checkpoints itself; files are uploaded only "
             "to runs a script started with rlplane.init"
         )
-    if run.status not in ACTIVE:
+    if run.status not in ACTIVE and not fell_silent(session, run):
         raise Conflict(f"run {run_id} is {run.status}; checkpoints are uploaded while it runs")
     try:
         relative = safe_relative(f"{run_checkpoint(run_id, step)}/{name}")
@@ -105,6 +105,7 @@ def fail_silent(factory, silent_after_s: float, born) -> list[int]:
             attempt = uow.session.scalar(select(RunAttempt).where(*current))
             if attempt is not None and attempt.ended_at is None:
                 attempt.ended_at, attempt.end_reason, attempt.failure = utcnow(), reason, "crashed"
+                attempt.fell_silent = True
             set_status(uow.session, run, "cancelled" if run.status == "cancelling" else "failed", reason)
             run.failure = None if run.status == "cancelled" else "crashed"
             failed.append(run_id)

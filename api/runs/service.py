@@ -279,6 +279,9 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         )
     if body.attempt != run.attempt_count:
         raise Conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
+    if (body.status in TERMINAL or body.status == "running") and fell_silent(session, run):
+        _script_back(session, run, body)
+        return run
     if run.status == "cancelling" and body.status in ("starting", "running"):
         # Cancelled between its lease and its trainer's start: it stays cancelling, and the worker
         # (which reads the status in this answer) ends the attempt cancelled instead of starting it.
@@ -310,6 +313,36 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         _retry_or_fail(session, run)
     session.flush()
     return run
+
+
+def fell_silent(session: Session, run: Run) -> bool:
+    """A run its script started itself that the API failed because the script said nothing (scripts.fail_silent)."""
+    if run.status != "failed" or not is_scripted(run):
+        return False
+    current = (RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count)
+    return bool(session.scalar(select(RunAttempt.fell_silent).where(*current)))
+
+
+def _script_back(session: Session, run: Run, body: schemas.StatusUpdate) -> None:
+    """A script the API had failed for its silence speaks again: its keep-alive (the network came back) or its end,
+    sent late (rlplane sync, or the next rlplane.init on its machine, the API having been unreachable when it
+    finished). The script's word is the truth and replaces the guess: the one way out of failed but a resume."""
+    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
+    now = utcnow()
+    if body.status == "running":
+        reason = "its script is back after falling silent"
+        run.ended_at = attempt.ended_at = attempt.end_reason = attempt.failure = None
+        attempt.fell_silent = False  # it may fall silent, and be failed, again
+    else:
+        reason = f"{body.reason or body.status} (sent late: the run had been failed after its script fell silent)"
+        run.ended_at = now
+        attempt.end_reason, attempt.failure = reason, body.failure if body.status == "failed" else None
+    run.status, run.status_reason, run.updated_at, run.failure = body.status, reason, now, attempt.failure
+    if body.last_step is not None:
+        run.last_step = max(run.last_step or 0, body.last_step)
+    attempt.last_step = run.last_step
+    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": body.status, "reason": reason}))
+    session.flush()
 
 
 def max_attempts(run: Run) -> int:
