@@ -298,9 +298,12 @@ def test_grpo_on_two_pipeline_stages_samples_as_the_torch_backend(grpo_runs: dic
     from megatron's schedule: the torch backend's rollouts and curve."""
     pipeline, torch_run = grpo_runs["pipeline"], grpo_runs["torch"]
     assert metrics(pipeline, "reward/mean") == metrics(torch_run, "reward/mean")
-    for key in ("train/loss", "grpo/kl"):
+    # ratio_min/_max are made where the loss is, the last stage; rank 0, the first, reports them
+    for key in ("train/loss", "grpo/kl", "grpo/ratio_min", "grpo/ratio_max"):
         assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < TOLERANCE, key
     assert metrics(pipeline, "eval/optimality") == metrics(torch_run, "eval/optimality")
+    # the engine's log-probs against the update's own forward, on the last stage too (each engine its own numbers)
+    assert sorted(metrics(pipeline, "rollout/logprob_diff")) == sorted(metrics(torch_run, "rollout/logprob_diff"))
 
 
 def test_a_padded_vocabulary_steps_and_round_trips_the_optimizer_state() -> None:

@@ -136,7 +136,8 @@ def test_ppo_on_two_pipeline_stages_learns_as_the_torch_backend(ppo_runs: dict[s
     the stages: the torch backend's rollouts, losses and values."""
     pipeline, torch_run = ppo_runs["pipeline"], ppo_runs["torch"]
     assert metrics(pipeline, "reward/mean") == metrics(torch_run, "reward/mean")
-    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
+    # ratio_min/_max are made where the loss is, the last stage; rank 0, the first, reports them
+    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean", "ppo/ratio_min", "ppo/ratio_max"):
         assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < TOLERANCE, key
     assert metrics(pipeline, "eval/optimality") == metrics(torch_run, "eval/optimality")
 

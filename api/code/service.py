@@ -58,10 +58,13 @@ def exists(artifacts: ArtifactStore, sha256: str) -> bool:
 
 def readable(session: Session, principal: Principal, artifacts: ArtifactStore, sha256: str) -> PurePosixPath:
     """The snapshot's path, for a reader of a run that runs it (a site admin reads any)."""
-    query = select(Run.spec).where(Run.algorithm == "command")
+    # Matched in SQL (JSONB on Postgres, json_extract on SQLite): a worker fetches a snapshot at every launch, and
+    # reading every command run's spec for it would grow with the history.
+    snapshot = Run.spec["command"]["code"]["snapshot"].as_string()
+    query = select(Run.id).where(Run.algorithm == "command", snapshot == sha256).limit(1)
     if (projects := principal.project_ids()) is not None:
         query = query.where(Run.project_id.in_(projects))
-    named = principal.is_site_admin or any(_snapshot_of(spec) == sha256 for spec in session.scalars(query))
+    named = principal.is_site_admin or session.scalar(query) is not None
     if not named or not exists(artifacts, sha256):
         raise NotFound(f"code snapshot {sha256}")
     return PurePosixPath(code_snapshot(sha256))

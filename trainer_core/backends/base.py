@@ -131,6 +131,12 @@ class Backend(ABC):
         model parallelism, over the data-parallel ranks only (a replica's ranks hold the same values)."""
         return reduced(tensor, op, self.device, self.world_size)
 
+    def from_loss_stage(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` as the ranks that compute the loss made it, on every rank: under pipeline parallelism the last
+        stage's (a recipe's values made beside the loss exist there only, while rank 0, the first stage, reports);
+        elsewhere this rank's own. Every rank must call it."""
+        return tensor
+
     def barrier(self) -> None:
         """Wait for every rank."""
         if dist.is_initialized():

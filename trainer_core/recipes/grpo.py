@@ -262,11 +262,12 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         sums += backend.forward_backward(run.model, micro_steps(run, groups)).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
+    mismatch = online.from_loss_stage(backend, "grpo", groups.lowest, groups.highest, groups.mismatch)
     extremes = online.reduced_extremes(backend, groups.lowest, groups.highest)
     return {
         **means,
         **extremes,
-        **engines.mismatch_metrics(run.backend, groups.mismatch),
+        **engines.mismatch_metrics(run.backend, mismatch),
         "train/grad_norm": grad_norm / options.epochs,
     }
 

@@ -5,6 +5,7 @@ update compute stays in the recipe (rollouts.py: sampling and scoring).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -85,6 +86,27 @@ def track_ratio_extremes(lowest: dict[str, torch.Tensor], highest: dict[str, tor
     ):
         value = value.detach().double()
         found[key] = value if key not in found else pick(found[key], value)
+
+
+def from_loss_stage(
+    backend: Backend, section: str, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor], mismatch: list
+) -> list[torch.Tensor]:
+    """The step's ratio extremes (into `lowest` and `highest`) and its rollout-engine `mismatch` parts (returned as
+    one) as the ranks computing the loss tracked them: under pipeline parallelism only the last stage runs the loss,
+    and rank 0, the first stage, reports."""
+    keys = (f"{section}/ratio_min", f"{section}/ratio_max")
+    merged = torch.zeros(4, dtype=torch.float64)
+    if mismatch:
+        parts = torch.stack(mismatch)
+        merged = parts.sum(0)
+        merged[2] = parts[:, 2].max()  # a maximum among the sums (engines.mismatch_sums)
+    absent = torch.tensor(math.inf, dtype=torch.float64)  # made on no micro-batch
+    ratios = torch.stack([lowest.get(keys[0], absent).cpu(), -highest.get(keys[1], -absent).cpu()])
+    shared = backend.from_loss_stage(torch.cat([ratios, merged]).to(backend.device)).cpu()
+    for found, key, value in ((lowest, keys[0], shared[0]), (highest, keys[1], -shared[1])):
+        if math.isfinite(value):
+            found[key] = value
+    return [shared[2:]] if shared[5] else []
 
 
 def reduced_extremes(backend: Backend, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -230,6 +230,14 @@ class MegatronBackend(Backend):
         sums = torch.stack([result["sums"] for result in results]).sum(0) if results else None
         return broadcast_tensor(sums, self.pp_size - 1, self.device)
 
+    def from_loss_stage(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.pp_size == 1:
+            return tensor
+        from trainer_core.backends.megatron.pipeline import broadcast_tensor
+
+        last = self.pp_size - 1
+        return broadcast_tensor(tensor if self.pp_rank == last else None, last, self.device)
+
     def backward(self, loss: torch.Tensor, accumulation_steps: int = 1) -> None:
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
