@@ -97,21 +97,30 @@ def test_the_scratch_directory_is_the_only_place_it_writes(namespaces: bool, tmp
     assert outcome.passed and outcome.stdout == "kept\n", outcome
 
 
-def test_the_trainers_files_are_not_there_to_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In its namespaces the code sees the system and this Python, and none of the trainer's files: not its user's
-    ~/.config (rlplane login's token) or ~/.ssh, not /tmp, not the directory the trainer runs in."""
-    _mode(True)
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_trainers_files_are_not_there_to_read(namespaces: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The code reads the system and this Python, and none of the trainer's files: not its user's ~/.config (rlplane
+    login's token) or ~/.ssh, not /tmp, not the directory the trainer runs in. In its namespaces they are not there;
+    under the audit hook, opening or listing them is refused."""
+    _mode(namespaces)
     for where in (".config/rlplane", ".ssh"):
         (tmp_path / where).mkdir(parents=True)
         (tmp_path / where / "secret").write_text("hunter2")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     looked_for = [tmp_path / ".config/rlplane/secret", tmp_path / ".ssh/secret", Path.cwd() / "pyproject.toml"]
-    source = "import json, os\n" + "".join(f"print(os.path.exists({str(p)!r}))\n" for p in looked_for)
-    source += "print(sorted(os.listdir('/tmp')) == [os.getcwd().split('/')[2]])\nprint(os.path.exists('/usr/bin'))"
-    outcome = run_python(source, LIMITS, use_namespaces=True)
-    assert outcome.passed and outcome.stdout.split() == ["False"] * len(looked_for) + ["True", "True"], outcome
-    assert (tmp_path / ".ssh" / "secret").read_text() == "hunter2"
+    source = (
+        "import os\ndef attempt(read):\n    try:\n        return repr(read())\n    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+    )
+    source += "".join(f"print(attempt(lambda: open({str(p)!r}).read()))\n" for p in looked_for)
+    source += "print(attempt(lambda: [n for n in os.listdir('/tmp') if n != os.getcwd().split('/')[2]]))\n"
+    source += "print(os.path.isdir('/usr/bin'), 'def ' in open(os.__file__).read(), len(os.listdir(os.path.dirname(os.__file__))) > 9)"
+    outcome = run_python(source, LIMITS, use_namespaces=namespaces)
+    refusal = "FileNotFoundError" if namespaces else "PermissionError"
+    listed = "[]" if namespaces else "PermissionError"  # in its namespaces /tmp holds its scratch directory alone
+    assert outcome.passed and outcome.stdout.splitlines() == [refusal] * len(looked_for) + [listed, "True True True"], outcome
+    assert "hunter2" not in outcome.stdout + outcome.stderr and (tmp_path / ".ssh" / "secret").read_text() == "hunter2"
 
 
 @pytest.mark.parametrize("namespaces", MODES)

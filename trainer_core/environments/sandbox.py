@@ -14,8 +14,9 @@ What the code gets, and how each limit is kept:
   its mount namespace it runs in a root of its own (chroot) that holds, read-only, the system's programs and
   libraries and this Python (`visible_paths`), and the scratch directory: the trainer's home and credentials, /tmp,
   the run's and other runs' directories, datasets and checkpoints are not there to read. Without namespaces the
-  audit hook refuses opening for writing, removing, renaming or changing anything outside it, but reads are not
-  confined.
+  audit hook refuses opening for writing, removing, renaming or changing anything outside it, and opening or listing
+  anything but those same visible paths and the scratch directory (a file's existence it can still test: stat raises
+  no audit event).
 - Nothing it starts outlives it: a PID namespace whose init is our small supervisor, so when the code's process
   ends every process it started is killed by the kernel; without namespaces, process creation is refused. Every
   process of the sandbox dies with the trainer (PR_SET_PDEATHSIG).
@@ -101,11 +102,21 @@ if pid == 0:
                 return True  # an open descriptor: opened under these rules
             full = os.path.realpath(os.fsdecode(path))
             return full == work or full.startswith(work + os.sep)
+        # what it may read: what its namespaces would hold (the system, this Python) and the work directory
+        readable = [os.path.realpath(p).rstrip(os.sep) for p in plan["visible"]]
+        def seen(path):
+            if isinstance(path, int) or inside(path):
+                return True
+            full = os.path.realpath(os.fsdecode(path))
+            return any(full == r or full.startswith(r + os.sep) for r in readable)
         def audit(event, args):
             if event.startswith(refused) and event != "socket.gethostname":
                 raise PermissionError(f"sandbox: {event} is refused (no network, no new processes)")
             if event == "open" and args[0] is not None and _writes(args) and not inside(args[0]):
                 raise PermissionError(f"sandbox: writing {args[0]!r} is refused (only the scratch directory is writable)")
+            if event in ("open", "os.listdir", "os.scandir") and args[0] is not None and not seen(args[0]):
+                raise PermissionError(f"sandbox: reading {args[0]!r} is refused (only the system, Python and the "
+                                      "scratch directory can be read)")
             if event in changes and not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
                 raise PermissionError(f"sandbox: {event} outside the scratch directory is refused")
         sys.addaudithook(audit)
@@ -192,7 +203,8 @@ def isolation() -> str:
         "network, PID and mount namespaces (unshare): no network, a root of its own holding the system and Python "
         "read-only and the scratch directory"
         if namespaces_work()
-        else "an audit hook refusing sockets, ctypes, new processes and writes outside the scratch directory "
+        else "an audit hook refusing sockets, ctypes, new processes, writes outside the scratch directory and reads "
+        "outside it, the system and Python "
         "(namespaces are not available here)"
     )
     user = (
