@@ -115,7 +115,8 @@ def test_the_trainers_files_are_not_there_to_read(namespaces: bool, tmp_path: Pa
     )
     source += "".join(f"print(attempt(lambda: open({str(p)!r}).read()))\n" for p in looked_for)
     source += "print(attempt(lambda: [n for n in os.listdir('/tmp') if n != os.getcwd().split('/')[2]]))\n"
-    source += "print(os.path.isdir('/usr/bin'), 'def ' in open(os.__file__).read(), len(os.listdir(os.path.dirname(os.__file__))) > 9)"
+    source += "stdlib = os.path.dirname(os.__file__)\n"
+    source += "print(os.path.isdir('/usr/bin'), 'def ' in open(os.__file__).read(), len(os.listdir(stdlib)) > 9)"
     outcome = run_python(source, LIMITS, use_namespaces=namespaces)
     refusal = "FileNotFoundError" if namespaces else "PermissionError"
     listed = "[]" if namespaces else "PermissionError"  # in its namespaces /tmp holds its scratch directory alone
