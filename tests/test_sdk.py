@@ -286,7 +286,8 @@ class TestScriptedRuns:
         back = client.post(status, json={"attempt": 1, "status": "running"})
         assert back.status_code == 200, back.text
         assert (back.json()["status"], back.json()["ended_at"], back.json()["failure"]) == ("running", None, None)
-        assert back.json()["attempts"][0]["end_reason"] is None
+        assert "environment" not in back.json()  # a keep-alive's answer: the run, not its detail
+        assert client.get(base).json()["attempts"][0]["end_reason"] is None
         fall_silent()
         assert client.put(f"{base}/checkpoints/9/files/w.bin", content=b"w").status_code == 201
         record = {"step": 9, "path": f"runs/{run['id']}/checkpoints/step-000009", "size": 1, "sha256": "0" * 64}
@@ -294,7 +295,7 @@ class TestScriptedRuns:
         end = {"attempt": 1, "status": "succeeded", "reason": "the script finished at step 9", "last_step": 9}
         late = client.post(status, json=end)
         assert late.status_code == 200, late.text
-        body = late.json()
+        body = client.get(base).json()
         assert (body["status"], body["failure"], body["last_step"]) == ("succeeded", None, 9)
         assert body["status_reason"].startswith("the script finished at step 9 (sent late")
         assert (body["attempts"][0]["failure"], body["attempts"][0]["end_reason"]) == (None, body["status_reason"])

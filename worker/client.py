@@ -61,7 +61,7 @@ class WorkerApi:
         return self.client.json("POST", path, json=body.model_dump(exclude_none=True))
 
     def status(self, run_id: int, update: StatusUpdate) -> dict[str, Any]:
-        """Send one status of the attempt; the run's detail after it. A stale attempt raises Superseded."""
+        """Send one status of the attempt; the run after it (its status: a cancel). A stale attempt raises Superseded."""
         try:
             return self.client.json("POST", f"/runs/{run_id}/status", json=update.model_dump(exclude_defaults=True))
         except ApiError as exc:

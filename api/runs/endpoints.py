@@ -193,11 +193,12 @@ def lease_run(
     return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
 
 
-@router.post("/{run_id}/status", response_model=schemas.RunDetail)
+@router.post("/{run_id}/status", response_model=schemas.RunPublic)
 def update_status(
     run_id: RunId, body: schemas.StatusUpdate, principal: CurrentPrincipal, session: SessionDep
-) -> schemas.RunDetail:
+) -> schemas.RunPublic:
     """The lease holder's word on its attempt; for a run its script started itself (rlplane.init), the script's
-    (a project writer's token): running as a keep-alive, then how it ended."""
+    (a project writer's token): running as a keep-alive, then how it ended. Answers the run without its spec,
+    attempts or environment (a keep-alive comes every 10 s; GET /runs/{id} has them)."""
     service.update_status(session, principal, run_id, body)
-    return views.run_detail(session, run_id, principal)
+    return views.run_public(*repository.run_row(session, run_id))

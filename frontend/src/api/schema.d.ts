@@ -866,7 +866,8 @@ export interface paths {
         /**
          * Update Status
          * @description The lease holder's word on its attempt; for a run its script started itself (rlplane.init), the script's
-         *     (a project writer's token): running as a keep-alive, then how it ended.
+         *     (a project writer's token): running as a keep-alive, then how it ended. Answers the run without its spec,
+         *     attempts or environment (a keep-alive comes every 10 s; GET /runs/{id} has them).
          */
         post: operations["update_status_api_v1_runs__run_id__status_post"];
         delete?: never;
@@ -3669,6 +3670,67 @@ export interface components {
             size: number;
             /** Step */
             step: number;
+        };
+        /** RunPublic */
+        RunPublic: {
+            /** Algorithm */
+            algorithm: string;
+            /** Archived */
+            archived: boolean;
+            /** Backend */
+            backend: string;
+            /**
+             * Config
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string | null;
+            /** Ended At */
+            ended_at: string | null;
+            /**
+             * Failure
+             * @description Why a failed run failed: config, diverged or crashed
+             */
+            failure: ("config" | "diverged" | "crashed") | null;
+            /** Id */
+            id: number;
+            /** Last Step */
+            last_step: number | null;
+            /** Name */
+            name: string;
+            /** Project */
+            project: string;
+            /** Queue */
+            queue: string;
+            /**
+             * Resumable
+             * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
+             */
+            resumable: boolean;
+            /** Started At */
+            started_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost";
+            /** Status Reason */
+            status_reason: string;
+            /** Total Steps */
+            total_steps: number;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
         };
         /**
          * RunSpec
@@ -7375,7 +7437,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RunDetail"];
+                    "application/json": components["schemas"]["RunPublic"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
