@@ -131,6 +131,12 @@ class PpoOptions(StrictModel):
         None, ge=1, description="Rollouts per optimizer update within a step (global); null: train.batch_size."
     )
     whiten_rewards: bool = Field(False, description="Normalize rewards to zero mean, unit variance per batch.")
+    whiten_advantages: bool = Field(
+        True,
+        description="Normalize the GAE advantages to zero mean, unit variance over each rank's response tokens (as "
+        "trlx and veRL do); false: the raw advantages, in the reward's units (a step of all-zero rewards is not "
+        "scaled up to unit size).",
+    )
     tis_cap: float | None = TIS_CAP
     critic: ModelSpec | None = Field(None, description="Separate critic model; null: a value head on the policy (shared trunk).")
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")

@@ -98,7 +98,7 @@ class Rollouts:
     generation: rollouts.Generation
     logprobs: torch.Tensor  # [B, R] under the policy that sampled them
     values: torch.Tensor  # [B, R]
-    advantages: torch.Tensor  # [B, R], whitened
+    advantages: torch.Tensor  # [B, R], whitened unless ppo.whiten_advantages is false
     returns: torch.Tensor  # [B, R]
     stats: dict[str, float]  # this rank's sums, reduced in train_step
     mismatch: list[torch.Tensor]  # engines.mismatch_sums: the trainer's log-probs of the samples against the engine's
@@ -180,7 +180,8 @@ def rollout(run: PpoRun) -> Rollouts:
     last = torch.where(mask, positions, -1).max(dim=1).values.clamp(min=0)
     rewards[torch.arange(len(rows)), last] += score
     advantages, returns = gae(rewards, values.float(), mask, options.gamma, options.lam)
-    advantages = masked_whiten(advantages, mask)
+    if options.whiten_advantages:
+        advantages = masked_whiten(advantages, mask)
 
     own = {"ppo/kl": float(kl.sum(1).sum()), "values/mean": float(masked_mean(values.float(), mask) * len(rows))}
     lengths = mask.sum(1)

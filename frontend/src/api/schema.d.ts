@@ -3077,6 +3077,12 @@ export interface components {
              */
             vf_coef: number;
             /**
+             * Whiten Advantages
+             * @description Normalize the GAE advantages to zero mean, unit variance over each rank's response tokens (as trlx and veRL do); false: the raw advantages, in the reward's units (a step of all-zero rewards is not scaled up to unit size).
+             * @default true
+             */
+            whiten_advantages: boolean;
+            /**
              * Whiten Rewards
              * @description Normalize rewards to zero mean, unit variance per batch.
              * @default false
