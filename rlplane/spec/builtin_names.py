@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from rlplane.spec.algorithms import ALGORITHM_ROWS
 from rlplane.spec.base import path_fields
 from rlplane.spec.shapes import BUILTIN_SHAPES
+from rlplane.spec.violation import Violation
 
 if TYPE_CHECKING:
     from rlplane.spec import RunSpec
@@ -28,11 +29,6 @@ BUILTIN_SOURCES: dict[str, tuple[str, ...]] = {
 }
 # reward: {kind: builtin, name: <name>}
 BUILTIN_REWARDS: tuple[str, ...] = ("arithmetic", "randomwalks")
-
-
-class Violation(NamedTuple):  # the shape of rules.Violation, which imports this module
-    loc: tuple[str | int, ...]
-    msg: str
 
 
 def unknown(name: str, known: list[str], what: str, prefix: str = "builtin:") -> str:
