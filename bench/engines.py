@@ -15,7 +15,10 @@ elsewhere; "real tokens/s" (each row's tokens through its first eos) is what com
 engine runs --warmup times untimed (compilation happens there), then --repeat timed runs in rounds of one run of
 each engine; the median is shown. The megatron engine runs the same weights converted to megatron-core shards (TP
 1, in this process). "max |Δ logprob|" is the largest difference between an engine's log-probabilities of its
-tokens and the Hugging Face model's forward on them (fp32 scores).
+tokens and the Hugging Face model's forward on them (fp32 scores). "graphs compiled" counts the graphs torch.compile
+made during the warmup and during the timed runs: a timed call of a shape the warmup did not see (another prompt
+width or batch, as "by length" makes) that recompiles shows there. --compile-on-cpu has transformers compile the
+static-cache decode on a CPU too.
 
     .venv/bin/python bench/engines.py --device cpu --hidden 64 --layers 2 --batch 8 --new-tokens 32
     python bench/engines.py --json engines.json   # on a GPU: bf16, 1024 x 8, 32 prompts x 128 tokens (a minute on an H200)
@@ -57,6 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="prompts of digits with lengths log-uniform in MIN..MAX tokens (default: builtin:arithmetic's prompts)",
     )
     p.add_argument("--micro-batch", type=int, default=None, help="gen.micro_batch_size of the 'by length' row (default batch/4)")
+    p.add_argument(
+        "--compile-on-cpu",
+        action="store_true",
+        help="have transformers compile the static-cache decode on a CPU too (it does on a GPU), to count its compiles",
+    )
     p.add_argument("--only", default=",".join(ENGINES), help="comma-separated engines (default: all)")
     p.add_argument("--json", type=Path, help="also write the results here")
     return p.parse_args(argv)
@@ -83,7 +91,13 @@ def build(args: argparse.Namespace, device):
         eos_token_id=tokenizer.eos_token_id,
     )
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    return LlamaForCausalLM(config).to(device=device, dtype=dtype).eval(), tokenizer
+    model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    if args.compile_on_cpu:
+        from transformers.generation.configuration_utils import CompileConfig
+
+        model.generation_config.compile_config = CompileConfig()
+        model.generation_config.compile_config._compile_all_devices = True  # transformers' own switch for this
+    return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,26 +170,33 @@ def main(argv: list[str] | None = None) -> int:
         "megatron engine": engine(False, megatron_backend),
     }
 
-    def timed(name: str) -> tuple[float, Any, Any]:
+    # Graphs torch.compile made (transformers compiles the static-cache decode): a call of a new shape (prompt width,
+    # batch) may recompile, which the warmup does not hide when the timed calls bring other shapes.
+    compiled = {name: [0, 0] for name in names}  # [during the warmup, during the timed runs]
+
+    def timed(name: str, phase: int) -> tuple[float, Any, Any]:
         torch.manual_seed(0)  # every engine, every run: the same draws, so the same tokens and lengths
         if device.type == "cuda":
             torch.cuda.synchronize()
+        graphs = graphs_compiled()
         started = time.perf_counter()
         out, generation = runs[name]()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - started, out, generation
+        took = time.perf_counter() - started
+        compiled[name][phase] += graphs_compiled() - graphs
+        return took, out, generation
 
     for name in names:
         for _ in range(args.warmup):
-            timed(name)
+            timed(name, 0)
     # Timed runs in rounds, one of each engine per round: whichever engine runs first in a process ran slower on
     # a CPU (its order, not the engine: swapping two engines swapped the gap), so no engine has all of the firsts.
     seconds: dict[str, list[float]] = {name: [] for name in names}
     last: dict[str, tuple[Any, Any]] = {}
     for round_ in range(args.repeat):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            took, *last[name] = timed(name)
+            took, *last[name] = timed(name, 1)
             seconds[name].append(took)
     results = {}
     for name in names:
@@ -189,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "real_tokens_per_s": real / median,
             "seconds": seconds[name],
             "tokens": generated,
+            "graphs_compiled": {"warmup": compiled[name][0], "timed": compiled[name][1]},
         }
         if generation is not None:
             with torch.no_grad():
@@ -198,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = row
     versions = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"}
     print(f"{versions}; Llama {args.hidden} x {args.layers} in {args.dtype}, {args.batch} prompts x {args.new_tokens} tokens")
-    print("| engine | generated tokens/s | real tokens/s | vs hf generate (real) | max abs Δ logprob vs trainer |")
-    print("|---|---|---|---|---|")
+    print(
+        "| engine | generated tokens/s | real tokens/s | vs hf generate (real) | max abs Δ logprob vs trainer "
+        "| graphs compiled (warmup, timed) |"
+    )
+    print("|---|---|---|---|---|---|")
     base = results.get("hf generate", {}).get("real_tokens_per_s")
     for name, row in results.items():
         ratio = f"{row['real_tokens_per_s'] / base:.2f}x" if base else "-"
         diff = f"{row['max_logprob_diff']:.1e}" if "max_logprob_diff" in row else "-"
-        print(f"| {name} | {row['tokens_per_s']:,.0f} | {row['real_tokens_per_s']:,.0f} | {ratio} | {diff} |")
+        graphs = f"{compiled[name][0]}, {compiled[name][1]}"
+        print(f"| {name} | {row['tokens_per_s']:,.0f} | {row['real_tokens_per_s']:,.0f} | {ratio} | {diff} | {graphs} |")
     if args.json:
         args.json.write_text(
             json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": versions, "results": results})
@@ -213,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         if backend is not None:
             backend.close()
     return 0
+
+
+def graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 if __name__ == "__main__":
