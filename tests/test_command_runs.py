@@ -21,7 +21,7 @@ import pytest
 
 from cli.code import pack
 from tests.harness.launch import ROOT
-from tests.harness.worker_stack import ADMIN, Stack
+from tests.harness.worker_stack import ADMIN, Stack, alive, trainer_pids
 from worker.command import CommandError, unpack
 
 LOOP = str(ROOT / "tests" / "sdk_loop.py")
@@ -263,6 +263,25 @@ def test_a_failing_script_fails_its_run_with_its_last_lines(stack):
     assert run["status"] == "failed" and run["failure"] == "crashed"
     assert "exited with 1" in run["status_reason"] and "no such file: data.jsonl" in run["status_reason"]
     assert "worker token visible: False" in run["status_reason"]
+
+
+def test_a_hung_script_is_killed_and_its_run_resumes_from_its_checkpoint(stack):
+    """A script that stops making steps (SIGSTOP: alive, but no step will ever finish) is killed after
+    resources.hang_timeout_s as a trainer is, the attempt lost as a hang; the next attempt resumes from its checkpoint
+    and every step is logged once across the two."""
+    argv = ["python", LOOP, "--steps", "40", "--step-s", "0.05", "--checkpoint-every", "10", "--out", "{run.dir}/out"]
+    spec = {"name": "hangs", "algorithm": "command", "train": {"steps": 40}, "command": {"argv": argv}}
+    run_id = stack.submit({**spec, "resources": {"hang_timeout_s": 10}})
+    stack.wait_step(run_id, 12)
+    [script] = trainer_pids(stack, run_id)
+    os.kill(script, signal.SIGSTOP)
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=120)
+    assert run["status"] == "succeeded" and len(run["attempts"]) == 2, run["status_reason"]
+    assert run["attempts"][0]["end_reason"].startswith("hang: no step finished for 10 s"), run["attempts"][0]
+    assert not alive(script)
+    assert [s for s, _ in series(stack, run_id, "train/loss")] == list(range(1, 41))
+    logs = stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]
+    assert any(line["text"].startswith("resumed at step ") for line in logs)
 
 
 def test_the_trl_runs_on_their_run_pages_in_chromium(stack, tmp_path):
