@@ -1,8 +1,8 @@
-"""Value types that every backend stores alike: bounded integers and NUL-free text."""
+"""Value types that every backend stores alike: bounded integers and NUL-free text (no web framework here: services
+and schemas use them; the endpoints' path and query parameters are api/params.py)."""
 
 from typing import Annotated
 
-from fastapi import Path, Query
 from pydantic import AfterValidator
 
 from rlplane.wire import INT32_MAX, STEP_MAX, Step  # noqa: F401 - the API's value types, from the contract
@@ -14,9 +14,3 @@ def without_nul(text: str) -> str:
 
 
 StoredText = Annotated[str, AfterValidator(without_nul)]
-
-RunId = Annotated[int, Path(ge=1, le=INT32_MAX, description="Run id")]
-StepPath = Annotated[int, Path(ge=0, le=STEP_MAX, description="Optimizer step")]
-ItemId = Annotated[int, Path(ge=1, le=INT32_MAX)]
-Offset = Annotated[int, Query(ge=0, le=INT32_MAX)]
-StepQuery = Annotated[int | None, Query(ge=0, le=STEP_MAX)]

@@ -5,7 +5,7 @@ from api.auth import schemas, service
 from api.auth.deps import Admin, AuthChanges, CurrentPrincipal, Reader, Writer
 from api.db import SessionDep
 from api.models import Project, User
-from api.values import ItemId
+from api.params import ItemId
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 

@@ -13,9 +13,9 @@ from api.checkpoints import schemas, service
 from api.checkpoints.archive import tar_stream
 from api.db import SessionDep
 from api.models import Checkpoint
+from api.params import RunId, StepPath
 from api.runs import scripts
 from api.unit_of_work import transaction
-from api.values import RunId, StepPath
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/checkpoints", tags=["checkpoints"])
 

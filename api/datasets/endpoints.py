@@ -16,7 +16,7 @@ from api.datasets import schemas, validate
 from api.db import SessionDep
 from api.exceptions import NotFound, Unprocessable
 from api.models import Dataset, Project
-from api.values import ItemId, Offset
+from api.params import ItemId, Offset
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 UPLOAD_PATH = "/api/v1/datasets"

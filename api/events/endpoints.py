@@ -12,8 +12,8 @@ from api.events import stream
 from api.events.cursor import Cursor
 from api.events.feed import hub_for
 from api.events.follow import follow
+from api.params import RunId
 from api.runs.service import readable_run
-from api.values import RunId
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
 

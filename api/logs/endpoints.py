@@ -9,9 +9,9 @@ from api.auth.principal import Principal
 from api.db import SessionDep
 from api.inserts import IngestResult
 from api.logs import schemas, service
+from api.params import Offset, RunId
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report
-from api.values import Offset, RunId
 from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])

@@ -10,9 +10,9 @@ from api.auth.deps import Reader
 from api.db import SessionDep
 from api.inserts import IngestResult
 from api.metrics import schemas, service
+from api.params import RunId, StepQuery
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import readable_run
-from api.values import RunId, StepQuery
 from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])

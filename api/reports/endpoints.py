@@ -5,11 +5,11 @@ from sqlalchemy.orm import Session
 from api.auth.principal import Principal
 from api.logs import service as logs
 from api.metrics import service as metrics
+from api.params import RunId
 from api.reporting import in_one_hop, json_body, parse
 from api.reports.schemas import ReportIn, ReportResult
 from api.runs.service import claim_for_report
 from api.samples import service as samples
-from api.values import RunId
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/reports", tags=["metrics"])
 

@@ -11,8 +11,8 @@ from api.auth.service import readable_project
 from api.bodies import document_body, located
 from api.code import service as code
 from api.db import SessionDep, UowDep
+from api.params import Offset, RunId
 from api.runs import repository, schemas, scripts, service, views
-from api.values import Offset, RunId
 from rlplane.spec import RunSpec, SpecError, parse_spec
 from rlplane.spec.warnings import spec_warnings
 

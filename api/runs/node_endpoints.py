@@ -5,8 +5,8 @@ from pydantic import BaseModel, Field
 
 from api.auth.deps import WorkerPrincipal
 from api.db import SessionDep
+from api.params import RunId
 from api.runs import gang, schemas, views
-from api.values import RunId
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/attempts/{attempt}", tags=["workers"])

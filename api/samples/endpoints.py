@@ -8,10 +8,10 @@ from api.auth.deps import Reader
 from api.auth.principal import Principal
 from api.db import SessionDep
 from api.inserts import IngestResult
+from api.params import Offset, RunId, StepQuery
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report
 from api.samples import schemas, service
-from api.values import Offset, RunId, StepQuery
 from rlplane.limits import MAX_ROWS
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/samples", tags=["samples"])

@@ -1,0 +1,13 @@
+"""The endpoints' path and query parameters, bounded as every backend stores their values."""
+
+from typing import Annotated
+
+from fastapi import Path, Query
+
+from rlplane.wire import INT32_MAX, STEP_MAX
+
+RunId = Annotated[int, Path(ge=1, le=INT32_MAX, description="Run id")]
+StepPath = Annotated[int, Path(ge=0, le=STEP_MAX, description="Optimizer step")]
+ItemId = Annotated[int, Path(ge=1, le=INT32_MAX)]
+Offset = Annotated[int, Query(ge=0, le=INT32_MAX)]
+StepQuery = Annotated[int | None, Query(ge=0, le=STEP_MAX)]
