@@ -96,7 +96,7 @@ def test_grpo_on_virtual_stages_samples_as_the_torch_backend(runs: dict[str, Pat
     rank 0's first chunk and rank 2's last: the torch backend's rollouts and curve."""
     run, torch_run = runs["grpo"], runs["torch-grpo"]
     assert metrics(run, "reward/mean") == metrics(torch_run, "reward/mean")
-    for key in ("train/loss", "grpo/kl"):
+    for key in ("train/loss", "grpo/kl", "grpo/ratio_min", "grpo/ratio_max"):  # the ratios: from the last rank
         assert max_diff(metrics(run, key), metrics(torch_run, key)) < TOLERANCE, key
     assert "reference model: megatron TP 1 x PP 3 (virtual 2) x DP 1" in (run.parent / "grpo.log").read_text()
 
@@ -105,7 +105,7 @@ def test_ppo_and_the_reward_model_on_virtual_stages_match_the_torch_backend(runs
     """The heads sit beside the last rank's last chunk: PPO's value head on the policy's trunk (rollouts, losses
     and values as on the torch backend), the reward model's score head on its final hidden states."""
     assert metrics(runs["ppo"], "reward/mean") == metrics(runs["torch-ppo"], "reward/mean")
-    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
+    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean", "ppo/ratio_min", "ppo/ratio_max"):
         assert max_diff(metrics(runs["ppo"], key), metrics(runs["torch-ppo"], key)) < TOLERANCE, key
     for key in ("train/loss", "train/accuracy", "eval/loss", "eval/accuracy"):
         assert max_diff(metrics(runs["reward"], key), metrics(runs["torch-reward"], key)) < TOLERANCE, key
