@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rlplane.spec.environments import HttpEnvironment as HttpSpec
-from rlplane.spec.environments import PythonEnvironment
-from tests.harness.environments import played, served_calculator
+from rlplane.spec.environments import OpenEnvEnvironment, PythonEnvironment
+from tests.harness.environments import played, served_calculator, served_openenv
 from trainer_core.data.tasks import calculator as task
 from trainer_core.environments import EnvError, Episode, make_environment
 from trainer_core.environments.calculator import Calculator, ExpressionError, calculate
@@ -194,3 +194,33 @@ def test_an_openenv_environment_plays_through_the_adapter(monkeypatch: pytest.Mo
     assert invalid.error and invalid.text.startswith("invalid action") and not invalid.done
     assert (low.text, high.text) == ("higher", "lower")
     assert right.done and right.reward == pytest.approx(0.7) and right.components == {"openenv": pytest.approx(0.7)}
+
+
+def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None:
+    """The same environment served by openenv-core's own server in another process (kind openenv): each episode is a
+    WebSocket session of its own, so two played in turn keep their own targets; a bare message fills the Action's one
+    field from the server's schema, one the server refuses is answered with its reason, the summed rewards end an
+    episode, a cut-off one ends with the rewards so far, and close() ends the sessions left open. A URL where no
+    server listens fails at once, naming the field."""
+    with served_openenv() as url:
+        environment = make_environment(OpenEnvEnvironment(url=url, stop=["\n"]))
+        assert environment.stop == ("\n",) and environment.required == ["guess"]
+        seven, two, left = Episode(row={"prompt": "guess", "seed": 7}), Episode(row={"seed": 2}), Episode(row={})
+        assert [environment.reset(e) for e in (seven, two, left)] == ["Guess a number from 1 to 10."] * 3
+        replies = [environment.step(seven, m) for m in ("five", '{"guess": 3}')]
+        replies.append(environment.step(two, "2"))
+        replies += [environment.step(seven, m) for m in ("9", "7")]
+        invalid, low, two_right, high, right = replies
+        assert invalid.error and not invalid.done and "guess: Input should be a valid integer" in invalid.text, invalid
+        assert (low.text, high.text) == ("higher", "lower")
+        assert two_right.done and two_right.reward == pytest.approx(0.9)
+        assert right.done and right.reward == pytest.approx(0.7) and right.components == {"openenv": pytest.approx(0.7)}
+        assert environment.step(left, "1").text == "higher"
+        cut = environment.cut_off(left, "max_turns")
+        assert cut.done and cut.reward == pytest.approx(-0.1) and cut.reason == "cut off by max_turns"
+        abandoned = Episode(row={})
+        environment.reset(abandoned)
+        environment.close()
+        assert abandoned.state.socket.state.name == "CLOSED"
+    with pytest.raises(EnvError, match=r"grpo.environment.url: .*/schema gave no Action schema"):
+        make_environment(OpenEnvEnvironment(url=url))

@@ -20,7 +20,7 @@ from rlplane.spec.environments import BuiltinEnvironment
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
-from tests.harness.environments import served_calculator
+from tests.harness.environments import served_calculator, served_openenv
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
@@ -263,13 +263,20 @@ def service() -> Iterator[str]:
 
 def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_path: Path, service: str) -> None:
     """Two steps each with the calculator served over HTTP (the same episodes as in-process: the reference server
-    plays the builtin) and with the python verifier, whose sandbox answers the policy's non-code with reasons; the
-    run logs them and goes on."""
+    plays the builtin), with an OpenEnv environment server (openenv-core's own, in its own process: the guessing game,
+    whose rewards come back summed per episode) and with the python verifier, whose sandbox answers the policy's
+    non-code with reasons; the runs log them and go on."""
     short = {"steps": 2, "batch_size": 16, "eval_every": None}
     remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
     remote["data"]["eval_fraction"] = 0.01  # 81 held-out problems
     run_spec(tmp_path / "http.yaml", remote, "--out", str(tmp_path / "http"))
     assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
+    with served_openenv() as url:
+        guessing = grpo_spec(sft_start, {"kind": "openenv", "url": url, "stop": ["\n"], "max_turns": 2}, **short)
+        guessing["data"]["eval_fraction"] = 0.01
+        run_spec(tmp_path / "openenv.yaml", guessing, "--out", str(tmp_path / "openenv"))
+    rewards, turns = metrics(tmp_path / "openenv", "reward/openenv"), metrics(tmp_path / "openenv", "env/turns")
+    assert sorted(rewards) == sorted(turns) == [1, 2] and all(-0.2 <= r <= 0.9 for r in rewards.values()), rewards
     sandboxed = grpo_spec(sft_start, {"kind": "builtin", "name": "python", "max_turns": 1}, **short)
     sandboxed["grpo"]["environment"]["sandbox"] = {"wall_s": 5}
     sandboxed["data"]["eval_fraction"] = 0.01

@@ -440,7 +440,8 @@ class TestCrossFieldRules:
     [
         ({"kind": "builtin", "name": "calc"}, ["grpo", "environment", "name"], "'calculator' or 'python'"),
         ({"kind": "http", "url": "ftp://x"}, ["grpo", "environment", "url"], "should match pattern"),
-        ({"kind": "shell"}, ["grpo", "environment"], "builtin, http, python"),
+        ({"kind": "shell"}, ["grpo", "environment"], "builtin, http, openenv, python"),
+        ({"kind": "openenv", "url": "tcp://x:1"}, ["grpo", "environment", "url"], "should match pattern"),
         ({"kind": "python", "entrypoint": "no colon"}, ["grpo", "environment", "entrypoint"], "should match pattern"),
         ({"kind": "builtin", "name": "python", "sandbox": {"memory_mb": 1}}, ["grpo", "environment", "sandbox", "memory_mb"],
          "greater than or equal to 64"),

@@ -1,8 +1,8 @@
 """grpo.environment and ppo.environment: multi-turn episodes instead of one scored response (docs/rl.md, "Environments").
 
 The policy's turn goes to an environment that answers (a tool's result, a user's turn) or ends the episode with
-its reward. One kind per place an environment lives: builtin (in the trainer), http (a service), python (an
-allow-listed factory: ours, or an OpenEnv environment).
+its reward. One kind per place an environment lives: builtin (in the trainer), http (a service of our protocol),
+openenv (an OpenEnv environment server), python (an allow-listed factory: ours, or an OpenEnv environment).
 """
 
 from __future__ import annotations
@@ -91,6 +91,28 @@ class HttpEnvironment(StrictModel):
     max_tokens: int = _max_tokens()
 
 
+class OpenEnvEnvironment(StrictModel):
+    """Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
+    <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served."""
+
+    kind: Literal["openenv"] = Field("openenv", description="openenv: an OpenEnv environment server.")
+    url: Annotated[str, StringConstraints(pattern=r"^(https?|wss?)://[^\s/?#]+[^\s?#]*$")] = Field(
+        description="The server's base URL (http://, https://, ws:// or wss://); its /ws and /schema are under it."
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Seconds to wait to connect, and for each answer.")
+    concurrency: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Calls to the server in flight at once. Every live episode holds a session, so the server's "
+        "max_concurrent_envs must allow all the episodes a rank plays at once: its share of train.batch_size, and of an "
+        "evaluation's batch.",
+    )
+    stop: list[str] = _stop()
+    max_turns: int = _max_turns()
+    max_tokens: int = _max_tokens()
+
+
 class PythonEnvironment(StrictModel):
     """An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
@@ -106,4 +128,6 @@ class PythonEnvironment(StrictModel):
     max_tokens: int = _max_tokens()
 
 
-EnvironmentSpec = Annotated[BuiltinEnvironment | HttpEnvironment | PythonEnvironment, Field(discriminator="kind")]
+EnvironmentSpec = Annotated[
+    BuiltinEnvironment | HttpEnvironment | OpenEnvEnvironment | PythonEnvironment, Field(discriminator="kind")
+]

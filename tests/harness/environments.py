@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+
 from trainer_core.environments import Episode, Reply
+from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +27,30 @@ def served_calculator() -> Iterator[str]:
     )  # fmt: skip
     try:
         yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def served_openenv() -> Iterator[str]:
+    """The guessing environment served by openenv-core's own server (tests/harness/openenv_server.py) in its own
+    process, stopped after: its URL, once its schema answers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([sys.executable, "-m", "tests.harness.openenv_server", str(port)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"the OpenEnv server exited with {process.returncode}"
+            try:
+                if httpx.get(f"{url}/schema", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the OpenEnv server did not answer within 60 s"
+            time.sleep(0.2)
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -19,6 +19,8 @@ class GuessObservation(Observation):
 
 
 class GuessEnvironment(Environment[GuessAction, GuessObservation, State]):
+    SUPPORTS_CONCURRENT_SESSIONS = True  # each instance holds one episode: a server may run several at once
+
     def __init__(self) -> None:
         super().__init__()
         self._state = State(step_count=0)

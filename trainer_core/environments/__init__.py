@@ -4,15 +4,21 @@
 
 One module per job: base (the protocol, Episode, Reply), calculator (the builtin tool task), sandbox (running
 untrusted Python) and python_exec (the builtin verifier on it), http (a service; `server` is a reference one),
-openenv (OpenEnv environments). recipes/episodes.py plays them with the policy. Importing this package loads no
-torch.
+openenv (OpenEnv environments in process), openenv_server (an OpenEnv environment server). recipes/episodes.py
+plays them with the policy. Importing this package loads no torch.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from rlplane.spec.environments import BuiltinEnvironment, EnvironmentSpec, HttpEnvironment, PythonEnvironment
+from rlplane.spec.environments import (
+    BuiltinEnvironment,
+    EnvironmentSpec,
+    HttpEnvironment,
+    OpenEnvEnvironment,
+    PythonEnvironment,
+)
 from trainer_core.environments.base import EnvError, Environment, Episode, Reply, answer, end
 from trainer_core.rewards.allowlist import allowed_from_env, is_allowed, refusal
 
@@ -35,6 +41,10 @@ def make_environment(spec: EnvironmentSpec, field: str = FIELD) -> Environment:
         from trainer_core.environments.http import HttpEnvironment as Client
 
         return Client(spec, field)
+    if isinstance(spec, OpenEnvEnvironment):
+        from trainer_core.environments.openenv_server import OpenEnvServer
+
+        return OpenEnvServer(spec, field)
     assert isinstance(spec, PythonEnvironment)
     return _from_entrypoint(spec, field)
 

@@ -50,6 +50,17 @@ def action_class(environment: Any) -> type:
 
 def to_action(cls: type, message: str) -> Any:
     """The policy's message as an instance of the Action model `cls`; ValueError says why it is none."""
+    required = [name for name, field in cls.model_fields.items() if field.is_required()]
+    fields = action_fields(message, required)
+    try:
+        return cls.model_validate(fields)
+    except Exception as exc:  # pydantic's ValidationError, without importing pydantic's internals here
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def action_fields(message: str, required: list[str]) -> dict[str, Any]:
+    """The policy's message as an Action's fields: a JSON object (fenced or not) as it is, other text as the value
+    of the one field `required` names (metadata aside); ValueError when the Action needs more than one."""
     text = message.strip()
     if text.startswith("```") and text.endswith("```"):
         text = "\n".join(text.splitlines()[1:-1]).strip()
@@ -57,19 +68,21 @@ def to_action(cls: type, message: str) -> Any:
         fields = json.loads(text)
     except json.JSONDecodeError:
         fields = None
-    if not isinstance(fields, dict):
-        required = [name for name, field in cls.model_fields.items() if field.is_required() and name != "metadata"]
-        if len(required) != 1:
-            raise ValueError(f"write the action as a JSON object with {', '.join(required) or 'its fields'}")
-        fields = {required[0]: text}
-    try:
-        return cls.model_validate(fields)
-    except Exception as exc:  # pydantic's ValidationError, without importing pydantic's internals here
-        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    if isinstance(fields, dict):
+        return fields
+    required = [name for name in required if name != "metadata"]
+    if len(required) != 1:
+        raise ValueError(f"write the action as a JSON object with {', '.join(required) or 'its fields'}")
+    return {required[0]: text}
 
 
 def observation_text(observation: Any) -> str:
-    shown = {k: v for k, v in observation.model_dump().items() if k not in _STANDARD}
+    return shown_text(observation.model_dump())
+
+
+def shown_text(observation: dict[str, Any]) -> str:
+    """What the policy sees of an observation's fields: its one text field, or JSON of its fields (none: '')."""
+    shown = {k: v for k, v in observation.items() if k not in _STANDARD}
     if not shown:
         return ""
     if len(shown) == 1 and isinstance(next(iter(shown.values())), str):

@@ -2086,7 +2086,7 @@ export interface components {
              * @description Multi-turn episodes, chosen by kind (builtin, http, python): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.
              * @default null
              */
-            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
+            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
             /**
              * Epochs
              * @description Passes over each step's rollouts.
@@ -2893,6 +2893,52 @@ export interface components {
              */
             metric?: string | null;
         };
+        /**
+         * OpenEnvEnvironment
+         * @description Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
+         *     <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served.
+         */
+        OpenEnvEnvironment: {
+            /**
+             * Concurrency
+             * @description Calls to the server in flight at once. Every live episode holds a session, so the server's max_concurrent_envs must allow all the episodes a rank plays at once: its share of train.batch_size, and of an evaluation's batch.
+             * @default 8
+             */
+            concurrency: number;
+            /**
+             * @description openenv: an OpenEnv environment server. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            kind: "openenv";
+            /**
+             * Max Tokens
+             * @description Longest episode after the prompt, in tokens: the policy's turns and the environment's answers together (model.max_seq_len must hold it and the prompt); an episode that would grow past it is cut off.
+             * @default 128
+             */
+            max_tokens: number;
+            /**
+             * Max Turns
+             * @description Policy turns per episode at most: an episode the environment has not ended after them is cut off (the environment gives its verdict for a cut-off episode).
+             * @default 4
+             */
+            max_turns: number;
+            /**
+             * Stop
+             * @description Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); grpo.gen.stop and the EOS token end one too.
+             */
+            stop?: string[];
+            /**
+             * Timeout S
+             * @description Seconds to wait to connect, and for each answer.
+             * @default 60
+             */
+            timeout_s: number;
+            /**
+             * Url
+             * @description The server's base URL (http://, https://, ws:// or wss://); its /ws and /schema are under it.
+             */
+            url: string;
+        };
         /** PipelineCheck */
         PipelineCheck: {
             /**
@@ -3000,7 +3046,7 @@ export interface components {
              * @description Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers (appended, never trained on) or ends the episode with its reward, which replaces the reward section and is given at the episode's last policy token; null: one response per prompt, scored by reward.
              * @default null
              */
-            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
+            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
             /**
              * Epochs
              * @description Passes over each step's rollouts.
