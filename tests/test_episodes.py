@@ -273,7 +273,7 @@ def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_pa
     assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
     with served_openenv() as url:
         guessing = grpo_spec(sft_start, {"kind": "openenv", "url": url, "stop": ["\n"], "max_turns": 2}, **short)
-        guessing["data"]["eval_fraction"] = 0.01
+        guessing["data"]["eval_fraction"] = 0.002  # 16 held-out problems: the protocol, not the success, is checked
         run_spec(tmp_path / "openenv.yaml", guessing, "--out", str(tmp_path / "openenv"))
     rewards, turns = metrics(tmp_path / "openenv", "reward/openenv"), metrics(tmp_path / "openenv", "env/turns")
     assert sorted(rewards) == sorted(turns) == [1, 2] and all(-0.2 <= r <= 0.9 for r in rewards.values()), rewards
