@@ -202,7 +202,7 @@ def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None
     field from the server's schema, one the server refuses is answered with its reason, the summed rewards end an
     episode, a cut-off one ends with the rewards so far, and close() ends the sessions left open. A URL where no
     server listens fails at once, naming the field."""
-    with served_openenv() as url:
+    with served_openenv(sessions=4) as url:
         environment = make_environment(OpenEnvEnvironment(url=url, stop=["\n"]))
         assert environment.stop == ("\n",) and environment.required == ["guess"]
         seven, two, left = Episode(row={"prompt": "guess", "seed": 7}), Episode(row={"seed": 2}), Episode(row={})
@@ -222,5 +222,12 @@ def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None
         environment.reset(abandoned)
         environment.close()
         assert abandoned.state.socket.state.name == "CLOSED"
+        # a fifth live episode on a server of 4 sessions: refused, with the field that plays in waves
+        full = [Episode(row={}) for _ in range(4)]
+        for episode in full:
+            environment.reset(episode)
+        with pytest.raises(EnvError, match=r"at capacity.*set grpo.environment.sessions to 4"):
+            environment.reset(Episode(row={}))
+        environment.close()
     with pytest.raises(EnvError, match=r"grpo.environment.url: .*/schema gave no Action schema"):
         make_environment(OpenEnvEnvironment(url=url))

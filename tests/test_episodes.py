@@ -264,15 +264,16 @@ def service() -> Iterator[str]:
 def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_path: Path, service: str) -> None:
     """Two steps each with the calculator served over HTTP (the same episodes as in-process: the reference server
     plays the builtin), with an OpenEnv environment server (openenv-core's own, in its own process: the guessing game,
-    whose rewards come back summed per episode) and with the python verifier, whose sandbox answers the policy's
-    non-code with reasons; the runs log them and go on."""
+    whose rewards come back summed per episode; it allows 4 sessions, so the episodes are played in waves) and with
+    the python verifier, whose sandbox answers the policy's non-code with reasons; the runs log them and go on."""
     short = {"steps": 2, "batch_size": 16, "eval_every": None}
     remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
     remote["data"]["eval_fraction"] = 0.01  # 81 held-out problems
     run_spec(tmp_path / "http.yaml", remote, "--out", str(tmp_path / "http"))
     assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
-    with served_openenv() as url:
-        guessing = grpo_spec(sft_start, {"kind": "openenv", "url": url, "stop": ["\n"], "max_turns": 2}, **short)
+    with served_openenv(sessions=4) as url:  # 16 episodes a step: 4 waves of 4 sessions
+        environment = {"kind": "openenv", "url": url, "sessions": 4, "stop": ["\n"], "max_turns": 2}
+        guessing = grpo_spec(sft_start, environment, **short)
         guessing["data"]["eval_fraction"] = 0.002  # 16 held-out problems: the protocol, not the success, is checked
         run_spec(tmp_path / "openenv.yaml", guessing, "--out", str(tmp_path / "openenv"))
     rewards, turns = metrics(tmp_path / "openenv", "reward/openenv"), metrics(tmp_path / "openenv", "env/turns")

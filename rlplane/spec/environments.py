@@ -100,14 +100,16 @@ class OpenEnvEnvironment(StrictModel):
         description="The server's base URL (http://, https://, ws:// or wss://); its /ws and /schema are under it."
     )
     timeout_s: float = Field(60.0, gt=0, description="Seconds to wait to connect, and for each answer.")
-    concurrency: int = Field(
-        8,
+    sessions: int | None = Field(
+        None,
         ge=1,
-        le=256,
-        description="Calls to the server in flight at once. Every live episode holds a session, so the server's "
-        "max_concurrent_envs must allow all the episodes a rank plays at once: its share of train.batch_size, and of an "
-        "evaluation's batch.",
+        le=4096,
+        description="Sessions the server allows at once (its max_concurrent_envs; 1 unless its environment supports "
+        "concurrent sessions). Every live episode holds one, so each rank plays its episodes in waves of this many, "
+        "each wave to its end (with several ranks, give each its own server or divide the server's limit); null: a "
+        "rank's episodes all at once (its share of train.batch_size, or of an evaluation's batch).",
     )
+    concurrency: int = Field(8, ge=1, le=256, description="Calls to the server in flight at once.")
     stop: list[str] = _stop()
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()

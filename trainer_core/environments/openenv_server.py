@@ -48,6 +48,7 @@ class OpenEnvServer:
         self.spec, self.field = spec, field
         self.stop = tuple(spec.stop)
         self.concurrency = spec.concurrency
+        self.sessions = spec.sessions  # recipes/episodes.py plays a rank's episodes in waves of this many
         base = spec.url.rstrip("/")
         self.ws_url = re.sub(r"^http", "ws", base) + "/ws"  # http -> ws, https -> wss
         self.required = self._required_fields(re.sub(r"^ws", "http", base) + "/schema")
@@ -77,10 +78,11 @@ class OpenEnvServer:
         kind, data = self._ask(session, "reset", dict(episode.row))
         if kind == "error":
             why = _why(data)
-            if "capacity" in why:  # every live episode holds a session, and a rank starts its batch's episodes at once
+            if data.get("code") == "CAPACITY_REACHED":  # every live episode holds a session
+                allowed = data.get("max_sessions")
                 why += (
-                    "; each live episode holds a session: start the server with a max_concurrent_envs of at least the "
-                    "episodes a rank plays at once (its share of train.batch_size, and of an evaluation's batch)"
+                    f"; each live episode holds a session: set {self.field}.sessions to {allowed or 'what it allows'} "
+                    "(divided among the ranks that share the server), and a rank plays its episodes in waves of that many"
                 )
             raise EnvError(f"{self.field}: the OpenEnv server at {self.ws_url} refused to reset: {why}")
         observation, reward, _ = self._observed(data)

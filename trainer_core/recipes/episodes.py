@@ -55,7 +55,8 @@ class EpisodeRecord:
 @dataclass
 class _Playing:
     episode: Episode
-    prompt: list[int]
+    prompt: list[int]  # the row's, then with the environment's opening
+    opening: str = ""  # the environment's text that opened the episode
     ids: list[int] = field(default_factory=list)  # after the prompt: the policy's and the environment's tokens
     mine: list[bool] = field(default_factory=list)  # per id: the policy's
     drawn: list[float] | None = field(default_factory=list)  # per id: the rollout engine's log-prob (0: not sampled)
@@ -108,62 +109,77 @@ def play(
     *,
     greedy: bool = False,
 ) -> rollouts.Scored:
-    """`repeat` episodes for each row (consecutive: a GRPO group), played to their ends. Every rank plays as many
-    turns as the rank that needs most (generating on a stand-in when its own episodes are over): generation on a
-    sharded policy is a collective."""
+    """`repeat` episodes for each row (consecutive: a GRPO group), played to their ends: all at once, or in waves of
+    the environment's `sessions` where it holds a session per live episode and allows only so many. Every rank plays
+    as many waves and turns as the rank that needs most (generating on a stand-in when its own episodes are over):
+    generation on a sharded policy is a collective."""
     tokenizer, backend = run.tokenizer, run.backend
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
     budget = prompt_budget(run.spec, limits)
-    playing = [_Playing(Episode(row=row), []) for row in rows]
-    openings = _each(environment, environment.reset, [p.episode for p in playing])
+    prompts = rollouts.encode_prompts(rows, tokenizer, budget)
+    playing = [_Playing(Episode(row=row), prompt) for row, prompt in zip(rows, prompts, strict=True)]
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []  # noqa: E731
-    for p, prompt, opening in zip(playing, rollouts.encode_prompts(rows, tokenizer, budget), openings, strict=True):
-        p.prompt = (prompt + encode(opening))[-budget:]
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
-    while True:
-        live = [p for p in playing if p.verdict is None and p.cut is None]
-        if float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) == 0:
-            break
-        contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
-        generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
-        drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
-        for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
-            new = ids[keep].tolist()
-            room = limits.max_tokens - len(p.ids)
-            p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
-            if len(new) > room:
-                p.cut = "max_tokens"
-                continue
-            p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
-            p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
-        answering = [p for p in live if p.cut is None]
-        replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
-        for p, reply in zip(answering, replies, strict=True):
-            p.heard(reply)
-            if reply.done:
-                p.verdict = reply
-                continue
-            text = encode(reply.text)
-            if p.episode.turns >= limits.max_turns:
-                p.cut = "max_turns"
-            elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
-                p.cut = "max_tokens"
-            else:
-                p.add(text, policy=False)
-                p.episode.messages.append(("environment", reply.text))
-    cut = [p for p in playing if p.verdict is None]
-    for p, verdict in zip(cut, _each(environment, lambda p: environment.cut_off(p.episode, p.cut), cut), strict=True):
-        p.heard(verdict)
-        p.verdict = verdict
-    return _scored(playing, rows, openings, tokenizer, backend.device, time.perf_counter() - started)
+
+    def play_wave(wave: list[_Playing]) -> None:
+        for p, opening in zip(wave, _each(environment, environment.reset, [p.episode for p in wave]), strict=True):
+            p.opening, p.prompt = opening, (p.prompt + encode(opening))[-budget:]
+        while True:
+            live = [p for p in wave if p.verdict is None and p.cut is None]
+            if float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) == 0:
+                break
+            contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
+            generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
+            drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
+            for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
+                new = ids[keep].tolist()
+                room = limits.max_tokens - len(p.ids)
+                p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
+                if len(new) > room:
+                    p.cut = "max_tokens"
+                    continue
+                p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
+                p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
+            answering = [p for p in live if p.cut is None]
+            replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
+            for p, reply in zip(answering, replies, strict=True):
+                p.heard(reply)
+                if reply.done:
+                    p.verdict = reply
+                    continue
+                text = encode(reply.text)
+                if p.episode.turns >= limits.max_turns:
+                    p.cut = "max_turns"
+                elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
+                    p.cut = "max_tokens"
+                else:
+                    p.add(text, policy=False)
+                    p.episode.messages.append(("environment", reply.text))
+        cut = [p for p in wave if p.verdict is None]
+        for p, verdict in zip(cut, _each(environment, lambda p: environment.cut_off(p.episode, p.cut), cut), strict=True):
+            p.heard(verdict)
+            p.verdict = verdict
+
+    for wave in _waves(environment, backend, playing):
+        play_wave(wave)
+    return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started)
 
 
-def _scored(
-    playing: list[_Playing], rows: list[dict], openings: list[str], tokenizer: Any, device: torch.device, seconds: float
-) -> rollouts.Scored:
+def _waves(environment: Environment, backend: Any, playing: list[_Playing]) -> list[list[_Playing]]:
+    """The episodes in waves of the environment's `sessions` (one wave when it sets none); a rank with fewer waves
+    than another plays empty ones to keep in step."""
+    size = getattr(environment, "sessions", None)
+    if not size:
+        return [playing]
+    waves = [playing[i : i + size] for i in range(0, len(playing), size)]
+    count = int(backend.all_reduce(torch.tensor([float(len(waves))]), "max")[0])
+    return waves + [[] for _ in range(count - len(waves))]
+
+
+def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float) -> rollouts.Scored:
     pad = pad_id(tokenizer)
     width, length = max(len(p.prompt) for p in playing), max(1, max(len(p.ids) for p in playing))
     ids = torch.full((len(playing), width + length), pad, dtype=torch.long)
@@ -192,7 +208,7 @@ def _scored(
     records = [
         EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
     ]
-    prompts = [rollouts.prompt_text(row) + opening for row, opening in zip(rows, openings, strict=True)]
+    prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
     texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records)
 

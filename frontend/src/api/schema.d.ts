@@ -2901,7 +2901,7 @@ export interface components {
         OpenEnvEnvironment: {
             /**
              * Concurrency
-             * @description Calls to the server in flight at once. Every live episode holds a session, so the server's max_concurrent_envs must allow all the episodes a rank plays at once: its share of train.batch_size, and of an evaluation's batch.
+             * @description Calls to the server in flight at once.
              * @default 8
              */
             concurrency: number;
@@ -2922,6 +2922,12 @@ export interface components {
              * @default 4
              */
             max_turns: number;
+            /**
+             * Sessions
+             * @description Sessions the server allows at once (its max_concurrent_envs; 1 unless its environment supports concurrent sessions). Every live episode holds one, so each rank plays its episodes in waves of this many, each wave to its end (with several ranks, give each its own server or divide the server's limit); null: a rank's episodes all at once (its share of train.batch_size, or of an evaluation's batch).
+             * @default null
+             */
+            sessions: number | null;
             /**
              * Stop
              * @description Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); grpo.gen.stop and the EOS token end one too.
