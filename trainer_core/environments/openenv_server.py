@@ -121,6 +121,9 @@ class OpenEnvServer:
         where = f"{self.field}: the OpenEnv server at {self.ws_url}"
         try:
             session.socket.send(json.dumps({"type": kind, "data": data}, default=jsonable))
+        except (ConnectionClosed, OSError):
+            pass  # a server may say why, then close, before it reads a word (at capacity): its reason is still to read
+        try:
             raw = session.socket.recv(timeout=self.spec.timeout_s)
         except TimeoutError:
             raise EnvError(f"{where} did not answer a {kind} within {self.spec.timeout_s} s") from None
