@@ -80,6 +80,11 @@ def locked_run(session: Session, run_id: int) -> Run | None:
 def set_status(session: Session, run: Run, target: str, reason: str = "") -> None:
     if not can_transition(run.status, target):
         raise Conflict(f"run {run.id} is {run.status}; it cannot become {target}")
+    _record_status(session, run, target, reason)
+
+
+def _record_status(session: Session, run: Run, target: str, reason: str) -> None:
+    """The run becomes `target`, with its times and a status event (set_status has checked the move)."""
     now = utcnow()
     run.status, run.status_reason, run.updated_at = target, reason, now
     if target == "running" and run.started_at is None:
@@ -328,21 +333,17 @@ def _script_back(session: Session, run: Run, body: schemas.StatusUpdate) -> None
     sent late (rlplane sync, or the next rlplane.init on its machine, the API having been unreachable when it
     finished). The script's word is the truth and replaces the guess: the one way out of failed but a resume."""
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
-    now = utcnow()
     if body.status == "running":
         reason = "its script is back after falling silent"
         run.ended_at = attempt.ended_at = attempt.end_reason = attempt.failure = None
         attempt.fell_silent = False  # it may fall silent, and be failed, again
     else:
         reason = f"{body.reason or body.status} (sent late: the run had been failed after its script fell silent)"
-        run.ended_at = now
         attempt.end_reason, attempt.failure = reason, body.failure if body.status == "failed" else None
-    run.status, run.status_reason, run.updated_at, run.failure = body.status, reason, now, attempt.failure
     if body.last_step is not None:
         run.last_step = max(run.last_step or 0, body.last_step)
-    attempt.last_step = run.last_step
-    session.add(RunEvent(run_id=run.id, kind="status", payload={"status": body.status, "reason": reason}))
-    session.flush()
+    attempt.last_step, run.failure = run.last_step, attempt.failure
+    _record_status(session, run, body.status, reason)
 
 
 def max_attempts(run: Run) -> int:

@@ -143,16 +143,24 @@ def truncated_is_weights(trainer: torch.Tensor, engine: torch.Tensor, cap: float
     return torch.exp(trainer.detach().float() - engine.float()).clamp(max=cap)
 
 
-def mismatch_metrics(backend: Backend, parts: list[torch.Tensor]) -> dict[str, float]:
+def merged_mismatch(parts: list[torch.Tensor]) -> torch.Tensor:
+    """This rank's `mismatch_sums` as one: the sums added, the largest |Δ| kept (zeros: nothing compared)."""
+    if not parts:
+        return torch.zeros(4, dtype=torch.float64)
+    stacked = torch.stack(parts).double().cpu()
+    merged = stacked.sum(0)
+    merged[2] = stacked[:, 2].max()
+    return merged
+
+
+def mismatch_metrics(backend: Backend, mine: torch.Tensor) -> dict[str, float]:
     """rollout/logprob_diff, rollout/kl and rollout/logprob_diff_max over every rank's response tokens, from this
-    rank's `mismatch_sums` (none: nothing compared); the same on every rank. Every rank must call it."""
-    mine = torch.stack(parts).sum(0) if parts else torch.zeros(4, dtype=torch.float64)
-    largest = torch.stack(parts)[:, 2].max() if parts else torch.zeros((), dtype=torch.float64)
+    rank's `merged_mismatch` (no tokens: nothing compared); the same on every rank. Every rank must call it."""
     abs_sum, k3_sum, _, tokens = backend.all_reduce(mine.to(backend.device), "sum").tolist()
     if not tokens:
         return {}
     return {
         "rollout/logprob_diff": abs_sum / tokens,
         "rollout/kl": k3_sum / tokens,
-        "rollout/logprob_diff_max": float(backend.all_reduce(largest.reshape(1).to(backend.device), "max")[0]),
+        "rollout/logprob_diff_max": float(backend.all_reduce(mine[2:3].to(backend.device), "max")[0]),
     }

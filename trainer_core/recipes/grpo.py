@@ -262,7 +262,8 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         sums += backend.forward_backward(run.model, micro_steps(run, groups)).cpu().double()
         grad_norm += backend.step()
     means = {key: float(value) / options.epochs for key, value in zip(_UPDATE_KEYS, sums, strict=True)}
-    mismatch = online.from_loss_stage(backend, "grpo", groups.lowest, groups.highest, groups.mismatch)
+    mismatch = engines.merged_mismatch(groups.mismatch)  # one epoch: made in the update's forward, on the loss's stage
+    mismatch = online.from_loss_stage(backend, "grpo", groups.lowest, groups.highest, mismatch)
     extremes = online.reduced_extremes(backend, groups.lowest, groups.highest)
     return {
         **means,

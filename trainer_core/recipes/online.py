@@ -89,24 +89,24 @@ def track_ratio_extremes(lowest: dict[str, torch.Tensor], highest: dict[str, tor
 
 
 def from_loss_stage(
-    backend: Backend, section: str, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor], mismatch: list
-) -> list[torch.Tensor]:
-    """The step's ratio extremes (into `lowest` and `highest`) and its rollout-engine `mismatch` parts (returned as
-    one) as the ranks computing the loss tracked them: under pipeline parallelism only the last stage runs the loss,
-    and rank 0, the first stage, reports."""
+    backend: Backend,
+    section: str,
+    lowest: dict[str, torch.Tensor],
+    highest: dict[str, torch.Tensor],
+    mismatch: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """The step's ratio extremes (into `lowest` and `highest`) and, if given, its `engines.merged_mismatch` as the
+    ranks that compute the loss tracked them: under pipeline parallelism only the last stage does, and rank 0, the
+    first stage, reports (backend.from_loss_stage)."""
     keys = (f"{section}/ratio_min", f"{section}/ratio_max")
-    merged = torch.zeros(4, dtype=torch.float64)
-    if mismatch:
-        parts = torch.stack(mismatch)
-        merged = parts.sum(0)
-        merged[2] = parts[:, 2].max()  # a maximum among the sums (engines.mismatch_sums)
     absent = torch.tensor(math.inf, dtype=torch.float64)  # made on no micro-batch
     ratios = torch.stack([lowest.get(keys[0], absent).cpu(), -highest.get(keys[1], -absent).cpu()])
-    shared = backend.from_loss_stage(torch.cat([ratios, merged]).to(backend.device)).cpu()
+    carried = ratios if mismatch is None else torch.cat([ratios, mismatch.double().cpu()])
+    shared = backend.from_loss_stage(carried.to(backend.device)).cpu()
     for found, key, value in ((lowest, keys[0], shared[0]), (highest, keys[1], -shared[1])):
         if math.isfinite(value):
             found[key] = value
-    return [shared[2:]] if shared[5] else []
+    return None if mismatch is None else shared[2:]
 
 
 def reduced_extremes(backend: Backend, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor]) -> dict[str, float]:

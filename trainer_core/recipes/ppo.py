@@ -249,9 +249,9 @@ def update(run: PpoRun, batch: Rollouts) -> dict[str, float]:
     # Of the values the rollout was scored with, over every rank's tokens (the same on each, so averaging keeps it).
     moments = backend.all_reduce(value_moments(batch.values, batch.returns, batch.generation.response_mask), "sum")
     means["ppo/explained_variance"] = explained_variance(moments)
-    online.from_loss_stage(backend, "ppo", batch.lowest, batch.highest, [])  # its mismatch is the rollout's
+    online.from_loss_stage(backend, "ppo", batch.lowest, batch.highest)  # its mismatch is the rollout's, on every stage
     means |= online.reduced_extremes(backend, batch.lowest, batch.highest)
-    means |= engines.mismatch_metrics(backend, batch.mismatch)
+    means |= engines.mismatch_metrics(backend, engines.merged_mismatch(batch.mismatch))
     return {"train/loss": means["ppo/policy_loss"] + options.vf_coef * means["ppo/value_loss"], **means}
 
 
