@@ -141,7 +141,7 @@ def worker(
         raise typer.Exit(2)
     client = WorkerApi.connect(settings.api_url, settings.token)
     try:
-        client.check_token()
+        client.check_token(settings.api_wait_s)
     except TokenRefused as exc:
         typer.echo(f"rlplane worker: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -121,18 +121,18 @@ def test_trl_rl_scripts_report_their_completion_groups(stack, tiny_model, script
 
 
 def test_a_plain_loop_outside_any_worker_loses_and_duplicates_nothing_while_the_api_is_down(stack, tmp_path):
-    """A script using the SDK alone creates its run; the API is down for 20 s while it logs; afterwards every step's
+    """A script using the SDK alone creates its run; the API is down for 12 s while it logs; afterwards every step's
     loss is there once, its checkpoints were uploaded, what it printed is its logs, and the run ended succeeded with
     the script's git commit."""
-    # About 20 s of steps: the script logs its last ones, checkpoints and says it finished while the API is down.
-    command = [sys.executable, LOOP, "--steps", "200", "--step-s", "0.1", "--checkpoint-every", "100", "--out", str(tmp_path)]
+    # About 10 s of steps: the script logs its last ones, checkpoints and says it finished while the API is down.
+    command = [sys.executable, LOOP, "--steps", "200", "--step-s", "0.05", "--checkpoint-every", "100", "--out", str(tmp_path)]
     script = subprocess.Popen(command, cwd=ROOT, env=user_env(stack, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         started = script.stdout.readline().decode()
         assert started.startswith("run "), started + script.stdout.read().decode()
         run_id = int(started.split()[1])
         stack.wait_step(run_id, 20)
-        stack.restart_api(down_s=20)
+        stack.restart_api(down_s=12)
         assert script.wait(timeout=120) == 0, script.stdout.read().decode()
     finally:
         if script.poll() is None:

@@ -163,9 +163,10 @@ class TestRealProcesses:
 
     def test_a_worker_serves_metrics_logs_json_and_stops_on_sigterm(self, tmp_path):
         port = free_port()
-        # No API at this address: the heartbeats fail, which the metrics and the logs show.
+        # No API at this address: the heartbeats fail, which the metrics and the logs show. RLPLANE_API_WAIT_S=0: the
+        # worker starts after one try of its token check instead of retrying it for 30 s.
         command = ["worker", "--queues", "cpu", "--api", "http://127.0.0.1:9", "--token", "t", "--metrics-port", str(port)]
-        worker = self._start(command, tmp_path, RLPLANE_HEARTBEAT_S="0.2")
+        worker = self._start(command, tmp_path, RLPLANE_HEARTBEAT_S="0.2", RLPLANE_API_WAIT_S="0")
         try:
             deadline, samples = time.monotonic() + 60, {}
             while samples.get(("rlplane_worker_heartbeats_total", (("result", "failed"),)), 0) < 2:

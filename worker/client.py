@@ -69,17 +69,18 @@ class WorkerApi:
                 raise Superseded(str(exc.detail)) from None
             raise
 
-    def check_token(self, tries: int = 10, wait_s: float = 2.0) -> None:
+    def check_token(self, api_wait_s: float = 30.0, retry_s: float = 2.0) -> None:
         """Raise TokenRefused unless the API takes this token with the worker scope. An API that cannot be
-        reached yet (it may be starting beside this worker) is tried `tries` times, then left to the heartbeats."""
-        for attempt in range(tries):
+        reached yet (it may be starting beside this worker) is retried for `api_wait_s`, then left to the heartbeats."""
+        deadline = time.monotonic() + api_wait_s
+        while True:
             try:
                 me = self.client.me()
                 break
             except Unreachable:
-                if attempt == tries - 1:
+                if time.monotonic() + retry_s > deadline:
                     return
-                time.sleep(wait_s)
+                time.sleep(retry_s)
             except ApiError as exc:
                 if exc.status != 401:
                     raise

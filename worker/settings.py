@@ -54,6 +54,12 @@ class WorkerSettings(BaseSettings):
         "(s3://..., trainers then write to $RLPLANE_HOME/scratch and checkpoints are uploaded); "
         "default $RLPLANE_HOME/artifacts",
     )
+    api_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="At start, how long an API that does not answer the token check is retried (it may be starting "
+        "beside this worker) before the worker starts anyway and leaves it to the heartbeats",
+    )
     heartbeat_s: float = Field(default=3.0, gt=0, description="Heartbeat (and cancel check) interval")
     poll_s: float = Field(
         default=1.0, gt=0, description="How often the trainer's reports are forwarded (one request per interval)"
