@@ -163,6 +163,7 @@ class Detector:
     algorithms: tuple[str, ...]
     summary: str
     check: Callable[[Mapping[str, Points], Mapping[str, float]], Verdict]
+    keys: tuple[str, ...]  # the series `check` reads (the API reads only these)
 
 
 def _all_groups_equal(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
@@ -272,26 +273,61 @@ def _critic_blind(series: Mapping[str, Points], spec: Mapping[str, float]) -> Ve
 DETECTORS: dict[str, Detector] = {
     d.name: d
     for d in (
-        Detector("all_groups_equal", ("grpo",), "every GRPO group had the same reward for 5 steps", _all_groups_equal),
-        Detector("kl_unbounded", ("grpo", "ppo"), "KL to the reference above 10, or rising for 10 steps", _kl_unbounded),
-        Detector("length_at_max", ("grpo", "ppo"), "mean response length at max_new_tokens for 5 steps", _length_at_max),
-        Detector("entropy_collapse", ("grpo", "ppo"), "entropy below 0.05 nats per token", _entropy_collapse),
-        Detector("reward_falling", ("grpo", "ppo"), "smoothed reward/mean lost half its gain after a peak", _reward_falling),
-        Detector("mostly_truncated", ("grpo", "ppo"), "over half the responses cut off for 5 steps", _mostly_truncated),
-        Detector("clipping_heavily", ("grpo", "ppo"), "over 30% of tokens clipped for 5 steps", _clipping_heavily),
-        Detector("critic_blind", ("ppo",), "explained variance below 0 for 10 steps", _critic_blind),
+        Detector(
+            "all_groups_equal",
+            ("grpo",),
+            "every GRPO group had the same reward for 5 steps",
+            _all_groups_equal,
+            ("grpo/zero_std_groups",),
+        ),
+        Detector(
+            "kl_unbounded",
+            ("grpo", "ppo"),
+            "KL to the reference above 10, or rising for 10 steps",
+            _kl_unbounded,
+            ("grpo/kl", "ppo/kl"),
+        ),
+        Detector(
+            "length_at_max",
+            ("grpo", "ppo"),
+            "mean response length at max_new_tokens for 5 steps",
+            _length_at_max,
+            ("gen/response_length",),
+        ),
+        Detector(
+            "entropy_collapse",
+            ("grpo", "ppo"),
+            "entropy below 0.05 nats per token",
+            _entropy_collapse,
+            ("grpo/entropy", "ppo/entropy"),
+        ),
+        Detector(
+            "reward_falling",
+            ("grpo", "ppo"),
+            "smoothed reward/mean lost half its gain after a peak",
+            _reward_falling,
+            ("reward/mean",),
+        ),
+        Detector(
+            "mostly_truncated",
+            ("grpo", "ppo"),
+            "over half the responses cut off for 5 steps",
+            _mostly_truncated,
+            ("gen/truncated",),
+        ),
+        Detector(
+            "clipping_heavily",
+            ("grpo", "ppo"),
+            "over 30% of tokens clipped for 5 steps",
+            _clipping_heavily,
+            ("grpo/clipfrac", "ppo/clipfrac"),
+        ),
+        Detector(
+            "critic_blind",
+            ("ppo",),
+            "explained variance below 0 for 10 steps",
+            _critic_blind,
+            ("ppo/explained_variance",),
+        ),
     )
 }
-DETECTOR_KEYS = (
-    "grpo/zero_std_groups",
-    "grpo/kl",
-    "ppo/kl",
-    "gen/response_length",
-    "grpo/entropy",
-    "ppo/entropy",
-    "reward/mean",
-    "gen/truncated",
-    "grpo/clipfrac",
-    "ppo/clipfrac",
-    "ppo/explained_variance",
-)

@@ -8,7 +8,7 @@ import math
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from api.alerts import delivery
 from api.alerts import service as alerts
@@ -211,6 +211,39 @@ def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs
     assert "stuck" in {a["name"] for a in alerts_of(client, second["id"])}
     names = {d["name"] for d in client.get("/api/v1/alert-detectors").json()["items"]}
     assert names == set(DETECTORS)
+
+
+def test_a_tick_reads_each_runs_series_in_one_statement_and_sees_their_latest_points(client, db, app):
+    """Every key a run's rules and detectors read comes in one statement per run (a round trip per key per run
+    before), each key's latest SERIES_POINTS points in step order: a window over the last points of a 300-point
+    series sees steps 298-300, and a change over 199 points spans the 200 read."""
+    worker = ApiWorker(client)
+    grpo = {"algorithm": "grpo", "reward": {"kind": "builtin", "name": "arithmetic"}, "grpo": {"group_size": 4}}
+    rules = {"latest": {"kind": "threshold", "metric": "train/loss", "op": ">", "value": 298.5, "window": 3}}
+    rules["spanned"] = {"kind": "change", "metric": "train/loss", "op": ">", "value": 198.5, "window": 199}
+    for name, condition in rules.items():
+        assert client.post("/api/v1/alert-rules", json={"name": name, "condition": condition}).status_code == 201
+    runs = [create_run(client, name=f"grpo-{i}", data={"source": "builtin:arithmetic"}, **grpo) for i in range(2)]
+    for run in runs:
+        worker.start(run["id"])
+        worker.log(run["id"], "train/loss", {s: float(s) for s in range(1, 301)})
+        worker.log(run["id"], "grpo/zero_std_groups", {s: 1.0 for s in range(1, 6)})
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        if "FROM metrics" in statement:
+            statements.append(statement)
+
+    event.listen(app.state.engine, "before_cursor_execute", seen)
+    try:
+        watch(app)
+    finally:
+        event.remove(app.state.engine, "before_cursor_execute", seen)
+    assert len(statements) == len(runs), statements
+    for run in runs:
+        fired = {a["name"]: a["message"] for a in alerts_of(client, run["id"])}
+        assert set(fired) == {"latest", "spanned", "all_groups_equal"}, fired
+        assert "is 299 (> 298.5)" in fired["latest"] and "moved by +199 over 199 points" in fired["spanned"], fired
 
 
 @pytest.mark.parametrize(

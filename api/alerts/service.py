@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
@@ -22,7 +22,6 @@ from api.models import Alert, AlertRule, Metric, Project, Run
 from api.models.base import utcnow
 from api.runs import service as runs
 from rlplane.alerts import (
-    DETECTOR_KEYS,
     DETECTORS,
     Change,
     DetectorRule,
@@ -100,22 +99,20 @@ def evaluate(session: Session, now: datetime | None = None) -> list[Alert]:
 
 
 def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datetime) -> list[Alert]:
-    series = _Series(session, run.id)
+    conditions = [(rule, RuleSpec.model_validate({"name": rule.name, **rule.spec}).condition) for rule in rules]
+    overridden = {condition.name for _, condition in conditions if isinstance(condition, DetectorRule)}
+    detectors = [
+        d for d in DETECTORS.values() if run.algorithm in d.algorithms and d.name not in overridden and run.status in ACTIVE
+    ]
+    live = [(rule, condition) for rule, condition in conditions if not rule.muted]
+    series = _Series(session, run.id, _series_read(run, [condition for _, condition in live], detectors))
     checks: list[tuple[str, str, AlertRule | None, Verdict, bool]] = []  # source, name, rule, verdict, sticky
-    overridden = set()
-    for rule in rules:
-        condition = RuleSpec.model_validate({"name": rule.name, **rule.spec}).condition
-        if isinstance(condition, DetectorRule):
-            overridden.add(condition.name)
-        if rule.muted:
-            continue
-        checks.append(
-            (f"rule:{rule.id}", rule.name, rule, _check(condition, run, series, now), isinstance(condition, StatusChange))
-        )
-    for detector in DETECTORS.values():
-        if run.algorithm in detector.algorithms and detector.name not in overridden and run.status in ACTIVE:
-            verdict = detector.check(series.detector_view(), _detector_params(run, {}))
-            checks.append((f"detector:{detector.name}", detector.name, None, verdict, False))
+    for rule, condition in live:
+        verdict = _check(condition, run, series, now)
+        checks.append((f"rule:{rule.id}", rule.name, rule, verdict, isinstance(condition, StatusChange)))
+    for detector in detectors:
+        verdict = detector.check(series.view(detector.keys), _detector_params(run, {}))
+        checks.append((f"detector:{detector.name}", detector.name, None, verdict, False))
     # Each source's newest alert on this run, read once (ascending ids: the newest wins).
     latest = {a.source: a for a in session.scalars(select(Alert).where(Alert.run_id == run.id).order_by(Alert.id))}
     opened = []
@@ -126,6 +123,17 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
         elif not verdict.firing and current is not None and current.state == "open" and not sticky:
             current.state, current.resolved_at = "resolved", now
     return opened
+
+
+def _series_read(run: Run, conditions: list, detectors: list) -> list[str]:
+    """The keys this evaluation of the run reads: its rules' metrics and its detectors' series."""
+    keys = [key for detector in detectors for key in detector.keys]
+    for condition in conditions:
+        if isinstance(condition, Threshold | Change) or (isinstance(condition, NonFinite) and condition.metric):
+            keys.append(condition.metric)
+        elif isinstance(condition, DetectorRule) and run.status in ACTIVE:
+            keys += DETECTORS[condition.name].keys
+    return list(dict.fromkeys(keys))
 
 
 def _detector_params(run: Run, params: dict[str, float]) -> dict[str, float]:
@@ -157,7 +165,8 @@ def _check(condition, run: Run, series: _Series, now: datetime) -> Verdict:
     if isinstance(condition, DetectorRule):
         if run.status not in ACTIVE:
             return Verdict(False)
-        return DETECTORS[condition.name].check(series.detector_view(), _detector_params(run, condition.params))
+        detector = DETECTORS[condition.name]
+        return detector.check(series.view(detector.keys), _detector_params(run, condition.params))
     raise AssertionError(condition)
 
 
@@ -186,25 +195,33 @@ def _open(session: Session, run: Run, source: str, name: str, rule: AlertRule | 
 
 
 class _Series:
-    """A run's recent points per key, read once per evaluation."""
+    """A run's latest SERIES_POINTS points of each key an evaluation reads, in one statement: a UNION ALL of one
+    limited read per key, each a range of the (run, key, step) index. (A window function over the keys would read
+    their whole series; a statement per key made a tick cost a round trip per key per run.)"""
 
-    def __init__(self, session: Session, run_id: int) -> None:
+    def __init__(self, session: Session, run_id: int, keys: list[str]) -> None:
         self.session, self.run_id = session, run_id
-        self._cache: dict[str, list[float]] = {}
+        self._points: dict[str, list[float]] = {key: [] for key in keys}
+        latest = [
+            select(Metric.key, Metric.step, Metric.value, Metric.is_nan)
+            .where(Metric.run_id == run_id, Metric.key == key)
+            .order_by(Metric.step.desc())
+            .limit(SERIES_POINTS)
+            .subquery()
+            for key in keys
+        ]
+        if not latest:
+            return
+        reads = [select(each) for each in latest]
+        rows = session.execute(reads[0] if len(reads) == 1 else union_all(*reads)).all()
+        for key, _step, value, is_nan in sorted(rows, key=lambda row: row[1]):
+            self._points[key].append(math.nan if is_nan else value)
 
     def points(self, key: str) -> list[float]:
-        if key not in self._cache:
-            rows = self.session.execute(
-                select(Metric.value, Metric.is_nan)
-                .where(Metric.run_id == self.run_id, Metric.key == key)
-                .order_by(Metric.step.desc())
-                .limit(SERIES_POINTS)
-            ).all()
-            self._cache[key] = [math.nan if is_nan else value for value, is_nan in reversed(rows)]
-        return self._cache[key]
+        return self._points[key]
 
-    def detector_view(self) -> dict[str, list[float]]:
-        return {key: self.points(key) for key in DETECTOR_KEYS}
+    def view(self, keys: tuple[str, ...]) -> dict[str, list[float]]:
+        return {key: self._points[key] for key in keys}
 
     def any_nonfinite(self) -> Verdict:
         row = self.session.execute(
