@@ -63,13 +63,12 @@ test:
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 # What the suite needs, two at a time: the dashboard's npm install and build and helm's download run beside the
-# venv's install and the DeepSpeed op build (a minute of compiling on a cold machine) instead of after them.
+# venv's install and the DeepSpeed op build (minutes of compiling on a cold machine) instead of after them.
 .PHONY: test-prerequisites
 test-prerequisites: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 
-# The DeepSpeed CPU ops every DeepSpeed trainer loads, built before any test launches one
-# (tests/harness/deepspeed_ops.py): seconds when the cache above has them, about 40 s on a cold machine. async_io
-# (offload to NVMe, two minutes cold) is built by pytest in the background for the module that needs it.
+# DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
+# the cache above has them, minutes on a cold machine.
 .PHONY: deepspeed-ops
 deepspeed-ops: $(DEV_STAMP)
 	$(VENV)/bin/python -m tests.harness.deepspeed_ops

@@ -18,7 +18,6 @@ from api.models import Base
 from api.settings import Settings
 from tests.harness.baselines import one_torch_thread, sft_run, walker  # noqa: F401 - session fixtures
 from tests.harness.databases import create_postgres_database, drop_postgres_database, postgres_admin_url
-from tests.harness.deepspeed_ops import NVME, BackgroundBuild
 from tests.harness.factories import ADMIN_TOKEN
 from tests.harness.worker_stack import stack  # noqa: F401 - the worker tests' fixture (a module's own `stack` wins)
 
@@ -153,34 +152,6 @@ FIRST = (
 )
 
 
-# Handed out last: the module that waits for async_io, which the controller builds in the cores' idle moments
-# until then (pytest_sessionstart below).
-LAST = ("test_backend_deepspeed_nvme",)
-NVME_MODULE = Path(__file__).with_name("test_backend_deepspeed_nvme.py")
-
-
-def _order(group: str) -> int:
-    if group in FIRST:
-        return FIRST.index(group)
-    return len(FIRST) + (group in LAST)
-
-
-def pytest_sessionstart(session) -> None:
-    """The suite's controller (not an xdist worker) starts DeepSpeed's async_io build at the lowest CPU priority
-    when the session will run the module that loads it; it is stopped with the session, Ctrl-C and SIGTERM alike
-    (tests/harness/deepspeed_ops.py)."""
-    config = session.config
-    if hasattr(config, "workerinput") or config.getoption("--fast") or not _covers(config.args, NVME_MODULE):
-        return
-    build = BackgroundBuild(NVME)
-    config.add_cleanup(build.stop)
-
-
-def _covers(args: list[str], module: Path) -> bool:
-    paths = [Path(arg.split("::")[0]).resolve() for arg in args]
-    return any(path == module or path in module.parents for path in paths)
-
-
 def pytest_collection_modifyitems(config, items) -> None:
     fast = config.getoption("--fast")
     config.hook.pytest_deselected(items=[item for item in items if _deselected(item, fast)])
@@ -196,7 +167,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         # groups are written here, where the workers report their ids to the scheduler.
         item._id = NodeId.parse(f"{item.nodeid}@{groups[item]}")
     # The scheduler hands out groups in the order their first test comes (a stable sort keeps each group's order).
-    items.sort(key=lambda item: _order(groups[item]))
+    items.sort(key=lambda item: FIRST.index(groups[item]) if groups[item] in FIRST else len(FIRST))
 
 
 # make test-fast (--fast): the edit-test loop. Unit tests and the API on Postgres only, no process launches: the
@@ -207,7 +178,6 @@ LAUNCHING = (
     | GROUPS["ranks-megatron-deepspeed"]
     | GROUPS["sft-chain"]
     | {
-        "test_backend_deepspeed_nvme",
         "test_backends",
         "test_cli",
         "test_cli_admin",

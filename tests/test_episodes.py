@@ -21,6 +21,7 @@ from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
 from tests.harness.environments import served_calculator, served_openenv
+from tests.harness.launch import finish, start
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
@@ -255,6 +256,21 @@ def test_a_run_with_an_environment_resumes_exactly(sft_start: Path, tmp_path: Pa
     assert_resume_is_exact(tmp_path, spec, 1, ("reward/mean", "env/tool_calls", "env/turns", "grpo/kl", "eval/success"))
 
 
+def test_two_ranks_play_their_episodes_in_waves_of_different_counts(sft_start: Path, tmp_path: Path) -> None:
+    """GRPO on two forked ranks (gloo) against one OpenEnv server of 10 sessions, divided: 5 a rank. Each rank plays
+    its 8 episodes of a step in waves of 5 and 3, and the 11 held-out problems split 6 and 5: 2 waves on one rank, 1
+    on the other, which generates on a stand-in while the first plays on (generation is a collective). The run ends
+    with every step and evaluation logged, instead of hanging where a rank runs out of episodes."""
+    with served_openenv(sessions=10) as url:
+        environment = {"kind": "openenv", "url": url, "sessions": 5, "stop": ["\n"], "max_turns": 2}
+        spec = grpo_spec(sft_start, environment, steps=2, batch_size=16, eval_every=2)
+        spec["data"]["eval_fraction"] = 0.00135  # 11 held-out problems
+        out = finish(*start(tmp_path, spec, {"kind": "torch", "precision": "fp32"}, "two-ranks"), timeout=300)
+    for key in ("env/turns", "reward/openenv", "grpo/policy_loss"):
+        assert sorted(metrics(out, key)) == [1, 2], key
+    assert sorted(metrics(out, "eval/success")) == [0, 2]
+
+
 @pytest.fixture
 def service() -> Iterator[str]:
     with served_calculator() as url:
@@ -268,7 +284,7 @@ def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_pa
     the python verifier, whose sandbox answers the policy's non-code with reasons; the runs log them and go on."""
     short = {"steps": 2, "batch_size": 16, "eval_every": None}
     remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
-    remote["data"]["eval_fraction"] = 0.01  # 81 held-out problems
+    remote["data"]["eval_fraction"] = 0.002  # 16 held-out problems: the evaluation's episodes go through the server too
     run_spec(tmp_path / "http.yaml", remote, "--out", str(tmp_path / "http"))
     assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
     with served_openenv(sessions=4) as url:  # 16 episodes a step: 4 waves of 4 sessions
@@ -280,7 +296,7 @@ def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_pa
     assert sorted(rewards) == sorted(turns) == [1, 2] and all(-0.2 <= r <= 0.9 for r in rewards.values()), rewards
     sandboxed = grpo_spec(sft_start, {"kind": "builtin", "name": "python", "max_turns": 1}, **short)
     sandboxed["grpo"]["environment"]["sandbox"] = {"wall_s": 5}
-    sandboxed["data"]["eval_fraction"] = 0.01
+    sandboxed["data"]["eval_fraction"] = 0.002  # 16 held-out problems, each a sandboxed program
     run_spec(tmp_path / "python.yaml", sandboxed, "--out", str(tmp_path / "python"))
     # calculator rows have no tests: an answer like "1776" is a program that runs (1), "<calc>..." is not (0)
     assert len(metrics(tmp_path / "python", "reward/passed")) == 2
