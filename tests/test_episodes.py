@@ -21,8 +21,7 @@ from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
 from tests.harness.environments import served_calculator, served_openenv
-from tests.harness.launch import finish
-from tests.harness.launch import start as start_ranks
+from tests.harness.launch import launch
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
@@ -266,7 +265,7 @@ def test_two_ranks_play_their_episodes_in_waves_of_different_counts(sft_start: P
         environment = {"kind": "openenv", "url": url, "sessions": 5, "stop": ["\n"], "max_turns": 2}
         spec = grpo_spec(sft_start, environment, steps=2, batch_size=16, eval_every=2)
         spec["data"]["eval_fraction"] = 0.00135  # 11 held-out problems
-        out = finish(*start_ranks(tmp_path, spec, {"kind": "torch", "precision": "fp32"}, "two-ranks"), timeout=300)
+        out = launch(tmp_path, spec, {"kind": "torch", "precision": "fp32"}, "two-ranks")
     for key in ("env/turns", "reward/openenv", "grpo/policy_loss"):
         assert sorted(metrics(out, key)) == [1, 2], key
     assert sorted(metrics(out, "eval/success")) == [0, 2]

@@ -202,17 +202,18 @@ class _Series:
     def __init__(self, session: Session, run_id: int, keys: list[str]) -> None:
         self.session, self.run_id = session, run_id
         self._points: dict[str, list[float]] = {key: [] for key in keys}
-        latest = [
-            select(Metric.key, Metric.step, Metric.value, Metric.is_nan)
-            .where(Metric.run_id == run_id, Metric.key == key)
-            .order_by(Metric.step.desc())
-            .limit(SERIES_POINTS)
-            .subquery()
+        reads = [
+            select(
+                select(Metric.key, Metric.step, Metric.value, Metric.is_nan)
+                .where(Metric.run_id == run_id, Metric.key == key)
+                .order_by(Metric.step.desc())
+                .limit(SERIES_POINTS)
+                .subquery()
+            )
             for key in keys
         ]
-        if not latest:
+        if not reads:
             return
-        reads = [select(each) for each in latest]
         rows = session.execute(reads[0] if len(reads) == 1 else union_all(*reads)).all()
         for key, _step, value, is_nan in sorted(rows, key=lambda row: row[1]):
             self._points[key].append(math.nan if is_nan else value)

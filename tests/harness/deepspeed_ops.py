@@ -47,9 +47,9 @@ def _clear_a_dead_builds_lock(op: str) -> None:
         except OSError:
             continue
         # a Python running this module (not a shell or `timeout` whose command line names it)
-        if cmdline.parent.name != str(os.getpid()) and b"python" in Path(argv[0].decode(errors="replace")).name.encode():
-            if b"tests.harness.deepspeed_ops" in argv:
-                return
+        python = os.path.basename(argv[0]).startswith(b"python")
+        if python and b"tests.harness.deepspeed_ops" in argv and cmdline.parent.name != str(os.getpid()):
+            return
     lock.unlink(missing_ok=True)
     print(f"deepspeed op {op}: removed the lock file of a build that was killed ({lock})", flush=True)
 
