@@ -460,3 +460,15 @@ def test_environment_fields_are_checked_with_their_names(environment: dict, loc:
     errors = errors_of(spec)
     matching = [e for e in errors if e["loc"] == loc]
     assert matching and words in matching[0]["msg"], errors
+
+
+def test_dr_grpos_constant_is_the_most_policy_tokens_one_response_or_episode_holds() -> None:
+    """Dr. GRPO divides by a constant: one answer's gen.max_new_tokens, or an episode's turns x max_new_tokens capped
+    by its max_tokens (policy and environment tokens together)."""
+    from rlplane.spec.algorithms import GrpoOptions
+
+    assert GrpoOptions(gen={"max_new_tokens": 16}).response_budget == 16
+    calculator = {"kind": "builtin", "name": "calculator"}
+    assert GrpoOptions(gen={"max_new_tokens": 16}, environment={**calculator, "max_turns": 3}).response_budget == 48
+    capped = {**calculator, "max_turns": 4, "max_tokens": 40}
+    assert GrpoOptions(gen={"max_new_tokens": 16}, environment=capped).response_budget == 40

@@ -180,7 +180,9 @@ class GrpoOptions(StrictModel):
     loss: Literal["grpo", "dr_grpo", "dapo"] = Field(
         "grpo",
         description="How token losses become the loss: grpo, mean over each response's tokens then over responses; "
-        "dr_grpo, their sum over responses x gen.max_new_tokens, a constant, so length does not scale a response's "
+        "dr_grpo, their sum over responses x the most policy tokens a response holds (gen.max_new_tokens; with an "
+        "environment, an episode's: environment.max_tokens or max_turns x gen.max_new_tokens, the smaller), a constant, "
+        "so length does not scale a response's "
         "weight (Dr. GRPO: Liu et al. 2025; with normalize_std false); dapo, mean over every response token of the "
         "step's batch (DAPO's token-level loss: Yu et al. 2025).",
     )
@@ -225,8 +227,8 @@ class GrpoOptions(StrictModel):
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling (of each policy turn, with an environment).")
     environment: EnvironmentSpec | None = Field(
         None,
-        description="Multi-turn episodes, chosen by kind (builtin, http, python): each policy turn goes to the "
-        "environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the "
+        description="Multi-turn episodes, chosen by kind (builtin, http, python, openenv): each policy turn goes to "
+        "the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the "
         "episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.",
     )
     samples_to_log: int = Field(
@@ -240,6 +242,14 @@ class GrpoOptions(StrictModel):
         default_factory=HeldOutEval, description="What each evaluation on the held-out prompts draws and judges."
     )
     samples_every: int = Field(10, ge=1, description="Log the tracked prompts' groups every N steps (and at the first and last).")
+
+    @property
+    def response_budget(self) -> int:
+        """The most policy tokens one response holds: gen.max_new_tokens, or over an episode's turns, as many as its
+        limits let it have (Dr. GRPO's constant)."""
+        if self.environment is None:
+            return self.gen.max_new_tokens
+        return min(self.environment.max_tokens, self.environment.max_turns * self.gen.max_new_tokens)
 
 
 class IlqlOptions(StrictModel):

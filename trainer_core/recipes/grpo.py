@@ -307,7 +307,7 @@ def _finish(
         clip_high=options.clip_high,
         aggregation=options.loss,
         importance=options.importance_sampling,
-        max_tokens=options.gen.max_new_tokens,
+        max_tokens=options.response_budget,
         token_normalizer=groups.token_normalizer,
         rollout_weights=weights,
     )

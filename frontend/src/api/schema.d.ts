@@ -2083,7 +2083,7 @@ export interface components {
             dynamic_sampling: number;
             /**
              * Environment
-             * @description Multi-turn episodes, chosen by kind (builtin, http, python): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.
+             * @description Multi-turn episodes, chosen by kind (builtin, http, python, openenv): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.
              * @default null
              */
             environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
@@ -2126,7 +2126,7 @@ export interface components {
             kl_in: "loss" | "reward";
             /**
              * Loss
-             * @description How token losses become the loss: grpo, mean over each response's tokens then over responses; dr_grpo, their sum over responses x gen.max_new_tokens, a constant, so length does not scale a response's weight (Dr. GRPO: Liu et al. 2025; with normalize_std false); dapo, mean over every response token of the step's batch (DAPO's token-level loss: Yu et al. 2025).
+             * @description How token losses become the loss: grpo, mean over each response's tokens then over responses; dr_grpo, their sum over responses x the most policy tokens a response holds (gen.max_new_tokens; with an environment, an episode's: environment.max_tokens or max_turns x gen.max_new_tokens, the smaller), a constant, so length does not scale a response's weight (Dr. GRPO: Liu et al. 2025; with normalize_std false); dapo, mean over every response token of the step's batch (DAPO's token-level loss: Yu et al. 2025).
              * @default grpo
              * @enum {string}
              */
