@@ -15,7 +15,7 @@ from rlplane.spec.environments import HttpEnvironment as HttpSpec
 from rlplane.spec.environments import OpenEnvEnvironment, PythonEnvironment
 from tests.harness.environments import played, served_calculator, served_openenv
 from trainer_core.data.tasks import calculator as task
-from trainer_core.environments import EnvError, Episode, make_environment
+from trainer_core.environments import EnvError, Episode, make_environment, tool_calls
 from trainer_core.environments.calculator import Calculator, ExpressionError, calculate
 
 # --- the calculator ---
@@ -231,3 +231,85 @@ def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None
         environment.close()
     with pytest.raises(EnvError, match=r"grpo.environment.url: .*/schema gave no Action schema"):
         make_environment(OpenEnvEnvironment(url=url))
+
+
+@pytest.mark.parametrize("where", ["in process", "served"])
+def test_an_openenv_mcp_environment_is_played_in_tool_call_tags(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OpenEnv MCP environment (tests/harness/openenv_tools.py: FastMCP tools, the episode ends at `submit`), made
+    per episode in process or served by openenv-core's own server with CallToolAction: its tools are listed after the
+    reset with their JSON schemas, and a turn stops at </tool_call>. A call in <tool_call> tags runs the tool and
+    its result comes back in <tool_response> tags; a turn with no call, a call that is no JSON, an unknown tool and
+    arguments the tool refuses are answered with why, as errors, and the episode goes on; submit ends it with the
+    environment's reward."""
+    calls = [
+        "I think it is 42.",  # no call
+        "<tool_call>{multiply: 3}</tool_call>",  # no JSON
+        '<tool_call>{"name": "divide", "arguments": {"a": 1, "b": 2}}</tool_call>',  # no such tool
+        '<tool_call>{"name": "multiply", "arguments": {"a": "x", "b": 4}}</tool_call>',  # the tool refuses it
+        'Let me multiply.\n<tool_call>\n{"name": "multiply", "arguments": {"a": 13, "b": 17}}\n</tool_call>',
+        '<tool_call>{"name": "submit", "arguments": {"answer": 221}}</tool_call>',
+    ]
+    row = {"prompt": "13*17=", "answer": "221"}
+    if where == "in process":
+        monkeypatch.setenv("RLPLANE_REWARD_ENTRYPOINTS", "tests.harness.openenv_tools:*")
+        environment = make_environment(PythonEnvironment(entrypoint="tests.harness.openenv_tools:make", stop=["\n\n"]))
+        opening, replies = _opened_and_played(environment, row, calls)
+        wrong = played(environment, row, '<tool_call>{"name": "submit", "arguments": {"answer": 220}}</tool_call>')
+    else:
+        with served_openenv(sessions=2, environment="tools") as url:
+            environment = make_environment(OpenEnvEnvironment(url=url, stop=["\n\n"]))
+            opening, replies = _opened_and_played(environment, row, calls)
+            wrong = played(environment, row, '<tool_call>{"name": "submit", "arguments": {"answer": 220}}</tool_call>')
+    assert environment.stop == ("\n\n", "</tool_call>")
+    tools = [json.loads(line) for line in opening.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
+    assert [t["function"]["name"] for t in tools] == ["multiply", "submit"]
+    assert tools[0]["function"]["parameters"]["required"] == ["a", "b"], tools
+    assert '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>' in opening
+    no_call, no_json, unknown, refused, product, submitted = replies
+    for reply, why in [
+        (no_call, "invalid tool call: no tool call"),
+        (no_json, "invalid tool call: the tool call is not JSON"),
+        (unknown, "tool 'divide': Unknown tool: 'divide'"),
+        (refused, "tool 'multiply': 1 validation error"),
+    ]:
+        assert reply.error and not reply.done and reply.reason.startswith(why), (reply, why)
+        assert reply.text.startswith("<tool_response>\nerror: ") and reply.text.endswith("</tool_response>\n"), reply
+    assert [r.tool_call for r in replies[:5]] == [False, False, True, True, True]
+    assert product.text == "<tool_response>\n221\n</tool_response>\n" and not product.error and not product.done
+    assert submitted.done and submitted.reward == 1.0 and submitted.components == {"openenv": 1.0}
+    assert wrong[0].done and wrong[0].reward == 0.0
+
+
+def _opened_and_played(environment, row: dict, messages: list[str]) -> tuple[str, list]:
+    episode = Episode(row=row)
+    opening = environment.reset(episode)
+    replies = []
+    for message in messages:
+        episode.messages.append(("policy", message))
+        replies.append(environment.step(episode, message))
+    return opening, replies
+
+
+def test_tool_calls_read_string_arguments_and_mcp_results_of_every_content() -> None:
+    """Arguments written as a JSON string (as some chat templates do) are read as the object; a result's text contents
+    are joined and its other contents named by type; a result that is itself an error (is_error) is one; a call
+    without a name, or with arguments that are no object, is refused with why."""
+    call = '<tool_call>{"name": "multiply", "arguments": "{\\"a\\": 2, \\"b\\": 3}"}</tool_call>'
+    assert tool_calls.call_fields(call) == {"type": "call_tool", "tool_name": "multiply", "arguments": {"a": 2, "b": 3}}
+    for bad, why in [
+        ('<tool_call>{"arguments": {}}</tool_call>', 'needs a "name"'),
+        ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "must be an object, not list"),
+        ('<tool_call>{"name": "f"', "left open"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            tool_calls.call_fields(bad)
+    contents = [{"type": "text", "text": "a page"}, {"type": "image", "data": "..."}, {"type": "text", "text": "more"}]
+    assert tool_calls.response({"tool_name": "look", "result": {"content": contents}}) == (
+        "<tool_response>\na page\n[image]\nmore\n</tool_response>\n",
+        None,
+    )
+    assert tool_calls.response({"tool_name": "f", "result": {"content": [], "structured_content": {"x": 1}}})[0] == (
+        '<tool_response>\n{"x": 1}\n</tool_response>\n'
+    )
+    failed = {"tool_name": "f", "result": {"content": [{"type": "text", "text": "disk full\nat line 3"}], "is_error": True}}
+    assert tool_calls.response(failed) == ("<tool_response>\ndisk full\nat line 3\n</tool_response>\n", "tool 'f': disk full")

@@ -93,7 +93,8 @@ class HttpEnvironment(StrictModel):
 
 class OpenEnvEnvironment(StrictModel):
     """Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
-    <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served."""
+    <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served. A server whose Action
+    is CallToolAction serves an MCP tool environment: the policy calls its tools in <tool_call> tags (docs/rl.md)."""
 
     kind: Literal["openenv"] = Field("openenv", description="openenv: an OpenEnv environment server.")
     url: Annotated[str, StringConstraints(pattern=r"^(https?|wss?)://[^\s/?#]+[^\s?#]*$")] = Field(
@@ -118,7 +119,7 @@ class OpenEnvEnvironment(StrictModel):
 class PythonEnvironment(StrictModel):
     """An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
-    which is then made once per episode."""
+    which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in <tool_call> tags."""
 
     kind: Literal["python"] = Field("python", description="python: an environment from an allow-listed factory.")
     entrypoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(

@@ -33,12 +33,13 @@ def served_calculator() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def served_openenv(sessions: int) -> Iterator[str]:
-    """The guessing environment served by openenv-core's own server (tests/harness/openenv_server.py) in its own
-    process, `sessions` at once, stopped after: its URL, once its schema answers."""
+def served_openenv(sessions: int, environment: str = "guess") -> Iterator[str]:
+    """The guessing environment (or `tools`, the MCP tool environment) served by openenv-core's own server
+    (tests/harness/openenv_server.py) in its own process, `sessions` at once, stopped after: its URL, once its schema
+    answers."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "tests.harness.openenv_server", str(port), str(sessions)]
+    command = [sys.executable, "-m", "tests.harness.openenv_server", str(port), str(sessions), environment]
     process = subprocess.Popen(command, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60

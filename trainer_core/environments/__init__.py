@@ -4,8 +4,9 @@
 
 One module per job: base (the protocol, Episode, Reply), calculator (the builtin tool task), sandbox (running
 untrusted Python) and python_exec (the builtin verifier on it), http (a service; `server` is a reference one),
-openenv (OpenEnv environments in process), openenv_server (an OpenEnv environment server). recipes/episodes.py
-plays them with the policy. Importing this package loads no torch.
+openenv (OpenEnv environments in process), openenv_server (an OpenEnv environment server), tool_calls (OpenEnv's
+MCP tool environments, for both). recipes/episodes.py plays them with the policy. Importing this package loads no
+torch.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def make_environment(spec: EnvironmentSpec, field: str = FIELD) -> Environment:
 
 def _from_entrypoint(spec: PythonEnvironment, field: str) -> Environment:
     """The allow-list is checked before the module is imported (importing runs its code), here as well as at submit."""
-    from trainer_core.environments.openenv import OpenEnvAdapter, looks_like_openenv
+    from trainer_core.environments.openenv import OpenEnvAdapter, is_tool_environment, looks_like_openenv
 
     patterns = allowed_from_env()
     if not is_allowed(spec.entrypoint, patterns):
@@ -69,8 +70,9 @@ def _from_entrypoint(spec: PythonEnvironment, field: str) -> Environment:
         raise EnvError(f"{field}.entrypoint: module {module_name!r} has no callable {name!r} (a factory of environments)")
     made = factory()
     if looks_like_openenv(made):
+        tools = is_tool_environment(made)
         made.close()  # this one only told us its kind: OpenEnv environments are made afresh for every episode
-        return OpenEnvAdapter(factory, tuple(spec.stop))
+        return OpenEnvAdapter(factory, tuple(spec.stop), tools=tools)
     for method in ("reset", "step", "cut_off", "close"):
         if not callable(getattr(made, method, None)):
             raise EnvError(

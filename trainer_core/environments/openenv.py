@@ -7,6 +7,10 @@ environment's Action, as verifiers' OpenEnv taskset does it: a JSON object (fenc
 other text fills the action's one required field (an Action with several needs JSON). An observation is shown as
 its one text field, or as JSON of its fields. A done observation ends the episode with the rewards of its steps
 summed; a message that is no valid action is answered with why (an error), and the episode goes on.
+
+An MCP environment (openenv-core's MCPEnvironment: tools the policy calls through step) is played in tool-call tags
+instead (tool_calls.py): its tools listed after the reset's observation, each turn's call made a CallToolAction
+(imported from openenv then: such an environment brings it), the result answered in <tool_response> tags.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_core.environments import tool_calls
 from trainer_core.environments.base import EnvError, Episode, Reply, answer, end
 
 _STANDARD = {"done", "reward", "metadata"}  # every Observation has these; the rest is what the policy sees
@@ -30,6 +35,11 @@ def looks_like_openenv(environment: Any) -> bool:
         and callable(getattr(environment, "step", None))
         and not hasattr(environment, "cut_off")
     )
+
+
+def is_tool_environment(environment: Any) -> bool:
+    """Whether `environment` is an OpenEnv MCP environment (a subclass of openenv-core's MCPEnvironment)."""
+    return any(cls.__name__ == "MCPEnvironment" and cls.__module__.startswith("openenv.") for cls in type(environment).__mro__)
 
 
 def action_class(environment: Any) -> type:
@@ -93,33 +103,59 @@ def shown_text(observation: dict[str, Any]) -> str:
 @dataclass
 class _Playing:
     environment: Any
-    action: type
+    action: type | None  # the Action model step() takes; None for an MCP environment's tool calls
     total: float = 0.0
 
 
 class OpenEnvAdapter:
-    def __init__(self, make: Callable[[], Any], stop: tuple[str, ...] = ()) -> None:
-        self.make, self.stop = make, stop
+    def __init__(self, make: Callable[[], Any], stop: tuple[str, ...] = (), *, tools: bool = False) -> None:
+        self.make, self.tools = make, tools
+        self.stop = (*stop, tool_calls.CLOSE) if tools and tool_calls.CLOSE not in stop else stop
 
     def reset(self, episode: Episode) -> str:
         environment = self.make()
         accepted = inspect.signature(environment.reset).parameters
         observation = environment.reset(**{k: v for k, v in episode.row.items() if k in accepted})
-        episode.state = _Playing(environment, action_class(environment), float(observation.reward or 0.0))
-        return observation_text(observation)
+        episode.state = _Playing(environment, None if self.tools else action_class(environment), float(observation.reward or 0.0))
+        if not self.tools:
+            return observation_text(observation)
+        from openenv.core.env_server.mcp_types import ListToolsAction
+
+        found = environment.step(ListToolsAction()).model_dump(mode="json")
+        try:
+            return tool_calls.listed(found.get("tools")) + observation_text(observation)
+        except ValueError as exc:
+            raise EnvError(f"{type(environment).__name__}: {exc}") from None
 
     def step(self, episode: Episode, message: str) -> Reply:
         playing: _Playing = episode.state
+        if playing.action is None:
+            return self._call(playing, message)
         try:
             action = to_action(playing.action, message)
         except ValueError as exc:
             return answer(f"invalid action: {exc}", error=True, reason=f"invalid action: {exc}")
         observation = playing.environment.step(action)
+        return self._observed(playing, observation) or answer(observation_text(observation))
+
+    def _call(self, playing: _Playing, message: str) -> Reply:
+        from openenv.core.env_server.mcp_types import CallToolAction
+
+        try:
+            fields = tool_calls.call_fields(message)
+        except ValueError as exc:
+            return answer(tool_calls.refusal(str(exc)), error=True, reason=f"invalid tool call: {exc}")
+        observation = playing.environment.step(CallToolAction(tool_name=fields["tool_name"], arguments=fields["arguments"]))
+        text, failed = tool_calls.response(observation.model_dump(mode="json"))
+        return self._observed(playing, observation) or answer(text, tool_call=True, error=failed is not None, reason=failed)
+
+    def _observed(self, playing: _Playing, observation: Any) -> Reply | None:
+        """The episode's end, when `observation` is done (its rewards summed); None while it goes on."""
         playing.total += float(observation.reward or 0.0)
-        if observation.done:
-            playing.environment.close()
-            return end(playing.total, components={"openenv": playing.total})
-        return answer(observation_text(observation))
+        if not observation.done:
+            return None
+        playing.environment.close()
+        return end(playing.total, components={"openenv": playing.total})
 
     def cut_off(self, episode: Episode, why: str) -> Reply:
         playing: _Playing = episode.state

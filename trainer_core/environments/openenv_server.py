@@ -11,6 +11,10 @@ Actions and observations read as openenv.py reads an environment in the trainer'
 episode's steps. An action the server refuses is answered to the policy (an error turn); a server that cannot be
 reached or answers outside the protocol fails the run, naming the field. A session lost mid-episode cannot be
 retried (its state lives on the server), so it fails the run too.
+
+A server whose Action is OpenEnv's CallToolAction serves an MCP tool environment: its tools are listed after the
+reset ({"type": "step", "data": {"type": "list_tools"}}) and each turn's tool call is a call_tool step, in the tags of
+tool_calls.py.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from rlplane.spec.environments import OpenEnvEnvironment as OpenEnvSpec
+from trainer_core.environments import tool_calls
 from trainer_core.environments.base import EnvError, Episode, Reply, answer, end
 from trainer_core.environments.openenv import action_fields, shown_text
 from trainer_core.rewards.http import jsonable
@@ -46,25 +51,30 @@ class _Session:
 class OpenEnvServer:
     def __init__(self, spec: OpenEnvSpec, field: str) -> None:
         self.spec, self.field = spec, field
-        self.stop = tuple(spec.stop)
         self.concurrency = spec.concurrency
         self.sessions = spec.sessions  # recipes/episodes.py plays a rank's episodes in waves of this many
         base = spec.url.rstrip("/")
         self.ws_url = re.sub(r"^http", "ws", base) + "/ws"  # http -> ws, https -> wss
-        self.required = self._required_fields(re.sub(r"^ws", "http", base) + "/schema")
+        schema = self._action_schema(re.sub(r"^ws", "http", base) + "/schema")
+        self.required = [str(name) for name in schema.get("required", [])]
+        self.tools = tool_calls.is_tool_action(schema)
+        stop = tuple(spec.stop)
+        self.stop = (*stop, tool_calls.CLOSE) if self.tools and tool_calls.CLOSE not in stop else stop
         self._open: set[_Session] = set()
         self._lock = threading.Lock()
 
-    def _required_fields(self, url: str) -> list[str]:
+    def _action_schema(self, url: str) -> Mapping[str, Any]:
         try:
             reply = httpx.get(url, timeout=self.spec.timeout_s)
             reply.raise_for_status()
-            required = reply.json()["action"].get("required", [])
+            schema = reply.json()["action"]
+            if not isinstance(schema, Mapping) or not isinstance(schema.get("required", []), list):
+                raise TypeError(f"its action is {str(schema)[:200]!r}")
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise EnvError(
                 f"{self.field}.url: {url} gave no Action schema ({exc}); is it an OpenEnv environment server?"
             ) from None
-        return [str(name) for name in required]
+        return schema
 
     def reset(self, episode: Episode) -> str:
         held = contextlib.ExitStack()  # the connection's context, held across the episode's calls
@@ -87,13 +97,23 @@ class OpenEnvServer:
             raise EnvError(f"{self.field}: the OpenEnv server at {self.ws_url} refused to reset: {why}")
         observation, reward, _ = self._observed(data)
         session.total += reward
-        return shown_text(observation)
+        if not self.tools:
+            return shown_text(observation)
+        kind, data = self._ask(session, "step", {"type": "list_tools"})
+        try:
+            if kind == "error":
+                raise ValueError(f"list_tools was refused: {_why(data)}")
+            return tool_calls.listed(self._observed(data)[0].get("tools")) + shown_text(observation)
+        except ValueError as exc:
+            raise EnvError(f"{self.field}: the OpenEnv server at {self.ws_url}: {exc}") from None
 
     def step(self, episode: Episode, message: str) -> Reply:
         session: _Session = episode.state
         try:
-            fields = action_fields(message, self.required)
+            fields = tool_calls.call_fields(message) if self.tools else action_fields(message, self.required)
         except ValueError as exc:
+            if self.tools:
+                return answer(tool_calls.refusal(str(exc)), error=True, reason=f"invalid tool call: {exc}")
             return answer(f"invalid action: {exc}", error=True, reason=f"invalid action: {exc}")
         kind, data = self._ask(session, "step", fields)
         if kind == "error":
@@ -104,7 +124,10 @@ class OpenEnvServer:
         if done:
             self._close(session)
             return end(session.total, components={"openenv": session.total})
-        return answer(shown_text(observation))
+        if not self.tools:
+            return answer(shown_text(observation))
+        text, failed = tool_calls.response(observation)
+        return answer(text, tool_call=True, error=failed is not None, reason=failed)
 
     def cut_off(self, episode: Episode, why: str) -> Reply:
         session: _Session = episode.state

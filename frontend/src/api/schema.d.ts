@@ -2896,7 +2896,8 @@ export interface components {
         /**
          * OpenEnvEnvironment
          * @description Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
-         *     <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served.
+         *     <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served. A server whose Action
+         *     is CallToolAction serves an MCP tool environment: the policy calls its tools in <tool_call> tags (docs/rl.md).
          */
         OpenEnvEnvironment: {
             /**
@@ -3222,7 +3223,7 @@ export interface components {
          * PythonEnvironment
          * @description An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
          *     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
-         *     which is then made once per episode.
+         *     which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in <tool_call> tags.
          */
         PythonEnvironment: {
             /**

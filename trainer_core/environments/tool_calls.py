@@ -1,0 +1,118 @@
+"""OpenEnv's MCP tool environments (openenv-core's MCPEnvironment, RFC 003: step(ListToolsAction) lists the tools,
+step(CallToolAction) calls one) played as text, in the tool-call tags that Hermes- and Qwen-style chat templates
+train models on:
+
+    opening      on a new line, how to call; <tools> a JSON line per tool {"type": "function", "function": ...} </tools>
+    policy       <tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>   (the turn stops there)
+    environment  <tool_response>12</tool_response>
+
+The environment ends the episode (a `submit` tool, say) with its reward. A turn with no call, or a call that does not
+parse, is answered with why (an error turn), as any message that is no valid action is; a tool's own failure comes
+back as its response, marked as an error. Both openenv.py (in process) and openenv_server.py (over the wire) use this
+on the observations' JSON, so they read tools and results alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_REASON_CHARS = 200  # of an error's first line, kept for the log (the policy is shown all of it)
+
+
+def is_tool_action(schema: Mapping[str, Any]) -> bool:
+    """Whether an Action's JSON schema is OpenEnv's CallToolAction (an MCP environment's server is built with it)."""
+    kind = (schema.get("properties") or {}).get("type") or {}
+    return isinstance(kind, Mapping) and kind.get("const") == "call_tool"
+
+
+def listed(tools: Any) -> str:
+    """A ListToolsObservation's tools as the policy is shown them, with how to call one; ValueError when `tools` is
+    no list of tools."""
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) and isinstance(t.get("name"), str) for t in tools):
+        raise ValueError(f"list_tools answered {json.dumps(tools, default=str)[:200]}, not a list of named tools")
+    lines = [
+        json.dumps(
+            {
+                "type": "function",
+                "function": {
+                    "name": tool["name"],
+                    "description": tool.get("description") or "",
+                    "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+                },
+            }
+        )
+        for tool in tools
+    ]
+    usage = f'{OPEN}{{"name": "<tool>", "arguments": {{...}}}}{CLOSE}'
+    return f"\nTools you may call, one per turn as {usage}:\n<tools>\n" + "\n".join(lines) + "\n</tools>\n"
+
+
+def call_fields(message: str) -> dict[str, Any]:
+    """The CallToolAction's fields of the policy's message (its last tool call); ValueError says what is wrong."""
+    start = message.rfind(OPEN)
+    if start < 0:
+        raise ValueError(f'no tool call: call a tool as {OPEN}{{"name": ..., "arguments": {{...}}}}{CLOSE}')
+    close = message.find(CLOSE, start)
+    if close < 0:
+        raise ValueError(f"a {OPEN} left open (no {CLOSE})")
+    body = message[start + len(OPEN) : close].strip()
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the tool call is not JSON ({exc.msg})") from None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ValueError('the tool call needs a "name" (a string) and "arguments" (an object)')
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):  # some templates write the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    if not isinstance(arguments, dict):
+        raise ValueError(f'the tool call\'s "arguments" must be an object, not {type(arguments).__name__}')
+    return {"type": "call_tool", "tool_name": call["name"], "arguments": arguments}
+
+
+def response(observation: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A CallToolObservation's JSON as the policy is answered (in <tool_response> tags), and the error's reason when the
+    call failed (a framework error, or a result that is one)."""
+    error, result = observation.get("error"), observation.get("result")
+    if isinstance(error, Mapping):
+        message = str(error.get("message") or error.get("error_type") or "the call failed")
+        return _tagged(f"error: {message}"), f"tool {observation.get('tool_name')!r}: {_first_line(message)}"
+    text = _result_text(result)
+    if isinstance(result, Mapping) and result.get("is_error"):
+        return _tagged(text), f"tool {observation.get('tool_name')!r}: {_first_line(text)}"
+    return _tagged(text), None
+
+
+def _result_text(result: Any) -> str:
+    """An MCP CallToolResult's text contents (other contents by their type), else its structured content; any other
+    result as text or JSON."""
+    if isinstance(result, Mapping) and isinstance(result.get("content"), list):
+        parts = [
+            str(item.get("text", "")) if item.get("type") == "text" else f"[{item.get('type')}]"
+            for item in result["content"]
+            if isinstance(item, Mapping)
+        ]
+        if parts:
+            return "\n".join(parts)
+        result = result.get("structured_content") or result.get("data")
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def refusal(why: str) -> str:
+    """The answer to a turn with no usable tool call."""
+    return _tagged(f"error: {why}")
+
+
+def _tagged(text: str) -> str:
+    return f"<tool_response>\n{text}\n</tool_response>\n"
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:_REASON_CHARS]
