@@ -27,7 +27,7 @@ from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
 from trainer_core.models import build_builtin
-from trainer_core.recipes import episodes
+from trainer_core.recipes import episodes, online, rollouts
 from trainer_core.recipes.rollouts import EvalPlan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -138,6 +138,22 @@ def test_limits_cut_episodes_off_with_the_environments_verdict(policy) -> None:
     assert by_tokens.generation.attention_mask[0, by_tokens.generation.prompt_width :].sum() <= 20
     stats = episodes.step_stats(by_tokens)
     assert stats["env/truncated"] == stats["gen/truncated"] == 1.0
+
+
+def test_a_prompt_that_the_opening_pushes_past_its_room_loses_its_start_and_says_so(policy) -> None:
+    """The prompt with the environment's opening keeps its last model.max_seq_len - max_tokens tokens (here 96 - 64);
+    an episode whose opening pushed it past them counts in gen/prompt_cut, one that fits does not."""
+    _, tokenizer, _ = policy
+    long_opening = " Tools:" + " calculator" * 40
+    scored = play(policy, Scripted(turns=1, opening=long_opening), ROWS[:1])
+    whole = tokenizer(ROWS[0]["prompt"])["input_ids"] + tokenizer(long_opening, add_special_tokens=False)["input_ids"]
+    g = scored.generation
+    assert len(whole) > 32 and g.input_ids[0, g.prompt_width - 32 : g.prompt_width].tolist() == whole[-32:]
+    assert int(g.attention_mask[0, : g.prompt_width].sum()) == 32
+    fits = play(policy, Scripted(turns=1, opening=" Go:"), ROWS[:1])
+    assert (scored.prompt_cut, fits.prompt_cut) == ([True], [False])
+    both = rollouts.keep(fits, [0], 0, also=scored)
+    assert online.rollout_stats(both, torch.tensor(both.scores.total), {})["gen/prompt_cut"] == 1.0
 
 
 def test_evaluation_plays_episodes(policy) -> None:

@@ -88,8 +88,10 @@ def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, variant: str
         "grpo/clipfrac_high",
         "grpo/ratio_mean",
         "gen/truncated",
+        "gen/prompt_cut",
     ):
         assert sorted(metrics(out, key)) == list(range(1, 161)), key
+    assert set(metrics(out, "gen/prompt_cut").values()) == {0.0}  # arithmetic prompts fit their room
     if VARIANTS[variant].get("dynamic_sampling"):  # it refilled the batch with informative groups
         rounds, kept = metrics(out, "grpo/sampling_rounds"), metrics(out, "grpo/kept_groups")
         assert len(rounds) == 160 and max(rounds.values()) > 1 and all(1 <= r <= 3 for r in rounds.values()), rounds

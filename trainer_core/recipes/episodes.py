@@ -55,7 +55,7 @@ class EpisodeRecord:
 @dataclass
 class _Playing:
     episode: Episode
-    prompt: list[int]  # the row's, then with the environment's opening
+    prompt: list[int]  # the row's, then with the environment's opening (cut from the left to the budget)
     opening: str = ""  # the environment's text that opened the episode
     ids: list[int] = field(default_factory=list)  # after the prompt: the policy's and the environment's tokens
     mine: list[bool] = field(default_factory=list)  # per id: the policy's
@@ -63,6 +63,7 @@ class _Playing:
     tool_calls: int = 0
     errors: list[str] = field(default_factory=list)
     cut: str | None = None  # max_turns or max_tokens, when the limits ended it
+    prompt_cut: bool = False  # the prompt with the opening lost its start to fit the budget
     verdict: Reply | None = None
 
     def add(self, ids: Sequence[int], policy: bool, drawn: Sequence[float] | None = None) -> None:
@@ -117,7 +118,7 @@ def play(
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
     budget = prompt_budget(run.spec, limits)
-    prompts = rollouts.encode_prompts(rows, tokenizer, budget)
+    prompts = [rollouts.prompt_ids(row, tokenizer) for row in rows]  # whole: cut with the opening, at the reset
     playing = [_Playing(Episode(row=row), prompt) for row, prompt in zip(rows, prompts, strict=True)]
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []  # noqa: E731
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
@@ -126,7 +127,8 @@ def play(
 
     def play_wave(wave: list[_Playing]) -> None:
         for p, opening in zip(wave, _each(environment, environment.reset, [p.episode for p in wave]), strict=True):
-            p.opening, p.prompt = opening, (p.prompt + encode(opening))[-budget:]
+            whole = p.prompt + encode(opening)
+            p.opening, p.prompt, p.prompt_cut = opening, whole[-budget:], len(whole) > budget
         while True:
             live = [p for p in wave if p.verdict is None and p.cut is None]
             if float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) == 0:
@@ -210,7 +212,8 @@ def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: t
     ]
     prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
     texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
-    return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records)
+    cut = [p.prompt_cut for p in playing]
+    return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
 
 
 def step_stats(scored: rollouts.Scored) -> dict[str, float]:

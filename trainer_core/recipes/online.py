@@ -127,6 +127,7 @@ def rollout_stats(scored: rollouts.Scored, rewards: torch.Tensor, own: Mapping[s
         "reward/sum": float(raw.sum()),
         "reward/sumsq": float((raw**2).sum()),
         "gen/response_length": float(scored.generation.response_mask.sum()),
+        "gen/prompt_cut": float(sum(scored.prompt_cut)),
         "count": float(len(rewards)),
         "perf/gen_s": scored.gen_s,
         **own,

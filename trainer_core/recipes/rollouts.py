@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -91,15 +91,16 @@ def prompt_budget(spec: RunSpec, gen: GenSpec) -> int:
 
 def encode_prompts(rows: list[dict], tokenizer: Any, max_tokens: int) -> list[list[int]]:
     """Each row's prompt as ids, cut from the left to max_tokens (the end of a prompt is what the response follows)."""
-    encoded = []
-    for row in rows:
-        prompt = row["prompt"]
-        if isinstance(prompt, list):  # messages: the chat template, ending where the assistant's turn starts
-            ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=False)
-        else:
-            ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        encoded.append(list(ids)[-max_tokens:])
-    return encoded
+    return [prompt_ids(row, tokenizer)[-max_tokens:] for row in rows]
+
+
+def prompt_ids(row: dict, tokenizer: Any) -> list[int]:
+    """A row's whole prompt as ids: text as is, messages through the chat template (ending where the assistant's turn
+    starts)."""
+    prompt = row["prompt"]
+    if isinstance(prompt, list):
+        return list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=False))
+    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
 
 def prompt_text(row: dict) -> str:
@@ -230,6 +231,7 @@ class Scored:
     scores: Any  # trainer_core.rewards.RewardScores
     gen_s: float  # seconds spent generating (and, for episodes, playing them)
     episodes: list[Any] | None = None  # episodes.EpisodeRecord per response, when an environment played them
+    prompt_cut: list[bool] = field(default_factory=list)  # per response: its prompt lost its start to fit the budget
 
 
 def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None) -> Scored:
@@ -245,6 +247,7 @@ def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None)
         ),
         0.0,
         None if scored.episodes is None else [scored.episodes[i] for i in index],
+        [scored.prompt_cut[i] for i in index],
     )
     if also is None:
         return picked
@@ -256,6 +259,7 @@ def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None)
         type(scored.scores)(also.scores.total + picked.scores.total, components),
         0.0,
         None if also.episodes is None else also.episodes + (picked.episodes or []),
+        also.prompt_cut + picked.prompt_cut,
     )
 
 
@@ -266,14 +270,15 @@ def sample_and_score(
     `observe`: for samples that are only shown, so the reward's running normaliser is left as it was."""
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
-    prompt_ids = encode_prompts(rows, run.tokenizer, prompt_budget(run.spec, gen))
-    generation = generate(policy, prompt_ids, run.tokenizer, gen, run.backend)
+    budget = prompt_budget(run.spec, gen)
+    whole = [prompt_ids(row, run.tokenizer) for row in rows]
+    generation = generate(policy, [ids[-budget:] for ids in whole], run.tokenizer, gen, run.backend)
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
     with unchanged(run.reward) if observe else contextlib.nullcontext():
         scores = run.reward(prompts, responses, [metadata(r) for r in rows])
-    return Scored(generation, prompts, responses, scores, gen_s)
+    return Scored(generation, prompts, responses, scores, gen_s, prompt_cut=[len(ids) > budget for ids in whole])
 
 
 @contextlib.contextmanager

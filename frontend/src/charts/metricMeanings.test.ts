@@ -5,7 +5,7 @@ describe('metricMeaning', () => {
   it('explains every RL health signal GRPO and PPO report', () => {
     const keys = [
       'grpo/zero_std_groups', 'grpo/clipfrac', 'grpo/clipfrac_low', 'grpo/clipfrac_high', 'grpo/ratio_mean', 'grpo/ratio_min',
-      'grpo/ratio_max', 'grpo/approx_kl', 'grpo/entropy', 'grpo/kl', 'grpo/reward_kl', 'grpo/overlong_penalty', 'gen/truncated',
+      'grpo/ratio_max', 'grpo/approx_kl', 'grpo/entropy', 'grpo/kl', 'grpo/reward_kl', 'grpo/overlong_penalty', 'gen/truncated', 'gen/prompt_cut',
       'gen/response_length', 'gen/response_length_min', 'gen/response_length_max', 'ppo/explained_variance', 'ppo/clipfrac',
       'ppo/value_clipfrac', 'ppo/approx_kl', 'ppo/entropy', 'ppo/kl', 'ppo/kl_coef', 'env/turns', 'env/tool_calls', 'env/errors',
       'env/truncated',

@@ -31,6 +31,8 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'grpo/overlong_penalty': "Mean reward taken off answers for their length (DAPO's overlong shaping).",
 
   'gen/truncated': 'Share of answers that ran to max_new_tokens (cut off).',
+  'gen/prompt_cut':
+    "Share of answers whose prompt (with an environment's opening) lost its start to fit model.max_seq_len less the answer's room; above 0, the policy saw less than the samples show.",
   'gen/response_length': 'Mean answer length in tokens.',
   'gen/response_length_min': "Shortest answer of the step, in tokens.",
   'gen/response_length_max': "Longest answer of the step, in tokens.",
