@@ -17,18 +17,20 @@ import torch
 
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import BuiltinEnvironment
+from rlplane.spec.sections import PythonReward, RewardTerm, SumReward, TrainSpec
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
-from rlplane.spec.sections import TrainSpec
 from tests.harness.baselines import one_torch_thread
 from tests.harness.environments import served_calculator, served_openenv
 from tests.harness.launch import launch
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
-from trainer_core.environments import Episode, Reply, answer, end
+from trainer_core.environments import EnvError, Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
 from trainer_core.models import build_builtin
 from trainer_core.recipes import episodes, online, rollouts
 from trainer_core.recipes.rollouts import EvalPlan
+from trainer_core.rewards import make_reward
+from trainer_core.rewards.allowlist import ENV_VAR
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOOL = "<result>42</result>"
@@ -156,9 +158,50 @@ def test_a_prompt_that_the_opening_pushes_past_its_room_loses_its_start_and_says
     assert online.rollout_stats(both, torch.tensor(both.scores.total), {})["gen/prompt_cut"] == 1.0
 
 
+def transcript_length(prompts: list[str], responses: list[str], metadata: list[dict]) -> list[float]:
+    """A python reward: the episode's text after the prompt, in hundreds of characters."""
+    return [len(response) / 100 for response in responses]
+
+
+def test_a_reward_section_adds_its_score_of_each_episode(policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's reward section scores each episode's text after the prompt (the policy's turns and the environment's
+    answers) and adds it to the environment's reward, its component beside the environment's; `observe` leaves its
+    normaliser as it was; a component named as one of the environment's is refused. In an evaluation, eval/reward is
+    the sum and eval/success the environment's verdict alone."""
+    monkeypatch.setenv(ENV_VAR, "tests.test_episodes:*")
+    source = {"entrypoint": "tests.test_episodes:transcript_length"}
+    played = play(policy, Scripted(turns=2, opening=" Go:"), ROWS)
+    lengths = [len(response) / 100 for response in played.responses]
+    assert all(TOOL in response for response in played.responses)  # the whole episode is what the reward reads
+    reward = make_reward(PythonReward(**source), device=torch.device("cpu"), seed=0)
+    scored = episodes.with_reward(played, reward, ROWS)
+    assert scored.scores.total == [2.0 + length for length in lengths]
+    assert scored.scores.components == {"turns": [2.0, 2.0], "transcript_length": lengths}
+    normalized = make_reward(PythonReward(**source, normalize=True), device=torch.device("cpu"), seed=0)
+    before = normalized.state_dict()
+    episodes.with_reward(played, normalized, ROWS, observe=True)
+    assert normalized.state_dict() == before
+    episodes.with_reward(played, normalized, ROWS)
+    assert normalized.state_dict() != before
+    clashing = make_reward(
+        SumReward(terms=[RewardTerm(name="turns", source=PythonReward(**source))]), device=torch.device("cpu"), seed=0
+    )
+    with pytest.raises(EnvError, match="reward: its component 'turns' has the name of one the environment reports"):
+        episodes.with_reward(played, clashing, ROWS)
+    model, tokenizer, backend = policy
+    penalty = make_reward(PythonReward(**source, scale=-1.0), device=torch.device("cpu"), seed=0)
+    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=96)))
+    run.reward = penalty
+    limits = BuiltinEnvironment(name="calculator", max_turns=4, max_tokens=64)
+    evaluated = episodes.evaluate(run, model, ROWS, GenSpec(max_new_tokens=5), Scripted(turns=2), limits, EvalPlan(k=(1,)))
+    assert evaluated["eval/success"] == 1.0 and 0 < evaluated["eval/reward"] < 2.0
+    assert evaluated["eval/reward/transcript_length"] == pytest.approx(evaluated["eval/reward"] - 2.0)
+
+
 def test_evaluation_plays_episodes(policy) -> None:
     model, tokenizer, backend = policy
-    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=96)))
+    spec = SimpleNamespace(model=SimpleNamespace(max_seq_len=96))
+    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=spec, reward=None)
     limits = BuiltinEnvironment(name="calculator", max_turns=4, max_tokens=64)
     gen = GenSpec(max_new_tokens=5)
     greedy = episodes.evaluate(run, model, ROWS * 3, gen, Scripted(turns=2), limits, EvalPlan(k=(1,)))
@@ -295,14 +338,19 @@ def service() -> Iterator[str]:
 
 def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_path: Path, service: str) -> None:
     """Two steps each with the calculator served over HTTP (the same episodes as in-process: the reference server
-    plays the builtin), with an OpenEnv environment server (openenv-core's own, in its own process: the guessing game,
-    whose rewards come back summed per episode; it allows 4 sessions, so the episodes are played in waves) and with
-    the python verifier, whose sandbox answers the policy's non-code with reasons; the runs log them and go on."""
+    plays the builtin; a reward section adds its score of each episode to the environment's), with an OpenEnv
+    environment server (openenv-core's own, in its own process: the guessing game, whose rewards come back summed per
+    episode; it allows 4 sessions, so the episodes are played in waves) and with the python verifier, whose sandbox
+    answers the policy's non-code with reasons; the runs log them and go on."""
     short = {"steps": 2, "batch_size": 16, "eval_every": None}
     remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
     remote["data"]["eval_fraction"] = 0.002  # 16 held-out problems: the evaluation's episodes go through the server too
+    remote["reward"] = {"kind": "builtin", "name": "arithmetic", "scale": 0.5}  # added to the environment's reward
     run_spec(tmp_path / "http.yaml", remote, "--out", str(tmp_path / "http"))
     assert len(metrics(tmp_path / "http", "env/tool_calls")) == 2 and len(metrics(tmp_path / "http", "eval/success")) == 2
+    correct, arithmetic, mean = (metrics(tmp_path / "http", k) for k in ("reward/correct", "reward/arithmetic", "reward/mean"))
+    assert sorted(arithmetic) == [1, 2] and all(mean[s] == pytest.approx(correct[s] + arithmetic[s]) for s in (1, 2))
+    assert len(metrics(tmp_path / "http", "eval/reward/arithmetic")) == 2
     with served_openenv(sessions=4) as url:  # 16 episodes a step: 4 waves of 4 sessions
         environment = {"kind": "openenv", "url": url, "sessions": 4, "stop": ["\n"], "max_turns": 2}
         guessing = grpo_spec(sft_start, environment, **short)

@@ -84,12 +84,6 @@ RULE_CASES = {
         "grpo.kl_in",
         "needs grpo.beta > 0",
     ),
-    "environment-replaces-reward": (
-        "ppo",
-        ["algorithm=grpo", "grpo.environment={kind: builtin, name: calculator}"],
-        "reward",
-        "grpo.environment rewards each episode when it ends, so this reward would never be used; remove the reward",
-    ),
     "environment-fits-context": (
         "ppo",
         [*ENVIRONMENT, "model.max_seq_len=64", "grpo.environment.max_tokens=64"],
@@ -421,6 +415,11 @@ class TestCrossFieldRules:
     def test_ppo_with_a_shared_trunk_passes_on_megatron(self):
         parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"]))
         parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.pipeline_parallel=2"]))
+
+    def test_an_environment_runs_with_or_without_a_reward_to_add(self):
+        with_reward = parse_spec(spec_with("ppo", ["algorithm=grpo", "grpo.environment={kind: builtin, name: calculator}"]))
+        assert with_reward.reward is not None and with_reward.grpo.environment is not None
+        assert parse_spec(spec_with("ppo", ENVIRONMENT)).reward is None
 
     def test_several_violations_are_reported_together(self):
         data = spec_with("sft", ["train.checkpoint_every=100", "train.eval_every=100", "backend.precision=fp16"])

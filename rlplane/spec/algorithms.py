@@ -144,8 +144,8 @@ class PpoOptions(StrictModel):
     environment: EnvironmentSpec | None = Field(
         None,
         description="Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers "
-        "(appended, never trained on) or ends the episode with its reward, which replaces the reward section and is "
-        "given at the episode's last policy token; null: one response per prompt, scored by reward.",
+        "(appended, never trained on) or ends the episode with its reward, given at the episode's last policy token "
+        "(a reward section, if any, adds its score of the episode); null: one response per prompt, scored by reward.",
     )
     samples_to_log: int = Field(
         4,
@@ -229,7 +229,8 @@ class GrpoOptions(StrictModel):
         None,
         description="Multi-turn episodes, chosen by kind (builtin, http, python, openenv): each policy turn goes to "
         "the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the "
-        "episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.",
+        "episode with its reward; a reward section, if any, adds its score of the episode (its text after the prompt) "
+        "to it; null: one response per prompt, scored by reward.",
     )
     samples_to_log: int = Field(
         4,

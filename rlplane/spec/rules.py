@@ -45,17 +45,10 @@ def section_matches_algorithm(spec: RunSpec) -> Rules:
 
 
 def reward_matches_algorithm(spec: RunSpec) -> Rules:
-    """ppo, grpo and eval need a reward section (grpo with an environment must not: its environment rewards); sft,
-    reward, dpo and ilql must not have one."""
+    """ppo, grpo and eval need a reward section (with an environment it is optional: the environment rewards each
+    episode, and a reward section adds its score of the episode); sft, reward, dpo and ilql must not have one."""
     rewarded = spec.algorithm in REWARDED_ALGORITHMS
-    if (played := _environment_of(spec)) is not None:
-        name = f"{played[0]}.environment"
-        if spec.reward is not None:
-            yield Violation(
-                ("reward",),
-                f"{name} rewards each episode when it ends, so this reward would never be used; remove the reward "
-                f"section, or remove {name} to score single responses with it",
-            )
+    if _environment_of(spec) is not None:
         return
     if rewarded and spec.reward is None:
         yield Violation(

@@ -19,6 +19,8 @@ on everything before it, as it was sampled. Positions are counted over real toke
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,7 +34,7 @@ from torch import nn
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.data.tokenize import pad_id
-from trainer_core.environments import Environment, Episode, Reply
+from trainer_core.environments import EnvError, Environment, Episode, Reply
 from trainer_core.recipes import rollouts
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.rewards import RewardScores
@@ -216,6 +218,27 @@ def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: t
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
 
 
+def with_reward(
+    scored: rollouts.Scored, reward: Any | None, rows: list[dict], repeat: int = 1, *, observe: bool = False
+) -> rollouts.Scored:
+    """The episodes of `rows` (`repeat` each) with the reward section's score of each added to the environment's
+    reward: it reads the prompt with the environment's opening, the episode's text after it (the policy's turns and
+    the environment's answers, as the samples show it) and the row's columns. Its components join the environment's;
+    a name both report is an EnvError. `observe` leaves the reward's normaliser as it was."""
+    if reward is None:
+        return scored
+    repeated = [row for row in rows for _ in range(repeat)]
+    with rollouts.unchanged(reward) if observe else contextlib.nullcontext():
+        added = reward(scored.prompts, scored.responses, [rollouts.metadata(row) for row in repeated])
+    if shared := sorted(set(added.components) & set(scored.scores.components)):
+        raise EnvError(
+            f"reward: its component {shared[0]!r} has the name of one the environment reports; name it otherwise "
+            f"(reward: {{kind: sum, terms: [{{name: ..., source: ...}}]}})"
+        )
+    total = [played + score for played, score in zip(scored.scores.total, added.total, strict=True)]
+    return dataclasses.replace(scored, scores=RewardScores(total, {**scored.scores.components, **added.components}))
+
+
 def step_stats(scored: rollouts.Scored) -> dict[str, float]:
     """This rank's sums over its episodes (the step divides them by the episodes of all ranks): env/turns,
     env/tool_calls, env/errors (answers marked as errors), env/truncated and gen/truncated (cut off by the limits)."""
@@ -262,8 +285,9 @@ def evaluate(
     plan: rollouts.EvalPlan,
 ) -> dict[str, float]:
     """`plan.samples` episodes for each of this rank's share of `rows` (greedy turns, or sampled with `gen`), reduced
-    over ranks: eval/reward (the environment's, per episode) and eval/reward/<component>; eval/success, the share of
-    episodes whose reward reaches plan.correct_at (1 when unset: a verifier's pass), and eval/pass@k; eval/turns,
+    over ranks: eval/reward (the environment's, plus run.reward's score when the run has a reward section; its
+    normaliser is left as it was) and eval/reward/<component>; eval/success, the share of episodes whose
+    environment's reward reaches plan.correct_at (1 when unset: a verifier's pass), and eval/pass@k; eval/turns,
     eval/tool_calls, eval/errors and eval/truncated per episode; eval/length, the policy's tokens per episode."""
     backend, n = run.backend, plan.samples
     threshold = 1.0 if plan.correct_at is None else plan.correct_at
@@ -271,13 +295,14 @@ def evaluate(
     sums: dict[str, float] = {key: 0.0 for key in keys} | {f"pass@{k}": 0.0 for k in plan.k}
     episodes = prompts_seen = 0
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
-        scored = play(run, policy, chunk, gen, environment, limits, repeat=n, greedy=plan.greedy)
+        played = play(run, policy, chunk, gen, environment, limits, repeat=n, greedy=plan.greedy)
+        scored = with_reward(played, run.reward, chunk, n, observe=True)  # a model reward is a collective: stand-ins too
         for name in scored.scores.components:
             sums.setdefault(f"reward/{name}", 0.0)
         if not real:
             continue
         episodes, prompts_seen = episodes + len(chunk) * n, prompts_seen + len(chunk)
-        correct = [total >= threshold for total in scored.scores.total]
+        correct = [total >= threshold for total in played.scores.total]  # the environment's verdict alone
         stats = step_stats(scored)
         sums["reward"] += sum(scored.scores.total)
         sums["success"] += sum(correct)

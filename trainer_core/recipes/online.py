@@ -47,7 +47,8 @@ def reward_source(spec: RunSpec, backend: Backend) -> Reward:
 def reward_or_environment(
     spec: RunSpec, limits: EnvironmentSpec | None, section: str, backend: Backend, reporter: Any
 ) -> tuple[Reward | None, Environment | None]:
-    """spec.reward, or the environment that plays and rewards whole episodes (`section`.environment: grpo, ppo)."""
+    """spec.reward, and the environment that plays and rewards whole episodes (`section`.environment: grpo, ppo), which
+    a run may have without a reward."""
     if limits is None:
         return reward_source(spec, backend), None
     field = f"{section}.environment"
@@ -63,18 +64,19 @@ def reward_or_environment(
 
         described += f" (sandbox: {isolation()})"
     reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
-    return None, environment
+    return (reward_source(spec, backend) if spec.reward is not None else None), environment
 
 
 def scored(
     run: Any, policy: nn.Module, options: Any, rows: list[dict], repeat: int = 1, *, observe: bool = False
 ) -> rollouts.Scored:
     """`repeat` scored answers to each row (`options`: the ppo or grpo section): single responses scored by
-    run.reward, or whole episodes played with run.environment (which keeps nothing between episodes, so `observe`,
-    which leaves the reward's normaliser as it was, has nothing to leave alone there)."""
+    run.reward, or whole episodes played with run.environment, and scored by run.reward too when the run has one
+    (`observe` leaves the reward's normaliser as it was; the environment keeps nothing between episodes)."""
     if run.environment is None:
         return rollouts.sample_and_score(run, policy, rows, options.gen, repeat=repeat, observe=observe)
-    return episodes.play(run, policy, rows, options.gen, run.environment, options.environment, repeat=repeat)
+    played = episodes.play(run, policy, rows, options.gen, run.environment, options.environment, repeat=repeat)
+    return episodes.with_reward(played, run.reward, rows, repeat, observe=observe)
 
 
 def track_ratio_extremes(lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor], section: str, loss: Any) -> None:

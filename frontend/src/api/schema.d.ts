@@ -2083,7 +2083,7 @@ export interface components {
             dynamic_sampling: number;
             /**
              * Environment
-             * @description Multi-turn episodes, chosen by kind (builtin, http, python, openenv): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward, which replaces the reward section; null: one response per prompt, scored by reward.
+             * @description Multi-turn episodes, chosen by kind (builtin, http, python, openenv): each policy turn goes to the environment, which answers (a tool's result, a user's turn; appended, and never trained on) or ends the episode with its reward; a reward section, if any, adds its score of the episode (its text after the prompt) to it; null: one response per prompt, scored by reward.
              * @default null
              */
             environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
@@ -3050,7 +3050,7 @@ export interface components {
             critic: components["schemas"]["ModelSpec"] | null;
             /**
              * Environment
-             * @description Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers (appended, never trained on) or ends the episode with its reward, which replaces the reward section and is given at the episode's last policy token; null: one response per prompt, scored by reward.
+             * @description Multi-turn episodes, as grpo.environment: each policy turn goes to the environment, which answers (appended, never trained on) or ends the episode with its reward, given at the episode's last policy token (a reward section, if any, adds its score of the episode); null: one response per prompt, scored by reward.
              * @default null
              */
             environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
