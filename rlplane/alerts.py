@@ -80,6 +80,7 @@ class DetectorRule(StrictModel):
         "entropy_collapse",
         "reward_falling",
         "mostly_truncated",
+        "prompts_cut",
         "clipping_heavily",
         "critic_blind",
     ]
@@ -248,6 +249,19 @@ def _mostly_truncated(series: Mapping[str, Points], spec: Mapping[str, float]) -
     return Verdict(True, f"{found[1]:.0%} of responses were cut off at max_new_tokens for {steps} steps (gen/truncated)")
 
 
+def _prompts_cut(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """More than `bound` of the prompts (with an environment's opening) lost their start to fit model.max_seq_len
+    (gen/prompt_cut) for `steps` steps: the policy answers questions it saw only the end of, while the samples show
+    them whole (raise model.max_seq_len, or shorten the prompts or the tools' listing)."""
+    bound, steps = spec.get("bound", 0.0), int(spec.get("steps", 1))
+    found = _held(series, ("gen/prompt_cut",), steps, lambda v: v > bound)
+    if found is None:
+        return Verdict(False)
+    return Verdict(
+        True, f"{found[1]:.0%} of prompts lost their start to fit model.max_seq_len (gen/prompt_cut); raise it or shorten them"
+    )
+
+
 def _clipping_heavily(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
     """The share of clipped tokens above `bound` for `steps` steps: each update moves the policy further than the clip
     allows (a lower lr, fewer epochs, or smaller minibatches)."""
@@ -314,6 +328,13 @@ DETECTORS: dict[str, Detector] = {
             "over half the responses cut off for 5 steps",
             _mostly_truncated,
             ("gen/truncated",),
+        ),
+        Detector(
+            "prompts_cut",
+            ("grpo", "ppo"),
+            "prompts cut to fit model.max_seq_len",
+            _prompts_cut,
+            ("gen/prompt_cut",),
         ),
         Detector(
             "clipping_heavily",

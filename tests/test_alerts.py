@@ -46,6 +46,8 @@ def test_conditions_read_the_recent_points():
         ),
         ("entropy_collapse", {"ppo/entropy": [1.0, 0.01]}, {"ppo/entropy": [0.01, 1.0]}, {}),
         ("mostly_truncated", {"gen/truncated": [0.2] + [0.8] * 5}, {"gen/truncated": [0.8] * 4 + [0.3]}, {}),
+        ("prompts_cut", {"gen/prompt_cut": [0.0, 0.25]}, {"gen/prompt_cut": [0.5, 0.0]}, {}),
+        ("prompts_cut", {"gen/prompt_cut": [0.3, 0.3]}, {"gen/prompt_cut": [0.3, 0.1]}, {"bound": 0.2, "steps": 2}),
         ("clipping_heavily", {"grpo/clipfrac": [0.4] * 5}, {"grpo/clipfrac": [0.4] * 4 + [0.1]}, {}),
         ("clipping_heavily", {"ppo/clipfrac": [0.2] * 5}, {"ppo/clipfrac": [0.05] * 5}, {"bound": 0.1}),
         ("critic_blind", {"ppo/explained_variance": [0.5] + [-0.2] * 10}, {"ppo/explained_variance": [-0.2] * 9 + [0.1]}, {}),
