@@ -77,6 +77,21 @@ class Settings(BaseSettings):
             raise ValueError("RLPLANE_BOOTSTRAP_TOKEN must be at least 24 characters; generate one with `openssl rand -hex 24`")
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, value: str | None) -> str | None:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        if value is not None:
+            try:
+                make_url(value)
+            except ArgumentError:  # its text is not repeated: it may hold a password
+                raise ValueError(
+                    "not a database URL; e.g. postgresql+psycopg://rlplane@db:5432/rlplane, or sqlite:////path/rlplane.db"
+                ) from None
+        return value
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'rlplane.db'}"

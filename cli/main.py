@@ -129,13 +129,20 @@ def worker(
     Example:
       rlplane worker --queues gpu --api http://rlplane:8000 --token $WORKER_TOKEN --broker redis://redis:6379/0
     """
+    from pydantic import ValidationError
+
+    from rlplane.env_settings import settings_problems
     from worker.app import run_worker
     from worker.client import TokenRefused, WorkerApi
     from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
     overrides.update(broker_url=broker, metrics_port=metrics_port, advertise_address=advertise_address)
-    settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        typer.echo(f"rlplane worker: invalid configuration: {settings_problems(exc)}", err=True)
+        raise typer.Exit(2) from None
     if not settings.token:
         typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
         raise typer.Exit(2)

@@ -17,6 +17,7 @@ from api.logging_setup import uvicorn_log_config
 from api.migrate import upgrade_to_head
 from api.settings import Settings
 from rlplane.config import local_server, local_url
+from rlplane.env_settings import settings_problems
 from worker.launcher import signal_on_parent_death
 
 
@@ -44,8 +45,7 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(f"RLPLANE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        raise StartupError(f"invalid configuration: {problems}") from None
+        raise StartupError(f"invalid configuration: {settings_problems(exc)}") from None
 
 
 def prepare_or_explain(settings: Settings) -> None:

@@ -58,6 +58,26 @@ def test_short_bootstrap_token_is_refused(tmp_path):
     assert result.returncode == 2 and "RLPLANE_BOOTSTRAP_TOKEN" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "command, variable, value, words",
+    [
+        (["api", "--port", "1"], "RLPLANE_DATABASE_URL", "s3cret@nowhere", "RLPLANE_DATABASE_URL: Value error, not a database"),
+        (["worker", "--token", "x"], "RLPLANE_INPUT_CACHE_GB", "lots", "RLPLANE_INPUT_CACHE_GB: Input should be a valid number"),
+        (["worker", "--token", "x"], "RLPLANE_HEARTBEAT_S", "-1", "RLPLANE_HEARTBEAT_S: Input should be greater than 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_setting_is_named_with_its_variable(tmp_path, command, variable, value, words):
+    """The API's and the worker's RLPLANE_* settings: a bad one ends the command with exit 2 and one line naming the
+    variable, without its value (it may be a secret) and without a traceback."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    result = CliRunner().invoke(app, command, env={"RLPLANE_HOME": str(tmp_path), variable: value})
+    assert result.exit_code == 2 and words in result.stderr, (result.exit_code, result.stderr, result.exception)
+    assert value not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_unreachable_database_is_one_clear_message(tmp_path):
     env = {**os.environ, "RLPLANE_HOME": str(tmp_path), "RLPLANE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
     result = subprocess.run(

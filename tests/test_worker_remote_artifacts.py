@@ -94,11 +94,18 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     weights = stack.http.get(f"/runs/{run_id}/checkpoints/600/files/model.safetensors", params={"kind": "export"})
     assert weights.status_code == 200 and weights.content == (remote / f"runs/{run_id}/final/model.safetensors").read_bytes()
 
-    # A run that starts from that run's export, on a third node: run:<id> comes down from the root.
+    # A run that starts from that run's export, on a third node: run:<id> comes down from the root. The node keeps
+    # 1 kB of inputs (RLPLANE_INPUT_CACHE_GB): the export stays while the run uses it and goes when it ends.
     os.killpg(second.pid, signal.SIGKILL)
-    stack.start_worker("w3", home=node3)
+    stack.start_worker("w3", home=node3, env={"RLPLANE_INPUT_CACHE_GB": "0.000001"})
     child = stack.submit({**SPEC, "model": {"path": f"run:{run_id}", "max_seq_len": 32}, "train": {**SPEC["train"], "steps": 10}})
     run = stack.wait_status(child, {"succeeded", "failed"})
     assert run["status"] == "succeeded", run["status_reason"]
-    assert (node3 / "scratch" / f"runs/{run_id}/final/model.safetensors").exists()
     assert (remote / f"runs/{child}/final/manifest.json").exists()
+    log = (stack.home / "w3.log").read_text()
+    assert f"downloaded runs/{run_id}/final from" in log, log
+    deadline = time.monotonic() + 30  # the attempt ends after its final status is sent
+    while (node3 / "scratch" / f"runs/{run_id}/final").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (node3 / "scratch" / f"runs/{run_id}/final").exists(), "the input cache kept more than its limit"
+    assert f"removed runs/{run_id}/final from the input cache" in (stack.home / "w3.log").read_text()

@@ -11,6 +11,9 @@ under `$RLPLANE_HOME/scratch`:
     after a checkpoint  the directory goes up, its manifest.json last (a reader that sees the
                         manifest sees a complete checkpoint), and only then is it registered
                         with the API
+
+The inputs stay in the scratch directory for the next attempt that names them, within the worker's
+input_cache_gb (input_cache.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import fsspec
 
 from rlplane.layout import CHECKPOINTS, MANIFEST, STEP_PREFIX, code_snapshot, rotated, run_checkpoint, step_of
 from rlplane.spec import RunSpec
+from worker.input_cache import InputCache
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -32,8 +36,11 @@ def is_url(root: str) -> bool:
 
 
 class WorkerArtifacts:
-    def __init__(self, root: str, scratch: Path) -> None:
+    def __init__(self, root: str, scratch: Path, *, holder: str = "worker", cache_bytes: int | None = None) -> None:
+        """`holder`: the worker's name, which pins the inputs its attempt uses; `cache_bytes`: the most the inputs
+        brought down from a remote root may keep in the scratch directory (None: no limit)."""
         self.url = root
+        self.cache: InputCache | None = None
         if is_url(root):
             self.fs, self.remote_root = fsspec.core.url_to_fs(root)
             self.local_root = scratch.expanduser().resolve()
@@ -41,6 +48,8 @@ class WorkerArtifacts:
             self.fs, self.remote_root = None, ""
             self.local_root = Path(root.removeprefix("file://")).expanduser().resolve()
         self.local_root.mkdir(parents=True, exist_ok=True)
+        if self.fs is not None:
+            self.cache = InputCache(self.local_root, holder, cache_bytes)
 
     @property
     def remote(self) -> bool:
@@ -56,21 +65,29 @@ class WorkerArtifacts:
         return {"RLPLANE_RUNS_DIR": str(self.local_root / "runs"), "RLPLANE_DATASETS_DIR": str(self.local_root / "datasets")}
 
     def prepare(self, run_id: int, spec: RunSpec) -> None:
-        """Bring down what the attempt needs from a remote root; nothing to do for a directory root."""
-        if not self.remote:
+        """Bring down what the attempt needs from a remote root (its inputs pinned in the cache until release());
+        nothing to do for a directory root."""
+        if self.cache is None:
             return
         self._latest_checkpoint(f"runs/{run_id}/{CHECKPOINTS}")
-        for ref in spec.references():
-            if ref.step is None:
-                self._download(f"runs/{ref.run_id}/final")
-            else:
-                self._download(run_checkpoint(ref.run_id, ref.step))
-        code = spec.command.code if spec.command is not None else None
-        if code is not None and code.snapshot is not None:
-            self._download_file(code_snapshot(code.snapshot))
+        directories = [
+            f"runs/{r.run_id}/final" if r.step is None else run_checkpoint(r.run_id, r.step) for r in spec.references()
+        ]
         source = spec.data.source if spec.data is not None else ""
         if source.startswith("dataset:"):
-            self._download(f"datasets/{source.removeprefix('dataset:')}")
+            directories.append(f"datasets/{source.removeprefix('dataset:')}")
+        code = spec.command.code if spec.command is not None else None
+        files = [code_snapshot(code.snapshot)] if code is not None and code.snapshot is not None else []
+        self.cache.pin(directories + files)
+        for relative in directories + files:
+            with self.cache.bringing(relative):
+                (self._download_file if relative in files else self._download)(relative)
+        self.cache.used(directories + files)
+
+    def release(self) -> None:
+        """The attempt is over: its inputs may leave the cache when it is over its limit."""
+        if self.cache is not None:
+            self.cache.release()
 
     def publish(self, relative: str) -> bool:
         """Upload `relative` (a checkpoint or export directory, or a file) to a remote root, manifest last.

@@ -54,6 +54,13 @@ class WorkerSettings(BaseSettings):
         "(s3://..., trainers then write to $RLPLANE_HOME/scratch and checkpoints are uploaded); "
         "default $RLPLANE_HOME/artifacts",
     )
+    input_cache_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="With an fsspec artifact root: the most, in GB, that the inputs brought down for runs (run:<id> "
+        "models, datasets, code snapshots) keep in $RLPLANE_HOME/scratch for later runs; the least recently used go "
+        "first, never one a running attempt uses; default: no limit",
+    )
     api_wait_s: float = Field(
         default=30.0,
         ge=0,

@@ -114,7 +114,8 @@ def _attempt(
     place: NodePlace | None,
 ) -> str:
     reports = place is None or place.node_rank == 0  # who reports the run: its only worker, or node 0
-    artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch")
+    cache_bytes = None if settings.input_cache_gb is None else int(settings.input_cache_gb * 1e9)
+    artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch", holder=settings.name, cache_bytes=cache_bytes)
     out_dir, relative = artifacts.run_dir(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / (f"spec-attempt-{attempt}.json" if reports else f"spec-attempt-{attempt}-node-{place.node_rank}.json")
@@ -184,6 +185,7 @@ def _attempt(
         holding.hold(None)
         forwarder.close()
         sink.close()
+        artifacts.release()
 
 
 class NodeRefused(Exception):

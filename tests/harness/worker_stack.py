@@ -60,10 +60,12 @@ class Stack:
         self.worker_token = response.json()["token"]
         self.workers: list[subprocess.Popen] = []
 
-    def start_worker(self, name: str, home: Path | None = None, address: str | None = None) -> subprocess.Popen:
+    def start_worker(
+        self, name: str, home: Path | None = None, address: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         """`home`: the worker's own RLPLANE_HOME, as on another node (default: the stack's); `address`: the
-        loopback address it advertises to the other nodes of a gang (its ranks talk over lo)."""
-        env = {**os.environ, "RLPLANE_HOME": str(home or self.home), "RLPLANE_ARTIFACTS": self.artifacts}
+        loopback address it advertises to the other nodes of a gang (its ranks talk over lo); `env`: its settings."""
+        env = {**os.environ, **(env or {}), "RLPLANE_HOME": str(home or self.home), "RLPLANE_ARTIFACTS": self.artifacts}
         env.update({"RLPLANE_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"})
         log = (self.home / f"{name}.log").open("w")
         command = [sys.executable, "-m", "cli.main", "worker", "--queues", "cpu", "--api", self.api.url]
