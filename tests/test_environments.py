@@ -222,7 +222,7 @@ def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None
         environment.reset(abandoned)
         environment.close()
         assert abandoned.state.socket.state.name == "CLOSED"
-        # a fifth live episode on a server of 4 sessions: refused, with the field that plays in waves
+        # a fifth live episode on a server of 4 sessions: refused, with the field that bounds the live episodes
         full = [Episode(row={}) for _ in range(4)]
         for episode in full:
             environment.reset(episode)

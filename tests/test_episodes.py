@@ -142,6 +142,54 @@ def test_limits_cut_episodes_off_with_the_environments_verdict(policy) -> None:
     assert stats["env/truncated"] == stats["gen/truncated"] == 1.0
 
 
+class Sessions:
+    """Each row's episode takes row["turns"] policy turns; every live episode holds one of `sessions` sessions."""
+
+    stop: tuple[str, ...] = ()
+
+    def __init__(self, sessions: int) -> None:
+        self.sessions, self.open, self.most, self.started = sessions, 0, 0, []
+
+    def reset(self, episode: Episode) -> str:
+        self.open += 1
+        self.most = max(self.most, self.open)
+        self.started.append(episode.row["prompt"])
+        return ""
+
+    def step(self, episode: Episode, message: str) -> Reply:
+        if episode.turns < episode.row["turns"]:
+            return answer(TOOL, tool_call=True)
+        self.open -= 1
+        return end(float(episode.turns))
+
+    def cut_off(self, episode: Episode, why: str) -> Reply:
+        self.open -= 1
+        return end(-1.0, reason=f"cut off by {why}")
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_episode_starts_as_soon_as_another_frees_its_session(policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 2 sessions, episodes of 1, 3, 1 and 1 turns: the third starts when the first ends, the fourth when the
+    third does, so the four take 3 generation calls (4 if each pair played to its end), never more than 2 live; the
+    results keep the rows' order, and an episode the limits cut off frees its session too."""
+    calls = []
+    generate = rollouts.generate
+    monkeypatch.setattr(
+        rollouts, "generate", lambda policy, contexts, *a, **k: calls.append(len(contexts)) or generate(policy, contexts, *a, **k)
+    )
+    rows = [{"prompt": p, "turns": t} for p, t in (("1+1=", 1), ("2+2=", 3), ("3+3=", 1), ("4+4=", 1))]
+    environment = Sessions(sessions=2)
+    scored = play(policy, environment, rows)
+    assert calls == [2, 2, 2] and environment.most == 2 and environment.open == 0
+    assert environment.started == [row["prompt"] for row in rows]
+    assert scored.scores.total == [1.0, 3.0, 1.0, 1.0] and [r.turns for r in scored.episodes] == [1, 3, 1, 1]
+    calls.clear()
+    cut = play(policy, Sessions(sessions=1), [{"prompt": "1+1=", "turns": 9}, {"prompt": "2+2=", "turns": 1}], max_turns=2)
+    assert calls == [1, 1, 1] and cut.scores.total == [-1.0, 1.0]
+
+
 def test_a_prompt_that_the_opening_pushes_past_its_room_loses_its_start_and_says_so(policy) -> None:
     """The prompt with the environment's opening keeps its last model.max_seq_len - max_tokens tokens (here 96 - 64);
     an episode whose opening pushed it past them counts in gen/prompt_cut, one that fits does not."""
@@ -315,10 +363,10 @@ def test_a_run_with_an_environment_resumes_exactly(sft_start: Path, tmp_path: Pa
     assert_resume_is_exact(tmp_path, spec, 1, ("reward/mean", "env/tool_calls", "env/turns", "grpo/kl", "eval/success"))
 
 
-def test_two_ranks_play_their_episodes_in_waves_of_different_counts(sft_start: Path, tmp_path: Path) -> None:
+def test_two_ranks_share_a_server_with_different_counts_of_episodes(sft_start: Path, tmp_path: Path) -> None:
     """GRPO on two forked ranks (gloo) against one OpenEnv server of 10 sessions, divided: 5 a rank. Each rank plays
-    its 8 episodes of a step in waves of 5 and 3, and the 11 held-out problems split 6 and 5: 2 waves on one rank, 1
-    on the other, which generates on a stand-in while the first plays on (generation is a collective). The run ends
+    its 8 episodes of a step 5 at a time, and the 11 held-out problems split 6 and 5: the rank with 6 plays on after
+    the other has none left, which generates on a stand-in meanwhile (generation is a collective). The run ends
     with every step and evaluation logged, instead of hanging where a rank runs out of episodes."""
     with served_openenv(sessions=10) as url:
         environment = {"kind": "openenv", "url": url, "sessions": 5, "stop": ["\n"], "max_turns": 2}
@@ -340,7 +388,7 @@ def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_pa
     """Two steps each with the calculator served over HTTP (the same episodes as in-process: the reference server
     plays the builtin; a reward section adds its score of each episode to the environment's), with an OpenEnv
     environment server (openenv-core's own, in its own process: the guessing game, whose rewards come back summed per
-    episode; it allows 4 sessions, so the episodes are played in waves) and with the python verifier, whose sandbox
+    episode; it allows 4 sessions, so 4 episodes are played at a time) and with the python verifier, whose sandbox
     answers the policy's non-code with reasons; the runs log them and go on."""
     short = {"steps": 2, "batch_size": 16, "eval_every": None}
     remote = grpo_spec(sft_start, {"kind": "http", "url": service, "stop": ["</calc>"]}, **short)
@@ -351,7 +399,7 @@ def test_grpo_plays_a_remote_environment_and_the_sandbox(sft_start: Path, tmp_pa
     correct, arithmetic, mean = (metrics(tmp_path / "http", k) for k in ("reward/correct", "reward/arithmetic", "reward/mean"))
     assert sorted(arithmetic) == [1, 2] and all(mean[s] == pytest.approx(correct[s] + arithmetic[s]) for s in (1, 2))
     assert len(metrics(tmp_path / "http", "eval/reward/arithmetic")) == 2
-    with served_openenv(sessions=4) as url:  # 16 episodes a step: 4 waves of 4 sessions
+    with served_openenv(sessions=4) as url:  # 16 episodes a step, 4 at a time
         environment = {"kind": "openenv", "url": url, "sessions": 4, "stop": ["\n"], "max_turns": 2}
         guessing = grpo_spec(sft_start, environment, **short)
         guessing["data"]["eval_fraction"] = 0.002  # 16 held-out problems: the protocol, not the success, is checked

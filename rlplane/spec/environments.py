@@ -106,8 +106,9 @@ class OpenEnvEnvironment(StrictModel):
         ge=1,
         le=4096,
         description="Sessions the server allows at once (its max_concurrent_envs; 1 unless its environment supports "
-        "concurrent sessions). Every live episode holds one, so each rank plays its episodes in waves of this many, "
-        "each wave to its end (with several ranks, give each its own server or divide the server's limit); null: a "
+        "concurrent sessions). Every live episode holds one, so each rank plays at most this many episodes at once, "
+        "the next starting as one ends (with several ranks, give each its own server or divide the server's limit); "
+        "null: a "
         "rank's episodes all at once (its share of train.batch_size, or of an evaluation's batch).",
     )
     concurrency: int = Field(8, ge=1, le=256, description="Calls to the server in flight at once.")

@@ -52,7 +52,7 @@ class OpenEnvServer:
     def __init__(self, spec: OpenEnvSpec, field: str) -> None:
         self.spec, self.field = spec, field
         self.concurrency = spec.concurrency
-        self.sessions = spec.sessions  # recipes/episodes.py plays a rank's episodes in waves of this many
+        self.sessions = spec.sessions  # recipes/episodes.py plays at most this many of a rank's episodes at once
         base = spec.url.rstrip("/")
         self.ws_url = re.sub(r"^http", "ws", base) + "/ws"  # http -> ws, https -> wss
         schema = self._action_schema(re.sub(r"^ws", "http", base) + "/schema")
@@ -92,7 +92,7 @@ class OpenEnvServer:
                 allowed = data.get("max_sessions")
                 why += (
                     f"; each live episode holds a session: set {self.field}.sessions to {allowed or 'what it allows'} "
-                    "(divided among the ranks that share the server), and a rank plays its episodes in waves of that many"
+                    "(divided among the ranks that share the server), and a rank plays at most that many episodes at once"
                 )
             raise EnvError(f"{self.field}: the OpenEnv server at {self.ws_url} refused to reset: {why}")
         observation, reward, _ = self._observed(data)

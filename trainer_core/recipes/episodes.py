@@ -1,6 +1,7 @@
 """Multi-turn rollouts (grpo.environment, ppo.environment): the policy and an environment take turns until each episode ends.
 
-    play()        prompt rows -> rollouts.Scored: every row's episode, all played at once, turn by turn
+    play()        prompt rows -> rollouts.Scored: every row's episode, played turn by turn, all at once or as many at
+                  once as the environment's sessions allow
     evaluate()    the eval prompts' episodes: eval/reward, eval/success, eval/pass@k, eval/turns, ...
     step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log;  sample_extra()  per sample
 
@@ -112,10 +113,10 @@ def play(
     *,
     greedy: bool = False,
 ) -> rollouts.Scored:
-    """`repeat` episodes for each row (consecutive: a GRPO group), played to their ends: all at once, or in waves of
-    the environment's `sessions` where it holds a session per live episode and allows only so many. Every rank plays
-    as many waves and turns as the rank that needs most (generating on a stand-in when its own episodes are over):
-    generation on a sharded policy is a collective."""
+    """`repeat` episodes for each row (consecutive: a GRPO group), played to their ends: all at once, or, where the
+    environment holds a session per live episode and allows only `sessions` of them, that many at a time, the next
+    episode starting as soon as one ends (its session freed). Every rank generates as many times as the rank that
+    needs most (on a stand-in when its own episodes are over): generation on a sharded policy is a collective."""
     tokenizer, backend = run.tokenizer, run.backend
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
@@ -126,61 +127,57 @@ def play(
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
+    sessions = getattr(environment, "sessions", None) or len(playing)
+    waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
 
-    def play_wave(wave: list[_Playing]) -> None:
-        for p, opening in zip(wave, _each(environment, environment.reset, [p.episode for p in wave]), strict=True):
-            whole = p.prompt + encode(opening)
-            p.opening, p.prompt, p.prompt_cut = opening, whole[-budget:], len(whole) > budget
-        while True:
-            live = [p for p in wave if p.verdict is None and p.cut is None]
-            if float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) == 0:
-                break
-            contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
-            generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
-            drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
-            for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
-                new = ids[keep].tolist()
-                room = limits.max_tokens - len(p.ids)
-                p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
-                if len(new) > room:
-                    p.cut = "max_tokens"
-                    continue
-                p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
-                p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
-            answering = [p for p in live if p.cut is None]
-            replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
-            for p, reply in zip(answering, replies, strict=True):
-                p.heard(reply)
-                if reply.done:
-                    p.verdict = reply
-                    continue
-                text = encode(reply.text)
-                if p.episode.turns >= limits.max_turns:
-                    p.cut = "max_turns"
-                elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
-                    p.cut = "max_tokens"
-                else:
-                    p.add(text, policy=False)
-                    p.episode.messages.append(("environment", reply.text))
-        cut = [p for p in wave if p.verdict is None]
+    def start() -> None:
+        """Open episodes in the free sessions."""
+        opening = [waiting.pop() for _ in range(min(sessions - len(live), len(waiting)))]
+        for p, text in zip(opening, _each(environment, environment.reset, [p.episode for p in opening]), strict=True):
+            whole = p.prompt + encode(text)
+            p.opening, p.prompt, p.prompt_cut = text, whole[-budget:], len(whole) > budget
+        live.extend(opening)
+
+    def settle() -> None:
+        """The episodes the limits cut off get the environment's verdict; every ended one frees its session."""
+        cut = [p for p in live if p.verdict is None and p.cut is not None]
         for p, verdict in zip(cut, _each(environment, lambda p: environment.cut_off(p.episode, p.cut), cut), strict=True):
             p.heard(verdict)
             p.verdict = verdict
+        live[:] = [p for p in live if p.verdict is None]
 
-    for wave in _waves(environment, backend, playing):
-        play_wave(wave)
+    start()
+    while float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) > 0:
+        contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
+        generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
+        drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
+        for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
+            new = ids[keep].tolist()
+            room = limits.max_tokens - len(p.ids)
+            p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
+            if len(new) > room:
+                p.cut = "max_tokens"
+                continue
+            p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
+            p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
+        answering = [p for p in live if p.cut is None]
+        replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
+        for p, reply in zip(answering, replies, strict=True):
+            p.heard(reply)
+            if reply.done:
+                p.verdict = reply
+                continue
+            text = encode(reply.text)
+            if p.episode.turns >= limits.max_turns:
+                p.cut = "max_turns"
+            elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
+                p.cut = "max_tokens"
+            else:
+                p.add(text, policy=False)
+                p.episode.messages.append(("environment", reply.text))
+        settle()
+        start()
     return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started)
-
-
-def _waves(environment: Environment, backend: Any, playing: list[_Playing]) -> list[list[_Playing]]:
-    """The episodes in waves of the environment's `sessions` (one wave when it sets none); a rank with fewer waves
-    than another plays empty ones to keep in step."""
-    size = getattr(environment, "sessions", None)
-    if not size:
-        return [playing]
-    waves = [playing[i : i + size] for i in range(0, len(playing), size)]
-    count = int(backend.all_reduce(torch.tensor([float(len(waves))]), "max")[0])
-    return waves + [[] for _ in range(count - len(waves))]
 
 
 def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float) -> rollouts.Scored:

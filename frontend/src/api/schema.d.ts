@@ -2925,7 +2925,7 @@ export interface components {
             max_turns: number;
             /**
              * Sessions
-             * @description Sessions the server allows at once (its max_concurrent_envs; 1 unless its environment supports concurrent sessions). Every live episode holds one, so each rank plays its episodes in waves of this many, each wave to its end (with several ranks, give each its own server or divide the server's limit); null: a rank's episodes all at once (its share of train.batch_size, or of an evaluation's batch).
+             * @description Sessions the server allows at once (its max_concurrent_envs; 1 unless its environment supports concurrent sessions). Every live episode holds one, so each rank plays at most this many episodes at once, the next starting as one ends (with several ranks, give each its own server or divide the server's limit); null: a rank's episodes all at once (its share of train.batch_size, or of an evaluation's batch).
              * @default null
              */
             sessions: number | null;
