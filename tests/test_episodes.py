@@ -7,6 +7,7 @@ held-out success rises well above the start's (measured here, printed)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +25,12 @@ from tests.harness.environments import served_calculator, served_openenv
 from tests.harness.launch import launch
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
+from trainer_core.data import DataError
 from trainer_core.environments import EnvError, Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
 from trainer_core.models import build_builtin
 from trainer_core.recipes import episodes, online, rollouts
+from trainer_core.recipes.chat_turns import ChatTurns
 from trainer_core.recipes.rollouts import EvalPlan
 from trainer_core.rewards import make_reward
 from trainer_core.rewards.allowlist import ENV_VAR
@@ -188,6 +191,63 @@ def test_an_episode_starts_as_soon_as_another_frees_its_session(policy, monkeypa
     calls.clear()
     cut = play(policy, Sessions(sessions=1), [{"prompt": "1+1=", "turns": 9}, {"prompt": "2+2=", "turns": 1}], max_turns=2)
     assert calls == [1, 1, 1] and cut.scores.total == [-1.0, 1.0]
+
+
+def test_a_conversation_takes_the_environments_answers_as_chat_messages(policy) -> None:
+    """A row whose prompt is messages: the opening joins the conversation as a user message before the assistant's
+    turn opens, and each answer follows the policy's turn as the builtin template writes a message (<|user|>text</s>)
+    with the assistant's next turn opened (<|assistant|>), after the </s> that ends the assistant's message unless
+    the policy's own EOS ended it. Only the policy's tokens are in response_mask."""
+    _, tokenizer, _ = policy
+    messages = [{"role": "user", "content": "what is 12*34?"}]
+    scored = play(policy, Scripted(turns=3, opening="Use the tool."), [{"prompt": messages}] * 2, greedy=False)
+    opened = [*messages, {"role": "user", "content": "Use the tool."}]
+    prompt = tokenizer.apply_chat_template(opened, tokenize=True, add_generation_prompt=True, return_dict=False)
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    g = scored.generation
+    for i in range(2):
+        real = g.attention_mask[i].bool()
+        assert g.input_ids[i][real][: len(prompt)].tolist() == prompt
+        ids = g.response_ids[i][real[g.prompt_width :]].tolist()
+        mine = g.response_mask[i][real[g.prompt_width :]].tolist()
+        spans, start = [], 0  # (policy's, environment's) runs of tokens, in turn
+        for k in range(1, len(ids) + 1):
+            if k == len(ids) or mine[k] != mine[start]:
+                spans.append((mine[start], ids[start:k]))
+                start = k
+        assert [m for m, _ in spans] == [True, False, True, False, True]
+        for (_, turn), (_, answer_ids) in zip(spans[0::2], spans[1::2], strict=False):
+            closed = "" if turn[-1] == tokenizer.eos_token_id else "</s>"
+            assert answer_ids == encode(f"{closed}<|user|>{TOOL}</s><|assistant|>"), tokenizer.decode(answer_ids)
+
+
+def test_a_chat_template_that_cannot_take_the_environments_messages_is_named(policy) -> None:
+    """A template that refuses the role, or writes an assistant's message differently once another follows, fails the
+    run at the start with environment.chat_role; with a ChatML-like template, a turn the policy ended with its EOS gets
+    only the rest of the template's end of message."""
+    _, tokenizer, _ = policy
+    strict = copy.deepcopy(tokenizer)
+    strict.chat_template = (
+        "{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('roles alternate') }}"
+        "{% endif %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    )
+    with pytest.raises(DataError, match=r"environment.chat_role: .* refused a 'tool' message .*roles alternate"):
+        ChatTurns(strict, "tool")
+    forgetful = copy.deepcopy(tokenizer)  # an assistant's message is shown whole only when it is the last
+    forgetful.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}"
+        "{% endif %}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    with pytest.raises(DataError, match="writes an assistant's message differently once a 'user' message follows"):
+        ChatTurns(forgetful, "user")
+    chatml = copy.deepcopy(tokenizer)
+    chatml.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    turns = ChatTurns(chatml, "tool")
+    assert turns.reply("42", ended_with_eos=True) == "\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
+    assert turns.reply("42", ended_with_eos=False) == "</s>\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
 
 
 def test_a_prompt_that_the_opening_pushes_past_its_room_loses_its_start_and_says_so(policy) -> None:

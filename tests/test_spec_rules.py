@@ -442,6 +442,7 @@ class TestCrossFieldRules:
         ({"kind": "shell"}, ["grpo", "environment"], "builtin, http, openenv, python"),
         ({"kind": "openenv", "url": "tcp://x:1"}, ["grpo", "environment", "url"], "should match pattern"),
         ({"kind": "python", "entrypoint": "no colon"}, ["grpo", "environment", "entrypoint"], "should match pattern"),
+        ({"kind": "builtin", "name": "calculator", "chat_role": "T!"}, ["grpo", "environment", "chat_role"], "match pattern"),
         ({"kind": "builtin", "name": "python", "sandbox": {"memory_mb": 1}}, ["grpo", "environment", "sandbox", "memory_mb"],
          "greater than or equal to 64"),
     ],

@@ -35,6 +35,17 @@ def _max_tokens() -> Any:
     )
 
 
+def _chat_role() -> Any:
+    return Field(
+        "user",
+        pattern=r"^[a-z_]{1,32}$",
+        description="In an episode whose prompt is a conversation (messages), the role of the environment's messages: "
+        "each joins the conversation through the model's chat template (e.g. user, or tool where the template renders "
+        "tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the "
+        "environment's text as it is.",
+    )
+
+
 def _stop() -> Any:
     return Field(
         default_factory=list,
@@ -65,6 +76,7 @@ class BuiltinEnvironment(StrictModel):
     name: Literal["calculator", "python"] = Field(description="Which: " + ", ".join(BUILTIN_ENVIRONMENTS) + ".")
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
+    chat_role: str = _chat_role()
     sandbox: SandboxLimits = Field(
         default_factory=SandboxLimits, description="Limits of the code the python environment runs (python only)."
     )
@@ -89,6 +101,7 @@ class HttpEnvironment(StrictModel):
     stop: list[str] = _stop()
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
+    chat_role: str = _chat_role()
 
 
 class OpenEnvEnvironment(StrictModel):
@@ -115,6 +128,7 @@ class OpenEnvEnvironment(StrictModel):
     stop: list[str] = _stop()
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
+    chat_role: str = _chat_role()
 
 
 class PythonEnvironment(StrictModel):
@@ -130,6 +144,7 @@ class PythonEnvironment(StrictModel):
     stop: list[str] = _stop()
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
+    chat_role: str = _chat_role()
 
 
 EnvironmentSpec = Annotated[

@@ -9,7 +9,8 @@ Each turn, every live episode gets one policy turn from a single batched rollout
 EOS, a stop string (the environment's, and gen.stop) or gen.max_new_tokens; then the environment answers each
 (text that is appended, or the end with a reward). An episode the environment has not ended after
 environment.max_turns policy turns, or that would grow past environment.max_tokens, is cut off, and the
-environment gives its verdict on it.
+environment gives its verdict on it. When a row's prompt is a conversation (messages), the environment's opening and
+answers join it as messages through the model's chat template (chat_turns.py).
 
 Layout: the Generation of rollouts.py, B rows of [P prompt positions | R response positions]. The environment's
 opening text (reset) joins the prompt. In the response region the policy's turns and the environment's answers
@@ -37,6 +38,7 @@ from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.data.tokenize import pad_id
 from trainer_core.environments import EnvError, Environment, Episode, Reply
 from trainer_core.recipes import rollouts
+from trainer_core.recipes.chat_turns import ChatTurns
 from trainer_core.recipes.common import rank_chunks
 from trainer_core.rewards import RewardScores
 
@@ -95,6 +97,10 @@ def _each(environment: Environment, call: Callable[[T], R], items: Sequence[T]) 
         return list(pool.map(call, items))
 
 
+def _is_chat(row: dict) -> bool:
+    return isinstance(row["prompt"], list)
+
+
 def _ending(ids: list[int], eos: int | None, limit: int) -> str:
     if ids and ids[-1] == eos:
         return "eos"
@@ -127,6 +133,7 @@ def play(
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
+    chat = ChatTurns(tokenizer, limits.chat_role) if any(_is_chat(row) for row in rows) else None
     sessions = getattr(environment, "sessions", None) or len(playing)
     waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
 
@@ -134,7 +141,8 @@ def play(
         """Open episodes in the free sessions."""
         opening = [waiting.pop() for _ in range(min(sessions - len(live), len(waiting)))]
         for p, text in zip(opening, _each(environment, environment.reset, [p.episode for p in opening]), strict=True):
-            whole = p.prompt + encode(text)
+            conversation = chat is not None and _is_chat(p.episode.row) and text
+            whole = chat.prompt(p.episode.row["prompt"], text) if conversation else p.prompt + encode(text)
             p.opening, p.prompt, p.prompt_cut = text, whole[-budget:], len(whole) > budget
         live.extend(opening)
 
@@ -167,7 +175,10 @@ def play(
             if reply.done:
                 p.verdict = reply
                 continue
-            text = encode(reply.text)
+            if chat is not None and _is_chat(p.episode.row):
+                text = encode(chat.reply(reply.text, ended_with_eos=p.episode.ended_by == "eos"))
+            else:
+                text = encode(reply.text)
             if p.episode.turns >= limits.max_turns:
                 p.cut = "max_turns"
             elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn

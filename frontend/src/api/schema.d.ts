@@ -1245,6 +1245,12 @@ export interface components {
          */
         BuiltinEnvironment: {
             /**
+             * Chat Role
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @default user
+             */
+            chat_role: string;
+            /**
              * @description builtin: an environment of the trainer's own. (enum property replaced by openapi-typescript)
              * @enum {string}
              */
@@ -2277,6 +2283,12 @@ export interface components {
              */
             backoff_s: number;
             /**
+             * Chat Role
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @default user
+             */
+            chat_role: string;
+            /**
              * Concurrency
              * @description Requests in flight at once (one per live episode).
              * @default 8
@@ -2901,6 +2913,12 @@ export interface components {
          */
         OpenEnvEnvironment: {
             /**
+             * Chat Role
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @default user
+             */
+            chat_role: string;
+            /**
              * Concurrency
              * @description Calls to the server in flight at once.
              * @default 8
@@ -3226,6 +3244,12 @@ export interface components {
          *     which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in <tool_call> tags.
          */
         PythonEnvironment: {
+            /**
+             * Chat Role
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @default user
+             */
+            chat_role: string;
             /**
              * Entrypoint
              * @description module:factory, e.g. my_envs.wordle:make; only entrypoints matching RLPLANE_REWARD_ENTRYPOINTS on the server and the worker run (the setting that allows python rewards).

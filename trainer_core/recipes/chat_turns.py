@@ -1,0 +1,65 @@
+"""Episodes whose prompt is a conversation (a row of messages): the environment's messages join it through the model's
+chat template, as the model was tuned to read them, instead of as bare text after the policy's turn.
+
+    prompt     the row's messages, and the environment's opening as one more message, then the assistant's turn opened
+    a reply    the end the template gives an assistant's message (what the policy did not write of it: none of it when
+               the policy's turn ended with the EOS token that ends a message), then the environment's text as a
+               message of environment.chat_role, then the assistant's next turn opened
+
+What the template writes is found by rendering a stub conversation with and without the new message: the text it
+adds is the difference, so earlier turns are never rendered again. A template that refuses the role, or that writes
+earlier messages differently once another follows, is a DataError naming environment.chat_role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer_core.data import DataError
+
+_MARK = "rlplaneturnmark"  # an assistant message's stand-in content: letters only, so no template trims it
+FIELD = "environment.chat_role"
+
+
+class ChatTurns:
+    def __init__(self, tokenizer: Any, role: str) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise DataError(
+                "the prompts are conversations (messages) but the model's tokenizer has no chat template; use "
+                "plain-text prompts or a model whose tokenizer has one"
+            )
+        self.tokenizer, self.role = tokenizer, role
+        self._stub = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _MARK}]
+        self._closed = self._render(self._stub, generation_prompt=False)
+        close = self._closed[self._closed.rindex(_MARK) + len(_MARK) :]
+        eos = tokenizer.eos_token or ""
+        self._close = close
+        self._close_after_eos = close[len(eos) :] if eos and close.startswith(eos) else close
+        self.reply("?", ended_with_eos=False)  # a role the template refuses fails the run here, before any episode
+
+    def prompt(self, messages: list[dict], opening: str) -> list[int]:
+        """The conversation's ids with the environment's opening as its last message (none when empty), the
+        assistant's turn opened."""
+        if opening:
+            messages = [*messages, {"role": self.role, "content": opening}]
+        return list(self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False))
+
+    def reply(self, text: str, *, ended_with_eos: bool) -> str:
+        """The text that follows the policy's turn when the environment answers `text`."""
+        after = self._render([*self._stub, {"role": self.role, "content": text}], generation_prompt=True)
+        if not after.startswith(self._closed):
+            raise DataError(
+                f"{FIELD}: the model's chat template writes an assistant's message differently once a {self.role!r} "
+                "message follows it, so an episode's turns cannot be appended as they are played; use plain-text "
+                "prompts (prompt/completion rows) for this model"
+            )
+        return (self._close_after_eos if ended_with_eos else self._close) + after[len(self._closed) :]
+
+    def _render(self, messages: list[dict], *, generation_prompt: bool) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        except Exception as exc:  # jinja's TemplateError, or the template's own raise_exception(...)
+            raise DataError(
+                f"{FIELD}: the model's chat template refused a {self.role!r} message after the assistant's ({exc}); "
+                "set the role it gives an environment's or a tool's answers, e.g. user or tool"
+            ) from None
