@@ -118,3 +118,25 @@ def test_rlplane_train_runs_the_shipped_rl_example(tmp_path, algorithm, start):
     assert expected <= keys, expected - keys
     assert (out / "samples.jsonl").read_text().strip()
     assert (out / "final" / "config.json").exists()
+
+
+def test_rlplane_eval_of_a_run_that_played_episodes_plays_its_environment() -> None:
+    """`rlplane eval run:<id>` of a GRPO run with an environment: the eval spec takes the run's environment and
+    turn length, needs no reward (the environment judges), and takes a --reward to add; it passes the spec's rules."""
+    from cli.commands.evaluate import eval_spec
+    from rlplane.spec import parse_spec
+
+    environment = {"kind": "builtin", "name": "calculator", "max_turns": 3, "max_tokens": 56}
+    source = {
+        "name": "grpo-calculator",
+        "algorithm": "grpo",
+        "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 128},
+        "data": {"source": "builtin:calculator"},
+        "grpo": {"gen": {"max_new_tokens": 20}, "environment": environment},
+    }
+    given = {"name": None, "project": None, "data": None, "eval": {"greedy": True, "gen": {}}}
+    spec = eval_spec("run:7", source, reward=None, **given)
+    assert spec["eval"] == {"greedy": True, "gen": {"max_new_tokens": 20}, "environment": environment} and spec["reward"] is None
+    assert parse_spec(spec).eval.environment.name == "calculator"
+    added = eval_spec("run:7", source, reward="builtin:arithmetic", **given)
+    assert added["reward"] == {"kind": "builtin", "name": "arithmetic"} and added["eval"]["environment"] == environment

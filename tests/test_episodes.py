@@ -375,6 +375,14 @@ def test_grpo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> 
     assert len(last) == 16 and all({"turns", "tool_calls", "errors", "truncated", "advantage"} <= set(s["scores"]) for s in last)
     called = [s for s in last if s["scores"]["tool_calls"]]
     assert called and all("<result>" in s["response"] for s in called)  # the whole episode, the tool's answer too
+    # An eval run of the final model on the environment (algorithm: eval) finds what the run's own last evaluation did:
+    # the same held-out problems, greedy, in the same batches.
+    spec = grpo_spec(out / "final", {"kind": "builtin", "name": "calculator"})
+    evaluation = {"name": "eval-calculator", "algorithm": "eval", "model": spec["model"], "data": spec["data"]}
+    evaluation["eval"] = {"greedy": True, "gen": spec["grpo"]["gen"], "environment": spec["grpo"]["environment"]}
+    run_spec(tmp_path / "eval.yaml", evaluation, "--out", str(tmp_path / "eval"))
+    for key in ("eval/success", "eval/tool_calls", "eval/turns", "eval/reward/correct"):
+        assert metrics(tmp_path / "eval", key) == {1: metrics(out, key)[30]}, key
 
 
 def test_ppo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> None:

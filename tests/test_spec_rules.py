@@ -411,6 +411,13 @@ class TestCrossFieldRules:
         assert parsed.train.steps == 1 and parsed.eval.k == [1, 8] and not parsed.eval.greedy
         # A training algorithm still needs its train section.
         assert error_at({k: v for k, v in sft_spec().items() if k != "train"}, ["train"])["type"] == "missing"
+        # On an environment an eval run needs no reward; its max_tokens must leave the prompt room as grpo's must.
+        environment = {"kind": "builtin", "name": "calculator"}
+        played = parse_spec({**spec, "reward": None, "eval": {"greedy": True, "environment": environment}})
+        assert played.reward is None and played.eval.environment.name == "calculator"
+        model = {**spec["model"], "max_seq_len": 64}
+        cramped = {**spec, "model": model, "reward": None, "eval": {"environment": {**environment, "max_tokens": 64}}}
+        assert "leaves no room for the prompt" in error_at(cramped, ["eval", "environment", "max_tokens"])["msg"]
 
     def test_ppo_with_a_shared_trunk_passes_on_megatron(self):
         parse_spec(spec_with("ppo", [MEGATRON, "backend.precision=fp32", "backend.processes=2", "backend.tensor_parallel=2"]))

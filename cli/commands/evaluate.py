@@ -38,13 +38,15 @@ def reward_section(text: str) -> dict[str, Any]:
 
 
 def eval_spec(model: str, source: dict | None, **given: Any) -> dict[str, Any]:
-    """The eval run's spec: what was given, the rest from the source run's spec (data, reward, context, response
-    length, project, resources) when MODEL is one of its checkpoints."""
+    """The eval run's spec: what was given, the rest from the source run's spec (data, reward, environment, context,
+    response length, project, resources) when MODEL is one of its checkpoints."""
     spec: dict[str, Any] = dict(source or {})
     options = {k: v for k, v in given["eval"].items() if v is not None}
     gen = {k: v for k, v in options.pop("gen").items() if v is not None}
     for section in ONLINE_SECTIONS:
         gen = {**(spec.get(section) or {}).get("gen", {}), **gen}
+        if (spec.get(section) or {}).get("environment"):  # a run that played episodes: its evaluation plays them too
+            options.setdefault("environment", spec[section]["environment"])
     model_section = {"path": model}
     if (spec.get("model") or {}).get("max_seq_len"):
         model_section["max_seq_len"] = spec["model"]["max_seq_len"]
@@ -64,7 +66,7 @@ def eval_spec(model: str, source: dict | None, **given: Any) -> dict[str, Any]:
     problems = []
     if out["data"] is None:
         problems.append({"loc": ["data"], "msg": "no data: pass --data <source> (a file, dataset:<id> or builtin:<name>)"})
-    if out["reward"] is None:
+    if out["reward"] is None and "environment" not in options:
         why = f"run {source['name']} has no reward to reuse" if source else "MODEL is not a run"
         problems.append(
             {"loc": ["reward"], "msg": f"{why}: pass --reward builtin:<name> | model:<path> | python:<module:function>"}
@@ -103,8 +105,9 @@ def evaluate(
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate a checkpoint: answers to prompts, judged by a reward or verifier (eval/accuracy, eval/pass@k,
-    eval/reward, eval/length), as an eval run; prints its id. The result shows beside the checkpoint on its run's
-    Checkpoints tab and in `rlplane checkpoints RUN`.
+    eval/reward, eval/length), as an eval run; prints its id. A run that played episodes (grpo or ppo .environment)
+    is evaluated on episodes of its environment (eval/success, eval/turns, ...; --reward adds its score). The result
+    shows beside the checkpoint on its run's Checkpoints tab and in `rlplane checkpoints RUN`.
 
     \b
     Examples:

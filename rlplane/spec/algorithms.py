@@ -290,7 +290,16 @@ class EvalOptions(StrictModel):
     )
     max_prompts: int | None = Field(None, ge=1, description="Evaluate on the first N prompts only; null: all of them.")
     batch_size: int = Field(64, ge=1, description="Answers generated at once on one process.")
-    gen: GenSpec = Field(default_factory=GenSpec, description="Sampling (ignored for greedy but max_new_tokens and stop).")
+    gen: GenSpec = Field(
+        default_factory=GenSpec,
+        description="Sampling (ignored for greedy but max_new_tokens and stop; of each policy turn, with an environment).",
+    )
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="Play an episode for each answer with this environment, as grpo.environment does, and judge it by "
+        "the environment's reward (eval/success, eval/pass@k, eval/turns, eval/tool_calls, ...); a reward section, if "
+        "any, adds its score of the episode; null: one answer per prompt, judged by reward.",
+    )
 
 
 class CodeSource(StrictModel):

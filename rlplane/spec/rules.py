@@ -121,8 +121,8 @@ def grpo_variants_fit(spec: RunSpec) -> Rules:
 
 
 def _environment_of(spec: RunSpec) -> tuple[str, Any] | None:
-    """(the algorithm's section, its environment) of a run that plays episodes (grpo or ppo .environment)."""
-    for section in ("grpo", "ppo"):
+    """(the algorithm's section, its environment) of a run that plays episodes (grpo, ppo or eval .environment)."""
+    for section in ("grpo", "ppo", "eval"):
         options = getattr(spec, section)
         if options is not None and options.environment is not None:
             return section, options.environment
@@ -130,7 +130,7 @@ def _environment_of(spec: RunSpec) -> tuple[str, Any] | None:
 
 
 def environment_fits(spec: RunSpec) -> Rules:
-    """grpo.environment and ppo.environment: max_tokens leaves room for a prompt in model.max_seq_len and holds one
+    """grpo, ppo and eval .environment: max_tokens leaves room for a prompt in model.max_seq_len and holds one
     turn of gen.max_new_tokens; no grpo.overlong_buffer (an episode's length is not one response's); sandbox limits
     are for the python environment."""
     if (played := _environment_of(spec)) is None:

@@ -5,7 +5,8 @@
     evaluate()  eval.samples answers to each prompt (greedy or sampled with eval.gen), scored by spec.reward:
                 eval/reward, eval/accuracy and eval/pass@k (answers whose reward reaches eval.correct_at),
                 eval/length, eval/truncated (rollouts.evaluate: what ppo and grpo run every train.eval_every
-                steps too), reported as step 1 of a one-step run
+                steps too), reported as step 1 of a one-step run; with eval.environment, an episode per answer
+                judged by the environment (episodes.evaluate, as grpo.environment's runs evaluate)
 
 Nothing is trained or exported. The API shows the result beside the checkpoint the spec's model.path names
 (docs/evaluation.md).
@@ -22,8 +23,9 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import Backend
 from trainer_core.data import load_examples
+from trainer_core.environments import Environment
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, online, rollouts
+from trainer_core.recipes import common, episodes, online, rollouts
 from trainer_core.reporting import Reporter
 from trainer_core.rewards import Reward
 
@@ -35,7 +37,8 @@ class EvalRun:
     reporter: Reporter
     tokenizer: Any
     policy: nn.Module
-    reward: Reward
+    reward: Reward | None  # None with an environment and no reward section
+    environment: Environment | None  # eval.environment
     rows: list[dict]
     step: int = 0
 
@@ -49,10 +52,10 @@ def setup(spec: RunSpec, out_dir: Path, *, stdout: bool = True) -> EvalRun:
         split = load_examples(spec.data, "prompts", seed=spec.train.seed)
         rows = (split.eval or split.train) if options.split == "eval" else [*split.train, *split.eval]
         rows = rows[: options.max_prompts]
-        reward = online.reward_source(spec, backend)
+        reward, environment = online.reward_or_environment(spec, options.environment, "eval", backend, reporter)
         which = "held-out" if options.split == "eval" and split.eval else "all"
         reporter.log(f"evaluating {spec.model.path} on {len(rows)} prompts ({which}), {options.samples} answer(s) each")
-    return EvalRun(spec, backend, reporter, tokenizer, policy, reward, rows)
+    return EvalRun(spec, backend, reporter, tokenizer, policy, reward, environment, rows)
 
 
 def evaluate(run: EvalRun) -> dict[str, float]:
@@ -64,11 +67,13 @@ def evaluate(run: EvalRun) -> dict[str, float]:
         k=tuple(options.k),
         batch_size=options.batch_size,
     )
+    if run.environment is not None:
+        return episodes.evaluate(run, run.policy, run.rows, options.gen, run.environment, options.environment, plan)
     return rollouts.evaluate(run, run.policy, run.rows, options.gen, run.reward, plan)
 
 
 def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> EvalRun:
-    """setup, evaluate, report; the reporter, backend and reward source are closed whatever happens. A resumed
+    """setup, evaluate, report; the reporter, backend, reward source and environment are closed whatever happens. A resumed
     evaluation starts again (it keeps no state worth a checkpoint)."""
     run = setup(spec, out_dir)
     try:
@@ -84,7 +89,9 @@ def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, s
         run.reporter.status("failed", common.failure_reason(exc))
         raise
     finally:
-        run.reward.close()
+        for source in (run.reward, run.environment):
+            if source is not None:
+                source.close()
         run.reporter.close()
         run.backend.close()
 

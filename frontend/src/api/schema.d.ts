@@ -1896,7 +1896,13 @@ export interface components {
              * @default 1
              */
             correct_at: number;
-            /** @description Sampling (ignored for greedy but max_new_tokens and stop). */
+            /**
+             * Environment
+             * @description Play an episode for each answer with this environment, as grpo.environment does, and judge it by the environment's reward (eval/success, eval/pass@k, eval/turns, eval/tool_calls, ...); a reward section, if any, adds its score of the episode; null: one answer per prompt, judged by reward.
+             * @default null
+             */
+            environment: (components["schemas"]["BuiltinEnvironment"] | components["schemas"]["HttpEnvironment"] | components["schemas"]["OpenEnvEnvironment"] | components["schemas"]["PythonEnvironment"]) | null;
+            /** @description Sampling (ignored for greedy but max_new_tokens and stop; of each policy turn, with an environment). */
             gen?: components["schemas"]["GenSpec"];
             /**
              * Greedy

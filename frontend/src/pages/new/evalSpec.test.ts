@@ -62,6 +62,16 @@ describe('evalText', () => {
     expect(note).toBe("Run sft-base has no reward to reuse: choose one (the reward below is the template's).");
   });
 
+  it('judges a run that played episodes on episodes of its environment, with no reward where it had none', () => {
+    const environment = { kind: 'builtin', name: 'calculator', max_turns: 3, max_tokens: 56, chat_role: 'user' };
+    const played = { ...grpo, spec: { ...grpo.spec, reward: null, grpo: { ...grpo.spec.grpo, environment } } };
+    const { text, note } = evalText('run:7', played);
+    const spec = parse(text);
+    expect(spec.eval.environment).toEqual(environment);
+    expect(spec.reward).toBeNull();
+    expect(note).toBeNull();
+  });
+
   it('without a source run is the template judging the given model', () => {
     const { text, note } = evalText('run:9@50');
     expect(text).toBe(TEMPLATES.eval.replace('path: run:<id of your grpo-arithmetic run>@100', 'path: run:9@50'));

@@ -25,7 +25,9 @@ function at(value: unknown, ...path: string[]): unknown {
 /**
  * The eval template (examples/eval.yaml, comments kept) judging `model`; given the run it comes from, judged
  * on that run's data with its reward, context length, response length and resources, in its project, as
- * `rlplane eval` builds it. A run without a reward (SFT) keeps the template's, and the note says so.
+ * `rlplane eval` builds it. A run that played episodes (grpo or ppo .environment) is judged on episodes of its
+ * environment, with its reward if it had one beside it. A run without either (SFT) keeps the template's reward,
+ * and the note says so.
  */
 export function evalText(model: string, source?: EvalSource): EvalDraft {
   let text = withModelPath(TEMPLATES.eval, model);
@@ -46,6 +48,12 @@ export function evalText(model: string, source?: EvalSource): EvalDraft {
   set(['eval', 'gen', 'max_new_tokens'], at(gen, 'max_new_tokens'));
   const stop = at(gen, 'stop');
   if (Array.isArray(stop) && stop.length) set(['eval', 'gen', 'stop'], stop);
+  const environment = ONLINE_SECTIONS.map((name) => at(spec, name, 'environment')).find((e) => e != null);
+  if (environment != null) {
+    set(['eval', 'environment'], environment);
+    if (spec.reward == null) text = withValue(text, ['reward'], null); // the environment judges
+    return { text, note: null };
+  }
   const note = spec.reward == null ? `Run ${source.name} has no reward to reuse: choose one (the reward below is the template's).` : null;
   return { text, note };
 }
