@@ -361,7 +361,9 @@ class TestEvaluations:
         assert register(client, source["id"], record(ckpt_dir, step=5)).status_code == 201
         assert register(client, source["id"], record(ckpt_file, step=10, kind="export")).status_code == 201
         of_step = client.post("/api/v1/runs", json={k: v for k, v in self.eval_spec(f"run:{source['id']}@5").items() if v})
-        of_output = client.post("/api/v1/runs", json={k: v for k, v in self.eval_spec(f"run:{source['id']}").items() if v})
+        on_episodes = {"greedy": True, "environment": {"kind": "builtin", "name": "calculator"}}  # judged by it, no reward
+        played = {**self.eval_spec(f"run:{source['id']}"), "reward": None, "eval": on_episodes}
+        of_output = client.post("/api/v1/runs", json={k: v for k, v in played.items() if v})
         assert of_step.status_code == of_output.status_code == 201, of_step.text
         assert of_step.json()["spec"]["train"]["steps"] == 1  # an evaluation is one step
         points = [
@@ -387,6 +389,7 @@ class TestEvaluations:
         ]
         [on_export] = by_kind["export"]["evaluations"]  # run:<id> names the run's output
         assert on_export["run_id"] == of_output.json()["id"] and on_export["metrics"] == {}
+        assert (on_export["reward"], on_export["samples"]) == ("environment:builtin:calculator", 1)
         # The eval runs are the source's children in its lineage, as any run that starts from it.
         children = client.get(f"/api/v1/runs/{source['id']}/lineage").json()["children"]
         assert sorted(c["run_id"] for c in children) == sorted([of_step.json()["id"], of_output.json()["id"]])

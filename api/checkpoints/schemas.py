@@ -28,7 +28,11 @@ class CheckpointEvaluation(BaseModel):
     name: str
     status: str
     data: str = Field(description="The eval run's data.source")
-    reward: str = Field(description="The eval run's reward, in short (builtin:<name>, model:<path>, python:<entrypoint>, ...)")
+    reward: str = Field(
+        description="What judges the eval run's answers, in short: its reward (builtin:<name>, model:<path>, "
+        "python:<entrypoint>, ...), or its environment (environment:builtin:calculator, environment:openenv, ...; "
+        "+ the reward it adds)"
+    )
     samples: int = Field(description="Answers per prompt")
     metrics: dict[str, AnyFloat] = Field(description="The last value of each eval/* metric, e.g. eval/pass@4")
 

@@ -137,12 +137,23 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
                 name=run.name,
                 status=run.status,
                 data=spec["data"]["source"],
-                reward=reward_text(spec.get("reward") or {}),
+                reward=judge_text(spec),
                 samples=(spec.get("eval") or {}).get("samples", 1),
                 metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
             )
         )
     return found
+
+
+def judge_text(spec: dict[str, Any]) -> str:
+    """What judges an eval run's answers, in short: its reward, or its environment (and a reward added to it)."""
+    environment = (spec.get("eval") or {}).get("environment")
+    if not environment:
+        return reward_text(spec.get("reward") or {})
+    kind = environment.get("kind", "?")
+    named = environment.get("name") or environment.get("entrypoint") if kind in ("builtin", "python") else None
+    text = f"environment:{kind}" + (f":{named}" if named else "")  # a service's URL may hold a token
+    return text + (f" + {reward_text(spec['reward'])}" if spec.get("reward") else "")
 
 
 def reward_text(reward: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "ppo": ("reward/mean", "eval/reward"),
     "grpo": ("reward/mean", "eval/reward"),
     "ilql": ("eval/optimality", "eval/reward", "train/loss"),
-    "eval": ("eval/accuracy", "eval/reward"),
+    "eval": ("eval/accuracy", "eval/success", "eval/reward"),
 }
 # An algorithm the table does not know yet.
 FALLBACK = ("eval/loss", "reward/mean", "train/loss", "loss")

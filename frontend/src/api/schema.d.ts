@@ -1387,7 +1387,7 @@ export interface components {
             name: string;
             /**
              * Reward
-             * @description The eval run's reward, in short (builtin:<name>, model:<path>, python:<entrypoint>, ...)
+             * @description What judges the eval run's answers, in short: its reward (builtin:<name>, model:<path>, python:<entrypoint>, ...), or its environment (environment:builtin:calculator, environment:openenv, ...; + the reward it adds)
              */
             reward: string;
             /** Run Id */
