@@ -7,8 +7,10 @@ rows as the worker's registration leaves them (tests/test_checkpoints.py covers 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import func, select
 
 from api.models import Checkpoint, Pipeline, PipelineStage, Run, RunLink
@@ -297,3 +299,12 @@ def test_validate_checks_a_pipeline_as_a_submit_would_and_stores_nothing(client,
         "path",
     ]
     assert db.scalar(select(func.count()).select_from(Pipeline)) == 0 and db.scalar(select(func.count()).select_from(Run)) == 0
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "examples" / "pipelines").glob("*.yaml")))
+def test_every_example_pipeline_is_accepted_whole(client, db, path: Path) -> None:
+    """examples/pipelines/*.yaml as `rlplane submit` sends them: accepted (201) with every stage."""
+    body = yaml.safe_load(path.read_text())
+    created = client.post("/api/v1/pipelines", json=body)
+    assert created.status_code == 201, created.text
+    assert {s["name"] for s in created.json()["stages"]} == set(body["stages"])
