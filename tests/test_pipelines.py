@@ -90,11 +90,12 @@ def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage
     link = db.scalars(select(RunLink).where(RunLink.child_id == grpo_run)).one()
     assert (link.parent_id, link.field, link.step) == (sft_run, "model.path", 20)
 
-    worker.finish(grpo_run, status="failed")
+    worker.finish(grpo_run, status="failed", points={"train/loss": {3: 0.01}, "reward/mean": {3: 0.25}})
     advance(app)
     detail = client.get(f"/api/v1/pipelines/{pid}").json()
     now = {s["name"]: s for s in detail["stages"]}
     assert now["grpo"]["status"] == "failed" and "exit code 1" in now["grpo"]["reason"]
+    assert now["grpo"]["headline"] == {"key": "reward/mean", "value": 0.25}  # what the runs list shows of a GRPO run
     assert (now["polish"]["status"], now["polish"]["reason"]) == ("skipped", "stage grpo failed")
     assert (detail["status"], detail["reason"]) == ("failed", "grpo failed, polish skipped")
 

@@ -29,7 +29,10 @@ class StagePublic(BaseModel):
     run_status: str | None
     runs: list[int] = Field(description="Every run it has had, oldest first")
     sweep_id: int | None = Field(description="A tuned stage's sweep; its run is the best trial's once it has ended")
-    headline: Headline | None = Field(description="Its `best` metric if set, else eval/loss or train/loss: the last value")
+    headline: Headline | None = Field(
+        description="Its `best` metric if set, else the metric the runs list shows for its algorithm (eval/loss or "
+        "train/loss for sft, reward/mean for grpo and ppo, eval/accuracy or eval/success for eval, ...): the last value"
+    )
 
 
 class PipelineSummary(BaseModel):

@@ -7,16 +7,18 @@ from api.metrics.service import last_value
 from api.models import Pipeline, PipelineStage, Project, Run
 from api.pipelines import schemas
 from api.pipelines.service import stages_of
+from api.runs.headlines import FALLBACK, HEADLINES
 from rlplane.pipeline import StageDoc
-
-HEADLINE_KEYS = ("eval/loss", "train/loss")
 
 
 def _headline(session: Session, stage: PipelineStage) -> schemas.Headline | None:
+    """The stage's `best` metric, else the first metric its run has of those the runs list shows for its algorithm
+    (an eval stage's eval/accuracy or eval/success, a GRPO stage's reward/mean, ...): the last value."""
     if stage.run_id is None:
         return None
     best = StageDoc.model_validate(stage.stage).best
-    for key in (best.metric,) if best else HEADLINE_KEYS:
+    algorithm = (stage.stage.get("spec") or {}).get("algorithm")
+    for key in (best.metric,) if best else HEADLINES.get(algorithm, FALLBACK):
         value = last_value(session, stage.run_id, key)
         if value is not None or best:
             return schemas.Headline(key=key, value=value)

@@ -4211,7 +4211,7 @@ export interface components {
         };
         /** StagePublic */
         StagePublic: {
-            /** @description Its `best` metric if set, else eval/loss or train/loss: the last value */
+            /** @description Its `best` metric if set, else the metric the runs list shows for its algorithm (eval/loss or train/loss for sft, reward/mean for grpo and ppo, eval/accuracy or eval/success for eval, ...): the last value */
             headline: components["schemas"]["Headline"] | null;
             /** Name */
             name: string;
