@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from worker.launcher import process_alive
+
 MODE_VARIABLE = "RLPLANE_TEST_SERVICES"
 MODES = ("auto", "throwaway")
 POSTGRES_VARIABLE = "RLPLANE_TEST_POSTGRES"
@@ -288,18 +290,8 @@ def _sweep_stale_workdirs() -> None:
     """Data left by a session that was SIGKILLed (its servers died with it)."""
     for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
         match = re.match(rf"{WORKDIR_PREFIX}(\d+)-", path.name)
-        if match and not _alive(int(match.group(1))):
+        if match and not process_alive(int(match.group(1))):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _tail(log: Path) -> str:

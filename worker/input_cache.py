@@ -25,6 +25,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from worker.launcher import process_alive
+
 logger = logging.getLogger("rlplane.worker")
 
 
@@ -92,7 +94,7 @@ class InputCache:
         for pin in self.pins.glob("*.json"):
             try:
                 held = json.loads(pin.read_text())
-                if _alive(int(held["pid"])):
+                if process_alive(int(held["pid"])):
                     pinned.update(held["inputs"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # unreadable: it pins nothing
@@ -127,13 +129,3 @@ def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive
-    return True

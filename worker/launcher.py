@@ -239,8 +239,17 @@ _die_with_parent = signal_on_parent_death(signal.SIGTERM)
 
 
 def _group_alive(pgid: int) -> bool:
+    return _signalable(os.killpg, pgid)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's counts: it cannot be signalled, but it is there)."""
+    return _signalable(os.kill, pid)
+
+
+def _signalable(send: Callable[[int, int], None], target: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
