@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlplane.spec import TrainSpec
+from rlplane.spec import TrainSpec, parse_spec
 from tests.harness.training import (
     ARITHMETIC,
     assert_resume_is_exact,
@@ -28,10 +28,12 @@ from tests.harness.training import (
     write_spec,
 )
 from trainer_core.checkpoint import verify
-from trainer_core.data.tokenize import collate, pack, tokenize_row
+from trainer_core.data.pairs import load_pairs
+from trainer_core.data.tokenize import collate, pack, tokenize_counting, tokenize_row, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.models import build_builtin, build_tokenizer, load_model
-from trainer_core.recipes.common import BatchOrder, lr_factor
+from trainer_core.recipes.common import BatchOrder, lr_factor, report_cut
+from trainer_core.reporting import make_reporter
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -211,6 +213,31 @@ def test_tokenize_masks_prompt_and_padding() -> None:
     short = batch["attention_mask"][1] == 0
     assert short.any() and (batch["labels"][1][short] == IGNORE_INDEX).all()
     assert sum(len(e["input_ids"]) for e in pack([example] * 5, 32)) == 5 * len(example["input_ids"])
+
+
+def test_rows_longer_than_the_context_are_counted_and_said_once(tmp_path) -> None:
+    """tokenize_counting cuts what tokenize_rows cuts and counts the rows it cut (not one that fits exactly); a
+    preference pair counts when either side is cut; the run's log says so once, with the fix."""
+    tokenizer = build_tokenizer()
+    fits = {"prompt": "12+7=", "completion": "19"}
+    exact = len(tokenize_row(fits, tokenizer, 999)["input_ids"])
+    rows = [fits, {"text": "1 2 3 4 5 6 7 8 9 " * 10}, {"prompt": "1+1=" * 20, "completion": "2"}]
+    examples, cut = tokenize_counting(rows, tokenizer, exact)
+    assert cut == 2 and examples == tokenize_rows(rows, tokenizer, exact) and {len(e["input_ids"]) for e in examples} == {exact}
+    pairs = [{"prompt": "1+1=", "chosen": "2", "rejected": "11 " * 30}, {"prompt": "1+1=", "chosen": "2", "rejected": "3"}]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    spec = {"name": "d", "algorithm": "dpo", "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 16}}
+    spec |= {"data": {"source": str(tmp_path / "pairs.jsonl")}, "train": {"steps": 1, "batch_size": 2}}
+    assert load_pairs(parse_spec(spec), tokenizer).train_cut == 1
+    reporter = make_reporter(tmp_path / "out", rank=0, stdout=False)
+    report_cut(reporter, cut, len(rows), "rows are", exact)
+    report_cut(reporter, 0, len(rows), "rows are", exact)  # nothing cut: nothing said
+    reporter.close()
+    logged = [json.loads(line)["text"] for line in (tmp_path / "out" / "logs.jsonl").read_text().splitlines()]
+    assert [text for text in logged if text.startswith("data:")] == [
+        f"data: 2 of 3 training rows (66.7%) are longer than model.max_seq_len {exact}, cut at the end (a completion's "
+        "last tokens and its EOS are lost): raise model.max_seq_len or shorten them"
+    ]
 
 
 def test_tokenize_messages_trains_on_assistant_turns_only() -> None:

@@ -22,7 +22,7 @@ import torch
 
 from rlplane.spec import RunSpec
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
-from trainer_core.data.tokenize import Example, _render, collate, pad_id, tokenize_row
+from trainer_core.data.tokenize import Example, _render, collate, cut_to, pad_id, whole_row
 from trainer_core.losses import IGNORE_INDEX
 
 PairExample = dict[str, Example]  # {"chosen": {"input_ids", "labels"}, "rejected": {...}}
@@ -33,22 +33,30 @@ class PairData:
     train: list[PairExample]
     eval: list[PairExample]
     eval_rows: list[dict]  # the held-out rows as loaded: their text, for samples
+    train_cut: int = 0  # training pairs with a side longer than model.max_seq_len (cut at its end)
 
 
 def load_pairs(spec: RunSpec, tokenizer: Any) -> PairData:
     """The spec's preference rows, tokenized at model.max_seq_len (call it after common.fit_context)."""
     split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
     length = spec.model.max_seq_len
-    return PairData(tokenize_pairs(split.train, tokenizer, length), tokenize_pairs(split.eval, tokenizer, length), split.eval)
+    train = [_whole_pair(row, tokenizer) for row in split.train]
+    cut = sum(any(len(side["input_ids"]) > length for side in pair.values()) for pair in train)
+    train = [{side: cut_to(example, length) for side, example in pair.items()} for pair in train]
+    return PairData(train, tokenize_pairs(split.eval, tokenizer, length), split.eval, cut)
 
 
 def tokenize_pair(row: dict[str, Any], tokenizer: Any, max_seq_len: int) -> PairExample:
     """One preference row as a chosen and a rejected example, each at most max_seq_len tokens."""
-    return {side: tokenize_side(row["prompt"], row[side], tokenizer, max_seq_len) for side in ("chosen", "rejected")}
+    return {side: cut_to(example, max_seq_len) for side, example in _whole_pair(row, tokenizer).items()}
 
 
 def tokenize_pairs(rows: list[dict], tokenizer: Any, max_seq_len: int) -> list[PairExample]:
     return [tokenize_pair(row, tokenizer, max_seq_len) for row in rows]
+
+
+def _whole_pair(row: dict[str, Any], tokenizer: Any) -> PairExample:
+    return {side: _whole_side(row["prompt"], row[side], tokenizer) for side in ("chosen", "rejected")}
 
 
 def collate_pairs(pairs: list[PairExample], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -67,10 +75,14 @@ def pair_tokens(pairs: list[PairExample]) -> int:
 
 
 def tokenize_side(prompt: str | list[dict], completion: str | list[dict], tokenizer: Any, max_seq_len: int) -> Example:
+    return cut_to(_whole_side(prompt, completion, tokenizer), max_seq_len)
+
+
+def _whole_side(prompt: str | list[dict], completion: str | list[dict], tokenizer: Any) -> Example:
     if isinstance(prompt, str) and isinstance(completion, str):
-        return tokenize_row({"prompt": prompt, "completion": completion}, tokenizer, max_seq_len)
+        return whole_row({"prompt": prompt, "completion": completion}, tokenizer)
     ids, labels = _messages(_as_messages(prompt, "user"), _as_messages(completion, "assistant"), tokenizer)
-    return {"input_ids": ids[:max_seq_len], "labels": labels[:max_seq_len]}
+    return {"input_ids": ids, "labels": labels}
 
 
 def _as_messages(value: str | list[dict], role: str) -> list[dict]:

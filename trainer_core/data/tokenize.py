@@ -21,6 +21,28 @@ Example = dict[str, list[int]]  # {"input_ids": [...], "labels": [...]}
 
 def tokenize_row(row: dict[str, Any], tokenizer: Any, max_seq_len: int, loss_on_prompt: bool = False) -> Example:
     """One sft row as input_ids and labels (IGNORE_INDEX where no loss is taken), at most max_seq_len long."""
+    return cut_to(whole_row(row, tokenizer, loss_on_prompt), max_seq_len)
+
+
+def tokenize_rows(rows: list[dict], tokenizer: Any, max_seq_len: int, loss_on_prompt: bool = False) -> list[Example]:
+    return tokenize_counting(rows, tokenizer, max_seq_len, loss_on_prompt)[0]
+
+
+def tokenize_counting(
+    rows: list[dict], tokenizer: Any, max_seq_len: int, loss_on_prompt: bool = False
+) -> tuple[list[Example], int]:
+    """tokenize_rows, and how many rows were longer than max_seq_len (cut at their end: their completion's last
+    tokens and EOS are lost)."""
+    whole = [whole_row(row, tokenizer, loss_on_prompt) for row in rows]
+    return [cut_to(example, max_seq_len) for example in whole], sum(len(e["input_ids"]) > max_seq_len for e in whole)
+
+
+def cut_to(example: Example, max_seq_len: int) -> Example:
+    return {"input_ids": example["input_ids"][:max_seq_len], "labels": example["labels"][:max_seq_len]}
+
+
+def whole_row(row: dict[str, Any], tokenizer: Any, loss_on_prompt: bool = False) -> Example:
+    """tokenize_row without the cut."""
     if "messages" in row:
         ids, labels = _messages(row["messages"], tokenizer, loss_on_prompt)
     elif "text" in row:
@@ -31,11 +53,7 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, max_seq_len: int, loss_on_
         completion = _encode(tokenizer, row["completion"], special=False) + _eos(tokenizer)
         ids = prompt + completion
         labels = (prompt if loss_on_prompt else [IGNORE_INDEX] * len(prompt)) + completion
-    return {"input_ids": ids[:max_seq_len], "labels": labels[:max_seq_len]}
-
-
-def tokenize_rows(rows: list[dict], tokenizer: Any, max_seq_len: int, loss_on_prompt: bool = False) -> list[Example]:
-    return [tokenize_row(row, tokenizer, max_seq_len, loss_on_prompt) for row in rows]
+    return {"input_ids": ids, "labels": labels}
 
 
 def pack(examples: list[Example], max_seq_len: int) -> list[Example]:

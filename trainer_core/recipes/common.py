@@ -113,6 +113,18 @@ def fit_context(spec: RunSpec, model: nn.Module) -> RunSpec:
 # --- optimizer and schedule ---
 
 
+def report_cut(reporter: Reporter, cut: int, total: int, what: str, max_seq_len: int) -> None:
+    """Say, once, how many training rows lost their end to model.max_seq_len (`what`: "rows are", "pairs have a
+    side"): it happens silently otherwise."""
+    if cut:
+        noun, verb = what.split(" ", 1)
+        reporter.log(
+            f"data: {cut} of {total} training {noun} ({cut / total:.1%}) {verb} longer than model.max_seq_len "
+            f"{max_seq_len}, cut at the end (a completion's last tokens and its EOS are lost): raise model.max_seq_len "
+            "or shorten them"
+        )
+
+
 def make_optimizer(model: nn.Module, train: TrainSpec) -> torch.optim.AdamW:
     """AdamW over the trainable parameters; no weight decay on biases and norms (1-d tensors)."""
     params = [p for p in model.parameters() if p.requires_grad]

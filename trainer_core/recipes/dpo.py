@@ -51,6 +51,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         # Before a checkpoint overwrites the policy; sharded like it under ZeRO-3 and FSDP2.
         reference = common.frozen_reference(spec.dpo.ref_model, model, spec.model, backend, reporter, seed=seed)
         data = load_pairs(spec, tokenizer)
+        common.report_cut(reporter, data.train_cut, len(data.train), "pairs have a side", spec.model.max_seq_len)
         opt = common.prepare_optimization(spec, backend, model, len(data.train), resume_from)
         if spec.train.padding_free:
             packing.check_separates(opt.model, backend)

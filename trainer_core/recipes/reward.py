@@ -45,6 +45,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         model, tokenizer = load_from_spec(spec.model, "score", seed=spec.train.seed)
         spec = common.fit_context(spec, model)
         data = load_pairs(spec, tokenizer)
+        common.report_cut(reporter, data.train_cut, len(data.train), "pairs have a side", spec.model.max_seq_len)
         opt = common.prepare_optimization(spec, backend, model, len(data.train), resume_from)
         head = packing.ScoreHead(backend.unwrap(opt.model)) if spec.train.padding_free else None
         if head is not None:

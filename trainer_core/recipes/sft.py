@@ -23,7 +23,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from trainer_core.backends import MicroStep
 from trainer_core.data import kind_for_algorithm, load_examples
-from trainer_core.data.tokenize import Example, collate, model_inputs, pack, pad_id, tokenize_rows
+from trainer_core.data.tokenize import Example, collate, model_inputs, pack, pad_id, tokenize_counting, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import common, loop, packing, samples
@@ -42,7 +42,8 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         spec = common.fit_context(spec, model)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
         max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
-        train_examples = tokenize_rows(split.train, tokenizer, max_len, on_prompt)
+        train_examples, cut = tokenize_counting(split.train, tokenizer, max_len, on_prompt)
+        common.report_cut(reporter, cut, len(split.train), "rows are", max_len)
         eval_examples = tokenize_rows(split.eval, tokenizer, max_len, on_prompt)
         if spec.sft.packing:
             train_examples, eval_examples = pack(train_examples, max_len), pack(eval_examples, max_len)
