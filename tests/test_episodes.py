@@ -315,6 +315,9 @@ def test_evaluation_plays_episodes(policy) -> None:
     greedy = episodes.evaluate(run, model, ROWS * 3, gen, Scripted(turns=2), limits, EvalPlan(k=(1,)))
     assert greedy["eval/turns"] == 2 and greedy["eval/tool_calls"] == 1 and greedy["eval/reward"] == 2.0
     assert greedy["eval/success"] == greedy["eval/pass@1"] == 1.0 and greedy["eval/truncated"] == 0
+    assert greedy["eval/prompt_cut"] == 0
+    crowded = Scripted(turns=2, opening=" Tools:" + " calculator" * 40)  # pushes every prompt past its 32 tokens
+    assert episodes.evaluate(run, model, ROWS, gen, crowded, limits, EvalPlan(k=(1,)))["eval/prompt_cut"] == 1.0
     sampled = episodes.evaluate(run, model, ROWS, gen, Scripted(turns=9), limits, EvalPlan(4, False, 0.0, (1, 4)))
     assert sampled["eval/truncated"] == 1 and sampled["eval/success"] == 0 and sampled["eval/pass@4"] == 0
 

@@ -153,6 +153,7 @@ def test_evaluation_of_a_grpo_checkpoint_reports_pass_at_k(group_mean_run: Path,
     assert at1 == pytest.approx(accuracy, abs=1e-9)
     assert 0.2 < at1 <= at4 <= at8 <= 1.0 and at8 >= at1 + 0.1, values
     assert 1 <= metrics(sampled, "eval/length")[1] <= 4 and 0 <= metrics(sampled, "eval/truncated")[1] <= 1
+    assert metrics(sampled, "eval/prompt_cut") == {1: 0.0}  # arithmetic prompts fit
     assert metrics(sampled, "eval/reward")[1] == pytest.approx(accuracy)  # the arithmetic reward is 1 or 0
 
     reported = metrics(group_mean_run, "eval/accuracy")[160]

@@ -296,10 +296,11 @@ def evaluate(
     over ranks: eval/reward (the environment's, plus run.reward's score when the run has a reward section; its
     normaliser is left as it was) and eval/reward/<component>; eval/success, the share of episodes whose
     environment's reward reaches plan.correct_at (1 when unset: a verifier's pass), and eval/pass@k; eval/turns,
-    eval/tool_calls, eval/errors and eval/truncated per episode; eval/length, the policy's tokens per episode."""
+    eval/tool_calls, eval/errors and eval/truncated per episode; eval/length, the policy's tokens per episode;
+    eval/prompt_cut, the share of episodes whose prompt (with the opening) lost its start."""
     backend, n = run.backend, plan.samples
     threshold = 1.0 if plan.correct_at is None else plan.correct_at
-    keys = ["reward", "success", "length", "turns", "tool_calls", "errors", "truncated"]
+    keys = ["reward", "success", "length", "turns", "tool_calls", "errors", "truncated", "prompt_cut"]
     sums: dict[str, float] = {key: 0.0 for key in keys} | {f"pass@{k}": 0.0 for k in plan.k}
     episodes = prompts_seen = 0
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
@@ -315,6 +316,7 @@ def evaluate(
         sums["reward"] += sum(scored.scores.total)
         sums["success"] += sum(correct)
         sums["length"] += float(scored.generation.response_mask.sum())
+        sums["prompt_cut"] += sum(scored.prompt_cut)
         for key in ("turns", "tool_calls", "errors", "truncated"):
             sums[key] += stats[f"env/{key}"]
         for name, values in scored.scores.components.items():

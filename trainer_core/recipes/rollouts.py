@@ -334,8 +334,9 @@ def evaluate(
 
     eval/reward is spec.reward's total per answer (its normaliser is left as it was), eval/reward/<name> each
     component; eval/length the answers' mean length in tokens and eval/truncated the share that reached
-    gen.max_new_tokens; with plan.correct_at, eval/accuracy is the share of answers whose reward reaches it and
-    eval/pass@<k> the mean over prompts of pass_at_k. When the data is a builtin task its own reward is reported
+    gen.max_new_tokens; eval/prompt_cut the share whose prompt lost its start to fit model.max_seq_len; with
+    plan.correct_at, eval/accuracy is the share of answers whose reward reaches it and eval/pass@<k> the mean over
+    prompts of pass_at_k. When the data is a builtin task its own reward is reported
     by the task's name (eval/accuracy for arithmetic, eval/optimality for randomwalks; it does not change when a
     run swaps in a reward model) unless plan.correct_at already says what eval/accuracy is."""
     backend, tokenizer, n = run.backend, run.tokenizer, plan.samples
@@ -344,7 +345,7 @@ def evaluate(
     judged = plan.correct_at is not None and reward is not None
     if judged and task_name == "accuracy":
         task_name = None
-    sums: dict[str, float] = {"length": 0.0, "truncated": 0.0}
+    sums: dict[str, float] = {"length": 0.0, "truncated": 0.0, "prompt_cut": 0.0}
     if reward is not None:
         sums["reward"] = 0.0
     if task_name:
@@ -356,7 +357,8 @@ def evaluate(
     # Stand-in chunks run too (generation and a model or normalised reward are collectives) but do not count.
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
         repeated = [row for row in chunk for _ in range(n)]
-        generation = generate(policy, encode_prompts(repeated, tokenizer, budget), tokenizer, gen, backend, greedy=plan.greedy)
+        whole = [prompt_ids(row, tokenizer) for row in repeated]
+        generation = generate(policy, [ids[-budget:] for ids in whole], tokenizer, gen, backend, greedy=plan.greedy)
         responses = decode(tokenizer, generation)
         prompts = [prompt_text(r) for r in repeated]
         scores = None
@@ -372,6 +374,7 @@ def evaluate(
         lengths = generation.response_mask.sum(dim=1)
         sums["length"] += float(lengths.sum())
         sums["truncated"] += float((lengths >= gen.max_new_tokens).sum())
+        sums["prompt_cut"] += sum(len(ids) > budget for ids in whole)
         if scores is not None:
             sums["reward"] += sum(scores.total)
             for name, values in scores.components.items():
