@@ -221,10 +221,11 @@ def test_a_conversation_takes_the_environments_answers_as_chat_messages(policy) 
             assert answer_ids == encode(f"{closed}<|user|>{TOOL}</s><|assistant|>"), tokenizer.decode(answer_ids)
 
 
-def test_a_chat_template_that_cannot_take_the_environments_messages_is_named(policy) -> None:
-    """A template that refuses the role, or writes an assistant's message differently once another follows, fails the
-    run at the start with environment.chat_role; with a ChatML-like template, a turn the policy ended with its EOS gets
-    only the rest of the template's end of message."""
+def test_chat_templates_that_can_and_cannot_take_the_environments_messages(policy) -> None:
+    """A template that refuses the role, or drops an assistant's message once another follows, fails the run at the
+    start with environment.chat_role; one that writes the last assistant message differently from earlier ones (an
+    empty thinking block, as Qwen3's) appends what follows an earlier one; with a ChatML-like template, a turn the
+    policy ended with its EOS gets only the rest of the template's end of message."""
     _, tokenizer, _ = policy
     strict = copy.deepcopy(tokenizer)
     strict.chat_template = (
@@ -238,8 +239,14 @@ def test_a_chat_template_that_cannot_take_the_environments_messages_is_named(pol
         "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}"
         "{% endif %}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
     )
-    with pytest.raises(DataError, match="writes an assistant's message differently once a 'user' message follows"):
+    with pytest.raises(DataError, match="drops an assistant's message once a 'user' message follows"):
         ChatTurns(forgetful, "user")
+    thinking = copy.deepcopy(tokenizer)  # the last assistant message gets an empty thinking block, earlier ones not
+    thinking.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] == 'assistant' and loop.last %}<think></think>"
+        "{% endif %}{{ m['content'] }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    assert ChatTurns(thinking, "tool").reply("42", ended_with_eos=False) == "</s><|tool|>42</s><|assistant|>"
     chatml = copy.deepcopy(tokenizer)
     chatml.chat_template = (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"

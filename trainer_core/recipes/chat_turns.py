@@ -6,9 +6,11 @@ chat template, as the model was tuned to read them, instead of as bare text afte
                the policy's turn ended with the EOS token that ends a message), then the environment's text as a
                message of environment.chat_role, then the assistant's next turn opened
 
-What the template writes is found by rendering a stub conversation with and without the new message: the text it
-adds is the difference, so earlier turns are never rendered again. A template that refuses the role, or that writes
-earlier messages differently once another follows, is a DataError naming environment.chat_role.
+What the template writes is found by rendering a stub conversation whose assistant message is a marker, followed by
+the new message: what follows the marker is what to append. Earlier turns are never rendered again, so a template
+that writes an assistant's message differently once another follows (Qwen3's drops an empty thinking block then)
+still appends to the tokens the policy sampled. A template that refuses the role, or drops the assistant's message
+altogether, is a DataError naming environment.chat_role.
 """
 
 from __future__ import annotations
@@ -30,11 +32,7 @@ class ChatTurns:
             )
         self.tokenizer, self.role = tokenizer, role
         self._stub = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _MARK}]
-        self._closed = self._render(self._stub, generation_prompt=False)
-        close = self._closed[self._closed.rindex(_MARK) + len(_MARK) :]
-        eos = tokenizer.eos_token or ""
-        self._close = close
-        self._close_after_eos = close[len(eos) :] if eos and close.startswith(eos) else close
+        self._eos = tokenizer.eos_token or ""
         self.reply("?", ended_with_eos=False)  # a role the template refuses fails the run here, before any episode
 
     def prompt(self, messages: list[dict], opening: str) -> list[int]:
@@ -46,14 +44,16 @@ class ChatTurns:
 
     def reply(self, text: str, *, ended_with_eos: bool) -> str:
         """The text that follows the policy's turn when the environment answers `text`."""
-        after = self._render([*self._stub, {"role": self.role, "content": text}], generation_prompt=True)
-        if not after.startswith(self._closed):
+        rendered = self._render([*self._stub, {"role": self.role, "content": text}], generation_prompt=True)
+        at = rendered.find(_MARK)
+        if at < 0:
             raise DataError(
-                f"{FIELD}: the model's chat template writes an assistant's message differently once a {self.role!r} "
-                "message follows it, so an episode's turns cannot be appended as they are played; use plain-text "
-                "prompts (prompt/completion rows) for this model"
+                f"{FIELD}: the model's chat template drops an assistant's message once a {self.role!r} message follows "
+                "it, so an episode's turns cannot be appended as they are played; use plain-text prompts "
+                "(prompt/completion rows) for this model"
             )
-        return (self._close_after_eos if ended_with_eos else self._close) + after[len(self._closed) :]
+        after = rendered[at + len(_MARK) :]  # the end of the assistant's message, the new one, the next turn opened
+        return after[len(self._eos) :] if ended_with_eos and self._eos and after.startswith(self._eos) else after
 
     def _render(self, messages: list[dict], *, generation_prompt: bool) -> str:
         try:
