@@ -385,6 +385,13 @@ def test_grpo_learns_to_call_the_calculator(sft_start: Path, tmp_path: Path) -> 
     assert len(last) == 16 and all({"turns", "tool_calls", "errors", "truncated", "advantage"} <= set(s["scores"]) for s in last)
     called = [s for s in last if s["scores"]["tool_calls"]]
     assert called and all("<result>" in s["response"] for s in called)  # the whole episode, the tool's answer too
+    for s in last:  # and turn by turn: the policy's first, then in turn, the tool's answers as the environment's
+        roles = [t["role"] for t in s["turns"]]
+        assert roles == ["policy", "environment"] * (len(roles) // 2) + ["policy"] * (len(roles) % 2), roles
+        assert "".join(t["text"] for t in s["turns"]) == s["response"]
+        assert roles.count("environment") == s["scores"]["tool_calls"] and all(
+            t["text"].startswith("<result>") for t in s["turns"] if t["role"] == "environment"
+        )
     # An eval run of the final model on the environment (algorithm: eval) finds what the run's own last evaluation did:
     # the same held-out problems, greedy, in the same batches.
     spec = grpo_spec(out / "final", {"kind": "builtin", "name": "calculator"})

@@ -216,7 +216,30 @@ class TestAddSamples:
         run = create_run(client)
         post_samples(client, run["id"], [{"step": 3, "prompt": "p", "response": "r"}])
         [row] = read_samples(client, run["id"])["data"]
-        assert (row["index"], row["reward"], row["kl"], row["scores"]) == (0, None, None, {})
+        assert (row["index"], row["reward"], row["kl"], row["scores"], row["turns"]) == (0, None, None, {}, None)
+
+    def test_an_episodes_turns_round_trip_in_order_and_a_bad_turn_is_named(self, client, db):
+        run = create_run(client)
+        turns = [
+            {"role": "policy", "text": "<calc>6*7</calc>"},
+            {"role": "environment", "text": "<result>42</result>"},
+            {"role": "policy", "text": "42"},
+        ]
+        post_samples(
+            client, run["id"], [{"step": 1, "prompt": "6*7=", "response": "".join(t["text"] for t in turns), "turns": turns}]
+        )
+        [row] = read_samples(client, run["id"])["data"]
+        assert row["turns"] == turns
+        db.expire_all()
+        assert db.scalar(select(Sample.turns).where(Sample.run_id == run["id"])) == turns
+        bad = client.post(
+            f"/api/v1/runs/{run['id']}/samples",
+            json=[{"step": 2, "prompt": "p", "response": "r", "turns": [{"role": "tool", "text": "x"}]}],
+        )
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["detail"][0]["loc"] == ["body", 0, "turns", 0, "role"]
+        assert bad.json()["detail"][0]["msg"] == "Input should be 'policy' or 'environment'"
+        assert len(read_samples(client, run["id"])["data"]) == 1  # nothing of the refused batch is stored
 
     def test_non_finite_rewards_and_scores_read_back_as_such(self, client, db):
         run = create_run(client)

@@ -70,6 +70,8 @@ class TestCalls:
             run.log_samples([{"prompt": "a", "response": "b"}, {"prompt": "a"}])
         with pytest.raises(rlplane.SdkError, match=r"samples\[0\]: unknown field\(s\) rewrd"):
             run.log_samples([{"prompt": "a", "response": "b", "rewrd": 1}])
+        with pytest.raises(rlplane.SdkError, match=r"samples\[0\].turns\[1\]: a turn is \{'role': 'policy' or 'environment'"):
+            run.log_samples([{"prompt": "a", "response": "b", "turns": [{"role": "policy", "text": "b"}, {"role": "tool"}]}])
         run.finish()
         assert not (attached / "metrics.jsonl").exists()  # nothing of the refused calls was written
 
@@ -80,11 +82,18 @@ class TestCalls:
         run.log({"train/loss": 1}, step=10)
         run.log({"train/loss": 0.5})
         run.log_samples([{"prompt": "1+1=", "response": "2", "reward": 1, "advantage": 0.5, "group": 3}])
+        turns = [
+            {"role": "policy", "text": "<calc>1+1</calc>"},
+            {"role": "environment", "text": "2"},
+            {"role": "policy", "text": "2"},
+        ]
+        run.log_samples([{"prompt": "1+1=", "response": "<calc>1+1</calc>22", "turns": turns}])
         run.finish()
         points = [(p["step"], p["value"]) for p in lines(attached / "metrics.jsonl")]
         assert points == [(0, 2.5), (1, "NaN"), (10, 1.0), (11, 0.5)]
-        [sample] = lines(attached / "samples.jsonl")
+        sample, episode = lines(attached / "samples.jsonl")
         assert (sample["step"], sample["reward"], sample["scores"]) == (11, 1.0, {"advantage": 0.5, "group": 3.0})
+        assert "turns" not in sample and episode["turns"] == turns
 
 
 class TestWorkerChannel:

@@ -31,4 +31,6 @@ class Sample(Base):
     # What the response is: chosen / rejected (a preference pair), generation (at an evaluation), rollout; null: rollout.
     label: Mapped[str | None] = mapped_column(String(32))
     reference: Mapped[str | None] = mapped_column(Text)  # the dataset's own answer to the prompt, where it has one
+    # A multi-turn episode's response turn by turn: [{"role": "policy" | "environment", "text": ...}]; null: one turn.
+    turns: Mapped[list[dict[str, str]] | None] = mapped_column(JsonDoc, nullable=True)
     time: Mapped[float] = mapped_column(Float(precision=53))

@@ -8,6 +8,15 @@ from api.values import Step, StoredText
 SampleLabel = Literal["rollout", "generation", "chosen", "rejected"]
 
 
+class Turn(BaseModel):
+    """One turn of a multi-turn episode: the policy's (trained on) or the environment's (a tool's result, a user's
+    turn, as the policy read it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["policy", "environment"]
+    text: StoredText = Field(max_length=200_000)
+
+
 class SampleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     step: Step
@@ -29,6 +38,11 @@ class SampleIn(BaseModel):
         "chosen / rejected (the two sides of a preference pair)",
     )
     reference: StoredText | None = Field(default=None, max_length=200_000, description="The dataset's own answer to the prompt")
+    turns: list[Turn] | None = Field(
+        default=None,
+        max_length=512,
+        description="A multi-turn episode's response turn by turn, in order (the response is the whole episode's text)",
+    )
 
 
 class SampleOut(BaseModel):
@@ -43,6 +57,7 @@ class SampleOut(BaseModel):
     scores: dict[str, AnyFloat]
     label: SampleLabel | None
     reference: str | None
+    turns: list[Turn] | None
     time: float
 
 

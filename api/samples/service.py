@@ -40,6 +40,7 @@ def _public(row: Sample) -> schemas.SampleOut:
         scores=row.scores,
         label=row.label,
         reference=row.reference,
+        turns=row.turns,
         time=row.time,
     )
 
@@ -62,6 +63,7 @@ def store(session: Session, run_id: int, samples: list[schemas.SampleIn]) -> Ing
             "scores": {k: encode(v) for k, v in s.scores.items()},
             "label": s.label,
             "reference": s.reference,
+            "turns": None if s.turns is None else [turn.model_dump() for turn in s.turns],
             "time": now,
         }
         for s in samples

@@ -26,7 +26,8 @@ class LogLine(NamedTuple):
 class Sample:
     """One response to one prompt. The samples of a step that share a prompt are its group (GRPO's G responses,
     a preference pair). `scores`: reward components by name, advantage, length (tokens), ...; `label`: rollout
-    (None), generation (at an evaluation), chosen or rejected; `reference`: the dataset's own answer."""
+    (None), generation (at an evaluation), chosen or rejected; `reference`: the dataset's own answer; `turns`: a
+    multi-turn episode's response turn by turn, (role, text) with role policy or environment, in order."""
 
     prompt: str
     response: str
@@ -35,6 +36,7 @@ class Sample:
     scores: Mapping[str, float] = field(default_factory=dict)
     label: str | None = None
     reference: str | None = None
+    turns: tuple[tuple[str, str], ...] | None = None
 
 
 class StepSample(NamedTuple):
@@ -102,6 +104,7 @@ def sample_record(item: StepSample) -> dict[str, Any]:
         "scores": {name: json_float(value) for name, value in sample.scores.items()},
         **({"label": sample.label} if sample.label is not None else {}),
         **({"reference": sample.reference} if sample.reference is not None else {}),
+        **({"turns": [{"role": role, "text": text} for role, text in sample.turns]} if sample.turns is not None else {}),
     }
 
 

@@ -12,7 +12,8 @@ from rlplane.limits import KEY_PATTERN
 from rlplane.reporting.events import Sample
 
 _KEY = re.compile(KEY_PATTERN)
-_SAMPLE_FIELDS = ("prompt", "response", "reward", "kl", "label", "reference", "scores", "advantage", "group")
+_SAMPLE_FIELDS = ("prompt", "response", "reward", "kl", "label", "reference", "scores", "advantage", "group", "turns")
+ROLES = ("policy", "environment")
 LABELS = ("rollout", "generation", "chosen", "rejected")
 
 
@@ -73,6 +74,9 @@ def sample(item: Mapping[str, Any], where: str) -> Sample:
     if label is not None and label not in LABELS:
         raise SdkError(f"{where}.label: {label!r} is not one of {', '.join(LABELS)}")
     reference = item.get("reference")
+    turns = item.get("turns")
+    if turns is not None:
+        turns = tuple(_turn(turn, f"{where}.turns[{i}]") for i, turn in enumerate(_listed(turns, f"{where}.turns")))
     return Sample(
         prompt=item["prompt"],
         response=item["response"],
@@ -81,7 +85,21 @@ def sample(item: Mapping[str, Any], where: str) -> Sample:
         scores=scores,
         label=label,
         reference=None if reference is None else str(reference),
+        turns=turns,
     )
+
+
+def _listed(value: Any, where: str) -> Sequence[Any]:
+    if isinstance(value, str | Mapping) or not isinstance(value, Sequence):
+        raise SdkError(f"{where}: give a list of turns, each {{'role': 'policy' or 'environment', 'text': ...}}")
+    return value
+
+
+def _turn(turn: Any, where: str) -> tuple[str, str]:
+    """A multi-turn episode's turn: the policy's or the environment's, with its text."""
+    if not isinstance(turn, Mapping) or turn.get("role") not in ROLES or not isinstance(turn.get("text"), str):
+        raise SdkError(f"{where}: a turn is {{'role': 'policy' or 'environment', 'text': a str}}, not {turn!r:.100}")
+    return turn["role"], turn["text"]
 
 
 def samples(items: Sequence[Mapping[str, Any]]) -> list[Sample]:

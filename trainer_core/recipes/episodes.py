@@ -55,6 +55,7 @@ class EpisodeRecord:
     errors: tuple[str, ...]  # the reason of each answer marked as an error
     truncated: bool  # cut off by max_turns or max_tokens
     reason: str | None  # why it ended, in the environment's words
+    turns_text: tuple[tuple[str, str], ...] = ()  # (policy | environment, text) as the policy read them, in order
 
 
 @dataclass
@@ -218,12 +219,25 @@ def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: t
         [v.reward for v in verdicts], {name: [float(v.components.get(name, 0.0)) for v in verdicts] for name in names}
     )
     records = [
-        EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
+        EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason, _spans(p, tokenizer))
+        for p in playing
     ]
     prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
     texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
     cut = [p.prompt_cut for p in playing]
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
+
+
+def _spans(p: _Playing, tokenizer: Any) -> tuple[tuple[str, str], ...]:
+    """The episode after the prompt as runs of the policy's and the environment's tokens, each decoded: what the
+    policy wrote and read (a chat template's markers included), a cut-off last turn too."""
+    spans, start = [], 0
+    for end in range(1, len(p.ids) + 1):
+        if end == len(p.ids) or p.mine[end] != p.mine[start]:
+            role = "policy" if p.mine[start] else "environment"
+            spans.append((role, tokenizer.decode(p.ids[start:end], skip_special_tokens=True)))
+            start = end
+    return tuple(spans)
 
 
 def with_reward(

@@ -3955,6 +3955,11 @@ export interface components {
             };
             /** Step */
             step: number;
+            /**
+             * Turns
+             * @description A multi-turn episode's response turn by turn, in order (the response is the whole episode's text)
+             */
+            turns?: components["schemas"]["Turn"][] | null;
         };
         /** SampleOut */
         SampleOut: {
@@ -3987,6 +3992,8 @@ export interface components {
             step: number;
             /** Time */
             time: number;
+            /** Turns */
+            turns: components["schemas"]["Turn"][] | null;
         };
         /** SamplePage */
         SamplePage: {
@@ -4720,6 +4727,20 @@ export interface components {
              * @description The metric's last value, once the trial's run succeeded
              */
             value: number | ("NaN" | "Infinity" | "-Infinity") | null;
+        };
+        /**
+         * Turn
+         * @description One turn of a multi-turn episode: the policy's (trained on) or the environment's (a tool's result, a user's
+         *     turn, as the policy read it).
+         */
+        Turn: {
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "policy" | "environment";
+            /** Text */
+            text: string;
         };
         /** UserCreate */
         UserCreate: {

@@ -42,7 +42,7 @@ export function sample(over: Partial<Sample> = {}): Sample {
   const prompt = over.prompt ?? 'p';
   return {
     id: nextId++, step: 1, index: 0, prompt, prompt_hash: `h-${prompt}`, response: 'r', reward: null, kl: null,
-    scores: {}, label: null, reference: null, time: 0,
+    scores: {}, label: null, reference: null, turns: null, time: 0,
     ...over,
   };
 }

@@ -67,6 +67,21 @@ describe('SamplesTab', () => {
     expect(await screen.findByRole('button', { name: 'Next (20) ›' })).toHaveProperty('disabled', false);
   });
 
+  it("shows an episode turn by turn, the environment's answers set apart from the policy's turns", async () => {
+    const turns = [
+      { role: 'policy' as const, text: '<calc>37*48</calc>' },
+      { role: 'environment' as const, text: '<result>1776</result>' },
+      { role: 'policy' as const, text: '1776' },
+    ];
+    serve([sample({ step: 30, prompt: '37*48=', response: turns.map((t) => t.text).join(''), reward: 1, turns, scores: { turns: 2, tool_calls: 1 } })]);
+    renderTab(<SamplesTab />, runDetail({ algorithm: 'grpo', status: 'succeeded' }));
+    const group = await screen.findByRole('region', { name: 'Prompt at step 30' });
+    const listed = within(group).getByRole('list', { name: 'Response · 2 policy turns' });
+    const items = within(listed).getAllByRole('listitem');
+    expect(items.map((li) => [li.getAttribute('data-role'), li.querySelector('pre')!.textContent])).toEqual(turns.map((t) => [t.role, t.text]));
+    expect(items.map((li) => li.querySelector('.turn-role')!.textContent)).toEqual(['Policy', 'Environment', 'Policy']);
+  });
+
   it('shows a preference pair side by side with its scores and margin, and a generation beside the reference answer', async () => {
     serve([
       sample({ step: 50, index: 0, prompt: 'Capital of France?', label: 'chosen', response: 'Paris', reward: 0.75, scores: { implicit_reward: 0.75, margin: 1.25 } }),

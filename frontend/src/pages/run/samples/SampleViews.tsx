@@ -36,11 +36,32 @@ function Scores({ scores }: { scores: Score[] }) {
   );
 }
 
+/** A multi-turn episode's response turn by turn: the policy's turns (trained on) and the environment's answers, as the policy read them. */
+function Turns({ label, turns }: { label: string; turns: NonNullable<Sample['turns']> }) {
+  const id = useId();
+  return (
+    <div className="labelled" data-field="response">
+      <div className="field-label" id={id}>
+        {label} · {turns.filter((t) => t.role === 'policy').length} policy turns
+      </div>
+      <ol className="turns" aria-labelledby={id}>
+        {turns.map((turn, i) => (
+          <li key={i} className={`turn turn-${turn.role}`} data-role={turn.role}>
+            <span className="turn-role">{turn.role === 'policy' ? 'Policy' : 'Environment'}</span>
+            <pre>{turn.text || <span className="muted">(empty)</span>}</pre>
+          </li>
+        ))}
+      </ol>
+    </div>
+  );
+}
+
 function Rollout({ sample, n, of }: { sample: Sample; n: number; of: number }) {
+  const label = of > 1 ? `Response ${n} of ${of}` : 'Response';
   return (
     <article className="sample" data-label="rollout" data-index={sample.index}>
       <Scores scores={rolloutScores(sample)} />
-      <LabelledText label={of > 1 ? `Response ${n} of ${of}` : 'Response'} text={sample.response} field="response" />
+      {sample.turns?.length ? <Turns label={label} turns={sample.turns} /> : <LabelledText label={label} text={sample.response} field="response" />}
     </article>
   );
 }
