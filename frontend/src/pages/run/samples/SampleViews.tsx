@@ -36,13 +36,15 @@ function Scores({ scores }: { scores: Score[] }) {
   );
 }
 
+const plural = (n: number, noun: string) => `${n} ${noun}${n === 1 ? '' : 's'}`;
+
 /** A multi-turn episode's response turn by turn: the policy's turns (trained on) and the environment's answers, as the policy read them. */
 function Turns({ label, turns }: { label: string; turns: NonNullable<Sample['turns']> }) {
   const id = useId();
   return (
     <div className="labelled" data-field="response">
       <div className="field-label" id={id}>
-        {label} · {turns.filter((t) => t.role === 'policy').length} policy turns
+        {label} · {plural(turns.filter((t) => t.role === 'policy').length, 'policy turn')}
       </div>
       <ol className="turns" aria-labelledby={id}>
         {turns.map((turn, i) => (
