@@ -33,7 +33,7 @@ from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, micro_batch_ranges
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
-from trainer_core.data.tokenize import Example, collate, pad_id, tokenize_rows
+from trainer_core.data.tokenize import Example, collate, pad_id, tokenize_counting
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.losses.ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
@@ -112,14 +112,17 @@ class IlqlRun(common.Run):  # model: the IlqlModel, wrapped by the backend
         return self.backend.unwrap(self.model)
 
 
-def _rewarded(rows: list[dict], tokenizer: Any, max_len: int, column: str) -> list[Rewarded]:
+def _rewarded(rows: list[dict], tokenizer: Any, max_len: int, column: str) -> tuple[list[Rewarded], int]:
+    """The rows tokenized with their rewards, and how many were cut at max_len (their reward then falls on the last
+    token kept)."""
     rewards = []
     for i, row in enumerate(rows):
         value = row.get("reward")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise DataError(f"row {i} has no numeric reward ({value!r}); ilql needs data.columns.reward (now {column!r})")
         rewards.append(float(value))
-    return list(zip(tokenize_rows(rows, tokenizer, max_len), rewards, strict=True))
+    examples, cut = tokenize_counting(rows, tokenizer, max_len)
+    return list(zip(examples, rewards, strict=True)), cut
 
 
 def _distinct_prompts(rows: list[dict]) -> list[dict]:
@@ -139,7 +142,10 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         model = IlqlModel(lm, heads)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=seed)
         column, max_len = spec.data.columns.reward, spec.model.max_seq_len
-        train_examples, eval_examples = (_rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval))
+        (train_examples, cut), (eval_examples, _) = (
+            _rewarded(rows, tokenizer, max_len, column) for rows in (split.train, split.eval)
+        )
+        common.report_cut(reporter, cut, len(train_examples), "rows are", max_len)
         saved = (lm, {"ilql_heads": heads})  # the checkpoint's model and the modules beside it
         opt = common.prepare_optimization(spec, backend, model, len(train_examples), resume_from, saved=saved)
     if resume_from is not None:
