@@ -39,10 +39,14 @@ class TestFormats:
         chat = [{"role": "assistant", "content": "a"}]
         assert check_row("preference", 1, {"prompt": "p", "chosen": chat, "rejected": "r"}) == []
         assert check_row("prompts", 1, {"prompt": "p", "answer": "4"}) == []
+        conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+        assert check_row("prompts", 1, {"prompt": conversation, "answer": "4"}) == []
 
     def test_messages_name_row_and_column(self):
         assert check_row("preference", 17, {"prompt": "p", "rejected": "r"}) == ["row 17, column 'chosen': is missing"]
-        assert check_row("prompts", 2, {"prompt": 5}) == ["row 2, column 'prompt': must be a string, got int"]
+        assert check_row("prompts", 2, {"prompt": 5}) == [
+            "row 2, column 'prompt': must be a string or a list of {role, content} messages, got int"
+        ]
         assert check_row("sft", 3, ["x"]) == ["row 3: must be a JSON object, got list"]
         assert check_row("sft", 4, {"prompt": "p"}) == ["row 4, column 'completion': is missing"]
 

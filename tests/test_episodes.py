@@ -234,6 +234,10 @@ def test_chat_templates_that_can_and_cannot_take_the_environments_messages(polic
     )
     with pytest.raises(DataError, match=r"environment.chat_role: .* refused a 'tool' message .*roles alternate"):
         ChatTurns(strict, "tool")
+    plain = copy.deepcopy(tokenizer)
+    plain.chat_template = None
+    with pytest.raises(DataError, match="the prompts are conversations .* but the model's tokenizer has no chat template"):
+        rollouts.prompt_ids({"prompt": [{"role": "user", "content": "2+2?"}]}, plain)
     forgetful = copy.deepcopy(tokenizer)  # an assistant's message is shown whole only when it is the last
     forgetful.chat_template = (
         "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}"

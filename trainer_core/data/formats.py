@@ -2,7 +2,8 @@
 
 sft         {"prompt", "completion"} | {"messages": [{"role", "content"}, ...]} | {"text"}
 preference  {"prompt", "chosen", "rejected"}; chosen and rejected may be strings or message lists
-prompts     {"prompt"} with an optional "answer" (for rewards that check one)
+prompts     {"prompt"} with an optional "answer" (for rewards that check one); the prompt a string or a message list
+            (a conversation the chat template renders, the assistant's turn opened)
 
 Extra columns are allowed everywhere and passed through untouched. Torch-free, pure Python.
 """
@@ -73,7 +74,7 @@ def row_problems(kind: str, row: Any) -> list[Problem]:
     if not isinstance(row, dict):
         return [Problem(None, f"must be a JSON object, got {type(row).__name__}")]
     if kind == "prompts":
-        return _need_text(row, "prompt")
+        return _need_text(row, "prompt", allow_messages=True)
     if kind == "preference":
         return [p for column in ("prompt", "chosen", "rejected") for p in _need_text(row, column, column != "prompt")]
     if "messages" in row:

@@ -27,6 +27,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec, HeldOutEval
 from trainer_core.backends import Backend
+from trainer_core.data import DataError
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import pad_id
 from trainer_core.recipes.common import rank_chunks
@@ -99,6 +100,11 @@ def prompt_ids(row: dict, tokenizer: Any) -> list[int]:
     starts)."""
     prompt = row["prompt"]
     if isinstance(prompt, list):
+        if not getattr(tokenizer, "chat_template", None):
+            raise DataError(
+                "the prompts are conversations (message lists) but the model's tokenizer has no chat template; use "
+                "plain-text prompts or a model whose tokenizer has one"
+            )
         return list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=False))
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
