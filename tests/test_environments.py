@@ -236,11 +236,11 @@ def test_an_openenv_server_plays_its_episodes_in_sessions_of_their_own() -> None
 @pytest.mark.parametrize("where", ["in process", "served"])
 def test_an_openenv_mcp_environment_is_played_in_tool_call_tags(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An OpenEnv MCP environment (tests/harness/openenv_tools.py: FastMCP tools, the episode ends at `submit`), made
-    per episode in process or served by openenv-core's own server with CallToolAction: its tools are listed after the
-    reset with their JSON schemas, and a turn stops at </tool_call>. A call in <tool_call> tags runs the tool and
-    its result comes back in <tool_response> tags; a turn with no call, a call that is no JSON, an unknown tool and
-    arguments the tool refuses are answered with why, as errors, and the episode goes on; submit ends it with the
-    environment's reward."""
+    per episode in process or served by openenv-core's own server with CallToolAction: its tools are offered on the
+    episode after the reset, as JSON function schemas, and a turn stops at </tool_call>. A call in <tool_call> tags
+    runs the tool and its result comes back in <tool_response> tags; a turn with no call, a call that is no JSON, an
+    unknown tool and arguments the tool refuses are answered with why, as errors, and the episode goes on; submit
+    ends it with the environment's reward."""
     calls = [
         "I think it is 42.",  # no call
         "<tool_call>{multiply: 3}</tool_call>",  # no JSON
@@ -253,18 +253,17 @@ def test_an_openenv_mcp_environment_is_played_in_tool_call_tags(where: str, monk
     if where == "in process":
         monkeypatch.setenv("RLPLANE_REWARD_ENTRYPOINTS", "tests.harness.openenv_tools:*")
         environment = make_environment(PythonEnvironment(entrypoint="tests.harness.openenv_tools:make", stop=["\n\n"]))
-        opening, replies = _opened_and_played(environment, row, calls)
+        opening, replies, tools = _opened_and_played(environment, row, calls)
         wrong = played(environment, row, '<tool_call>{"name": "submit", "arguments": {"answer": 220}}</tool_call>')
     else:
         with served_openenv(sessions=2, environment="tools") as url:
             environment = make_environment(OpenEnvEnvironment(url=url, stop=["\n\n"]))
-            opening, replies = _opened_and_played(environment, row, calls)
+            opening, replies, tools = _opened_and_played(environment, row, calls)
             wrong = played(environment, row, '<tool_call>{"name": "submit", "arguments": {"answer": 220}}</tool_call>')
     assert environment.stop == ("\n\n", "</tool_call>")
-    tools = [json.loads(line) for line in opening.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
-    assert [t["function"]["name"] for t in tools] == ["multiply", "submit"]
+    assert opening == ""  # the reset's observation shows nothing; the rollout shows the tools (test_episodes.py)
+    assert [t["function"]["name"] for t in tools] == ["multiply", "submit"] and {t["type"] for t in tools} == {"function"}
     assert tools[0]["function"]["parameters"]["required"] == ["a", "b"], tools
-    assert '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>' in opening
     no_call, no_json, unknown, refused, product, submitted = replies
     for reply, why in [
         (no_call, "invalid tool call: no tool call"),
@@ -280,14 +279,15 @@ def test_an_openenv_mcp_environment_is_played_in_tool_call_tags(where: str, monk
     assert wrong[0].done and wrong[0].reward == 0.0
 
 
-def _opened_and_played(environment, row: dict, messages: list[str]) -> tuple[str, list]:
+def _opened_and_played(environment, row: dict, messages: list[str]) -> tuple[str, list, list]:
+    """The opening, the replies to `messages` and the tools the episode was offered."""
     episode = Episode(row=row)
     opening = environment.reset(episode)
     replies = []
     for message in messages:
         episode.messages.append(("policy", message))
         replies.append(environment.step(episode, message))
-    return opening, replies
+    return opening, replies, episode.tools
 
 
 def test_tool_calls_read_string_arguments_and_mcp_results_of_every_content() -> None:

@@ -27,6 +27,7 @@ from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.data import DataError
 from trainer_core.environments import EnvError, Episode, Reply, answer, end
+from trainer_core.environments.tool_calls import listed
 from trainer_core.losses.policy import grpo_loss, response_logprobs
 from trainer_core.models import build_builtin
 from trainer_core.recipes import episodes, online, rollouts
@@ -71,9 +72,9 @@ def policy() -> tuple[torch.nn.Module, object, object]:
     return model.eval(), tokenizer, backend
 
 
-def play(policy, environment, rows, *, max_turns=4, max_tokens=64, max_new_tokens=5, greedy=True, repeat=1):
+def play(policy, environment, rows, *, max_turns=4, max_tokens=64, max_new_tokens=5, greedy=True, repeat=1, length=96):
     model, tokenizer, backend = policy
-    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=96)))
+    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=length)))
     limits = BuiltinEnvironment(name="calculator", max_turns=max_turns, max_tokens=max_tokens)
     gen = GenSpec(max_new_tokens=max_new_tokens)
     return episodes.play(run, model, rows, gen, environment, limits, repeat=repeat, greedy=greedy)
@@ -219,6 +220,49 @@ def test_a_conversation_takes_the_environments_answers_as_chat_messages(policy) 
         for (_, turn), (_, answer_ids) in zip(spans[0::2], spans[1::2], strict=False):
             closed = "" if turn[-1] == tokenizer.eos_token_id else "</s>"
             assert answer_ids == encode(f"{closed}<|user|>{TOOL}</s><|assistant|>"), tokenizer.decode(answer_ids)
+
+
+class Tooled(Scripted):
+    """Scripted, offering one tool on each episode."""
+
+    TOOLS = [{"type": "function", "function": {"name": "add", "description": "a+b", "parameters": {"type": "object"}}}]
+
+    def reset(self, episode: Episode) -> str:
+        episode.tools = self.TOOLS
+        return super().reset(episode)
+
+
+def test_an_environments_tools_are_shown_through_the_template_that_renders_them_else_as_text(policy) -> None:
+    """The tools an environment offers: as text heading the opening after a plain prompt; in a conversation, through
+    the chat template's own tool rendering where it has one (here a template that lists them in a system turn), else
+    as text in the environment's opening message."""
+    _, tokenizer, _ = policy
+    text = listed(Tooled.TOOLS)
+    plain = play(policy, Tooled(turns=1), [{"prompt": "2+3="}], length=512)
+    whole = tokenizer("2+3=")["input_ids"] + tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert plain.prompts == ["2+3=" + text] and _prompt_ids(plain.generation, 0) == whole
+    messages = [{"role": "user", "content": "2+3?"}]
+    conversation = play(policy, Tooled(turns=1), [{"prompt": messages}], length=512)
+    as_text = [*messages, {"role": "user", "content": text}]  # the builtin template renders no tools
+    assert _prompt_ids(conversation.generation, 0) == tokenizer.apply_chat_template(
+        as_text, tokenize=True, add_generation_prompt=True, return_dict=False
+    )
+    native = copy.deepcopy(tokenizer)
+    native.chat_template = (
+        "{% if tools %}<|system|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ eos_token }}{% endif %}"
+        + native.chat_template
+    )
+    model, _, backend = policy
+    with_native = play((model, native, backend), Tooled(turns=1), [{"prompt": messages}], length=512)
+    expected = native.apply_chat_template(
+        messages, tools=Tooled.TOOLS, tokenize=True, add_generation_prompt=True, return_dict=False
+    )
+    assert _prompt_ids(with_native.generation, 0) == expected and native.decode(expected).startswith("<|system|>add;")
+
+
+def _prompt_ids(generation, row: int) -> list[int]:
+    keep = generation.attention_mask[row, : generation.prompt_width].bool()
+    return generation.input_ids[row, : generation.prompt_width][keep].tolist()
 
 
 def test_chat_templates_that_can_and_cannot_take_the_environments_messages(policy) -> None:

@@ -26,6 +26,10 @@ class Episode:
     messages: list[tuple[str, str]] = field(default_factory=list)  # ("policy" | "environment", text)
     state: Any = None  # the environment's own, set by reset()
     ended_by: TurnEnd | None = None  # how the policy's last turn ended
+    # Tools the environment offers, set by reset(): JSON function schemas ({"type": "function", "function": {name,
+    # description, parameters}}), which the rollout shows the policy (through a chat template that renders tools,
+    # else as text after the opening). None: none to show.
+    tools: list[dict[str, Any]] | None = None
 
     @property
     def turns(self) -> int:

@@ -9,7 +9,7 @@ its one text field, or as JSON of its fields. A done observation ends the episod
 summed; a message that is no valid action is answered with why (an error), and the episode goes on.
 
 An MCP environment (openenv-core's MCPEnvironment: tools the policy calls through step) is played in tool-call tags
-instead (tool_calls.py): its tools listed after the reset's observation, each turn's call made a CallToolAction
+instead (tool_calls.py): its tools offered on the episode (Episode.tools) after the reset, each turn's call made a CallToolAction
 (imported from openenv then: such an environment brings it), the result answered in <tool_response> tags.
 """
 
@@ -123,9 +123,10 @@ class OpenEnvAdapter:
 
         found = environment.step(ListToolsAction()).model_dump(mode="json")
         try:
-            return tool_calls.listed(found.get("tools")) + observation_text(observation)
+            episode.tools = tool_calls.schemas(found.get("tools"))
         except ValueError as exc:
             raise EnvError(f"{type(environment).__name__}: {exc}") from None
+        return observation_text(observation)
 
     def step(self, episode: Episode, message: str) -> Reply:
         playing: _Playing = episode.state

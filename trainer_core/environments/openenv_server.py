@@ -12,9 +12,9 @@ episode's steps. An action the server refuses is answered to the policy (an erro
 reached or answers outside the protocol fails the run, naming the field. A session lost mid-episode cannot be
 retried (its state lives on the server), so it fails the run too.
 
-A server whose Action is OpenEnv's CallToolAction serves an MCP tool environment: its tools are listed after the
-reset ({"type": "step", "data": {"type": "list_tools"}}) and each turn's tool call is a call_tool step, in the tags of
-tool_calls.py.
+A server whose Action is OpenEnv's CallToolAction serves an MCP tool environment: its tools are offered on the
+episode after the reset ({"type": "step", "data": {"type": "list_tools"}}) and each turn's tool call is a call_tool
+step, in the tags of tool_calls.py.
 """
 
 from __future__ import annotations
@@ -103,9 +103,10 @@ class OpenEnvServer:
         try:
             if kind == "error":
                 raise ValueError(f"list_tools was refused: {_why(data)}")
-            return tool_calls.listed(self._observed(data)[0].get("tools")) + shown_text(observation)
+            episode.tools = tool_calls.schemas(self._observed(data)[0].get("tools"))
         except ValueError as exc:
             raise EnvError(f"{self.field}: the OpenEnv server at {self.ws_url}: {exc}") from None
+        return shown_text(observation)
 
     def step(self, episode: Episode, message: str) -> Reply:
         session: _Session = episode.state

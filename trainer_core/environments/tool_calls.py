@@ -2,7 +2,8 @@
 step(CallToolAction) calls one) played as text, in the tool-call tags that Hermes- and Qwen-style chat templates
 train models on:
 
-    opening      on a new line, how to call; <tools> a JSON line per tool {"type": "function", "function": ...} </tools>
+    tools        the episode's tools (Episode.tools), JSON function schemas the rollout shows: through the chat template
+                 where it renders tools, else as text after the opening: how to call, then <tools> a line per tool
     policy       <tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>   (the turn stops there)
     environment  <tool_response>12</tool_response>
 
@@ -28,26 +29,29 @@ def is_tool_action(schema: Mapping[str, Any]) -> bool:
     return isinstance(kind, Mapping) and kind.get("const") == "call_tool"
 
 
-def listed(tools: Any) -> str:
-    """A ListToolsObservation's tools as the policy is shown them, with how to call one; ValueError when `tools` is
-    no list of tools."""
+def schemas(tools: Any) -> list[dict[str, Any]]:
+    """A ListToolsObservation's tools as JSON function schemas (what chat templates take as `tools`); ValueError when
+    `tools` is no list of named tools."""
     if not isinstance(tools, list) or not all(isinstance(t, Mapping) and isinstance(t.get("name"), str) for t in tools):
         raise ValueError(f"list_tools answered {json.dumps(tools, default=str)[:200]}, not a list of named tools")
-    lines = [
-        json.dumps(
-            {
-                "type": "function",
-                "function": {
-                    "name": tool["name"],
-                    "description": tool.get("description") or "",
-                    "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
-                },
-            }
-        )
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool.get("description") or "",
+                "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+            },
+        }
         for tool in tools
     ]
+
+
+def listed(functions: list[dict[str, Any]]) -> str:
+    """Function schemas as text, with how to call one: what a prompt shows where no chat template renders them."""
     usage = f'{OPEN}{{"name": "<tool>", "arguments": {{...}}}}{CLOSE}'
-    return f"\nTools you may call, one per turn as {usage}:\n<tools>\n" + "\n".join(lines) + "\n</tools>\n"
+    lines = "\n".join(json.dumps(function) for function in functions)
+    return f"\nTools you may call, one per turn as {usage}:\n<tools>\n{lines}\n</tools>\n"
 
 
 def call_fields(message: str) -> dict[str, Any]:

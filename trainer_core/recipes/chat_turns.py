@@ -1,7 +1,9 @@
 """Episodes whose prompt is a conversation (a row of messages): the environment's messages join it through the model's
 chat template, as the model was tuned to read them, instead of as bare text after the policy's turn.
 
-    prompt     the row's messages, and the environment's opening as one more message, then the assistant's turn opened
+    prompt     the row's messages, and the environment's opening as one more message, then the assistant's turn opened;
+               an episode's tools (Episode.tools) as the template renders tools (its `tools`), or, where it renders
+               none, as text heading the opening
     a reply    the end the template gives an assistant's message (what the policy did not write of it: none of it when
                the policy's turn ended with the EOS token that ends a message), then the environment's text as a
                message of environment.chat_role, then the assistant's next turn opened
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer_core.data import DataError
+from trainer_core.environments.tool_calls import listed
 
 _MARK = "rlplaneturnmark"  # an assistant message's stand-in content: letters only, so no template trims it
 FIELD = "environment.chat_role"
@@ -34,13 +37,25 @@ class ChatTurns:
         self._stub = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _MARK}]
         self._eos = tokenizer.eos_token or ""
         self.reply("?", ended_with_eos=False)  # a role the template refuses fails the run here, before any episode
+        probe = [{"type": "function", "function": {"name": _MARK, "description": "", "parameters": {"type": "object"}}}]
+        try:
+            self.renders_tools = _MARK in tokenizer.apply_chat_template(self._stub[:1], tools=probe, tokenize=False)
+        except Exception:  # a template that cannot take tools renders none
+            self.renders_tools = False
 
-    def prompt(self, messages: list[dict], opening: str) -> list[int]:
-        """The conversation's ids with the environment's opening as its last message (none when empty), the
-        assistant's turn opened."""
+    def prompt(self, messages: list[dict], opening: str, tools: list[dict] | None = None) -> list[int]:
+        """The conversation's ids with the environment's opening as its last message (none when empty) and its
+        tools, the assistant's turn opened."""
+        native = tools if tools and self.renders_tools else None
+        if tools and native is None:
+            opening = listed(tools) + opening
         if opening:
             messages = [*messages, {"role": self.role, "content": opening}]
-        return list(self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False))
+        return list(
+            self.tokenizer.apply_chat_template(
+                messages, tools=native, tokenize=True, add_generation_prompt=True, return_dict=False
+            )
+        )
 
     def reply(self, text: str, *, ended_with_eos: bool) -> str:
         """The text that follows the policy's turn when the environment answers `text`."""

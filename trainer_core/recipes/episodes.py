@@ -10,7 +10,8 @@ EOS, a stop string (the environment's, and gen.stop) or gen.max_new_tokens; then
 (text that is appended, or the end with a reward). An episode the environment has not ended after
 environment.max_turns policy turns, or that would grow past environment.max_tokens, is cut off, and the
 environment gives its verdict on it. When a row's prompt is a conversation (messages), the environment's opening and
-answers join it as messages through the model's chat template (chat_turns.py).
+answers join it as messages through the model's chat template (chat_turns.py). The tools an environment offers
+(Episode.tools) are shown through the template where it renders tools, else as text heading the opening.
 
 Layout: the Generation of rollouts.py, B rows of [P prompt positions | R response positions]. The environment's
 opening text (reset) joins the prompt. In the response region the policy's turns and the environment's answers
@@ -37,6 +38,7 @@ from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.data.tokenize import pad_id
 from trainer_core.environments import EnvError, Environment, Episode, Reply
+from trainer_core.environments.tool_calls import listed
 from trainer_core.recipes import rollouts
 from trainer_core.recipes.chat_turns import ChatTurns
 from trainer_core.recipes.common import rank_chunks
@@ -142,8 +144,12 @@ def play(
         """Open episodes in the free sessions."""
         opening = [waiting.pop() for _ in range(min(sessions - len(live), len(waiting)))]
         for p, text in zip(opening, _each(environment, environment.reset, [p.episode for p in opening]), strict=True):
-            conversation = chat is not None and _is_chat(p.episode.row) and text
-            whole = chat.prompt(p.episode.row["prompt"], text) if conversation else p.prompt + encode(text)
+            tools = p.episode.tools
+            if chat is not None and _is_chat(p.episode.row) and (text or tools):
+                whole = chat.prompt(p.episode.row["prompt"], text, tools)
+            else:
+                text = (listed(tools) if tools else "") + text  # the tools as text, heading the opening
+                whole = p.prompt + encode(text)
             p.opening, p.prompt, p.prompt_cut = text, whole[-budget:], len(whole) > budget
         live.extend(opening)
 
