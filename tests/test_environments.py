@@ -156,6 +156,18 @@ def test_a_reply_that_breaks_the_protocol_is_named(scripted, body: str, words: s
     assert words in str(info.value) and url in str(info.value)
 
 
+def test_a_services_reset_may_offer_tools(scripted) -> None:
+    """The reset's answer may carry tools (JSON function schemas): the episode offers them (the rollout shows them);
+    one that is no function schema is named."""
+    url, handler = scripted
+    tool = {"type": "function", "function": {"name": "search", "description": "the web", "parameters": {"type": "object"}}}
+    handler.answers = [(200, json.dumps({"text": "Find it.", "tools": [tool]})), (200, json.dumps({"tools": [{"name": "x"}]}))]
+    episode = Episode(row={"prompt": "?"})
+    assert http(url).reset(episode) == "Find it." and episode.tools == [tool]
+    with pytest.raises(EnvError, match=r'/reset answered tools\[0\] must be \{"type": "function"'):
+        http(url).reset(Episode(row={"prompt": "?"}))
+
+
 def test_busy_service_is_retried(scripted) -> None:
     url, handler = scripted
     handler.answers = [(503, "busy"), (429, "slow down"), (200, json.dumps({"text": "ok", "tool_call": True}))]

@@ -1,6 +1,6 @@
 """grpo.environment {kind: http, url: ...}: episodes played by a service. The protocol (docs/rl.md):
 
-    POST <url>/reset   {"episode": id, "row": {...}}                      -> {"text": "..."}        (text optional)
+    POST <url>/reset   {"episode": id, "row": {...}}                      -> {"text": "...", "tools": [...]}  (both optional)
     POST <url>/step    {"episode": id, "turn": n, "message": "..."}       -> {"text": "..."}        the episode goes on
                                                                           or {"done": true, "reward": r, ...}
     POST <url>/cutoff  {"episode": id, "why": "max_turns"|"max_tokens"}   -> {"reward": r, ...}     the limits ended it
@@ -23,6 +23,7 @@ import httpx
 
 from rlplane.spec.environments import HttpEnvironment as HttpSpec
 from trainer_core.environments.base import EnvError, Episode, Reply
+from trainer_core.environments.tool_calls import functions_of
 from trainer_core.rewards.http import jsonable, post_with_retries
 
 
@@ -76,6 +77,11 @@ class HttpEnvironment:
         text = body.get("text", "") if isinstance(body, Mapping) else None
         if not isinstance(text, str):
             raise EnvError(f'{self.base}/reset answered {body!r:.200}; it must answer {{"text": "..."}} or {{}}')
+        if body.get("tools") is not None:
+            try:
+                episode.tools = functions_of(body["tools"])
+            except ValueError as exc:
+                raise EnvError(f"{self.base}/reset answered {exc}") from None
         return text
 
     def step(self, episode: Episode, message: str) -> Reply:

@@ -47,6 +47,20 @@ def schemas(tools: Any) -> list[dict[str, Any]]:
     ]
 
 
+def functions_of(value: Any) -> list[dict[str, Any]]:
+    """`value` as a list of JSON function schemas ({"type": "function", "function": {"name": ..., ...}}); ValueError
+    says what is wrong."""
+    if not isinstance(value, list):
+        raise ValueError(f"tools must be a list of function schemas, not {type(value).__name__}")
+    for i, item in enumerate(value):
+        function = item.get("function") if isinstance(item, Mapping) else None
+        if not (isinstance(item, Mapping) and item.get("type") == "function" and isinstance(function, Mapping)):
+            raise ValueError(f'tools[{i}] must be {{"type": "function", "function": {{"name": ..., ...}}}}')
+        if not isinstance(function.get("name"), str):
+            raise ValueError(f"tools[{i}].function needs a name (a string)")
+    return [dict(item) for item in value]
+
+
 def listed(functions: list[dict[str, Any]]) -> str:
     """Function schemas as text, with how to call one: what a prompt shows where no chat template renders them."""
     usage = f'{OPEN}{{"name": "<tool>", "arguments": {{...}}}}{CLOSE}'
