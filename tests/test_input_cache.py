@@ -69,9 +69,11 @@ def test_an_attempt_keeps_inputs_larger_than_the_limit_until_it_ends(tmp_path: P
     limit nothing goes."""
     root = f"memory://cache-{uuid.uuid4().hex[:8]}"
     fsspec.filesystem("memory").pipe(f"{root.removeprefix('memory://')}/datasets/7/rows.jsonl", b"x" * KB)
-    small = WorkerArtifacts(root, tmp_path / "small", holder="w1", cache_bytes=KB // 2)
+    small = WorkerArtifacts(root, tmp_path / "small", holder="gpu/node-1@host", cache_bytes=KB // 2)  # any name
     small.prepare(1, dataset_run(7))
-    assert cached(tmp_path / "small") == ["7"]
+    assert cached(tmp_path / "small") == ["7"] and [p.name for p in (tmp_path / "small/.inputs/pins").iterdir()] == [
+        "gpu_node-1_host.json"
+    ]
     small.release()
     assert cached(tmp_path / "small") == []
     unlimited = WorkerArtifacts(root, tmp_path / "unlimited", holder="w1")

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -32,17 +33,18 @@ logger = logging.getLogger("rlplane.worker")
 
 class InputCache:
     def __init__(self, scratch: Path, holder: str, limit_bytes: int | None) -> None:
-        self.scratch, self.holder, self.limit = scratch, holder, limit_bytes
+        self.scratch, self.limit = scratch, limit_bytes
         self.dir = scratch / ".inputs"
         self.pins = self.dir / "pins"
         self.pins.mkdir(parents=True, exist_ok=True)
         self.index_file = self.dir / "index.json"
+        self.pin_file = self.pins / (re.sub(r"[^\w.-]", "_", holder) + ".json")  # a worker's name may hold any character
 
     def pin(self, inputs: list[str]) -> None:
         """This worker's attempt uses `inputs` (relative to the scratch directory): none of them is removed until
         release()."""
         with self._locked():
-            (self.pins / f"{self.holder}.json").write_text(json.dumps({"pid": os.getpid(), "inputs": inputs}))
+            self.pin_file.write_text(json.dumps({"pid": os.getpid(), "inputs": inputs}))
 
     @contextlib.contextmanager
     def bringing(self, relative: str) -> Iterator[None]:
@@ -68,7 +70,7 @@ class InputCache:
     def release(self) -> None:
         """The attempt ended: its inputs may go, the least recently used first, while the cache is over its limit."""
         with self._locked():
-            (self.pins / f"{self.holder}.json").unlink(missing_ok=True)
+            self.pin_file.unlink(missing_ok=True)
             index = self._index()
             self._evict(index)
             self._write(index)

@@ -3,14 +3,15 @@ step(CallToolAction) calls one) played as text, in the tool-call tags that Herme
 train models on:
 
     tools        the episode's tools (Episode.tools), JSON function schemas the rollout shows: through the chat template
-                 where it renders tools, else as text after the opening: how to call, then <tools> a line per tool
+                 where it renders tools, else as text heading the opening: how to call, then <tools> a line per tool
     policy       <tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>   (the turn stops there)
     environment  <tool_response>12</tool_response>
 
 The environment ends the episode (a `submit` tool, say) with its reward. A turn with no call, or a call that does not
 parse, is answered with why (an error turn), as any message that is no valid action is; a tool's own failure comes
 back as its response, marked as an error. Both openenv.py (in process) and openenv_server.py (over the wire) use this
-on the observations' JSON, so they read tools and results alike.
+on the observations' JSON, so they read tools and results alike; http.py checks the tools a service's reset offers
+(functions_of), and recipes/episodes.py and chat_turns.py show them (listed).
 """
 
 from __future__ import annotations
