@@ -21,6 +21,7 @@ from typing import Any
 
 from trainer_core.data import DataError
 from trainer_core.environments.tool_calls import listed
+from trainer_core.recipes.rollouts import require_chat_template
 
 _MARK = "rlplaneturnmark"  # an assistant message's stand-in content: letters only, so no template trims it
 FIELD = "environment.chat_role"
@@ -28,11 +29,7 @@ FIELD = "environment.chat_role"
 
 class ChatTurns:
     def __init__(self, tokenizer: Any, role: str) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise DataError(
-                "the prompts are conversations (messages) but the model's tokenizer has no chat template; use "
-                "plain-text prompts or a model whose tokenizer has one"
-            )
+        require_chat_template(tokenizer)
         self.tokenizer, self.role = tokenizer, role
         self._stub = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _MARK}]
         self._eos = tokenizer.eos_token or ""

@@ -100,13 +100,18 @@ def prompt_ids(row: dict, tokenizer: Any) -> list[int]:
     starts)."""
     prompt = row["prompt"]
     if isinstance(prompt, list):
-        if not getattr(tokenizer, "chat_template", None):
-            raise DataError(
-                "the prompts are conversations (message lists) but the model's tokenizer has no chat template; use "
-                "plain-text prompts or a model whose tokenizer has one"
-            )
+        require_chat_template(tokenizer)
         return list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=False))
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+
+def require_chat_template(tokenizer: Any) -> None:
+    """Conversation prompts (message lists) need the model's chat template: a DataError saying so where it has none."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            "the prompts are conversations (message lists) but the model's tokenizer has no chat template; use "
+            "plain-text prompts or a model whose tokenizer has one"
+        )
 
 
 def prompt_text(row: dict) -> str:
