@@ -7,7 +7,6 @@ held-out success rises well above the start's (measured here, printed)."""
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,66 +17,25 @@ import torch
 
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import BuiltinEnvironment
-from rlplane.spec.sections import PythonReward, RewardTerm, SumReward, TrainSpec
-from rlplane.spec.sections import TorchBackend as TorchBackendSpec
+from rlplane.spec.sections import PythonReward, RewardTerm, SumReward
 from tests.harness.baselines import one_torch_thread
 from tests.harness.environments import served_calculator, served_openenv
 from tests.harness.launch import launch
+from tests.harness.scripted_episodes import TOOL, Scripted, play, tiny_policy
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
-from trainer_core.backends.torch_backend import TorchBackend
-from trainer_core.data import DataError
 from trainer_core.environments import EnvError, Episode, Reply, answer, end
-from trainer_core.environments.tool_calls import listed
 from trainer_core.losses.policy import grpo_loss, response_logprobs
-from trainer_core.models import build_builtin
 from trainer_core.recipes import episodes, online, rollouts
-from trainer_core.recipes.chat_turns import ChatTurns
 from trainer_core.recipes.rollouts import EvalPlan
 from trainer_core.rewards import make_reward
 from trainer_core.rewards.allowlist import ENV_VAR
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-TOOL = "<result>42</result>"
-
-
-class Scripted:
-    """Answers TOOL to every turn until the policy has had `turns` turns, then ends with reward = turns."""
-
-    stop: tuple[str, ...] = ()
-
-    def __init__(self, turns: int, opening: str = "") -> None:
-        self.turns, self.opening = turns, opening
-
-    def reset(self, episode: Episode) -> str:
-        episode.state = "ready"
-        return self.opening
-
-    def step(self, episode: Episode, message: str) -> Reply:
-        assert episode.messages[-1] == ("policy", message) and episode.state == "ready"
-        if episode.turns >= self.turns:
-            return end(float(episode.turns), components={"turns": float(episode.turns)})
-        return answer(TOOL, tool_call=True)
-
-    def cut_off(self, episode: Episode, why: str) -> Reply:
-        return end(-1.0, reason=f"cut off by {why}")
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def policy() -> tuple[torch.nn.Module, object, object]:
-    model, tokenizer = build_builtin("tiny-gpt2", "causal", seed=0)
-    backend = TorchBackend(TorchBackendSpec(), TrainSpec(steps=1, batch_size=8))
-    return model.eval(), tokenizer, backend
-
-
-def play(policy, environment, rows, *, max_turns=4, max_tokens=64, max_new_tokens=5, greedy=True, repeat=1, length=96):
-    model, tokenizer, backend = policy
-    run = SimpleNamespace(tokenizer=tokenizer, backend=backend, spec=SimpleNamespace(model=SimpleNamespace(max_seq_len=length)))
-    limits = BuiltinEnvironment(name="calculator", max_turns=max_turns, max_tokens=max_tokens)
-    gen = GenSpec(max_new_tokens=max_new_tokens)
-    return episodes.play(run, model, rows, gen, environment, limits, repeat=repeat, greedy=greedy)
+    return tiny_policy()
 
 
 ROWS = [{"prompt": "12*34="}, {"prompt": "What is 5*6? Use the tool."}]
@@ -192,117 +150,6 @@ def test_an_episode_starts_as_soon_as_another_frees_its_session(policy, monkeypa
     calls.clear()
     cut = play(policy, Sessions(sessions=1), [{"prompt": "1+1=", "turns": 9}, {"prompt": "2+2=", "turns": 1}], max_turns=2)
     assert calls == [1, 1, 1] and cut.scores.total == [-1.0, 1.0]
-
-
-def test_a_conversation_takes_the_environments_answers_as_chat_messages(policy) -> None:
-    """A row whose prompt is messages: the opening joins the conversation as a user message before the assistant's
-    turn opens, and each answer follows the policy's turn as the builtin template writes a message (<|user|>text</s>)
-    with the assistant's next turn opened (<|assistant|>), after the </s> that ends the assistant's message unless
-    the policy's own EOS ended it. Only the policy's tokens are in response_mask."""
-    _, tokenizer, _ = policy
-    messages = [{"role": "user", "content": "what is 12*34?"}]
-    scored = play(policy, Scripted(turns=3, opening="Use the tool."), [{"prompt": messages}] * 2, greedy=False)
-    opened = [*messages, {"role": "user", "content": "Use the tool."}]
-    prompt = tokenizer.apply_chat_template(opened, tokenize=True, add_generation_prompt=True, return_dict=False)
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    g = scored.generation
-    for i in range(2):
-        real = g.attention_mask[i].bool()
-        assert g.input_ids[i][real][: len(prompt)].tolist() == prompt
-        ids = g.response_ids[i][real[g.prompt_width :]].tolist()
-        mine = g.response_mask[i][real[g.prompt_width :]].tolist()
-        spans, start = [], 0  # (policy's, environment's) runs of tokens, in turn
-        for k in range(1, len(ids) + 1):
-            if k == len(ids) or mine[k] != mine[start]:
-                spans.append((mine[start], ids[start:k]))
-                start = k
-        assert [m for m, _ in spans] == [True, False, True, False, True]
-        for (_, turn), (_, answer_ids) in zip(spans[0::2], spans[1::2], strict=False):
-            closed = "" if turn[-1] == tokenizer.eos_token_id else "</s>"
-            assert answer_ids == encode(f"{closed}<|user|>{TOOL}</s><|assistant|>"), tokenizer.decode(answer_ids)
-
-
-class Tooled(Scripted):
-    """Scripted, offering one tool on each episode."""
-
-    TOOLS = [{"type": "function", "function": {"name": "add", "description": "a+b", "parameters": {"type": "object"}}}]
-
-    def reset(self, episode: Episode) -> str:
-        episode.tools = self.TOOLS
-        return super().reset(episode)
-
-
-def test_an_environments_tools_are_shown_through_the_template_that_renders_them_else_as_text(policy) -> None:
-    """The tools an environment offers: as text heading the opening after a plain prompt; in a conversation, through
-    the chat template's own tool rendering where it has one (here a template that lists them in a system turn), else
-    as text in the environment's opening message."""
-    _, tokenizer, _ = policy
-    text = listed(Tooled.TOOLS)
-    plain = play(policy, Tooled(turns=1), [{"prompt": "2+3="}], length=512)
-    whole = tokenizer("2+3=")["input_ids"] + tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert plain.prompts == ["2+3=" + text] and _prompt_ids(plain.generation, 0) == whole
-    messages = [{"role": "user", "content": "2+3?"}]
-    conversation = play(policy, Tooled(turns=1), [{"prompt": messages}], length=512)
-    as_text = [*messages, {"role": "user", "content": text}]  # the builtin template renders no tools
-    assert _prompt_ids(conversation.generation, 0) == tokenizer.apply_chat_template(
-        as_text, tokenize=True, add_generation_prompt=True, return_dict=False
-    )
-    native = copy.deepcopy(tokenizer)
-    native.chat_template = (
-        "{% if tools %}<|system|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ eos_token }}{% endif %}"
-        + native.chat_template
-    )
-    model, _, backend = policy
-    with_native = play((model, native, backend), Tooled(turns=1), [{"prompt": messages}], length=512)
-    expected = native.apply_chat_template(
-        messages, tools=Tooled.TOOLS, tokenize=True, add_generation_prompt=True, return_dict=False
-    )
-    assert _prompt_ids(with_native.generation, 0) == expected and native.decode(expected).startswith("<|system|>add;")
-
-
-def _prompt_ids(generation, row: int) -> list[int]:
-    keep = generation.attention_mask[row, : generation.prompt_width].bool()
-    return generation.input_ids[row, : generation.prompt_width][keep].tolist()
-
-
-def test_chat_templates_that_can_and_cannot_take_the_environments_messages(policy) -> None:
-    """A template that refuses the role, or drops an assistant's message once another follows, fails the run at the
-    start with environment.chat_role; one that writes the last assistant message differently from earlier ones (an
-    empty thinking block, as Qwen3's) appends what follows an earlier one; with a ChatML-like template, a turn the
-    policy ended with its EOS gets only the rest of the template's end of message."""
-    _, tokenizer, _ = policy
-    strict = copy.deepcopy(tokenizer)
-    strict.chat_template = (
-        "{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('roles alternate') }}"
-        "{% endif %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
-    )
-    with pytest.raises(DataError, match=r"environment.chat_role: .* refused a 'tool' message .*roles alternate"):
-        ChatTurns(strict, "tool")
-    plain = copy.deepcopy(tokenizer)
-    plain.chat_template = None
-    with pytest.raises(DataError, match="the prompts are conversations .* but the model's tokenizer has no chat template"):
-        rollouts.prompt_ids({"prompt": [{"role": "user", "content": "2+2?"}]}, plain)
-    forgetful = copy.deepcopy(tokenizer)  # an assistant's message is shown whole only when it is the last
-    forgetful.chat_template = (
-        "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}"
-        "{% endif %}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-    )
-    with pytest.raises(DataError, match="drops an assistant's message once a 'user' message follows"):
-        ChatTurns(forgetful, "user")
-    thinking = copy.deepcopy(tokenizer)  # the last assistant message gets an empty thinking block, earlier ones not
-    thinking.chat_template = (
-        "{% for m in messages %}<|{{ m['role'] }}|>{% if m['role'] == 'assistant' and loop.last %}<think></think>"
-        "{% endif %}{{ m['content'] }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-    )
-    assert ChatTurns(thinking, "tool").reply("42", ended_with_eos=False) == "</s><|tool|>42</s><|assistant|>"
-    chatml = copy.deepcopy(tokenizer)
-    chatml.chat_template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    turns = ChatTurns(chatml, "tool")
-    assert turns.reply("42", ended_with_eos=True) == "\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
-    assert turns.reply("42", ended_with_eos=False) == "</s>\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
 
 
 def test_a_prompt_that_the_opening_pushes_past_its_room_loses_its_start_and_says_so(policy) -> None:

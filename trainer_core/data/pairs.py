@@ -40,9 +40,7 @@ def load_pairs(spec: RunSpec, tokenizer: Any) -> PairData:
     """The spec's preference rows, tokenized at model.max_seq_len (call it after common.fit_context)."""
     split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
     length = spec.model.max_seq_len
-    train = [_whole_pair(row, tokenizer) for row in split.train]
-    cut = sum(any(len(side["input_ids"]) > length for side in pair.values()) for pair in train)
-    train = [{side: cut_to(example, length) for side, example in pair.items()} for pair in train]
+    train, cut = tokenize_pairs_counting(split.train, tokenizer, length)
     return PairData(train, tokenize_pairs(split.eval, tokenizer, length), split.eval, cut)
 
 
@@ -52,7 +50,14 @@ def tokenize_pair(row: dict[str, Any], tokenizer: Any, max_seq_len: int) -> Pair
 
 
 def tokenize_pairs(rows: list[dict], tokenizer: Any, max_seq_len: int) -> list[PairExample]:
-    return [tokenize_pair(row, tokenizer, max_seq_len) for row in rows]
+    return tokenize_pairs_counting(rows, tokenizer, max_seq_len)[0]
+
+
+def tokenize_pairs_counting(rows: list[dict], tokenizer: Any, max_seq_len: int) -> tuple[list[PairExample], int]:
+    """tokenize_pairs, and how many pairs had a side longer than max_seq_len (cut at its end)."""
+    whole = [_whole_pair(row, tokenizer) for row in rows]
+    cut = sum(any(len(side["input_ids"]) > max_seq_len for side in pair.values()) for pair in whole)
+    return [{side: cut_to(example, max_seq_len) for side, example in pair.items()} for pair in whole], cut
 
 
 def _whole_pair(row: dict[str, Any], tokenizer: Any) -> PairExample:

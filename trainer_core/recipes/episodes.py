@@ -3,7 +3,8 @@
     play()        prompt rows -> rollouts.Scored: every row's episode, played turn by turn, all at once or as many at
                   once as the environment's sessions allow
     evaluate()    the eval prompts' episodes: eval/reward, eval/success, eval/pass@k, eval/turns, ...
-    step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log;  sample_extra()  per sample
+    step_stats()  a step's env/* sums;  error_summary()  its errors' reasons, for the log;  sample_extra() and
+                  sample_turns()  per sample
 
 Each turn, every live episode gets one policy turn from a single batched rollouts.generate() call, which stops at
 EOS, a stop string (the environment's, and gen.stop) or gen.max_new_tokens; then the environment answers each
@@ -57,7 +58,6 @@ class EpisodeRecord:
     errors: tuple[str, ...]  # the reason of each answer marked as an error
     truncated: bool  # cut off by max_turns or max_tokens
     reason: str | None  # why it ended, in the environment's words
-    turns_text: tuple[tuple[str, str], ...] = ()  # (policy | environment, text) as the policy read them, in order
 
 
 @dataclass
@@ -225,25 +225,12 @@ def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: t
         [v.reward for v in verdicts], {name: [float(v.components.get(name, 0.0)) for v in verdicts] for name in names}
     )
     records = [
-        EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason, _spans(p, tokenizer))
-        for p in playing
+        EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
     ]
     prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
     texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
     cut = [p.prompt_cut for p in playing]
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
-
-
-def _spans(p: _Playing, tokenizer: Any) -> tuple[tuple[str, str], ...]:
-    """The episode after the prompt as runs of the policy's and the environment's tokens, each decoded: what the
-    policy wrote and read (a chat template's markers included), a cut-off last turn too."""
-    spans, start = [], 0
-    for end in range(1, len(p.ids) + 1):
-        if end == len(p.ids) or p.mine[end] != p.mine[start]:
-            role = "policy" if p.mine[start] else "environment"
-            spans.append((role, tokenizer.decode(p.ids[start:end], skip_special_tokens=True)))
-            start = end
-    return tuple(spans)
 
 
 def with_reward(
@@ -292,6 +279,26 @@ def sample_extra(scored: rollouts.Scored) -> dict[str, list[float]]:
         "errors": [len(r.errors) for r in scored.episodes],
         "truncated": [float(r.truncated) for r in scored.episodes],
     }
+
+
+def sample_turns(scored: rollouts.Scored, tokenizer: Any) -> list[tuple[tuple[str, str], ...]] | None:
+    """Per episode, for its sample: the response region as runs of the policy's and the environment's tokens, each
+    decoded (what the policy wrote and read, a chat template's markers included, a cut-off last turn too); None for
+    single responses. Only the samples pay for it."""
+    if scored.episodes is None:
+        return None
+    g, out = scored.generation, []
+    for i in range(len(scored.episodes)):
+        real = g.attention_mask[i, g.prompt_width :].bool()
+        ids, mine = g.response_ids[i][real].tolist(), g.response_mask[i][real].tolist()
+        spans, start = [], 0
+        for end in range(1, len(ids) + 1):
+            if end == len(ids) or mine[end] != mine[start]:
+                text = tokenizer.decode(ids[start:end], skip_special_tokens=True)
+                spans.append(("policy" if mine[start] else "environment", text))
+                start = end
+        out.append(tuple(spans))
+    return out
 
 
 def error_summary(scored: rollouts.Scored, most: int = 5) -> str | None:

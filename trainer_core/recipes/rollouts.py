@@ -92,7 +92,13 @@ def prompt_budget(spec: RunSpec, gen: GenSpec) -> int:
 
 def encode_prompts(rows: list[dict], tokenizer: Any, max_tokens: int) -> list[list[int]]:
     """Each row's prompt as ids, cut from the left to max_tokens (the end of a prompt is what the response follows)."""
-    return [prompt_ids(row, tokenizer)[-max_tokens:] for row in rows]
+    return encode_and_cut(rows, tokenizer, max_tokens)[0]
+
+
+def encode_and_cut(rows: list[dict], tokenizer: Any, max_tokens: int) -> tuple[list[list[int]], list[bool]]:
+    """encode_prompts, and for each prompt whether it was cut (it lost its start: gen/prompt_cut)."""
+    whole = [prompt_ids(row, tokenizer) for row in rows]
+    return [ids[-max_tokens:] for ids in whole], [len(ids) > max_tokens for ids in whole]
 
 
 def prompt_ids(row: dict, tokenizer: Any) -> list[int]:
@@ -281,15 +287,14 @@ def sample_and_score(
     `observe`: for samples that are only shown, so the reward's running normaliser is left as it was."""
     rows = [row for row in rows for _ in range(repeat)]
     started = time.perf_counter()
-    budget = prompt_budget(run.spec, gen)
-    whole = [prompt_ids(row, run.tokenizer) for row in rows]
-    generation = generate(policy, [ids[-budget:] for ids in whole], run.tokenizer, gen, run.backend)
+    encoded, cut = encode_and_cut(rows, run.tokenizer, prompt_budget(run.spec, gen))
+    generation = generate(policy, encoded, run.tokenizer, gen, run.backend)
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
     with unchanged(run.reward) if observe else contextlib.nullcontext():
         scores = run.reward(prompts, responses, [metadata(r) for r in rows])
-    return Scored(generation, prompts, responses, scores, gen_s, prompt_cut=[len(ids) > budget for ids in whole])
+    return Scored(generation, prompts, responses, scores, gen_s, prompt_cut=cut)
 
 
 @contextlib.contextmanager
@@ -368,8 +373,8 @@ def evaluate(
     # Stand-in chunks run too (generation and a model or normalised reward are collectives) but do not count.
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
         repeated = [row for row in chunk for _ in range(n)]
-        whole = [prompt_ids(row, tokenizer) for row in repeated]
-        generation = generate(policy, [ids[-budget:] for ids in whole], tokenizer, gen, backend, greedy=plan.greedy)
+        encoded, cut = encode_and_cut(repeated, tokenizer, budget)
+        generation = generate(policy, encoded, tokenizer, gen, backend, greedy=plan.greedy)
         responses = decode(tokenizer, generation)
         prompts = [prompt_text(r) for r in repeated]
         scores = None
@@ -385,7 +390,7 @@ def evaluate(
         lengths = generation.response_mask.sum(dim=1)
         sums["length"] += float(lengths.sum())
         sums["truncated"] += float((lengths >= gen.max_new_tokens).sum())
-        sums["prompt_cut"] += sum(len(ids) > budget for ids in whole)
+        sums["prompt_cut"] += sum(cut)
         if scores is not None:
             sums["reward"] += sum(scores.total)
             for name, values in scores.components.items():

@@ -40,9 +40,10 @@ def response_samples(
     kls: Sequence[float] | None = None,
     extra: Mapping[str, Sequence[float]] | None = None,
     label: str | None = None,
+    turns: Sequence[tuple[tuple[str, str], ...]] | None = None,
 ) -> list[Sample]:
     """One Sample per scored response: its reward, each reward component, its length in tokens, whether it ran
-    out of tokens (truncated: 1), its KL, and any `extra` per-response numbers (advantage); an episode's turns."""
+    out of tokens (truncated: 1), its KL, any `extra` per-response numbers (advantage), and an episode's `turns`."""
     lengths = scored.generation.response_mask.long().sum(1).tolist()
     out = []
     for i, (prompt, response) in enumerate(zip(scored.prompts, scored.responses, strict=True)):
@@ -50,9 +51,8 @@ def response_samples(
         scores |= {"length": float(lengths[i]), "truncated": float(lengths[i] >= gen.max_new_tokens)}
         scores |= {name: float(values[i]) for name, values in (extra or {}).items()}
         kl = None if kls is None else float(kls[i])
-        turns = scored.episodes[i].turns_text if scored.episodes is not None else None
-        reward = float(scored.scores.total[i])
-        out.append(Sample(prompt=prompt, response=response, reward=reward, kl=kl, scores=scores, label=label, turns=turns))
+        reward, turn = float(scored.scores.total[i]), None if turns is None else turns[i]
+        out.append(Sample(prompt=prompt, response=response, reward=reward, kl=kl, scores=scores, label=label, turns=turn))
     return out
 
 
