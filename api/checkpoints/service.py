@@ -151,7 +151,7 @@ def judge_text(spec: dict[str, Any]) -> str:
     if not environment:
         return reward_text(spec.get("reward") or {})
     kind = environment.get("kind", "?")
-    named = environment.get("name") or environment.get("entrypoint") if kind in ("builtin", "python") else None
+    named = (environment.get("name") or environment.get("entrypoint")) if kind in ("builtin", "python") else None
     text = f"environment:{kind}" + (f":{named}" if named else "")  # a service's URL may hold a token
     return text + (f" + {reward_text(spec['reward'])}" if spec.get("reward") else "")
 

@@ -110,7 +110,7 @@ class _Playing:
 class OpenEnvAdapter:
     def __init__(self, make: Callable[[], Any], stop: tuple[str, ...] = (), *, tools: bool = False) -> None:
         self.make, self.tools = make, tools
-        self.stop = (*stop, tool_calls.CLOSE) if tools and tool_calls.CLOSE not in stop else stop
+        self.stop = tool_calls.with_call_stop(stop) if tools else stop
 
     def reset(self, episode: Episode) -> str:
         environment = self.make()

@@ -59,7 +59,7 @@ class OpenEnvServer:
         self.required = [str(name) for name in schema.get("required", [])]
         self.tools = tool_calls.is_tool_action(schema)
         stop = tuple(spec.stop)
-        self.stop = (*stop, tool_calls.CLOSE) if self.tools and tool_calls.CLOSE not in stop else stop
+        self.stop = tool_calls.with_call_stop(stop) if self.tools else stop
         self._open: set[_Session] = set()
         self._lock = threading.Lock()
 

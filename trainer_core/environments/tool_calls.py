@@ -24,6 +24,11 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _REASON_CHARS = 200  # of an error's first line, kept for the log (the policy is shown all of it)
 
 
+def with_call_stop(stop: tuple[str, ...]) -> tuple[str, ...]:
+    """An MCP environment's stop strings: the spec's, and the end of a tool call (the turn stops there)."""
+    return stop if CLOSE in stop else (*stop, CLOSE)
+
+
 def is_tool_action(schema: Mapping[str, Any]) -> bool:
     """Whether an Action's JSON schema is OpenEnv's CallToolAction (an MCP environment's server is built with it)."""
     kind = (schema.get("properties") or {}).get("type") or {}
