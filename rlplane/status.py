@@ -44,6 +44,9 @@ TRAINER_STATUSES: tuple[TrainerStatus, ...] = ("running", "succeeded", "failed")
 # its training diverged (train.on_nonfinite); anything else non-zero is a crash.
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+# The trainer's exit status when it found another attempt owning its run directory (rlplane.layout.ATTEMPT_FILE): the
+# control plane ended its attempt while its worker was silent. Not the run's failure: the run goes on elsewhere.
+EXIT_FENCED = 4
 FAILURE_OF_EXIT: dict[int, Failure] = {EXIT_BAD_INPUT: "config", EXIT_DIVERGED: "diverged"}
 
 

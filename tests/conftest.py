@@ -198,6 +198,7 @@ LAUNCHING = (
         "test_sandbox",
         "test_services",
         "test_up",
+        "test_worker_fence",
         "test_worker_remote_artifacts",
         "test_worker_runs",
         "test_worker_shutdown",

@@ -240,6 +240,50 @@ def test_a_fenced_attempt_writes_no_checkpoint(tmp_path, monkeypatch):
     fence.check(run_dir)  # a trainer no worker started is never fenced
 
 
+def test_a_fenced_trainer_stops_after_its_step_and_reports_nothing_more(tmp_path, monkeypatch, capsys):
+    """A trainer whose run directory another attempt claims while it trains (its worker silent, the run resumed
+    elsewhere) stops after the step it is on, exit 4, without reporting that step, checkpointing or saying the run
+    failed: the run is not over, it goes on in the new attempt. (A claim during a checkpoint's write discards the
+    checkpoint: test_a_fenced_attempt_writes_no_checkpoint.)"""
+    import json
+    import threading
+
+    import yaml
+
+    from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE
+    from trainer_core import cli
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    train = {"steps": 100_000, "batch_size": 2, "log_every": 1, "eval_every": None, "checkpoint_every": None}
+    model = {"path": "builtin:tiny-gpt2", "max_seq_len": 16}
+    spec = {**SPEC, "name": "fenced", "model": model, "data": {"source": "builtin:arithmetic"}, "train": train}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv(ATTEMPT_ENV, "1")
+    (run_dir / ATTEMPT_FILE).write_text("1")
+    metrics = run_dir / "metrics.jsonl"
+
+    def claim_once_training() -> None:  # what the next attempt's worker does, from outside the trainer
+        while not (metrics.exists() and '"step":3,' in metrics.read_text()):
+            threading.Event().wait(0.01)
+        (run_dir / ATTEMPT_FILE).write_text("2")
+
+    claimer = threading.Thread(target=claim_once_training, daemon=True)
+    claimer.start()
+    assert cli.main(["run", str(tmp_path / "spec.yaml"), "--out", str(run_dir)]) == 4
+    claimer.join(timeout=5)
+    said = capsys.readouterr().err
+    ended = f"stopped: attempt 1 was ended: attempt 2 owns {run_dir} now, so this trainer"
+    stopped = re.search(rf"{re.escape(ended)} stopped after step (\d+) without reporting it", said)
+    assert stopped, said[-2000:]
+    last = int(stopped[1])
+    steps = {json.loads(line)["step"] for line in metrics.read_text().splitlines()}
+    assert max(steps) == last - 1, (max(steps), last)  # every step before the one it stopped after, that one not
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["status"] for e in events] == ["running"]  # no "failed": the run goes on; no checkpoint, no export
+    assert not (run_dir / "final").exists() and list_checkpoints(run_dir / "checkpoints") == []
+
+
 def test_incomplete_and_truncated_checkpoints_are_skipped(tmp_path):
     model, tokenizer, optimizer, scheduler = training_objects()
     good = save(tmp_path, 1, model, tokenizer, optimizer, scheduler).path

@@ -23,7 +23,17 @@ from cli.main import app
 from tests.harness.launch import after, checkpoint, launch
 from tests.harness.specs import rl_spec
 from tests.harness.training import metrics
-from tests.harness.worker_stack import ADMIN, SPEC, Stack, alive, assert_gone_within, children, cmdline, trainer_pids
+from tests.harness.worker_stack import (
+    ADMIN,
+    SPEC,
+    Stack,
+    alive,
+    assert_gone_within,
+    children,
+    cmdline,
+    logged_steps,
+    trainer_pids,
+)
 
 NODES = ("node-a", "node-b", "node-c")
 SFT = {
@@ -155,14 +165,6 @@ def test_grpo_across_two_nodes_learns_as_its_one_node_twin(stack: Stack, walker:
         one, two = ({p["step"]: p["value"] for p in s["points"]} for s in (a, b))
         assert sorted(one) == sorted(two) and one, key
         assert max(abs(one[s] - two[s]) for s in one) < 1e-5, (key, one, two)
-
-
-def logged_steps(stack: Stack, run_id: int, attempt: int) -> list[int]:
-    """The steps rank 0 of one attempt logged lately (its `step N | ...` lines among the run's last 100 of rank 0).
-    Not the run's last_step: the old attempt's trainer trains on while its node is silent, and what it trained
-    may still reach the API after the new attempt began."""
-    lines = stack.http.get(f"/runs/{run_id}/logs", params={"tail": 100, "rank": 0}).json()["data"]
-    return [int(m[1]) for line in lines if line["attempt"] == attempt and (m := re.match(r"step (\d+) \|", line["text"]))]
 
 
 def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_trains(stack: Stack) -> None:

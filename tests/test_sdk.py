@@ -134,6 +134,11 @@ class TestWorkerChannel:
         assert not other.should_stop()
         (attached / STOP_FILE).touch()  # a cancel
         assert other.should_stop()
+        (attached / STOP_FILE).unlink()
+        (attached / ".attempt").write_text("1")  # this attempt's own claim
+        assert not other.should_stop()
+        (attached / ".attempt").write_text("2")  # its worker went silent, and the run went on elsewhere
+        assert other.should_stop()
         other.finish()
         assert not (attached / "metrics.jsonl").exists() and not (attached / ENVIRONMENT_FILE).exists()
 

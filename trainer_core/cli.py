@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from rlplane.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
-from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED
+from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FENCED
 from trainer_core.data import DataError
 from trainer_core.launch import prefix_rank_output, relaunch, under_a_launcher
 from trainer_core.recipes.divergence import Diverged
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, Diverged):  # the run went NaN/inf: said in one line, no traceback
             print(f"error: {exc}", file=sys.stderr)
             return _leave_if_a_rank(EXIT_DIVERGED)
+        if _is_fenced(exc):  # not an error of the run: another attempt of it owns the run directory
+            print(f"stopped: {exc}", file=sys.stderr)
+            return _leave_if_a_rank(EXIT_FENCED)
         if _is_bad_input(exc):
             return _leave_if_a_rank(_bad_input(exc))
         traceback.print_exc()
@@ -151,6 +154,12 @@ def _resume_point(path: Path) -> Path:
 
 def _out_of(checkpoint: Path) -> Path | None:
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def _is_fenced(exc: Exception) -> bool:
+    from trainer_core.checkpoint.fence import Fenced
+
+    return isinstance(exc, Fenced)
 
 
 def _is_bad_input(exc: Exception) -> bool:

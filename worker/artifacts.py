@@ -12,6 +12,11 @@ under `$RLPLANE_HOME/scratch`:
                         manifest sees a complete checkpoint), and only then is it registered
                         with the API
 
+The attempt that owns a run (rlplane.layout.ATTEMPT_FILE) is written to the run's local directory and, on a
+remote root, to the remote one too: a worker whose attempt was ended while it could not hear the API (a
+partition) finds another attempt's number there before each upload, uploads nothing more and stops its
+trainer, so the two attempts never write the same checkpoints.
+
 The inputs stay in the scratch directory for the next attempt that names them, within the worker's
 input_cache_gb (input_cache.py).
 """
@@ -24,9 +29,19 @@ from pathlib import Path
 
 import fsspec
 
-from rlplane.layout import CHECKPOINTS, MANIFEST, STEP_PREFIX, code_snapshot, rotated, run_checkpoint, step_of
+from rlplane.layout import (
+    ATTEMPT_FILE,
+    CHECKPOINTS,
+    MANIFEST,
+    STEP_PREFIX,
+    code_snapshot,
+    rotated,
+    run_checkpoint,
+    step_of,
+)
 from rlplane.spec import RunSpec
 from worker.input_cache import InputCache
+from worker.uploads import Fenced
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -41,6 +56,7 @@ class WorkerArtifacts:
         brought down from a remote root may keep in the scratch directory (None: no limit)."""
         self.url = root
         self.cache: InputCache | None = None
+        self._claimed: tuple[str, int] | None = None  # (the run's relative directory, the attempt) of claim()
         if is_url(root):
             self.fs, self.remote_root = fsspec.core.url_to_fs(root)
             self.local_root = scratch.expanduser().resolve()
@@ -84,6 +100,16 @@ class WorkerArtifacts:
                 (self._download_file if relative in files else self._download)(relative)
         self.cache.used(directories + files)
 
+    def claim(self, run_id: int, attempt: int) -> None:
+        """`attempt` owns run `run_id` from now on: an older attempt's trainer writes no checkpoint (its run
+        directory's fence) and, on a remote root, an older attempt's worker uploads nothing more (publish)."""
+        out_dir, relative = self.run_dir(run_id)
+        (out_dir / ATTEMPT_FILE).write_text(str(attempt))
+        if self.remote:
+            self.fs.makedirs(self._remote(relative), exist_ok=True)
+            self.fs.pipe_file(self._remote(f"{relative}/{ATTEMPT_FILE}"), str(attempt).encode())
+        self._claimed = (relative, attempt)
+
     def release(self) -> None:
         """The attempt is over: its inputs may leave the cache when it is over its limit."""
         if self.cache is not None:
@@ -104,6 +130,8 @@ class WorkerArtifacts:
             if not files:
                 raise FileNotFoundError(local)
             for path in files:
+                if path == files[0] or path.name == MANIFEST:  # before the first byte, and before the commit
+                    self._check_claim()
                 target = self._remote(path.relative_to(self.local_root).as_posix())
                 self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.put_file(str(path), target)
@@ -141,6 +169,18 @@ class WorkerArtifacts:
             if name not in complete and oldest_kept is not None and step_of(name) < step_of(oldest_kept):
                 self.fs.rm(name, recursive=True)
                 logger.info("removed %s from %s (an unfinished upload older than the checkpoints kept)", name, self.url)
+
+    def _check_claim(self) -> None:
+        """Raise Fenced when another attempt claimed the run this worker claimed (none claimed: nothing to check)."""
+        if self._claimed is None:
+            return
+        relative, attempt = self._claimed
+        try:
+            current = int(self.fs.cat_file(self._remote(f"{relative}/{ATTEMPT_FILE}")))
+        except (FileNotFoundError, ValueError):  # none (written by an older worker), or not ours to read
+            return
+        if current != attempt:
+            raise Fenced(f"attempt {attempt} was ended: attempt {current} owns {relative} on {self.url} now")
 
     def _remote(self, relative: str) -> str:
         return f"{self.remote_root.rstrip('/')}/{relative}"

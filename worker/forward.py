@@ -93,6 +93,11 @@ class Forwarder:
         return len(self.sink.spool) == 0 and (self.uploads is None or self.uploads.idle)
 
     @property
+    def fenced(self) -> str | None:
+        """Why this attempt's uploads stopped for good: another attempt owns the run on the remote root."""
+        return self.uploads.fenced if self.uploads is not None else None
+
+    @property
     def uploading(self) -> bool:
         """A checkpoint upload is under way and not failing."""
         return self.uploads is not None and self.uploads.progressing

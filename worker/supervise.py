@@ -7,7 +7,10 @@
     | other exit: failed, crashed (with the last lines) | cancel: cancelled | hang: lost (retried)
     | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
-A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once.
+A stale fencing token (the API marked the run lost, or it runs elsewhere now) stops the trainer at once. A worker
+that cannot hear that (silent: a partition, a stopped process) is fenced by the run directory instead: the next
+attempt's worker writes its number there (rlplane.layout.ATTEMPT_FILE), and the old trainer stops after its current
+step (exit EXIT_FENCED) and writes nothing more.
 
 One node of a multi-node attempt (`supervise_node`, api/runs/gang.py) is the same with three differences:
 the API granted it (the worker joins its slot instead of leasing the run); its trainer is torchrun's share of
@@ -24,11 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE, CHECKPOINTS, HAND_BACK_FILE, STOP_FILE, has_checkpoint
+from rlplane.layout import ATTEMPT_ENV, CHECKPOINTS, HAND_BACK_FILE, STOP_FILE, has_checkpoint
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
-from rlplane.status import EXIT_DIVERGED, FAILURE_OF_EXIT
+from rlplane.status import EXIT_DIVERGED, EXIT_FENCED, FAILURE_OF_EXIT
 from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
 from trainer_core.launch import free_port
 from worker.artifacts import WorkerArtifacts
@@ -147,7 +150,7 @@ def _attempt(
                 return "cancelled"
             for answered in (HAND_BACK_FILE, STOP_FILE):  # the last attempt's requests
                 (out_dir / answered).unlink(missing_ok=True)
-            (out_dir / ATTEMPT_FILE).write_text(str(attempt))  # the fence: an older attempt's trainer writes no checkpoint
+            artifacts.claim(run_id, attempt)  # the fence: an older attempt's trainer stops and its worker uploads nothing
         logger.info("run=%d %s: starting its trainer%s", run_id, where, " (resuming)" if resume else "")
         first_rank = place.node_rank * processes_per_node(spec) if place else 0
         if spec.command is not None:
@@ -270,6 +273,9 @@ def _watch(
             if holding.current_attempt not in (None, attempt):
                 trainer.kill_group()
                 raise Superseded(f"run {run_id} is on attempt {holding.current_attempt} now")
+            if forwarder.fenced is not None:  # found on the remote root: the API was out of this worker's reach
+                trainer.kill_group()
+                raise Superseded(forwarder.fenced)
             if holding.status is not None:
                 status = holding.status
                 if status == "cancelling":
@@ -287,6 +293,8 @@ def _watch(
     code = trainer.poll()
     who = "trainer" if spec.command is None else "script"  # a command run's is the user's
     trainer.wait_output()
+    if code == EXIT_FENCED:  # the run went on without this worker (it was silent): nothing of it is ours to report
+        raise Superseded(f"its trainer found another attempt owning run {run_id}'s directory and stopped")
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
@@ -352,6 +360,8 @@ def _end(
     trainer.wait_output()
     deadline = time.monotonic() + 120  # for the API; an upload that is getting on is waited for however long it takes
     while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading):
+        if forwarder.fenced is not None:
+            raise Superseded(forwarder.fenced)
         time.sleep(1.0)  # everything reported goes in before the run's final status
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)

@@ -17,6 +17,10 @@ from typing import Any
 logger = logging.getLogger("rlplane.worker")
 
 
+class Fenced(Exception):
+    """Raised by `publish`: another attempt owns the run on the remote root, so nothing of this one goes up any more."""
+
+
 class Uploads:
     def __init__(
         self,
@@ -37,6 +41,7 @@ class Uploads:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self.failing = False  # the last upload attempt failed (the remote store is down or refuses)
+        self.fenced: str | None = None  # why uploads stopped for good: another attempt owns the run
 
     def add(self, events: list[dict[str, Any]]) -> None:
         if not events:
@@ -58,7 +63,7 @@ class Uploads:
     def progressing(self) -> bool:
         """An upload is under way and the last attempt did not fail: worth waiting for at the run's end."""
         with self._lock:
-            return bool(self._pending) and not self.failing
+            return bool(self._pending) and not self.failing and self.fenced is None
 
     @property
     def idle(self) -> bool:
@@ -80,6 +85,10 @@ class Uploads:
                 continue
             try:
                 published = self.publish(f"{self.prefix}/{event['path']}") is not False
+            except Fenced as exc:
+                self.fenced = str(exc)
+                logger.warning("upload of %s refused: %s", event["path"], exc)
+                return
             except Exception as exc:  # the remote store is down: training goes on, the upload is retried
                 self.failing = True
                 logger.warning("upload of %s failed (retried in %.0f s): %s", event["path"], self.retry_s, exc)

@@ -65,7 +65,12 @@ class WorkerChannel:
         self.reporter = AsyncReporter([JsonlSink(run_dir)])
 
     def should_stop(self) -> bool:
-        return (self.run_dir / STOP_FILE).exists() or (self.run_dir / HAND_BACK_FILE).exists()
+        asked = (self.run_dir / STOP_FILE).exists() or (self.run_dir / HAND_BACK_FILE).exists()
+        return asked or self._fenced()
+
+    def _fenced(self) -> bool:
+        """Another attempt owns the run directory: the control plane ended this one (its worker was silent)."""
+        return self.attempt is not None and owner(self.run_dir) not in (None, self.attempt)
 
     def environment(self, record: dict[str, Any]) -> None:
         partial = self.run_dir / f"{ENVIRONMENT_FILE}.partial"
@@ -75,7 +80,7 @@ class WorkerChannel:
     def checkpoint(self, source: Path, step: int, metadata: dict[str, Any]) -> Path:
         """Put `source` (a file or directory) into the run directory as step `step`'s checkpoint: linked (or copied)
         into a staging directory, its manifest written, renamed into place, older ones rotated (train.keep_last)."""
-        if self.attempt is not None and owner(self.run_dir) not in (None, self.attempt):
+        if self._fenced():
             raise SdkError(f"attempt {self.attempt} of run {self.run_id} is over (another attempt owns its directory)")
         root = self.run_dir / CHECKPOINTS
         target = root / step_dir_name(step)

@@ -4,6 +4,7 @@ worker` processes (Celery, Redis broker), Postgres, and the trainers the workers
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,6 +169,14 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def logged_steps(stack: Stack, run_id: int, attempt: int) -> list[int]:
+    """The steps rank 0 of one attempt logged lately (its `step N | ...` lines among the run's last 100 of rank 0).
+    Not the run's last_step: the old attempt's trainer trains on while its node is silent, and what it trained
+    may still reach the API after the new attempt began."""
+    lines = stack.http.get(f"/runs/{run_id}/logs", params={"tail": 100, "rank": 0}).json()["data"]
+    return [int(m[1]) for line in lines if line["attempt"] == attempt and (m := re.match(r"step (\d+) \|", line["text"]))]
 
 
 def assert_gone_within(pids: list[int], since: float, limit_s: float, what: str) -> None:

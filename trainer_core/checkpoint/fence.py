@@ -1,4 +1,5 @@
-"""The fence on a run's directory (rlplane.layout.ATTEMPT_FILE): a trainer of a fenced attempt writes no checkpoint."""
+"""The fence on a run's directory (rlplane.layout.ATTEMPT_FILE): a trainer of a fenced attempt writes no checkpoint,
+and stops after its current step (recipes/run_dir_signals.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,22 @@ class Fenced(CheckpointError):
     """Another attempt owns the run's directory now: this trainer's attempt was ended by the control plane."""
 
 
-def check(run_dir: Path) -> None:
-    """Raise Fenced if a worker started this trainer as one attempt and another one owns `run_dir` now.
+def owner_if_fenced(run_dir: Path) -> int | None:
+    """The attempt that owns `run_dir` when it is not this trainer's; None while this trainer may write there.
     A trainer not started by a worker (no ATTEMPT_ENV) or a directory without a fence is never fenced."""
     mine = os.environ.get(ATTEMPT_ENV)
     current = owner(run_dir)
-    if mine and current is not None and current != int(mine):
-        raise Fenced(f"attempt {mine} was ended: attempt {current} owns {run_dir} now, so this trainer writes no checkpoint")
+    return current if mine and current is not None and current != int(mine) else None
+
+
+def check(run_dir: Path, doing: str = "writes no checkpoint") -> None:
+    """Raise Fenced, saying that this trainer `doing`, if another attempt owns `run_dir`."""
+    if owner_if_fenced(run_dir) is not None:
+        raise Fenced(ended(run_dir, doing))
+
+
+def ended(run_dir: Path, doing: str) -> str:
+    """Why this trainer `doing`: its attempt was ended, and which one owns `run_dir` now (where this rank sees it)."""
+    current = owner_if_fenced(run_dir)
+    now = f"attempt {current}" if current is not None else "another attempt"
+    return f"attempt {os.environ.get(ATTEMPT_ENV)} was ended: {now} owns {run_dir} now, so this trainer {doing}"

@@ -24,6 +24,7 @@ from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.spec.sections import ModelSpec, TrainSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend
+from trainer_core.checkpoint.fence import Fenced
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
@@ -400,6 +401,8 @@ def drive(
         else:  # --stop-at or a hand-back: not an end of the run, which its worker tells the API
             run.reporter.log(f"stopped at step {run.step} of {run.spec.train.steps}")
         return run
+    except Fenced:
+        raise  # not the run's end: the control plane ended this attempt, and the run goes on in another
     except BaseException as exc:
         run.reporter.status("failed", failure_reason(exc))
         raise

@@ -1,6 +1,7 @@
 """The loop around every recipe's step: judge the step (train.on_nonfinite), report the log window, evaluate,
-checkpoint when due or when the worker asks for the run back. The algorithm stays in the recipe's step
-function; this is the platform around it (torchtune's recipes keep the same split).
+checkpoint when due or when the worker asks for the run back, stop when another attempt owns the run directory.
+The algorithm stays in the recipe's step function; this is the platform around it (torchtune's recipes keep the
+same split).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_core.recipes import checkpointing, common, hand_back
+from trainer_core.checkpoint import fence
+from trainer_core.recipes import checkpointing, common, run_dir_signals
 from trainer_core.recipes.checkpointing import CheckpointState
 from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 
@@ -80,6 +82,9 @@ def run_loop(
             working_on = run.step + 1
             lr = run.scheduler.get_last_lr()[0]
             result = step(run)
+            signals = run_dir_signals.read(run.out_dir, run.backend)  # a hand-back, or a fence
+            if signals.fenced:  # the new attempt resumes from a checkpoint: this step is not reported
+                raise fence.Fenced(fence.ended(run.out_dir, f"stopped after step {run.step} without reporting it"))
             values = {**result.values, "train/lr": lr}
             window.add(result, values, guard.check(run.step, values))
             done = run.step
@@ -87,10 +92,9 @@ def run_loop(
                 reporter.metrics(done, window.report())
             if common.is_due(done, t.eval_every, t.steps) and (values := evaluate(run)):
                 reporter.metrics(done, values)
-            handing_back = hand_back.requested(run.out_dir, run.backend)  # the worker is shutting down
-            if handing_back or common.is_due(done, t.checkpoint_every, last):
+            if signals.hand_back or common.is_due(done, t.checkpoint_every, last):  # hand-back: the worker shuts down
                 checkpointing.checkpoint_run(run, checkpoint_state(run))
-            if handing_back:
+            if signals.hand_back:
                 break
     except Diverged as exc:
         if " at step " in str(exc):

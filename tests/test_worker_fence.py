@@ -1,0 +1,87 @@
+"""A worker whose attempt was ended while it could not hear the API (a partition) writes nothing more of the run on a
+remote artifact root: the next attempt's claim is there, read before each upload. fsspec's in-memory file system
+stands in for s3://; the scratch directories, one per node, are real. (On a shared directory the trainer itself
+stops at the claim: tests/test_checkpoint.py and tests/test_worker_runs.py.)"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from worker.artifacts import WorkerArtifacts
+from worker.uploads import Fenced, Uploads
+
+
+def checkpoint(artifacts: WorkerArtifacts, run_id: int, step: int) -> str:
+    """A checkpoint the trainer wrote into the worker's scratch copy of the run; its path relative to the root."""
+    relative = f"runs/{run_id}/checkpoints/step-{step:06d}"
+    local = artifacts.local_root / relative
+    local.mkdir(parents=True)
+    (local / "model.safetensors").write_bytes(b"w" * 64)
+    (local / "manifest.json").write_text("{}")
+    return relative
+
+
+def test_an_ended_attempt_uploads_nothing_once_the_next_one_claimed_the_run(tmp_path: Path) -> None:
+    root = f"memory://fence-{uuid.uuid4().hex[:8]}"
+    fs, base = fsspec.filesystem("memory"), root.removeprefix("memory:/")
+    old = WorkerArtifacts(root, tmp_path / "node-a")
+    new = WorkerArtifacts(root, tmp_path / "node-b")
+    for artifacts in (old, new):
+        artifacts.run_dir(7)[0].mkdir(parents=True)
+    old.claim(7, 1)
+    assert (old.run_dir(7)[0] / ".attempt").read_text() == "1" and fs.cat(f"{base}/runs/7/.attempt") == b"1"
+    assert old.publish(checkpoint(old, 7, 10)) is True
+    new.claim(7, 2)  # the API found attempt 1's worker silent; attempt 2 started on another node
+    assert new.publish(checkpoint(new, 7, 20)) is True
+    with pytest.raises(Fenced, match=f"attempt 1 was ended: attempt 2 owns runs/7 on {root} now"):
+        old.publish(checkpoint(old, 7, 20))
+    with pytest.raises(Fenced):
+        old.publish(checkpoint(old, 7, 30))
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{base}/runs/7/checkpoints", detail=False)) == [
+        "step-000010",
+        "step-000020",
+    ]
+    assert fs.cat(f"{base}/runs/7/checkpoints/step-000020/model.safetensors") == b"w" * 64  # attempt 2's, untouched
+
+    # The upload thread stops for good and says why; the worker then stops its trainer (worker/supervise.py).
+    uploads = Uploads(old.publish, "runs/7", retry_s=0.05)
+    uploads.add([{"path": "checkpoints/step-000030", "step": 30, "metadata": {}}])
+    deadline = time.monotonic() + 5
+    while uploads.fenced is None:
+        assert time.monotonic() < deadline, "the refused upload was not given up"
+        time.sleep(0.01)
+    assert "attempt 2 owns runs/7" in uploads.fenced and not uploads.progressing and uploads.done() == []
+    uploads.close()
+
+
+def test_a_worker_that_finds_the_run_claimed_on_the_remote_root_stops_its_trainer(tmp_path: Path) -> None:
+    """The supervising loop sees the refused upload and stops the trainer's process group: the attempt is over
+    (Superseded), nothing is sent to the API (its address here answers nothing)."""
+    from rlplane.reports import ReportSender
+    from rlplane.spec import parse_spec
+    from tests.harness.factories import spec
+    from tests.harness.worker_stack import alive
+    from worker.client import Superseded, WorkerApi
+    from worker.forward import Forwarder
+    from worker.launcher import Trainer
+    from worker.settings import WorkerSettings
+    from worker.supervise import Holding, _watch
+
+    settings = WorkerSettings(home=tmp_path, poll_s=0.05, api_url="http://127.0.0.1:9")
+    sink = ReportSender(settings.api_url, "", 7, 1, max_retries=0)
+    forwarder = Forwarder(sink, tmp_path, "runs/7", 1, publish=lambda _relative: None)
+    trainer = Trainer(["sleep", "60"], tmp_path, forwarder.add_line)
+    assert forwarder.uploads is not None
+    forwarder.uploads.fenced = "attempt 1 was ended: attempt 2 owns runs/7 on s3://bucket now"
+    with pytest.raises(Superseded, match="attempt 2 owns runs/7"):
+        _watch(settings, WorkerApi.connect(settings.api_url, ""), Holding(), 7, 1, parse_spec(spec()), trainer, forwarder)
+    deadline = time.monotonic() + 10
+    while alive(trainer.process.pid):
+        assert time.monotonic() < deadline, "the trainer outlived its fenced attempt"
+        time.sleep(0.05)
+    sink.close()
