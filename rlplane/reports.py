@@ -52,6 +52,7 @@ class ReportSender:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.spool = Spool(spool_dir)
+        self._unknown: set[str] = set()  # row fields the API refused as unknown, said once each
 
     def send(self, requests: Sequence[Request]) -> bool:
         """Deliver the spool, then `requests`; what cannot be delivered now is spooled. True: nothing left over."""
@@ -75,7 +76,7 @@ class ReportSender:
             )
         self._api.close()
 
-    def _send(self, endpoint: str, body: bytes) -> bool:
+    def _send(self, endpoint: str, body: bytes, trimmed: bool = False) -> bool:
         """True once the API has answered for good (stored, or rejected for a reason a retry won't fix)."""
         problem = ""
         for attempt in range(self.max_retries + 1):
@@ -91,6 +92,17 @@ class ReportSender:
                 if endpoint == "reports" and exc.status in (404, 405) and "run" not in str(exc.detail).lower():
                     # an API older than this endpoint (a worker upgraded first): the same rows, one request per kind
                     # (the API's own 404 of a missing run names the run)
+                    return all(self._send(*request) for request in split_report(body))
+                if exc.status == 422 and not trimmed and (known := without_unknown_fields(endpoint, body, exc.detail)):
+                    fields = known[1]
+                    if not fields <= self._unknown:
+                        self._unknown |= fields
+                        logger.warning(
+                            "reporting: the API does not take %s (it is older): sent without", ", ".join(sorted(fields))
+                        )
+                    return self._send(endpoint, known[0], trimmed=True)
+                if exc.status == 422 and endpoint == "reports":
+                    # one kind's refused row costs that kind's rows only, not the others': each kind on its own
                     return all(self._send(*request) for request in split_report(body))
                 if exc.status == 429 or exc.status >= 500:
                     problem = f"HTTP {exc.status}"
@@ -113,6 +125,31 @@ def report_requests(
         if len(body) <= SEND_BODY_BYTES:
             return [("reports", body)]
     return [request for kind, rows in kinds.items() for request in row_requests(kind, rows)]
+
+
+def without_unknown_fields(endpoint: str, body: bytes, detail: Any) -> tuple[bytes, set[str]] | None:
+    """`body` without the row fields a 422 refused as unknown (an API older than the sender: a newer trainer's or SDK's
+    optional field), and their names as `kind.field`; None where the 422 refused anything else."""
+    errors = detail if isinstance(detail, list) and detail else None
+    if errors is None or any(not isinstance(e, dict) or e.get("type") != "extra_forbidden" for e in errors):
+        return None
+    document = orjson.loads(body)
+    fields: set[str] = set()
+    for error in errors:
+        loc = list(error.get("loc") or [])[1:]  # after "body"
+        if endpoint == "reports" and len(loc) == 3 and isinstance(loc[0], str) and isinstance(loc[1], int):
+            kind, rows, field = loc[0], document.get(loc[0]), loc[2]
+        elif endpoint != "reports" and len(loc) == 2 and isinstance(loc[0], int):
+            kind, rows, field = endpoint, document, loc[1]
+        else:
+            return None  # not a row's own field
+        if not isinstance(rows, list) or not isinstance(field, str):
+            return None
+        for row in rows:
+            if isinstance(row, dict):
+                row.pop(field, None)
+        fields.add(f"{kind}.{field}")
+    return orjson.dumps(document), fields
 
 
 def split_report(body: bytes) -> list[Request]:

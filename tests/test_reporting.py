@@ -260,6 +260,35 @@ class TestControlPlaneSink:
         _sink(missing, 999_999).write(Batch(metrics=[MetricPoint("a", 1, 1.0, 0.0)]))  # the run's own 404: not split
         assert missing.paths == ["reports"]
 
+    def test_a_field_the_api_does_not_know_is_dropped_not_the_rows(self, client, db, caplog):
+        """A newer trainer or SDK (here: a row field this API has never had) reporting to an older API: the API
+        refuses the unknown field (422), and the rows go again without it, said once in the log; a refused row costs
+        its own kind's rows only."""
+        from rlplane.reports import report_requests
+
+        run = create_run(client)
+        sink = _sink(client, run["id"])
+        sample = {"step": 1, "index": 0, "prompt": "2+2=", "response": "4", "reward": 1.0, "from_the_future": [1]}
+        metric = {"step": 1, "key": "train/loss", "value": 0.5, "time": 1.0}
+        line = {"attempt": 0, "rank": 0, "seq": 0, "text": "hello", "time": 1.0}
+        with caplog.at_level(logging.WARNING, logger="rlplane.reporting"):
+            assert sink.send(report_requests([metric], [sample, {**sample, "index": 1}], [line]))
+            assert sink.send(report_requests([], [{**sample, "step": 2}], []))
+        said = [r.getMessage() for r in caplog.records if "does not take" in r.getMessage()]
+        assert said == ["reporting: the API does not take samples.from_the_future (it is older): sent without"], said
+        stored = client.get(f"/api/v1/runs/{run['id']}/samples", params={"step": 1}).json()["data"]
+        assert sorted(s["index"] for s in stored) == [0, 1] and _count(db, SampleRow, run["id"]) == 3
+        assert _count(db, Metric, run["id"]) == 1 and _count(db, LogLine, run["id"]) == 1
+
+        bad = {**sample, "step": -1}
+        bad.pop("from_the_future")
+        with caplog.at_level(logging.ERROR, logger="rlplane.reporting"):
+            assert sink.send(report_requests([{**metric, "step": 3}], [bad], [{**line, "seq": 1}]))
+        assert "endpoint=samples rejected status=422" in caplog.text
+        assert (
+            _count(db, Metric, run["id"]) == 2 and _count(db, LogLine, run["id"]) == 2 and _count(db, SampleRow, run["id"]) == 3
+        )
+
     def test_rejected_requests_are_logged_not_retried(self, client, db, caplog):
         run = create_run(client)
         counting = Flaky(client)
