@@ -36,6 +36,9 @@ RUN_ID_ENV = "RLPLANE_RUN_ID"
 RUN_DIR_ENV = "RLPLANE_RUN_DIR"
 SPEC_ENV = "RLPLANE_SPEC"
 RESUME_ENV = "RLPLANE_RESUME_FROM"
+# Set by a worker for a multi-node run's trainers when the nodes do not share the run directory (a remote artifact
+# root: each node has its own copy in its scratch directory): a sharded checkpoint's files come to rank zero's node.
+RUN_DIR_PER_NODE_ENV = "RLPLANE_RUN_DIR_PER_NODE"
 # Where a command run's script ran (the SDK writes it into the run directory; the worker sends it once)
 ENVIRONMENT_FILE = "environment.json"
 

@@ -24,6 +24,7 @@ class LeasedRun(BaseModel):
     model_config = ConfigDict(extra="ignore")
     id: int
     spec: RunSpec
+    latest_checkpoint_step: int | None = None  # the newest registered: where every node of a gang resumes
 
 
 class Lease(BaseModel):

@@ -20,6 +20,8 @@ from tests.harness.worker_stack import LONG, SPEC, Stack, assert_metrics_once
 from trainer_core.data import load_examples
 
 ROOT = Path(__file__).resolve().parents[1]
+# Interrupted after its step-100 checkpoint went up, resumed from it on another node; six checkpoints, three kept.
+SHORT = {**LONG, "train": {**LONG["train"], "steps": 300, "checkpoint_every": 50}}
 
 
 @pytest.fixture
@@ -58,9 +60,9 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
 
     node1, node2, node3 = (stack.home / f"node{i}" for i in (1, 2, 3))
     first = stack.start_worker("w1", home=node1)
-    run_id = stack.submit({**LONG, "data": {"source": dataset["source"], "eval_fraction": 0.1}})
-    stack.wait_step(run_id, 250)
-    uploaded = remote / f"runs/{run_id}/checkpoints/step-000200/manifest.json"
+    run_id = stack.submit({**SHORT, "data": {"source": dataset["source"], "eval_fraction": 0.1}})
+    stack.wait_step(run_id, 130)
+    uploaded = remote / f"runs/{run_id}/checkpoints/step-000100/manifest.json"
     deadline = time.monotonic() + 30  # uploads run beside the training, in a thread of their own
     while not uploaded.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -72,7 +74,7 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     assert [a["worker"] for a in run["attempts"]] == ["w1", "w2"]
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "node2 did not resume from the checkpoint it downloaded"
-    assert_metrics_once(stack, run_id)
+    assert_metrics_once(stack, run_id, steps=SHORT["train"]["steps"])
     assert (node2 / "scratch" / f"datasets/{dataset['id']}/arith.jsonl").read_text() == upload  # inputs stay cached
     scratch = node2 / "scratch" / f"runs/{run_id}"
     deadline = time.monotonic() + 30  # removed right after the final status is sent
@@ -83,15 +85,15 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     # Every registered checkpoint is complete on the remote root, and the API serves it from there.
     # Rotation (train.keep_last, 3 by default) reaches the remote copies and the API's records.
     registered = stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"]
-    assert [c["step"] for c in registered if c["kind"] == "checkpoint"] == [400, 500, 600]
+    assert [c["step"] for c in registered if c["kind"] == "checkpoint"] == [200, 250, 300]
     assert sorted(p.name for p in (remote / f"runs/{run_id}/checkpoints").iterdir()) == [
-        "step-000400",
-        "step-000500",
-        "step-000600",
+        "step-000200",
+        "step-000250",
+        "step-000300",
     ]
     for checkpoint in registered:
         assert (remote / checkpoint["path"] / "manifest.json").exists(), checkpoint
-    weights = stack.http.get(f"/runs/{run_id}/checkpoints/600/files/model.safetensors", params={"kind": "export"})
+    weights = stack.http.get(f"/runs/{run_id}/checkpoints/300/files/model.safetensors", params={"kind": "export"})
     assert weights.status_code == 200 and weights.content == (remote / f"runs/{run_id}/final/model.safetensors").read_bytes()
 
     # A run that starts from that run's export, on a third node: run:<id> comes down from the root. The node keeps
@@ -109,3 +111,54 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
         time.sleep(0.2)
     assert not (node3 / "scratch" / f"runs/{run_id}/final").exists(), "the input cache kept more than its limit"
     assert f"removed runs/{run_id}/final from the input cache" in (stack.home / "w3.log").read_text()
+
+
+def test_a_gang_on_an_fsspec_root_checkpoints_through_node_0_and_every_node_resumes(
+    remote_stack: Stack, sftp: tuple[str, Path], tmp_path: Path
+) -> None:
+    """FSDP2 over two nodes that share no directory, each with its own scratch copy of the run directory: each
+    checkpoint's shards, written on both nodes, come to node 0, which uploads the checkpoint whole (its manifest
+    verifies, both ranks' shards in it). Cancelled and resumed on a new gang, both nodes bring down the registered
+    checkpoint and go on from it exactly as two ranks on one node do from it."""
+    from tests.harness.launch import after, launch
+    from tests.harness.training import metrics
+    from trainer_core.checkpoint.files import verify
+
+    stack, (_, remote) = remote_stack, sftp
+    for i, name in enumerate(("g1", "g2")):
+        stack.start_worker(name, home=stack.home / name, address=f"127.0.0.{i + 2}", env={"GLOO_SOCKET_IFNAME": "lo"})
+    backend = {"kind": "fsdp2", "precision": "fp32", "processes": 1}
+    train = {"steps": 100, "batch_size": 8, "lr": 3e-3, "log_every": 1, "eval_every": None, "checkpoint_every": 10}
+    gang = {**SPEC, "name": "gang-fsspec", "backend": backend, "train": {**train, "keep_last": 20, "seed": 3}}
+    run_id = stack.submit({**gang, "resources": {"queue": "cpu", "nodes": 2}})
+    deadline = time.monotonic() + 120
+    while not [c for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"] if c["kind"] == "checkpoint"]:
+        assert time.monotonic() < deadline, stack.run(run_id)["status_reason"]
+        time.sleep(0.2)
+    assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
+    stack.wait_status(run_id, {"cancelled"}, timeout=30)
+    resumed_from = stack.run(run_id)["latest_checkpoint_step"]
+    assert stack.http.post(f"/runs/{run_id}/resume").status_code == 200
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=180)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert [len(a["nodes"]) for a in run["attempts"]] == [2, 2]
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    assert any("resumed from" in text and f"step-{resumed_from:06d}" in text for text in logs), "no resume"
+
+    registered = [c for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"] if c["kind"] == "checkpoint"]
+    assert [c["step"] for c in registered] == list(range(10, 101, 10))
+    for checkpoint in registered:
+        path = remote / checkpoint["path"]
+        assert verify(path), checkpoint  # every file, node 1's shards among them, as its manifest lists them
+        assert {p.name for p in (path / "dcp").iterdir()} >= {"__0_0.safetensors", "__1_0.safetensors"}, checkpoint
+    copies = [stack.home / name / "scratch" / f"runs/{run_id}" for name in ("g1", "g2")]
+    deadline = time.monotonic() + 30  # each node's copy goes once its part has ended
+    while any(copy.exists() for copy in copies):
+        assert time.monotonic() < deadline, [copy for copy in copies if copy.exists()]
+        time.sleep(0.2)
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    losses = {p["step"]: p["value"] for p in series["points"]}
+    alone = {**gang, "name": "one-node", "resources": {"queue": "cpu"}}
+    saved = str(remote / f"runs/{run_id}/checkpoints/step-{resumed_from:06d}")
+    out = launch(tmp_path, alone, {**backend, "processes": 2}, "one-node", "--resume", saved)
+    assert metrics(out, "train/loss") == after(losses, resumed_from)

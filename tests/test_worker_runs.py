@@ -171,12 +171,12 @@ def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:
     from rlplane.spec import parse_spec
     from worker.launcher import split_rank, trainer_command
 
-    one = trainer_command("py", parse_spec(SPEC), tmp_path / "s.json", tmp_path, resume=False)
+    one = trainer_command("py", parse_spec(SPEC), tmp_path / "s.json", tmp_path, resume=None)
     assert one == ["py", "-m", "trainer_core", "run", str(tmp_path / "s.json"), "--out", str(tmp_path)]
     gpus = parse_spec({**SPEC, "resources": {"queue": "gpu", "gpus": 4}})
-    four = trainer_command("py", gpus, tmp_path / "s.json", tmp_path, resume=True)
+    four = trainer_command("py", gpus, tmp_path / "s.json", tmp_path, resume=tmp_path / "checkpoints/step-000010")
     assert four[:6] == ["py", "-m", "torch.distributed.run", "--nproc_per_node", "4", "--tee"]
-    assert four[-5:] == ["-m", "trainer_core", "run", "--resume", str(tmp_path)]
+    assert four[-5:] == ["-m", "trainer_core", "run", "--resume", str(tmp_path / "checkpoints/step-000010")]
     assert split_rank("[default3]:step 5 | train/loss 1.0") == (3, "step 5 | train/loss 1.0")
     assert split_rank("[rank1]: Traceback (most recent call last):") == (1, "Traceback (most recent call last):")
     assert split_rank("plain line") == (0, "plain line")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Literal
 
 import fsspec
 
@@ -80,12 +81,16 @@ class WorkerArtifacts:
         """What the trainer resolves run:<id>[@step] and dataset:<id> against (see trainer_core)."""
         return {"RLPLANE_RUNS_DIR": str(self.local_root / "runs"), "RLPLANE_DATASETS_DIR": str(self.local_root / "datasets")}
 
-    def prepare(self, run_id: int, spec: RunSpec) -> None:
-        """Bring down what the attempt needs from a remote root (its inputs pinned in the cache until release());
-        nothing to do for a directory root."""
+    def prepare(self, run_id: int, spec: RunSpec, resume_step: int | None | Literal["latest"] = "latest") -> None:
+        """Bring down what the attempt needs from a remote root (its inputs pinned in the cache until release()):
+        the run's checkpoint of `resume_step` (none, or "latest": the newest complete one, where it is newer than
+        every local one), and the runs, dataset and code its spec names; nothing to do for a directory root."""
         if self.cache is None:
             return
-        self._latest_checkpoint(f"runs/{run_id}/{CHECKPOINTS}")
+        if resume_step == "latest":
+            self._latest_checkpoint(f"runs/{run_id}/{CHECKPOINTS}")
+        elif resume_step is not None:
+            self._download(run_checkpoint(run_id, resume_step))
         directories = [
             f"runs/{r.run_id}/final" if r.step is None else run_checkpoint(r.run_id, r.step) for r in spec.references()
         ]
@@ -100,15 +105,16 @@ class WorkerArtifacts:
                 (self._download_file if relative in files else self._download)(relative)
         self.cache.used(directories + files)
 
-    def claim(self, run_id: int, attempt: int) -> None:
+    def claim(self, run_id: int, attempt: int, remote: bool = True) -> None:
         """`attempt` owns run `run_id` from now on: an older attempt's trainer writes no checkpoint (its run
-        directory's fence) and, on a remote root, an older attempt's worker uploads nothing more (publish)."""
+        directory's fence) and, on a remote root (unless not `remote`: a gang's node other than 0), an older
+        attempt's worker uploads nothing more (publish)."""
         out_dir, relative = self.run_dir(run_id)
         (out_dir / ATTEMPT_FILE).write_text(str(attempt))
-        if self.remote:
+        if self.remote and remote:
             self.fs.makedirs(self._remote(relative), exist_ok=True)
             self.fs.pipe_file(self._remote(f"{relative}/{ATTEMPT_FILE}"), str(attempt).encode())
-        self._claimed = (relative, attempt)
+            self._claimed = (relative, attempt)
 
     def release(self) -> None:
         """The attempt is over: its inputs may leave the cache when it is over its limit."""

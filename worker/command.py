@@ -55,12 +55,16 @@ def command_argv(python: str, spec: RunSpec, out_dir: Path, run_id: int, attempt
     return [*launcher, *argv[1:]]
 
 
-def command_env(spec: RunSpec, out_dir: Path, spec_path: Path, run_id: int, attempt: int) -> dict[str, str]:
-    """The script's whole environment (it replaces the worker's; see the module's docstring)."""
+def command_env(
+    spec: RunSpec, out_dir: Path, spec_path: Path, run_id: int, attempt: int, resume: Path | None = None
+) -> dict[str, str]:
+    """The script's whole environment (it replaces the worker's; see the module's docstring). `resume`: the run
+    directory (its latest checkpoint, the default) or the one checkpoint every node of a gang resumes from."""
     assert spec.command is not None
     env = {name: value for name, value in os.environ.items() if not name.startswith("RLPLANE_")}
     env.update(spec.command.env)
-    resume = latest_checkpoint(out_dir)
+    if resume is None or resume == out_dir:
+        resume = latest_checkpoint(out_dir)
     env.update(
         {
             RUN_ID_ENV: str(run_id),

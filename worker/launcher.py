@@ -41,8 +41,9 @@ class NodePlace:
 
 
 def trainer_command(
-    python: str, spec: RunSpec, spec_path: Path, out_dir: Path, resume: bool, place: NodePlace | None = None
+    python: str, spec: RunSpec, spec_path: Path, out_dir: Path, resume: Path | None, place: NodePlace | None = None
 ) -> list[str]:
+    """`resume`: the run directory (its latest checkpoint) or one checkpoint to resume from; None: a fresh start."""
     nproc = processes_per_node(spec)
     command = [python, "-m", "trainer_core", "run"]
     if place is not None:
@@ -63,7 +64,7 @@ def trainer_command(
         launcher = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--tee", "3"]
         launcher += ["--master_port", str(free_port()), "--log-dir", str(out_dir / "rank-logs")]
         command = [*launcher, "-m", "trainer_core", "run"]
-    return [*command, "--resume", str(out_dir)] if resume else [*command, str(spec_path), "--out", str(out_dir)]
+    return [*command, "--resume", str(resume)] if resume is not None else [*command, str(spec_path), "--out", str(out_dir)]
 
 
 def split_rank(line: str, default: int = 0) -> tuple[int, str]:

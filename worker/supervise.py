@@ -15,7 +15,9 @@ step (exit EXIT_FENCED) and writes nothing more.
 One node of a multi-node attempt (`supervise_node`, api/runs/gang.py) is the same with three differences:
 the API granted it (the worker joins its slot instead of leasing the run); its trainer is torchrun's share of
 the gang, started against node 0's rendezvous; and only node 0 reports the run (statuses, metrics, samples,
-checkpoints) while every node forwards its own ranks' logs and says how its part ended.
+checkpoints) while every node forwards its own ranks' logs and says how its part ended. On a remote artifact root
+each node has its own copy of the run directory: every node resumes from the checkpoint the API registered, and a
+sharded checkpoint's files come to node 0's copy (trainer_core/checkpoint/node_files.py), which uploads it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rlplane.layout import ATTEMPT_ENV, CHECKPOINTS, HAND_BACK_FILE, STOP_FILE, has_checkpoint
+from rlplane.layout import (
+    ATTEMPT_ENV,
+    CHECKPOINTS,
+    HAND_BACK_FILE,
+    MANIFEST,
+    RUN_DIR_PER_NODE_ENV,
+    STOP_FILE,
+    has_checkpoint,
+    step_dir_name,
+)
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
@@ -104,7 +116,8 @@ def supervise_node(
         client.end_node(run_id, attempt, node_rank, NodeEnd(exit_code=None, reason=why))
         return "lost"
     place = NodePlace(node_rank, rendezvous.nodes, rendezvous.master_address or "", rendezvous.master_port)
-    return _attempt(settings, client, holding, run_id, attempt, lease.run.spec, place=place)
+    registered = lease.run.latest_checkpoint_step
+    return _attempt(settings, client, holding, run_id, attempt, lease.run.spec, place=place, registered=registered)
 
 
 def _attempt(
@@ -115,10 +128,15 @@ def _attempt(
     attempt: int,
     spec: RunSpec,
     place: NodePlace | None,
+    registered: int | None = None,
 ) -> str:
+    """`registered`: a gang's newest registered checkpoint (the API's word, the same for every node)."""
     reports = place is None or place.node_rank == 0  # who reports the run: its only worker, or node 0
     cache_bytes = None if settings.input_cache_gb is None else int(settings.input_cache_gb * 1e9)
     artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch", holder=settings.name, cache_bytes=cache_bytes)
+    # A gang on a remote root: each node has its own copy of the run directory, so every node resumes from the one
+    # checkpoint the API registered (node 0's copy may hold a newer one it never uploaded), brought down by each.
+    per_node = place is not None and artifacts.remote
     out_dir, relative = artifacts.run_dir(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / (f"spec-attempt-{attempt}.json" if reports else f"spec-attempt-{attempt}-node-{place.node_rank}.json")
@@ -135,10 +153,10 @@ def _attempt(
     forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote, reports=reports)
     holding.hold(run_id, attempt)
     try:
-        if place is not None and artifacts.remote:
-            raise NodeRefused("multi-node runs need an artifact root every node mounts (a shared directory) for now")
-        artifacts.prepare(run_id, spec)  # a remote root: the checkpoint to resume, the runs and dataset it names
-        resume = has_checkpoint(out_dir)
+        # a remote root: the checkpoint to resume, the runs and dataset it names
+        artifacts.prepare(run_id, spec, registered if per_node else "latest")
+        resume_from = _resume_from(out_dir, registered, per_node, artifacts.url)
+        resume = resume_from is not None
         where = f"attempt {attempt} on {settings.name}" + (f" (node {place.node_rank} of {place.nodes})" if place else "")
         started = where + (" (resuming)" if resume else "")
         if reports:
@@ -148,9 +166,11 @@ def _attempt(
                 )
                 logger.info("run=%d attempt=%d cancelled before its trainer started", run_id, attempt)
                 return "cancelled"
+        if reports or per_node:  # a directory every node shares is node 0's to claim
             for answered in (HAND_BACK_FILE, STOP_FILE):  # the last attempt's requests
                 (out_dir / answered).unlink(missing_ok=True)
-            artifacts.claim(run_id, attempt)  # the fence: an older attempt's trainer stops and its worker uploads nothing
+            # the fence: an older attempt's trainer stops and its worker uploads nothing
+            artifacts.claim(run_id, attempt, remote=reports)
         logger.info("run=%d %s: starting its trainer%s", run_id, where, " (resuming)" if resume else "")
         first_rank = place.node_rank * processes_per_node(spec) if place else 0
         if spec.command is not None:
@@ -161,17 +181,22 @@ def _attempt(
                 if not reports:
                     raise NodeRefused(str(exc)) from None
                 return _end_unstarted(client, run_id, attempt, str(exc))
-            env = command_env(spec, out_dir, spec_path, run_id, attempt)
+            env = command_env(spec, out_dir, spec_path, run_id, attempt, resume=resume_from)
             base_env: dict[str, str] | None = {}
         else:
             cwd, base_env = out_dir, None
-            command = trainer_command(settings.python, spec, spec_path, out_dir, resume, place)
+            command = trainer_command(settings.python, spec, spec_path, out_dir, resume_from, place)
             env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt)}
+        if per_node:
+            env = {**env, RUN_DIR_PER_NODE_ENV: "1"}
         if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
             env = {**env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
         trainer = Trainer(command, cwd, forwarder.add_line, env=env, first_rank=first_rank, base_env=base_env)
         if not reports:
-            return _watch_node(settings, client, holding, run_id, attempt, place, trainer, forwarder)
+            outcome = _watch_node(settings, client, holding, run_id, attempt, place, trainer, forwarder)
+            if per_node and outcome == "succeeded":  # node 0 uploaded what the run wrote: this copy is done with
+                shutil.rmtree(out_dir, ignore_errors=True)
+            return outcome
         outcome = _watch(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
         if artifacts.remote and outcome in ("succeeded", "failed", "cancelled") and forwarder.settled:
             # Its checkpoints and export are on the remote root and its reports in the API: the scratch
@@ -189,6 +214,19 @@ def _attempt(
         forwarder.close()
         sink.close()
         artifacts.release()
+
+
+def _resume_from(out_dir: Path, registered: int | None, per_node: bool, root: str) -> Path | None:
+    """What the trainer resumes from: the run directory (its latest checkpoint) where it has one, or, for a node of a
+    gang with its own copy, the registered checkpoint, which must have come down complete."""
+    if not per_node:
+        return out_dir if has_checkpoint(out_dir) else None
+    if registered is None:
+        return None
+    checkpoint = out_dir / CHECKPOINTS / step_dir_name(registered)
+    if not (checkpoint / MANIFEST).is_file():
+        raise NodeRefused(f"the run's registered checkpoint, step {registered}, is not complete on {root}")
+    return checkpoint
 
 
 class NodeRefused(Exception):

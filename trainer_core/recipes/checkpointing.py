@@ -24,6 +24,7 @@ from trainer_core.checkpoint import (
     export_model,
     fence,
     load_checkpoint,
+    node_files,
     rank_rng,
     rotate,
     save_checkpoint,
@@ -137,6 +138,8 @@ def save_and_rotate(
     if staged is not None:
         try:
             backend.save_sharded_state(sharded_state_dir(staged, backend.sharded_kind), state.optimizer)
+            if node_files.per_node():  # each node wrote its shards into its own copy of the run directory
+                node_files.bring_to_rank_zero(staged, backend.device)
         except BaseException:
             if backend.is_rank_zero:
                 shutil.rmtree(staged, ignore_errors=True)
@@ -223,7 +226,10 @@ def shared_staging_dir(checkpoint_dir: Path, step: int, backend: Backend) -> Pat
     agreed = int(shared.item())
     if agreed == 0:
         raise error or CheckpointError(f"rank 0 could not create the checkpoint directory for step {step}; its log says why.")
-    return staging_dir(checkpoint_dir, step, f"{agreed:08x}")
+    staged = staging_dir(checkpoint_dir, step, f"{agreed:08x}")
+    if node_files.per_node():
+        staged.mkdir(parents=True, exist_ok=True)  # this node's own copy, where its ranks write their shards first
+    return staged
 
 
 def part_of(state: dict[str, torch.Tensor], root: nn.Module, part: nn.Module) -> dict[str, torch.Tensor]:
