@@ -122,7 +122,7 @@ def launcher_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[s
     spec = {**SFT, "backend": {**BF16_ZERO2, "processes": 2}}
     path = tmp / "spec.json"
     path.write_text(json.dumps(spec))
-    command = trainer_command(sys.executable, parse_spec(spec), path, tmp / "out", resume=False)
+    command = trainer_command(sys.executable, parse_spec(spec), path, tmp / "out", resume=None)
     result = subprocess.run(command, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return tmp / "out", command, result.stdout + result.stderr

@@ -46,6 +46,21 @@ def _chat_role() -> Any:
     )
 
 
+ToolFormatName = Literal["hermes", "qwen3_coder", "llama3_json"]
+
+
+def _tool_format() -> Any:
+    return Field(
+        "hermes",
+        description="For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes "
+        '(Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in '
+        "<tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter>"
+        "</function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; "
+        'llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered '
+        "with the result's text (set chat_role: ipython in conversations).",
+    )
+
+
 def _stop() -> Any:
     return Field(
         default_factory=list,
@@ -107,7 +122,7 @@ class HttpEnvironment(StrictModel):
 class OpenEnvEnvironment(StrictModel):
     """Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
     <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served. A server whose Action
-    is CallToolAction serves an MCP tool environment: the policy calls its tools in <tool_call> tags (docs/rl.md)."""
+    is CallToolAction serves an MCP tool environment: the policy calls its tools in tool_format (docs/rl.md)."""
 
     kind: Literal["openenv"] = Field("openenv", description="openenv: an OpenEnv environment server.")
     url: Annotated[str, StringConstraints(pattern=r"^(https?|wss?)://[^\s/?#]+[^\s?#]*$")] = Field(
@@ -129,12 +144,13 @@ class OpenEnvEnvironment(StrictModel):
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
     chat_role: str = _chat_role()
+    tool_format: ToolFormatName = _tool_format()
 
 
 class PythonEnvironment(StrictModel):
     """An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
-    which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in <tool_call> tags."""
+    which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in tool_format."""
 
     kind: Literal["python"] = Field("python", description="python: an environment from an allow-listed factory.")
     entrypoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
@@ -145,6 +161,7 @@ class PythonEnvironment(StrictModel):
     max_turns: int = _max_turns()
     max_tokens: int = _max_tokens()
     chat_role: str = _chat_role()
+    tool_format: ToolFormatName = _tool_format()
 
 
 EnvironmentSpec = Annotated[

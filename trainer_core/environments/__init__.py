@@ -72,7 +72,7 @@ def _from_entrypoint(spec: PythonEnvironment, field: str) -> Environment:
     if looks_like_openenv(made):
         tools = is_tool_environment(made)
         made.close()  # this one only told us its kind: OpenEnv environments are made afresh for every episode
-        return OpenEnvAdapter(factory, tuple(spec.stop), tools=tools)
+        return OpenEnvAdapter(factory, tuple(spec.stop), tools=tools, tool_format=spec.tool_format)
     for method in ("reset", "step", "cut_off", "close"):
         if not callable(getattr(made, method, None)):
             raise EnvError(

@@ -10,7 +10,7 @@ summed; a message that is no valid action is answered with why (an error), and t
 
 An MCP environment (openenv-core's MCPEnvironment: tools the policy calls through step) is played in tool-call tags
 instead (tool_calls.py): its tools offered on the episode (Episode.tools) after the reset, each turn's call made a CallToolAction
-(imported from openenv then: such an environment brings it), the result answered in <tool_response> tags.
+(imported from openenv then: such an environment brings it), the result answered as its tool_format says.
 """
 
 from __future__ import annotations
@@ -108,9 +108,11 @@ class _Playing:
 
 
 class OpenEnvAdapter:
-    def __init__(self, make: Callable[[], Any], stop: tuple[str, ...] = (), *, tools: bool = False) -> None:
-        self.make, self.tools = make, tools
-        self.stop = tool_calls.with_call_stop(stop) if tools else stop
+    def __init__(
+        self, make: Callable[[], Any], stop: tuple[str, ...] = (), *, tools: bool = False, tool_format: str = "hermes"
+    ) -> None:
+        self.make, self.tools, self.tool_format = make, tools, tool_format
+        self.stop = tool_calls.with_call_stop(stop, tool_format) if tools else stop
 
     def reset(self, episode: Episode) -> str:
         environment = self.make()
@@ -131,7 +133,7 @@ class OpenEnvAdapter:
     def step(self, episode: Episode, message: str) -> Reply:
         playing: _Playing = episode.state
         if playing.action is None:
-            return self._call(playing, message)
+            return self._call(playing, message, episode.tools)
         try:
             action = to_action(playing.action, message)
         except ValueError as exc:
@@ -139,15 +141,15 @@ class OpenEnvAdapter:
         observation = playing.environment.step(action)
         return self._observed(playing, observation) or answer(observation_text(observation))
 
-    def _call(self, playing: _Playing, message: str) -> Reply:
+    def _call(self, playing: _Playing, message: str, tools: list[dict[str, Any]] | None) -> Reply:
         from openenv.core.env_server.mcp_types import CallToolAction
 
         try:
-            fields = tool_calls.call_fields(message)
+            fields = tool_calls.call_fields(message, self.tool_format, tools)
         except ValueError as exc:
-            return answer(tool_calls.refusal(str(exc)), error=True, reason=f"invalid tool call: {exc}")
+            return answer(tool_calls.refusal(str(exc), self.tool_format), error=True, reason=f"invalid tool call: {exc}")
         observation = playing.environment.step(CallToolAction(tool_name=fields["tool_name"], arguments=fields["arguments"]))
-        text, failed = tool_calls.response(observation.model_dump(mode="json"))
+        text, failed = tool_calls.response(observation.model_dump(mode="json"), self.tool_format)
         return self._observed(playing, observation) or answer(text, tool_call=True, error=failed is not None, reason=failed)
 
     def _observed(self, playing: _Playing, observation: Any) -> Reply | None:

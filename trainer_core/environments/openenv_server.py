@@ -59,7 +59,8 @@ class OpenEnvServer:
         self.required = [str(name) for name in schema.get("required", [])]
         self.tools = tool_calls.is_tool_action(schema)
         stop = tuple(spec.stop)
-        self.stop = tool_calls.with_call_stop(stop) if self.tools else stop
+        self.tool_format = spec.tool_format
+        self.stop = tool_calls.with_call_stop(stop, self.tool_format) if self.tools else stop
         self._open: set[_Session] = set()
         self._lock = threading.Lock()
 
@@ -111,10 +112,15 @@ class OpenEnvServer:
     def step(self, episode: Episode, message: str) -> Reply:
         session: _Session = episode.state
         try:
-            fields = tool_calls.call_fields(message) if self.tools else action_fields(message, self.required)
+            fields = (
+                tool_calls.call_fields(message, self.tool_format, episode.tools)
+                if self.tools
+                else action_fields(message, self.required)
+            )
         except ValueError as exc:
             if self.tools:
-                return answer(tool_calls.refusal(str(exc)), error=True, reason=f"invalid tool call: {exc}")
+                refused = tool_calls.refusal(str(exc), self.tool_format)
+                return answer(refused, error=True, reason=f"invalid tool call: {exc}")
             return answer(f"invalid action: {exc}", error=True, reason=f"invalid action: {exc}")
         kind, data = self._ask(session, "step", fields)
         if kind == "error":
@@ -127,7 +133,7 @@ class OpenEnvServer:
             return end(session.total, components={"openenv": session.total})
         if not self.tools:
             return answer(shown_text(observation))
-        text, failed = tool_calls.response(observation)
+        text, failed = tool_calls.response(observation, self.tool_format)
         return answer(text, tool_call=True, error=failed is not None, reason=failed)
 
     def cut_off(self, episode: Episode, why: str) -> Reply:

@@ -28,9 +28,9 @@ FIELD = "environment.chat_role"
 
 
 class ChatTurns:
-    def __init__(self, tokenizer: Any, role: str) -> None:
+    def __init__(self, tokenizer: Any, role: str, tool_format: str = "hermes") -> None:
         require_chat_template(tokenizer)
-        self.tokenizer, self.role = tokenizer, role
+        self.tokenizer, self.role, self.tool_format = tokenizer, role, tool_format
         self._stub = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _MARK}]
         self._eos = tokenizer.eos_token or ""
         self.reply("?", ended_with_eos=False)  # a role the template refuses fails the run here, before any episode
@@ -45,7 +45,7 @@ class ChatTurns:
         tools, the assistant's turn opened."""
         native = tools if tools and self.renders_tools else None
         if tools and native is None:
-            opening = listed(tools) + opening
+            opening = listed(tools, self.tool_format) + opening
         if opening:
             messages = [*messages, {"role": self.role, "content": opening}]
         return list(

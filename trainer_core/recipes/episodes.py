@@ -136,7 +136,8 @@ def play(
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
-    chat = ChatTurns(tokenizer, limits.chat_role) if any(_is_chat(row) for row in rows) else None
+    tool_format = getattr(limits, "tool_format", "hermes")  # how the listing of an episode's tools says to call one
+    chat = ChatTurns(tokenizer, limits.chat_role, tool_format) if any(_is_chat(row) for row in rows) else None
     sessions = getattr(environment, "sessions", None) or len(playing)
     waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
 
@@ -148,7 +149,7 @@ def play(
             if chat is not None and _is_chat(p.episode.row) and (text or tools):
                 whole = chat.prompt(p.episode.row["prompt"], text, tools)
             else:
-                text = (listed(tools) if tools else "") + text  # the tools as text, heading the opening
+                text = (listed(tools, tool_format) if tools else "") + text  # the tools as text, heading the opening
                 whole = p.prompt + encode(text)
             p.opening, p.prompt, p.prompt_cut = text, whole[-budget:], len(whole) > budget
         live.extend(opening)

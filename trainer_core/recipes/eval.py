@@ -52,7 +52,7 @@ def setup(spec: RunSpec, out_dir: Path, *, stdout: bool = True) -> EvalRun:
         split = load_examples(spec.data, "prompts", seed=spec.train.seed)
         rows = (split.eval or split.train) if options.split == "eval" else [*split.train, *split.eval]
         rows = rows[: options.max_prompts]
-        reward, environment = online.reward_or_environment(spec, options.environment, "eval", backend, reporter)
+        reward, environment = online.reward_or_environment(spec, options.environment, "eval", backend, reporter, tokenizer)
         which = "held-out" if options.split == "eval" and split.eval else "all"
         reporter.log(f"evaluating {spec.model.path} on {len(rows)} prompts ({which}), {options.samples} answer(s) each")
     return EvalRun(spec, backend, reporter, tokenizer, policy, reward, environment, rows)

@@ -72,7 +72,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         if options.beta > 0:
             reference = common.frozen_reference(options.ref_model, policy, spec.model, backend, reporter, seed=seed)
         split = load_examples(spec.data, "prompts", seed=seed)
-        reward, environment = online.reward_or_environment(spec, options.environment, "grpo", backend, reporter)
+        reward, environment = online.reward_or_environment(spec, options.environment, "grpo", backend, reporter, tokenizer)
         prompts_per_step = spec.train.batch_size // options.group_size
         opt = common.prepare_optimization(
             spec, backend, policy, len(split.train), resume_from, batch_size=prompts_per_step, schedule_per_step=True

@@ -16,7 +16,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.backends import Backend
-from trainer_core.environments import EnvError, Environment, make_environment
+from trainer_core.environments import EnvError, Environment, make_environment, tool_calls
 from trainer_core.recipes import common, episodes, rollouts, samples
 from trainer_core.rewards import Reward, make_reward
 
@@ -45,10 +45,11 @@ def reward_source(spec: RunSpec, backend: Backend) -> Reward:
 
 
 def reward_or_environment(
-    spec: RunSpec, limits: EnvironmentSpec | None, section: str, backend: Backend, reporter: Any
+    spec: RunSpec, limits: EnvironmentSpec | None, section: str, backend: Backend, reporter: Any, tokenizer: Any = None
 ) -> tuple[Reward | None, Environment | None]:
     """spec.reward, and the environment that plays and rewards whole episodes (`section`.environment: grpo, ppo), which
-    a run may have without a reward."""
+    a run may have without a reward. An MCP environment's tool_format is said, and where the policy's chat template
+    writes tool calls otherwise, that too."""
     if limits is None:
         return reward_source(spec, backend), None
     field = f"{section}.environment"
@@ -63,6 +64,14 @@ def reward_or_environment(
         from trainer_core.environments.sandbox import isolation
 
         described += f" (sandbox: {isolation()})"
+    if getattr(environment, "tools", False) is True:  # an MCP tool environment
+        described += f" tool_format={limits.tool_format}"
+        written = tool_calls.template_format(getattr(tokenizer, "chat_template", None))
+        if written not in (None, limits.tool_format):
+            reporter.log(
+                f"warning: {field}.tool_format is {limits.tool_format}, but the model's chat template writes tool calls "
+                f"as {written}: set {field}.tool_format: {written}, unless the policy is to learn another format"
+            )
     reporter.log(f"environment {described} max_turns={limits.max_turns} max_tokens={limits.max_tokens}")
     return (reward_source(spec, backend) if spec.reward is not None else None), environment
 

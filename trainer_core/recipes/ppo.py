@@ -118,7 +118,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         hidden = (critic or policy).config.hidden_size
         model = ActorCritic(policy, ValueHead(hidden, seed), critic)
         split = load_examples(spec.data, "prompts", seed=seed)
-        reward, environment = online.reward_or_environment(spec, options.environment, "ppo", backend, reporter)
+        reward, environment = online.reward_or_environment(spec, options.environment, "ppo", backend, reporter, tokenizer)
         # The schedule steps once per PPO step (train_step), not per minibatch update as the backend would.
         saved = (policy, model.checkpoint_modules())  # the checkpoint's model and the modules beside it
         opt = common.prepare_optimization(

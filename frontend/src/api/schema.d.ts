@@ -2915,7 +2915,7 @@ export interface components {
          * OpenEnvEnvironment
          * @description Episodes played by an OpenEnv environment server (openenv-core's: one WebSocket session per episode at
          *     <url>/ws, its Action's JSON schema at <url>/schema), as HF's OpenEnv environments are served. A server whose Action
-         *     is CallToolAction serves an MCP tool environment: the policy calls its tools in <tool_call> tags (docs/rl.md).
+         *     is CallToolAction serves an MCP tool environment: the policy calls its tools in tool_format (docs/rl.md).
          */
         OpenEnvEnvironment: {
             /**
@@ -2964,6 +2964,13 @@ export interface components {
              * @default 60
              */
             timeout_s: number;
+            /**
+             * Tool Format
+             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations).
+             * @default hermes
+             * @enum {string}
+             */
+            tool_format: "hermes" | "qwen3_coder" | "llama3_json";
             /**
              * Url
              * @description The server's base URL (http://, https://, ws:// or wss://); its /ws and /schema are under it.
@@ -3247,7 +3254,7 @@ export interface components {
          * PythonEnvironment
          * @description An allow-listed factory, called with no arguments, that returns an environment: one of ours (reset, step,
          *     cut_off; docs/rl.md) or an OpenEnv one (openenv-core's Environment: reset, step(action) -> observation),
-         *     which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in <tool_call> tags.
+         *     which is then made once per episode; an OpenEnv MCPEnvironment's tools are called in tool_format.
          */
         PythonEnvironment: {
             /**
@@ -3283,6 +3290,13 @@ export interface components {
              * @description Strings that end a policy turn, so the environment can answer (e.g. a tool call's closing tag); grpo.gen.stop and the EOS token end one too.
              */
             stop?: string[];
+            /**
+             * Tool Format
+             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations).
+             * @default hermes
+             * @enum {string}
+             */
+            tool_format: "hermes" | "qwen3_coder" | "llama3_json";
         };
         /**
          * PythonReward
