@@ -142,6 +142,25 @@ class TestWorkerChannel:
         other.finish()
         assert not (attached / "metrics.jsonl").exists() and not (attached / ENVIRONMENT_FILE).exists()
 
+    def test_once_another_attempt_owns_the_run_directory_nothing_more_is_written_there(self, attached, tmp_path):
+        """A script that goes on after the control plane gave its run to another attempt (its worker silent): what it
+        logs is dropped, should_stop() is true and its checkpoint is refused, so the new attempt's reports stay its
+        own."""
+        (attached / ".attempt").write_text("1")
+        run = rlplane.init()
+        run.log({"train/loss": 1.0}, step=1)
+        assert run.flush(timeout=10)
+        (attached / ".attempt").write_text("2")
+        run.log({"train/loss": 2.0}, step=2)
+        run.log_samples([{"prompt": "p", "response": "r"}])
+        assert run.flush(timeout=10) and run.should_stop()
+        (tmp_path / "ckpt").mkdir()
+        with pytest.raises(rlplane.SdkError, match="attempt 1 of run 7 is over"):
+            run.log_checkpoint(tmp_path / "ckpt")
+        run.finish()
+        assert [row["step"] for row in lines(attached / "metrics.jsonl")] == [1]
+        assert not (attached / "samples.jsonl").exists()
+
     def test_a_second_init_finishes_the_first_run(self, attached):
         first = rlplane.init()
         second = rlplane.init()

@@ -6,18 +6,30 @@ from typing import IO, Any
 
 import orjson
 
+from rlplane.layout import owner
 from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
 
 
 class JsonlSink:
-    """Appends to metrics.jsonl, logs.jsonl, samples.jsonl and events.jsonl (checkpoints, status) in `out_dir`."""
+    """Appends to metrics.jsonl, logs.jsonl, samples.jsonl and events.jsonl (checkpoints, status) in `out_dir`.
 
-    def __init__(self, out_dir: Path | str) -> None:
+    With an `attempt` (a worker started this process as one attempt of the run), a batch is written only while that
+    attempt owns the directory (rlplane.layout.ATTEMPT_FILE): once the control plane has given the run to another
+    attempt, the one that goes on (its worker silent) adds nothing to what the new one reports. Said once, on stderr."""
+
+    def __init__(self, out_dir: Path | str, attempt: int | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.attempt = attempt
         self._files: dict[str, IO[bytes]] = {}
+        self._fenced = False
 
     def write(self, batch: Batch) -> None:
+        if self.attempt is not None and owner(self.out_dir) not in (None, self.attempt):
+            if not self._fenced:
+                self._fenced = True
+                print(f"attempt {self.attempt} was ended: another attempt owns {self.out_dir}; reports dropped", file=sys.stderr)
+            return
         self._append(
             "metrics", ({"step": p.step, "key": p.key, "value": json_float(p.value), "time": p.time} for p in batch.metrics)
         )

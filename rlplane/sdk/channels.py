@@ -62,7 +62,7 @@ class WorkerChannel:
     def __init__(self, run_dir: Path, run_id: int, attempt: int | None, spec: dict[str, Any]) -> None:
         self.run_dir, self.run_id, self.attempt = run_dir, run_id, attempt
         self.keep_last = int((spec.get("train") or {}).get("keep_last", 3))
-        self.reporter = AsyncReporter([JsonlSink(run_dir)])
+        self.reporter = AsyncReporter([JsonlSink(run_dir, attempt=attempt)])
 
     def should_stop(self) -> bool:
         asked = (self.run_dir / STOP_FILE).exists() or (self.run_dir / HAND_BACK_FILE).exists()
