@@ -1,7 +1,9 @@
-"""A worker whose attempt was ended while it could not hear the API (a partition) writes nothing more of the run on a
-remote artifact root: the next attempt's claim is there, read before each upload. fsspec's in-memory file system
-stands in for s3://; the scratch directories, one per node, are real. (On a shared directory the trainer itself
-stops at the claim: tests/test_checkpoint.py and tests/test_worker_runs.py.)"""
+"""Which attempt's files count, where each node keeps its own copy of the run directory (a remote artifact root):
+a worker whose attempt was ended while it could not hear the API (a partition) writes nothing more of the run on the
+remote root, the next attempt's claim being there, read before each upload; and a gang's node resumes from the
+checkpoint the API registered, not from a later one of its own copy. fsspec's in-memory file system stands in for
+s3://; the scratch directories, one per node, are real. (On a shared directory the trainer itself stops at the claim:
+tests/test_checkpoint.py and tests/test_worker_runs.py.)"""
 
 from __future__ import annotations
 
@@ -85,3 +87,27 @@ def test_a_worker_that_finds_the_run_claimed_on_the_remote_root_stops_its_traine
         assert time.monotonic() < deadline, "the trainer outlived its fenced attempt"
         time.sleep(0.05)
     sink.close()
+
+
+def test_a_gang_node_with_its_own_copy_resumes_from_the_registered_checkpoint_only(tmp_path: Path) -> None:
+    """A node's copy of the run directory may hold checkpoints an earlier attempt wrote there and never uploaded: the
+    gang resumes from the one the API registered, every node alike, and the later ones go (the trainer writes those
+    steps again; it refuses to overwrite a checkpoint). Where none is registered, the gang starts afresh."""
+    from worker.supervise import NodeRefused, _resume_from
+
+    def written(*steps: int) -> Path:
+        out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+        for step in steps:
+            (out / "checkpoints" / f"step-{step:06d}").mkdir(parents=True)
+            (out / "checkpoints" / f"step-{step:06d}" / "manifest.json").write_text("{}")
+        return out
+
+    out = written(10, 20, 30)
+    assert _resume_from(out, 20, True, "s3://b") == out / "checkpoints" / "step-000020"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000010", "step-000020"]
+    fresh = written(10)
+    assert _resume_from(fresh, None, True, "s3://b") is None and not list((fresh / "checkpoints").iterdir())
+    with pytest.raises(NodeRefused, match="registered checkpoint, step 40, is not complete on s3://b"):
+        _resume_from(written(10, 20), 40, True, "s3://b")
+    one_node = written(10, 20)  # one worker (or a shared directory): its latest, whatever the API registered
+    assert _resume_from(one_node, 10, False, "s3://b") == one_node and len(list((one_node / "checkpoints").iterdir())) == 2

@@ -36,9 +36,11 @@ from rlplane.layout import (
     HAND_BACK_FILE,
     MANIFEST,
     RUN_DIR_PER_NODE_ENV,
+    STEP_PREFIX,
     STOP_FILE,
     has_checkpoint,
     step_dir_name,
+    step_of,
 )
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.reports import ReportSender
@@ -218,9 +220,15 @@ def _attempt(
 
 def _resume_from(out_dir: Path, registered: int | None, per_node: bool, root: str) -> Path | None:
     """What the trainer resumes from: the run directory (its latest checkpoint) where it has one, or, for a node of a
-    gang with its own copy, the registered checkpoint, which must have come down complete."""
+    gang with its own copy, the registered checkpoint, which must have come down complete. Such a copy's checkpoints
+    past it (an earlier attempt's on this node, never uploaded) are removed: the run goes on from the registered one
+    and writes its own steps again."""
     if not per_node:
         return out_dir if has_checkpoint(out_dir) else None
+    for written in (out_dir / CHECKPOINTS).glob(f"{STEP_PREFIX}*") if (out_dir / CHECKPOINTS).is_dir() else []:
+        step = step_of(written.name)
+        if step is not None and (registered is None or step > registered):
+            shutil.rmtree(written, ignore_errors=True)
     if registered is None:
         return None
     checkpoint = out_dir / CHECKPOINTS / step_dir_name(registered)
