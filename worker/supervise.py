@@ -225,7 +225,7 @@ def _resume_from(out_dir: Path, registered: int | None, per_node: bool, root: st
     and writes its own steps again."""
     if not per_node:
         return out_dir if has_checkpoint(out_dir) else None
-    for written in (out_dir / CHECKPOINTS).glob(f"{STEP_PREFIX}*") if (out_dir / CHECKPOINTS).is_dir() else []:
+    for written in (out_dir / CHECKPOINTS).glob(f"{STEP_PREFIX}*"):  # none where the directory is not there
         step = step_of(written.name)
         if step is not None and (registered is None or step > registered):
             shutil.rmtree(written, ignore_errors=True)
