@@ -13,6 +13,7 @@ a remote root's copies and by the API to its records, so the three always agree 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -49,6 +50,19 @@ def owner(run_dir: Path) -> int | None:
         return int((Path(run_dir) / ATTEMPT_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+def claimed_by_another(run_dir: Path, attempt: int | None) -> int | None:
+    """The attempt that owns `run_dir` when it is not `attempt`, this process's (None: no worker started it, and it
+    is never fenced); None while `attempt` may write there."""
+    current = owner(run_dir) if attempt is not None else None
+    return current if current is not None and current != attempt else None
+
+
+def attempt_of_this_process() -> int | None:
+    """The attempt a worker started this process as (ATTEMPT_ENV); None outside a worker."""
+    value = os.environ.get(ATTEMPT_ENV)
+    return int(value) if value else None
 
 
 def step_dir_name(step: int) -> str:

@@ -8,10 +8,9 @@ through one `Reporter`.
 Torch-free: the worker and tests use it without a GPU stack.
 """
 
-import os
 from pathlib import Path
 
-from rlplane.layout import ATTEMPT_ENV
+from rlplane.layout import attempt_of_this_process
 from rlplane.reporting.events import Batch, CheckpointEvent, Sample
 from rlplane.reporting.http import ControlPlaneSink
 from rlplane.reporting.reporter import AsyncReporter, NullReporter, Reporter, Sink
@@ -41,8 +40,8 @@ def make_reporter(
         return NullReporter()
     sinks: list[Sink] = []
     if out_dir is not None:
-        attempt = os.environ.get(ATTEMPT_ENV)  # a worker's trainer: it writes only while its attempt owns out_dir
-        sinks.append(JsonlSink(out_dir, attempt=int(attempt) if attempt else None))
+        # a worker's trainer: it writes only while its attempt owns out_dir
+        sinks.append(JsonlSink(out_dir, attempt=attempt_of_this_process()))
     if stdout:
         sinks.append(StdoutSink())
     if control_plane is not None:

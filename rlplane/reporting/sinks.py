@@ -6,7 +6,7 @@ from typing import IO, Any
 
 import orjson
 
-from rlplane.layout import owner
+from rlplane.layout import claimed_by_another
 from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
 
 
@@ -25,7 +25,7 @@ class JsonlSink:
         self._fenced = False
 
     def write(self, batch: Batch) -> None:
-        if self.attempt is not None and owner(self.out_dir) not in (None, self.attempt):
+        if claimed_by_another(self.out_dir, self.attempt) is not None:
             if not self._fenced:
                 self._fenced = True
                 print(f"attempt {self.attempt} was ended: another attempt owns {self.out_dir}; reports dropped", file=sys.stderr)

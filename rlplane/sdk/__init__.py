@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from rlplane import config as saved_config
 from rlplane.client import Client, ClientError
-from rlplane.layout import ATTEMPT_ENV, RESUME_ENV, RUN_DIR_ENV, RUN_ID_ENV, SPEC_ENV, latest_checkpoint
+from rlplane.layout import RESUME_ENV, RUN_DIR_ENV, RUN_ID_ENV, SPEC_ENV, attempt_of_this_process, latest_checkpoint
 from rlplane.sdk import console, environment, leftovers, values
 from rlplane.sdk.channels import ApiChannel, WorkerChannel
 from rlplane.sdk.values import SdkError
@@ -197,7 +197,7 @@ def init(
 
 def _attach(run_dir: Path, run_config: dict[str, Any], rank: int) -> Run:
     run_id = int(os.environ[RUN_ID_ENV])
-    attempt = int(os.environ[ATTEMPT_ENV]) if os.environ.get(ATTEMPT_ENV) else None
+    attempt = attempt_of_this_process()
     spec_path = os.environ.get(SPEC_ENV)
     spec = json.loads(Path(spec_path).read_text()) if spec_path else {}
     resume = os.environ.get(RESUME_ENV) or None

@@ -28,7 +28,7 @@ from rlplane.layout import (
     HAND_BACK_FILE,
     MANIFEST,
     STOP_FILE,
-    owner,
+    claimed_by_another,
     rotated,
     step_dir_name,
     step_of,
@@ -70,7 +70,7 @@ class WorkerChannel:
 
     def _fenced(self) -> bool:
         """Another attempt owns the run directory: the control plane ended this one (its worker was silent)."""
-        return self.attempt is not None and owner(self.run_dir) not in (None, self.attempt)
+        return claimed_by_another(self.run_dir, self.attempt) is not None
 
     def environment(self, record: dict[str, Any]) -> None:
         partial = self.run_dir / f"{ENVIRONMENT_FILE}.partial"

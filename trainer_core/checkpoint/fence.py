@@ -3,10 +3,9 @@ and stops after its current step (recipes/run_dir_signals.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from rlplane.layout import ATTEMPT_ENV, owner
+from rlplane.layout import attempt_of_this_process, claimed_by_another
 from trainer_core.checkpoint.errors import CheckpointError
 
 
@@ -17,19 +16,18 @@ class Fenced(CheckpointError):
 def owner_if_fenced(run_dir: Path) -> int | None:
     """The attempt that owns `run_dir` when it is not this trainer's; None while this trainer may write there.
     A trainer not started by a worker (no ATTEMPT_ENV) or a directory without a fence is never fenced."""
-    mine = os.environ.get(ATTEMPT_ENV)
-    current = owner(run_dir)
-    return current if mine and current is not None and current != int(mine) else None
+    return claimed_by_another(run_dir, attempt_of_this_process())
 
 
 def check(run_dir: Path, doing: str = "writes no checkpoint") -> None:
     """Raise Fenced, saying that this trainer `doing`, if another attempt owns `run_dir`."""
-    if owner_if_fenced(run_dir) is not None:
-        raise Fenced(ended(run_dir, doing))
-
-
-def ended(run_dir: Path, doing: str) -> str:
-    """Why this trainer `doing`: its attempt was ended, and which one owns `run_dir` now (where this rank sees it)."""
     current = owner_if_fenced(run_dir)
+    if current is not None:
+        raise Fenced(ended(run_dir, doing, current))
+
+
+def ended(run_dir: Path, doing: str, current: int | None) -> str:
+    """Why this trainer `doing`: its attempt was ended, and which one owns `run_dir` now (`current`: where this rank
+    sees it)."""
     now = f"attempt {current}" if current is not None else "another attempt"
-    return f"attempt {os.environ.get(ATTEMPT_ENV)} was ended: {now} owns {run_dir} now, so this trainer {doing}"
+    return f"attempt {attempt_of_this_process()} was ended: {now} owns {run_dir} now, so this trainer {doing}"

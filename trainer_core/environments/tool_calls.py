@@ -39,7 +39,6 @@ _PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 class ToolFormat:
     """How one family of chat templates writes a tool call and its result."""
 
-    name: str
     close: str | None  # where a turn that calls a tool stops (None: at the EOS token)
     usage: str  # how to call a tool, as a listing of the tools says it
     read: Callable[[str, list[dict[str, Any]]], tuple[str, Any]]  # (message, tools) -> (tool name, arguments)
@@ -102,9 +101,9 @@ def _read_llama(message: str, _tools: list[dict[str, Any]]) -> tuple[str, Any]:
 
 
 FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat("hermes", CLOSE, _HERMES_USAGE, _read_hermes, _tagged),
-    "qwen3_coder": ToolFormat("qwen3_coder", CLOSE, _CODER_USAGE, _read_coder, _tagged),
-    "llama3_json": ToolFormat("llama3_json", None, _LLAMA_USAGE, _read_llama, lambda text: text),
+    "hermes": ToolFormat(CLOSE, _HERMES_USAGE, _read_hermes, _tagged),
+    "qwen3_coder": ToolFormat(CLOSE, _CODER_USAGE, _read_coder, _tagged),
+    "llama3_json": ToolFormat(None, _LLAMA_USAGE, _read_llama, lambda text: text),
 }
 
 

@@ -84,7 +84,8 @@ def run_loop(
             result = step(run)
             signals = run_dir_signals.read(run.out_dir, run.backend)  # a hand-back, or a fence
             if signals.fenced:  # the new attempt resumes from a checkpoint: this step is not reported
-                raise fence.Fenced(fence.ended(run.out_dir, f"stopped after step {run.step} without reporting it"))
+                doing = f"stopped after step {run.step} without reporting it"
+                raise fence.Fenced(fence.ended(run.out_dir, doing, fence.owner_if_fenced(run.out_dir)))
             values = {**result.values, "train/lr": lr}
             window.add(result, values, guard.check(run.step, values))
             done = run.step
