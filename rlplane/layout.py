@@ -1,6 +1,8 @@
 """A run's directory, as the trainer writes it, the worker uploads it and the API serves it.
 
     runs/<id>/checkpoints/step-000100/manifest.json   a complete checkpoint (its manifest is written last)
+    runs/<id>/checkpoints/.step-000100.node-part/     a gang node's shards of that checkpoint, in its own copy of
+                                                      the run directory, for its worker to upload (RUN_DIR_PER_NODE_ENV)
     runs/<id>/.hand-back                              the worker asks the trainer to checkpoint and exit
     runs/<id>/.attempt                                the attempt that owns the directory (the fence)
     runs/<id>/.stop                                   a command run is cancelled: its script saves and exits
@@ -38,8 +40,10 @@ RUN_DIR_ENV = "RLPLANE_RUN_DIR"
 SPEC_ENV = "RLPLANE_SPEC"
 RESUME_ENV = "RLPLANE_RESUME_FROM"
 # Set by a worker for a multi-node run's trainers when the nodes do not share the run directory (a remote artifact
-# root: each node has its own copy in its scratch directory): a sharded checkpoint's files come to rank zero's node.
+# root: each node has its own copy in its scratch directory): each node's worker uploads its own node's shards of a
+# sharded checkpoint (NODE_PART_SUFFIX), and rank zero's manifest lists them all.
 RUN_DIR_PER_NODE_ENV = "RLPLANE_RUN_DIR_PER_NODE"
+NODE_PART_SUFFIX = ".node-part"
 # Where a command run's script ran (the SDK writes it into the run directory; the worker sends it once)
 ENVIRONMENT_FILE = "environment.json"
 
@@ -74,6 +78,18 @@ def step_of(name: str) -> int | None:
     last = name.rstrip("/").rsplit("/", 1)[-1]
     digits = last.removeprefix(STEP_PREFIX)
     return int(digits) if last.startswith(STEP_PREFIX) and digits.isdigit() else None
+
+
+def node_part_dir_name(step: int) -> str:
+    """A gang node's part of `step`'s checkpoint in its own copy of the run directory: hidden, so that nothing takes
+    it for a checkpoint or a checkpoint's staging directory."""
+    return f".{step_dir_name(step)}{NODE_PART_SUFFIX}"
+
+
+def step_of_node_part(name: str) -> int | None:
+    """The step of a node part's directory name (node_part_dir_name); None for anything else."""
+    last = name.rstrip("/").rsplit("/", 1)[-1]
+    return step_of(last[1 : -len(NODE_PART_SUFFIX)]) if last.startswith(".") and last.endswith(NODE_PART_SUFFIX) else None
 
 
 def run_checkpoint(run_id: int, step: int) -> str:

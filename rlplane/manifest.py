@@ -32,13 +32,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(root: Path, step: int) -> Path:
-    """List every file under `root` with size and sha256; written last, so its presence marks completion."""
-    files = {
+def listing(root: Path) -> dict[str, dict[str, Any]]:
+    """Every file under `root` but a manifest, by its path relative to `root`: its size and sha256."""
+    return {
         path.relative_to(root).as_posix(): {"size": path.stat().st_size, "sha256": sha256_file(path)}
         for path in sorted(root.rglob("*"))
         if path.is_file() and path.name != MANIFEST
     }
+
+
+def write_manifest(root: Path, step: int, elsewhere: dict[str, dict[str, Any]] | None = None) -> Path:
+    """List every file under `root` with size and sha256; written last, so its presence marks completion.
+    `elsewhere`: files of the checkpoint written on other nodes (their listing), which reach the artifact root
+    from there (a gang's nodes with their own run directories)."""
+    files = listing(root)
+    clash = sorted(set(files) & set(elsewhere or {}))
+    if clash:
+        raise ValueError(f"{clash[0]} was written on this node and on another")
+    files = dict(sorted({**files, **(elsewhere or {})}.items()))
     manifest = root / MANIFEST
     document = {"format_version": FORMAT_VERSION, "step": step, "files": files}
     manifest.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
@@ -53,6 +64,19 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def missing(root: Path) -> list[str]:
+    """The files `root`'s manifest lists that are not there with their listed size (cheap: no hashing); every one
+    where it has no manifest."""
+    manifest = read_manifest(root)
+    if manifest is None:
+        return [MANIFEST]
+    return [
+        name
+        for name, entry in manifest["files"].items()
+        if not (root / name).is_file() or (root / name).stat().st_size != entry.get("size")
+    ]
 
 
 def manifest_digest_and_size(root: Path) -> tuple[str, int]:

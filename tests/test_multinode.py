@@ -44,7 +44,7 @@ SFT = {
 
 # The sharded backends' 2-rank runs give the torch backend's losses within 1e-5 on one node (test_sharded_recipes,
 # test_backend_megatron): across two nodes they must still. FSDP2 across two nodes is test_worker_remote_artifacts's,
-# on an fsspec root (each node its own run directory, the shards sent to node 0): it resumes exactly as two ranks on
+# on an fsspec root (each node its own run directory, uploading its own shards): it resumes exactly as two ranks on
 # one node do, which give the torch backend's losses (test_backend_fsdp2).
 ACROSS_NODES = {
     "zero3": {"kind": "deepspeed", "zero_stage": 3, "precision": "fp32"},

@@ -7,6 +7,7 @@ tests/test_checkpoint.py and tests/test_worker_runs.py.)"""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -92,22 +93,90 @@ def test_a_worker_that_finds_the_run_claimed_on_the_remote_root_stops_its_traine
 def test_a_gang_node_with_its_own_copy_resumes_from_the_registered_checkpoint_only(tmp_path: Path) -> None:
     """A node's copy of the run directory may hold checkpoints an earlier attempt wrote there and never uploaded: the
     gang resumes from the one the API registered, every node alike, and the later ones go (the trainer writes those
-    steps again; it refuses to overwrite a checkpoint). Where none is registered, the gang starts afresh."""
+    steps again; it refuses to overwrite a checkpoint), as do its parts of checkpoints it never uploaded. Where none is
+    registered, the gang starts afresh; a registered one that lacks a file its manifest lists is refused."""
     from worker.supervise import NodeRefused, _resume_from
 
-    def written(*steps: int) -> Path:
+    def written(*steps: int, files: dict | None = None) -> Path:
         out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
         for step in steps:
             (out / "checkpoints" / f"step-{step:06d}").mkdir(parents=True)
-            (out / "checkpoints" / f"step-{step:06d}" / "manifest.json").write_text("{}")
+            (out / "checkpoints" / f"step-{step:06d}" / "manifest.json").write_text(json.dumps({"files": files or {}}))
         return out
 
     out = written(10, 20, 30)
+    (out / "checkpoints" / ".step-000030.node-part").mkdir()
     assert _resume_from(out, 20, True, "s3://b") == out / "checkpoints" / "step-000020"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000010", "step-000020"]
+    shards_elsewhere = written(10, files={"dcp/__1_0.safetensors": {"size": 8, "sha256": "0" * 64}})
+    with pytest.raises(NodeRefused, match="registered checkpoint, step 10, is not complete on s3://b"):
+        _resume_from(shards_elsewhere, 10, True, "s3://b")
     fresh = written(10)
     assert _resume_from(fresh, None, True, "s3://b") is None and not list((fresh / "checkpoints").iterdir())
     with pytest.raises(NodeRefused, match="registered checkpoint, step 40, is not complete on s3://b"):
         _resume_from(written(10, 20), 40, True, "s3://b")
     one_node = written(10, 20)  # one worker (or a shared directory): its latest, whatever the API registered
     assert _resume_from(one_node, 10, False, "s3://b") == one_node and len(list((one_node / "checkpoints").iterdir())) == 2
+
+
+def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_this_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gang's sharded checkpoint on a remote root: each node's worker uploads its own shards (its part directory)
+    and says so for its attempt; node 0's uploads the manifest only then. The same step's shard and word left by an
+    earlier attempt do not count. Node 0's copy, which lacks node 1's shard, fetches only that to resume; a part
+    that never arrives fails the upload (retried) after worker.artifacts.NODES_QUIET_S without news."""
+    import threading
+
+    import worker.artifacts
+    from rlplane.manifest import missing, read_manifest, sha256_file, write_manifest
+
+    root = f"memory://parts-{uuid.uuid4().hex[:8]}"
+    fs, base = fsspec.filesystem("memory"), root.removeprefix("memory:/")
+    node0, node1 = WorkerArtifacts(root, tmp_path / "node-0"), WorkerArtifacts(root, tmp_path / "node-1")
+    for artifacts in (node0, node1):
+        artifacts.run_dir(7)[0].mkdir(parents=True)
+    node0.claim(7, 2)
+    node1.claim(7, 2, remote=False)
+    fs.pipe(f"{base}/runs/7/checkpoints/step-000020/dcp/__1_0.safetensors", b"attempt 1's")
+    fs.pipe(
+        f"{base}/runs/7/checkpoints/.step-000020.nodes/1", json.dumps({"attempt": 1, "files": ["dcp/__1_0.safetensors"]}).encode()
+    )
+
+    part = node1.local_root / "runs/7/checkpoints/.step-000020.node-part"
+    (part / "dcp").mkdir(parents=True)
+    (part / "dcp/__1_0.safetensors").write_bytes(b"node 1's shard")
+    local = node0.local_root / "runs/7/checkpoints/step-000020"
+    (local / "dcp").mkdir(parents=True)
+    (local / "dcp/__0_0.safetensors").write_bytes(b"node 0's shard")
+    shard1 = {
+        "size": part.joinpath("dcp/__1_0.safetensors").stat().st_size,
+        "sha256": sha256_file(part / "dcp/__1_0.safetensors"),
+    }
+    write_manifest(local, 20, elsewhere={"dcp/__1_0.safetensors": shard1})
+
+    published: list[bool] = []
+    thread = threading.Thread(target=lambda: published.append(node0.publish("runs/7/checkpoints/step-000020")))
+    thread.start()
+    time.sleep(1.0)
+    assert thread.is_alive() and not fs.exists(f"{base}/runs/7/checkpoints/step-000020/manifest.json")
+    assert fs.cat(f"{base}/runs/7/checkpoints/step-000020/dcp/__0_0.safetensors") == b"node 0's shard"
+    assert node1.publish_node_part("runs/7/checkpoints/.step-000020.node-part", 1) is True
+    thread.join(timeout=10)
+    assert published == [True] and fs.exists(f"{base}/runs/7/checkpoints/step-000020/manifest.json")
+    assert fs.cat(f"{base}/runs/7/checkpoints/step-000020/dcp/__1_0.safetensors") == b"node 1's shard"
+    assert not fs.exists(f"{base}/runs/7/checkpoints/.step-000020.nodes")  # what the nodes said goes with the commit
+
+    assert missing(local) == ["dcp/__1_0.safetensors"]
+    node0._download("runs/7/checkpoints/step-000020")
+    manifest = read_manifest(local)
+    assert manifest is not None and not missing(local)
+    assert all(sha256_file(local / name) == entry["sha256"] for name, entry in manifest["files"].items())
+
+    monkeypatch.setattr(worker.artifacts, "NODES_QUIET_S", 0.3)
+    (local.parent / "step-000030/dcp").mkdir(parents=True)
+    (local.parent / "step-000030/dcp/__0_0.safetensors").write_bytes(b"node 0's")
+    write_manifest(local.parent / "step-000030", 30, elsewhere={"dcp/__1_0.safetensors": shard1})
+    with pytest.raises(TimeoutError, match="1 files of runs/7/checkpoints/step-000030 from the other nodes did not arrive"):
+        node0.publish("runs/7/checkpoints/step-000030")
+    assert not fs.exists(f"{base}/runs/7/checkpoints/step-000030/manifest.json")

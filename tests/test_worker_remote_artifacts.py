@@ -5,8 +5,10 @@ Postgres. The trainer never sees the URL: the worker brings inputs down and send
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +23,9 @@ from trainer_core.data import load_examples
 
 ROOT = Path(__file__).resolve().parents[1]
 # Interrupted after its step-100 checkpoint went up, resumed from it on another node; six checkpoints, three kept.
-SHORT = {**LONG, "train": {**LONG["train"], "steps": 300, "checkpoint_every": 50}}
+# Steps of 64 rows: slow enough (tens of ms a step here) that the run is still short of step 250, which rotates step
+# 100's checkpoint away (train.keep_last 3), when the test sees step 130 and freezes the trainer.
+SHORT = {**LONG, "train": {**LONG["train"], "steps": 300, "batch_size": 64, "checkpoint_every": 50}}
 
 
 @pytest.fixture
@@ -62,12 +66,24 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     first = stack.start_worker("w1", home=node1)
     run_id = stack.submit({**SHORT, "data": {"source": dataset["source"], "eval_fraction": 0.1}})
     stack.wait_step(run_id, 130)
-    uploaded = remote / f"runs/{run_id}/checkpoints/step-000100/manifest.json"
-    deadline = time.monotonic() + 30  # uploads run beside the training, in a thread of their own
-    while not uploaded.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert uploaded.exists(), "checkpoints go up as they are made"
-    os.killpg(first.pid, signal.SIGKILL)
+    # The trainer is frozen while the upload is awaited (a fast one would rotate step 100 away first); the worker,
+    # its uploads in a thread of their own, goes on. Then the worker is killed, and its trainer with it.
+    found = subprocess.run(["pgrep", "-f", f"{node1}/scratch/runs/{run_id}"], capture_output=True, text=True).stdout
+    frozen = [int(pid) for pid in found.split()]
+    assert frozen, "no trainer found"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        uploaded = remote / f"runs/{run_id}/checkpoints/step-000100/manifest.json"
+        deadline = time.monotonic() + 30
+        while not uploaded.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert uploaded.exists(), "checkpoints go up as they are made"
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
     second = stack.start_worker("w2", home=node2)  # a node that never saw node1's disk
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
@@ -113,12 +129,12 @@ def test_runs_on_an_fsspec_root_resume_on_another_node(remote_stack: Stack, sftp
     assert f"removed runs/{run_id}/final from the input cache" in (stack.home / "w3.log").read_text()
 
 
-def test_a_gang_on_an_fsspec_root_checkpoints_through_node_0_and_every_node_resumes(
+def test_a_gang_on_an_fsspec_root_uploads_each_nodes_shards_from_that_node_and_every_node_resumes(
     remote_stack: Stack, sftp: tuple[str, Path], tmp_path: Path
 ) -> None:
-    """FSDP2 over two nodes that share no directory, each with its own scratch copy of the run directory: each
-    checkpoint's shards, written on both nodes, come to node 0, which uploads the checkpoint whole (its manifest
-    verifies, both ranks' shards in it). Cancelled and resumed on a new gang, both nodes bring down the registered
+    """FSDP2 over two nodes that share no directory, each with its own scratch copy of the run directory: each node's
+    worker uploads its own node's shards of every checkpoint, and node 0's the manifest once both are up (it verifies,
+    both ranks' shards in it). Cancelled and resumed on a new gang, both nodes bring down the registered
     checkpoint and go on from it exactly as two ranks on one node do from it."""
     from tests.harness.launch import after, launch
     from tests.harness.training import metrics
@@ -151,6 +167,12 @@ def test_a_gang_on_an_fsspec_root_checkpoints_through_node_0_and_every_node_resu
         path = remote / checkpoint["path"]
         assert verify(path), checkpoint  # every file, node 1's shards among them, as its manifest lists them
         assert {p.name for p in (path / "dcp").iterdir()} >= {"__0_0.safetensors", "__1_0.safetensors"}, checkpoint
+    # Node 1's shards went up from node 1, never through node 0; what the nodes said of them went with the manifests.
+    for attempt in run["attempts"]:
+        [node1] = [n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1]
+        log = (stack.home / f"{node1}.log").read_text()
+        assert re.search(rf"uploaded node 1's part of runs/{run_id}/checkpoints/step-\d+ \(\d+ files\)", log), log[-3000:]
+    assert not list((remote / f"runs/{run_id}/checkpoints").glob(".*")), "what the nodes said was left on the root"
     copies = [stack.home / name / "scratch" / f"runs/{run_id}" for name in ("g1", "g2")]
     deadline = time.monotonic() + 30  # each node's copy goes once its part has ended
     while any(copy.exists() for copy in copies):

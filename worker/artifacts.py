@@ -10,7 +10,9 @@ under `$RLPLANE_HOME/scratch`:
                         come down from the root
     after a checkpoint  the directory goes up, its manifest.json last (a reader that sees the
                         manifest sees a complete checkpoint), and only then is it registered
-                        with the API
+                        with the API; a gang node other than 0 uploads its own shards of a sharded
+                        checkpoint (its part directory) and says so for its attempt, and node 0
+                        uploads the manifest once every node has (trainer_core/checkpoint/node_files.py)
 
 The attempt that owns a run (rlplane.layout.ATTEMPT_FILE) is written to the run's local directory and, on a
 remote root, to the remote one too: a worker whose attempt was ended while it could not hear the API (a
@@ -23,8 +25,10 @@ input_cache_gb (input_cache.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -38,11 +42,16 @@ from rlplane.layout import (
     code_snapshot,
     rotated,
     run_checkpoint,
+    step_dir_name,
     step_of,
+    step_of_node_part,
 )
+from rlplane.manifest import missing, read_manifest
 from rlplane.spec import RunSpec
 from worker.input_cache import InputCache
 from worker.uploads import Fenced
+
+NODES_QUIET_S = 600.0  # node 0 gives up waiting for the other nodes' shards after this long without one arriving
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -58,6 +67,7 @@ class WorkerArtifacts:
         self.url = root
         self.cache: InputCache | None = None
         self._claimed: tuple[str, int] | None = None  # (the run's relative directory, the attempt) of claim()
+        self._sent: set[str] = set()  # the files this attempt uploaded: a retried upload does not send them again
         if is_url(root):
             self.fs, self.remote_root = fsspec.core.url_to_fs(root)
             self.local_root = scratch.expanduser().resolve()
@@ -114,6 +124,7 @@ class WorkerArtifacts:
         if self.remote and remote:
             self.fs.makedirs(self._remote(relative), exist_ok=True)
             self.fs.pipe_file(self._remote(f"{relative}/{ATTEMPT_FILE}"), str(attempt).encode())
+        if self.remote:  # a gang's other nodes check node 0's claim before they upload their shards
             self._claimed = (relative, attempt)
 
     def release(self) -> None:
@@ -138,9 +149,14 @@ class WorkerArtifacts:
             for path in files:
                 if path == files[0] or path.name == MANIFEST:  # before the first byte, and before the commit
                     self._check_claim()
+                if path.name == MANIFEST:
+                    self._await_other_nodes(local, relative)
                 target = self._remote(path.relative_to(self.local_root).as_posix())
+                if target in self._sent:
+                    continue
                 self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.put_file(str(path), target)
+                self._sent.add(target)
         except FileNotFoundError:
             if local.exists():
                 raise
@@ -150,6 +166,59 @@ class WorkerArtifacts:
             return False
         logger.info("uploaded %s (%d files) to %s", relative, len(files), self.url)
         return True
+
+    def publish_node_part(self, relative: str, node_rank: int) -> bool:
+        """Upload a gang node's part of a checkpoint (`relative`: its part directory, node_part_dir_name) into the
+        checkpoint's directory on the remote root, then say that this node's part of it is up, for this attempt
+        (node 0 uploads the manifest once every node has said so)."""
+        local = self.local_root / relative
+        step = step_of_node_part(local.name)
+        if step is None or not local.is_dir():
+            raise ValueError(f"{relative} is not a node's part of a checkpoint")
+        checkpoint = f"{local.parent.relative_to(self.local_root).as_posix()}/{step_dir_name(step)}"
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        self._check_claim()
+        for path in files:
+            target = self._remote(f"{checkpoint}/{path.relative_to(local).as_posix()}")
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.put_file(str(path), target)
+        assert self._claimed is not None  # a gang's node on a remote root claims before its trainer starts
+        said = {"attempt": self._claimed[1], "files": [path.relative_to(local).as_posix() for path in files]}
+        self.fs.makedirs(self._remote(_nodes_dir(checkpoint)), exist_ok=True)
+        self.fs.pipe_file(self._remote(f"{_nodes_dir(checkpoint)}/{node_rank}"), json.dumps(said).encode())
+        logger.info("uploaded node %d's part of %s (%d files) to %s", node_rank, checkpoint, len(files), self.url)
+        return True
+
+    def _await_other_nodes(self, local: Path, relative: str) -> None:
+        """Before a checkpoint's manifest goes up: wait until every file it lists that this node does not hold (the
+        other nodes' shards) is up, as the nodes that uploaded them said for this attempt (an earlier attempt's files
+        of the same step may be there, and are no sign). Raises when none arrives for NODES_QUIET_S (retried)."""
+        absent = set(missing(local)) if read_manifest(local) is not None else set()
+        if not absent:
+            return
+        nodes = self._remote(_nodes_dir(relative))
+        attempt = self._claimed[1] if self._claimed is not None else None
+        quiet_since, arrived = time.monotonic(), 0
+        while True:
+            up: set[str] = set()
+            for name in self._ls(nodes):
+                said = json.loads(self.fs.cat_file(name))
+                if attempt is None or said.get("attempt") == attempt:
+                    up.update(said.get("files", []))
+            if absent <= up:
+                break
+            if len(absent & up) > arrived:
+                quiet_since, arrived = time.monotonic(), len(absent & up)
+            if time.monotonic() - quiet_since > NODES_QUIET_S:
+                raise TimeoutError(f"{len(absent - up)} files of {relative} from the other nodes did not arrive")
+            time.sleep(0.5)
+        self.fs.rm(nodes, recursive=True)
+
+    def _ls(self, remote: str) -> list[str]:
+        try:
+            return list(self.fs.ls(remote, detail=False))
+        except FileNotFoundError:
+            return []
 
     def prune_checkpoints(self, relative: str, keep_last: int) -> None:
         """On a remote root, delete the complete checkpoints under `relative` older than the newest
@@ -175,6 +244,11 @@ class WorkerArtifacts:
             if name not in complete and oldest_kept is not None and step_of(name) < step_of(oldest_kept):
                 self.fs.rm(name, recursive=True)
                 logger.info("removed %s from %s (an unfinished upload older than the checkpoints kept)", name, self.url)
+        for name in names:  # what a gang's nodes said of checkpoints whose manifests never went up
+            parent, last = name.rsplit("/", 1)
+            step = step_of(last.removeprefix(".").removesuffix(".nodes")) if last.endswith(".nodes") else None
+            if step is not None and oldest_kept is not None and step < step_of(oldest_kept):
+                self.fs.rm(name, recursive=True)
 
     def _check_claim(self) -> None:
         """Raise Fenced when another attempt claimed the run this worker claimed (none claimed: nothing to check)."""
@@ -207,7 +281,14 @@ class WorkerArtifacts:
         remote = self._remote(relative)
         if not self.fs.exists(remote):
             return  # the trainer reports what is missing, with the fix
-        if local.is_dir() and ((local / MANIFEST).exists() or any(local.iterdir())):
+        if local.is_dir() and (local / MANIFEST).exists():
+            # A checkpoint this node wrote: where it is a gang's, the other nodes' shards come down beside its own.
+            for name in missing(local):
+                target = local / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.fs.get_file(f"{remote.rstrip('/')}/{name}", str(target))
+            return
+        if local.is_dir() and any(local.iterdir()):
             return
         partial = local.with_name(local.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -234,3 +315,10 @@ class WorkerArtifacts:
         have = sorted(p.parent.name for p in local.glob(f"{STEP_PREFIX}*/{MANIFEST}")) if local.is_dir() else []
         if steps and (not have or steps[-1] > have[-1]):
             self._download(f"{relative}/{steps[-1]}")
+
+
+def _nodes_dir(checkpoint: str) -> str:
+    """Where a gang's nodes say which of `checkpoint`'s files they uploaded, and for which attempt (beside it: a
+    checkpoint's directory holds only what its manifest lists)."""
+    parent, name = checkpoint.rstrip("/").rsplit("/", 1)
+    return f"{parent}/.{name}.nodes"

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from rlplane.layout import ENVIRONMENT_FILE
+from rlplane.layout import CHECKPOINTS, ENVIRONMENT_FILE, NODE_PART_SUFFIX, STEP_PREFIX
 from rlplane.reports import ReportSender, report_requests
 from worker.uploads import Uploads
 
@@ -43,7 +43,8 @@ class Forwarder:
         """`publish(relative path)` runs before a checkpoint is registered (the worker uploads it to a remote
         root, in a thread of its own: see uploads.py); none for a directory root, where the API reads the
         trainer's files in place. `uploaded(event)` runs after each upload. Without `reports` only the printed
-        lines are forwarded: a gang's node other than 0, whose run directory node 0 reads."""
+        lines are forwarded (a gang's node other than 0, whose run directory node 0 reads), and `publish` uploads the
+        node's parts of checkpoints (a remote root, where each node has its own run directory)."""
         self.reports = reports
         self.sink, self.out_dir, self.prefix, self.attempt = sink, out_dir, artifact_prefix.rstrip("/"), attempt
         self.uploads = Uploads(publish, self.prefix, uploaded=uploaded) if publish is not None else None
@@ -52,6 +53,7 @@ class Forwarder:
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
         self.trainer_failure: str | None = None  # the reason of the trainer's own "failed" status, if it sent one
         self._lines: list[dict[str, Any]] = []
+        self._parts_seen: set[str] = set()
         self._seq: dict[int, int] = {}
         self._lock = threading.Lock()
 
@@ -75,8 +77,9 @@ class Forwarder:
             if event["metadata"].get("kind") != "export":
                 self.last_checkpoint = max(self.last_checkpoint or 0, int(event["step"]))
         if self.uploads is not None:
-            self.uploads.add(events)
-            events = self.uploads.done()
+            self.uploads.add(events if self.reports else self._new_node_parts())
+            uploaded = self.uploads.done()
+            events = uploaded if self.reports else []  # a node part is registered with node 0's checkpoint
         with self._lock:
             logs, self._lines = self._lines, []
         requests = report_requests(metrics, [_without_time(s) for s in samples], logs)
@@ -111,6 +114,14 @@ class Forwarder:
         record["kind"] = "export" if event["metadata"].get("kind") == "export" else "checkpoint"
         record["path"] = f"{self.prefix}/{event['path']}"  # the API's paths are relative to the artifact root
         return record
+
+    def _new_node_parts(self) -> list[dict[str, Any]]:
+        """A gang node's parts of checkpoints its trainer finished since the last call (node_part_dir_name), oldest
+        first: this node's worker uploads them (uploads.py), node 0's registers the checkpoints."""
+        parts = sorted((self.out_dir / CHECKPOINTS).glob(f".{STEP_PREFIX}*{NODE_PART_SUFFIX}"))
+        new = [f"{CHECKPOINTS}/{part.name}" for part in parts if f"{CHECKPOINTS}/{part.name}" not in self._parts_seen]
+        self._parts_seen.update(new)
+        return [{"path": path, "metadata": {"kind": "node-part"}} for path in new]
 
     def _environment(self) -> list[tuple[str, bytes]]:
         """A command run's environment record (the SDK writes it once per attempt), sent when it is new."""

@@ -16,8 +16,9 @@ One node of a multi-node attempt (`supervise_node`, api/runs/gang.py) is the sam
 the API granted it (the worker joins its slot instead of leasing the run); its trainer is torchrun's share of
 the gang, started against node 0's rendezvous; and only node 0 reports the run (statuses, metrics, samples,
 checkpoints) while every node forwards its own ranks' logs and says how its part ended. On a remote artifact root
-each node has its own copy of the run directory: every node resumes from the checkpoint the API registered, and a
-sharded checkpoint's files come to node 0's copy (trainer_core/checkpoint/node_files.py), which uploads it.
+each node has its own copy of the run directory: every node resumes from the checkpoint the API registered, and each
+node's worker uploads its own node's shards of a sharded checkpoint, node 0's the manifest once all are up
+(trainer_core/checkpoint/node_files.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from rlplane.layout import (
     ATTEMPT_ENV,
     CHECKPOINTS,
     HAND_BACK_FILE,
-    MANIFEST,
+    NODE_PART_SUFFIX,
     RUN_DIR_PER_NODE_ENV,
     STEP_PREFIX,
     STOP_FILE,
@@ -43,6 +44,7 @@ from rlplane.layout import (
     step_of,
 )
 from rlplane.limits import MAX_REASON_CHARS
+from rlplane.manifest import missing
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
 from rlplane.status import EXIT_DIVERGED, EXIT_FENCED, FAILURE_OF_EXIT
@@ -150,9 +152,19 @@ def _attempt(
         """The remote copies follow the trainer's rotation of its local ones (train.keep_last)."""
         if event["metadata"].get("kind") != "export":
             artifacts.prune_checkpoints(f"{relative}/{CHECKPOINTS}", spec.train.keep_last)
+            if per_node:  # node 0's copy lacks the other nodes' shards: the trainer cannot rotate it, nor resume it
+                shutil.rmtree(out_dir / event["path"], ignore_errors=True)
 
-    publish = artifacts.publish if artifacts.remote else None
-    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=rotate_remote, reports=reports)
+    def part_uploaded(event: dict[str, Any]) -> None:
+        shutil.rmtree(out_dir / event["path"], ignore_errors=True)
+
+    if not artifacts.remote:
+        forwarder = Forwarder(sink, out_dir, relative, attempt, reports=reports)
+    elif reports:
+        forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish, uploaded=rotate_remote)
+    else:  # a gang's node other than 0: it uploads its own shards of each checkpoint
+        publish_part = lambda path: artifacts.publish_node_part(path, place.node_rank)  # noqa: E731
+        forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish_part, uploaded=part_uploaded, reports=False)
     holding.hold(run_id, attempt)
     try:
         # a remote root: the checkpoint to resume, the runs and dataset it names
@@ -229,10 +241,12 @@ def _resume_from(out_dir: Path, registered: int | None, per_node: bool, root: st
         step = step_of(written.name)
         if step is not None and (registered is None or step > registered):
             shutil.rmtree(written, ignore_errors=True)
+    for part in (out_dir / CHECKPOINTS).glob(f".{STEP_PREFIX}*{NODE_PART_SUFFIX}"):  # an earlier attempt's, not uploaded
+        shutil.rmtree(part, ignore_errors=True)
     if registered is None:
         return None
     checkpoint = out_dir / CHECKPOINTS / step_dir_name(registered)
-    if not (checkpoint / MANIFEST).is_file():
+    if missing(checkpoint):
         raise NodeRefused(f"the run's registered checkpoint, step {registered}, is not complete on {root}")
     return checkpoint
 
@@ -271,7 +285,9 @@ def _watch_node(
         raise
     code = trainer.poll()
     trainer.wait_output()
-    forwarder.poll()
+    deadline = time.monotonic() + 120  # node 0 waits for this node's shards of the last checkpoint: they go up first
+    while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading) and forwarder.fenced is None:
+        time.sleep(1.0)
     if stopped is not None:
         code = None
     reason = stopped or f"trainer exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))

@@ -18,6 +18,7 @@ from rlplane.manifest import (
     FORMAT_VERSION,
     fsync_path,
     manifest_digest_and_size,
+    missing,
     read_manifest,
     sha256_file,
     write_manifest,
@@ -52,14 +53,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def is_complete(root: Path) -> bool:
     """Manifest present and every listed file has its listed size (cheap: no hashing)."""
-    manifest = read_manifest(root)
-    if manifest is None:
-        return False
-    for name, entry in manifest["files"].items():
-        path = root / name
-        if not path.is_file() or path.stat().st_size != entry.get("size"):
-            return False
-    return True
+    return not missing(root)
 
 
 def verify(path: Path) -> bool:

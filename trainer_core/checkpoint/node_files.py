@@ -1,11 +1,12 @@
 """A sharded checkpoint on nodes that do not share the run directory (a remote artifact root: each node's worker keeps
 its own copy of the run directory, rlplane.layout.RUN_DIR_PER_NODE_ENV).
 
-Every rank writes its shards into its node's copy of the staging directory, as on a shared one; then the first rank of
-each other node sends its node's files to rank zero, over the process group (gloo on CPU, NCCL on GPU: chunks of
-bytes as tensors, never pickled objects), and removes them. Rank zero then holds the whole checkpoint: its manifest,
-its rename and its upload by node 0's worker are those of a one-node run. The cost is the shards' bytes over the
-network to node 0, as the gathering backends pay for the full state; a shared directory avoids it.
+Every rank writes its shards into its node's copy of the staging directory, as on a shared one. Then the first rank
+of each other node sends rank zero its node's listing (each file's name, size and sha256: a few hundred bytes over
+the process group, as a tensor of bytes, never a pickled object) and moves its node's files to the node's part
+directory (rlplane.layout.node_part_dir_name), which its worker uploads to the checkpoint's directory on the root.
+Rank zero's manifest lists every node's files; node 0's worker uploads the manifest last, once every other node's
+files are there. So each node's shards go up from that node, in parallel, and no node holds another's.
 
 Resuming needs no more: every node's worker downloads the checkpoint it resumes from.
 """
@@ -16,14 +17,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from rlplane.layout import RUN_DIR_PER_NODE_ENV
+from rlplane.layout import RUN_DIR_PER_NODE_ENV, node_part_dir_name
+from rlplane.manifest import listing
 from trainer_core.checkpoint.files import fsync_path
-
-CHUNK_BYTES = 64 << 20  # per tensor sent: bounds the device memory a transfer holds
 
 
 def per_node() -> bool:
@@ -31,52 +32,39 @@ def per_node() -> bool:
     return os.environ.get(RUN_DIR_PER_NODE_ENV) == "1" and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def bring_to_rank_zero(staged: Path, device: torch.device) -> None:
-    """Every rank calls this once its shards are in `staged`: the other nodes' files reach rank zero's `staged`."""
+def hand_over_parts(staged: Path, step: int, device: torch.device) -> dict[str, dict[str, Any]]:
+    """Every rank calls this once its shards are in `staged`. Rank zero gets the other nodes' listings (what its
+    manifest lists beside its own files); each other node's first rank moves its node's files to the part directory
+    its worker uploads. Others get {}."""
     sender = int(os.environ.get("GROUP_RANK", "0")) != 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
     flags = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
     dist.all_gather(flags, torch.tensor([1 if sender else 0], dtype=torch.int64, device=device))
     senders = [rank for rank, flag in enumerate(flags) if int(flag.item())]
+    elsewhere: dict[str, dict[str, Any]] = {}
     if dist.get_rank() == 0:
         for source in senders:  # one node after another, in rank order
-            _receive(staged, source, device)
+            for name, entry in _receive(source, device).items():
+                if name in elsewhere or Path(name).is_absolute() or ".." in Path(name).parts:
+                    raise ValueError(f"rank {source} listed a checkpoint file twice or outside the checkpoint: {name!r}")
+                elsewhere[name] = entry
     elif sender:
-        _send(staged, device)
-    dist.barrier()
-    if sender:
-        shutil.rmtree(staged, ignore_errors=True)  # the node's copy: the checkpoint is rank zero's now
+        files = listing(staged)
+        _send(json.dumps(files).encode(), device)
+        part = staged.parent / node_part_dir_name(step)
+        shutil.rmtree(part, ignore_errors=True)  # an earlier attempt's, never uploaded: this one replaces it
+        staged.rename(part)
+        fsync_path(staged.parent)
+    return elsewhere
 
 
-def _send(staged: Path, device: torch.device) -> None:
-    files = sorted(path for path in staged.rglob("*") if path.is_file())
-    header = json.dumps([[path.relative_to(staged).as_posix(), path.stat().st_size] for path in files]).encode()
-    dist.send(torch.tensor([len(header)], dtype=torch.int64, device=device), dst=0)
-    dist.send(_tensor(header, device), dst=0)
-    for path in files:
-        with path.open("rb") as file:
-            while chunk := file.read(CHUNK_BYTES):
-                dist.send(_tensor(chunk, device), dst=0)
+def _send(data: bytes, device: torch.device) -> None:
+    dist.send(torch.tensor([len(data)], dtype=torch.int64, device=device), dst=0)
+    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device), dst=0)
 
 
-def _receive(staged: Path, source: int, device: torch.device) -> None:
+def _receive(source: int, device: torch.device) -> dict[str, dict[str, Any]]:
     length = torch.zeros(1, dtype=torch.int64, device=device)
     dist.recv(length, src=source)
-    header = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
-    dist.recv(header, src=source)
-    for name, size in json.loads(bytes(header.cpu().numpy())):
-        target = staged / name
-        if not target.resolve().is_relative_to(staged.resolve()):
-            raise ValueError(f"rank {source} sent a checkpoint file outside the staging directory: {name!r}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("wb") as file:
-            left = int(size)
-            while left:
-                chunk = torch.empty(min(left, CHUNK_BYTES), dtype=torch.uint8, device=device)
-                dist.recv(chunk, src=source)
-                file.write(chunk.cpu().numpy().tobytes())
-                left -= chunk.numel()
-        fsync_path(target)
-
-
-def _tensor(data: bytes, device: torch.device) -> torch.Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+    data = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
+    dist.recv(data, src=source)
+    return json.loads(bytes(data.cpu().numpy()))

@@ -93,6 +93,7 @@ def save_checkpoint(
     module_states: dict[str, dict[str, torch.Tensor]] | None = None,
     optimizer_state: dict[str, Any] | None = None,
     staged: Path | None = None,
+    elsewhere: dict[str, dict[str, Any]] | None = None,
     rank_rngs: dict[int, dict[str, torch.Tensor]] | None = None,
     before_commit: Callable[[], None] | None = None,
 ) -> CheckpointInfo:
@@ -103,6 +104,8 @@ def save_checkpoint(
     `module_states` and `optimizer_state` replace what `model`, `modules` and `optimizer` hold when
     a sharding backend gathered them (Backend.full_state). `staged`: the directory from `stage` into
     which every rank already wrote its shards (dcp/); it is completed and renamed like a new one.
+    `elsewhere`: the listing (size, sha256) of shards other nodes wrote and upload themselves (node_files.py), which
+    the manifest lists too.
     `rank_rngs`: every data-parallel rank's generators (rank_rng.py), written beside rank zero's own.
     `before_commit` runs just before the checkpoint is renamed into place; what it raises discards it.
     """
@@ -135,7 +138,7 @@ def save_checkpoint(
             _save_module(tmp / "modules", name, module, (module_states or {}).get(name))
         files.write_json(tmp / "trainer_state.json", trainer_state)
         files.fsync_tree(tmp)
-        files.write_manifest(tmp, step)
+        files.write_manifest(tmp, step, elsewhere)
         files.fsync_path(tmp)
         if before_commit is not None:
             before_commit()

@@ -135,11 +135,12 @@ def save_and_rotate(
     full_model, full_optimizer = backend.full_state(state.prepared, None if sharded else state.optimizer)
     root = backend.unwrap(state.prepared)
     staged = shared_staging_dir(checkpoint_dir, state.step, backend) if sharded else None
+    elsewhere = None  # the files of the checkpoint that other nodes upload themselves
     if staged is not None:
         try:
             backend.save_sharded_state(sharded_state_dir(staged, backend.sharded_kind), state.optimizer)
             if node_files.per_node():  # each node wrote its shards into its own copy of the run directory
-                node_files.bring_to_rank_zero(staged, backend.device)
+                elsewhere = node_files.hand_over_parts(staged, state.step, backend.device)
         except BaseException:
             if backend.is_rank_zero:
                 shutil.rmtree(staged, ignore_errors=True)
@@ -166,6 +167,7 @@ def save_and_rotate(
             module_states=None if full_model is None else {n: part_of(full_model, root, m) for n, m in state.modules.items()},
             optimizer_state=full_optimizer,
             staged=staged,
+            elsewhere=elsewhere,
             rank_rngs=rngs,
             before_commit=lambda: fence.check(run_dir),
         )
