@@ -125,7 +125,8 @@ def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_thi
     """A gang's sharded checkpoint on a remote root: each node's worker uploads its own shards (its part directory)
     and says so for its attempt; node 0's uploads the manifest only then. The same step's shard and word left by an
     earlier attempt do not count. Node 0's copy, which lacks node 1's shard, fetches only that to resume; a part
-    that never arrives fails the upload (retried) after worker.artifacts.NODES_QUIET_S without news."""
+    that never arrives fails the upload (retried) after worker.artifacts.NODES_QUIET_S without news. A copy of the same
+    step that another attempt left on node 0 is replaced by the registered one."""
     import threading
 
     import worker.artifacts
@@ -172,6 +173,11 @@ def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_thi
     manifest = read_manifest(local)
     assert manifest is not None and not missing(local)
     assert all(sha256_file(local / name) == entry["sha256"] for name, entry in manifest["files"].items())
+    # Another attempt's copy of the same step on this node (never uploaded) is replaced, not topped up.
+    (local / "dcp/__0_0.safetensors").write_bytes(b"an earlier attempt's shard")
+    write_manifest(local, 20)
+    node0._download("runs/7/checkpoints/step-000020")
+    assert (local / "dcp/__0_0.safetensors").read_bytes() == b"node 0's shard" and read_manifest(local) == manifest
 
     monkeypatch.setattr(worker.artifacts, "NODES_QUIET_S", 0.3)
     (local.parent / "step-000030/dcp").mkdir(parents=True)

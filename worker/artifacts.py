@@ -67,7 +67,7 @@ class WorkerArtifacts:
         self.url = root
         self.cache: InputCache | None = None
         self._claimed: tuple[str, int] | None = None  # (the run's relative directory, the attempt) of claim()
-        self._sent: set[str] = set()  # the files this attempt uploaded: a retried upload does not send them again
+        self._sent: set[str] = set()  # the files of an upload that was cut short: its retry does not send them again
         if is_url(root):
             self.fs, self.remote_root = fsspec.core.url_to_fs(root)
             self.local_root = scratch.expanduser().resolve()
@@ -164,6 +164,7 @@ class WorkerArtifacts:
                 self.fs.rm(self._remote(relative), recursive=True)
             logger.info("skipped %s: the trainer rotated it away before its upload finished", relative)
             return False
+        self._sent.clear()
         logger.info("uploaded %s (%d files) to %s", relative, len(files), self.url)
         return True
 
@@ -281,14 +282,14 @@ class WorkerArtifacts:
         remote = self._remote(relative)
         if not self.fs.exists(remote):
             return  # the trainer reports what is missing, with the fix
-        if local.is_dir() and (local / MANIFEST).exists():
+        if local.is_dir() and (local / MANIFEST).exists() and self._same_manifest(local, remote):
             # A checkpoint this node wrote: where it is a gang's, the other nodes' shards come down beside its own.
             for name in missing(local):
                 target = local / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self.fs.get_file(f"{remote.rstrip('/')}/{name}", str(target))
             return
-        if local.is_dir() and any(local.iterdir()):
+        if local.is_dir() and not (local / MANIFEST).exists() and any(local.iterdir()):
             return
         partial = local.with_name(local.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -300,6 +301,13 @@ class WorkerArtifacts:
         shutil.rmtree(local, ignore_errors=True)
         partial.rename(local)
         logger.info("downloaded %s from %s", relative, self.url)
+
+    def _same_manifest(self, local: Path, remote: str) -> bool:
+        """Whether a local checkpoint is the remote one (another attempt may have written the same step there)."""
+        try:
+            return self.fs.cat_file(f"{remote.rstrip('/')}/{MANIFEST}") == (local / MANIFEST).read_bytes()
+        except FileNotFoundError:
+            return False
 
     def _latest_checkpoint(self, relative: str) -> None:
         """The newest remote checkpoint with a manifest, if it is newer than every local one."""
