@@ -44,6 +44,7 @@ RESUME_ENV = "RLPLANE_RESUME_FROM"
 # sharded checkpoint (NODE_PART_SUFFIX), and rank zero's manifest lists them all.
 RUN_DIR_PER_NODE_ENV = "RLPLANE_RUN_DIR_PER_NODE"
 NODE_PART_SUFFIX = ".node-part"
+NODES_SUFFIX = ".nodes"
 # Where a command run's script ran (the SDK writes it into the run directory; the worker sends it once)
 ENVIRONMENT_FILE = "environment.json"
 
@@ -80,16 +81,23 @@ def step_of(name: str) -> int | None:
     return int(digits) if last.startswith(STEP_PREFIX) and digits.isdigit() else None
 
 
-def node_part_dir_name(step: int) -> str:
-    """A gang node's part of `step`'s checkpoint in its own copy of the run directory: hidden, so that nothing takes
-    it for a checkpoint or a checkpoint's staging directory."""
-    return f".{step_dir_name(step)}{NODE_PART_SUFFIX}"
+def beside_step(step: int, suffix: str) -> str:
+    """A hidden name beside `step`'s checkpoint (`.step-000100<suffix>`): nothing takes it for a checkpoint or a
+    checkpoint's staging directory. A gang node's part (NODE_PART_SUFFIX) and, on a remote root, what the nodes said
+    they uploaded (NODES_SUFFIX) are named so."""
+    return f".{step_dir_name(step)}{suffix}"
 
 
-def step_of_node_part(name: str) -> int | None:
-    """The step of a node part's directory name (node_part_dir_name); None for anything else."""
+def step_beside(name: str, suffix: str) -> int | None:
+    """The step of a `beside_step(step, suffix)` name; None for anything else."""
     last = name.rstrip("/").rsplit("/", 1)[-1]
-    return step_of(last[1 : -len(NODE_PART_SUFFIX)]) if last.startswith(".") and last.endswith(NODE_PART_SUFFIX) else None
+    return step_of(last[1 : -len(suffix)]) if last.startswith(".") and last.endswith(suffix) else None
+
+
+def node_parts(run_dir: Path) -> list[Path]:
+    """A gang node's parts of checkpoints in its copy of the run directory, oldest first."""
+    parts = (Path(run_dir) / CHECKPOINTS).glob(f".{STEP_PREFIX}*{NODE_PART_SUFFIX}")
+    return sorted(part for part in parts if step_beside(part.name, NODE_PART_SUFFIX) is not None)
 
 
 def run_checkpoint(run_id: int, step: int) -> str:

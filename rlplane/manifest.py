@@ -49,7 +49,7 @@ def write_manifest(root: Path, step: int, elsewhere: dict[str, dict[str, Any]] |
     clash = sorted(set(files) & set(elsewhere or {}))
     if clash:
         raise ValueError(f"{clash[0]} was written on this node and on another")
-    files = dict(sorted({**files, **(elsewhere or {})}.items()))
+    files = {**files, **(elsewhere or {})}
     manifest = root / MANIFEST
     document = {"format_version": FORMAT_VERSION, "step": step, "files": files}
     manifest.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -38,15 +38,18 @@ from rlplane.layout import (
     ATTEMPT_FILE,
     CHECKPOINTS,
     MANIFEST,
+    NODE_PART_SUFFIX,
+    NODES_SUFFIX,
     STEP_PREFIX,
+    beside_step,
     code_snapshot,
     rotated,
     run_checkpoint,
+    step_beside,
     step_dir_name,
     step_of,
-    step_of_node_part,
 )
-from rlplane.manifest import missing, read_manifest
+from rlplane.manifest import missing
 from rlplane.spec import RunSpec
 from worker.input_cache import InputCache
 from worker.uploads import Fenced
@@ -169,14 +172,15 @@ class WorkerArtifacts:
         return True
 
     def publish_node_part(self, relative: str, node_rank: int) -> bool:
-        """Upload a gang node's part of a checkpoint (`relative`: its part directory, node_part_dir_name) into the
+        """Upload a gang node's part of a checkpoint (`relative`: its part directory, NODE_PART_SUFFIX) into the
         checkpoint's directory on the remote root, then say that this node's part of it is up, for this attempt
         (node 0 uploads the manifest once every node has said so)."""
         local = self.local_root / relative
-        step = step_of_node_part(local.name)
+        step = step_beside(local.name, NODE_PART_SUFFIX)
         if step is None or not local.is_dir():
             raise ValueError(f"{relative} is not a node's part of a checkpoint")
-        checkpoint = f"{local.parent.relative_to(self.local_root).as_posix()}/{step_dir_name(step)}"
+        checkpoints = local.parent.relative_to(self.local_root).as_posix()
+        checkpoint, nodes = f"{checkpoints}/{step_dir_name(step)}", f"{checkpoints}/{beside_step(step, NODES_SUFFIX)}"
         files = sorted(p for p in local.rglob("*") if p.is_file())
         self._check_claim()
         for path in files:
@@ -185,8 +189,8 @@ class WorkerArtifacts:
             self.fs.put_file(str(path), target)
         assert self._claimed is not None  # a gang's node on a remote root claims before its trainer starts
         said = {"attempt": self._claimed[1], "files": [path.relative_to(local).as_posix() for path in files]}
-        self.fs.makedirs(self._remote(_nodes_dir(checkpoint)), exist_ok=True)
-        self.fs.pipe_file(self._remote(f"{_nodes_dir(checkpoint)}/{node_rank}"), json.dumps(said).encode())
+        self.fs.makedirs(self._remote(nodes), exist_ok=True)
+        self.fs.pipe_file(self._remote(f"{nodes}/{node_rank}"), json.dumps(said).encode())
         logger.info("uploaded node %d's part of %s (%d files) to %s", node_rank, checkpoint, len(files), self.url)
         return True
 
@@ -194,10 +198,11 @@ class WorkerArtifacts:
         """Before a checkpoint's manifest goes up: wait until every file it lists that this node does not hold (the
         other nodes' shards) is up, as the nodes that uploaded them said for this attempt (an earlier attempt's files
         of the same step may be there, and are no sign). Raises when none arrives for NODES_QUIET_S (retried)."""
-        absent = set(missing(local)) if read_manifest(local) is not None else set()
+        absent = set(missing(local)) - {MANIFEST}  # a directory without one (an export, a file) awaits nothing
         if not absent:
             return
-        nodes = self._remote(_nodes_dir(relative))
+        parent, name = relative.rsplit("/", 1)
+        nodes = self._remote(f"{parent}/{beside_step(step_of(name), NODES_SUFFIX)}")
         attempt = self._claimed[1] if self._claimed is not None else None
         quiet_since, arrived = time.monotonic(), 0
         while True:
@@ -246,8 +251,7 @@ class WorkerArtifacts:
                 self.fs.rm(name, recursive=True)
                 logger.info("removed %s from %s (an unfinished upload older than the checkpoints kept)", name, self.url)
         for name in names:  # what a gang's nodes said of checkpoints whose manifests never went up
-            parent, last = name.rsplit("/", 1)
-            step = step_of(last.removeprefix(".").removesuffix(".nodes")) if last.endswith(".nodes") else None
+            step = step_beside(name, NODES_SUFFIX)
             if step is not None and oldest_kept is not None and step < step_of(oldest_kept):
                 self.fs.rm(name, recursive=True)
 
@@ -323,10 +327,3 @@ class WorkerArtifacts:
         have = sorted(p.parent.name for p in local.glob(f"{STEP_PREFIX}*/{MANIFEST}")) if local.is_dir() else []
         if steps and (not have or steps[-1] > have[-1]):
             self._download(f"{relative}/{steps[-1]}")
-
-
-def _nodes_dir(checkpoint: str) -> str:
-    """Where a gang's nodes say which of `checkpoint`'s files they uploaded, and for which attempt (beside it: a
-    checkpoint's directory holds only what its manifest lists)."""
-    parent, name = checkpoint.rstrip("/").rsplit("/", 1)
-    return f"{parent}/.{name}.nodes"

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from rlplane.layout import CHECKPOINTS, ENVIRONMENT_FILE, NODE_PART_SUFFIX, STEP_PREFIX
+from rlplane.layout import ENVIRONMENT_FILE, node_parts
 from rlplane.reports import ReportSender, report_requests
 from worker.uploads import Uploads
 
@@ -116,10 +116,10 @@ class Forwarder:
         return record
 
     def _new_node_parts(self) -> list[dict[str, Any]]:
-        """A gang node's parts of checkpoints its trainer finished since the last call (node_part_dir_name), oldest
-        first: this node's worker uploads them (uploads.py), node 0's registers the checkpoints."""
-        parts = sorted((self.out_dir / CHECKPOINTS).glob(f".{STEP_PREFIX}*{NODE_PART_SUFFIX}"))
-        new = [f"{CHECKPOINTS}/{part.name}" for part in parts if f"{CHECKPOINTS}/{part.name}" not in self._parts_seen]
+        """A gang node's parts of checkpoints its trainer finished since the last call, oldest first: this node's
+        worker uploads them (uploads.py), node 0's registers the checkpoints."""
+        new = [part.relative_to(self.out_dir).as_posix() for part in node_parts(self.out_dir)]
+        new = [path for path in new if path not in self._parts_seen]
         self._parts_seen.update(new)
         return [{"path": path, "metadata": {"kind": "node-part"}} for path in new]
 

@@ -28,6 +28,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,11 @@ from rlplane.layout import (
     ATTEMPT_ENV,
     CHECKPOINTS,
     HAND_BACK_FILE,
-    NODE_PART_SUFFIX,
     RUN_DIR_PER_NODE_ENV,
     STEP_PREFIX,
     STOP_FILE,
     has_checkpoint,
+    node_parts,
     step_dir_name,
     step_of,
 )
@@ -153,18 +154,17 @@ def _attempt(
         if event["metadata"].get("kind") != "export":
             artifacts.prune_checkpoints(f"{relative}/{CHECKPOINTS}", spec.train.keep_last)
             if per_node:  # node 0's copy lacks the other nodes' shards: the trainer cannot rotate it, nor resume it
-                shutil.rmtree(out_dir / event["path"], ignore_errors=True)
+                drop_local_copy(event)
 
-    def part_uploaded(event: dict[str, Any]) -> None:
+    def drop_local_copy(event: dict[str, Any]) -> None:
         shutil.rmtree(out_dir / event["path"], ignore_errors=True)
 
-    if not artifacts.remote:
-        forwarder = Forwarder(sink, out_dir, relative, attempt, reports=reports)
-    elif reports:
-        forwarder = Forwarder(sink, out_dir, relative, attempt, publish=artifacts.publish, uploaded=rotate_remote)
-    else:  # a gang's node other than 0: it uploads its own shards of each checkpoint
-        publish_part = lambda path: artifacts.publish_node_part(path, place.node_rank)  # noqa: E731
-        forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish_part, uploaded=part_uploaded, reports=False)
+    publish, uploaded = None, None  # a directory root: the API reads the trainer's files in place
+    if artifacts.remote and reports:
+        publish, uploaded = artifacts.publish, rotate_remote
+    elif artifacts.remote:  # a gang's node other than 0: it uploads its own shards of each checkpoint
+        publish, uploaded = partial(artifacts.publish_node_part, node_rank=place.node_rank), drop_local_copy
+    forwarder = Forwarder(sink, out_dir, relative, attempt, publish=publish, uploaded=uploaded, reports=reports)
     holding.hold(run_id, attempt)
     try:
         # a remote root: the checkpoint to resume, the runs and dataset it names
@@ -241,7 +241,7 @@ def _resume_from(out_dir: Path, registered: int | None, per_node: bool, root: st
         step = step_of(written.name)
         if step is not None and (registered is None or step > registered):
             shutil.rmtree(written, ignore_errors=True)
-    for part in (out_dir / CHECKPOINTS).glob(f".{STEP_PREFIX}*{NODE_PART_SUFFIX}"):  # an earlier attempt's, not uploaded
+    for part in node_parts(out_dir):  # an earlier attempt's, not uploaded
         shutil.rmtree(part, ignore_errors=True)
     if registered is None:
         return None
@@ -285,9 +285,7 @@ def _watch_node(
         raise
     code = trainer.poll()
     trainer.wait_output()
-    deadline = time.monotonic() + 120  # node 0 waits for this node's shards of the last checkpoint: they go up first
-    while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading) and forwarder.fenced is None:
-        time.sleep(1.0)
+    _settle(forwarder)  # node 0 waits for this node's shards of the last checkpoint: they go up first
     if stopped is not None:
         code = None
     reason = stopped or f"trainer exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
@@ -408,6 +406,14 @@ def _hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder,
     return f"handed back: {why}; stopped after {settings.hand_back_grace_s:g} s, resumes from its latest checkpoint"
 
 
+def _settle(forwarder: Forwarder) -> None:
+    """Forward until the API took everything and every upload is done, or uploads were fenced: for up to 120 s for
+    the API, and however long an upload that is getting on takes."""
+    deadline = time.monotonic() + 120
+    while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading) and forwarder.fenced is None:
+        time.sleep(1.0)
+
+
 def _end(
     client: WorkerApi,
     forwarder: Forwarder,
@@ -420,11 +426,9 @@ def _end(
     failure: str | None = None,
 ) -> str:
     trainer.wait_output()
-    deadline = time.monotonic() + 120  # for the API; an upload that is getting on is waited for however long it takes
-    while not forwarder.poll() and (time.monotonic() < deadline or forwarder.uploading):
-        if forwarder.fenced is not None:
-            raise Superseded(forwarder.fenced)
-        time.sleep(1.0)  # everything reported goes in before the run's final status
+    _settle(forwarder)  # everything reported goes in before the run's final status
+    if forwarder.fenced is not None:
+        raise Superseded(forwarder.fenced)
     for wait in (0, 1, 2, 4, 8, 15, 30, 60):
         time.sleep(wait)
         try:

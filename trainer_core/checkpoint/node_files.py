@@ -4,7 +4,7 @@ its own copy of the run directory, rlplane.layout.RUN_DIR_PER_NODE_ENV).
 Every rank writes its shards into its node's copy of the staging directory, as on a shared one. Then the first rank
 of each other node sends rank zero its node's listing (each file's name, size and sha256: a few hundred bytes over
 the process group, as a tensor of bytes, never a pickled object) and moves its node's files to the node's part
-directory (rlplane.layout.node_part_dir_name), which its worker uploads to the checkpoint's directory on the root.
+directory (rlplane.layout.NODE_PART_SUFFIX), which its worker uploads to the checkpoint's directory on the root.
 Rank zero's manifest lists every node's files; node 0's worker uploads the manifest last, once every other node's
 files are there. So each node's shards go up from that node, in parallel, and no node holds another's.
 
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlplane.layout import RUN_DIR_PER_NODE_ENV, node_part_dir_name
+from rlplane.layout import NODE_PART_SUFFIX, RUN_DIR_PER_NODE_ENV, beside_step
 from rlplane.manifest import listing
 from trainer_core.checkpoint.files import fsync_path
 
@@ -50,7 +50,7 @@ def hand_over_parts(staged: Path, step: int, device: torch.device) -> dict[str, 
     elif sender:
         files = listing(staged)
         _send(json.dumps(files).encode(), device)
-        part = staged.parent / node_part_dir_name(step)
+        part = staged.parent / beside_step(step, NODE_PART_SUFFIX)
         shutil.rmtree(part, ignore_errors=True)  # an earlier attempt's, never uploaded: this one replaces it
         staged.rename(part)
         fsync_path(staged.parent)
