@@ -307,14 +307,14 @@ def test_tool_calls_read_string_arguments_and_mcp_results_of_every_content() -> 
     are joined and its other contents named by type; a result that is itself an error (is_error) is one; a call
     without a name, or with arguments that are no object, is refused with why."""
     call = '<tool_call>{"name": "multiply", "arguments": "{\\"a\\": 2, \\"b\\": 3}"}</tool_call>'
-    assert tool_calls.call_fields(call) == {"type": "call_tool", "tool_name": "multiply", "arguments": {"a": 2, "b": 3}}
+    assert tool_calls.read_call(call) == tool_calls.Call("multiply", {"a": 2, "b": 3})
     for bad, why in [
         ('<tool_call>{"arguments": {}}</tool_call>', 'needs a "name"'),
         ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "must be an object, not list"),
         ('<tool_call>{"name": "f"', "left open"),
     ]:
         with pytest.raises(ValueError, match=why):
-            tool_calls.call_fields(bad)
+            tool_calls.read_call(bad)
     contents = [{"type": "text", "text": "a page"}, {"type": "image", "data": "..."}, {"type": "text", "text": "more"}]
     assert tool_calls.response({"tool_name": "look", "result": {"content": contents}}) == (
         "<tool_response>\na page\n[image]\nmore\n</tool_response>\n",

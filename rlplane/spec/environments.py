@@ -46,7 +46,9 @@ def _chat_role() -> Any:
     )
 
 
-ToolFormatName = Literal["hermes", "qwen3_coder", "llama3_json"]
+ToolFormatName = Literal[
+    "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "kimi_k2", "glm45", "gpt_oss"
+]
 
 
 def _tool_format() -> Any:
@@ -57,7 +59,13 @@ def _tool_format() -> Any:
         "<tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter>"
         "</function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; "
         'llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered '
-        "with the result's text (set chat_role: ipython in conversations).",
+        "with the result's text (set chat_role: ipython in conversations); mistral (tokenizer v11+): [TOOL_CALLS]NAME"
+        "[ARGS]{...}, ended by EOS, answered [TOOL_RESULTS]...[/TOOL_RESULTS]; deepseek_v3 (DeepSeek-V3, R1) and "
+        "deepseek_v31 (DeepSeek-V3.1): DeepSeek's tool-call tokens, answered in its tool-output tokens; kimi_k2 (Kimi "
+        "K2): <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>; glm45 (GLM-4.5, "
+        "4.6): <tool_call>NAME<arg_key>KEY</arg_key><arg_value>value</arg_value></tool_call>; gpt_oss (harmony): "
+        "to=functions.NAME ... <|message|>{...}<|call|>, answered with harmony's tool message. A format's special "
+        "tokens are kept when the policy's turns are decoded (docs/rl.md).",
     )
 
 
@@ -112,6 +120,13 @@ class HttpEnvironment(StrictModel):
     concurrency: int = Field(8, ge=1, le=256, description="Requests in flight at once (one per live episode).")
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra request headers; stored in plain text with the run, so no secrets."
+    )
+    tool_format: ToolFormatName | None = Field(
+        None,
+        description="Where the service reads tool calls: the format the policy writes them in (as an MCP environment's "
+        "tool_format). Its special tokens are kept in the turns sent, its end of a call ends a turn, and the tools a "
+        "reset offers are listed with its way to call one. Unset: turns are sent without special tokens, and tools "
+        "are listed as hermes.",
     )
     stop: list[str] = _stop()
     max_turns: int = _max_turns()

@@ -23,7 +23,7 @@ import httpx
 
 from rlplane.spec.environments import HttpEnvironment as HttpSpec
 from trainer_core.environments.base import EnvError, Episode, Reply
-from trainer_core.environments.tool_calls import functions_of
+from trainer_core.environments.tool_calls import functions_of, with_call_stop
 from trainer_core.rewards.http import jsonable, post_with_retries
 
 
@@ -65,7 +65,7 @@ def _number(value: Any) -> bool:
 class HttpEnvironment:
     def __init__(self, spec: HttpSpec, field: str) -> None:
         self.spec, self.field = spec, field
-        self.stop = tuple(spec.stop)
+        self.stop = tuple(spec.stop) if spec.tool_format is None else with_call_stop(tuple(spec.stop), spec.tool_format)
         self.concurrency = spec.concurrency
         headers = {"Content-Type": "application/json", **spec.headers}
         self.client = httpx.Client(timeout=spec.timeout_s, headers=headers, limits=httpx.Limits(max_connections=spec.concurrency))

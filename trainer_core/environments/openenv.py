@@ -145,11 +145,11 @@ class OpenEnvAdapter:
         from openenv.core.env_server.mcp_types import CallToolAction
 
         try:
-            fields = tool_calls.call_fields(message, self.tool_format, tools)
+            call = tool_calls.read_call(message, self.tool_format, tools)
         except ValueError as exc:
             return answer(tool_calls.refusal(str(exc), self.tool_format), error=True, reason=f"invalid tool call: {exc}")
-        observation = playing.environment.step(CallToolAction(tool_name=fields["tool_name"], arguments=fields["arguments"]))
-        text, failed = tool_calls.response(observation.model_dump(mode="json"), self.tool_format)
+        observation = playing.environment.step(CallToolAction(tool_name=call.name, arguments=call.arguments))
+        text, failed = tool_calls.response(observation.model_dump(mode="json"), self.tool_format, call)
         return self._observed(playing, observation) or answer(text, tool_call=True, error=failed is not None, reason=failed)
 
     def _observed(self, playing: _Playing, observation: Any) -> Reply | None:

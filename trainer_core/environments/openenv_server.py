@@ -111,12 +111,13 @@ class OpenEnvServer:
 
     def step(self, episode: Episode, message: str) -> Reply:
         session: _Session = episode.state
+        call = None
         try:
-            fields = (
-                tool_calls.call_fields(message, self.tool_format, episode.tools)
-                if self.tools
-                else action_fields(message, self.required)
-            )
+            if self.tools:
+                call = tool_calls.read_call(message, self.tool_format, episode.tools)
+                fields = {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
+            else:
+                fields = action_fields(message, self.required)
         except ValueError as exc:
             if self.tools:
                 refused = tool_calls.refusal(str(exc), self.tool_format)
@@ -133,7 +134,7 @@ class OpenEnvServer:
             return end(session.total, components={"openenv": session.total})
         if not self.tools:
             return answer(shown_text(observation))
-        text, failed = tool_calls.response(observation, self.tool_format)
+        text, failed = tool_calls.response(observation, self.tool_format, call)
         return answer(text, tool_call=True, error=failed is not None, reason=failed)
 
     def cut_off(self, episode: Episode, why: str) -> Reply:

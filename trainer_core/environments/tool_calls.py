@@ -4,15 +4,9 @@ step(CallToolAction) calls one) played as text, in the tool-call format the poli
 
     tools        the episode's tools (Episode.tools), JSON function schemas the rollout shows: through the chat template
                  where it renders tools, else as text heading the opening: how to call, then <tools> a line per tool
-    hermes       Hermes, Qwen2.5, Qwen3: a JSON object in tags; the turn stops at the closing tag
-                     <tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>
-                 answered <tool_response>12</tool_response>
-    qwen3_coder  Qwen3-Coder: XML in the same tags, each parameter's text read as its JSON schema's type says
-                     <tool_call><function=multiply><parameter=a>3</parameter><parameter=b>4</parameter></function></tool_call>
-                 answered <tool_response>12</tool_response>
-    llama3_json  Llama 3.1-3.3: the whole message a JSON object, ended by the EOS token (no stop string)
-                     {"name": "multiply", "parameters": {"a": 3, "b": 4}}
-                 answered with the result's text (the template's ipython role, where chat_role says so)
+    a call       the policy's turn read in the format its chat template writes calls (tool_formats.py: hermes,
+                 qwen3_coder, llama3_json, mistral, deepseek_v3, deepseek_v31, kimi_k2, glm45, gpt_oss), and the
+                 result answered as that format answers one
 
 The environment ends the episode (a `submit` tool, say) with its reward. A turn with no call, or a call that does not
 parse, is answered with why (an error turn), as any message that is no valid action is; a tool's own failure comes
@@ -24,135 +18,12 @@ on the observations' JSON, so they read tools and results alike; http.py checks 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+from trainer_core.environments.tool_formats import FORMATS, Call
+
 _REASON_CHARS = 200  # of an error's first line, kept for the log (the policy is shown all of it)
-_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class ToolFormat:
-    """How one family of chat templates writes a tool call and its result."""
-
-    close: str | None  # where a turn that calls a tool stops (None: at the EOS token)
-    usage: str  # how to call a tool, as a listing of the tools says it
-    read: Callable[[str, list[dict[str, Any]]], tuple[str, Any]]  # (message, tools) -> (tool name, arguments)
-    answered: Callable[[str], str]  # a result as the policy reads it
-
-
-def _tagged(text: str) -> str:
-    return f"<tool_response>\n{text}\n</tool_response>\n"
-
-
-def _last_tagged(message: str, example: str) -> str:
-    """The body of the message's last <tool_call> ... </tool_call>."""
-    start = message.rfind(OPEN)
-    if start < 0:
-        raise ValueError(f"no tool call: call a tool as {example}")
-    close = message.find(CLOSE, start)
-    if close < 0:
-        raise ValueError(f"a {OPEN} left open (no {CLOSE})")
-    return message[start + len(OPEN) : close].strip()
-
-
-def _json_call(body: str, arguments_key: str) -> tuple[str, Any]:
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the tool call is not JSON ({exc.msg})") from None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        raise ValueError(f'the tool call needs a "name" (a string) and "{arguments_key}" (an object)')
-    return call["name"], call.get(arguments_key, {})
-
-
-_HERMES_USAGE = f'{OPEN}{{"name": "<tool>", "arguments": {{...}}}}{CLOSE}'
-_CODER_USAGE = f"{OPEN}<function=<tool>><parameter=<name>><value></parameter>...</function>{CLOSE}"
-_LLAMA_USAGE = 'your whole message a JSON object: {"name": "<tool>", "parameters": {...}}'
-
-
-def _read_hermes(message: str, _tools: list[dict[str, Any]]) -> tuple[str, Any]:
-    return _json_call(_last_tagged(message, _HERMES_USAGE), "arguments")
-
-
-def _read_coder(message: str, tools: list[dict[str, Any]]) -> tuple[str, Any]:
-    body = _last_tagged(message, _CODER_USAGE)
-    function = _FUNCTION.search(body)
-    if function is None:
-        raise ValueError(f"the tool call names no <function=...>: call a tool as {_CODER_USAGE}")
-    name = function.group(1).strip()
-    properties = _parameters_of(name, tools)
-    arguments = {}
-    for key, raw in _PARAMETER.findall(function.group(2)):
-        key = key.strip()
-        arguments[key] = _typed(raw.removeprefix("\n").removesuffix("\n"), properties.get(key))
-    return name, arguments
-
-
-def _read_llama(message: str, _tools: list[dict[str, Any]]) -> tuple[str, Any]:
-    body = message.strip().removeprefix("<|python_tag|>").strip()
-    if not body.startswith("{"):
-        raise ValueError(f"no tool call: call a tool with {_LLAMA_USAGE}")
-    return _json_call(body, "parameters")
-
-
-FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat(CLOSE, _HERMES_USAGE, _read_hermes, _tagged),
-    "qwen3_coder": ToolFormat(CLOSE, _CODER_USAGE, _read_coder, _tagged),
-    "llama3_json": ToolFormat(None, _LLAMA_USAGE, _read_llama, lambda text: text),
-}
-
-
-def _parameters_of(name: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON schema properties of tool `name`'s parameters (none for a tool not offered: its call is refused later)."""
-    for tool in tools:
-        function = tool.get("function") or {}
-        if function.get("name") == name:
-            properties = (function.get("parameters") or {}).get("properties")
-            return properties if isinstance(properties, dict) else {}
-    return {}
-
-
-def _typed(text: str, schema: Any) -> Any:
-    """A parameter's text as its schema's type: what Qwen3-Coder writes as text is typed by the tool's schema. Text
-    that is no value of the type stays text, and the tool refuses it with why."""
-    kinds = schema.get("type") if isinstance(schema, Mapping) else None
-    kinds = [kinds] if isinstance(kinds, str) else [k for k in kinds or [] if isinstance(k, str)]
-    value = text.strip()
-    if "null" in kinds and value.lower() in ("null", "none"):
-        return None
-    for kind in kinds:
-        try:
-            if kind == "integer":
-                return int(value)
-            if kind == "number":
-                number = float(value)
-                return int(number) if number.is_integer() and re.fullmatch(r"-?\d+", value) else number
-            if kind == "boolean" and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            if kind in ("object", "array"):
-                parsed = json.loads(value)
-                if isinstance(parsed, dict if kind == "object" else list):
-                    return parsed
-        except ValueError:
-            continue
-    return text
-
-
-def template_format(template: Any) -> str | None:
-    """The tool-call format a chat template writes (its text names the tags), where it shows one."""
-    text = template if isinstance(template, str) else json.dumps(template) if template else ""
-    if "<function=" in text and "<parameter=" in text:
-        return "qwen3_coder"
-    if OPEN in text:
-        return "hermes"
-    if "<|python_tag|>" in text or "ipython" in text:
-        return "llama3_json"
-    return None
 
 
 def with_call_stop(stop: tuple[str, ...], fmt: str = "hermes") -> tuple[str, ...]:
@@ -205,10 +76,11 @@ def listed(functions: list[dict[str, Any]], fmt: str = "hermes") -> str:
     return f"\nTools you may call, one per turn as {FORMATS[fmt].usage}:\n<tools>\n{lines}\n</tools>\n"
 
 
-def call_fields(message: str, fmt: str = "hermes", tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The CallToolAction's fields of the policy's message (its last tool call, in format `fmt`; `tools`: the episode's,
-    whose schemas type a Qwen3-Coder call's parameters); ValueError says what is wrong."""
-    name, arguments = FORMATS[fmt].read(message, tools or [])
+def read_call(message: str, fmt: str = "hermes", tools: list[dict[str, Any]] | None = None) -> Call:
+    """The policy's message's last tool call, in format `fmt` (`tools`: the episode's, whose schemas type the values
+    that Qwen3-Coder and GLM write as text), its arguments an object; ValueError says what is wrong."""
+    call = FORMATS[fmt].read(message, tools or [])
+    arguments = call.arguments
     if isinstance(arguments, str):  # some templates write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
@@ -216,21 +88,22 @@ def call_fields(message: str, fmt: str = "hermes", tools: list[dict[str, Any]] |
             pass
     if not isinstance(arguments, dict):
         raise ValueError(f"the tool call's arguments must be an object, not {type(arguments).__name__}")
-    return {"type": "call_tool", "tool_name": name, "arguments": arguments}
+    return Call(call.name, arguments, call.ref)
 
 
-def response(observation: Mapping[str, Any], fmt: str = "hermes") -> tuple[str, str | None]:
-    """A CallToolObservation's JSON as the policy is answered (in format `fmt`), and the error's reason when the call
-    failed (a framework error, or a result that is one)."""
+def response(observation: Mapping[str, Any], fmt: str = "hermes", call: Call | None = None) -> tuple[str, str | None]:
+    """A CallToolObservation's JSON as the policy is answered (in format `fmt`; `call`, the call it answers, where
+    the format refers back to it), and the error's reason when the call failed (a framework error, or a result that
+    is one)."""
     answered = FORMATS[fmt].answered
     error, result = observation.get("error"), observation.get("result")
     if isinstance(error, Mapping):
         message = str(error.get("message") or error.get("error_type") or "the call failed")
-        return answered(f"error: {message}"), f"tool {observation.get('tool_name')!r}: {_first_line(message)}"
+        return answered(f"error: {message}", call), f"tool {observation.get('tool_name')!r}: {_first_line(message)}"
     text = _result_text(result)
     if isinstance(result, Mapping) and result.get("is_error"):
-        return answered(text), f"tool {observation.get('tool_name')!r}: {_first_line(text)}"
-    return answered(text), None
+        return answered(text, call), f"tool {observation.get('tool_name')!r}: {_first_line(text)}"
+    return answered(text, call), None
 
 
 def _result_text(result: Any) -> str:
@@ -250,7 +123,7 @@ def _result_text(result: Any) -> str:
 
 def refusal(why: str, fmt: str = "hermes") -> str:
     """The answer to a turn with no usable tool call."""
-    return FORMATS[fmt].answered(f"error: {why}")
+    return FORMATS[fmt].answered(f"error: {why}", None)
 
 
 def _first_line(text: str) -> str:

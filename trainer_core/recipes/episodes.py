@@ -40,6 +40,7 @@ from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.data.tokenize import pad_id
 from trainer_core.environments import EnvError, Environment, Episode, Reply
 from trainer_core.environments.tool_calls import listed
+from trainer_core.environments.tool_formats import FORMATS
 from trainer_core.recipes import rollouts
 from trainer_core.recipes.chat_turns import ChatTurns
 from trainer_core.recipes.common import rank_chunks
@@ -104,6 +105,27 @@ def _is_chat(row: dict) -> bool:
     return isinstance(row["prompt"], list)
 
 
+def markers_of(limits: Any) -> tuple[str, ...]:
+    """The special tokens an environment's tool format writes (none for environments that read no tool calls)."""
+    return FORMATS[getattr(limits, "tool_format", None) or "hermes"].markers if limits is not None else ()
+
+
+def policy_text(tokenizer: Any, ids: list[int], markers: tuple[str, ...] = ()) -> str:
+    """`ids` as text without special tokens, but for those among `markers`: a tool format's own special tokens
+    (Mistral's [TOOL_CALLS], Kimi's and gpt-oss's <|...|>) are the call, and decoding drops every special token."""
+    kept = {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special and t.content in markers}
+    if not any(i in kept for i in ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    parts, run = [], []
+    for i in ids:
+        if i in kept:
+            parts += [tokenizer.decode(run, skip_special_tokens=True), kept[i]]
+            run = []
+        else:
+            run.append(i)
+    return "".join([*parts, tokenizer.decode(run, skip_special_tokens=True)])
+
+
 def _ending(ids: list[int], eos: int | None, limit: int) -> str:
     if ids and ids[-1] == eos:
         return "eos"
@@ -136,7 +158,8 @@ def play(
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
-    tool_format = getattr(limits, "tool_format", "hermes")  # how the listing of an episode's tools says to call one
+    tool_format = getattr(limits, "tool_format", None) or "hermes"  # how the listing of an episode's tools says to call one
+    markers = markers_of(limits)
     chat = ChatTurns(tokenizer, limits.chat_role, tool_format) if any(_is_chat(row) for row in rows) else None
     sessions = getattr(environment, "sessions", None) or len(playing)
     waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
@@ -174,7 +197,7 @@ def play(
             if len(new) > room:
                 p.cut = "max_tokens"
                 continue
-            p.episode.messages.append(("policy", tokenizer.decode(new, skip_special_tokens=True)))
+            p.episode.messages.append(("policy", policy_text(tokenizer, new, markers)))
             p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
         answering = [p for p in live if p.cut is None]
         replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
@@ -196,10 +219,12 @@ def play(
                 p.episode.messages.append(("environment", reply.text))
         settle()
         start()
-    return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started)
+    return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started, markers)
 
 
-def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float) -> rollouts.Scored:
+def _scored(
+    playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float, markers: tuple[str, ...]
+) -> rollouts.Scored:
     pad = pad_id(tokenizer)
     width, length = max(len(p.prompt) for p in playing), max(1, max(len(p.ids) for p in playing))
     ids = torch.full((len(playing), width + length), pad, dtype=torch.long)
@@ -229,7 +254,7 @@ def _scored(playing: list[_Playing], rows: list[dict], tokenizer: Any, device: t
         EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
     ]
     prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
-    texts = [tokenizer.decode(p.ids, skip_special_tokens=True) for p in playing]  # the whole episode after the prompt
+    texts = [policy_text(tokenizer, p.ids, markers) for p in playing]  # the whole episode after the prompt
     cut = [p.prompt_cut for p in playing]
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
 
@@ -282,10 +307,12 @@ def sample_extra(scored: rollouts.Scored) -> dict[str, list[float]]:
     }
 
 
-def sample_turns(scored: rollouts.Scored, tokenizer: Any) -> list[tuple[tuple[str, str], ...]] | None:
+def sample_turns(
+    scored: rollouts.Scored, tokenizer: Any, markers: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, str], ...]] | None:
     """Per episode, for its sample: the response region as runs of the policy's and the environment's tokens, each
-    decoded (what the policy wrote and read, a chat template's markers included, a cut-off last turn too); None for
-    single responses. Only the samples pay for it."""
+    decoded (what the policy wrote and read, a chat template's markers included, a tool format's `markers` too, a
+    cut-off last turn too); None for single responses. Only the samples pay for it."""
     if scored.episodes is None:
         return None
     g, out = scored.generation, []
@@ -295,7 +322,7 @@ def sample_turns(scored: rollouts.Scored, tokenizer: Any) -> list[tuple[tuple[st
         spans, start = [], 0
         for end in range(1, len(ids) + 1):
             if end == len(ids) or mine[end] != mine[start]:
-                text = tokenizer.decode(ids[start:end], skip_special_tokens=True)
+                text = policy_text(tokenizer, ids[start:end], markers)
                 spans.append(("policy" if mine[start] else "environment", text))
                 start = end
         out.append(tuple(spans))

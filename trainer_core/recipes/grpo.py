@@ -45,7 +45,7 @@ from trainer_core.losses.policy import (
 )
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
-from trainer_core.recipes.episodes import error_summary, sample_extra, sample_turns, step_stats
+from trainer_core.recipes.episodes import error_summary, markers_of, sample_extra, sample_turns, step_stats
 from trainer_core.recipes.episodes import evaluate as evaluate_episodes
 from trainer_core.rewards import Reward
 
@@ -219,7 +219,7 @@ def report_tracked_groups(run: GrpoRun, step: int) -> None:
         kls = masked_mean(per_token, scored.generation.response_mask, dim=1).tolist()
     if backend.is_rank_zero:
         extra = {"advantage": advantages.tolist(), **sample_extra(scored)}
-        turns = sample_turns(scored, run.tokenizer)
+        turns = sample_turns(scored, run.tokenizer, markers_of(options.environment))
         run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, extra, turns=turns))
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.backends import Backend
-from trainer_core.environments import EnvError, Environment, make_environment, tool_calls
+from trainer_core.environments import EnvError, Environment, make_environment, tool_formats
 from trainer_core.recipes import common, episodes, rollouts, samples
 from trainer_core.rewards import Reward, make_reward
 
@@ -64,9 +64,10 @@ def reward_or_environment(
         from trainer_core.environments.sandbox import isolation
 
         described += f" (sandbox: {isolation()})"
-    if getattr(environment, "tools", False) is True:  # an MCP tool environment
+    # an MCP tool environment, or a service that reads the policy's tool calls
+    if getattr(environment, "tools", False) is True or (limits.kind == "http" and limits.tool_format is not None):
         described += f" tool_format={limits.tool_format}"
-        written = tool_calls.template_format(getattr(tokenizer, "chat_template", None))
+        written = tool_formats.template_format(getattr(tokenizer, "chat_template", None))
         if written not in (None, limits.tool_format):
             reporter.log(
                 f"warning: {field}.tool_format is {limits.tool_format}, but the model's chat template writes tool calls "

@@ -302,7 +302,10 @@ def report_tracked(run: PpoRun, step: int) -> None:
         ref = _reference_logprobs(run, generation)
     kls = ((logprobs.float() - ref.float()) * generation.response_mask).sum(1).tolist()
     if backend.is_rank_zero:
-        extra, turns = episodes.sample_extra(scored), episodes.sample_turns(scored, run.tokenizer)
+        extra, turns = (
+            episodes.sample_extra(scored),
+            episodes.sample_turns(scored, run.tokenizer, episodes.markers_of(options.environment)),
+        )
         run.reporter.samples(step, samples.response_samples(scored, options.gen, kls, extra, turns=turns))
 
 

@@ -2336,6 +2336,12 @@ export interface components {
              */
             timeout_s: number;
             /**
+             * Tool Format
+             * @description Where the service reads tool calls: the format the policy writes them in (as an MCP environment's tool_format). Its special tokens are kept in the turns sent, its end of a call ends a turn, and the tools a reset offers are listed with its way to call one. Unset: turns are sent without special tokens, and tools are listed as hermes.
+             * @default null
+             */
+            tool_format: ("hermes" | "qwen3_coder" | "llama3_json" | "mistral" | "deepseek_v3" | "deepseek_v31" | "kimi_k2" | "glm45" | "gpt_oss") | null;
+            /**
              * Url
              * @description http:// or https:// base URL; /reset, /step and /cutoff are posted to under it.
              */
@@ -2966,11 +2972,11 @@ export interface components {
             timeout_s: number;
             /**
              * Tool Format
-             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations).
+             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations); mistral (tokenizer v11+): [TOOL_CALLS]NAME[ARGS]{...}, ended by EOS, answered [TOOL_RESULTS]...[/TOOL_RESULTS]; deepseek_v3 (DeepSeek-V3, R1) and deepseek_v31 (DeepSeek-V3.1): DeepSeek's tool-call tokens, answered in its tool-output tokens; kimi_k2 (Kimi K2): <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>; glm45 (GLM-4.5, 4.6): <tool_call>NAME<arg_key>KEY</arg_key><arg_value>value</arg_value></tool_call>; gpt_oss (harmony): to=functions.NAME ... <|message|>{...}<|call|>, answered with harmony's tool message. A format's special tokens are kept when the policy's turns are decoded (docs/rl.md).
              * @default hermes
              * @enum {string}
              */
-            tool_format: "hermes" | "qwen3_coder" | "llama3_json";
+            tool_format: "hermes" | "qwen3_coder" | "llama3_json" | "mistral" | "deepseek_v3" | "deepseek_v31" | "kimi_k2" | "glm45" | "gpt_oss";
             /**
              * Url
              * @description The server's base URL (http://, https://, ws:// or wss://); its /ws and /schema are under it.
@@ -3292,11 +3298,11 @@ export interface components {
             stop?: string[];
             /**
              * Tool Format
-             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations).
+             * @description For an MCP tool environment: the tool-call format the policy's chat template trained it on. hermes (Hermes, Qwen2.5, Qwen3): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, answered in <tool_response> tags; qwen3_coder (Qwen3-Coder): <tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>, each value read as the tool's schema types it, answered in <tool_response> tags; llama3_json (Llama 3.1-3.3): the whole message {"name": ..., "parameters": {...}}, ended by EOS, answered with the result's text (set chat_role: ipython in conversations); mistral (tokenizer v11+): [TOOL_CALLS]NAME[ARGS]{...}, ended by EOS, answered [TOOL_RESULTS]...[/TOOL_RESULTS]; deepseek_v3 (DeepSeek-V3, R1) and deepseek_v31 (DeepSeek-V3.1): DeepSeek's tool-call tokens, answered in its tool-output tokens; kimi_k2 (Kimi K2): <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>; glm45 (GLM-4.5, 4.6): <tool_call>NAME<arg_key>KEY</arg_key><arg_value>value</arg_value></tool_call>; gpt_oss (harmony): to=functions.NAME ... <|message|>{...}<|call|>, answered with harmony's tool message. A format's special tokens are kept when the policy's turns are decoded (docs/rl.md).
              * @default hermes
              * @enum {string}
              */
-            tool_format: "hermes" | "qwen3_coder" | "llama3_json";
+            tool_format: "hermes" | "qwen3_coder" | "llama3_json" | "mistral" | "deepseek_v3" | "deepseek_v31" | "kimi_k2" | "glm45" | "gpt_oss";
         };
         /**
          * PythonReward
