@@ -309,7 +309,7 @@ def test_a_formats_special_tokens_survive_decoding_and_end_the_turn() -> None:
     from transformers.generation.stopping_criteria import StopStringCriteria
 
     from trainer_core.models import build_builtin
-    from trainer_core.recipes.episodes import policy_text
+    from trainer_core.recipes.episodes import marker_ids, policy_text
 
     _, tokenizer = build_builtin("tiny-gpt2", "causal", seed=0)
     markers = tool_calls.FORMATS["kimi_k2"].markers
@@ -317,9 +317,11 @@ def test_a_formats_special_tokens_survive_decoding_and_end_the_turn() -> None:
     message = "Let me see." + KIMI.format("search", 0, '{"limit": 3}')
     ids = tokenizer(message + "<|im_end|>", add_special_tokens=False)["input_ids"]
     assert tokenizer.decode(ids, skip_special_tokens=True) == 'Let me see.functions.search:0{"limit": 3}'
-    assert policy_text(tokenizer, ids, markers) == message  # other special tokens still dropped
-    assert policy_text(tokenizer, ids, ()) == tokenizer.decode(ids, skip_special_tokens=True)
-    assert tool_calls.read_call(policy_text(tokenizer, ids, markers), "kimi_k2") == tool_calls.Call(
+    kept = marker_ids(tokenizer, markers)
+    assert sorted(kept.values()) == sorted(markers)
+    assert policy_text(tokenizer, ids, kept) == message  # other special tokens still dropped
+    assert policy_text(tokenizer, ids, {}) == tokenizer.decode(ids, skip_special_tokens=True)
+    assert tool_calls.read_call(policy_text(tokenizer, ids, kept), "kimi_k2") == tool_calls.Call(
         "search", {"limit": 3}, "functions.search:0"
     )
     stop = StopStringCriteria(tokenizer, list(tool_calls.with_call_stop((), "kimi_k2")))

@@ -110,10 +110,16 @@ def markers_of(limits: Any) -> tuple[str, ...]:
     return FORMATS[getattr(limits, "tool_format", None) or "hermes"].markers if limits is not None else ()
 
 
-def policy_text(tokenizer: Any, ids: list[int], markers: tuple[str, ...] = ()) -> str:
-    """`ids` as text without special tokens, but for those among `markers`: a tool format's own special tokens
+def marker_ids(tokenizer: Any, markers: tuple[str, ...]) -> dict[int, str]:
+    """The ids of the tokenizer's special tokens among `markers` (a tool format's), with their text."""
+    if not markers:
+        return {}
+    return {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special and t.content in markers}
+
+
+def policy_text(tokenizer: Any, ids: list[int], kept: dict[int, str]) -> str:
+    """`ids` as text without special tokens, but for those `kept` (marker_ids): a tool format's own special tokens
     (Mistral's [TOOL_CALLS], Kimi's and gpt-oss's <|...|>) are the call, and decoding drops every special token."""
-    kept = {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special and t.content in markers}
     if not any(i in kept for i in ids):
         return tokenizer.decode(ids, skip_special_tokens=True)
     parts, run = [], []
@@ -159,7 +165,7 @@ def play(
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
     tool_format = getattr(limits, "tool_format", None) or "hermes"  # how the listing of an episode's tools says to call one
-    markers = markers_of(limits)
+    kept = marker_ids(tokenizer, markers_of(limits))  # decoded as they are: the calls of its tool format
     chat = ChatTurns(tokenizer, limits.chat_role, tool_format) if any(_is_chat(row) for row in rows) else None
     sessions = getattr(environment, "sessions", None) or len(playing)
     waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
@@ -197,7 +203,7 @@ def play(
             if len(new) > room:
                 p.cut = "max_tokens"
                 continue
-            p.episode.messages.append(("policy", policy_text(tokenizer, new, markers)))
+            p.episode.messages.append(("policy", policy_text(tokenizer, new, kept)))
             p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
         answering = [p for p in live if p.cut is None]
         replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
@@ -219,11 +225,11 @@ def play(
                 p.episode.messages.append(("environment", reply.text))
         settle()
         start()
-    return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started, markers)
+    return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started, kept)
 
 
 def _scored(
-    playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float, markers: tuple[str, ...]
+    playing: list[_Playing], rows: list[dict], tokenizer: Any, device: torch.device, seconds: float, kept: dict[int, str]
 ) -> rollouts.Scored:
     pad = pad_id(tokenizer)
     width, length = max(len(p.prompt) for p in playing), max(1, max(len(p.ids) for p in playing))
@@ -254,7 +260,7 @@ def _scored(
         EpisodeRecord(p.episode.turns, p.tool_calls, tuple(p.errors), p.cut is not None, p.verdict.reason) for p in playing
     ]
     prompts = [rollouts.prompt_text(row) + p.opening for row, p in zip(rows, playing, strict=True)]
-    texts = [policy_text(tokenizer, p.ids, markers) for p in playing]  # the whole episode after the prompt
+    texts = [policy_text(tokenizer, p.ids, kept) for p in playing]  # the whole episode after the prompt
     cut = [p.prompt_cut for p in playing]
     return rollouts.Scored(generation, prompts, texts, scores, seconds, episodes=records, prompt_cut=cut)
 
@@ -315,14 +321,14 @@ def sample_turns(
     cut-off last turn too); None for single responses. Only the samples pay for it."""
     if scored.episodes is None:
         return None
-    g, out = scored.generation, []
+    g, out, kept = scored.generation, [], marker_ids(tokenizer, markers)
     for i in range(len(scored.episodes)):
         real = g.attention_mask[i, g.prompt_width :].bool()
         ids, mine = g.response_ids[i][real].tolist(), g.response_mask[i][real].tolist()
         spans, start = [], 0
         for end in range(1, len(ids) + 1):
             if end == len(ids) or mine[end] != mine[start]:
-                text = policy_text(tokenizer, ids[start:end], markers)
+                text = policy_text(tokenizer, ids[start:end], kept)
                 spans.append(("policy" if mine[start] else "environment", text))
                 start = end
         out.append(tuple(spans))
