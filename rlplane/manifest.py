@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,31 @@ def listing(root: Path) -> dict[str, dict[str, Any]]:
     }
 
 
+def link_tree(source: Path, target: Path) -> None:
+    """`target` holding what `source` (a directory, or a file) holds, but a manifest: hard links where the file
+    system allows, copies elsewhere, so the owner may delete or overwrite its own copy."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if source.is_file():
+        target.mkdir(parents=True)
+        link(str(source), str(target / source.name))
+    else:
+        shutil.copytree(source, target, copy_function=link, ignore=shutil.ignore_patterns(MANIFEST))
+
+
 def write_manifest(root: Path, step: int, elsewhere: dict[str, dict[str, Any]] | None = None) -> Path:
     """List every file under `root` with size and sha256; written last, so its presence marks completion.
     `elsewhere`: files of the checkpoint written on other nodes (their listing), which reach the artifact root
     from there (a gang's nodes with their own run directories)."""
     files = listing(root)
-    clash = sorted(set(files) & set(elsewhere or {}))
-    if clash:
-        raise ValueError(f"{clash[0]} was written on this node and on another")
+    clash = sorted(name for name in set(files) & set(elsewhere or {}) if files[name] != elsewhere[name])
+    if clash:  # the same file written on every node (a config, say) is one file
+        raise ValueError(f"{clash[0]} was written on this node and on another, with different contents")
     files = {**files, **(elsewhere or {})}
     manifest = root / MANIFEST
     document = {"format_version": FORMAT_VERSION, "step": step, "files": files}

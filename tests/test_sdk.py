@@ -174,6 +174,38 @@ class TestWorkerChannel:
             run.log_checkpoint(tmp_path / "nowhere", step=1)
         run.finish()
 
+    def test_a_sharded_checkpoint_names_its_step_and_one_process_logs_it_as_any(self, attached, tmp_path, monkeypatch):
+        """log_checkpoint(sharded=True) is called on every rank with the step (a gang's nodes on an fsspec root hand
+        their parts in: tests/test_worker_remote_artifacts.py). Without such a gang, rank 0's call logs it as without
+        `sharded`, and another rank's is dropped, even where its node saved nothing: so does the Hugging Face
+        callback's on every process."""
+        from types import SimpleNamespace
+
+        from rlplane.integrations.hf import RlplaneCallback
+
+        (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
+        (tmp_path / "out" / "checkpoint-5" / "model.bin").write_bytes(b"w")
+        run = rlplane.init()
+        with pytest.raises(rlplane.SdkError, match="needs the step, the same on every rank"):
+            run.log_checkpoint(tmp_path / "out" / "checkpoint-5", sharded=True)
+        callback = RlplaneCallback(run, sharded=True)
+        args, state = (
+            SimpleNamespace(output_dir=str(tmp_path / "out")),
+            SimpleNamespace(global_step=5, is_world_process_zero=True),
+        )
+        callback.on_save(args, state, None)
+        run.finish()
+        assert set(read_manifest(attached / CHECKPOINTS / "step-000005")["files"]) == {"model.bin"}
+        monkeypatch.setenv("RANK", "1")
+        other = rlplane.init()
+        RlplaneCallback(other, sharded=True).on_save(
+            SimpleNamespace(output_dir=str(tmp_path / "none")), SimpleNamespace(global_step=6, is_world_process_zero=False), None
+        )
+        with pytest.raises(rlplane.SdkError, match="does not exist"):
+            other.log_checkpoint(tmp_path / "none", step=6)
+        other.finish()
+        assert not (attached / CHECKPOINTS / "step-000006").exists()
+
 
 def test_init_outside_a_worker_without_a_token_says_how_to_log_in(monkeypatch, tmp_path, no_exit_hooks):
     for name in ("RLPLANE_RUN_DIR", "RLPLANE_TOKEN", "RLPLANE_HOME"):

@@ -184,3 +184,42 @@ def test_a_gang_on_an_fsspec_root_uploads_each_nodes_shards_from_that_node_and_e
     saved = str(remote / f"runs/{run_id}/checkpoints/step-{resumed_from:06d}")
     out = launch(tmp_path, alone, {**backend, "processes": 2}, "one-node", "--resume", saved)
     assert metrics(out, "train/loss") == after(losses, resumed_from)
+
+
+def test_a_scripts_sharded_checkpoints_go_up_from_every_node_and_a_new_gang_resumes_each_rank(
+    remote_stack: Stack, sftp: tuple[str, Path]
+) -> None:
+    """A command run over two nodes that share no directory (tests/sdk_sharded.py): each rank saves its own shard on
+    its node and hands it in with log_checkpoint(sharded=True). Node 1's shards go up from node 1, and every registered
+    checkpoint verifies with both ranks' shards and the file both nodes wrote alike. Rank 1 dies after step 25; the
+    attempt is lost, and a new gang resumes, each rank from its own shard of step 20."""
+    from trainer_core.checkpoint.files import verify
+
+    stack, (_, remote) = remote_stack, sftp
+    for i, name in enumerate(("s1", "s2")):
+        stack.start_worker(name, home=stack.home / name, address=f"127.0.0.{i + 2}", env={"GLOO_SOCKET_IFNAME": "lo"})
+    argv = ["python", "sdk_sharded.py", "--steps", "40", "--crash-at", "25", "--out", "{run.dir}/out"]
+    spec = {
+        "name": "sharded-script",
+        "algorithm": "command",
+        "train": {"steps": 40, "keep_last": 10},
+        "command": {"argv": argv, "code": {"path": str(ROOT / "tests")}},
+        "resources": {"queue": "cpu", "nodes": 2},
+    }
+    run_id = stack.submit(spec)
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=180)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert len(run["attempts"]) == 2 and "node 1" in run["attempts"][0]["end_reason"], run["attempts"]
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    for rank in (0, 1):
+        assert any(f"rank {rank} resumed at step 20 from its own shard" in text for text in logs), logs[-40:]
+    registered = [c for c in stack.http.get(f"/runs/{run_id}/checkpoints").json()["data"] if c["kind"] == "checkpoint"]
+    assert [c["step"] for c in registered] == [10, 20, 30, 40]
+    for checkpoint in registered:
+        path = remote / checkpoint["path"]
+        assert verify(path), checkpoint  # every file, node 1's shard among them, as its manifest lists them
+        assert {p.name for p in path.iterdir()} == {"shard-0.json", "shard-1.json", "meta.json", "manifest.json"}
+    for attempt in run["attempts"]:
+        [node1] = [n["worker"] for n in attempt["nodes"] if n["node_rank"] == 1]
+        log = (stack.home / f"{node1}.log").read_text()
+        assert re.search(rf"uploaded node 1's part of runs/{run_id}/checkpoints/step-\d+ \(2 files\)", log), log[-3000:]

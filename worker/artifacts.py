@@ -12,7 +12,7 @@ under `$RLPLANE_HOME/scratch`:
                         manifest sees a complete checkpoint), and only then is it registered
                         with the API; a gang node other than 0 uploads its own shards of a sharded
                         checkpoint (its part directory) and says so for its attempt, and node 0
-                        uploads the manifest once every node has (trainer_core/checkpoint/node_files.py)
+                        uploads the manifest once every node has (rlplane/node_parts.py)
 
 The attempt that owns a run (rlplane.layout.ATTEMPT_FILE) is written to the run's local directory and, on a
 remote root, to the remote one too: a worker whose attempt was ended while it could not hear the API (a

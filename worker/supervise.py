@@ -18,7 +18,7 @@ the gang, started against node 0's rendezvous; and only node 0 reports the run (
 checkpoints) while every node forwards its own ranks' logs and says how its part ended. On a remote artifact root
 each node has its own copy of the run directory: every node resumes from the checkpoint the API registered, and each
 node's worker uploads its own node's shards of a sharded checkpoint, node 0's the manifest once all are up
-(trainer_core/checkpoint/node_files.py).
+(rlplane/node_parts.py).
 """
 
 from __future__ import annotations

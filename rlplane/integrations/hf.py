@@ -70,21 +70,26 @@ def our_key(key: str, algorithm: str) -> str:
 class RlplaneCallback(TrainerCallback):
     """Reports a Hugging Face (or TRL) trainer to rlplane. `run`: a run from rlplane.init(); by default one is made
     when training begins, with the trainer's arguments as its config (init_kwargs: project, name, ... for a script
-    started outside a worker)."""
+    started outside a worker). `sharded`: the trainer saves sharded checkpoints, each process its own shards on its
+    node (FSDP's SHARDED_STATE_DICT): every process then hands its node's files in (Run.log_checkpoint's `sharded`),
+    so a gang on an fsspec artifact root keeps every node's shards."""
 
-    def __init__(self, run: rlplane.Run | None = None, trainer: Any = None, **init_kwargs: Any) -> None:
+    def __init__(self, run: rlplane.Run | None = None, trainer: Any = None, *, sharded: bool = False, **init_kwargs: Any) -> None:
         self.run = run
         self.trainer = trainer
+        self.sharded = sharded
         self.init_kwargs = init_kwargs
         self.algorithm = "hf"
         self._completions_seen: set[str] = set()
         self._rollouts_step: int | None = None
 
     @classmethod
-    def attach(cls, trainer: Any, run: rlplane.Run | None = None, **init_kwargs: Any) -> RlplaneCallback:
+    def attach(
+        cls, trainer: Any, run: rlplane.Run | None = None, *, sharded: bool = False, **init_kwargs: Any
+    ) -> RlplaneCallback:
         """Add a callback to `trainer` that also reads its rollouts (TRL's GRPO and RLOO keep each step's prompts,
         completions, rewards and advantages): every logged step's completions become samples, with no table."""
-        callback = cls(run, trainer, **init_kwargs)
+        callback = cls(run, trainer, sharded=sharded, **init_kwargs)
         trainer.add_callback(callback)
         return callback
 
@@ -123,10 +128,12 @@ class RlplaneCallback(TrainerCallback):
             control.should_training_stop = True
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        if self.run is None or not state.is_world_process_zero:
+        if self.run is None or not (state.is_world_process_zero or self.sharded):
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if folder.is_dir():
+        if self.sharded:  # every process, even one whose node saved nothing: handing the parts in is a collective
+            self.run.log_checkpoint(folder, step=state.global_step, sharded=True)
+        elif folder.is_dir():
             self.run.log_checkpoint(folder, step=state.global_step)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):

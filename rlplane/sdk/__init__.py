@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from rlplane import config as saved_config
+from rlplane import node_parts
 from rlplane.client import Client, ClientError
 from rlplane.layout import RESUME_ENV, RUN_DIR_ENV, RUN_ID_ENV, SPEC_ENV, attempt_of_this_process, latest_checkpoint
 from rlplane.sdk import console, environment, leftovers, values
@@ -106,18 +107,30 @@ class Run:
         if self._channel is not None and checked:
             self._channel.reporter.samples(step, checked)
 
-    def log_checkpoint(self, path: str | os.PathLike[str], step: int | None = None, **metadata: Any) -> None:
+    def log_checkpoint(
+        self, path: str | os.PathLike[str], step: int | None = None, *, sharded: bool = False, **metadata: Any
+    ) -> None:
         """Register a checkpoint the script has saved (a directory or a file) at `step` (default: the last step
         logged): it is stored with the run (inside a worker, in the run's directory and uploaded like ours; elsewhere
         uploaded to the API in the background), listed with its files, and the one a resumed attempt gets as
-        `run.resume_from`. The API keeps train.keep_last of them."""
+        `run.resume_from`. The API keeps train.keep_last of them.
+
+        `sharded`: every rank saved its own shards into `path` on its node (FSDP's sharded state, torch.distributed
+        checkpoint), and every rank calls this, with the same `step`. On a gang whose nodes do not share the run
+        directory (an fsspec artifact root), each node's files then go up from that node and the checkpoint lists
+        them all; elsewhere it is rank 0's call that counts, as without `sharded`."""
+        if sharded and step is None:
+            raise SdkError("log_checkpoint(sharded=True) needs the step, the same on every rank: pass step=")
         step = values.check_step(step) if step is not None else (self._step or 0)
         source = Path(path)
-        if not source.exists():
+        if not source.exists() and (self._channel is not None or not sharded):  # another node may have saved none
             raise SdkError(f"log_checkpoint: {source} does not exist; save the checkpoint first, then log it")
         json.dumps(metadata)  # metadata travels as JSON: fail here, not in the upload
+        elsewhere = None
+        if sharded and self.dir is not None and node_parts.per_node():
+            elsewhere = node_parts.hand_over_parts(source, step, node_parts.collective_device(), link=True)
         if self._channel is not None:
-            self._channel.checkpoint(source, step, metadata)
+            self._channel.checkpoint(source, step, metadata, elsewhere)
 
     def should_stop(self) -> bool:
         """True once the run is being cancelled or its worker hands it back (a node drains): save a checkpoint and

@@ -34,7 +34,7 @@ from rlplane.layout import (
     step_of,
 )
 from rlplane.limits import MAX_REASON_CHARS
-from rlplane.manifest import manifest_digest_and_size, write_manifest
+from rlplane.manifest import link_tree, manifest_digest_and_size, write_manifest
 from rlplane.reporting import AsyncReporter, CheckpointEvent, ControlPlaneSink, JsonlSink
 from rlplane.sdk import leftovers
 from rlplane.sdk.values import SdkError
@@ -77,9 +77,12 @@ class WorkerChannel:
         partial.write_text(json.dumps(record))
         partial.replace(self.run_dir / ENVIRONMENT_FILE)
 
-    def checkpoint(self, source: Path, step: int, metadata: dict[str, Any]) -> Path:
+    def checkpoint(
+        self, source: Path, step: int, metadata: dict[str, Any], elsewhere: dict[str, dict[str, Any]] | None = None
+    ) -> Path:
         """Put `source` (a file or directory) into the run directory as step `step`'s checkpoint: linked (or copied)
-        into a staging directory, its manifest written, renamed into place, older ones rotated (train.keep_last)."""
+        into a staging directory, its manifest written (listing `elsewhere`, the files of it other nodes upload),
+        renamed into place, older ones rotated (train.keep_last)."""
         if self._fenced():
             raise SdkError(f"attempt {self.attempt} of run {self.run_id} is over (another attempt owns its directory)")
         root = self.run_dir / CHECKPOINTS
@@ -87,12 +90,12 @@ class WorkerChannel:
         if source.resolve() != target.resolve():
             staging = root / f".staging-{step_dir_name(step)}-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
-            _link_tree(source, staging)  # without the source's own manifest: ours is written here
-            write_manifest(staging, step)
+            link_tree(source, staging)  # without the source's own manifest: ours is written here
+            write_manifest(staging, step, elsewhere)
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)
         else:
-            write_manifest(target, step)
+            write_manifest(target, step, elsewhere)
         sha256, size = manifest_digest_and_size(target)
         self.reporter.flush(timeout=30)  # the step's metrics reach the run directory before its checkpoint
         self.reporter.checkpoint(
@@ -150,7 +153,7 @@ class ApiChannel:
         background, manifest last, then register it."""
         staged = self.staging / step_dir_name(step)
         shutil.rmtree(staged, ignore_errors=True)
-        _link_tree(source, staged)
+        link_tree(source, staged)
         leftovers.write_checkpoint_metadata(staged, metadata)  # for `rlplane sync`, should the upload outlive the script
         write_manifest(staged, step)
         self.reporter.flush(timeout=30)  # the step's metrics before its checkpoint
@@ -253,21 +256,3 @@ class ApiChannel:
                     return
             except ClientError:
                 pass  # down for now: the reports are spooled meanwhile
-
-
-def _link_tree(source: Path, target: Path) -> None:
-    """`target` holding what `source` holds: hard links where the file system allows, copies elsewhere."""
-
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    if source.is_file():
-        target.mkdir(parents=True)
-        link(str(source), str(target / source.name))
-    elif source.is_dir():
-        shutil.copytree(source, target, copy_function=link, ignore=shutil.ignore_patterns(MANIFEST))
-    else:
-        raise SdkError(f"log_checkpoint: {source} does not exist; save the checkpoint first, then log it")

@@ -104,7 +104,7 @@ def save_checkpoint(
     `module_states` and `optimizer_state` replace what `model`, `modules` and `optimizer` hold when
     a sharding backend gathered them (Backend.full_state). `staged`: the directory from `stage` into
     which every rank already wrote its shards (dcp/); it is completed and renamed like a new one.
-    `elsewhere`: the listing (size, sha256) of shards other nodes wrote and upload themselves (node_files.py), which
+    `elsewhere`: the listing (size, sha256) of shards other nodes wrote and upload themselves (rlplane/node_parts.py), which
     the manifest lists too.
     `rank_rngs`: every data-parallel rank's generators (rank_rng.py), written beside rank zero's own.
     `before_commit` runs just before the checkpoint is renamed into place; what it raises discards it.

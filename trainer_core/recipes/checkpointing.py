@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlplane import node_parts
 from rlplane.spec import dump_spec
 from trainer_core.backends import Backend
 from trainer_core.checkpoint import (
@@ -24,7 +25,6 @@ from trainer_core.checkpoint import (
     export_model,
     fence,
     load_checkpoint,
-    node_files,
     rank_rng,
     rotate,
     save_checkpoint,
@@ -139,8 +139,8 @@ def save_and_rotate(
     if staged is not None:
         try:
             backend.save_sharded_state(sharded_state_dir(staged, backend.sharded_kind), state.optimizer)
-            if node_files.per_node():  # each node wrote its shards into its own copy of the run directory
-                elsewhere = node_files.hand_over_parts(staged, state.step, backend.device)
+            if node_parts.per_node():  # each node wrote its shards into its own copy of the run directory
+                elsewhere = node_parts.hand_over_parts(staged, state.step, backend.device)
         except BaseException:
             if backend.is_rank_zero:
                 shutil.rmtree(staged, ignore_errors=True)
@@ -229,7 +229,7 @@ def shared_staging_dir(checkpoint_dir: Path, step: int, backend: Backend) -> Pat
     if agreed == 0:
         raise error or CheckpointError(f"rank 0 could not create the checkpoint directory for step {step}; its log says why.")
     staged = staging_dir(checkpoint_dir, step, f"{agreed:08x}")
-    if node_files.per_node():
+    if node_parts.per_node():
         staged.mkdir(parents=True, exist_ok=True)  # this node's own copy, where its ranks write their shards first
     return staged
 
