@@ -133,3 +133,57 @@ def test_chat_templates_that_can_and_cannot_take_the_environments_messages(polic
     turns = ChatTurns(chatml, "tool")
     assert turns.reply("42", ended_with_eos=True) == "\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
     assert turns.reply("42", ended_with_eos=False) == "</s>\n<|im_start|>tool\n42</s>\n<|im_start|>assistant\n"
+
+
+def test_a_tools_result_goes_to_the_template_as_its_own_tool_message(policy) -> None:
+    """With chat_role: tool, a call's result is rendered by the template as the tool message it was tuned on (the
+    assistant's message carrying the call): after the call the policy wrote, the rest of its turn's end, then the
+    tool message, then the next turn. Templates that take the call's arguments as JSON text, and ones that take a
+    tool message only after a call (a turn with no call is then answered as the user), are served too."""
+    from trainer_core.environments.base import ToolResult
+
+    _, tokenizer, _ = policy
+    result = ToolResult("multiply", {"a": 13, "b": 17}, None, "221")
+    qwen_like = copy.deepcopy(tokenizer)  # Qwen's way: calls in <tool_call> tags, results as a user's <tool_response>
+    qwen_like.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n"
+        "</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{% for c in m.get('tool_calls') "
+        "or [] %}<tool_call>\n{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n"
+        "</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% endif %}"
+    )
+    turns = ChatTurns(qwen_like, "tool", "hermes")
+    assert turns.reply("<tool_response>\n221\n</tool_response>\n", ended_with_eos=False, tool=result) == (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n221\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )  # the result wrapped once, by the template, where the role's plain message would wrap it twice
+    assert (
+        ChatTurns(qwen_like, "user", "hermes")
+        .reply("x", ended_with_eos=False, tool=result)
+        .endswith("<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n")
+    )  # another chat_role: the answer's text as that role's message, as before
+    joined = copy.deepcopy(tokenizer)  # DeepSeek's way: arguments joined as text; results in tool-output tokens
+    joined.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}<out>{{ m['content'] }}</out>{% else %}<|{{ m['role'] }}|>"
+        "{{ m['content'] }}{% for c in m.get('tool_calls') or [] %}<call>{{ c['function']['name'] + ':' + "
+        "c['function']['arguments'] }}</call>{% endfor %}{{ eos_token }}{% endif %}{% endfor %}"
+    )
+    ended_by_eos = ChatTurns(joined, "tool", "mistral")  # a format whose calls end with the EOS token
+    assert ended_by_eos.reply("", ended_with_eos=True, tool=result) == "<out>221</out>"
+    assert ended_by_eos.reply("", ended_with_eos=False, tool=result) == "</s><out>221</out>"
+    harmony_like = copy.deepcopy(tokenizer)  # a tool message names the call it answers, and needs one before it
+    harmony_like.chat_template = (
+        "{% set ns = namespace(name=none) %}{% for m in messages %}{% if m['role'] == 'tool' %}{% if ns.name is none %}"
+        "{{ raise_exception('a tool message needs a call before it') }}{% endif %}<|start|>functions.{{ ns.name }} "
+        "to=assistant<|message|>{{ m['content'] }}<|end|>{% else %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}"
+        "{% for c in m.get('tool_calls') or [] %}{% set ns.name = c['function']['name'] %} to=functions.{{ ns.name }}"
+        "<|message|>{{ c['function']['arguments'] | tojson }}<|call|>{% endfor %}{% if not m.get('tool_calls') %}<|end|>"
+        "{% endif %}{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+    )
+    harmony = ChatTurns(harmony_like, "tool", "gpt_oss")
+    assert harmony.plain_role == "user"
+    assert harmony.reply("", ended_with_eos=False, tool=result) == (
+        "<|start|>functions.multiply to=assistant<|message|>221<|end|><|start|>assistant"
+    )
+    assert harmony.reply("error: no tool call", ended_with_eos=False) == (
+        "<|end|><|start|>user<|message|>error: no tool call<|end|><|start|>assistant"
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from rlplane.spec.environments import PythonEnvironment
 from trainer_core.environments import make_environment, tool_calls, tool_formats
-from trainer_core.environments.base import Episode
+from trainer_core.environments.base import Episode, ToolResult
 
 TOOLS = [
     {
@@ -137,6 +137,7 @@ def test_an_mcp_environment_answers_kimi_calls_by_their_ids(monkeypatch: pytest.
     environment.reset(episode)
     product = environment.step(episode, KIMI.format("multiply", 3, '{"a": 13, "b": 17}'))
     assert product.text == "## Return of functions.multiply:3\n221" and not product.error
+    assert product.tool == ToolResult("multiply", {"a": 13, "b": 17}, "functions.multiply:3", "221")  # for the template
     assert environment.step(episode, KIMI.format("submit", 4, '{"answer": 221}')).reward == 1.0
     environment.close()
 

@@ -41,8 +41,9 @@ def _chat_role() -> Any:
         pattern=r"^[a-z_]{1,32}$",
         description="In an episode whose prompt is a conversation (messages), the role of the environment's messages: "
         "each joins the conversation through the model's chat template (e.g. user, or tool where the template renders "
-        "tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the "
-        "environment's text as it is.",
+        "tool results), the assistant's turn closed before it and opened after it. With tool, an MCP tool "
+        "environment's results go to the template as its own tool messages, answering the call the policy made. "
+        "Prompts of plain text take the environment's text as it is.",
     )
 
 

@@ -38,6 +38,17 @@ class Episode:
 
 
 @dataclass(frozen=True)
+class ToolResult:
+    """The call a reply answers and its result as the tool gave it (not yet in the tool format's markup): what a chat
+    template renders as its own tool message (environment.chat_role: tool)."""
+
+    name: str
+    arguments: Any
+    call_id: str | None  # the call's id where the format writes one (Kimi's functions.NAME:0, Mistral v11's)
+    text: str
+
+
+@dataclass(frozen=True)
 class Reply:
     """The environment's answer to one policy turn: text to append (the episode goes on), or the end with its
     reward. `reason` says why it ended or what went wrong (shown in the logs); `error` marks a turn the environment
@@ -50,11 +61,14 @@ class Reply:
     reason: str | None = None
     error: bool = False
     tool_call: bool = False
+    tool: ToolResult | None = None  # the call `text` answers, where an MCP tool environment read one
 
 
-def answer(text: str, *, tool_call: bool = False, error: bool = False, reason: str | None = None) -> Reply:
+def answer(
+    text: str, *, tool_call: bool = False, error: bool = False, reason: str | None = None, tool: ToolResult | None = None
+) -> Reply:
     """The episode goes on with `text` after the policy's turn."""
-    return Reply(text=text, tool_call=tool_call, error=error, reason=reason)
+    return Reply(text=text, tool_call=tool_call, error=error, reason=reason, tool=tool)
 
 
 def end(reward: float, *, components: Mapping[str, float] | None = None, reason: str | None = None, error: bool = False) -> Reply:

@@ -149,8 +149,9 @@ class OpenEnvAdapter:
         except ValueError as exc:
             return answer(tool_calls.refusal(str(exc), self.tool_format), error=True, reason=f"invalid tool call: {exc}")
         observation = playing.environment.step(CallToolAction(tool_name=call.name, arguments=call.arguments))
-        text, failed = tool_calls.response(observation.model_dump(mode="json"), self.tool_format, call)
-        return self._observed(playing, observation) or answer(text, tool_call=True, error=failed is not None, reason=failed)
+        return self._observed(playing, observation) or tool_calls.answered(
+            observation.model_dump(mode="json"), self.tool_format, call
+        )
 
     def _observed(self, playing: _Playing, observation: Any) -> Reply | None:
         """The episode's end, when `observation` is done (its rewards summed); None while it goes on."""

@@ -134,8 +134,8 @@ class OpenEnvServer:
             return end(session.total, components={"openenv": session.total})
         if not self.tools:
             return answer(shown_text(observation))
-        text, failed = tool_calls.response(observation, self.tool_format, call)
-        return answer(text, tool_call=True, error=failed is not None, reason=failed)
+        assert call is not None  # a tool environment's step read one above
+        return tool_calls.answered(observation, self.tool_format, call)
 
     def cut_off(self, episode: Episode, why: str) -> Reply:
         session: _Session = episode.state

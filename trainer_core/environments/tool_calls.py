@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from trainer_core.environments.base import Reply, ToolResult, answer
 from trainer_core.environments.tool_formats import FORMATS, Call
 
 _REASON_CHARS = 200  # of an error's first line, kept for the log (the policy is shown all of it)
@@ -91,19 +92,32 @@ def read_call(message: str, fmt: str = "hermes", tools: list[dict[str, Any]] | N
     return Call(call.name, arguments, call.ref)
 
 
-def response(observation: Mapping[str, Any], fmt: str = "hermes", call: Call | None = None) -> tuple[str, str | None]:
-    """A CallToolObservation's JSON as the policy is answered (in format `fmt`; `call`, the call it answers, where
-    the format refers back to it), and the error's reason when the call failed (a framework error, or a result that
-    is one)."""
-    answered = FORMATS[fmt].answered
+def outcome(observation: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A CallToolObservation's JSON as the tool gave it: the result's text (a failure's as `error: why`), and the
+    failure's reason when the call failed (a framework error, or a result that is one)."""
     error, result = observation.get("error"), observation.get("result")
     if isinstance(error, Mapping):
         message = str(error.get("message") or error.get("error_type") or "the call failed")
-        return answered(f"error: {message}", call), f"tool {observation.get('tool_name')!r}: {_first_line(message)}"
+        return f"error: {message}", f"tool {observation.get('tool_name')!r}: {_first_line(message)}"
     text = _result_text(result)
     if isinstance(result, Mapping) and result.get("is_error"):
-        return answered(text, call), f"tool {observation.get('tool_name')!r}: {_first_line(text)}"
-    return answered(text, call), None
+        return text, f"tool {observation.get('tool_name')!r}: {_first_line(text)}"
+    return text, None
+
+
+def response(observation: Mapping[str, Any], fmt: str = "hermes", call: Call | None = None) -> tuple[str, str | None]:
+    """outcome()'s text as the policy is answered in format `fmt` (`call`: the call it answers, where the format
+    refers back to it), and the failure's reason."""
+    text, failed = outcome(observation)
+    return FORMATS[fmt].answered(text, call), failed
+
+
+def answered(observation: Mapping[str, Any], fmt: str, call: Call) -> Reply:
+    """The reply to `call` that `observation` answers: its text in format `fmt`, and the call with the result as the
+    tool gave it, for a chat template that renders tool messages itself."""
+    text, failed = outcome(observation)
+    result = ToolResult(call.name, call.arguments, call.ref, text)
+    return answer(FORMATS[fmt].answered(text, call), tool_call=True, error=failed is not None, reason=failed, tool=result)
 
 
 def _result_text(result: Any) -> str:

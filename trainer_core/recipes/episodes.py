@@ -213,7 +213,7 @@ def play(
                 p.verdict = reply
                 continue
             if chat is not None and _is_chat(p.episode.row):
-                text = encode(chat.reply(reply.text, ended_with_eos=p.episode.ended_by == "eos"))
+                text = encode(chat.reply(reply.text, ended_with_eos=p.episode.ended_by == "eos", tool=reply.tool))
             else:
                 text = encode(reply.text)
             if p.episode.turns >= limits.max_turns:

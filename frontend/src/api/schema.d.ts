@@ -1246,7 +1246,7 @@ export interface components {
         BuiltinEnvironment: {
             /**
              * Chat Role
-             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. With tool, an MCP tool environment's results go to the template as its own tool messages, answering the call the policy made. Prompts of plain text take the environment's text as it is.
              * @default user
              */
             chat_role: string;
@@ -2290,7 +2290,7 @@ export interface components {
             backoff_s: number;
             /**
              * Chat Role
-             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. With tool, an MCP tool environment's results go to the template as its own tool messages, answering the call the policy made. Prompts of plain text take the environment's text as it is.
              * @default user
              */
             chat_role: string;
@@ -2926,7 +2926,7 @@ export interface components {
         OpenEnvEnvironment: {
             /**
              * Chat Role
-             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. With tool, an MCP tool environment's results go to the template as its own tool messages, answering the call the policy made. Prompts of plain text take the environment's text as it is.
              * @default user
              */
             chat_role: string;
@@ -3265,7 +3265,7 @@ export interface components {
         PythonEnvironment: {
             /**
              * Chat Role
-             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. Prompts of plain text take the environment's text as it is.
+             * @description In an episode whose prompt is a conversation (messages), the role of the environment's messages: each joins the conversation through the model's chat template (e.g. user, or tool where the template renders tool results), the assistant's turn closed before it and opened after it. With tool, an MCP tool environment's results go to the template as its own tool messages, answering the call the policy made. Prompts of plain text take the environment's text as it is.
              * @default user
              */
             chat_role: string;
