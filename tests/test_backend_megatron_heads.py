@@ -136,9 +136,13 @@ def test_ppo_on_two_pipeline_stages_learns_as_the_torch_backend(ppo_runs: dict[s
     the stages: the torch backend's rollouts, losses and values."""
     pipeline, torch_run = ppo_runs["pipeline"], ppo_runs["torch"]
     assert metrics(pipeline, "reward/mean") == metrics(torch_run, "reward/mean")
-    # ratio_min/_max are made where the loss is, the last stage; rank 0, the first, reports them
-    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean", "ppo/ratio_min", "ppo/ratio_max"):
+    for key in ("train/loss", "ppo/value_loss", "ppo/kl", "values/mean"):
         assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < TOLERANCE, key
+    # ratio_min/_max are made where the loss is, the last stage; rank 0, the first, reports them. They are one token's
+    # ratio each, not a mean over tokens, so they keep more of the float rounding: 1.4e-5 apart at step 4 on an Intel
+    # Xeon VM (under 1e-5 on an AMD EPYC one), where a stage reporting the wrong ratios is off by far more.
+    for key in ("ppo/ratio_min", "ppo/ratio_max"):
+        assert max_diff(metrics(pipeline, key), metrics(torch_run, key)) < 1e-4, key
     assert metrics(pipeline, "eval/optimality") == metrics(torch_run, "eval/optimality")
 
 

@@ -126,11 +126,12 @@ class Run:
         if not source.exists() and (self._channel is not None or not sharded):  # another node may have saved none
             raise SdkError(f"log_checkpoint: {source} does not exist; save the checkpoint first, then log it")
         json.dumps(metadata)  # metadata travels as JSON: fail here, not in the upload
-        elsewhere = None
-        if sharded and self.dir is not None and node_parts.per_node():
+        if sharded and self.dir is not None and node_parts.per_node():  # a worker's gang with a run directory per node
             elsewhere = node_parts.hand_over_parts(source, step, node_parts.collective_device(), link=True)
-        if self._channel is not None:
-            self._channel.checkpoint(source, step, metadata, elsewhere)
+            if isinstance(self._channel, WorkerChannel):
+                self._channel.checkpoint(source, step, metadata, elsewhere)
+        elif self._channel is not None:
+            self._channel.checkpoint(source, step, metadata)
 
     def should_stop(self) -> bool:
         """True once the run is being cancelled or its worker hands it back (a node drains): save a checkpoint and
