@@ -237,8 +237,9 @@ FAMILIES = [
         "glm45",
         "\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>3</arg_value>\n<arg_key>limit</arg_key>\n"
         '<arg_value>3</arg_value>\n<arg_key>filters</arg_key>\n<arg_value>{"lang": "en"}</arg_value>\n'
-        "<arg_key>exact</arg_key>\n<arg_value>true</arg_value>\n</tool_call>",
-        tool_calls.Call("search", {"query": "3", "limit": 3, "filters": {"lang": "en"}, "exact": True}),
+        "<arg_key>exact</arg_key>\n<arg_value>true</arg_value>\n<arg_key>after</arg_key>\n<arg_value>null</arg_value>\n"
+        "</tool_call>",
+        tool_calls.Call("search", {"query": "3", "limit": 3, "filters": {"lang": "en"}, "exact": True, "after": None}),
         "\n<tool_response>\n12\n</tool_response>",
     ),
     (  # gpt-oss (harmony): an analysis message, then the call on the commentary channel, answered by the tool's message

@@ -239,8 +239,9 @@ def _read_glm(message: str, tools: list[dict[str, Any]]) -> Call:
         key = key.strip()
         schema = properties.get(key)
         kinds = schema.get("type") if isinstance(schema, Mapping) else None
-        if kinds == "string" or (isinstance(kinds, list) and kinds == ["string"]):
-            arguments[key] = raw  # GLM writes a string as it is
+        kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else []
+        if "string" in kinds:  # GLM writes a string as it is (and a null as JSON's)
+            arguments[key] = None if raw == "null" and "null" in kinds else raw
             continue
         try:
             arguments[key] = json.loads(raw)  # and any other value as JSON
