@@ -15,7 +15,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from worker.artifacts import WorkerArtifacts
+from worker.artifacts import Damaged, WorkerArtifacts
 from worker.uploads import Fenced, Uploads
 
 
@@ -126,7 +126,8 @@ def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_thi
     and says so for its attempt; node 0's uploads the manifest only then. The same step's shard and word left by an
     earlier attempt do not count. Node 0's copy, which lacks node 1's shard, fetches only that to resume; a part
     that never arrives fails the upload (retried) after worker.artifacts.NODES_QUIET_S without news. A copy of the same
-    step that another attempt left on node 0 is replaced by the registered one."""
+    step that another attempt left on node 0 is replaced by the registered one. Every file that comes down is checked
+    against the manifest's sha256."""
     import threading
 
     import worker.artifacts
@@ -186,3 +187,11 @@ def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_thi
     with pytest.raises(TimeoutError, match="1 files of runs/7/checkpoints/step-000030 from the other nodes did not arrive"):
         node0.publish("runs/7/checkpoints/step-000030")
     assert not fs.exists(f"{base}/runs/7/checkpoints/step-000030/manifest.json")
+
+    # A shard overwritten on the root with bytes of the same size: a node bringing the checkpoint down refuses it,
+    # naming the file, and keeps nothing of it; the worker then fails the run with that (worker/supervise.py).
+    fs.pipe(f"{base}/runs/7/checkpoints/step-000020/dcp/__1_0.safetensors", b"node 1's SHARD")
+    node2 = WorkerArtifacts(root, tmp_path / "node-2")
+    with pytest.raises(Damaged, match=r"runs/7/checkpoints/step-000020/dcp/__1_0.safetensors on memory://.* is not the file"):
+        node2._download("runs/7/checkpoints/step-000020")
+    assert not list((node2.local_root / "runs/7/checkpoints").iterdir())

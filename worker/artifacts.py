@@ -25,6 +25,7 @@ input_cache_gb (input_cache.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -55,6 +56,12 @@ from worker.input_cache import InputCache
 from worker.uploads import Fenced
 
 NODES_QUIET_S = 600.0  # node 0 gives up waiting for the other nodes' shards after this long without one arriving
+_CHUNK = 1 << 22  # bytes read at a time from the root while hashing a download
+
+
+class Damaged(Exception):
+    """A file on the artifact root is not what its checkpoint's manifest lists (the message names it, and the fix)."""
+
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -281,30 +288,66 @@ class WorkerArtifacts:
         partial.replace(local)
 
     def _download(self, relative: str) -> None:
-        """Copy a remote directory down unless a complete copy is already here (a re-run on this node)."""
+        """Copy a remote directory down unless a complete copy is already here (a re-run on this node). Each file its
+        manifest lists is checked against the listed sha256 as it comes down (Damaged where it differs)."""
         local = self.local_root / relative
         remote = self._remote(relative)
         if not self.fs.exists(remote):
             return  # the trainer reports what is missing, with the fix
+        listed = self._listed(remote)
         if local.is_dir() and (local / MANIFEST).exists() and self._same_manifest(local, remote):
             # A checkpoint this node wrote: where it is a gang's, the other nodes' shards come down beside its own.
             for name in missing(local):
-                target = local / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                self.fs.get_file(f"{remote.rstrip('/')}/{name}", str(target))
+                self._fetch(relative, name, local, listed.get(name))
             return
         if local.is_dir() and not (local / MANIFEST).exists() and any(local.iterdir()):
             return
         partial = local.with_name(local.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        for name in self.fs.find(remote):
-            target = partial / name[len(remote.rstrip("/")) + 1 :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.fs.get_file(name, str(target))
+        try:
+            for path in self.fs.find(remote):
+                name = path[len(remote.rstrip("/")) + 1 :]
+                self._fetch(relative, name, partial, listed.get(name))
+        except Damaged:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         shutil.rmtree(local, ignore_errors=True)
         partial.rename(local)
         logger.info("downloaded %s from %s", relative, self.url)
+
+    def _listed(self, remote: str) -> dict[str, dict]:
+        """The files a remote directory's manifest lists, with size and sha256 ({} without one)."""
+        try:
+            manifest = json.loads(self.fs.cat_file(f"{remote.rstrip('/')}/{MANIFEST}"))
+        except (FileNotFoundError, ValueError):
+            return {}
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        return files if isinstance(files, dict) else {}
+
+    def _fetch(self, relative: str, name: str, into: Path, entry: dict | None) -> None:
+        """Copy one file of `relative` into `into`; one its manifest lists is hashed as it comes, and refused (deleted,
+        Damaged) where it is not what the manifest says: a resume never starts from bytes the run did not write."""
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = f"{self._remote(relative).rstrip('/')}/{name}"
+        if entry is None:
+            self.fs.get_file(source, str(target))
+            return
+        digest, size = hashlib.sha256(), 0
+        with self.fs.open(source, "rb") as reading, target.open("wb") as writing:
+            while chunk := reading.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                writing.write(chunk)
+        if digest.hexdigest() != entry.get("sha256") or size != entry.get("size"):
+            target.unlink()
+            raise Damaged(
+                f"{relative}/{name} on {self.url} is not the file its manifest lists ({size} bytes, sha256 "
+                f"{digest.hexdigest()[:12]}..., where the manifest says {entry.get('size')} bytes, "
+                f"{str(entry.get('sha256'))[:12]}...): that copy was damaged or overwritten. Delete {relative} there to "
+                "resume from the checkpoint before it"
+            )
 
     def _same_manifest(self, local: Path, remote: str) -> bool:
         """Whether a local checkpoint is the remote one (another attempt may have written the same step there)."""

@@ -51,7 +51,7 @@ from rlplane.spec import RunSpec, dump_spec
 from rlplane.status import EXIT_DIVERGED, EXIT_FENCED, FAILURE_OF_EXIT
 from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
 from trainer_core.launch import free_port
-from worker.artifacts import WorkerArtifacts
+from worker.artifacts import Damaged, WorkerArtifacts
 from worker.client import LeaseRefused, Superseded, WorkerApi
 from worker.command import CommandError, command_argv, command_cwd, command_env
 from worker.forward import Forwarder
@@ -168,7 +168,12 @@ def _attempt(
     holding.hold(run_id, attempt)
     try:
         # a remote root: the checkpoint to resume, the runs and dataset it names
-        artifacts.prepare(run_id, spec, registered if per_node else "latest")
+        try:
+            artifacts.prepare(run_id, spec, registered if per_node else "latest")
+        except Damaged as exc:  # another try would find the same bytes: the run fails, saying which and what to do
+            if not reports:
+                raise NodeRefused(str(exc)) from None
+            return _end_unstarted(client, run_id, attempt, str(exc))
         resume_from = _resume_from(out_dir, registered, per_node, artifacts.url)
         resume = resume_from is not None
         where = f"attempt {attempt} on {settings.name}" + (f" (node {place.node_rank} of {place.nodes})" if place else "")
@@ -384,9 +389,10 @@ def _ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: flo
 
 
 def _end_unstarted(client: WorkerApi, run_id: int, attempt: int, reason: str) -> str:
-    """The command could not start (its code is missing): the run fails on its configuration."""
+    """The attempt could not start (a command's code is missing, the checkpoint to resume is damaged): the run fails
+    on its inputs, which another try would find the same."""
     client.status(run_id, StatusUpdate(attempt=attempt, status="failed", reason=reason[-MAX_REASON_CHARS:], failure="config"))
-    logger.info("run=%d attempt=%d failed before its command started: %s", run_id, attempt, reason)
+    logger.info("run=%d attempt=%d failed before its trainer started: %s", run_id, attempt, reason)
     return "failed"
 
 
