@@ -13,7 +13,7 @@ import pytest
 
 from rlplane.spec.environments import HttpEnvironment as HttpSpec
 from rlplane.spec.environments import OpenEnvEnvironment, PythonEnvironment
-from tests.harness.environments import played, served_calculator, served_openenv
+from tests.harness.environments import played, replied, served_calculator, served_openenv
 from trainer_core.data.tasks import calculator as task
 from trainer_core.environments import EnvError, Episode, make_environment, tool_calls
 from trainer_core.environments.calculator import Calculator, ExpressionError, calculate
@@ -316,12 +316,12 @@ def test_tool_calls_read_string_arguments_and_mcp_results_of_every_content() -> 
         with pytest.raises(ValueError, match=why):
             tool_calls.read_call(bad)
     contents = [{"type": "text", "text": "a page"}, {"type": "image", "data": "..."}, {"type": "text", "text": "more"}]
-    assert tool_calls.response({"tool_name": "look", "result": {"content": contents}}) == (
+    assert replied({"tool_name": "look", "result": {"content": contents}}) == (
         "<tool_response>\na page\n[image]\nmore\n</tool_response>\n",
         None,
     )
-    assert tool_calls.response({"tool_name": "f", "result": {"content": [], "structured_content": {"x": 1}}})[0] == (
+    assert replied({"tool_name": "f", "result": {"content": [], "structured_content": {"x": 1}}})[0] == (
         '<tool_response>\n{"x": 1}\n</tool_response>\n'
     )
     failed = {"tool_name": "f", "result": {"content": [{"type": "text", "text": "disk full\nat line 3"}], "is_error": True}}
-    assert tool_calls.response(failed) == ("<tool_response>\ndisk full\nat line 3\n</tool_response>\n", "tool 'f': disk full")
+    assert replied(failed) == ("<tool_response>\ndisk full\nat line 3\n</tool_response>\n", "tool 'f': disk full")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlplane.spec.environments import PythonEnvironment
+from tests.harness.environments import replied
 from trainer_core.environments import make_environment, tool_calls, tool_formats
 from trainer_core.environments.base import Episode, ToolResult
 
@@ -86,7 +87,7 @@ def test_llama3_json_calls_are_the_whole_message_ended_by_eos() -> None:
             tool_calls.read_call(bad, "llama3_json")
     assert tool_calls.with_call_stop(("\n\n",), "llama3_json") == ("\n\n",)  # the EOS token ends the turn
     assert tool_calls.refusal("no tool call", "llama3_json") == "error: no tool call"
-    assert tool_calls.response({"tool_name": "f", "result": "12"}, "llama3_json") == ("12", None)
+    assert replied({"tool_name": "f", "result": "12"}, "llama3_json") == ("12", None)
     assert '{"name": "<tool>", "parameters": {...}}' in tool_calls.listed(TOOLS, "llama3_json")
 
 
@@ -96,7 +97,7 @@ def test_each_format_stops_lists_and_answers_as_its_templates_do() -> None:
     listing = tool_calls.listed(TOOLS, "qwen3_coder")
     assert "as <tool_call><function=<tool>><parameter=<name>><value></parameter>...</function></tool_call>:" in listing
     assert '"name": "search"' in listing
-    assert tool_calls.response({"tool_name": "f", "result": "12"}, "qwen3_coder") == (
+    assert replied({"tool_name": "f", "result": "12"}, "qwen3_coder") == (
         "<tool_response>\n12\n</tool_response>\n",
         None,
     )
@@ -262,7 +263,7 @@ FAMILIES = [
 def test_each_family_reads_its_calls_and_answers_as_its_template_does(fmt, message, call, answer) -> None:
     read = tool_calls.read_call(message, fmt, TOOLS)
     assert read == call
-    assert tool_calls.response({"tool_name": "search", "result": "12"}, fmt, read) == (answer, None)
+    assert replied({"tool_name": "search", "result": "12"}, fmt, read) == (answer, None)
     with pytest.raises(ValueError, match="no tool call"):
         tool_calls.read_call("It is 42.", fmt, TOOLS)
     assert tool_calls.FORMATS[fmt].usage in tool_calls.listed(TOOLS, fmt)

@@ -294,8 +294,10 @@ class WorkerArtifacts:
         remote = self._remote(relative)
         if not self.fs.exists(remote):
             return  # the trainer reports what is missing, with the fix
-        listed = self._listed(remote)
-        if local.is_dir() and (local / MANIFEST).exists() and self._same_manifest(local, remote):
+        manifest = self._cat(f"{remote.rstrip('/')}/{MANIFEST}")
+        listed = _files_of(manifest)
+        if local.is_dir() and (local / MANIFEST).exists() and manifest == (local / MANIFEST).read_bytes():
+            # The registered checkpoint, not another attempt's copy of the same step (that one is replaced whole).
             # A checkpoint this node wrote: where it is a gang's, the other nodes' shards come down beside its own.
             for name in missing(local):
                 self._fetch(relative, name, local, listed.get(name))
@@ -316,14 +318,11 @@ class WorkerArtifacts:
         partial.rename(local)
         logger.info("downloaded %s from %s", relative, self.url)
 
-    def _listed(self, remote: str) -> dict[str, dict]:
-        """The files a remote directory's manifest lists, with size and sha256 ({} without one)."""
+    def _cat(self, remote: str) -> bytes | None:
         try:
-            manifest = json.loads(self.fs.cat_file(f"{remote.rstrip('/')}/{MANIFEST}"))
-        except (FileNotFoundError, ValueError):
-            return {}
-        files = manifest.get("files") if isinstance(manifest, dict) else None
-        return files if isinstance(files, dict) else {}
+            return self.fs.cat_file(remote)
+        except FileNotFoundError:
+            return None
 
     def _fetch(self, relative: str, name: str, into: Path, entry: dict | None) -> None:
         """Copy one file of `relative` into `into`; one its manifest lists is hashed as it comes, and refused (deleted,
@@ -349,13 +348,6 @@ class WorkerArtifacts:
                 "resume from the checkpoint before it"
             )
 
-    def _same_manifest(self, local: Path, remote: str) -> bool:
-        """Whether a local checkpoint is the remote one (another attempt may have written the same step there)."""
-        try:
-            return self.fs.cat_file(f"{remote.rstrip('/')}/{MANIFEST}") == (local / MANIFEST).read_bytes()
-        except FileNotFoundError:
-            return False
-
     def _latest_checkpoint(self, relative: str) -> None:
         """The newest remote checkpoint with a manifest, if it is newer than every local one."""
         remote = self._remote(relative)
@@ -370,3 +362,13 @@ class WorkerArtifacts:
         have = sorted(p.parent.name for p in local.glob(f"{STEP_PREFIX}*/{MANIFEST}")) if local.is_dir() else []
         if steps and (not have or steps[-1] > have[-1]):
             self._download(f"{relative}/{steps[-1]}")
+
+
+def _files_of(manifest: bytes | None) -> dict[str, dict]:
+    """The files a manifest lists, with size and sha256 ({} for none, or one that does not parse)."""
+    try:
+        document = json.loads(manifest) if manifest is not None else None
+    except ValueError:
+        return {}
+    files = document.get("files") if isinstance(document, dict) else None
+    return files if isinstance(files, dict) else {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from trainer_core.environments import Episode, Reply
+from trainer_core.environments import Episode, Reply, tool_calls
 from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +69,9 @@ def played(environment, row: dict, *messages: str) -> list[Reply]:
         if not replies[-1].done:
             episode.messages.append(("environment", replies[-1].text))
     return replies
+
+
+def replied(observation: dict, fmt: str = "hermes", call: tool_calls.Call | None = None) -> tuple[str, str | None]:
+    """What the policy is answered and the failure's reason (tool_calls.answered's reply)."""
+    reply = tool_calls.answered(observation, fmt, call)
+    return reply.text, reply.reason

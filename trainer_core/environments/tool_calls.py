@@ -105,18 +105,12 @@ def outcome(observation: Mapping[str, Any]) -> tuple[str, str | None]:
     return text, None
 
 
-def response(observation: Mapping[str, Any], fmt: str = "hermes", call: Call | None = None) -> tuple[str, str | None]:
-    """outcome()'s text as the policy is answered in format `fmt` (`call`: the call it answers, where the format
-    refers back to it), and the failure's reason."""
+def answered(observation: Mapping[str, Any], fmt: str = "hermes", call: Call | None = None) -> Reply:
+    """The reply to `call` that `observation` answers: outcome()'s text in format `fmt` (which may refer back to the
+    call), the failure's reason, and the call with the result as the tool gave it, for a chat template that renders
+    tool messages itself."""
     text, failed = outcome(observation)
-    return FORMATS[fmt].answered(text, call), failed
-
-
-def answered(observation: Mapping[str, Any], fmt: str, call: Call) -> Reply:
-    """The reply to `call` that `observation` answers: its text in format `fmt`, and the call with the result as the
-    tool gave it, for a chat template that renders tool messages itself."""
-    text, failed = outcome(observation)
-    result = ToolResult(call.name, call.arguments, call.ref, text)
+    result = ToolResult(call.name, call.arguments, call.ref, text) if call is not None else None
     return answer(FORMATS[fmt].answered(text, call), tool_call=True, error=failed is not None, reason=failed, tool=result)
 
 

@@ -217,7 +217,7 @@ def _read_kimi(message: str, _tools: list[dict[str, Any]]) -> Call:
     if not has_args:
         raise ValueError(f"the tool call has no {_KIMI_ARGS}: call a tool as {_KIMI_USAGE}")
     call_id = call_id.strip()
-    name = call_id.removeprefix("functions.").rsplit(":", 1)[0] if ":" in call_id else call_id.removeprefix("functions.")
+    name = call_id.removeprefix("functions.").rsplit(":", 1)[0]  # functions.NAME:INDEX
     return Call(_named(name), _json_value(arguments, "the tool call's arguments"), call_id)
 
 

@@ -93,17 +93,18 @@ class ChatTurns:
         """The end of the assistant's turn the policy did not write, then the template's tool message with the
         result, then the assistant's next turn opened."""
         call_id = tool.call_id or "call00001"  # Mistral's templates take 9 letters or digits
-        for arguments in (tool.arguments, json.dumps(tool.arguments)):  # most take an object; DeepSeek's, JSON text
+        answered = {"role": "tool", "content": tool.text, "tool_call_id": call_id, "name": tool.name}
+
+        def rendered(arguments: Any) -> tuple[str, str]:
+            """The stub with the call, alone and then answered with the next turn opened."""
             call = {"id": call_id, "type": "function", "function": {"name": tool.name, "arguments": arguments}}
             asked = [self._stub[0], {**self._stub[1], "tool_calls": [call]}]
-            answered = {"role": "tool", "content": tool.text, "tool_call_id": call_id, "name": tool.name}
-            try:
-                own = self._render(asked, generation_prompt=False)
-                whole = self._render([*asked, answered], generation_prompt=True)
-                break
-            except DataError:
-                if arguments is not tool.arguments:
-                    raise
+            return self._render(asked, generation_prompt=False), self._render([*asked, answered], generation_prompt=True)
+
+        try:
+            own, whole = rendered(tool.arguments)
+        except DataError:  # DeepSeek's templates join the arguments as JSON text
+            own, whole = rendered(json.dumps(tool.arguments))
         at = own.find(_MARK)
         if at < 0 or not whole.startswith(own[:at]):
             raise DataError(f"{FIELD}: the model's chat template drops an assistant's tool call once a tool message follows")

@@ -165,7 +165,7 @@ def play(
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
     eos = tokenizer.eos_token_id
     tool_format = getattr(limits, "tool_format", None) or "hermes"  # how the listing of an episode's tools says to call one
-    kept = marker_ids(tokenizer, markers_of(limits))  # decoded as they are: the calls of its tool format
+    kept = marker_ids(tokenizer, FORMATS[tool_format].markers)  # decoded as they are: the calls of its tool format
     chat = ChatTurns(tokenizer, limits.chat_role, tool_format) if any(_is_chat(row) for row in rows) else None
     sessions = getattr(environment, "sessions", None) or len(playing)
     waiting, live = list(reversed(playing)), []  # waiting: popped from its end, so episodes start in order
