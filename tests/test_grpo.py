@@ -206,3 +206,29 @@ def test_generations_of_several_rounds_join_without_changing_a_row() -> None:
     alone = [logprobs(short)[0], logprobs(long)[0]]
     assert torch.allclose(together[0, :3], alone[0][:3], atol=1e-5)
     assert torch.allclose(together[1, :1], alone[1][:1], atol=1e-5)
+
+
+def test_a_steps_extremes_are_reduced_wherever_each_value_lives() -> None:
+    """The step's minima and maxima mix values kept where they were made: response lengths on the policy's device
+    and the ratio extremes that `from_loss_stage` brings back to the CPU. On a GPU, stacking them as tensors failed
+    the first PPO and GRPO step ("Expected all tensors to be on the same device"); each is read as a number now, so
+    a plain float (another place a value can come from) is reduced too."""
+    import torch
+
+    from rlplane.spec.sections import TorchBackend, TrainSpec
+    from trainer_core.backends import make_backend
+    from trainer_core.backends.dist import DistEnv
+    from trainer_core.recipes import online
+
+    backend = make_backend(TorchBackend(kind="torch", precision="fp32"), TrainSpec(steps=1, batch_size=4), DistEnv())
+    try:
+        lowest = {"gen/response_length_min": torch.tensor(3, dtype=torch.float64), "grpo/ratio_min": 0.875}
+        highest = {"gen/response_length_max": torch.tensor(9.0), "grpo/ratio_max": torch.tensor(1.25, dtype=torch.float64)}
+        assert online.reduced_extremes(backend, lowest, highest) == {
+            "gen/response_length_min": 3.0,
+            "grpo/ratio_min": 0.875,
+            "gen/response_length_max": 9.0,
+            "grpo/ratio_max": 1.25,
+        }
+    finally:
+        backend.close()

@@ -123,10 +123,12 @@ def from_loss_stage(
 
 def reduced_extremes(backend: Backend, lowest: dict[str, torch.Tensor], highest: dict[str, torch.Tensor]) -> dict[str, float]:
     """The step's minima and maxima over ranks (one collective each): the same on every rank, so the step's
-    averaging over ranks keeps them."""
+    averaging over ranks keeps them. The values may sit on different devices (response lengths on the GPU, the
+    ratio extremes that `from_loss_stage` shared on the CPU), so they are read as numbers first."""
     extremes: dict[str, float] = {}
     for op, found in (("min", lowest), ("max", highest)):
-        extremes |= dict(zip(found, backend.all_reduce(torch.stack(list(found.values())), op).tolist(), strict=True))
+        values = torch.tensor([float(value) for value in found.values()], dtype=torch.float64)
+        extremes |= dict(zip(found, backend.all_reduce(values, op).tolist(), strict=True))
     return extremes
 
 
