@@ -19,10 +19,11 @@ from tests.harness.launch import finish, max_diff, start
 from tests.harness.specs import SHARDED_SFT, packed
 from tests.harness.training import assert_export_matches, metrics
 from trainer_core.backends import BackendError, make_backend
-from trainer_core.backends.fsdp2_backend import repeated_blocks, unfuse_for_sharded_scaler
+from trainer_core.backends.fsdp2_backend import unfuse_for_sharded_scaler
 from trainer_core.checkpoint import CheckpointError, load_checkpoint, verify
 from trainer_core.models import build_tokenizer
 from trainer_core.models.builtin import build_builtin
+from trainer_core.models.speed import repeated_blocks
 
 TOLERANCE = 1e-5  # fp32, same data, same init: only the order of floating-point sums differs
 FSDP2 = {"kind": "fsdp2", "precision": "fp32"}

@@ -2,7 +2,8 @@
 backends, bf16 on the Megatron backend (tensor parallel 1: one GPU; pipeline parallel 2 and tensor x
 pipeline parallel 2 x 2 on 2 and 4 GPUs, skipped on a machine with fewer), NCCL as the process group,
 PPO generating under ZeRO-3 on the GPU, exact resume on the GPU, checkpoints that move between the GPU
-and the CPU, and the hf rollout engine's compiled static-cache decoding.
+and the CPU, the hf rollout engine's compiled static-cache decoding, and the model section's speed switches
+(compiled blocks, Liger's kernels).
 
 Marked `gpu`: `make test` (and CI, which has no GPU) deselects them; run them where a GPU exists with
 `python -m pytest -m gpu tests/test_gpu.py` (the lent device machine, see docs/backends.md). They
@@ -161,6 +162,43 @@ def test_ppo_generates_and_learns_under_zero3_on_the_gpu(tmp_path: Path) -> None
     }
     optimality = metrics(train(tmp_path, spec, "ppo"), "eval/optimality")
     assert optimality[10] >= optimality[0] + 0.2, optimality
+
+
+def test_grpo_steps_on_the_gpu_with_the_static_cache_engine(tmp_path: Path) -> None:
+    """Three GRPO steps on tiny-llama, bf16, the hf engine's compiled static-cache decode: every step reports its
+    generation and training seconds and its response lengths (a step's extremes once failed on a GPU, mixing the
+    lengths on the GPU with ratio extremes on the CPU)."""
+    spec = {
+        "name": "gpu-grpo",
+        "algorithm": "grpo",
+        "model": {"path": "builtin:tiny-llama", "max_seq_len": 64},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0, "max_samples": 32},
+        "backend": {"kind": "torch", "precision": "bf16"},
+        "resources": {"gpus": 1},
+        "train": {"steps": 3, "batch_size": 32, "lr": 1e-5, "log_every": 1, "eval_every": None},
+        "grpo": {"group_size": 8, "gen": {"max_new_tokens": 16, "static_cache": True}, "samples_to_log": 0},
+    }
+    out = train(tmp_path, spec, "grpo")
+    for key in ("perf/gen_s", "perf/train_s", "gen/response_length_max", "grpo/ratio_max"):
+        assert sorted(metrics(out, key)) == [1, 2, 3], key
+
+
+@pytest.mark.parametrize(
+    ("kind", "switches"),
+    [("torch", {"compile": True}), ("torch", {"kernels": "liger"}), ("fsdp2", {"compile": True, "kernels": "liger"})],
+    ids=["torch-compile", "torch-liger", "fsdp2-compile-liger"],
+)
+def test_the_speed_switches_follow_the_eager_bf16_curve(tmp_path: Path, kind: str, switches: dict) -> None:
+    """model.compile (compiled decoder blocks) and model.kernels: liger (Liger's RMSNorm, SwiGLU and rotary kernels)
+    on tiny-llama, 40 bf16 SFT steps: the loss falls by more than 1 nat and stays within bf16's precision (0.05) of
+    the same backend's eager run."""
+    spec = {**SFT, "model": {**SFT["model"], "path": "builtin:tiny-llama"}, "backend": {"kind": kind, "precision": "bf16"}}
+    eager = metrics(train(tmp_path, spec, "eager"), "train/loss")
+    fast = metrics(train(tmp_path, {**spec, "model": {**spec["model"], **switches}}, "fast"), "train/loss")
+    print(f"{kind} {switches}: largest difference from eager {max(abs(fast[s] - eager[s]) for s in eager):.3g}")
+    assert fast[40] < fast[1] - 1.0, fast
+    assert max(abs(fast[s] - eager[s]) for s in eager) < 0.05, (fast, eager)
 
 
 @pytest.mark.parametrize(("tensor_parallel", "pipeline_parallel"), [(1, 2), (2, 2)], ids=["pp2", "tp2-pp2"])

@@ -230,6 +230,19 @@ RULE_CASES = {
     ),
     "torch-no-ddp": ("sft", ["resources.gpus=2", "backend.ddp=false"], "backend.ddp", "set ddp: true"),
     "fp16-on-cpu": ("sft", ["backend.precision=fp16"], "backend.precision", "fp16 needs a GPU"),
+    "compile-on-deepspeed": (
+        "sft",
+        [DEEPSPEED, "model.compile=true"],
+        "model.compile",
+        "model.compile is for the torch and fsdp2 backends, not deepspeed",
+    ),
+    "kernels-on-megatron": (
+        "sft",
+        ["resources.gpus=1", MEGATRON, "model.kernels=liger"],
+        "model.kernels",
+        "model.kernels is for the torch and fsdp2 backends, not megatron",
+    ),
+    "liger-on-cpu": ("sft", ["model.kernels=liger"], "model.kernels", "set resources.gpus >= 1 or model.kernels: none"),
     "ds-zero-init-stage": (
         "sft",
         [DEEPSPEED, "backend.zero_init=true"],

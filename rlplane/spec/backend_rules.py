@@ -161,6 +161,30 @@ def torch_without_ddp_is_single_gpu(spec: RunSpec) -> Rules:
         )
 
 
+# Backends whose model is the Hugging Face module the speed switches change in place (megatron trains converted
+# shards; DeepSpeed's engine is not measured with them).
+SPEED_SWITCH_BACKENDS = ("torch", "fsdp2")
+
+
+def model_speed_switches_fit(spec: RunSpec) -> Rules:
+    """model.compile and model.kernels run on the torch and fsdp2 backends; kernels liger needs a GPU (Triton)."""
+    if spec.model is None:
+        return
+    model, kind = spec.model, spec.backend.kind
+    for field, on in (("compile", model.compile), ("kernels", model.kernels != "none")):
+        if on and kind not in SPEED_SWITCH_BACKENDS:
+            yield Violation(
+                ("model", field),
+                f"model.{field} is for the {' and '.join(SPEED_SWITCH_BACKENDS)} backends, not {kind}: "
+                f"use backend.kind torch or fsdp2, or remove model.{field}",
+            )
+    if model.kernels == "liger" and spec.resources.gpus == 0:
+        yield Violation(
+            ("model", "kernels"),
+            "kernels: liger runs Triton kernels on CUDA GPUs: set resources.gpus >= 1 or model.kernels: none",
+        )
+
+
 def fp16_needs_gpu(spec: RunSpec) -> Rules:
     """backend.precision fp16 needs a GPU (its loss scaling runs on CUDA); bf16 and fp32 run on CPU."""
     if spec.backend.precision == "fp16" and spec.resources.gpus == 0:

@@ -20,6 +20,7 @@ from rlplane.spec.backend_rules import (
     megatron_pipeline_fits,
     megatron_sequence_parallel_needs_tp,
     megatron_tensor_parallel_fits_the_builtin_model,
+    model_speed_switches_fit,
     torch_without_ddp_is_single_gpu,
     zero_init_needs_stage_3,
 )
@@ -372,6 +373,7 @@ RULES = (
     megatron_sequence_parallel_needs_tp,
     torch_without_ddp_is_single_gpu,
     fp16_needs_gpu,
+    model_speed_switches_fit,
     zero_init_needs_stage_3,
     deepspeed_offload_needs_zero,
     ds_config_agrees_with_spec,

@@ -37,6 +37,18 @@ class ModelSpec(StrictModel):
     )
     lora: LoraSpec | None = Field(None, description="LoRA adapters; null: full fine-tune of every weight.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    compile: bool = Field(
+        False,
+        description="torch.compile each decoder block for training steps (regional compilation: the blocks share one "
+        "compiled graph; the first steps pay the compilation, evaluation and generation run uncompiled). torch and "
+        "fsdp2 backends.",
+    )
+    kernels: Literal["none", "liger"] = Field(
+        "none",
+        description="liger: Liger Kernel's fused Triton kernels for the model's RMSNorm, SwiGLU MLP and rotary "
+        "embedding (CUDA GPUs; the liger-kernel package on the worker; the architectures Liger patches: Llama, "
+        "Mistral, Qwen2/3, Gemma, Phi-3, ...). none: the model's own layers. torch and fsdp2 backends.",
+    )
     max_seq_len: int | None = Field(
         None,
         ge=8,

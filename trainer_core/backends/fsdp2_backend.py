@@ -43,21 +43,13 @@ from trainer_core.backends.batching import accumulation_steps
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import seed_rank
 from trainer_core.checkpoint.sharded import load_sharded, save_sharded, saved_keys
+from trainer_core.models.speed import repeated_blocks
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The optimizer's state flattened to one key per value (`state.<param>.exp_avg`, `param_groups.<param>.lr`):
 # tensors and plain values can then be stored apart, and keys name parameters, not indices.
 _SHARDED = StateDictOptions(flatten_optimizer_state_dict=True)
 _MODEL, _OPTIMIZER = "model.", "optimizer."
-
-
-def repeated_blocks(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks: the children of the first ModuleList holding more than one module of one class
-    (GPT-2's transformer.h, Llama's model.layers); [] for a model without one."""
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) > 1 and len({type(child) for child in module}) == 1:
-            return list(module)
-    return []
 
 
 def unfuse_for_sharded_scaler(optimizer: torch.optim.Optimizer) -> None:

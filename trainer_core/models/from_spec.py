@@ -1,4 +1,5 @@
-"""The spec's `model` section -> a ready model: load, then gradient checkpointing, then LoRA."""
+"""The spec's `model` section -> a ready model: load, then fused kernels, compiled blocks and gradient checkpointing,
+then LoRA."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from trainer_core.models.builtin import ModelKind
 from trainer_core.models.errors import ModelError
 from trainer_core.models.loading import RunResolver, load_model
 from trainer_core.models.lora import apply_lora
+from trainer_core.models.speed import apply_kernels, compile_blocks
 
 
 def max_positions(model: PreTrainedModel) -> int | None:
@@ -43,6 +45,9 @@ def load_from_spec(
             f"model.max_seq_len is {spec.max_seq_len} but {spec.path!r} has only {limit} positions; "
             f"set model.max_seq_len to {limit} or less."
         )
+    apply_kernels(model, spec.kernels)
+    if spec.compile:
+        compile_blocks(model)
     if spec.gradient_checkpointing:
         # transformers 5.23 renamed gradient_checkpointing_enable (now a deprecated alias). Non-reentrant
         # checkpointing needs no input gradients, so it also works under a frozen LoRA base.
