@@ -187,9 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         compiled[name][phase] += graphs_compiled() - graphs
         return took, out, generation
 
+    # Each run's seconds are printed as it ends, so a bench cut short by its caller still says what it measured.
     for name in names:
         for _ in range(args.warmup):
-            timed(name, 0)
+            print(f"{name}: warmup {timed(name, 0)[0]:.2f} s", flush=True)
     # Timed runs in rounds, one of each engine per round: whichever engine runs first in a process ran slower on
     # a CPU (its order, not the engine: swapping two engines swapped the gap), so no engine has all of the firsts.
     seconds: dict[str, list[float]] = {name: [] for name in names}
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             took, *last[name] = timed(name, 1)
             seconds[name].append(took)
+            print(f"{name}: round {round_ + 1} {took:.2f} s", flush=True)
     results = {}
     for name in names:
         out, generation = last[name]

@@ -10,7 +10,10 @@ the tokenizer), so every row nearly fills the sequence and padding is small on b
 same job: --steps optimizer steps of --batch rows in micro-batches of --micro-batch, constant lr, no warmup, clip
 1.0, bf16 mixed precision (fp32 master weights; TRL: `bf16=True` on an fp32 model, the same), no gradient
 checkpointing, no eval, no checkpoints. Ours runs as `torchrun --nproc_per_node 1 -m trainer_core run`; TRL as
-bench/trainersbench/trl_side.py with the same model, rows and settings.
+bench/trainersbench/trl_side.py with the same model, rows and settings. A row is a backend with the model section's
+speed switches (`torch+compile+liger`: model.compile and model.kernels: liger), or TRL with its own
+(`trl+compile+liger`: torch_compile and use_liger_kernel). Each of our runs is stopped once its last step has
+reported: our export and final checkpoint are not what is measured, so wall is to the last step.
 
 Tokens/s is the median over the steps after --warmup of non-padding tokens per step over the step's seconds (ours:
 perf/tokens_per_s; TRL: the tokens its batches held over the time between step ends). MFU = 6 N tokens/s / peak,
@@ -18,13 +21,15 @@ N = every parameter, the GPU's dense bf16 peak from its data sheet (H100/H200 98
 GPU's memory in use read by nvidia-smi every 0.2 s while the run is the only thing on the GPU (the CUDA context
 included, so a little above torch's own peak).
 
-GRPO: --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
+GRPO, per engine (grpo-hf: the hf engine; grpo-hf-static: with gen.static_cache; grpo-megatron: the megatron engine
+on its backend): --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
 tokens at temperature 1 (random weights: responses run to the limit or an early EOS); perf/gen_s and perf/train_s
 are the trainer's own split of each step, medians after the first step. "HF generate" times
 `model.generate` on the same model in bf16 for the same number of prompts x group, same length and sampling, in
 this process: the floor our torch engine's generation should be near.
 
-    python bench/gpu.py --json results.json           # ~4 minutes on an H100/H200
+    python bench/gpu.py --json results.json           # ~6 minutes on an H100/H200 (the default rows)
+    python bench/gpu.py --only torch,torch+compile --steps 12 --warmup 4
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,14 +57,45 @@ from backends import failure, mfu, peak_tflops, sized_llama  # noqa: E402  (the 
 from worker.launcher import signal_on_parent_death, stop_tree  # noqa: E402  (the worker's: no run outlives the bench)
 
 TRL_SIDE = ROOT / "bench" / "trainersbench" / "trl_side.py"
-BACKENDS = {  # in the order they run: the MFU target's backends first, so a cut-short run still has them
+BACKENDS = {
     "torch": {"kind": "torch", "precision": "bf16"},
     "fsdp2": {"kind": "fsdp2", "precision": "bf16"},
     "zero2": {"kind": "deepspeed", "zero_stage": 2, "precision": "bf16"},
     "zero3": {"kind": "deepspeed", "zero_stage": 3, "precision": "bf16"},
+    # ZeRO-3's one-GPU configuration: every parameter persistent (never released and gathered again), so the stage's
+    # hooks have nothing to fetch; on one GPU there is nothing to partition anyway
+    "zero3-persistent": {
+        "kind": "deepspeed", "zero_stage": 3, "precision": "bf16",
+        "ds_config": {"zero_optimization": {"stage3_param_persistence_threshold": 10**12}},
+    },
     "megatron": {"kind": "megatron", "tensor_parallel": 1, "precision": "bf16"},
+}  # fmt: skip
+BOTH = {"compile": True, "kernels": "liger"}
+# SFT rows, in the order they run (the MFU target's first, so a cut-short bench still has them): a backend, and the
+# model section's speed switches (model.compile, model.kernels). TRL's rows run where "trl" stands.
+SFT_RUNS = {
+    "torch": ("torch", {}),
+    "torch+compile+liger": ("torch", BOTH),
+    "fsdp2+compile+liger": ("fsdp2", BOTH),
+    "trl": None,
+    "trl+compile+liger": None,
+    "torch+compile": ("torch", {"compile": True}),
+    "torch+liger": ("torch", {"kernels": "liger"}),
+    "fsdp2": ("fsdp2", {}),
+    "zero2": ("zero2", {}),
+    "zero3": ("zero3", {}),
+    "zero3-persistent": ("zero3-persistent", {}),
+    "megatron": ("megatron", {}),
 }
-GRPO_BACKENDS = ("torch", "megatron")
+TRL_SWITCHES = {"trl": {}, "trl+compile+liger": {"compile": True, "liger": True}}  # TRL's own: torch_compile, use_liger_kernel
+# GRPO rows: a backend and the generation settings that pick its engine (grpo.gen)
+GRPO_RUNS = {
+    "grpo-hf": ("torch", {}),
+    "grpo-hf-static": ("torch", {"static_cache": True}),
+    "grpo-megatron": ("megatron", {}),
+}
+NAMES = [*SFT_RUNS, *GRPO_RUNS, "generate"]
+DEFAULT_RUNS = ("torch", "torch+compile+liger", "fsdp2+compile+liger", "trl", "trl+compile+liger", *GRPO_RUNS, "generate")
 RUN_TIMEOUT_S = 150
 DRY_RUN = {  # --allow-cpu
     "hidden": 64, "layers": 2, "seq_len": 64, "batch": 4, "micro_batch": 2, "steps": 3, "warmup": 1,
@@ -78,7 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps per run (default 4)")
     p.add_argument("--gen-tokens", type=int, default=256, help="GRPO new tokens per response (default 256)")
     p.add_argument("--prompts", type=int, default=16, help="GRPO prompts per step; x group 8 responses (default 16)")
-    p.add_argument("--only", default="", help="comma-separated subset of backends, trl, grpo, generate")
+    p.add_argument(
+        "--only",
+        default=",".join(DEFAULT_RUNS),
+        help=f"comma-separated runs, from: {','.join(NAMES)} (default: {','.join(DEFAULT_RUNS)})",
+    )
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--keep", type=Path, help="keep the model, data and run directories here (default: a temp dir)")
     p.add_argument("--allow-cpu", action="store_true", help="dry run without a GPU (tiny sizes; no MFU): the plumbing only")
@@ -88,17 +129,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for name, value in DRY_RUN.items():
             if f"--{name.replace('_', '-')}" not in given:
                 setattr(args, name, value)
-    args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    bad = args.only - {*BACKENDS, "trl", "grpo", "generate"}
+    args.only = [x.strip() for x in args.only.split(",") if x.strip()]
+    bad = set(args.only) - set(NAMES)
     if bad:
-        p.error(f"--only: unknown name(s) {sorted(bad)}; choose from {','.join([*BACKENDS, 'trl', 'grpo', 'generate'])}")
+        p.error(f"--only: unknown name(s) {sorted(bad)}; choose from {','.join(NAMES)}")
     if args.batch % args.micro_batch or not 1 <= args.warmup < args.steps:
         p.error("--batch must be a multiple of --micro-batch, and 1 <= --warmup < --steps")
     return args
-
-
-def wanted(name: str, args: argparse.Namespace) -> bool:
-    return not args.only or name in args.only
 
 
 def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
@@ -155,8 +192,10 @@ class GpuMemory(threading.Thread):
                 pass
 
 
-def launch(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, float]:
-    """Run `cmd` with its output in `log`; its exit code, the GPU's peak memory (MiB) and the wall time (s)."""
+def launch(cmd: list[str], env: dict[str, str], log: Path, done: Callable[[], bool] | None = None) -> tuple[int, float, float]:
+    """Run `cmd` with its output in `log`; its exit code, the GPU's peak memory (MiB) and the wall time (s). With
+    `done`, the run is stopped (exit code 0) once `done()` says what is measured is in: our trainer's export and
+    final checkpoint (7 GB at 0.62B) are not what the bench measures, and they cost a lent GPU's minutes."""
     memory = GpuMemory()
     memory.start()
     started = time.perf_counter()
@@ -166,16 +205,28 @@ def launch(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, 
             preexec_fn=signal_on_parent_death(signal.SIGTERM),
         )  # fmt: skip
         try:
-            code = proc.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:  # a hung run costs one row, not the rest of the bench
-            stop_tree(proc.pid, reap=proc.poll)
-            proc.wait()
-            out.write(f"\nbench/gpu.py: RunTimeoutError: stopped after {RUN_TIMEOUT_S} s\n")
-            code = -signal.SIGKILL
+            code = None
+            while code is None and time.perf_counter() - started < RUN_TIMEOUT_S:
+                try:
+                    code = proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    if done is not None and done():
+                        wall = time.perf_counter() - started
+                        stop_tree(proc.pid, grace_s=1.0, reap=proc.poll)
+                        proc.wait()
+                        out.write(f"\nbench/gpu.py: stopped after its last measured step, {wall:.0f} s\n")
+                        memory.done.set()
+                        return 0, memory.peak, wall
+            if code is None:  # a hung run costs one row, not the rest of the bench
+                stop_tree(proc.pid, reap=proc.poll)
+                proc.wait()
+                out.write(f"\nbench/gpu.py: RunTimeoutError: stopped after {RUN_TIMEOUT_S} s\n")
+                code = -signal.SIGKILL
         except BaseException:  # stopped itself (Ctrl-C, or SIGTERM from a caller's timeout): its runs stop with it
             stop_tree(proc.pid, reap=proc.poll)
             raise
-    memory.done.set()
+        finally:
+            memory.done.set()
     memory.join()
     return code, memory.peak, time.perf_counter() - started
 
@@ -191,11 +242,17 @@ def environment() -> dict[str, str]:
     }
 
 
-def train_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+def cpu_switches(switches: dict, args: argparse.Namespace) -> dict:
+    """A dry run's model switches: Liger's kernels are Triton on CUDA, so --allow-cpu leaves them out."""
+    return {k: v for k, v in switches.items() if k != "kernels"} if args.allow_cpu else switches
+
+
+def train_spec(name: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    backend, switches = SFT_RUNS[name]
     return {
-        "name": f"gpu-bench-{backend}-sft",
+        "name": f"gpu-bench-{name.replace('+', '-')}-sft",
         "algorithm": "sft",
-        "model": {"path": str(paths["model"]), "max_seq_len": args.seq_len, "dtype": "fp32"},
+        "model": {"path": str(paths["model"]), "max_seq_len": args.seq_len, "dtype": "fp32", **cpu_switches(switches, args)},
         "data": {"source": str(paths["sft"]), "eval_fraction": 0.0, "shuffle": False},
         "backend": BACKENDS[backend] if not args.allow_cpu else {**BACKENDS[backend], "precision": "fp32"},
         "resources": {"queue": "gpu", "gpus": 0 if args.allow_cpu else 1},
@@ -215,9 +272,10 @@ def train_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) -
     }
 
 
-def grpo_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+def grpo_spec(name: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    backend, gen = GRPO_RUNS[name]
     return {
-        "name": f"gpu-bench-{backend}-grpo",
+        "name": f"gpu-bench-{name}",
         "algorithm": "grpo",
         "model": {"path": str(paths["model"]), "max_seq_len": 64 + args.gen_tokens, "dtype": "fp32"},
         "reward": {"kind": "builtin", "name": "arithmetic"},
@@ -235,12 +293,27 @@ def grpo_spec(backend: str, paths: dict[str, Path], args: argparse.Namespace) ->
             "eval_every": None,
             "checkpoint_every": None,
         },
-        "grpo": {"group_size": 8, "gen": {"max_new_tokens": args.gen_tokens, "temperature": 1.0}, "samples_to_log": 0},
+        "grpo": {"group_size": 8, "gen": {"max_new_tokens": args.gen_tokens, "temperature": 1.0, **gen}, "samples_to_log": 0},
     }
 
 
-def run_ours(spec: dict, work: Path) -> tuple[dict, dict[int, dict[str, float]]]:
-    """One trainer run under torchrun on one GPU: wall, peak memory, and its metrics by step (or an error)."""
+def metrics_by_step(path: Path) -> dict[int, dict[str, float]]:
+    by_step: dict[int, dict[str, float]] = {}
+    if not path.exists():
+        return by_step
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        by_step.setdefault(rec["step"], {})[rec["key"]] = rec["value"]
+        by_step[rec["step"]].setdefault("time", rec["time"])  # the step's first row: end of its training
+    return by_step
+
+
+def run_ours(spec: dict, work: Path, measured: tuple[str, ...]) -> tuple[dict, dict[int, dict[str, float]]]:
+    """One trainer run under torchrun on one GPU, stopped once its last step has reported `measured`: wall, peak
+    memory, and its metrics by step (or an error)."""
     from trainer_core.launch import free_port
 
     name = f"{spec['name']}-{time.time_ns()}"
@@ -248,14 +321,15 @@ def run_ours(spec: dict, work: Path) -> tuple[dict, dict[int, dict[str, float]]]
     spec_path.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(free_port())]
     cmd += ["-m", "trainer_core", "run", str(spec_path), "--out", str(work / name)]
-    code, peak, wall = launch(cmd, environment(), work / f"{name}.log")
+    last, metrics = spec["train"]["steps"], work / name / "metrics.jsonl"
+
+    def done() -> bool:
+        return all(key in metrics_by_step(metrics).get(last, {}) for key in measured)
+
+    code, peak, wall = launch(cmd, environment(), work / f"{name}.log", done)
     if code != 0:
         return {"error": f"failed ({code}): {failure(work / f'{name}.log')}", "log": str(work / f"{name}.log")}, {}
-    by_step: dict[int, dict[str, float]] = {}
-    for line in (work / name / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        by_step.setdefault(rec["step"], {})[rec["key"]] = rec["value"]
-        by_step[rec["step"]].setdefault("time", rec["time"])  # the step's first row: end of its training
+    by_step = metrics_by_step(metrics)
     for step in by_step:  # a step's seconds: from the previous step's first row to its own
         if step - 1 in by_step:
             by_step[step]["step_time_s"] = by_step[step]["time"] - by_step[step - 1]["time"]
@@ -267,8 +341,8 @@ def median_after(by_step: dict[int, dict[str, float]], key: str, skip: int) -> f
     return statistics.median(values) if values else None
 
 
-def bench_sft(backend: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
-    out, by_step = run_ours(train_spec(backend, paths, args), work)
+def bench_sft(name: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    out, by_step = run_ours(train_spec(name, paths, args), work, ("perf/tokens_per_s", "perf/step_s", "train/loss"))
     if "error" in out:
         return out
     out["tokens_per_s"] = median_after(by_step, "perf/tokens_per_s", args.warmup)
@@ -279,13 +353,14 @@ def bench_sft(backend: str, work: Path, paths: dict[str, Path], args: argparse.N
     return out
 
 
-def bench_trl(work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
-    result = work / "trl.json"
+def bench_trl(name: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    result = work / f"{name}.json"
     config = {
+        **({} if args.allow_cpu else TRL_SWITCHES[name]),
         "recipe": "sft",
         "model": str(paths["model"]),
         "data": str(paths["sft"]),
-        "out": str(work / "trl"),
+        "out": str(work / name),
         "steps": args.steps,
         "batch": args.micro_batch,
         "accumulation": args.batch // args.micro_batch,
@@ -296,10 +371,11 @@ def bench_trl(work: Path, paths: dict[str, Path], args: argparse.Namespace) -> d
         "gpu": not args.allow_cpu,
         "result": str(result),
     }
-    (work / "trl-config.json").write_text(json.dumps(config))
-    code, peak, wall = launch([sys.executable, str(TRL_SIDE), str(work / "trl-config.json")], environment(), work / "trl.log")
+    (work / f"{name}-config.json").write_text(json.dumps(config))
+    log = work / f"{name}.log"
+    code, peak, wall = launch([sys.executable, str(TRL_SIDE), str(work / f"{name}-config.json")], environment(), log)
     if code != 0:
-        return {"error": f"failed ({code}): {failure(work / 'trl.log')}", "log": str(work / "trl.log")}
+        return {"error": f"failed ({code}): {failure(log)}", "log": str(log)}
     r = json.loads(result.read_text())
     per_step = [sum(r["tokens"][i * config["accumulation"] : (i + 1) * config["accumulation"]]) for i in range(len(r["step_s"]))]
     rates = [t / s for t, s in zip(per_step[args.warmup :], r["step_s"][args.warmup :], strict=True)]
@@ -315,8 +391,8 @@ def bench_trl(work: Path, paths: dict[str, Path], args: argparse.Namespace) -> d
     }
 
 
-def bench_grpo(backend: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
-    out, by_step = run_ours(grpo_spec(backend, paths, args), work)
+def bench_grpo(name: str, work: Path, paths: dict[str, Path], args: argparse.Namespace) -> dict:
+    out, by_step = run_ours(grpo_spec(name, paths, args), work, ("perf/gen_s", "perf/train_s"))
     if "error" in out:
         return out
     for key in ("perf/gen_s", "perf/train_s"):
@@ -361,15 +437,15 @@ def table(results: dict, args: argparse.Namespace) -> str:
     lines = [
         f"SFT: Llama {args.hidden} x {args.layers} ({args.parameters / 1e9:.2f}B parameters), bf16, seq {args.seq_len}, "
         f"batch {args.batch} (micro {args.micro_batch}), {args.steps} steps, median after step {args.warmup}",
-        f"{'run':<16}{'tokens/s':>10}{'step s':>9}{'MFU':>8}{'peak GiB':>10}{'wall s':>8}  loss first -> last",
+        f"{'run':<22}{'tokens/s':>10}{'step s':>9}{'MFU':>8}{'peak GiB':>10}{'wall s':>8}  loss first -> last",
     ]
     for name, r in results["sft"].items():
         if "error" in r:
-            lines.append(f"{name:<16}{r['error']}")
+            lines.append(f"{name:<22}{r['error']}")
             continue
         loss = r.get("loss_first_last")
         lines.append(
-            f"{name:<16}{fmt(r['tokens_per_s'], ',.0f'):>10}{fmt(r['step_s'], '.3f'):>9}"
+            f"{name:<22}{fmt(r['tokens_per_s'], ',.0f'):>10}{fmt(r['step_s'], '.3f'):>9}"
             f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f') + ('%' if r['mfu'] else ''):>8}{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}"
             f"{fmt(r['wall_s'], '.0f'):>8}  {fmt(loss and loss[0], '.3f')} -> {fmt(loss and loss[-1], '.3f')}"
         )
@@ -428,17 +504,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(results, indent=2))
 
-        sft = [b for b in BACKENDS if wanted(b, args)]
-        for backend in sft[:2]:
-            record("sft", backend, bench_sft(backend, work, paths, args))
-        if wanted("trl", args):
-            record("sft", "trl SFTTrainer", bench_trl(work, paths, args))
-        for backend in sft[2:]:
-            record("sft", backend, bench_sft(backend, work, paths, args))
-        if wanted("grpo", args):
-            for backend in GRPO_BACKENDS:
-                record("grpo", backend, bench_grpo(backend, work, paths, args))
-        if wanted("generate", args):
+        for name in args.only:  # in the order asked for
+            if name in TRL_SWITCHES:
+                record("sft", name, bench_trl(name, work, paths, args))
+            elif name in SFT_RUNS:
+                record("sft", name, bench_sft(name, work, paths, args))
+            elif name in GRPO_RUNS:
+                record("grpo", name, bench_grpo(name, work, paths, args))
+        if "generate" in args.only:
             try:
                 record("generate", None, bench_generate(paths, args))
             except Exception as exc:  # a bench row, not a crash: the other rows stand

@@ -6,7 +6,7 @@
 # summary: versions, each test's outcome and seconds, the bench's table); the tests' JUnit XML stays in /tmp.
 # Exits non-zero if a test failed or a step broke.
 # Usage: scripts/gpu-check.sh OUT [KIT]   (KIT default .gpu-kit)
-# Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 200) for the bench;
+# Limits (seconds): GPU_TEST_TIMEOUT (default 330) for the tests, GPU_BENCH_TIMEOUT (default 400) for the bench;
 # GPU_TEST_WORKERS (default 4) pytest-xdist workers share the one GPU; GPU_TESTS narrows the tests (-k expression);
 # GPU_BENCH_ARGS passes arguments to bench/gpu.py (GPU_ENGINES_ARGS to bench/engines.py, GPU_ENGINES_TIMEOUT default
 # 150); GPU_SKIP_TESTS=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_ENGINES=1 leave one part out. GPU_PACKING=1 also runs
@@ -50,7 +50,7 @@ if [ -z "${GPU_SKIP_TESTS:-}" ]; then
   tail -n 60 "$out/gpu-tests.log"
 fi
 if [ -z "${GPU_SKIP_BENCH:-}" ]; then
-  timeout -k 10 "${GPU_BENCH_TIMEOUT:-200}" "$python" bench/gpu.py --json "$out/gpu-bench.json" --keep /tmp/rlplane-gpu-bench \
+  timeout -k 10 "${GPU_BENCH_TIMEOUT:-400}" "$python" bench/gpu.py --json "$out/gpu-bench.json" --keep /tmp/rlplane-gpu-bench \
     ${GPU_BENCH_ARGS:-} >"$out/gpu-bench.log" 2>&1 || status=1
   tail -n 30 "$out/gpu-bench.log"
   # the first failing run's own log, so a failure can be read here

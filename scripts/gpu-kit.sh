@@ -21,7 +21,7 @@ done
   pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 \
   pydantic-settings==2.16.3 orjson==3.13.0 ruamel.yaml==0.19.1 \
   transformers==5.23.0 tokenizers==0.23.3 regex==2026.11.19 peft==0.21.2 megatron-core==0.16.1 hjson==3.1.0 \
-  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 liger-kernel==0.8.5
 DS_BUILD_OPS=0 "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$kit" deepspeed==0.19.8
 ls -1 "$kit"
 du -sh "$kit"

@@ -6,7 +6,8 @@ Run by bench/trainers.py with bench/.venv-trl/bin/python (trl 1.16.0), never imp
 
 CONFIG holds recipe, model (a local save_pretrained directory), data (JSONL), out, steps, batch,
 seq_len, lr, beta, threads and result (where the JSON answer goes); bench/gpu.py adds accumulation
-(micro-batches per step) and gpu (true: bf16 mixed precision on the GPU instead of fp32 on the CPU). Settings match the rlplane
+(micro-batches per step), gpu (true: bf16 mixed precision on the GPU instead of fp32 on the CPU), and compile and liger
+(TrainingArguments' torch_compile and use_liger_kernel). Settings match the rlplane
 spec the bench writes: fp32 (TRL defaults to bf16), no gradient checkpointing (TRL defaults to on),
 constant lr without warmup or weight decay, clip 1.0, sequential data order, no eval, no saving,
 log every step. The answer: per-step seconds (end of step to end of step), non-padding input
@@ -92,6 +93,10 @@ def main(config_path: str) -> None:
         dataloader_num_workers=0,
         train_sampling_strategy="sequential",
         max_length=cfg["seq_len"],
+        # bench/gpu.py's "run the same way" rows: TrainingArguments' own switches for what model.compile and
+        # model.kernels do on our side (torch_compile compiles the whole model, use_liger_kernel patches it)
+        torch_compile=bool(cfg.get("compile")),
+        use_liger_kernel=bool(cfg.get("liger")),
     )
     if recipe == "sft":
         model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
@@ -125,6 +130,8 @@ def main(config_path: str) -> None:
         "gradient_checkpointing": bool(getattr(trainer.model, "is_gradient_checkpointing", False)),
         "optim": str(args.optim),
         "bf16": bool(args.bf16),
+        "torch_compile": bool(args.torch_compile),
+        "use_liger_kernel": bool(args.use_liger_kernel),
         "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
     }
     Path(cfg["result"]).write_text(json.dumps(result))
