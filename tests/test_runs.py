@@ -5,7 +5,7 @@ from sqlalchemy import func, select
 
 from api.models import Run, RunEvent, RunLink
 from rlplane.client import Client
-from tests.harness.factories import auth, create_project, create_run, create_user, spec, worker_token
+from tests.harness.factories import ApiWorker, auth, create_project, create_run, create_user, spec, worker_token
 from worker.client import WorkerApi
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise
@@ -119,6 +119,22 @@ class TestListRuns:
         assert client.get("/api/v1/runs", params={"q": "%"}).json()["count"] == 0  # wildcards are literal
         names = [r["name"] for r in client.get("/api/v1/runs", params={"sort": "-name"}).json()["data"]]
         assert names == sorted(names, reverse=True)
+
+    def test_failed_command_runs_stay_in_the_list(self, client, db):
+        """A failed command run, submitted or started by its script, is listed (it once made the list answer 500:
+        the list defers the spec, and whether a command run could run again was read from it)."""
+        command = {"algorithm": "command", "train": {"steps": 5}, "command": {"argv": ["train.py"]}}
+        submitted = create_run(client, name="trl-example", **command)["id"]
+        ApiWorker(client).finish(submitted, "failed")
+        scripted = client.post("/api/v1/runs/external", json={"spec": {"name": "my-loop", **command}})
+        assert scripted.status_code == 201, scripted.text
+        ended = {"attempt": 1, "status": "failed", "reason": "exit code 1"}
+        assert client.post(f"/api/v1/runs/{scripted.json()['id']}/status", json=ended).status_code == 200
+        page = client.get("/api/v1/runs")
+        assert page.status_code == 200, page.text
+        listed = {r["name"]: (r["status"], r["resumable"]) for r in page.json()["data"]}
+        assert listed == {"trl-example": ("failed", True), "my-loop": ("failed", False)}
+        assert client.get(f"/api/v1/runs/{submitted}").json()["resumable"] is True
 
     def test_archived_runs_are_hidden_by_default(self, client, db):
         run = create_run(client)

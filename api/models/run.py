@@ -29,6 +29,9 @@ class Run(Base):
     config: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)
     # Where it ran, as its script recorded it through the SDK (POST /runs/{id}/environment); null for our recipes
     environment: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc, deferred=True)
+    # Started by its own script (rlplane.init: spec.command.external), so no worker can run it again. A column, not
+    # read from the spec: run lists do not load the spec.
+    scripted: Mapped[bool] = mapped_column(default=False)
     # Why the run last failed: config (its spec, data or model), diverged (train.on_nonfinite), crashed.
     failure: Mapped[str | None] = mapped_column(String(16))
     total_steps: Mapped[int]

@@ -178,6 +178,7 @@ def new_run(
         spec=stored,
         spec_text=spec_text,
         config=views.config_summary(stored),
+        scripted=views.scripted_spec(stored),
         total_steps=spec.total_steps,
         last_step=None,
         created_by=principal.user_id,

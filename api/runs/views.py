@@ -32,7 +32,7 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
         failure=run.failure,
         resumable=run.status in RESUMABLE
         and not (run.status == "failed" and run.failure in NOT_RESUMABLE_FAILURES)
-        and not (run.algorithm == "command" and is_scripted(run)),
+        and not is_scripted(run),
         config=run.config or {},
     )
 
@@ -111,7 +111,7 @@ def _output(export) -> schemas.RunOutput | None:
 
 def is_scripted(run: Run) -> bool:
     """A run its script started itself (rlplane.init): no worker can run it again."""
-    return scripted_spec(run.spec)
+    return run.scripted
 
 
 def scripted_spec(spec: dict | None) -> bool:
