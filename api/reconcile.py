@@ -38,6 +38,7 @@ from api.runs import gang, scripts
 from api.runs.service import requeue_or_fail
 from api.sweeps import service as sweeps
 from api.unit_of_work import transaction
+from api.workers.holding import moved_on, moved_on_reason
 from rlplane.status import ACTIVE
 from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
 
@@ -171,7 +172,7 @@ class Reconciler:
         with self.factory() as session:
             in_gang = select(AttemptNode.run_id).where(AttemptNode.run_id == Run.id).exists()
             rows = session.execute(
-                select(Run.id, RunAttempt.worker, RunAttempt.started_at, Worker.last_heartbeat)
+                select(Run.id, RunAttempt.worker, RunAttempt.started_at, Worker.last_heartbeat, Worker.current_run_id)
                 .join(RunAttempt, (RunAttempt.run_id == Run.id) & (RunAttempt.number == Run.attempt_count))
                 .outerjoin(Worker, Worker.name == RunAttempt.worker)
                 .where(Run.status.in_(ACTIVE), ~in_gang, RunAttempt.worker != scripts.SCRIPT)
@@ -180,11 +181,15 @@ class Reconciler:
         for run_id, reason in gangs:
             with transaction(self.factory, self.nudge) as uow:
                 requeue_or_fail(uow.session, run_id, reason)
-        for run_id, worker, started_at, last_heartbeat in rows:
+        for run_id, worker, started_at, last_heartbeat, current_run_id in rows:
             seen = max(started_at, last_heartbeat) if last_heartbeat is not None else started_at
             seen = max(seen, self._born)
+            reason = None
             if seen < cutoff:
-                silent = int((utcnow() - seen).total_seconds())
+                reason = f"lost: worker {worker} sent no heartbeat for {int((utcnow() - seen).total_seconds())} s"
+            elif moved_on(run_id, started_at, last_heartbeat, current_run_id):
+                reason = moved_on_reason(f"worker {worker}", current_run_id)
+            if reason is not None:
                 with transaction(self.factory, self.nudge) as uow:
-                    requeue_or_fail(uow.session, run_id, f"lost: worker {worker} sent no heartbeat for {silent} s")
+                    requeue_or_fail(uow.session, run_id, reason)
         scripts.fail_silent(self.factory, self.script_silent_s, self._born)

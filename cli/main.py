@@ -84,8 +84,8 @@ def up(
     By default the database is SQLite and the broker a SQLite file, both under RLPLANE_HOME
     (~/.rlplane), with artifacts in RLPLANE_HOME/artifacts. Set RLPLANE_DATABASE_URL and
     RLPLANE_BROKER_URL to use Postgres and Redis instead. The admin token is printed on first start
-    and kept in $RLPLANE_HOME/admin.token. Ctrl-C stops everything; a run in progress is resumed
-    from its last checkpoint on the next start.
+    and kept in $RLPLANE_HOME/admin.token. Ctrl-C stops everything: a run in progress is handed
+    back at a checkpoint first, and resumed from it on the next start (a second Ctrl-C stops at once).
 
     \b
     Example:

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import uvicorn
@@ -58,26 +59,33 @@ def prepare_or_explain(settings: Settings) -> None:
         ) from None
 
 
-def serve(host: str, port: int, workers: int, log_level: str, *, prepared: bool = False) -> None:
+def serve(host: str, port: int, workers: int, log_level: str) -> None:
     settings = load_settings()
-    if not prepared:
-        prepare_or_explain(settings)
+    prepare_or_explain(settings)
+    _announce(settings, host, port)
+    uvicorn.run(**_uvicorn_options(host, port, workers, log_level))
+
+
+def _announce(settings: Settings, host: str, port: int) -> None:
     print(
         f"rlplane API on http://{host}:{port} (docs: /api/docs), database: {_redacted(settings.resolved_database_url)}",
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(
-        "api.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        proxy_headers=False,
-        timeout_graceful_shutdown=10,
-        log_config=uvicorn_log_config(),
-    )
+
+
+def _uvicorn_options(host: str, port: int, workers: int, log_level: str) -> dict:
+    return {
+        "app": "api.app:create_app",
+        "factory": True,
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_level": log_level,
+        "proxy_headers": False,
+        "timeout_graceful_shutdown": 10,
+        "log_config": uvicorn_log_config(),
+    }
 
 
 def _redacted(url: str) -> str:
@@ -95,6 +103,50 @@ def _stop(signum: int, _frame: object) -> None:
     raise _Stopped(signal.Signals(signum).name)
 
 
+class _HandingBack(uvicorn.Server):
+    """The API of `rlplane up`, which stops only after its workers have handed their runs back: the first Ctrl-C,
+    SIGTERM or SIGHUP shuts the workers down warmly (SIGTERM: each trainer checkpoints after its current step, and the
+    run is requeued, not counted as a failed attempt) while the API still takes their last reports, then stops the
+    API. A second signal stops the workers at once (their runs are found lost by the next start)."""
+
+    def __init__(self, config: uvicorn.Config, workers: list[subprocess.Popen], grace_s: float) -> None:
+        super().__init__(config)
+        self.workers, self.grace_s = workers, grace_s
+        self.signalled: str | None = None
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        name = signal.Signals(sig).name
+        if self.signalled is None and any(w.poll() is None for w in self.workers):
+            self.signalled = name
+            print(
+                f"rlplane: {name}: stopping (the workers hand their runs back first, up to {self.grace_s:g} s; "
+                "again to stop at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            threading.Thread(target=self._hand_back_then_exit, name="rlplane-hand-back", daemon=True).start()
+            return
+        if self.signalled is not None and not self.should_exit:
+            print(f"rlplane: {name} again: stopping the workers now", file=sys.stderr, flush=True)
+            for worker in self.workers:
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGQUIT)
+        self.signalled = self.signalled or name
+        super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    def _hand_back_then_exit(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)  # Celery's warm shutdown: the run in progress is handed back
+        deadline = time.monotonic() + self.grace_s
+        for worker in self.workers:
+            try:
+                worker.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass  # stopped cold below, after the API
+        self.should_exit = True
+
+
 def check_port(host: str, port: int) -> None:
     """Refuse a port something already listens on, before anything is created (an admin token, workers)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -110,7 +162,10 @@ def check_port(host: str, port: int) -> None:
 
 def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) -> None:
     """`rlplane up`: the API in this process and `workers` worker processes beside it, stopped together, whether by
-    Ctrl-C, SIGTERM (systemd, docker, CI) or SIGHUP (a closed terminal)."""
+    Ctrl-C, SIGTERM (systemd, docker, CI) or SIGHUP (a closed terminal): the workers hand their runs back first
+    (_HandingBack), and the next `rlplane up` resumes them."""
+    from worker.settings import WorkerSettings
+
     settings = load_settings()
     check_port(host, port)
     prepare_or_explain(settings)
@@ -122,12 +177,21 @@ def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) ->
     processes: list[subprocess.Popen] = []
     try:
         processes = _start_workers(settings, host, port, workers, queues)
+        # the trainer's hand-back grace, and time for the worker to report it and exit
+        server = _HandingBack(uvicorn.Config(**_uvicorn_options(host, port, 1, "info")), processes, _hand_back_s(WorkerSettings))
+        signal.signal(signal.SIGHUP, server.handle_exit)  # uvicorn captures SIGINT and SIGTERM itself
         with local_server(settings.home, host, port):
-            serve(host, port, 1, "info", prepared=True)
+            _announce(settings, host, port)
+            server.run()
     except _Stopped as stopped:
-        print(f"rlplane: {stopped}: stopping", file=sys.stderr, flush=True)
+        print(f"rlplane: {stopped}: stopped", file=sys.stderr, flush=True)
     finally:
         _stop_workers(processes)
+
+
+def _hand_back_s(settings: type) -> float:
+    """How long `rlplane up` waits for its workers to hand their runs back: the trainer's grace, plus time to report."""
+    return settings().hand_back_grace_s + 30.0
 
 
 def _start_workers(settings: Settings, host: str, port: int, count: int, queues: list[str]) -> list[subprocess.Popen]:

@@ -193,6 +193,27 @@ def test_a_silent_node_loses_the_attempt(app, client, anon, db):
     assert detail["attempts"][0]["end_reason"].startswith("lost: node 1 (worker node-b) sent no heartbeat for")
 
 
+def test_a_node_whose_worker_is_back_without_the_run_loses_the_attempt(app, client, anon, db):
+    """A node's worker restarted under its name (a cold stop, a crash) heartbeats holding nothing: the attempt is
+    lost at once, although no node fell silent; heartbeats of both nodes holding the run end nothing."""
+    token, broker = worker_token(client), Broker()
+    run, _ = joined_gang(app, client, anon, token, broker)
+    reconcile = reconciler(app, broker)
+    for name in ("node-a", "node-b"):
+        beat(anon, token, name, current_run_id=run["id"])
+    db.execute(update(AttemptNode).values(joined_at=utcnow() - timedelta(seconds=30)))
+    db.commit()
+    reconcile.find_lost()
+    assert client.get(f"/api/v1/runs/{run['id']}").json()["status"] in ("starting", "running")
+    beat(anon, token, "node-b")  # back, holding nothing
+    reconcile.find_lost()
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    assert detail["status"] == "queued", detail["status_reason"]
+    assert detail["attempts"][0]["end_reason"] == (
+        "lost: node 1 (worker node-b) is back without it (its heartbeats say it holds no run: restarted, or stopped at once)"
+    )
+
+
 def test_a_gang_the_queue_can_hold_keeps_newer_one_node_runs_off_its_workers(app, client, anon):
     token = worker_token(client)
     beat(anon, token, "node-a")

@@ -143,3 +143,52 @@ def test_make_up_installs_what_running_needs_on_the_port_given() -> None:
     """make up installs the trainer, not the test tools (the dev extra), and passes PORT on."""
     planned = subprocess.run(["make", "-n", "-B", "up", "PORT=8123"], cwd=ROOT, capture_output=True, text=True).stdout
     assert '-e ".[api,train]"' in planned and ".[dev]" not in planned and "rlplane up --port 8123" in planned
+
+
+def test_ctrl_c_mid_run_hands_it_back_and_the_next_up_resumes_it(tmp_path: Path) -> None:
+    """Ctrl-C of `rlplane up` while a run trains: the worker hands it back before the API stops (its trainer
+    checkpoints after the current step; the attempt ends "handed back", not counted against max_attempts, and the
+    run is queued), `rlplane up` exits 0, and the next `rlplane up` on the same home resumes it from that checkpoint
+    to the end, every step trained once. Before, `up` stopped its workers cold: Celery's solo pool crashed in the
+    hand-back, the run stayed "running", and the next worker, named local-1 again, never let it be found lost."""
+    from tests.harness.worker_stack import LONG
+
+    home = tmp_path / "home"
+    spec = {**LONG, "name": "interrupted", "resources": {"queue": "cpu", "max_attempts": 1}}
+    server = UpServer(home, workers=1)
+    try:
+        server.wait_ready()
+        http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {server.token}"})
+        run_id = http.post("/runs", json=spec).json()["id"]
+        deadline = time.monotonic() + 120
+        while (http.get(f"/runs/{run_id}").json()["last_step"] or 0) < 120:
+            assert time.monotonic() < deadline, server.log_path.read_text()[-3000:]
+            time.sleep(0.3)
+    finally:
+        code = server.stop()
+    assert code == 0, server.log_path.read_text()[-3000:]
+    log = server.log_path.read_text()
+    assert "rlplane: SIGINT: stopping (the workers hand their runs back first" in log
+    assert "kill_job" not in (home / "worker-1.log").read_text()
+
+    again = UpServer(home, workers=1)
+    try:
+        again.wait_ready()
+        http = httpx.Client(base_url=again.url + "/api/v1", headers={"Authorization": f"Bearer {again.token}"})
+        run = http.get(f"/runs/{run_id}").json()
+        first = run["attempts"][0]
+        assert first["handed_back"] and first["end_reason"].startswith("handed back: worker local-1 received"), first
+        checkpointed = int(re.search(r"checkpointed at step (\d+)", first["end_reason"])[1])
+        assert checkpointed >= 120
+        deadline = time.monotonic() + 180
+        while (run := http.get(f"/runs/{run_id}").json())["status"] not in ("succeeded", "failed", "cancelled"):
+            assert time.monotonic() < deadline, again.log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        assert run["status"] == "succeeded", run["status_reason"]
+        assert [a["worker"] for a in run["attempts"]] == ["local-1", "local-1"], [a["end_reason"] for a in run["attempts"]]
+        logs = [line["text"] for line in http.get(f"/runs/{run_id}/logs", params={"limit": 1000}).json()["data"]]
+        assert any("resumed from" in text and f"step {checkpointed}" in text for text in logs), logs[-20:]
+        [series] = http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+        assert [p["step"] for p in series["points"]] == list(range(10, 601, 10))
+    finally:
+        assert again.stop() == 0, again.log_path.read_text()[-3000:]

@@ -63,3 +63,42 @@ def test_a_silent_worker_is_flagged_stale(client, anon, db, app):
     listed = {w["name"]: w for w in client.get("/api/v1/workers").json()["data"]}
     assert listed["fresh"]["stale"] is False and listed["silent"]["stale"] is True
     assert listed["silent"]["seconds_since_heartbeat"] > app.state.settings.lost_after_s
+
+
+def test_a_worker_back_under_its_name_without_its_run_loses_the_run(client, anon, db, app):
+    """`rlplane up` names its workers local-1, local-2, ... on every start: a worker stopped at once (a crash, a cold
+    stop) comes back under the same name and heartbeats, so it is never silent. Its heartbeats holding no run, sent
+    well after it took one, end that attempt at once: requeued, or, being cancelled, cancelled (it stayed
+    `cancelling` for good before). A heartbeat sent within the lease's first seconds holding nothing ends nothing."""
+    from api.models import RunAttempt
+    from api.reconcile import Reconciler
+    from api.workers.holding import HOLD_GRACE_S
+
+    token = worker_token(client)
+    running, cancelling = create_run(client, name="running")["id"], create_run(client, name="cancelling")["id"]
+    for run_id, worker in ((running, "local-1"), (cancelling, "local-2")):
+        assert anon.post(f"/api/v1/runs/{run_id}/lease", json={"worker": worker}, headers=auth(token)).status_code == 200
+        beat = {"name": worker, "queues": ["cpu"], "current_run_id": run_id}
+        assert anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token)).status_code == 200
+    assert client.post(f"/api/v1/runs/{cancelling}/cancel").json()["status"] == "cancelling"
+    reconciler = Reconciler(app.state.sessionmaker, lambda *_: None)
+
+    def back_without_runs() -> None:
+        for worker in ("local-1", "local-2"):
+            beat = {"name": worker, "queues": ["cpu"]}
+            assert anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token)).status_code == 200
+        reconciler.find_lost()
+
+    back_without_runs()  # within the grace: a heartbeat built before the worker noted its lease
+    statuses = {r["name"]: r["status"] for r in client.get("/api/v1/runs").json()["data"]}
+    assert statuses == {"running": "starting", "cancelling": "cancelling"}
+    for attempt in db.scalars(select(RunAttempt)):
+        attempt.started_at -= timedelta(seconds=HOLD_GRACE_S + 1)
+    db.commit()
+    back_without_runs()
+    first = client.get(f"/api/v1/runs/{running}").json()
+    assert first["status"] == "queued", first["status_reason"]
+    reason = first["attempts"][0]["end_reason"]
+    assert reason == "lost: worker local-1 is back without it (its heartbeats say it holds no run: restarted, or stopped at once)"
+    second = client.get(f"/api/v1/runs/{cancelling}").json()
+    assert second["status"] == "cancelled" and second["status_reason"].endswith("it was being cancelled")

@@ -86,6 +86,11 @@ class Holding:
 
 def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int) -> str:
     """Run one attempt of `run_id`; returns how it ended (for logs and tests)."""
+    if holding.stopping:
+        # A message taken while shutting down (the hand-back's own requeue, say): leasing would start an attempt only
+        # to hand it back at once. The API sends a queued run again (the reconciler), to a worker that stays.
+        logger.info("run=%d not leased: this worker is shutting down (%s)", run_id, holding.stopping)
+        return "ignored"
     try:
         lease = client.lease(run_id, settings.name)
     except LeaseRefused as exc:
@@ -98,6 +103,9 @@ def supervise_node(
     settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int, attempt: int, node_rank: int
 ) -> str:
     """Run this worker's node of a multi-node attempt; returns how it ended."""
+    if holding.stopping:  # as in supervise; the granted node goes unjoined, and the API grants a new gang
+        logger.info("run=%d attempt=%d node %d not joined: this worker is shutting down", run_id, attempt, node_rank)
+        return "ignored"
     port = free_port(settings.advertise_address) if node_rank == 0 else None
     body = NodeJoin(worker=settings.name, address=settings.advertise_address if port else None, port=port)
     try:

@@ -24,6 +24,7 @@ from api.auth.principal import Principal
 from api.exceptions import Conflict, Forbidden, NotFound
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
+from api.workers.holding import moved_on, moved_on_reason
 from rlplane.status import ACTIVE
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
@@ -232,6 +233,7 @@ def silent_nodes(session: Session, lost_after_s: float, since, join_timeout_s: f
             AttemptNode.granted_at,
             AttemptNode.joined_at,
             Worker.last_heartbeat,
+            Worker.current_run_id,
         )  # fmt: skip
         .join(Run, current)
         .outerjoin(Worker, Worker.name == AttemptNode.worker)
@@ -239,12 +241,14 @@ def silent_nodes(session: Session, lost_after_s: float, since, join_timeout_s: f
         .order_by(Run.id, AttemptNode.node_rank)
     ).all()
     found: dict[int, str] = {}
-    for run_id, rank, worker, granted_at, joined_at, last_heartbeat in rows:
+    for run_id, rank, worker, granted_at, joined_at, last_heartbeat, current_run_id in rows:
         if run_id in found:
             continue
         seen = max(max(granted_at, last_heartbeat) if last_heartbeat is not None else granted_at, since)
         if (now - seen).total_seconds() > lost_after_s:
             found[run_id] = f"lost: node {rank} (worker {worker}) sent no heartbeat for {int((now - seen).total_seconds())} s"
+        elif joined_at is not None and moved_on(run_id, joined_at, last_heartbeat, current_run_id):
+            found[run_id] = moved_on_reason(f"node {rank} (worker {worker})", current_run_id)
         elif joined_at is None and (now - max(granted_at, since)).total_seconds() > join_timeout_s:
             found[run_id] = f"lost: node {rank} (worker {worker}) did not join within {join_timeout_s:g} s"
     return list(found.items())
