@@ -286,6 +286,11 @@ def test_download_verifies_every_file_and_resumes(stack, finished, tmp_path):
 def test_request_errors_are_one_line_with_the_fix(stack, finished):
     unknown = stack.cli("runs", "show", "999999")
     assert unknown.exit_code == 4 and unknown.stderr.strip() == "rlplane: 404 not found - run 999999 not found"
+    # a checkpoint the run does not have: refused at submit, not failed later on a worker
+    missing = stack.cli("eval", f"run:{finished['id']}@77", "--reward", "builtin:arithmetic", "--data", "builtin:arithmetic")
+    assert missing.exit_code == 3 and missing.stdout == "", missing.stderr
+    assert "model.path:" in missing.stderr and f"run {finished['id']} (succeeded) has no checkpoint at step 77" in missing.stderr
+    assert f"(run:{finished['id']}@20 is the latest), and run:{finished['id']} is its final model" in missing.stderr
     conflict = stack.cli("runs", "cancel", str(finished["id"]))
     assert conflict.exit_code == 4 and "409 conflict" in conflict.stderr and len(conflict.stderr.splitlines()) == 1
     down = subprocess.run([sys.executable, "-m", "cli.main", "--url", "http://127.0.0.1:9", "runs", "list"],

@@ -62,6 +62,12 @@ def checkpoints(db, run_id: int, steps: list[int]) -> None:
     db.commit()
 
 
+def exported(db, run_id: int, step: int) -> None:
+    """The final model a succeeded run registers (ApiWorker trains nothing): what run:<id> names."""
+    db.add(Checkpoint(run_id=run_id, step=step, kind="export", path=f"runs/{run_id}/final", size=1, sha256="0" * 64, meta={}))
+    db.commit()
+
+
 def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage_skips_the_rest(client, db, app):
     worker = ApiWorker(client)
     created = client.post("/api/v1/pipelines", json=chain())
@@ -110,6 +116,7 @@ def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage
     assert now["polish"]["status"] == "waiting"
 
     worker.finish(now["grpo"]["run_id"])
+    exported(db, now["grpo"]["run_id"], 3)
     advance(app)
     polish = stages(client, pid)["polish"]
     assert db.get(Run, polish["run_id"]).spec["model"]["path"] == f"run:{now['grpo']['run_id']}"
@@ -268,6 +275,7 @@ def test_a_tuned_stage_runs_a_sweep_and_the_next_stage_starts_from_its_best_tria
     assert [t["params"]["train.lr"] for t in trials] == [1e-4, 1e-3]
     for trial, loss in zip(trials, (1.5, 0.7), strict=True):
         worker.finish(trial["run_id"], points={"eval/loss": {10: loss}})
+        exported(db, trial["run_id"], 10)
     advance(app)  # the sweep ends
     advance(app)  # the stage sees it, and the next one starts
     now = stages(client, body["id"])

@@ -3,7 +3,7 @@
 import yaml
 from sqlalchemy import func, select
 
-from api.models import Run, RunEvent, RunLink
+from api.models import Checkpoint, Run, RunEvent, RunLink
 from rlplane.client import Client
 from tests.harness.factories import ApiWorker, auth, create_project, create_run, create_user, spec, worker_token
 from worker.client import WorkerApi
@@ -181,10 +181,11 @@ class TestStateMachine:
 
     def test_a_parent_is_not_deleted_and_its_children_elsewhere_are_counted_not_named(self, client, db):
         parent = create_run(client)
-        client.post(f"/api/v1/runs/{parent['id']}/cancel")
         create_project(client, "elsewhere")
+        # submitted while the parent is queued (it could still write its final model), then the parent is cancelled
         mine = create_run(client, name="child", model={"path": f"run:{parent['id']}"})
         theirs = create_run(client, name="theirs", project="elsewhere", model={"path": f"run:{parent['id']}"})
+        client.post(f"/api/v1/runs/{parent['id']}/cancel")
         admin = auth(create_user(client, "ada", roles={"default": "admin"}, scopes=("admin",)))
         refused = client.delete(f"/api/v1/runs/{parent['id']}", headers=admin)
         assert refused.status_code == 409, refused.text
@@ -254,6 +255,40 @@ class TestStateMachine:
 
 
 class TestLineage:
+    def test_a_checkpoint_the_run_does_not_have_is_refused_naming_those_it_has(self, client, db):
+        """run:<id>@<step> of a run that has ended must name one of its checkpoints, and run:<id> needs its final
+        model; a run still to train may yet write the step (a queue serves a parent before the child submitted
+        behind it), up to its last step. Each refusal is a 422 at the field, listing what the run has."""
+        ended, queued = create_run(client, name="ended"), create_run(client, name="queued")  # 20 steps each
+        ApiWorker(client).finish(ended["id"], "failed")
+        for step in (10, 20):
+            meta = {"kind": "checkpoint"}
+            db.add(Checkpoint(run_id=ended["id"], step=step, path=f"runs/x/{step}", size=1, sha256="0" * 64, meta=meta))
+        db.commit()
+        dpo = {"algorithm": "dpo", "data": {"source": "builtin:tiny-preference"}}
+
+        def submit(path: str):
+            return client.post("/api/v1/runs", json=spec(name="child", model={"path": path}, **dpo))
+
+        refused = submit(f"run:{ended['id']}@77")
+        assert refused.status_code == 422
+        [error] = refused.json()["detail"]
+        assert error["loc"] == ["body", "model", "path"]
+        assert error["msg"] == (
+            f"run {ended['id']} (failed) has no checkpoint at step 77; its checkpoints are at steps 10, 20 "
+            f"(run:{ended['id']}@20 is the latest)"
+        )
+        # the New run page checks as it types (POST /runs/validate): the same refusal at the same field
+        checked = client.post("/api/v1/runs/validate", json=spec(name="child", model={"path": f"run:{ended['id']}@77"}, **dpo))
+        assert checked.status_code == 422 and checked.json()["detail"] == [error]
+        final = submit(f"run:{ended['id']}").json()["detail"][0]["msg"]
+        assert final.startswith(f"run {ended['id']} (failed) has no final model; its checkpoints are at steps 10, 20")
+        never = submit(f"run:{queued['id']}@999").json()["detail"][0]["msg"]
+        assert never == f"run {queued['id']} trains 20 steps, so it will never have step 999; it has no checkpoint"
+        for path in (f"run:{ended['id']}@20", f"run:{queued['id']}@20", f"run:{queued['id']}"):
+            assert submit(path).status_code == 201, path
+        assert db.scalar(select(func.count()).select_from(Run)) == 5  # the refused ones stored nothing
+
     def test_references_are_recorded_both_ways(self, client, db):
         sft = create_run(client, name="sft")
         rm = create_run(client, name="rm", algorithm="reward", data={"source": "builtin:tiny-preference"})

@@ -8,7 +8,7 @@ from api.auth.service import project_by_name
 from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
-from api.runs import gang, repository, schemas, views
+from api.runs import gang, references, repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
@@ -112,6 +112,8 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
         parent = session.get(Run, ref.run_id)
         if parent is None or not principal.can(parent.project_id, "read"):
             raise Unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
+        if (why := references.refusal(session, parent, ref)) is not None:
+            raise Unprocessable(["body", *ref.field.split(".")], why)
         parents.append((parent, ref))
     return project, parents
 

@@ -63,8 +63,9 @@ class DirectoryResolver:
         run = self.root / str(run_id)
         if step is None:
             return run / "final"
-        checkpoint = run / CHECKPOINTS / step_dir_name(step)
-        return checkpoint if checkpoint.is_dir() else run / f"step-{step}"
+        checkpoint, plain = run / CHECKPOINTS / step_dir_name(step), run / f"step-{step}"
+        # neither there: the error names the layout the worker writes, not the plain one
+        return plain if plain.is_dir() and not checkpoint.is_dir() else checkpoint
 
 
 def default_resolver() -> RunResolver | None:
