@@ -1,5 +1,7 @@
 """`rlplane`: a client of the rlplane API (submit, runs, logs, ...) and the server commands (up, api, worker)."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -49,6 +51,26 @@ app.add_typer(admin.users_app, name="users")
 app.command()(admin.workers)
 app.command()(sync.sync)
 
+OUR_PACKAGES = frozenset({"api", "cli", "rlplane", "trainer_core", "worker", "migrations"})
+
+
+@contextmanager
+def needs_extra(extra: str, command: str) -> Iterator[None]:
+    """A server command on an install without its extra (`pip install rlplane` is the client alone): one line naming
+    the extra to install, not an import's traceback."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in OUR_PACKAGES:
+            raise
+        typer.echo(
+            f"rlplane {command}: needs the {extra} extra, which this install lacks (no module {exc.name!r}): "
+            f"pip install 'rlplane[{extra}]'",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+
+
 Host = Annotated[str, typer.Option(help="Interface to bind")]
 Port = Annotated[int, typer.Option(help="TCP port")]
 
@@ -91,7 +113,8 @@ def up(
     Example:
       rlplane up --port 8000 --workers 2
     """
-    from cli.server import StartupError, serve_with_workers
+    with needs_extra("api,train", "up"):
+        from cli.server import StartupError, serve_with_workers
 
     try:
         serve_with_workers(host, port, workers, [q.strip() for q in queues.split(",") if q.strip()])
@@ -132,9 +155,11 @@ def worker(
     from pydantic import ValidationError
 
     from rlplane.env_settings import settings_problems
-    from worker.app import run_worker
-    from worker.client import TokenRefused, WorkerApi
-    from worker.settings import WorkerSettings
+
+    with needs_extra("worker", "worker"):
+        from worker.app import run_worker
+        from worker.client import TokenRefused, WorkerApi
+        from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
     overrides.update(broker_url=broker, metrics_port=metrics_port, advertise_address=advertise_address)
@@ -168,7 +193,8 @@ def migrate() -> None:
     Example:
       RLPLANE_DATABASE_URL=postgresql://rlplane:secret@db/rlplane rlplane migrate
     """
-    from cli.server import StartupError, load_settings, prepare_or_explain
+    with needs_extra("api", "migrate"):
+        from cli.server import StartupError, load_settings, prepare_or_explain
 
     try:
         prepare_or_explain(load_settings())
@@ -179,7 +205,8 @@ def migrate() -> None:
 
 
 def _serve(host: str, port: int, workers: int, log_level: str) -> None:
-    from cli.server import StartupError, serve
+    with needs_extra("api", "api"):
+        from cli.server import StartupError, serve
 
     try:
         serve(host, port, workers, log_level)
@@ -199,7 +226,8 @@ def train(ctx: typer.Context) -> None:
     Example:
       rlplane train examples/sft.yaml --set train.steps=50 --out runs/sft-demo
     """
-    from trainer_core.cli import main as trainer_main
+    with needs_extra("train", "train"):
+        from trainer_core.cli import main as trainer_main
 
     raise typer.Exit(trainer_main(["run", *ctx.args]))
 

@@ -486,3 +486,47 @@ def test_a_sweep_started_from_the_cli_runs_its_trials_through_the_worker_and_nam
     assert final["best"]["params"] == {"train.lr": 3e-3}  # 10 steps at 1e-5 barely move the loss
     shown = stack.cli("sweeps", "show", str(final["id"]))
     assert shown.exit_code == 0 and "complete" in shown.stdout and "train.lr=0.003" in shown.stdout
+
+
+def test_the_base_install_submits_a_local_data_file_and_reads_the_run(stack, tmp_path):
+    """`pip install rlplane` with no extras (what docs/layout.md gives a CI job) in a venv of its own, against the live
+    API: submit uploads a local data file and waits, then runs list, metrics and logs. Its CLI once imported
+    trainer_core (pyarrow) to upload a file. A server command there names the extra it needs."""
+    venv = tmp_path / "base"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)], capture_output=True, text=True
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    python = str(venv / "bin" / "python")
+    probe = "import importlib.util as u; print([m for m in ('pyarrow', 'torch', 'fastapi', 'celery') if u.find_spec(m)])"
+    lacks = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    assert lacks.stdout.strip() == "[]", lacks.stdout + lacks.stderr
+    rows = [{"prompt": f"{a}+{a}=", "response": str(2 * a)} for a in range(40)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = (ROOT / "examples" / "sft.yaml").read_text().replace("source: builtin:tiny-sft", "source: rows.jsonl")
+    (tmp_path / "spec.yaml").write_text(spec)
+    env = {**os.environ, **stack.env}
+
+    def rlplane(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(venv / "bin" / "rlplane"), *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    submitted = rlplane("submit", "spec.yaml", *SHORT, "--set", "train.steps=10", "--name", "base-install", "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.split()[0]
+    assert "uploaded rows.jsonl (40 rows) as dataset:" in submitted.stderr
+    assert stack.run(int(run_id))["spec"]["data"]["source"].startswith("dataset:")
+    listed = rlplane("runs", "list", "--json")
+    assert listed.returncode == 0 and any(r["name"] == "base-install" for r in json.loads(listed.stdout)["data"])
+    metrics = rlplane("metrics", run_id, "--key", "train/loss", "--json")
+    assert metrics.returncode == 0 and len(json.loads(metrics.stdout)["series"][0]["points"]) == 10
+    logs = rlplane("logs", run_id)
+    assert logs.returncode == 0 and "step 10" in logs.stdout
+    up = rlplane("up", "--port", "9")
+    assert (
+        up.returncode == 2
+        and "rlplane up: needs the api,train extra" in up.stderr
+        and "pip install 'rlplane[api,train]'" in up.stderr
+    )

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from rlplane.spec.base import DATA_FILE_SUFFIXES as SUFFIXES
 from rlplane.spec.sections import DataColumns
-from trainer_core.data.files import SUFFIXES
 from trainer_core.data.formats import apply_columns, column_map, row_problems
 
 FORMATS = {suffix: suffix[1:] for suffix in SUFFIXES}  # what the trainer reads

@@ -11,8 +11,8 @@ from api.exceptions import Unprocessable
 from api.models import Dataset
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_ROWS
+from rlplane.spec.base import DATA_FILE_SUFFIXES as SUFFIXES
 from rlplane.spec.base import format_loc, path_fields
-from trainer_core.data.files import SUFFIXES
 
 _RELATIVE = ("./", "../", "~")
 

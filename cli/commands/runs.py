@@ -62,18 +62,20 @@ def _upload_local_data(client: Client, submission: Submission) -> Submission:
     """A data.source that is a file relative to here (which no worker can read) is uploaded and named
     dataset:<id> in what is sent, as W&B artifacts and ClearML do; an absolute path is sent as it is (workers
     may share that file system)."""
-    from trainer_core.data.files import SUFFIXES
-    from trainer_core.data.formats import kind_for_algorithm
+    # the contract's tables, not trainer_core's: the base install (no extras) has no pyarrow, no torch
+    from rlplane.spec.algorithms import ALGORITHM_ROWS
+    from rlplane.spec.base import DATA_FILE_SUFFIXES
 
     spec = submission.data
     source = (spec.get("data") or {}).get("source") or ""
-    if not source.lower().endswith(SUFFIXES) or source.startswith("/"):
-        return submission
+    kind = ALGORITHM_ROWS.get(spec.get("algorithm"))
+    if kind is None or not source.lower().endswith(DATA_FILE_SUFFIXES) or source.startswith("/"):
+        return submission  # the API says what is wrong with a data file of an algorithm that reads none
     path = Path(source).expanduser()
     if not path.is_file():
         raise _invalid([{"loc": ["data", "source"], "msg": f"{source!r}: no such file here ({path.absolute()})"}])
     try:
-        dataset = client.upload_dataset(path, kind_for_algorithm(spec["algorithm"]), project=spec.get("project"), name=path.name)
+        dataset = client.upload_dataset(path, kind, project=spec.get("project"), name=path.name)
     except ApiError as exc:
         if exc.status == 422 and isinstance(exc.detail, list):
             raise _invalid([{"loc": ["data", "source"], "msg": f"{source}: {err.get('msg')}"} for err in exc.detail]) from None

@@ -115,6 +115,8 @@ ModelPath = Annotated[
     AfterValidator(check_model_path),
     WithJsonSchema({"type": "string", "minLength": 1, "pattern": MODEL_PATH_PATTERN}),
 ]
+# The files a data.source may name (the trainer reads them; the CLI uploads a relative one; the API stores uploads)
+DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 DataSource = Annotated[
     str,
     StringConstraints(min_length=1),
