@@ -178,9 +178,11 @@ class Reconciler:
                 .where(Run.status.in_(ACTIVE), ~in_gang, RunAttempt.worker != scripts.SCRIPT)
             ).all()
             gangs = gang.silent_nodes(session, self.lost_after_s, self._born, JOIN_TIMEOUT_S)
-        for run_id, reason in gangs:
+        for run_id, reason, outcome in gangs:
             with transaction(self.factory, self.nudge) as uow:
-                requeue_or_fail(uow.session, run_id, reason)
+                requeue_or_fail(uow.session, run_id, reason, outcome)
+        with transaction(self.factory, self.nudge) as uow:
+            gang.late_outcomes(uow.session, self.lost_after_s, self._born)
         for run_id, worker, started_at, last_heartbeat, current_run_id in rows:
             seen = max(started_at, last_heartbeat) if last_heartbeat is not None else started_at
             seen = max(seen, self._born)

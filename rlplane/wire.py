@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import RunSpec
@@ -77,6 +77,12 @@ class NodeLease(BaseModel):
     rendezvous: Rendezvous
 
 
+EXITED_AT = (
+    "When the worker saw its trainer exit (UTC): of a gang's nodes that failed, the first to exit is named as the "
+    "attempt's cause"
+)
+
+
 class NodeEnd(BaseModel):
     """POST /runs/{id}/attempts/{n}/nodes/{r}/end: how a node other than 0 ended its part (node 0 sends the
     run's statuses, as a one-node attempt does). A non-zero exit ends the whole attempt."""
@@ -85,6 +91,7 @@ class NodeEnd(BaseModel):
     exit_code: int | None = Field(default=None, ge=-255, le=255, description="The trainer's; None: it was stopped")
     reason: str = Field(default="", max_length=MAX_REASON_CHARS)
     failure: Failure | None = None
+    exited_at: AwareDatetime | None = Field(default=None, description=EXITED_AT)
 
 
 class StatusUpdate(BaseModel):
@@ -101,6 +108,7 @@ class StatusUpdate(BaseModel):
         description="With status lost: the worker is shutting down and gives the run back; it is requeued at once "
         "and this attempt does not count against resources.max_attempts",
     )
+    exited_at: AwareDatetime | None = Field(default=None, description=EXITED_AT)
 
 
 class Gpu(BaseModel):

@@ -4,9 +4,9 @@ torchrun across nodes) are in tests/test_multinode.py."""
 
 from datetime import timedelta
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from api.models import AttemptNode, Worker
+from api.models import AttemptNode, RunAttempt, Worker
 from api.models.base import utcnow
 from api.reconcile import Reconciler
 from tests.harness.factories import auth, create_run, spec, worker_token
@@ -242,3 +242,73 @@ def test_workers_that_said_their_part_ended_are_granted_again_without_waiting_fo
     assert anon.post(f"/api/v1/runs/{first['id']}/status", json=done, headers=auth(token)).status_code == 200
     reconciler(app, broker).dispatch()  # no heartbeat since: the ends said the trainers exited
     assert client.get(f"/api/v1/runs/{second['id']}").json()["status"] == "starting"
+
+
+def _nodes(client, run_id: int) -> dict[int, str]:
+    [attempt] = client.get(f"/api/v1/runs/{run_id}").json()["attempts"][:1]
+    return {n["node_rank"]: n["end_reason"] for n in attempt["nodes"]}
+
+
+def test_a_killed_nodes_worker_is_named_first_though_node_0_reported_its_crash(app, client, anon, db):
+    """Node 1's worker is killed (SIGKILL: its trainer dies with it) and node 0's trainer then dies of the lost peer:
+    node 0's report ends the attempt at once. Node 1's row says it stopped with the attempt (not node 0's log lines);
+    once its worker has been silent since before that end for lost_after_s, its row says the worker was lost and the
+    attempt's reason names node 1 first. A node whose worker lives on stays "stopped with the attempt"."""
+    token, broker = worker_token(client), Broker()
+    run, _ = joined_gang(app, client, anon, token, broker)
+    status = {"attempt": 1, "status": "running", "reason": "node 0 started"}
+    anon.post(f"/api/v1/runs/{run['id']}/status", json=status, headers=auth(token))
+    crash = "trainer exited with 1:\n[rank0]: torch.distributed.DistBackendError: Connection closed by peer"
+    crashed = {"attempt": 1, "status": "failed", "reason": crash, "failure": "crashed", "exited_at": utcnow().isoformat()}
+    assert anon.post(f"/api/v1/runs/{run['id']}/status", json=crashed, headers=auth(token)).status_code == 200
+    nodes = _nodes(client, run["id"])
+    assert nodes == {0: crash, 1: "stopped with the attempt (node 0: trainer exited with 1:)"}
+    reconcile = reconciler(app, broker, lost_after_s=5)
+    reconcile._born = utcnow() - timedelta(minutes=5)
+    reconcile.find_lost()  # not silent for long enough yet
+    assert _nodes(client, run["id"])[1].startswith("stopped with the attempt")
+    # 6 s later by the clock of the rows: node-b last heartbeat 2 s before the end, nothing since
+    ended = db.scalar(select(RunAttempt.ended_at).where(RunAttempt.run_id == run["id"]))
+    db.execute(update(RunAttempt).where(RunAttempt.run_id == run["id"]).values(ended_at=ended - timedelta(seconds=6)))
+    db.execute(update(Worker).where(Worker.name == "node-b").values(last_heartbeat=ended - timedelta(seconds=8)))
+    db.commit()
+    reconcile.find_lost()
+    last = (ended - timedelta(seconds=8)).strftime("%H:%M:%S")
+    assert _nodes(client, run["id"])[1] == f"its worker node-b was lost: no heartbeat since {last} UTC, before the attempt ended"
+    [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"][:1]
+    assert attempt["end_reason"].startswith(
+        f"node 1 (worker node-b) failed first: its worker was lost (no heartbeat since {last} UTC); then node 0: trainer exited"
+    ), attempt["end_reason"]
+
+
+def test_a_late_report_of_an_earlier_crash_is_named_first(app, client, anon):
+    """Node 1's trainer crashed first, but node 0's report of its own (the lost peer) reached the API first: node 1's
+    report, late, replaces its "stopped with the attempt" with its own words, and having exited earlier (by its
+    worker's clock), it is named first in the attempt's reason."""
+    token, broker = worker_token(client), Broker()
+    run, base = joined_gang(app, client, anon, token, broker)
+    now = utcnow()
+    crashed = {"attempt": 1, "status": "failed", "reason": "trainer exited with 1: peer gone", "exited_at": now.isoformat()}
+    anon.post(f"/api/v1/runs/{run['id']}/status", json=crashed, headers=auth(token))
+    oom = "trainer exited with 1:\n[rank1]: torch.OutOfMemoryError: CUDA out of memory"
+    end = {"exit_code": 1, "reason": oom, "failure": "crashed", "exited_at": (now - timedelta(seconds=2)).isoformat()}
+    assert anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token)).status_code == 200
+    assert _nodes(client, run["id"]) == {0: "trainer exited with 1: peer gone", 1: oom}
+    [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"][:1]
+    assert (
+        attempt["end_reason"]
+        == "node 1 (worker node-b) failed first: trainer exited with 1:; then node 0: trainer exited with 1: peer gone"
+    )
+
+
+def test_a_late_report_of_a_later_exit_names_nobody_first(app, client, anon):
+    token, broker = worker_token(client), Broker()
+    run, base = joined_gang(app, client, anon, token, broker)
+    now = utcnow()
+    crashed = {"attempt": 1, "status": "failed", "reason": "trainer exited with 1: peer gone", "exited_at": now.isoformat()}
+    anon.post(f"/api/v1/runs/{run['id']}/status", json=crashed, headers=auth(token))
+    end = {"exit_code": 1, "reason": "trainer exited with 1: stopped", "exited_at": (now + timedelta(seconds=2)).isoformat()}
+    anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token))
+    [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"][:1]
+    assert attempt["end_reason"] == "node 0: trainer exited with 1: peer gone"
+    assert _nodes(client, run["id"])[1] == "trainer exited with 1: stopped"

@@ -295,7 +295,11 @@ def test_a_killed_node_ends_the_attempt_and_a_new_gang_resumes(stack: Stack) -> 
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
     first, second = run["attempts"][:2]
-    assert first["end_reason"].startswith("node"), first["end_reason"]  # a node's failure ended it
+    # The killed node is named, whichever came first: node 0's crash report (then node 1 is named first once its
+    # worker has been silent since before the end) or node 1's silence
+    assert f"node 1 (worker {node1})" in first["end_reason"].split(";")[0], first["end_reason"]
+    rows = {n["node_rank"]: n["end_reason"] for n in first["nodes"]}
+    assert f"its worker {node1} was lost" in rows[1] and node1 not in rows[0], rows
     assert node1 not in {n["worker"] for n in second["nodes"]}
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "the new gang did not resume from a checkpoint"

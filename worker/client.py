@@ -58,12 +58,12 @@ class WorkerApi:
 
     def end_node(self, run_id: int, attempt: int, node_rank: int, body: NodeEnd) -> dict[str, Any]:
         path = f"/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/end"
-        return self.client.json("POST", path, json=body.model_dump(exclude_none=True))
+        return self.client.json("POST", path, json=body.model_dump(mode="json", exclude_none=True))
 
     def status(self, run_id: int, update: StatusUpdate) -> dict[str, Any]:
         """Send one status of the attempt; the run after it (its status: a cancel). A stale attempt raises Superseded."""
         try:
-            return self.client.json("POST", f"/runs/{run_id}/status", json=update.model_dump(exclude_defaults=True))
+            return self.client.json("POST", f"/runs/{run_id}/status", json=update.model_dump(mode="json", exclude_defaults=True))
         except ApiError as exc:
             if exc.status == 409:
                 raise Superseded(str(exc.detail)) from None

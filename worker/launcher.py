@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rlplane.spec import RunSpec
@@ -100,6 +101,8 @@ class Trainer:
         `base_env`: the environment `env` is added to (default: the worker's own)."""
         self.tail: deque[str] = deque(maxlen=30)  # for the failure reason
         self.first_rank = first_rank
+        # When its exit was first seen (wait wakes at the exit): a gang's nodes say which trainer ended first
+        self.exited_at: datetime | None = None
         self.process = subprocess.Popen(
             command,
             cwd=cwd,
@@ -121,7 +124,10 @@ class Trainer:
             on_line(*split_rank(line, self.first_rank))
 
     def poll(self) -> int | None:
-        return self.process.poll()
+        code = self.process.poll()
+        if code is not None and self.exited_at is None:
+            self.exited_at = datetime.now(UTC)
+        return code
 
     def wait(self, timeout: float) -> int | None:
         """The exit code once the trainer exits, or None after `timeout` seconds: wakes at the exit, not a tick

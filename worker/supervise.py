@@ -306,7 +306,8 @@ def _watch_node(
     for wait in (0, 1, 2, 4, 8):
         time.sleep(wait)
         try:
-            end = NodeEnd(exit_code=code, reason=reason[-MAX_REASON_CHARS:], failure=failure)
+            exited = trainer.exited_at if code not in (0, None) else None
+            end = NodeEnd(exit_code=code, reason=reason[-MAX_REASON_CHARS:], failure=failure, exited_at=exited)
             client.end_node(run_id, attempt, place.node_rank, end)
             break
         except Exception as exc:
@@ -453,6 +454,7 @@ def _end(
                 last_step=forwarder.last_step,
                 handed_back=handed_back,
                 failure=failure,
+                exited_at=trainer.exited_at if status == "failed" else None,
             )
             client.status(run_id, update)
             logger.info("run=%d attempt=%d %s: %s", run_id, attempt, status, reason.splitlines()[0] if reason else "")

@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from api.models.base import Base, UtcDateTime, utcnow
@@ -27,6 +27,11 @@ class AttemptNode(Base):
     joined_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(2000))
+    # When its worker saw its trainer fail (its own clock): of the nodes that failed, the first names the cause
+    exited_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Ended because another node ended the attempt, not by its own word: what happened to it may be learnt later
+    # (its worker found dead, its own late report), and then said here and in the attempt's reason
+    stopped_with_attempt: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     @property
     def state(self) -> str:

@@ -15,7 +15,8 @@ nothing: it waits with its reason and every run behind it goes on.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -155,17 +156,36 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
     slot = node_slot(session, run, attempt, node_rank)
     if slot.token_id != principal.token_id:
         raise Forbidden(f"this worker token did not join node {node_rank} of attempt {attempt}")
-    if slot.ended_at is None:
-        slot.ended_at, slot.end_reason = utcnow(), (body.reason or f"exit {body.exit_code}")[:2000]
+    own = body.reason or f"exit {body.exit_code}"
+    if slot.ended_at is None or slot.stopped_with_attempt:  # its own word, also after another node ended the attempt
+        late = slot.stopped_with_attempt
+        slot.ended_at = slot.ended_at or utcnow()
+        slot.end_reason, slot.exited_at, slot.stopped_with_attempt = own[:2000], body.exited_at, False
+        if late and body.exit_code not in (0, None) and _exited_first(session, slot):
+            _name_first(session, slot, (own.splitlines() or [""])[0][:300])
     if body.exit_code is not None or body.reason:
         session.execute(
             update(Worker).where(Worker.name == slot.worker, Worker.current_run_id == run.id).values(current_run_id=None)
         )
     if attempt == run.attempt_count and run.status in ("starting", "running") and body.exit_code != 0:
-        why = f"node {node_rank} ({slot.worker}): {body.reason or f'exit {body.exit_code}'}"
-        end_attempt(session, run, why, failure=body.failure)
+        end_attempt(session, run, f"node {node_rank} ({slot.worker}): {own}", failure=body.failure)
     session.flush()
     return run
+
+
+def _exited_first(session: Session, slot: AttemptNode) -> bool:
+    """Its trainer exited before every other node's that failed (each by its worker's clock)."""
+    if slot.exited_at is None:
+        return False
+    others = session.scalars(
+        select(AttemptNode.exited_at).where(
+            AttemptNode.run_id == slot.run_id,
+            AttemptNode.attempt == slot.attempt,
+            AttemptNode.node_rank != slot.node_rank,
+            AttemptNode.exited_at.is_not(None),
+        )
+    ).all()
+    return bool(others) and all(slot.exited_at < other for other in others)
 
 
 def part_of(session: Session, principal: Principal, run_id: int) -> Run:
@@ -182,14 +202,69 @@ def _joined_any(session: Session, run: Run, token_id: int | None) -> bool:
     return session.scalar(query) is not None
 
 
-def end_nodes(session: Session, run: Run, reason: str) -> None:
-    """The attempt of `run` ended: so did each of its nodes that had not said so itself."""
+@dataclass(frozen=True)
+class NodeOutcome:
+    """What one node of a gang's attempt says happened to it: its trainer's end, a hang, its silent worker."""
+
+    rank: int
+    reason: str
+    exited_at: datetime | None = None
+
+
+STOPPED = "stopped with the attempt"
+FIRST = "failed first"
+
+
+def end_nodes(session: Session, run: Run, reason: str, outcome: NodeOutcome | None = None) -> None:
+    """The attempt of `run` ended: so did each of its nodes that had not said so itself. The node whose word ended it
+    (`outcome`) keeps its own; the others stopped with the attempt, which they say with its cause in one line (not
+    another node's log lines), until their own word or their worker's death is learnt (late_outcomes)."""
+    cause = (reason.splitlines() or ["it ended"])[0][:300]
     for slot in session.scalars(
         select(AttemptNode).where(
             AttemptNode.run_id == run.id, AttemptNode.attempt == run.attempt_count, AttemptNode.ended_at.is_(None)
         )
     ):
-        slot.ended_at, slot.end_reason = utcnow(), reason[:2000]
+        slot.ended_at = utcnow()
+        if outcome is not None and slot.node_rank == outcome.rank:
+            slot.end_reason, slot.exited_at = outcome.reason[:2000], outcome.exited_at
+        else:
+            slot.end_reason, slot.stopped_with_attempt = f"{STOPPED} ({cause})"[:2000], True
+
+
+def _name_first(session: Session, slot: AttemptNode, why: str) -> None:
+    """`slot`'s node failed before the one whose word ended the attempt: its attempt's reason names it first."""
+    attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == slot.run_id, RunAttempt.number == slot.attempt))
+    if attempt is None or attempt.end_reason is None or f" {FIRST}: " in attempt.end_reason:
+        return
+    attempt.end_reason = f"node {slot.node_rank} (worker {slot.worker}) {FIRST}: {why}; then {attempt.end_reason}"[:2000]
+
+
+def late_outcomes(session: Session, lost_after_s: float, since: datetime) -> None:
+    """Nodes that stopped with an ended attempt and whose worker has sent no heartbeat since before that end, for
+    lost_after_s (counted from `since` at the earliest: the API's start): the worker died, and its peers' failure
+    followed (SIGKILL, a crashed host). Each such node says so, and the attempt's reason names it first."""
+    now = utcnow()
+    ended = (RunAttempt.run_id == AttemptNode.run_id) & (RunAttempt.number == AttemptNode.attempt)
+    rows = session.execute(
+        select(AttemptNode, RunAttempt.ended_at, Worker.last_heartbeat)
+        .join(RunAttempt, ended)
+        .outerjoin(Worker, Worker.name == AttemptNode.worker)
+        .where(
+            AttemptNode.stopped_with_attempt.is_(True),
+            RunAttempt.ended_at.is_not(None),
+            RunAttempt.ended_at > now - timedelta(seconds=3 * lost_after_s + 60),  # judged once, soon after
+        )
+    ).all()
+    for slot, ended_at, last_heartbeat in rows:
+        if (now - max(ended_at, since)).total_seconds() < lost_after_s:
+            continue  # not silent for long enough yet
+        if last_heartbeat is not None and last_heartbeat >= ended_at:
+            continue  # its worker lived on after the end: it was stopped by it
+        since_last = f"since {last_heartbeat:%H:%M:%S} UTC" if last_heartbeat is not None else "at all"
+        slot.end_reason = f"its worker {slot.worker} was lost: no heartbeat {since_last}, before the attempt ended"
+        slot.stopped_with_attempt = False
+        _name_first(session, slot, f"its worker was lost (no heartbeat {since_last})")
 
 
 def let_go(session: Session, run: Run, worker: str) -> None:
@@ -220,7 +295,7 @@ def holds_part(session: Session, run: Run, token_id: int | None) -> bool:
     )
 
 
-def silent_nodes(session: Session, lost_after_s: float, since, join_timeout_s: float) -> list[tuple[int, str]]:
+def silent_nodes(session: Session, lost_after_s: float, since, join_timeout_s: float) -> list[tuple[int, str, NodeOutcome]]:
     """(run id, reason) for active gang runs with a node whose worker has been silent for lost_after_s, or that
     was granted join_timeout_s ago and has not joined (counted from `since` at the earliest: the API's start)."""
     now = utcnow()
@@ -240,15 +315,19 @@ def silent_nodes(session: Session, lost_after_s: float, since, join_timeout_s: f
         .where(Run.status.in_(ACTIVE), AttemptNode.ended_at.is_(None))
         .order_by(Run.id, AttemptNode.node_rank)
     ).all()
-    found: dict[int, str] = {}
+    found: dict[int, tuple[str, NodeOutcome]] = {}
     for run_id, rank, worker, granted_at, joined_at, last_heartbeat, current_run_id in rows:
         if run_id in found:
             continue
         seen = max(max(granted_at, last_heartbeat) if last_heartbeat is not None else granted_at, since)
+        who = f"node {rank} (worker {worker})"
         if (now - seen).total_seconds() > lost_after_s:
-            found[run_id] = f"lost: node {rank} (worker {worker}) sent no heartbeat for {int((now - seen).total_seconds())} s"
+            silent = f"sent no heartbeat for {int((now - seen).total_seconds())} s"
+            found[run_id] = (f"lost: {who} {silent}", NodeOutcome(rank, f"its worker {worker} was lost: it {silent}"))
         elif joined_at is not None and moved_on(run_id, joined_at, last_heartbeat, current_run_id):
-            found[run_id] = moved_on_reason(f"node {rank} (worker {worker})", current_run_id)
+            back = NodeOutcome(rank, moved_on_reason(f"its worker {worker}", current_run_id))
+            found[run_id] = (moved_on_reason(who, current_run_id), back)
         elif joined_at is None and (now - max(granted_at, since)).total_seconds() > join_timeout_s:
-            found[run_id] = f"lost: node {rank} (worker {worker}) did not join within {join_timeout_s:g} s"
-    return list(found.items())
+            late = f"did not join within {join_timeout_s:g} s"
+            found[run_id] = (f"lost: {who} {late}", NodeOutcome(rank, f"its worker {worker} {late}"))
+    return [(run_id, reason, outcome) for run_id, (reason, outcome) in found.items()]

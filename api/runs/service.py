@@ -299,7 +299,8 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         # lost (retried within max_attempts) unless the trainer itself said the run is at fault. Being cancelled,
         # the run is cancelled: a cancel stops the nodes one by one, and node 0's peers may be gone first.
         if run.status in ACTIVE:  # else another node's end came first and ended the attempt
-            end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step)
+            node0 = gang.NodeOutcome(0, body.reason, body.exited_at)
+            end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step, outcome=node0)
         return run
     if body.status != run.status:
         set_status(session, run, body.status, body.reason)
@@ -313,7 +314,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         attempt.last_step = run.last_step
         if body.status in TERMINAL or body.status == "lost":
             attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
-            gang.end_nodes(session, run, attempt.end_reason)
+            gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))
             gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
             attempt.handed_back = body.status == "lost" and body.handed_back
             attempt.failure = body.failure if body.status == "failed" else None
@@ -370,7 +371,14 @@ def _retry_or_fail(session: Session, run: Run) -> None:
         set_status(session, run, "failed", f"{run.status_reason}; gave up after {run.attempt_count} attempts")
 
 
-def end_attempt(session: Session, run: Run, reason: str, failure: str | None = None, last_step: int | None = None) -> None:
+def end_attempt(
+    session: Session,
+    run: Run,
+    reason: str,
+    failure: str | None = None,
+    last_step: int | None = None,
+    outcome: gang.NodeOutcome | None = None,
+) -> None:
     """End the current attempt of an active run from outside its lease holder (its worker went silent, a gang's node
     failed): cancelled when it was being cancelled, failed when the trainer said the run is at fault (config,
     diverged), else lost and retried while attempts remain."""
@@ -380,7 +388,7 @@ def end_attempt(session: Session, run: Run, reason: str, failure: str | None = N
     if attempt is not None and attempt.ended_at is None:
         attempt.ended_at, attempt.end_reason, attempt.last_step = utcnow(), reason[:2000], run.last_step
         attempt.failure = failure if failure in NOT_RESUMABLE_FAILURES else None
-    gang.end_nodes(session, run, reason)
+    gang.end_nodes(session, run, reason, outcome)
     if run.status == "cancelling":
         set_status(session, run, "cancelled", f"{reason}; it was being cancelled"[:2000])
     elif failure in NOT_RESUMABLE_FAILURES:
@@ -391,9 +399,10 @@ def end_attempt(session: Session, run: Run, reason: str, failure: str | None = N
         _retry_or_fail(session, run)
 
 
-def requeue_or_fail(session: Session, run_id: int, reason: str) -> None:
-    """Mark an active run's current attempt lost (its worker went silent) and retry or fail the run."""
+def requeue_or_fail(session: Session, run_id: int, reason: str, outcome: gang.NodeOutcome | None = None) -> None:
+    """Mark an active run's current attempt lost (its worker went silent) and retry or fail the run; `outcome`: what
+    happened to the gang's node that caused it."""
     run = locked_run(session, run_id)
     if run is None or run.status not in ACTIVE:
         return  # it ended or moved on while we looked
-    end_attempt(session, run, reason)
+    end_attempt(session, run, reason, outcome=outcome)
