@@ -60,12 +60,13 @@ def series(stack: Stack, run_id: int, key: str) -> list[tuple[int, float]]:
     return [(p["step"], p["value"]) for s in body["series"] for p in s["points"]]
 
 
-def test_trl_sft_script_runs_on_a_worker_with_its_code_uploaded(stack, tiny_model, tmp_path):
-    """`rlplane submit examples/trl/sft.yaml --code examples/trl --wait`: the CLI packs and uploads the code with its git
-    commit, the worker runs TRL's SFTTrainer in it, and the callback's loss (falling), learning rate and checkpoints
-    reach the API with the script's packages."""
+def test_trl_sft_script_runs_on_a_worker_with_its_code_uploaded(stack, tmp_path):
+    """`rlplane submit examples/trl/sft.yaml --code examples/trl --wait`, as docs/sdk.md writes it (its model the
+    shipped default, builtin:tiny-llama: no hub): the CLI packs and uploads the code with its git commit, the worker
+    runs TRL's SFTTrainer in it, and the callback's loss (falling), learning rate and checkpoints reach the API with
+    the script's packages."""
     command = [sys.executable, "-m", "cli.main", "submit", "examples/trl/sft.yaml", "--code", "examples/trl", "--wait"]
-    command += ["--set", f"command.config.model={tiny_model}", "--set", "train.steps=16", "--set", "train.lr=3e-3"]
+    command += ["--set", "train.steps=16", "--set", "train.lr=3e-3"]
     command += ["--set", "train.checkpoint_every=8", "--name", "trl-sft-test"]
     done = subprocess.run(command, cwd=ROOT, env=user_env(stack, tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -91,12 +92,13 @@ def test_trl_sft_script_runs_on_a_worker_with_its_code_uploaded(stack, tiny_mode
     assert {"sft.py", "tasks.py", "sft.yaml"} <= set(names)
 
 
-@pytest.mark.parametrize("script", ["grpo", "rloo"])
-def test_trl_rl_scripts_report_their_completion_groups(stack, tiny_model, script):
+@pytest.mark.parametrize(("script", "model"), [("grpo", "builtin"), ("rloo", "directory")])
+def test_trl_rl_scripts_report_their_completion_groups(stack, tiny_model, script, model):
     """TRL's GRPOTrainer (the callback in callbacks=[...], reading its completion tables) and RLOOTrainer (the
     callback attached, reading the trainer's rollouts) from a shared code directory (command.code.path): reward/mean,
     reward/std and each step's completions as groups of `group` answers to one prompt, with their reward component
-    and advantage."""
+    and advantage. One loads the shipped default model (builtin:tiny-llama), the other the same weights from a local
+    Hugging Face directory, as a hub id loads."""
     argv = ["python", f"{script}.py", "--model", "{command.config.model}", "--max-steps", "{train.steps}", "--lr", "{train.lr}"]
     argv += ["--group", "4", "--prompts-per-step", "2", "--max-new-tokens", "4", "--save-steps", "100"]
     argv += ["--output-dir", "{run.dir}/hf"]
@@ -104,7 +106,11 @@ def test_trl_rl_scripts_report_their_completion_groups(stack, tiny_model, script
         "name": f"trl-{script}-test",
         "algorithm": "command",
         "train": {"steps": 3, "lr": 1e-4},
-        "command": {"argv": argv, "config": {"model": str(tiny_model)}, "code": {"path": str(ROOT / "examples" / "trl")}},
+        "command": {
+            "argv": argv,
+            "config": {"model": "builtin:tiny-llama" if model == "builtin" else str(tiny_model)},
+            "code": {"path": str(ROOT / "examples" / "trl")},
+        },
     }
     run = stack.wait_status(stack.submit(spec), {"succeeded", "failed"}, timeout=300)
     assert run["status"] == "succeeded", run["status_reason"]

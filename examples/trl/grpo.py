@@ -1,16 +1,15 @@
 """GRPO with TRL's GRPOTrainer, reported to rlplane by its Hugging Face callback: metrics, the completion groups
 of each step (log_completions=True) with their rewards and advantages, and checkpoints.
 
-    python grpo.py --model ./my-sft-model --max-steps 100                     # alone: a run is created for it
-    rlplane submit grpo.yaml --code .                                          # or as a command run on a worker
+    python grpo.py --model builtin:tiny-llama --max-steps 100                 # alone: a run is created for it
+    rlplane submit grpo.yaml --code .                                         # or as a command run on a worker
 """
 
 from __future__ import annotations
 
 import datasets
 import torch
-from tasks import correct, problems, rl_arguments
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from tasks import correct, load_model, problems, rl_arguments
 from trl import GRPOConfig, GRPOTrainer
 
 from rlplane.integrations.hf import RlplaneCallback
@@ -19,8 +18,7 @@ from rlplane.integrations.hf import RlplaneCallback
 def main() -> None:
     args = rl_arguments(__doc__.splitlines()[0], "out/grpo")
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model, tokenizer = load_model(args.model)
     config = GRPOConfig(
         output_dir=args.output_dir,
         max_steps=args.max_steps,

@@ -1,7 +1,7 @@
 """Supervised fine-tuning with TRL's SFTTrainer, reported to rlplane by its Hugging Face callback.
 
-    python sft.py --model HuggingFaceTB/SmolLM2-135M --max-steps 200          # alone: a run is created for it
-    rlplane submit sft.yaml --code .                                           # or as a command run on a worker
+    python sft.py --model builtin:tiny-llama --max-steps 200                  # alone: a run is created for it
+    rlplane submit sft.yaml --code .                                          # or as a command run on a worker
 
 Inside a worker the callback finds the run by itself; a cancel makes the trainer save a checkpoint and stop, and
 a retried attempt resumes from the run's newest checkpoint.
@@ -13,8 +13,7 @@ import argparse
 
 import datasets
 import torch
-from tasks import problems
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from tasks import MODEL_HELP, load_model, problems
 from trl import SFTConfig, SFTTrainer
 
 from rlplane.integrations.hf import RlplaneCallback
@@ -22,7 +21,7 @@ from rlplane.integrations.hf import RlplaneCallback
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="A Hugging Face id or a local model directory")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--max-steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch-size", type=int, default=8)
@@ -32,8 +31,7 @@ def main() -> None:
     args = p.parse_args()
 
     rows = [{"prompt": r["prompt"], "completion": r["answer"]} for r in problems(512)]
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model, tokenizer = load_model(args.model)
     config = SFTConfig(
         output_dir=args.output_dir,
         max_steps=args.max_steps,

@@ -6,6 +6,22 @@ from __future__ import annotations
 import argparse
 import random
 import re
+from typing import Any
+
+MODEL_HELP = "A Hugging Face id, a local model directory, or builtin:tiny-llama (built here, no download)"
+
+
+def load_model(name: str) -> tuple[Any, Any]:
+    """(model, tokenizer) of `name`: a Hugging Face id or directory, or builtin:<name>, one of rlplane's tiny models
+    built from a config by the worker's trainer stack (no download), so the examples run on a fresh machine."""
+    if name.startswith("builtin:"):
+        from trainer_core.models import build_builtin
+
+        return build_builtin(name.removeprefix("builtin:"), "causal", seed=0)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32), AutoTokenizer.from_pretrained(name)
 
 
 def problems(count: int, seed: int = 0) -> list[dict[str, str]]:
@@ -29,7 +45,7 @@ def correct(completions: list[str], answer: list[str], **_: object) -> list[floa
 def rl_arguments(description: str, output_dir: str) -> argparse.Namespace:
     """The command line of the RL examples (grpo.py, rloo.py)."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", required=True, help="A Hugging Face id or a local model directory")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--max-steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--prompts-per-step", type=int, default=2)
