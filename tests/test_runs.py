@@ -136,6 +136,48 @@ class TestListRuns:
         assert listed == {"trl-example": ("failed", True), "my-loop": ("failed", False)}
         assert client.get(f"/api/v1/runs/{submitted}").json()["resumable"] is True
 
+    def test_the_list_shows_the_lr_and_batch_size_a_run_has(self, client, db):
+        """An eval run trains nothing (no lr or batch size), a command run's are its script's own (command.config, or
+        what rlplane.init recorded), else the spec's only where its command line takes them: null otherwise, not the
+        spec's defaults (an SDK run showed lr 1e-5 for its 3e-4)."""
+        create_run(client, name="sft")
+        create_run(
+            client,
+            name="eval",
+            algorithm="eval",
+            train={"steps": 1},
+            data={"source": "builtin:arithmetic"},
+            reward={"kind": "builtin", "name": "arithmetic"},
+        )
+        command = {"algorithm": "command", "train": {"steps": 5, "lr": 3e-3}}
+        create_run(client, name="takes-lr", **command, command={"argv": ["train.py", "--lr", "{train.lr}"]})
+        create_run(
+            client,
+            name="own-config",
+            **command,
+            command={"argv": ["train.py"], "config": {"learning_rate": 2e-4, "model": "my/model"}},
+        )
+        script = {
+            "name": "sdk",
+            "algorithm": "command",
+            "train": {"steps": 5},
+            "command": {"argv": ["loop.py"], "config": {"lr": 3e-4}},
+        }
+        sdk = client.post("/api/v1/runs/external", json={"spec": script}).json()
+        later = {"python": "3.11", "config": {"lr": 3e-4, "batch_size": 32}}  # a worker-run script's init records its own
+        assert client.post(f"/api/v1/runs/{sdk['id']}/environment", json=later).status_code == 200
+        shown = {
+            r["name"]: (r["config"]["model"], r["config"]["lr"], r["config"]["batch_size"])
+            for r in client.get("/api/v1/runs").json()["data"]
+        }
+        assert shown == {
+            "sft": ("builtin:tiny-gpt2", 1e-4, 4),
+            "eval": ("builtin:tiny-gpt2", None, None),
+            "takes-lr": ("builtin:tiny-gpt2", 3e-3, None),
+            "own-config": ("my/model", 2e-4, None),
+            "sdk": (None, 3e-4, 32),
+        }
+
     def test_archived_runs_are_hidden_by_default(self, client, db):
         run = create_run(client)
         client.post(f"/api/v1/runs/{run['id']}/cancel")

@@ -17,6 +17,7 @@ from api.exceptions import Conflict, Unprocessable
 from api.models import Run, RunAttempt
 from api.models.base import utcnow
 from api.runs.service import fell_silent, is_scripted, new_run, reportable_run, set_status
+from api.runs.views import config_summary
 from api.unit_of_work import transaction
 from rlplane.layout import run_checkpoint
 from rlplane.spec import RunSpec
@@ -55,6 +56,9 @@ def record_environment(session: Session, principal: Principal, run_id: int, envi
     """Where the run ran (the SDK sends it once per attempt; the newest is kept)."""
     run = reportable_run(session, principal, run_id)
     run.environment = _checked(environment)
+    script_config = run.environment.get("config")
+    if run.algorithm == "command" and isinstance(script_config, dict):  # the runs table shows the script's own values
+        run.config = config_summary(run.spec, script_config)
     session.flush()
     return run
 

@@ -46,10 +46,20 @@ def run_list_items(session: Session, rows) -> list[schemas.RunListItem]:
     ]
 
 
-def config_summary(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec fields a runs table shows beside the metrics."""
+# A script's own names for what a runs table shows (rlplane.init(config=...), command.config, TRL's arguments)
+_SCRIPT_KEYS = {
+    "model": ("model", "model_name_or_path", "model_path"),
+    "lr": ("lr", "learning_rate"),
+    "batch_size": ("batch_size", "per_device_train_batch_size", "train_batch_size"),
+}
+
+
+def config_summary(spec: dict[str, Any], script_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec fields a runs table shows beside the metrics, as the run has them: an eval run trains nothing (no lr
+    or batch size), and a command run's are its script's own (its command.config, and what rlplane.init recorded:
+    `script_config`), else the spec's only where its command line takes them ({train.lr}); null where it has none."""
     model, train, backend = (spec.get(name) or {} for name in ("model", "train", "backend"))
-    return {
+    summary = {
         "model": model.get("path"),
         "lr": train.get("lr"),
         "batch_size": train.get("batch_size"),
@@ -57,6 +67,20 @@ def config_summary(spec: dict[str, Any]) -> dict[str, Any]:
         "backend": backend.get("kind"),
         "precision": backend.get("precision"),
     }
+    if spec.get("algorithm") == "eval":
+        return {**summary, "lr": None, "batch_size": None}
+    if spec.get("algorithm") != "command":
+        return summary
+    command = spec.get("command") or {}
+    argv = " ".join(str(arg) for arg in command.get("argv") or [])
+    given = {**(command.get("config") or {}), **(script_config or {})}
+    for field, keys in _SCRIPT_KEYS.items():
+        own = next((given[key] for key in keys if isinstance(given.get(key), str | int | float)), None)
+        # model.path is the user's (lineage); train.lr and batch_size are defaults unless the command line takes them
+        taken = field == "model" or f"{{train.{field}}}" in argv
+        summary[field] = own if own is not None else summary[field] if taken else None
+    # its backend and precision are the script's own business: the spec's defaults say nothing about them
+    return {**summary, "backend": None, "precision": None}
 
 
 def link_public(link, run: Run) -> schemas.RunLinkPublic:
