@@ -123,6 +123,9 @@ class RuleSpec(StrictModel):
 class Verdict:
     firing: bool
     message: str = ""
+    # Hysteresis: whether an open alert's condition has cleared. None: as soon as it stops firing. A detector whose
+    # signal hovers about its bound says False between its bounds, so its alert neither flaps nor closes too soon.
+    cleared: bool | None = None
 
 
 Points = Sequence[float]  # a metric's recent values, oldest first (NaN/inf as floats)
@@ -212,7 +215,8 @@ def _entropy_collapse(series: Mapping[str, Points], spec: Mapping[str, float]) -
 
 def _reward_falling(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
     """reward/mean, smoothed over `window` steps, has lost half of what it gained (from its first window to its peak)
-    and the peak is at least `window` steps behind."""
+    and the peak is at least `window` steps behind. It clears once the reward has won back half of what it lost
+    (within a quarter of the gain below the peak): a smoothed reward about the half-way line fires once."""
     window = int(spec.get("window", 10))
     points = _finite(series.get("reward/mean", []))
     if len(points) < 3 * window:
@@ -223,8 +227,11 @@ def _reward_falling(series: Mapping[str, Points], spec: Mapping[str, float]) -> 
     if gain <= 0 or len(smooth) - 1 - peak_at < window:
         return Verdict(False)
     firing = smooth[-1] < smooth[peak_at] - 0.5 * gain
+    cleared = smooth[-1] >= smooth[peak_at] - 0.25 * gain
     return Verdict(
-        firing, f"reward/mean fell to {smooth[-1]:.4g} from its peak {smooth[peak_at]:.4g} (smoothed over {window} steps)"
+        firing,
+        f"reward/mean fell to {smooth[-1]:.4g} from its peak {smooth[peak_at]:.4g} (smoothed over {window} steps)",
+        cleared=cleared,
     )
 
 

@@ -67,6 +67,21 @@ def test_each_detector_fires_on_its_pattern_and_not_on_a_healthy_run(name, fires
     assert not detector.check({}, params).firing  # a run that has not logged the key yet
 
 
+def test_reward_falling_fires_once_about_its_line_and_clears_only_on_recovery():
+    """A smoothed reward that hovers about the half-way line fires, then does not clear (nor fire anew) until it has
+    won back half of what it lost: the alert no longer opens and closes with each wobble."""
+    check = DETECTORS["reward_falling"].check
+    rise = [0.0] * 10 + [1.0] * 10  # gained 1.0: fires below 0.5, clears at or above 0.75
+
+    def at(level: float) -> object:
+        return check({"reward/mean": rise + [level] * 10}, {})
+
+    assert at(0.45).firing and at(0.45).cleared is False
+    hovering = at(0.55)  # back above the firing line: not firing, not cleared
+    assert not hovering.firing and hovering.cleared is False
+    assert at(0.8).cleared is True and not at(0.8).firing
+
+
 # --- through the API ---
 
 
@@ -266,3 +281,26 @@ def test_a_bad_rule_is_refused_at_its_field_and_nothing_is_stored(client, db, ru
     assert response.status_code == 422, response.text
     assert any(e["loc"][: len(loc)] == loc for e in response.json()["detail"]), response.json()
     assert db.scalars(select(Alert)).all() == [] and client.get("/api/v1/alert-rules").json() == {"items": []}
+
+
+def test_a_runs_alerts_close_when_it_ends_and_do_not_open_again(client, db, app):
+    """A detector's and a metric rule's open alerts on an RL run close when the run ends (a reward_falling alert
+    stayed open after the run succeeded); an ended run's metrics are not checked again, so none opens anew."""
+    worker = ApiWorker(client)
+    grpo = {
+        "algorithm": "grpo",
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": {"source": "builtin:arithmetic"},
+        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 8}},
+    }
+    rule = {"name": "len", "condition": {"kind": "threshold", "metric": "gen/response_length", "op": ">", "value": 4}}
+    assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
+    run = create_run(client, name="grpo", **grpo)
+    worker.start(run["id"])
+    worker.log(run["id"], "gen/response_length", {s: 8.0 for s in range(1, 6)})
+    watch(app)
+    assert {(a["name"], a["state"]) for a in alerts_of(client, run["id"])} == {("len", "open"), ("length_at_max", "open")}
+    worker.end(run["id"], "succeeded")
+    watch(app)
+    watch(app)
+    assert {(a["name"], a["state"]) for a in alerts_of(client, run["id"])} == {("len", "resolved"), ("length_at_max", "resolved")}

@@ -3,7 +3,8 @@
 `evaluate` (the reconciler's, every `alert_s`) looks at each run that is active or ended lately: every rule of its
 project (or of it) that is not muted, and every detector for its algorithm unless the project has a rule for that
 detector (its own parameters, or muted). A condition that holds opens an alert (one open per run and source),
-which is resolved when the condition clears; a status alert stays. Opening one stops the run if the rule says so
+which is resolved when the condition clears (past a detector's release bound: Verdict.cleared) or when the run ends;
+a status alert stays. Opening one stops the run if the rule says so
 and queues its delivery (api/alerts/delivery.py).
 """
 
@@ -105,6 +106,8 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
         d for d in DETECTORS.values() if run.algorithm in d.algorithms and d.name not in overridden and run.status in ACTIVE
     ]
     live = [(rule, condition) for rule, condition in conditions if not rule.muted]
+    if run.status not in ACTIVE:  # an ended run changes no more: only its status rules still apply
+        live = [(rule, condition) for rule, condition in live if isinstance(condition, StatusChange)]
     series = _Series(session, run.id, _series_read(run, [condition for _, condition in live], detectors))
     checks: list[tuple[str, str, AlertRule | None, Verdict, bool]] = []  # source, name, rule, verdict, sticky
     for rule, condition in live:
@@ -120,8 +123,16 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
         current = latest.get(source)
         if verdict.firing and (current is None or (current.state == "resolved" and not sticky)):
             opened.append(_open(session, run, source, name, rule, verdict.message, now))
-        elif not verdict.firing and current is not None and current.state == "open" and not sticky:
-            current.state, current.resolved_at = "resolved", now
+        elif not verdict.firing and verdict.cleared is not False and current is not None and current.state == "open":
+            if not sticky:
+                current.state, current.resolved_at = "resolved", now
+    if run.status not in ACTIVE:
+        # What an ended run's metrics opened (rules and detectors, no longer checked) closes with the run; its status
+        # alerts stay, as always.
+        checked = {source for source, *_ in checks}
+        for source, current in latest.items():
+            if current.state == "open" and source not in checked:
+                current.state, current.resolved_at = "resolved", now
     return opened
 
 
