@@ -138,12 +138,15 @@ def test_a_closed_gate_skips_its_stage_with_the_value_it_saw_and_cancel_stops_ev
     worker = ApiWorker(client)
     body = client.post("/api/v1/pipelines", json=chain(when='stages.sft.metrics["eval/loss"] < 1.5')).json()
     pid, sft_run = body["id"], body["stages"][0]["run_id"]
+    assert stages(client, pid)["grpo"]["gate"] == ['stages.sft.metrics["eval/loss"] < 1.5: no value yet']
     worker.finish(sft_run, points={"eval/loss": {10: 1.7}})
     checkpoints(db, sft_run, [10])
     advance(app)
     now = stages(client, pid)
     assert now["grpo"]["status"] == "skipped" and now["grpo"]["run_id"] is None
     assert now["grpo"]["reason"] == 'gate closed: stages.sft.metrics["eval/loss"] < 1.5: it is 1.7'
+    assert now["grpo"]["gate"] == ['stages.sft.metrics["eval/loss"] < 1.5: it is 1.7, does not hold']
+    assert now["sft"]["gate"] == []
     assert now["polish"]["reason"] == "stage grpo skipped"
     assert db.scalar(select(func.count()).select_from(Run)) == 1  # no run for a skipped stage
 

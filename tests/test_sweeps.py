@@ -40,7 +40,8 @@ def detail(client, sweep_id: int) -> dict:
 
 
 def running(body: dict) -> list[dict]:
-    return [t for t in body["trial_list"] if t["state"] == "running"]
+    """The trials the sweep is running: queued (their runs wait for a worker) or running."""
+    return [t for t in body["trial_list"] if t["state"] in ("queued", "running")]
 
 
 def test_a_grid_sweep_runs_every_combination_two_at_a_time_and_names_the_best(client, db, app):
@@ -117,7 +118,9 @@ def test_a_weak_trial_is_stopped_early_with_why_and_its_run_cancelled(client, db
         worker.finish(trial["run_id"], points={"eval/loss": {10: value, 20: value - 0.1}})
         advance(app)
     [weak] = running(detail(client, body["id"]))
+    assert weak["state"] == "queued" and weak["run_status"] == "queued"  # not "running" before a worker has it
     worker.start(weak["run_id"])
+    assert running(detail(client, body["id"]))[0]["state"] == "running"
     worker.log(weak["run_id"], "eval/loss", curve)
     advance(app)
     stopped = next(t for t in detail(client, body["id"])["trial_list"] if t["number"] == weak["number"])
@@ -125,6 +128,10 @@ def test_a_weak_trial_is_stopped_early_with_why_and_its_run_cancelled(client, db
     assert stopped["reason"].startswith("stopped early at step 10: eval/loss 5") and says in stopped["reason"]
     assert db.get(Run, weak["run_id"]).status == "cancelling"
     assert len(running(detail(client, body["id"]))) == 1  # the next trial took its place
+    worker.end(weak["run_id"], "cancelled")  # its worker stops the trainer: the run says it was pruned, not just cancelled
+    run = client.get(f"/api/v1/runs/{weak['run_id']}").json()
+    assert run["status"] == "cancelled"
+    assert run["status_reason"].startswith(f"pruned by sweep lr (trial {weak['number']}): stopped early at step 10"), run
 
 
 def test_cancel_stops_the_running_trials(client, db, app):

@@ -25,6 +25,11 @@ class StagePublic(BaseModel):
     reason: str | None = Field(description="Why it was skipped, failed, is stale or was retried")
     needs: list[str] = Field(description="The stages it waits for: the graph's edges")
     when: str | None = Field(description="Its gate, if any")
+    gate: list[str] = Field(
+        default_factory=list,
+        description="Each comparison of its gate with the value it reads now, and whether it holds "
+        '(`stages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds`); empty without a gate',
+    )
     run_id: int | None = Field(description="Its latest run")
     run_status: str | None
     runs: list[int] = Field(description="Every run it has had, oldest first")

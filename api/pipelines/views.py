@@ -8,7 +8,7 @@ from api.models import Pipeline, PipelineStage, Project, Run
 from api.pipelines import schemas
 from api.pipelines.service import stages_of
 from api.runs.headlines import FALLBACK, HEADLINES
-from rlplane.pipeline import StageDoc
+from rlplane.pipeline import StageDoc, parse_gate
 
 
 def _headline(session: Session, stage: PipelineStage) -> schemas.Headline | None:
@@ -25,8 +25,25 @@ def _headline(session: Session, stage: PipelineStage) -> schemas.Headline | None
     return None
 
 
+def _gate(session: Session, stage: PipelineStage, by_name: dict[str, PipelineStage]) -> list[str]:
+    """The stage's gate, each comparison with the value it reads now (the stage's reason keeps the one that closed it)."""
+    when = stage.stage.get("when")
+    if not when:
+        return []
+    shown = []
+    for comparison in parse_gate(when):
+        producer = by_name.get(comparison.stage)
+        value = last_value(session, producer.run_id, comparison.metric) if producer and producer.run_id else None
+        if value is None:
+            shown.append(f"{comparison}: no value yet")
+        else:
+            shown.append(f"{comparison}: it is {value:g}, {'holds' if comparison.holds(value) else 'does not hold'}")
+    return shown
+
+
 def detail(session: Session, pipeline: Pipeline) -> schemas.PipelineDetail:
     stages = stages_of(session, pipeline.id)
+    by_name = {s.name: s for s in stages}
     run_ids = [s.run_id for s in stages if s.run_id is not None]
     statuses = dict(session.execute(select(Run.id, Run.status).where(Run.id.in_(run_ids))).all()) if run_ids else {}
     return schemas.PipelineDetail(
@@ -45,6 +62,7 @@ def detail(session: Session, pipeline: Pipeline) -> schemas.PipelineDetail:
                 reason=s.reason or None,
                 needs=s.needs,
                 when=s.stage.get("when"),
+                gate=_gate(session, s, by_name),
                 run_id=s.run_id,
                 run_status=statuses.get(s.run_id),
                 runs=s.runs,

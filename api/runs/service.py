@@ -303,7 +303,10 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
             end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step, outcome=node0)
         return run
     if body.status != run.status:
-        set_status(session, run, body.status, body.reason)
+        reason = body.reason
+        if run.status == "cancelling" and body.status == "cancelled" and run.status_reason:
+            reason = f"{run.status_reason}; {body.reason}"  # who cancelled (a user, a sweep's pruner), then how it ended
+        set_status(session, run, body.status, reason)
         run.failure = body.failure if body.status == "failed" else None
     else:
         run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)

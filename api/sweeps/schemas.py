@@ -6,7 +6,8 @@ from pydantic import BaseModel, Field
 from api.floats import AnyFloat
 
 SweepStatus = Literal["running", "succeeded", "failed", "cancelled"]
-TrialState = Literal["running", "complete", "pruned", "failed", "cancelled"]
+# queued: running as the sweep sees it, its run still waiting for a worker
+TrialState = Literal["queued", "running", "complete", "pruned", "failed", "cancelled"]
 
 
 class TrialPublic(BaseModel):

@@ -128,10 +128,9 @@ def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, tr
         others = [t.intermediate_values.get(step) for t in study.get_trials(deepcopy=False)[:-1]]
         seen = sorted(v for v in others if v is not None)
         median = f"; the median of the {len(seen)} trials that reached it is {seen[len(seen) // 2]:.4g}" if seen else ""
-        runs.set_status(session, run, "cancelling", f"stopped early by sweep {sweep.name}")
-        _set(
-            trial, "pruned", f"stopped early at step {step}: {doc.metric} {curve[step]:.4g}{median} ({doc.early_stopping.method})"
-        )
+        why = f"stopped early at step {step}: {doc.metric} {curve[step]:.4g}{median} ({doc.early_stopping.method})"
+        runs.set_status(session, run, "cancelling", f"pruned by sweep {sweep.name} (trial {trial.number}): {why}")
+        _set(trial, "pruned", why)
     return None
 
 

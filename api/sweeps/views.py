@@ -10,12 +10,13 @@ from rlplane.sweep import SweepDoc
 
 
 def _trial(t: SweepTrial, statuses: dict[int, str]) -> schemas.TrialPublic:
+    run_status = statuses.get(t.run_id) if t.run_id is not None else None
     return schemas.TrialPublic(
         number=t.number,
         params=t.params,
         run_id=t.run_id,
-        run_status=statuses.get(t.run_id) if t.run_id is not None else None,
-        state=t.state,
+        run_status=run_status,
+        state="queued" if t.state == "running" and run_status == "queued" else t.state,
         value=t.value,
         reason=t.reason or None,
     )

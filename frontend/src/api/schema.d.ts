@@ -2779,6 +2779,12 @@ export interface components {
          */
         ModelSpec: {
             /**
+             * Compile
+             * @description torch.compile each decoder block for training steps (regional compilation: the blocks share one compiled graph; the first steps pay the compilation, evaluation and generation run uncompiled). torch and fsdp2 backends.
+             * @default false
+             */
+            compile: boolean;
+            /**
              * Dtype
              * @description dtype the weights are loaded in; auto: fp32 on CPU, the backend precision on GPU.
              * @default auto
@@ -2791,6 +2797,13 @@ export interface components {
              * @default false
              */
             gradient_checkpointing: boolean;
+            /**
+             * Kernels
+             * @description liger: Liger Kernel's fused Triton kernels for the model's RMSNorm, SwiGLU MLP and rotary embedding (CUDA GPUs; the liger-kernel package on the worker; the architectures Liger patches: Llama, Mistral, Qwen2/3, Gemma, Phi-3, ...). none: the model's own layers. torch and fsdp2 backends.
+             * @default none
+             * @enum {string}
+             */
+            kernels: "none" | "liger";
             /**
              * @description LoRA adapters; null: full fine-tune of every weight.
              * @default null
@@ -2839,6 +2852,11 @@ export interface components {
              * @description The trainer's; None: it was stopped
              */
             exit_code?: number | null;
+            /**
+             * Exited At
+             * @description When the worker saw its trainer exit (UTC): of a gang's nodes that failed, the first to exit is named as the attempt's cause
+             */
+            exited_at?: string | null;
             /** Failure */
             failure?: ("config" | "diverged" | "crashed") | null;
             /**
@@ -4238,6 +4256,11 @@ export interface components {
         };
         /** StagePublic */
         StagePublic: {
+            /**
+             * Gate
+             * @description Each comparison of its gate with the value it reads now, and whether it holds (`stages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds`); empty without a gate
+             */
+            gate?: string[];
             /** @description Its `best` metric if set, else the metric the runs list shows for its algorithm (eval/loss or train/loss for sft, reward/mean for grpo and ppo, eval/accuracy or eval/success for eval, ...): the last value */
             headline: components["schemas"]["Headline"] | null;
             /** Name */
@@ -4317,6 +4340,11 @@ export interface components {
              * @description The fencing token from the lease
              */
             attempt: number;
+            /**
+             * Exited At
+             * @description When the worker saw its trainer exit (UTC): of a gang's nodes that failed, the first to exit is named as the attempt's cause
+             */
+            exited_at?: string | null;
             /**
              * Failure
              * @description With status failed: config (exit 2: the spec, data or model), diverged (exit 3), crashed
@@ -4741,7 +4769,7 @@ export interface components {
              * State
              * @enum {string}
              */
-            state: "running" | "complete" | "pruned" | "failed" | "cancelled";
+            state: "queued" | "running" | "complete" | "pruned" | "failed" | "cancelled";
             /**
              * Value
              * @description The metric's last value, once the trial's run succeeded
