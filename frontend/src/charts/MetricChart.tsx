@@ -4,9 +4,8 @@ import 'uplot/dist/uPlot.min.css';
 import { resolveColor, useThemeAttribute } from '../lib/theme';
 import { MetricTitle } from './MetricTitle';
 import { describeNonFinite } from './nonFinite';
-import { buildPlot, pointsOf, type Plot } from './plotData';
+import { buildPlot, type Plot } from './plotData';
 import { plotOptions } from './plotOptions';
-import { smoothingFor } from './smoothing';
 import type { ChartSource } from './source';
 
 interface Props {
@@ -39,10 +38,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
 
   // Before the history arrives the key list's point count decides the lines (smoothed? a band?),
   // so the chart is built while the request is on the way and its first build is its last.
-  const compute = (): Plot => {
-    const lines = source.lines(metricKey);
-    return buildPlot(lines, axis, logScale, smoothingFor(metricKey, pointsOf(lines), smoothing));
-  };
+  const compute = (): Plot => buildPlot(metricKey, source.lines(metricKey), axis, logScale, smoothing);
   const [initial] = useState(compute);
   const plot = useRef<Plot>(initial);
   const [shapeKey, setShapeKey] = useState(initial.shapeKey);
@@ -55,7 +51,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
     if (!el) return;
     el.dataset.points = String(p.points);
     el.dataset.series = String(source.lines(metricKey).filter((l) => l.buf && l.buf.steps.length > 0).length);
-    el.dataset.smoothing = String(p.lines[0]?.smoothed ? smoothingFor(metricKey, pointsOf(source.lines(metricKey)), smoothing) : 0);
+    el.dataset.smoothing = String(p.lines.some((l) => l.smoothed) ? smoothing : 0);
     el.dataset.bands = String(p.lines.filter((l) => l.band).length);
     el.dataset.loaded = String(source.loaded(metricKey));
     const last = p.lastStep == null ? '' : String(p.lastStep);

@@ -67,6 +67,7 @@ export function drawMarks(u: uPlot, spans: readonly MarkSpan[], color: string): 
   ctx.clip();
   ctx.font = `${Math.round(11 * ratio)}px system-ui, sans-serif`;
   ctx.textBaseline = 'top';
+  const textHeight = 11 * ratio;
   for (const s of spans) {
     const x0 = u.valToPos(s.x0, 'x', true);
     const x1 = s.open ? left + width : Math.max(u.valToPos(s.x1, 'x', true), x0 + 3 * ratio);
@@ -75,9 +76,34 @@ export function drawMarks(u: uPlot, spans: readonly MarkSpan[], color: string): 
     ctx.fillRect(x0, top, x1 - x0, height);
     ctx.globalAlpha = 1;
     ctx.fillRect(x0 - ratio, top, 2 * ratio, height);
-    ctx.fillText(s.kind, x0 + 4 * ratio, top + 4 * ratio);
+    const label = placeLabel(x0, ctx.measureText(s.kind).width, textHeight, u.bbox, 4 * ratio);
+    ctx.fillText(s.kind, label.x, label.y);
   }
   ctx.restore();
 }
+
+interface Box {
+  left: number;
+  top: number;
+  width: number;
+  height: number;
+}
+
+/**
+ * Where a mark's label goes (its top-left corner): right of the edge at x, or left of it where it
+ * would run past the plot's right side, and never outside the plot, where the clip would cut it.
+ */
+export function placeLabel(x: number, textWidth: number, textHeight: number, box: Box, pad: number): { x: number; y: number } {
+  const right = box.left + box.width;
+  const after = x + pad;
+  const wanted = after + textWidth <= right - pad ? after : x - pad - textWidth;
+  return {
+    x: clamp(wanted, box.left + pad, right - pad - textWidth),
+    y: clamp(box.top + pad, box.top, box.top + box.height - textHeight),
+  };
+}
+
+// The lower bound wins when the text is wider than the room: its start stays readable.
+const clamp = (v: number, lo: number, hi: number) => Math.max(lo, Math.min(v, hi));
 
 const uPlotRatio = (u: uPlot) => (u.ctx.canvas.width && u.width ? u.ctx.canvas.width / u.width : 1);

@@ -15,12 +15,11 @@ const series = (key: string, points: Array<[number, Value]>, downsampled = false
   }),
 });
 const line = (s: Series, label = s.key, color = 'var(--chart-line)') => ({ label, color, buf: fromSeries(s) });
-const weight = (s: Series, slider = 0.6) => smoothingFor(s.key, s.points.length, slider);
 
 describe('smoothing', () => {
   it('leaves eval/loss raw: 0.595 at step 250, not an average dragged toward the first eval', () => {
     const evalLoss = series('eval/loss', [[0, 4.1], [250, 0.595], [500, 0.52], [750, 0.47]]);
-    const plot = buildPlot([line(evalLoss)], 'step', false, weight(evalLoss));
+    const plot = buildPlot(evalLoss.key, [line(evalLoss)], 'step', false, 0.6);
     expect(plot.lines[0]!.smoothed).toBe(false);
     expect(plot.data).toHaveLength(2); // x and the raw line: nothing smoothed drawn over it
     expect(plot.data[1]![1]).toBe(0.595);
@@ -28,14 +27,14 @@ describe('smoothing', () => {
 
   it('keeps the learning-rate warmup peak at its step', () => {
     const lr = series('train/lr', Array.from({ length: 200 }, (_, s) => [s, s <= 5 ? s / 5 : 1 - s / 400] as [number, number]));
-    const plot = buildPlot([line(lr)], 'step', false, weight(lr));
+    const plot = buildPlot(lr.key, [line(lr)], 'step', false, 0.6);
     const values = plot.data[plot.data.length - 1] as number[];
     expect(values.indexOf(Math.max(...values))).toBe(5);
   });
 
   it('smooths a dense series as a second line next to the raw one, which stays the prominent one', () => {
     const loss = series('train/loss', Array.from({ length: 100 }, (_, s) => [s, (s % 2) * 2] as [number, number]));
-    const plot = buildPlot([line(loss)], 'step', false, weight(loss));
+    const plot = buildPlot(loss.key, [line(loss)], 'step', false, 0.6);
     expect(plot.data).toHaveLength(3);
     expect(plot.data[1]).toEqual(fromSeries(loss).values);
     const opts = plotOptions(plot.lines, env());
@@ -53,7 +52,7 @@ describe('several runs on one chart (Compare)', () => {
   it('draws each run raw and smoothed; a step a run lacks is joined over, a NaN is a gap', () => {
     const a = series('train/loss', Array.from({ length: 60 }, (_, s) => [s * 2, s === 10 ? 'NaN' : s] as [number, Value]));
     const b = series('train/loss', Array.from({ length: 60 }, (_, s) => [s * 2 + 1, s] as [number, number]));
-    const plot = buildPlot([line(a, '#1 a', 'var(--series-0)'), line(b, '#2 b', 'var(--series-1)')], 'step', false, 0.6);
+    const plot = buildPlot('train/loss', [line(a, '#1 a', 'var(--series-0)'), line(b, '#2 b', 'var(--series-1)')], 'step', false, 0.6);
     expect(plot.lines.map((l) => [l.label, l.smoothed])).toEqual([['#1 a', true], ['#2 b', true]]);
     expect(plot.data).toHaveLength(5);
     expect(plot.data[0]!.slice(0, 3)).toEqual([0, 1, 2]);
@@ -61,6 +60,15 @@ describe('several runs on one chart (Compare)', () => {
     expect(plot.data[1]![20]).toBeNull();
     const labels = plotOptions(plot.lines, env()).series.map((s) => s.label);
     expect(labels).toEqual(['step', '#1 a', '#1 a smoothed', '#2 b', '#2 b smoothed']);
+  });
+
+  it('leaves a short run raw beside a long one, as its own page draws it', () => {
+    const short = series('train/loss', Array.from({ length: 25 }, (_, s) => [s, s % 2] as [number, number]));
+    const long = series('train/loss', Array.from({ length: 100 }, (_, s) => [s, s % 2] as [number, number]));
+    const plot = buildPlot('train/loss', [line(short, '#1 short'), line(long, '#2 long')], 'step', false, 0.6);
+    expect(plot.lines.map((l) => [l.label, l.smoothed])).toEqual([['#1 short', false], ['#2 long', true]]);
+    expect(plot.data).toHaveLength(4); // x, the short run raw, the long run raw and smoothed
+    expect(plot.data[1]!.slice(0, 4)).toEqual([0, 1, 0, 1]);
   });
 });
 
@@ -73,7 +81,7 @@ describe('downsampled series', () => {
         { step: 3999, value: 2, min: 1, max: 3, count: 2000, time: 2, first_nan_step: null },
       ],
     };
-    const plot = buildPlot([line(s)], 'step', false, 0);
+    const plot = buildPlot(s.key, [line(s)], 'step', false, 0);
     expect(plot.lines[0]!.band).toBe(true);
     expect(plot.data.slice(2)).toEqual([[50, 3], [0, 1]]);
     const opts = plotOptions(plot.lines, env());

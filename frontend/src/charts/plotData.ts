@@ -2,6 +2,7 @@ import type uPlot from 'uplot';
 import { ema } from './ema';
 import { markSpans, type MarkSpan } from './nonFinite';
 import { forLog, xValues, type SeriesBuffer } from './series';
+import { smoothingFor } from './smoothing';
 import type { ChartLine } from './source';
 
 /** What charts ask the server for; a series with more points comes back downsampled. */
@@ -30,17 +31,18 @@ export interface Plot {
 
 type Column = Array<number | null | undefined>;
 
-/** The most points any line has (or will have, by the key list): sparse keys are not smoothed. */
-export function pointsOf(lines: readonly ChartLine[]): number {
-  return lines.reduce((m, l) => Math.max(m, l.buf ? l.buf.steps.length : (l.expected ?? 0)), 0);
+/** The points a line has (or will have, by the key list). */
+function pointsOf(line: ChartLine): number {
+  return line.buf ? line.buf.steps.length : (line.expected ?? 0);
 }
 
 /**
- * One chart's data: x, then per line its raw values, the smoothed ones (when smoothing), and the
- * bucket max/min (when downsampled). Several runs are aligned on the union of their steps: a step
- * a run did not log is undefined (uPlot joins the line across it), a NaN point is null (a gap).
+ * One chart's data: x, then per line its raw values, the smoothed ones (a dense line only:
+ * smoothing.ts), and the bucket max/min (when downsampled). Several runs are aligned on the union
+ * of their steps: a step a run did not log is undefined (uPlot joins the line across it), a NaN
+ * point is null (a gap).
  */
-export function buildPlot(lines: readonly ChartLine[], xBy: 'step' | 'time', logScale: boolean, smoothing: number): Plot {
+export function buildPlot(key: string, lines: readonly ChartLine[], xBy: 'step' | 'time', logScale: boolean, slider: number): Plot {
   const bufs = lines.map((l) => l.buf);
   const single = lines.length === 1;
   const xs = single ? xValues(bufs[0] ?? EMPTY, xBy) : unionSteps(bufs);
@@ -51,11 +53,13 @@ export function buildPlot(lines: readonly ChartLine[], xBy: 'step' | 'time', log
   lines.forEach((line, i) => {
     const buf = bufs[i] ?? EMPTY;
     const raw = place(forLog(buf.values, logScale), i);
-    const smoothed = smoothing > 0;
+    // Decided per line, so a short run beside a long one in Compare stays raw, as on its own page.
+    const weight = smoothingFor(key, pointsOf(line), slider);
+    const smoothed = weight > 0;
     // Before its history arrives, a line is drawn as its stored count says it will be.
     const band = bufs[i] ? buf.downsampled : (line.expected ?? 0) > MAX_POINTS;
     data.push(raw);
-    if (smoothed) data.push(ema(raw, smoothing));
+    if (smoothed) data.push(ema(raw, weight));
     if (band) data.push(place(forLog(buf.maxs, logScale), i), place(forLog(buf.mins, logScale), i));
     plotLines.push({ label: line.label, color: line.color, smoothed, band });
     spans.push(markSpans(buf, single ? xs : buf.steps));

@@ -52,7 +52,7 @@ export const json = (body: unknown, status = 200) =>
 
 /** A stage as GET /pipelines/{id} answers it, with overrides. */
 export function pipelineStage(name: string, over: Partial<Stage> = {}): Stage {
-  return { name, status: 'waiting', reason: null, needs: [], when: null, run_id: null, run_status: null, headline: null, runs: [], sweep_id: null, ...over };
+  return { name, status: 'waiting', reason: null, needs: [], when: null, gate: [], run_id: null, run_status: null, headline: null, runs: [], sweep_id: null, ...over };
 }
 
 /** sft -> rm -> ppo, ppo needing both: sft succeeded, rm failed, so ppo was skipped. */

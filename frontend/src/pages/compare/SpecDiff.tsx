@@ -1,6 +1,6 @@
 import { useMemo, useState } from 'react';
 import type { RunDetail } from '../../api/types';
-import { diffSpecs, flattenSpec } from './specDiff';
+import { diffSpecs, flattenSpec, sameValue } from './specDiff';
 
 export function SpecDiff({ runs }: { runs: readonly RunDetail[] }) {
   const [showAll, setShowAll] = useState(false);
@@ -42,7 +42,7 @@ export function SpecDiff({ runs }: { runs: readonly RunDetail[] }) {
                     {row.differs && showAll && <span className="sr-only"> (differs)</span>}
                   </th>
                   {row.values.map((v, i) => (
-                    <td key={runs[i]!.id} className={row.differs && v !== row.values[0] ? 'cell-differs' : undefined}>
+                    <td key={runs[i]!.id} className={row.differs && !sameValue(v, row.values[0]) ? 'cell-differs' : undefined}>
                       {v === undefined ? <span className="muted">(absent)</span> : <code>{v}</code>}
                     </td>
                   ))}

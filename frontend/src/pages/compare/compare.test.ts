@@ -51,11 +51,21 @@ describe('params', () => {
 });
 
 describe('spec diff', () => {
-  it('flattens to dotted paths with list indices and JSON values', () => {
+  it('flattens objects to dotted paths and keeps a list whole, as JSON', () => {
     const flat = flattenSpec({ model: { name: 'gpt2' }, data: { files: ['a', 'b'] }, tags: [], opt: {}, x: null, n: 1 });
     expect(Object.fromEntries(flat)).toEqual({
-      'model.name': '"gpt2"', 'data.files[0]': '"a"', 'data.files[1]': '"b"', tags: '[]', opt: '{}', x: 'null', n: '1',
+      'model.name': '"gpt2"', 'data.files': '["a","b"]', tags: '[]', opt: '{}', x: 'null', n: '1',
     });
+  });
+
+  it('counts an absent field as an empty list or object, and lists a differing list as one row', () => {
+    const absent = flattenSpec({ seed: 1 });
+    const empty = flattenSpec({ seed: 1, tags: [], opt: {} });
+    const tagged = flattenSpec({ seed: 1, tags: ['a', 'b'], opt: {} });
+    expect(diffSpecs([absent, empty], false)).toEqual([]);
+    expect(diffSpecs([absent, empty, tagged], false)).toEqual([
+      { path: 'tags', values: [undefined, '[]', '["a","b"]'], differs: true },
+    ]);
   });
 
   it('keeps only differing rows unless asked for all, and marks absent paths', () => {

@@ -1,16 +1,26 @@
-/** A spec flattened to dotted paths (`train.lr`, `data.files[0]`), each value as JSON text. */
+/** A spec flattened to dotted paths (`train.lr`, `data.files`), each value as JSON text. */
 export type FlatSpec = Map<string, string>;
 
+/**
+ * Objects are flattened into their fields; a list is one value (compared and shown whole), so a
+ * list that differs is one row, not a row per element beside its own.
+ */
 export function flattenSpec(value: unknown, prefix = '', out: FlatSpec = new Map()): FlatSpec {
-  if (Array.isArray(value) && value.length > 0) {
-    value.forEach((item, i) => flattenSpec(item, `${prefix}[${i}]`, out));
-  } else if (isObject(value) && Object.keys(value).length > 0) {
+  if (isObject(value) && Object.keys(value).length > 0) {
     for (const [key, item] of Object.entries(value)) flattenSpec(item, prefix ? `${prefix}.${key}` : key, out);
   } else if (prefix) {
-    // Empty lists and objects stay visible as leaves, so `[]` vs `[1]` shows up as a difference.
     out.set(prefix, JSON.stringify(value ?? null));
   }
   return out;
+}
+
+/** Equal values; a field left out means the same as an empty list or object (`tags` absent vs `[]`). */
+export function sameValue(a: string | undefined, b: string | undefined): boolean {
+  return orEmpty(a) === orEmpty(b);
+}
+
+function orEmpty(value: string | undefined): string | undefined {
+  return value === '[]' || value === '{}' ? undefined : value;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -31,13 +41,13 @@ export function diffSpecs(specs: ReadonlyArray<FlatSpec>, showAll: boolean): Dif
   const rows: DiffRow[] = [];
   for (const path of [...paths].sort(comparePaths)) {
     const values = specs.map((spec) => spec.get(path));
-    const differs = values.some((v) => v !== values[0]);
+    const differs = values.some((v) => !sameValue(v, values[0]));
     if (differs || showAll) rows.push({ path, values, differs });
   }
   return rows;
 }
 
-// Natural order, so `layers[10]` comes after `layers[9]`.
+// Natural order, so `stage10` comes after `stage9`.
 const collator = new Intl.Collator('en', { numeric: true });
 function comparePaths(a: string, b: string): number {
   return collator.compare(a, b);

@@ -84,6 +84,38 @@ describe('PipelinePage', () => {
     client.clear();
   });
 
+  it("shows every gate and reason in full below the graph, with the value the gate compared", async () => {
+    const gated = pipelineChain({
+      stages: [
+        pipelineStage('sft', { status: 'succeeded', run_id: 11, runs: [11] }),
+        pipelineStage('rm', {
+          status: 'succeeded', needs: ['sft'], run_id: 12, runs: [12], when: 'stages.sft.metrics["eval/loss"] < 1.5',
+          gate: ['stages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds'], reason: null,
+        }),
+        pipelineStage('ppo', {
+          status: 'skipped', needs: ['rm'], when: 'stages.rm.metrics["eval/accuracy"] > 0.7 and stages.sft.metrics["eval/loss"] < 1.5',
+          gate: ['stages.rm.metrics["eval/accuracy"] > 0.7: it is 0.55, does not hold', 'stages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds'],
+          reason: 'gate closed: stages.rm.metrics["eval/accuracy"] > 0.7: it is 0.55',
+        }),
+      ],
+    });
+    stubApi(() => json(gated));
+    const client = renderPage();
+    const details = await screen.findByRole('region', { name: 'Gates and reasons' });
+    const rows = within(details).getAllByRole('row').slice(1).map((r) => [r.getAttribute('data-stage'), ...[...r.querySelectorAll('td')].map((td) => td.textContent)]);
+    expect(rows).toEqual([
+      ['rm', 'succeeded', 'stages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds', '—'],
+      [
+        'ppo', 'skipped',
+        'stages.rm.metrics["eval/accuracy"] > 0.7: it is 0.55, does not holdstages.sft.metrics["eval/loss"] < 1.5: it is 1.2, holds',
+        'gate closed: stages.rm.metrics["eval/accuracy"] > 0.7: it is 0.55',
+      ],
+    ]);
+    // The boxes cut long text; hovering one shows it whole too.
+    expect(within(node('ppo')).getByTestId('stage-reason').getAttribute('title')).toBe('gate closed: stages.rm.metrics["eval/accuracy"] > 0.7: it is 0.55');
+    client.clear();
+  });
+
   it('retries a stage with POST .../stages/{name}/retry and shows the API\'s message for a 409', async () => {
     const requests = stubApi((req) =>
       req.method === 'POST' ? json({ detail: 'stage rm cannot be retried while its run is cancelling' }, 409) : json(pipelineChain()),

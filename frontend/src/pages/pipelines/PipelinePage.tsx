@@ -7,6 +7,7 @@ import { ErrorNote } from '../../components/ErrorNote';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
 import { PipelineGraph } from './PipelineGraph';
+import { StageDetails } from './StageDetails';
 import './pipelines.css';
 
 /** The API's own words for a refused action (409: not retryable now; 422: the stage or its spec), naming what was tried. */
@@ -51,6 +52,7 @@ function PipelineView({ pipeline }: { pipeline: PipelineDetail }) {
       </p>
       {!confirming && <ActionError action={action.variables} error={action.error} />}
       <PipelineGraph stages={pipeline.stages} busy={action.isPending} onRetry={(stage) => action.mutate({ kind: 'retry', stage })} />
+      <StageDetails stages={pipeline.stages} />
       {confirming && (
         <ConfirmDialog
           title={`Cancel pipeline #${pipeline.id}?`}

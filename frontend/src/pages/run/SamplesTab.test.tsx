@@ -67,6 +67,34 @@ describe('SamplesTab', () => {
     expect(await screen.findByRole('button', { name: 'Next (20) ›' })).toHaveProperty('disabled', false);
   });
 
+  it('shows a step as a table, a row per answer with each GRPO group together, and remembers the choice', async () => {
+    serve(grpoStep(20));
+    const first = renderTab(<SamplesTab />, runDetail({ algorithm: 'grpo', status: 'running' }));
+    await screen.findAllByRole('region', { name: 'Prompt at step 20' }); // cards unless asked
+    fireEvent.click(screen.getByRole('checkbox', { name: 'Sort by reward' })); // the best answers of both groups first
+    fireEvent.click(screen.getByRole('radio', { name: 'Table' }));
+    const table = await screen.findByRole('table');
+    await waitFor(() => expect(within(table).getAllByRole('rowgroup')).toHaveLength(3)); // thead and one per group
+    expect(screen.queryByRole('region', { name: 'Prompt at step 20' })).toBeNull();
+    expect(within(table).getAllByRole('columnheader').map((h) => h.textContent)).toEqual(
+      ['Prompt', '#', 'Answer', 'Reward', 'reward/arithmetic', 'Advantage', 'Length'],
+    );
+    const [, ...groups] = within(table).getAllByRole('rowgroup');
+    const cells = (row: HTMLElement) => [...row.querySelectorAll('td')].map((c) => c.textContent);
+    expect(groups.map((g) => within(g).getAllByRole('rowheader')[0]!.textContent)).toEqual(['2+2=', '3+5=']);
+    expect(within(groups[0]!).getAllByRole('row').map(cells)).toEqual([
+      ['1', 'answer 20.0.0', '1', '1', '1.15', '3'],
+      ['2', 'answer 20.0.1', '0', '0', '-0.58', '4'],
+      ['3', 'answer 20.0.2', '0', '0', '-0.58', '5'],
+    ]);
+    expect(within(groups[1]!).getAllByRole('row').map((r) => cells(r)[1])).toEqual(['answer 20.1.0', 'answer 20.1.1', 'answer 20.1.2']);
+
+    first.unmount();
+    renderTab(<SamplesTab />, runDetail({ algorithm: 'grpo', status: 'running' }));
+    expect((await screen.findByRole('radio', { name: 'Table' }) as HTMLInputElement).checked).toBe(true);
+    expect(await screen.findByRole('table')).toBeTruthy();
+  });
+
   it("shows an episode turn by turn, the environment's answers set apart from the policy's turns", async () => {
     const turns = [
       { role: 'policy' as const, text: '<calc>37*48</calc>' },

@@ -6,9 +6,11 @@ import { ErrorNote } from '../../components/ErrorNote';
 import { useRunContext } from './context';
 import { FollowPrompt } from './samples/FollowPrompt';
 import { groupSamples } from './samples/groups';
+import { SampleTable } from './samples/SampleTable';
 import { SampleGroupView } from './samples/SampleViews';
 import { StepPicker } from './samples/StepPicker';
 import { useLatestStep, useNeighbourSteps, usePrompts, usePromptSamples, useStepSamples } from './samples/useSamples';
+import { useSamplesView, type SamplesView } from './samples/view';
 import './samples/samples.css';
 
 /** Why there is nothing to show, true for a run still going and for one that has ended. */
@@ -22,12 +24,27 @@ function NoSamples({ ended }: { ended: boolean }) {
   );
 }
 
+function ViewToggle({ view, onView, disabled }: { view: SamplesView; onView: (view: SamplesView) => void; disabled: boolean }) {
+  return (
+    <fieldset className="view-toggle" disabled={disabled}>
+      <legend>View</legend>
+      {(['cards', 'table'] as const).map((v) => (
+        <label key={v} className="check">
+          <input type="radio" name="samples-view" value={v} checked={view === v} onChange={() => onView(v)} />
+          {v === 'cards' ? 'Cards' : 'Table'}
+        </label>
+      ))}
+    </fieldset>
+  );
+}
+
 export function SamplesTab() {
   const { run, bus } = useRunContext();
   const queryClient = useQueryClient();
   const [step, setStep] = useState<number | null>(null);
   const [byReward, setByReward] = useState(false);
   const [prompt, setPrompt] = useState('');
+  const [view, setView] = useSamplesView();
 
   // New samples refresh the latest step, the shown step and the prompt being followed.
   useEffect(() => bus.on('samples', () => void queryClient.invalidateQueries({ queryKey: queryKeys.samples.all(run.id) })), [bus, queryClient, run.id]);
@@ -41,6 +58,9 @@ export function SamplesTab() {
 
   if (latest.data?.count === 0) return <NoSamples ended={isTerminal(run.status)} />;
   const groups = atStep.data ? groupSamples(atStep.data.data) : [];
+  // The table is for responses (GRPO, PPO); pairs and generations stay cards in either view.
+  const tabled = view === 'table' ? groups.filter((g) => g.rollouts.length > 0) : [];
+  const carded = groups.filter((g) => !tabled.includes(g));
 
   return (
     <div className="samples-tab">
@@ -66,6 +86,7 @@ export function SamplesTab() {
             </option>
           ))}
         </select>
+        <ViewToggle view={view} onView={setView} disabled={!!prompt} />
       </form>
       <ErrorNote error={latest.error ?? prompts.error ?? atStep.error ?? acrossSteps.error ?? neighbours.error} />
       {prompt && acrossSteps.data && <FollowPrompt samples={acrossSteps.data.data} />}
@@ -73,7 +94,8 @@ export function SamplesTab() {
         // The step of the samples on screen: while the next step loads, the last one stays (marked busy).
         <div className="sample-groups" data-step={atStep.data.data[0]?.step ?? shownStep} aria-busy={atStep.isPlaceholderData}>
           {groups.length === 0 && <p className="muted">No samples at step {shownStep}.</p>}
-          {groups.map((g) => (
+          {tabled.length > 0 && <SampleTable groups={tabled} />}
+          {carded.map((g) => (
             <SampleGroupView key={g.key} group={g} />
           ))}
         </div>

@@ -70,10 +70,12 @@ describe('RunsPage', () => {
     client.clear();
   });
 
-  it('shows config columns the user picks, kept across visits', async () => {
+  it('shows config columns the user picks, compactly, kept across visits', async () => {
+    // An SDK run: the API sends null for what it does not have; its LR is float noise from a product.
+    const sdkRun = { ...run(2, 'running', 'sdk', 'command'), config: { model: null, lr: 3 * 0.00001, batch_size: null } };
     vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
       const u = new URL(req.url);
-      if (u.pathname === '/api/v1/runs') return json({ data: [run(1, 'running', 'pref', 'dpo')], count: 1 });
+      if (u.pathname === '/api/v1/runs') return json({ data: [run(1, 'running', 'pref', 'dpo'), sdkRun], count: 2 });
       if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
       return new Response('{}', { status: 404 });
     }));
@@ -97,8 +99,11 @@ describe('RunsPage', () => {
     expect(headers()).toContain('LR');
     expect(headers()).not.toContain('Precision');
     const row = within(table).getAllByRole('row')[1]!;
-    expect(row.querySelector('[data-column="lr"]')?.textContent).toBe('0.0003');
+    expect(row.querySelector('[data-column="lr"]')?.textContent).toBe('3e-4');
     expect(row.querySelector('[data-column="model"]')?.textContent).toBe('run:1@250');
+    expect(row.querySelector('[data-column="model"] [title]')?.getAttribute('title')).toBe('run:1@250'); // cut to one line, whole on hover
+    const sdk = within(table).getAllByRole('row')[2]!;
+    expect(['model', 'lr', 'batch_size'].map((c) => sdk.querySelector(`[data-column="${c}"]`)?.textContent)).toEqual(['—', '3e-5', '—']);
 
     fireEvent.click(screen.getByText(/^Columns/));
     fireEvent.click(screen.getByRole('checkbox', { name: 'Precision' }));

@@ -92,13 +92,29 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle, columns, ope
               <LatestMetric headline={run.headline} />
             </td>
             {config.map((c) => (
-              <td key={c.id} data-column={c.id} className={c.id === 'model' ? 'config-model' : 'num'}>
-                {configValue(run, c.id)}
-              </td>
+              <ConfigCell key={c.id} column={c.id} value={configValue(run, c.id)} />
             ))}
           </tr>
         ))}
       </tbody>
     </table>
+  );
+}
+
+function ConfigCell({ column, value }: { column: ConfigColumn; value: string }) {
+  if (column !== 'model') {
+    return (
+      <td data-column={column} className="num">
+        {value}
+      </td>
+    );
+  }
+  // A model path is one line, cut with an ellipsis; the title shows all of it.
+  return (
+    <td data-column={column}>
+      <span className="config-model" title={value}>
+        {value}
+      </span>
+    </td>
   );
 }

@@ -31,8 +31,21 @@ export function saveColumns(columns: readonly ConfigColumn[]): void {
   localStorage.setItem(KEY, JSON.stringify(columns));
 }
 
-/** A config value as written in the spec (0.0003 stays 0.0003, not 3.000e-4). */
+/** A config value in few characters; a field the run does not have (the API sends null) is a dash. */
 export function configValue(run: Run, column: ConfigColumn): string {
   const value = run.config?.[column];
-  return value == null || value === '' ? '—' : String(value);
+  if (value == null || value === '') return '—';
+  if (typeof value === 'number') return compactNumber(value);
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/**
+ * Integers as they are (a batch size of 8); other numbers to 3 significant digits, small ones as
+ * 3e-4, since a learning rate computed in Python arrives as 0.00030000000000000003.
+ */
+export function compactNumber(value: number): string {
+  if (Number.isInteger(value) && Math.abs(value) < 1e6) return String(value);
+  const rounded = Number(value.toPrecision(3));
+  const tiny = rounded !== 0 && Math.abs(rounded) < 1e-3;
+  return tiny || Math.abs(rounded) >= 1e6 ? rounded.toExponential().replace('e+', 'e') : String(rounded);
 }

@@ -62,6 +62,25 @@ describe('WorkersPage', () => {
     client.clear();
   });
 
+  it('lists live workers before stale ones, each stale one greyed with its badge and time since its heartbeat', async () => {
+    stubWorkers([
+      worker({ name: 'dead-a', stale: true, seconds_since_heartbeat: 900 }),
+      worker({ name: 'live-a' }),
+      worker({ name: 'dead-b', stale: true, seconds_since_heartbeat: 7200 }),
+      worker({ name: 'live-b' }),
+    ]);
+    const client = renderPage();
+    await screen.findByText('live-b');
+    const rows = [...document.querySelectorAll<HTMLElement>('table.workers tbody tr')];
+    expect(rows.map((r) => [r.dataset.worker, r.className])).toEqual([
+      ['live-a', ''], ['live-b', ''], ['dead-a', 'stale'], ['dead-b', 'stale'],
+    ]);
+    expect(within(rows[2]!).getByText('stale')).toBeTruthy();
+    expect(within(rows[2]!).getByText('15 min ago')).toBeTruthy();
+    expect(within(rows[3]!).getByText('2 h ago')).toBeTruthy();
+    client.clear();
+  });
+
   it('shows each worker\'s address and, for a gang\'s node, its place and the run it works on', async () => {
     const gang = (node_rank: number) => ({ run_id: 42, attempt: 1, node_rank, nodes: 2, workers: ['a', 'b'] });
     stubWorkers([

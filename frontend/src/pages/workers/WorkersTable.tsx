@@ -1,7 +1,7 @@
 import { Link } from 'react-router';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
-import { formatAgo, formatGpuMemory, gpuModels, isBusy, type GangPlace, type Gpu, type Worker } from './summary';
+import { formatAgo, formatGpuMemory, gpuModels, isBusy, liveFirst, type GangPlace, type Gpu, type Worker } from './summary';
 
 export function WorkersTable({ workers }: { workers: readonly Worker[] }) {
   return (
@@ -17,7 +17,7 @@ export function WorkersTable({ workers }: { workers: readonly Worker[] }) {
         </tr>
       </thead>
       <tbody>
-        {workers.map((w) => (
+        {liveFirst(workers).map((w) => (
           <tr key={w.name} data-worker={w.name} className={w.stale ? 'stale' : undefined}>
             <th scope="row">
               <div className="worker-name">

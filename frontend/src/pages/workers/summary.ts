@@ -36,6 +36,11 @@ export function summarizeQueues(workers: readonly Worker[]): QueueSummary[] {
   return [...rows.values()].sort((a, b) => a.queue.localeCompare(b.queue));
 }
 
+/** Live workers first, so a dead one never sits between them; the API's order otherwise. */
+export function liveFirst(workers: readonly Worker[]): Worker[] {
+  return [...workers].sort((a, b) => Number(a.stale) - Number(b.stale));
+}
+
 /** "2 × NVIDIA H100 80GB HBM3" (or "1 × A, 1 × B" for a mixed box); "" without GPUs. */
 export function gpuModels(gpus: readonly Gpu[]): string {
   const counts = new Map<string, number>();
