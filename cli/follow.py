@@ -60,6 +60,15 @@ def _final_line(run: dict) -> None:
     output.stderr.print(f"run {run['id']} [bold {colour}]{run['status']}[/] at step {step}{escape(reason)}", highlight=False)
 
 
+def _doing(run: dict) -> str:
+    """Its status, and while it runs what its trainer says it does (a cold DeepSpeed node builds its ops for
+    minutes at step 0; a resumed run starts at its checkpoint's step)."""
+    reason = run.get("status_reason") or ""
+    if run["status"] != "running" or not reason:
+        return run["status"]
+    return f"{run['status']} ({reason if len(reason) <= 90 else reason[:87] + '...'})"
+
+
 def _bar(client: Client, run: dict, poll_s: float) -> dict:
     columns = (
         TextColumn("run {task.fields[run]} {task.fields[status]}"),
@@ -72,7 +81,7 @@ def _bar(client: Client, run: dict, poll_s: float) -> dict:
         task = progress.add_task("run", total=run["total_steps"], run=run["id"], status=run["status"], metric="")
         while True:
             run = client.run(run["id"])
-            progress.update(task, completed=run["last_step"] or 0, status=run["status"], metric=headline(client, run["id"]))
+            progress.update(task, completed=run["last_step"] or 0, status=_doing(run), metric=headline(client, run["id"]))
             if run["status"] in TERMINAL:
                 break
             time.sleep(poll_s)
@@ -104,7 +113,7 @@ def _plain(client: Client, run: dict, logs: bool, poll_s: float) -> dict:
         if run["status"] in TERMINAL:
             _final_line(run)
             return run
-        line = f"run {run['id']} {run['status']} step {run['last_step'] or 0}/{run['total_steps']} {headline(client, run['id'])}"
+        line = f"run {run['id']} {_doing(run)} step {run['last_step'] or 0}/{run['total_steps']} {headline(client, run['id'])}"
         if run["status"] != said_status or (line != said and time.monotonic() - said_at >= PLAIN_EVERY_S):
             output.say(line.rstrip())
             said, said_status, said_at = line, run["status"], time.monotonic()

@@ -1,5 +1,6 @@
 """Runs: submission (JSON and YAML), listing, the state machine, lineage, leases."""
 
+import pytest
 import yaml
 from sqlalchemy import func, select
 
@@ -291,6 +292,24 @@ class TestStateMachine:
         ended = client.get(f"/api/v1/runs/{run['id']}").json()
         assert ended["status"] == "cancelled" and ended["attempts"][0]["end_reason"] == "cancelled before its trainer started"
 
+    def test_a_running_phase_is_the_runs_reason_and_a_new_attempt_starts_at_its_checkpoint(self, client, db):
+        """A running status with a reason (the trainer's phase, which the worker forwards) becomes the run's reason;
+        a new attempt's lease sets the run's step to the checkpoint it resumes from, not the step the last reached."""
+        token = worker_token(client)
+        run = create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(token)).status_code == 200
+        started = {"attempt": 1, "status": "running", "reason": "attempt 1 on w1"}
+        client.post(f"/api/v1/runs/{run['id']}/status", json=started, headers=auth(token))
+        phase = {"attempt": 1, "status": "running", "reason": "starting the deepspeed backend (DeepSpeed builds ...)"}
+        shown = client.post(f"/api/v1/runs/{run['id']}/status", json=phase, headers=auth(token)).json()
+        assert (shown["status"], shown["status_reason"]) == ("running", phase["reason"])
+        db.add(Checkpoint(run_id=run["id"], step=10, path="runs/x/10", size=1, sha256="0" * 64, meta={"kind": "checkpoint"}))
+        db.commit()
+        lost = {"attempt": 1, "status": "lost", "reason": "worker gone", "last_step": 17}
+        assert client.post(f"/api/v1/runs/{run['id']}/status", json=lost, headers=auth(token)).json()["last_step"] == 17
+        again = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w2"}, headers=auth(token))
+        assert again.status_code == 200 and again.json()["run"]["last_step"] == 10  # what it resumes from, not 17
+
     def test_user_tokens_cannot_lease(self, client, db):
         run = create_run(client)
         assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w"}).status_code == 403
@@ -415,3 +434,22 @@ class TestValidate:
     def test_viewers_cannot_validate_into_a_project_they_cannot_write(self, client, db):
         viewer = create_user(client, "v", roles={"default": "viewer"}, scopes=("read",))
         assert client.post("/api/v1/runs/validate", json=spec(), headers=auth(viewer)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"algorithm": "eval", "eval": {"samples": 1, "greedy": True}}, "greedy"),
+        ({"algorithm": "eval", "eval": {"samples": 1, "gen": {"temperature": 0.7}}}, "sampled at T=0.7"),
+        ({"algorithm": "eval", "eval": {"samples": 8, "gen": {"temperature": 1.0}}}, "sampled at T=1, 8 per prompt"),
+        ({"algorithm": "grpo", "grpo": {"eval": {"samples": 1}, "gen": {"temperature": 1.0}}}, "greedy"),
+        ({"algorithm": "ppo", "ppo": {"eval": {"samples": 4}, "gen": {"temperature": 0.9}}}, "sampled at T=0.9, 4 per prompt"),
+        ({"algorithm": "sft"}, None),
+    ],
+)
+def test_the_decoding_said_beside_an_accuracy(spec, said):
+    """Two accuracies of one checkpoint (an RL run's greedy held-out evaluation, a sampled eval run) each say how
+    their answers were drawn: the runs list's config and a checkpoint's evaluations carry it."""
+    from api.runs.views import config_summary, decoding
+
+    assert decoding(spec) == said and config_summary(spec)["decoding"] == said

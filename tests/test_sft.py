@@ -268,3 +268,11 @@ def test_lr_schedule() -> None:
     factors = [lr_factor(s, train) for s in range(10)]
     assert factors[0] < factors[1] < factors[2] == 1.0 and factors[-1] < 0.1
     assert lr_factor(5, TrainSpec(steps=10, schedule="constant")) == 1.0
+
+
+def test_the_trainer_says_what_it_does_before_its_first_step(sft_run: Path) -> None:
+    """Its phases, as running statuses with a reason (the worker makes each the run's reason, so a cold node that
+    spends minutes before step 1 shows which phase it is in): the backend, the model and data, then training."""
+    events = [json.loads(line) for line in (sft_run / "events.jsonl").read_text().splitlines()]
+    said = [e["reason"] for e in events if e["type"] == "status" and e["status"] == "running"]
+    assert said == ["starting the torch backend", "loading the model, the data and the optimizer", "training"]

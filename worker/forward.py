@@ -52,6 +52,7 @@ class Forwarder:
         self.last_step: int | None = None  # of the metrics forwarded (logged every train.log_every steps)
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
         self.trainer_failure: str | None = None  # the reason of the trainer's own "failed" status, if it sent one
+        self.phase: str | None = None  # what the trainer says it is doing (a "running" status's reason): loading, ...
         self._lines: list[dict[str, Any]] = []
         self._parts_seen: set[str] = set()
         self._seq: dict[int, int] = {}
@@ -72,6 +73,8 @@ class Forwarder:
         for event in events:
             if event.get("type") == "status" and event.get("status") == "failed":
                 self.trainer_failure = str(event.get("reason") or "") or None
+            elif event.get("type") == "status" and event.get("status") == "running" and event.get("reason"):
+                self.phase = str(event["reason"])
         events = [e for e in events if e.get("type") == "checkpoint"]
         for event in events:
             if event["metadata"].get("kind") != "export":

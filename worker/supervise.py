@@ -327,11 +327,14 @@ def _watch(
     forwarder: Forwarder,
 ) -> str:
     hang_s = spec.resources.hang_timeout_s
-    last_progress, last_step = time.monotonic(), None
+    last_progress, last_step, told_phase = time.monotonic(), None, None
     try:
         while trainer.wait(settings.poll_s) is None:
             forwarder.poll()
             holding.last_step = forwarder.last_step
+            if forwarder.phase != told_phase:  # the run says what its trainer does: compiling ops, loading, training
+                told_phase = forwarder.phase
+                _say_phase(client, run_id, attempt, told_phase, forwarder.last_step)
             if forwarder.last_step != last_step:
                 last_progress, last_step = time.monotonic(), forwarder.last_step
             # Before its first step a trainer imports, loads (or downloads) the model and joins its ranks:
@@ -378,6 +381,17 @@ def _watch(
     last_lines = "\n".join(list(trainer.tail)[-15:])
     reason = f"{who} exited with {code}:\n{last_lines}"
     return _end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
+
+
+def _say_phase(client: WorkerApi, run_id: int, attempt: int, phase: str | None, last_step: int | None) -> None:
+    """The trainer's phase as the run's reason while it runs; a lost request is not worth a retry (the next phase,
+    or the run's end, says more)."""
+    try:
+        client.status(run_id, StatusUpdate(attempt=attempt, status="running", reason=phase or "", last_step=last_step))
+    except Superseded:
+        raise
+    except Exception as exc:
+        logger.warning("run=%d phase not sent: %s", run_id, exc)
 
 
 def _ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: float, poll_s: float) -> str:

@@ -70,10 +70,11 @@ def allocate(session: Session, run_id: int, lost_after_s: float) -> list[Attempt
         if run.status_reason != reason:
             run.status_reason = reason  # not a status change: no event, no history entry for every tick
         return []
-    from api.runs.service import set_status  # the run rules; they import this module's checks
+    from api.runs.service import resume_point, set_status  # the run rules; they import this module's checks
 
     chosen = free[:need]
     run.attempt_count += 1
+    run.last_step = resume_point(session, run)
     names = ", ".join(f"{w.name} (node {rank})" for rank, w in enumerate(chosen))
     session.add(RunAttempt(run_id=run.id, number=run.attempt_count, worker=f"gang of {need}"[:128], last_step=run.last_step))
     slots = [

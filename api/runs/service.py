@@ -273,10 +273,17 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str, lost
         raise Conflict(f"worker {worker} is held for run {held.id}, {waits}")
     run.attempt_count += 1
     run.lease_token_id = principal.token_id
+    run.last_step = resume_point(session, run)
     attempt = RunAttempt(run_id=run.id, number=run.attempt_count, worker=worker, last_step=run.last_step)
     session.add(attempt)
     set_status(session, run, "starting", f"leased by {worker} (attempt {attempt.number})")
     return run, attempt
+
+
+def resume_point(session: Session, run: Run) -> int | None:
+    """Where a new attempt of `run` starts: its latest registered checkpoint (None: the start). The run shows this
+    step from its lease on, not the step the last attempt reached and will train again."""
+    return repository.latest_checkpoint_step(session, run.id)
 
 
 def update_status(session: Session, principal: Principal, run_id: int, body: schemas.StatusUpdate) -> Run:
@@ -310,6 +317,8 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         run.failure = body.failure if body.status == "failed" else None
     else:
         run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)
+        if body.status == "running" and body.reason:  # its trainer's phase: compiling ops, loading, training
+            run.status_reason = body.reason[:2000]
     if body.last_step is not None:
         run.last_step = max(run.last_step or 0, body.last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))

@@ -24,6 +24,7 @@ from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.spec.sections import ModelSpec, TrainSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend
+from trainer_core.backends.dist import DistEnv
 from trainer_core.checkpoint.fence import Fenced
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
@@ -71,12 +72,26 @@ def run_fields(
     }
 
 
+# What a trainer is doing before its first step, as its run shows it (status "running" with this reason): a cold
+# node can spend minutes in one of them, and "running, step 0" says nothing of which.
+DEEPSPEED_COLD = "DeepSpeed builds its C++ ops on a node's first run: minutes"
+
+
 @contextlib.contextmanager
 def started(spec: RunSpec, out_dir: Path, stdout: bool) -> Iterator[tuple[Backend, Reporter]]:
     """The run's backend (it seeds torch and Python with train.seed + rank) and reporter, for a setup to build
-    on; a setup that fails closes both before raising."""
-    backend = make_backend(spec.backend, spec.train)
-    reporter = make_reporter(out_dir, rank=backend.rank, stdout=stdout)
+    on; a setup that fails closes both before raising. Its phases are reported as it goes."""
+    reporter = make_reporter(out_dir, rank=DistEnv.from_environ().rank, stdout=stdout)
+    kind = spec.backend.kind
+    reporter.status("running", f"starting the {kind} backend" + (f" ({DEEPSPEED_COLD})" if kind == "deepspeed" else ""))
+    try:
+        backend = make_backend(spec.backend, spec.train)
+    except BaseException:
+        reporter.close()
+        raise
+    reporter.status(
+        "running", "loading the model, the data and the optimizer" + (f" ({DEEPSPEED_COLD})" if kind == "deepspeed" else "")
+    )
     with closed_on_failure(backend, reporter):
         yield backend, reporter
 
@@ -393,7 +408,7 @@ def drive(
     """train, export (`export(run)`, else the run's model) and report the final status; the reporter
     and backend are closed whatever happens. A run that diverged (divergence.py) exports nothing."""
     try:
-        run.reporter.status("running")
+        run.reporter.status("running", "training" + (f", resumed at step {run.step}" if run.step else ""))
         train(run, stop_at)
         export_final(run, export(run) if export is not None else None)
         if run.step >= run.spec.train.steps:

@@ -77,7 +77,7 @@ def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, s
     evaluation starts again (it keeps no state worth a checkpoint)."""
     run = setup(spec, out_dir)
     try:
-        run.reporter.status("running")
+        run.reporter.status("running", "answering the prompts")
         values = evaluate(run)
         run.step = 1
         run.reporter.metrics(1, values)
