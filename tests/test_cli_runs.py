@@ -420,6 +420,7 @@ def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_wor
     assert again.exit_code == 0, again.stderr + stack.server.log_path.read_text()[-3000:]
     again_id = int(again.stdout.split()[0])
     assert "eval/accuracy" in again.stdout and "eval/pass@1" in again.stdout and "eval/length" in again.stdout
+    assert "decoding" in again.stdout and "greedy" in again.stdout  # which accuracy this is
     checkpoints = stack.http.get(f"/runs/{grpo['run_id']}/checkpoints").json()["data"]
     by_row = {(c["kind"], c["step"]): c["evaluations"] for c in checkpoints}
     [staged] = by_row[("export", 2)]
@@ -429,8 +430,10 @@ def test_a_pipeline_submitted_with_wait_runs_its_stages_in_order_through_the_wor
     assert 0 <= staged["metrics"]["eval/pass@1"] <= staged["metrics"]["eval/pass@4"] <= 1
     assert greedy["samples"] == 1 and greedy["data"] == "builtin:arithmetic" and greedy["reward"] == "builtin:arithmetic"
     assert greedy["metrics"]["eval/accuracy"] == greedy["metrics"]["eval/pass@1"]
+    assert (staged["decoding"], greedy["decoding"]) == ("sampled at T=1, 4 per prompt", "greedy")
     shown = stack.cli("checkpoints", str(grpo["run_id"]))
     assert shown.exit_code == 0 and "pass@4" in shown.stdout, shown.stdout
+    assert "(greedy)" in shown.stdout and "(sampled at T=1, 4 per prompt)" in shown.stdout, shown.stdout
 
 
 def test_an_alert_rule_added_from_the_cli_fires_in_the_server_and_reaches_its_webhook(stack, finished, tmp_path):

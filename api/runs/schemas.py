@@ -70,7 +70,8 @@ class RunPublic(BaseModel):
         "or by diverging (it would fail the same way)"
     )
     config: dict[str, Any] = Field(
-        description="A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision"
+        description="A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision, and "
+        "decoding (how its accuracies were drawn: greedy or sampled at T=<temperature>; eval, grpo and ppo runs)"
     )
 
 

@@ -54,6 +54,25 @@ _SCRIPT_KEYS = {
 }
 
 
+def decoding(spec: dict[str, Any]) -> str | None:
+    """How a run's accuracies were drawn, for labels beside them: `greedy`, or `sampled at T=1` (with `, 8 per
+    prompt` past one answer); an eval run's (eval.greedy / eval.samples at eval.gen), an RL run's held-out
+    evaluations' (<section>.eval.samples: one is greedy; more are sampled at <section>.gen). None for the others."""
+    algorithm = spec.get("algorithm")
+    if algorithm == "eval":
+        options = spec.get("eval") or {}
+        greedy, samples, gen = bool(options.get("greedy")), int(options.get("samples", 1)), options.get("gen") or {}
+    elif algorithm in ("grpo", "ppo"):
+        section = spec.get(algorithm) or {}
+        samples, gen = int((section.get("eval") or {}).get("samples", 1)), section.get("gen") or {}
+        greedy = samples == 1
+    else:
+        return None
+    if greedy:
+        return "greedy"
+    return f"sampled at T={float(gen.get('temperature', 1.0)):g}" + (f", {samples} per prompt" if samples > 1 else "")
+
+
 def config_summary(spec: dict[str, Any], script_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The spec fields a runs table shows beside the metrics, as the run has them: an eval run trains nothing (no lr
     or batch size), and a command run's are its script's own (its command.config, and what rlplane.init recorded:
@@ -66,6 +85,7 @@ def config_summary(spec: dict[str, Any], script_config: dict[str, Any] | None = 
         "steps": train.get("steps"),
         "backend": backend.get("kind"),
         "precision": backend.get("precision"),
+        "decoding": decoding(spec),
     }
     if spec.get("algorithm") == "eval":
         return {**summary, "lr": None, "batch_size": None}

@@ -53,7 +53,8 @@ def _evaluation(evaluation: dict) -> str:
     if not picked:
         return f"run {evaluation['run_id']} {evaluation['status']}"
     values = " ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in ((k, shown[k]) for k in picked))
-    return f"run {evaluation['run_id']}: {values}"
+    drawn = f" ({evaluation['decoding']})" if evaluation.get("decoding") else ""  # greedy and sampled accuracies differ
+    return f"run {evaluation['run_id']}: {values}{drawn}"
 
 
 def _choose(client: Client, run_id: int, step: int | None, kind: str | None) -> dict:

@@ -152,7 +152,10 @@ def evaluate(
         output.print_json({"run": final, "metrics": values})
     else:
         typer.echo(run_id)
-        output.table(["METRIC", "VALUE"], ([key, _shown(value)] for key, value in sorted(values.items())))
+        rows = [[key, _shown(value)] for key, value in sorted(values.items())]
+        if (final.get("config") or {}).get("decoding"):  # how the answers were drawn: greedy and sampled differ
+            rows.append(["decoding", final["config"]["decoding"]])
+        output.table(["METRIC", "VALUE"], rows)
     raise typer.Exit(exit_code(final))
 
 

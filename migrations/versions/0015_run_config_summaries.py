@@ -1,5 +1,6 @@
-"""runs.config for eval and command runs: the runs table's lr and batch size as the run has them (an eval run trains
-nothing; a command run's are its script's own), recomputed from the stored specs and script environments
+"""runs.config: the runs table's lr and batch size as the run has them (an eval run trains nothing; a command run's
+are its script's own) and how its accuracies were drawn (decoding), recomputed from the stored specs and script
+environments
 
 Revision ID: 0015
 Revises: 0014
@@ -30,7 +31,7 @@ def upgrade() -> None:
         sa.column("config", sa.JSON),
     )
     bind = op.get_bind()
-    query = sa.select(runs.c.id, runs.c.spec, runs.c.environment).where(runs.c.algorithm.in_(("eval", "command")))
+    query = sa.select(runs.c.id, runs.c.spec, runs.c.environment)
     for run_id, spec, environment in bind.execute(query).all():
         spec = json.loads(spec) if isinstance(spec, str) else spec or {}
         environment = json.loads(environment) if isinstance(environment, str) else environment or {}
