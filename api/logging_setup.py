@@ -25,6 +25,20 @@ class QuietRoutineTraffic(logging.Filter):
         return True
 
 
+_SIGNATURE = re.compile(r"([?&]sig=)[^&]*")
+
+
+class HideSignatures(logging.Filter):
+    """Writes a signed download link's `sig=` as `sig=...` in uvicorn's access line: until it expires it is a
+    credential, and logs outlive it in places more people read."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and "sig=" in str(args[2]):
+            record.args = (*args[:2], _SIGNATURE.sub(r"\1...", str(args[2])), *args[3:])
+        return True
+
+
 def uvicorn_log_config() -> dict[str, Any]:
     """uvicorn's logging with the time on every line and routine worker traffic left out."""
     from uvicorn.config import LOGGING_CONFIG
@@ -32,6 +46,7 @@ def uvicorn_log_config() -> dict[str, Any]:
     config = copy.deepcopy(LOGGING_CONFIG)
     config["formatters"]["default"]["fmt"] = "%(asctime)s %(levelprefix)s %(message)s"
     config["formatters"]["access"]["fmt"] = '%(asctime)s %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
-    config["filters"] = {"routine": {"()": QuietRoutineTraffic}}
-    config["loggers"]["uvicorn.access"]["filters"] = ["routine"]  # on the logger: JSON logging swaps its handlers
+    config["filters"] = {"routine": {"()": QuietRoutineTraffic}, "signatures": {"()": HideSignatures}}
+    # On the logger: JSON logging swaps its handlers.
+    config["loggers"]["uvicorn.access"]["filters"] = ["routine", "signatures"]
     return config

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rlplane.layout import embedded_broker_url
@@ -25,6 +25,14 @@ class Settings(BaseSettings):
     )
     bootstrap_token: str | None = Field(
         default=None, description="Token for the first admin; generated and written to admin.token when unset"
+    )
+    signing_key: SecretStr | None = Field(
+        default=None,
+        description="Key of signed download links (32+ characters), the same on every API replica; default: derived "
+        "from RLPLANE_BOOTSTRAP_TOKEN, else $RLPLANE_HOME/signing.key (created once, mode 0600)",
+    )
+    download_url_ttl_s: int = Field(
+        default=300, ge=1, le=86_400, description="How long a signed download link stays valid (checked when the download starts)"
     )
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest JSON/YAML request body")
     max_upload_bytes: int = Field(default=2 * 1024**3, description="Largest dataset upload")
@@ -75,6 +83,13 @@ class Settings(BaseSettings):
     def _token_strong_enough(cls, value: str | None) -> str | None:
         if value is not None and len(value) < 24:
             raise ValueError("RLPLANE_BOOTSTRAP_TOKEN must be at least 24 characters; generate one with `openssl rand -hex 24`")
+        return value
+
+    @field_validator("signing_key")
+    @classmethod
+    def _key_strong_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("RLPLANE_SIGNING_KEY must be at least 32 characters; generate one with `openssl rand -hex 32`")
         return value
 
     @field_validator("database_url")

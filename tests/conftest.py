@@ -17,6 +17,7 @@ from api.migrate import upgrade_to_head
 from api.models import Base
 from api.settings import Settings
 from tests.harness.baselines import one_torch_thread, sft_run, walker  # noqa: F401 - session fixtures
+from tests.harness.checkpoints import ckpt_dir, ckpt_file  # noqa: F401 - checkpoint files under the artifact root
 from tests.harness.databases import create_postgres_database, drop_postgres_database, postgres_admin_url
 from tests.harness.factories import ADMIN_TOKEN
 from tests.harness.worker_stack import stack  # noqa: F401 - the worker tests' fixture (a module's own `stack` wins)

@@ -1,6 +1,5 @@
 """Checkpoints: registration (idempotent, path checked under the artifact root), listing, files, downloads."""
 
-import hashlib
 import io
 import json
 import math
@@ -11,45 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 from api.models import Checkpoint
+from tests.harness.checkpoints import JSON, MODEL_BYTES, OPTIM_BYTES, record, register
 from tests.harness.factories import auth, create_project, create_run, create_user, worker_token
-
-JSON = {"Content-Type": "application/json"}
-MODEL_BYTES = bytes(range(256)) * 16
-OPTIM_BYTES = b'{"lr": 0.001, "betas": [0.9, 0.999]}'
-
-
-@pytest.fixture
-def ckpt_dir(artifacts_root) -> str:
-    """A checkpoint directory under the artifact root (a fresh one per test: ids restart, files stay)."""
-    rel = f"ckpts/{uuid.uuid4().hex}/step-5"
-    (artifacts_root / rel / "optim").mkdir(parents=True)
-    (artifacts_root / rel / "model.safetensors").write_bytes(MODEL_BYTES)
-    (artifacts_root / rel / "optim" / "state.json").write_bytes(OPTIM_BYTES)
-    return rel
-
-
-@pytest.fixture
-def ckpt_file(artifacts_root) -> str:
-    rel = f"ckpts/{uuid.uuid4().hex}/final.safetensors"
-    (artifacts_root / rel).parent.mkdir(parents=True)
-    (artifacts_root / rel).write_bytes(MODEL_BYTES)
-    return rel
-
-
-def record(path: str, step: int = 5, **overrides) -> dict:
-    body = {
-        "step": step,
-        "path": path,
-        "size": len(MODEL_BYTES) + len(OPTIM_BYTES),
-        "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(),
-        "metadata": {"rng_seed": 7, "data_position": 640},
-    }
-    body.update(overrides)
-    return body
-
-
-def register(client, run_id: int, body: dict):
-    return client.post(f"/api/v1/runs/{run_id}/checkpoints", json=body)
 
 
 def stored(db, run_id: int) -> list[tuple]:
@@ -384,12 +346,14 @@ class TestEvaluations:
                 "data": "builtin:arithmetic",
                 "reward": "builtin:arithmetic",
                 "samples": 8,
+                "decoding": "sampled at T=1, 8 per prompt",  # said beside its accuracy, unlike a greedy one's
                 "metrics": {"eval/accuracy": 0.5, "eval/pass@4": 0.75, "eval/pass@8": "NaN"},
             }
         ]
         [on_export] = by_kind["export"]["evaluations"]  # run:<id> names the run's output
         assert on_export["run_id"] == of_output.json()["id"] and on_export["metrics"] == {}
         assert (on_export["reward"], on_export["samples"]) == ("environment:builtin:calculator", 1)
+        assert on_export["decoding"] == "greedy"
         # The eval runs are the source's children in its lineage, as any run that starts from it.
         children = client.get(f"/api/v1/runs/{source['id']}/lineage").json()["children"]
         assert sorted(c["run_id"] for c in children) == sorted([of_step.json()["id"], of_output.json()["id"]])

@@ -1,9 +1,10 @@
 """Request dependencies that turn a bearer token into a Principal."""
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from api.auth.cache import TokenCache
@@ -35,6 +36,18 @@ def principal_from_request(session: Session, request: Request) -> Principal:
         if cached.expires_at is not None and cached.expires_at <= utcnow():
             raise Unauthorized("token expired: create a new one with POST /api/v1/tokens")
         return cached.principal
+    principal, expires_at = _load_principal(session, ApiToken.token_hash == token_hash)
+    cache.put(token_hash, principal, expires_at)
+    return principal
+
+
+def principal_of_token(session: Session, token_id: int) -> Principal:
+    """The principal of token `token_id` as it stands now (no cache: a revocation counts at once), or Unauthorized
+    saying why not; for what carries a token's id instead of its secret (a signed download link)."""
+    return _load_principal(session, ApiToken.id == token_id)[0]
+
+
+def _load_principal(session: Session, which: ColumnElement[bool]) -> tuple[Principal, datetime | None]:
     row = session.execute(
         select(
             ApiToken.id,
@@ -47,7 +60,7 @@ def principal_from_request(session: Session, request: Request) -> Principal:
             User.disabled,
         )
         .join(User, User.id == ApiToken.user_id)
-        .where(ApiToken.token_hash == token_hash)
+        .where(which)
     ).one_or_none()
     if row is None:
         raise Unauthorized("invalid token")
@@ -69,8 +82,7 @@ def principal_from_request(session: Session, request: Request) -> Principal:
         is_site_admin=is_site_admin,
         roles=roles,
     )
-    cache.put(token_hash, principal, expires_at)
-    return principal
+    return principal, expires_at
 
 
 def get_principal(request: Request, session: SessionDep) -> Principal:

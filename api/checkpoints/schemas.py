@@ -34,6 +34,7 @@ class CheckpointEvaluation(BaseModel):
         "+ the reward it adds)"
     )
     samples: int = Field(description="Answers per prompt")
+    decoding: str | None = Field(description="How its answers were drawn: greedy, or sampled at T=<temperature>")
     metrics: dict[str, AnyFloat] = Field(description="The last value of each eval/* metric, e.g. eval/pass@4")
 
 
@@ -65,3 +66,18 @@ class CheckpointFile(BaseModel):
 class CheckpointFileList(BaseModel):
     data: list[CheckpointFile]
     count: int
+
+
+class DownloadUrlCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str | None = Field(
+        default=None, max_length=1024, description="A file of the checkpoint (a name from .../files); omitted: the whole tar"
+    )
+
+
+class DownloadUrl(BaseModel):
+    url: str = Field(
+        description="The download route with ?kind, expires, token_id and sig instead of the bearer token, relative to the "
+        "API's origin; no Authorization header needed"
+    )
+    expires_at: datetime = Field(description="Follow it before then (a download already started is not cut off)")

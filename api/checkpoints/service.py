@@ -17,7 +17,7 @@ from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
 from api.metrics import rollups
 from api.models import Checkpoint, Run, RunLink
 from api.runs.service import claim_for_report, readable_run
-from api.runs.views import scripted_spec
+from api.runs.views import decoding, scripted_spec
 from api.unit_of_work import unit_of_work
 from rlplane.layout import rotated, run_checkpoint
 from rlplane.spec.sections import TrainSpec
@@ -139,6 +139,7 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
                 data=spec["data"]["source"],
                 reward=judge_text(spec),
                 samples=(spec.get("eval") or {}).get("samples", 1),
+                decoding=decoding(spec),
                 metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
             )
         )
@@ -188,29 +189,32 @@ def files(store: ArtifactStore, ckpt: Checkpoint) -> list[tuple[str, int]]:
         raise NotFound(f"files of checkpoint {ckpt.path}") from None
 
 
-def file_to_send(store: ArtifactStore, ckpt: Checkpoint, file_path: str) -> Path | BinaryIO:
-    """One file of the checkpoint: its path on a local root (sent as it is), else opened for reading."""
+def checkpoint_file(store: ArtifactStore, ckpt: Checkpoint, file_path: str) -> PurePosixPath:
+    """One file of the checkpoint, as a path under the artifact root: checked, and present."""
     try:
         base = safe_relative(ckpt.path)
         wanted = safe_relative(file_path)
         # A single-file checkpoint lists itself under its own name.
         rel = base if wanted == PurePosixPath(base.name) and store.is_file(base) else base / wanted
-        if store.local:
-            target = store.local_path(rel, base)
-            if not target.is_file():
-                raise FileNotFoundError(file_path)
-            return target
-        if not store.is_file(rel):
+        if not store.is_file(rel, base):  # a local root also refuses what resolves outside the checkpoint
             raise FileNotFoundError(file_path)
-        return store.open_read(rel)
+        return rel
     except UnsafePath as exc:
         raise BadRequest(f"file path rejected: {exc}") from None
     except (FileNotFoundError, NotADirectoryError):
         raise NotFound(f"file '{file_path}' in checkpoint at step {ckpt.step}") from None
 
 
+def file_to_send(store: ArtifactStore, ckpt: Checkpoint, file_path: str) -> Path | tuple[BinaryIO, int]:
+    """One file of the checkpoint: its path on a local root (sent as it is), else opened for reading, with its size."""
+    rel = checkpoint_file(store, ckpt, file_path)
+    if store.local:
+        return store.local_path(rel, safe_relative(ckpt.path))
+    return store.open_read(rel), store.size(rel)
+
+
 def archive_entries(store: ArtifactStore, ckpt: Checkpoint) -> list[tuple[str, int, Callable[[], BinaryIO]]]:
-    """(name, size, open) of each file, for api.checkpoints.archive.tar_stream."""
+    """(name, size, open) of each file, for api.checkpoints.archive.tar_archive."""
     base = safe_relative(ckpt.path)
     found = files(store, ckpt)
     single = len(found) == 1 and store.is_file(base)

@@ -569,11 +569,33 @@ export interface paths {
         };
         /**
          * Download Checkpoint Archive
-         * @description The whole checkpoint (or export) as one uncompressed tar, streamed: what `rlplane download` fetches file by file.
+         * @description The whole checkpoint (or export) as one uncompressed tar, streamed, with its length: what `rlplane download`
+         *     fetches file by file. With the bearer token or a signed link (POST .../download-url).
          */
         get: operations["download_checkpoint_archive_api_v1_runs__run_id__checkpoints__step__archive_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/checkpoints/{step}/download-url": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A short-lived signed link to download the checkpoint's tar or one file, without the bearer token
+         * @description For a browser's own download manager (it streams to disk; a fetch with the token would hold the file in the
+         *     page). Valid for RLPLANE_DOWNLOAD_URL_TTL_S seconds, and only while this token may read the run.
+         */
+        post: operations["create_download_url_api_v1_runs__run_id__checkpoints__step__download_url_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -604,7 +626,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download Checkpoint File */
+        /**
+         * Download Checkpoint File
+         * @description One file, with the bearer token or a signed link (POST .../download-url with `file`).
+         */
         get: operations["download_checkpoint_file_api_v1_runs__run_id__checkpoints__step__files__file_path__get"];
         /**
          * Upload Checkpoint File
@@ -1377,6 +1402,11 @@ export interface components {
              */
             data: string;
             /**
+             * Decoding
+             * @description How its answers were drawn: greedy, or sampled at T=<temperature>
+             */
+            decoding: string | null;
+            /**
              * Metrics
              * @description The last value of each eval/* metric, e.g. eval/pass@4
              */
@@ -1825,6 +1855,28 @@ export interface components {
             params?: {
                 [key: string]: number;
             };
+        };
+        /** DownloadUrl */
+        DownloadUrl: {
+            /**
+             * Expires At
+             * Format: date-time
+             * @description Follow it before then (a download already started is not cut off)
+             */
+            expires_at: string;
+            /**
+             * Url
+             * @description The download route with ?kind, expires, token_id and sig instead of the bearer token, relative to the API's origin; no Authorization header needed
+             */
+            url: string;
+        };
+        /** DownloadUrlCreate */
+        DownloadUrlCreate: {
+            /**
+             * File
+             * @description A file of the checkpoint (a name from .../files); omitted: the whole tar
+             */
+            file?: string | null;
         };
         /**
          * DpoOptions
@@ -3528,7 +3580,7 @@ export interface components {
             children: components["schemas"]["RunLinkPublic"][];
             /**
              * Config
-             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision, and decoding (how its accuracies were drawn: greedy or sampled at T=<temperature>; eval, grpo and ppo runs)
              */
             config: {
                 [key: string]: unknown;
@@ -3620,7 +3672,7 @@ export interface components {
             children: components["schemas"]["RunLinkPublic"][];
             /**
              * Config
-             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision, and decoding (how its accuracies were drawn: greedy or sampled at T=<temperature>; eval, grpo and ppo runs)
              */
             config: {
                 [key: string]: unknown;
@@ -3731,7 +3783,7 @@ export interface components {
             backend: string;
             /**
              * Config
-             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision, and decoding (how its accuracies were drawn: greedy or sampled at T=<temperature>; eval, grpo and ppo runs)
              */
             config: {
                 [key: string]: unknown;
@@ -3808,7 +3860,7 @@ export interface components {
             backend: string;
             /**
              * Config
-             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision
+             * @description A few spec fields for lists and tables: model, lr, batch_size, steps, backend, precision, and decoding (how its accuracies were drawn: greedy or sampled at T=<temperature>; eval, grpo and ppo runs)
              */
             config: {
                 [key: string]: unknown;
@@ -6602,6 +6654,12 @@ export interface operations {
             query?: {
                 /** @description checkpoint (default) or export: the final model */
                 kind?: "checkpoint" | "export";
+                /** @description A signed link's expiry (Unix seconds) */
+                expires?: number | null;
+                /** @description The id of the token a signed link was made with */
+                token_id?: number | null;
+                /** @description A signed link's signature (POST .../download-url); with it, no bearer token */
+                sig?: string | null;
             };
             header?: never;
             path: {
@@ -6632,6 +6690,68 @@ export interface operations {
             };
             /** @description Outside the caller's projects or scopes */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_download_url_api_v1_runs__run_id__checkpoints__step__download_url_post: {
+        parameters: {
+            query?: {
+                /** @description checkpoint (default) or export: the final model */
+                kind?: "checkpoint" | "export";
+            };
+            header?: never;
+            path: {
+                /** @description Run id */
+                run_id: number;
+                /** @description Optimizer step */
+                step: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DownloadUrlCreate"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DownloadUrl"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No such run, checkpoint or file */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6704,6 +6824,12 @@ export interface operations {
             query?: {
                 /** @description checkpoint (default) or export: the final model */
                 kind?: "checkpoint" | "export";
+                /** @description A signed link's expiry (Unix seconds) */
+                expires?: number | null;
+                /** @description The id of the token a signed link was made with */
+                token_id?: number | null;
+                /** @description A signed link's signature (POST .../download-url); with it, no bearer token */
+                sig?: string | null;
             };
             header?: never;
             path: {

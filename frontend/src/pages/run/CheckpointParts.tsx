@@ -3,14 +3,25 @@ import { Link } from 'react-router';
 import { useQuery } from '@tanstack/react-query';
 import { api, unwrap } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
-import { downloadFile } from '../../api/download';
+import { saveFromUrl } from '../../api/download';
 import type { Checkpoint, RunDetail } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatBytes, formatNumber } from '../../lib/format';
 import { metadataLines, type EvalValue } from './checkpointEval';
 
-const fileUrl = (c: Checkpoint, name: string) =>
-  `/api/v1/runs/${c.run_id}/checkpoints/${c.step}/files/${name.split('/').map(encodeURIComponent).join('/')}?kind=${c.kind}`;
+/**
+ * Download the checkpoint's tar, or one file of it, through a short-lived signed link: the browser streams it to disk
+ * itself (a fetch with the token would hold all of it, gigabytes, in the page).
+ */
+async function downloadCheckpoint(ckpt: Checkpoint, filename: string, file?: string): Promise<void> {
+  const link = await unwrap(
+    api.POST('/api/v1/runs/{run_id}/checkpoints/{step}/download-url', {
+      params: { path: { run_id: ckpt.run_id, step: ckpt.step }, query: { kind: ckpt.kind } },
+      body: file === undefined ? {} : { file },
+    }),
+  );
+  saveFromUrl(link.url, filename);
+}
 
 export function FileList({ ckpt }: { ckpt: Checkpoint }) {
   const [error, setError] = useState<unknown>(null);
@@ -29,7 +40,7 @@ export function FileList({ ckpt }: { ckpt: Checkpoint }) {
       <ul className="files">
         {files.data?.data.map((f) => (
           <li key={f.name}>
-            <button type="button" className="linklike" onClick={() => downloadFile(fileUrl(ckpt, f.name), f.name.split('/').pop() ?? f.name).catch(setError)}>
+            <button type="button" className="linklike" onClick={() => downloadCheckpoint(ckpt, f.name.split('/').pop() ?? f.name, f.name).catch(setError)}>
               {f.name}
             </button>{' '}
             <span className="muted">{formatBytes(f.size)}</span>
@@ -40,20 +51,20 @@ export function FileList({ ckpt }: { ckpt: Checkpoint }) {
   );
 }
 
-/** The whole checkpoint as one tar, fetched with the token (a plain link could not send it). */
+/** The whole checkpoint as one tar; busy only while its link is made, then the browser's downloads show it. */
 export function DownloadArchive({ ckpt }: { ckpt: Checkpoint }) {
   const [state, setState] = useState<{ busy: boolean; error: unknown }>({ busy: false, error: null });
   const name = `run-${ckpt.run_id}-${ckpt.kind}-step-${ckpt.step}.tar`;
   const download = () => {
     setState({ busy: true, error: null });
-    downloadFile(`/api/v1/runs/${ckpt.run_id}/checkpoints/${ckpt.step}/archive?kind=${ckpt.kind}`, name)
+    downloadCheckpoint(ckpt, name)
       .then(() => setState({ busy: false, error: null }))
       .catch((error: unknown) => setState({ busy: false, error }));
   };
   return (
     <>
       <button type="button" onClick={download} disabled={state.busy} title={name}>
-        {state.busy ? 'Downloading…' : `Download (${formatBytes(ckpt.size)} .tar)`}
+        {state.busy ? 'Starting download…' : `Download (${formatBytes(ckpt.size)} .tar)`}
       </button>
       <ErrorNote error={state.error} />
     </>

@@ -10,11 +10,12 @@ const ckpt = (step: number, kind = 'checkpoint', metadata: Record<string, unknow
   metadata, created_at: '2025-01-01T00:00:00Z',
 });
 const point = (step: number, value: number | 'NaN') => ({ step, value, min: value, max: value, count: 1, time: 0 });
+const SIGNED = '/api/v1/runs/7/checkpoints/200/archive?kind=checkpoint&expires=1735689900&token_id=3&sig=c2ln';
 
 afterEach(() => vi.unstubAllGlobals());
 
 describe('CheckpointsTab', () => {
-  it('shows the eval metrics at each checkpoint, readable metadata, and downloads the whole checkpoint with the token', async () => {
+  it('shows the eval metrics at each checkpoint, readable metadata, and downloads the whole checkpoint through a signed link', async () => {
     localStorage.setItem('rlplane.token', 'secret');
     const requests: Request[] = [];
     vi.stubGlobal('fetch', vi.fn(async (input: Request | string, init?: RequestInit) => {
@@ -38,14 +39,14 @@ describe('CheckpointsTab', () => {
           ],
         });
       }
-      if (pathname.endsWith('/archive')) return new Response('tar bytes', { status: 200 });
+      if (pathname.endsWith('/download-url')) return json({ url: SIGNED, expires_at: '2025-01-01T00:05:00Z' });
       return json({ detail: 'unexpected' }, 404);
     }));
     const createObjectURL = vi.fn(() => 'blob:x');
     vi.stubGlobal('URL', Object.assign(URL, { createObjectURL, revokeObjectURL: vi.fn() }));
-    const clicked: string[] = [];
+    const clicked: { href: string; download: string }[] = [];
     const click = vi.spyOn(HTMLAnchorElement.prototype, 'click').mockImplementation(function (this: HTMLAnchorElement) {
-      clicked.push(this.download);
+      clicked.push({ href: this.getAttribute('href')!, download: this.download });
     });
 
     renderTab(<CheckpointsTab />, runDetail({ name: 'base' }));
@@ -60,15 +61,48 @@ describe('CheckpointsTab', () => {
 
     fireEvent.click(within(row200).getByRole('button', { name: /^Download/ }));
     // A failed download shows its error instead: the assertion then prints it.
-    await waitFor(() => expect(screen.queryByRole('alert')?.textContent ?? clicked).toEqual(['run-7-checkpoint-step-200.tar']));
-    const archive = requests.find((r) => r.url.includes('/archive'))!;
-    expect(new URL(archive.url).pathname + new URL(archive.url).search).toBe('/api/v1/runs/7/checkpoints/200/archive?kind=checkpoint');
-    expect(archive.headers.get('Authorization')).toBe('Bearer secret');
+    await waitFor(() =>
+      expect(screen.queryByRole('alert')?.textContent ?? clicked).toEqual([{ href: SIGNED, download: 'run-7-checkpoint-step-200.tar' }]),
+    );
+    // The link is asked for with the token; the file itself is left to the browser: never fetched, never a blob.
+    const asked = requests.find((r) => r.url.includes('/download-url'))!;
+    expect(asked.method).toBe('POST');
+    expect(new URL(asked.url).pathname + new URL(asked.url).search).toBe('/api/v1/runs/7/checkpoints/200/download-url?kind=checkpoint');
+    expect(asked.headers.get('Authorization')).toBe('Bearer secret');
+    expect(await asked.text()).toBe('{}');
+    expect(requests.filter((r) => /\/(archive|files\/)/.test(new URL(r.url).pathname))).toEqual([]);
+    expect(createObjectURL).not.toHaveBeenCalled();
     click.mockRestore();
 
     const start = within(row200).getByRole('link', { name: 'Start a run from this checkpoint' });
     const params = new URLSearchParams(start.getAttribute('href')!.split('?')[1]);
     expect(Object.fromEntries(params)).toEqual({ clone: '7', model: 'run:7@200', name: 'base-from-step-200' });
+  });
+
+  it('downloads one file of a checkpoint through a signed link for that file', async () => {
+    const requests: Request[] = [];
+    const url = '/api/v1/runs/7/checkpoints/200/files/optim/state.json?kind=checkpoint&expires=1&token_id=3&sig=c2ln';
+    vi.stubGlobal('fetch', vi.fn(async (input: Request) => {
+      requests.push(input);
+      const { pathname } = new URL(input.url);
+      if (pathname.endsWith('/checkpoints')) return json({ data: [ckpt(200)], count: 1 });
+      if (pathname.endsWith('/metrics/keys')) return json({ data: [], count: 0 });
+      if (pathname.endsWith('/200/files')) return json({ data: [{ name: 'optim/state.json', size: 36 }], count: 1 });
+      if (pathname.endsWith('/download-url')) return json({ url, expires_at: '2025-01-01T00:05:00Z' });
+      return json({ detail: 'unexpected' }, 404);
+    }));
+    const clicked: { href: string; download: string }[] = [];
+    const click = vi.spyOn(HTMLAnchorElement.prototype, 'click').mockImplementation(function (this: HTMLAnchorElement) {
+      clicked.push({ href: this.getAttribute('href')!, download: this.download });
+    });
+    renderTab(<CheckpointsTab />, runDetail({ name: 'base' }));
+    fireEvent.click(await screen.findByRole('button', { name: 'List files' }));
+    fireEvent.click(await screen.findByRole('button', { name: 'optim/state.json' }));
+    await waitFor(() => expect(screen.queryByRole('alert')?.textContent ?? clicked).toEqual([{ href: url, download: 'state.json' }]));
+    const asked = requests.find((r) => r.url.includes('/download-url'))!;
+    expect(await asked.json()).toEqual({ file: 'optim/state.json' });
+    expect(requests.filter((r) => new URL(r.url).pathname.includes('/files/'))).toEqual([]);
+    click.mockRestore();
   });
 
   it("shows each checkpoint's eval runs with their metrics in reading order, and Evaluate opens an eval of it", async () => {
