@@ -300,8 +300,10 @@ try {
       const shown = page.locator('table.evaluations', { hasText: 'Evaluations of step 200' }).locator(`tr[data-run="${evalRunId}"]`);
       const passAt4 = shown.locator('td[data-key="eval/pass@4"]');
       await passAt4.waitFor({ timeout: 30_000 });
-      const value = Number(await passAt4.innerText());
+      const value = parseFloat(await passAt4.innerText());
       if (!(value >= 0 && value <= 1)) throw new Error(`pass@4 of run ${evalRunId} reads "${await passAt4.innerText()}"`);
+      // sampled, 4 answers a prompt: said beside the value, so it is not read as the run's greedy accuracy
+      if (!(await passAt4.innerText()).includes('T=1 ×4')) throw new Error(`pass@4 says no decoding: "${await passAt4.innerText()}"`);
       console.log(`    eval run ${evalRunId} of run ${newRunId}@200: pass@4 ${value}`);
       await shot('18-checkpoint-evaluated');
     });

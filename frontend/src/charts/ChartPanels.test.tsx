@@ -9,10 +9,10 @@ import type { ChartSource, KeyInfo } from './source';
 vi.mock('./MetricChart', async () => {
   const { MetricTitle } = await import('./MetricTitle');
   return {
-    MetricChart: ({ metricKey, same, actions }: { metricKey: string; same?: string[]; actions?: ReactNode }) => (
+    MetricChart: ({ metricKey, same, actions, decoding }: { metricKey: string; same?: string[]; actions?: ReactNode; decoding?: string | null }) => (
       <figure>
         <figcaption>
-          <MetricTitle metricKey={metricKey} />
+          <MetricTitle metricKey={metricKey} decoding={decoding} />
           {same && <span>= {same.join(' = ')} (same values)</span>}
           {actions}
         </figcaption>
@@ -72,6 +72,16 @@ describe('ChartPanels', () => {
     const reward = screen.getByRole('region', { name: 'Reward' });
     expect(charts(reward)).toEqual(['reward/mean']);
     expect(within(reward).getByText('= reward/arithmetic (same values)')).toBeTruthy();
+  });
+
+  it("hands the run's decoding to its charts: an accuracy's title says it, other keys' do not", () => {
+    const keys = ['eval/accuracy', 'eval/pass@8', 'eval/reward'].map(info);
+    render(
+      <ChartPanels source={source} keys={keys} duplicates={new Map()} search="" onSearch={() => {}} smoothing={0} logScale={false} xBy="step"
+        decoding="sampled at T=1, 8 per prompt" />,
+    );
+    const title = (key: string) => document.querySelector(`[data-chart="${key}"]`)!.closest('figure')!.querySelector('.chart-key')!.textContent;
+    expect(['eval/accuracy', 'eval/pass@8', 'eval/reward'].map(title)).toEqual(['eval/accuracy T=1 ×8', 'eval/pass@8 T=1 ×8', 'eval/reward']);
   });
 });
 

@@ -11,6 +11,8 @@ export interface ChartSettings {
   smoothing: number;
   logScale: boolean;
   xBy: 'step' | 'time';
+  /** How one run's eval answers were drawn (its config.decoding), said in its accuracy charts' titles; not on Compare. */
+  decoding?: string | null;
 }
 
 interface Props extends ChartSettings {

@@ -55,7 +55,7 @@ export function LazyChart(props: ComponentProps<typeof MetricChart>) {
   return (
     <figure ref={placeholder} className="chart chart-pending" data-pending-chart={props.metricKey}>
       <figcaption>
-        <MetricTitle metricKey={props.metricKey} />
+        <MetricTitle metricKey={props.metricKey} decoding={props.decoding} />
         {props.actions}
       </figcaption>
       <div className="chart-canvas" style={{ height: (props.height ?? 200) + 32 }} />

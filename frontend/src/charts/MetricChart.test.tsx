@@ -114,6 +114,21 @@ describe('MetricChart', () => {
     expect(plots[0]!.data[0]).toEqual([0, 250, 500, 750]);
   });
 
+  it("titles an accuracy with how its answers were drawn, and nothing else with it", () => {
+    const chart = (key: string, decoding: string | null) => {
+      const store = new MetricStore(async () => [asColumns(series(key, range(3)))]);
+      store.setKeyList([{ key, count: 3, last_step: 3, last_value: 0, last_time: 0 }]);
+      const { container } = render(<MetricChart source={store} metricKey={key} smoothing={0} logScale={false} xBy="step" decoding={decoding} />);
+      return container.querySelector('.chart-key')!;
+    };
+    expect(chart('eval/accuracy', 'greedy').textContent).toBe('eval/accuracy greedy');
+    const sampled = chart('eval/pass@8', 'sampled at T=1, 8 per prompt');
+    expect(sampled.textContent).toBe('eval/pass@8 T=1 ×8');
+    expect(sampled.querySelector('.decoding')!.getAttribute('title')).toBe('answers drawn: sampled at T=1, 8 per prompt');
+    expect(chart('eval/reward', 'greedy').textContent).toBe('eval/reward');
+    expect(chart('eval/accuracy', null).textContent).toBe('eval/accuracy');
+  });
+
   it("titles a known key with its meaning and leaves an unknown key's title bare", () => {
     setup(series('grpo/entropy', range(10)));
     const meaning = screen.getByRole('button', { name: 'About grpo/entropy' });

@@ -21,6 +21,8 @@ interface Props {
   /** Buttons for the caption (pin). */
   actions?: ReactNode;
   height?: number;
+  /** How the run's eval answers were drawn; an accuracy's title says it. */
+  decoding?: string | null;
 }
 
 /**
@@ -28,7 +30,7 @@ interface Props {
  * theme) and fed with setData otherwise. A live point calls setData(data, !zoomed), as
  * Determined's wrapper does, so a drag-zoom survives it; double-click zooms back out.
  */
-export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same, actions, height = 200 }: Props) {
+export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same, actions, height = 200, decoding }: Props) {
   const box = useRef<HTMLDivElement>(null);
   const chart = useRef<uPlot | null>(null);
   const zoom = useRef<{ zoomed: boolean; x?: { min: number; max: number } }>({ zoomed: false });
@@ -147,7 +149,7 @@ export function MetricChart({ source, metricKey, smoothing, logScale, xBy, same,
   return (
     <figure className="chart">
       <figcaption>
-        <MetricTitle metricKey={metricKey} />
+        <MetricTitle metricKey={metricKey} decoding={decoding} />
         {same && same.length > 0 && <span className="chart-same">= {same.join(' = ')} (same values)</span>}
         {note && (
           <span className="chart-note" role="note">

@@ -22,10 +22,10 @@ vi.mock('../../charts/MetricChart', () => ({
   },
 }));
 
-const run = (id: number, name: string, spec: object, status = 'succeeded') => ({
+const run = (id: number, name: string, spec: object, status = 'succeeded', config: Record<string, unknown> = {}) => ({
   id, name, status, project: 'default', algorithm: 'sft', backend: 'fake', queue: 'cpu', status_reason: '', archived: false,
   total_steps: 100, last_step: 100, created_by: 'admin', created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z',
-  started_at: null, ended_at: null, latest_checkpoint_step: null, output: null, attempts: [], parents: [], children: [], spec,
+  started_at: null, ended_at: null, latest_checkpoint_step: null, output: null, attempts: [], parents: [], children: [], spec, config,
 });
 const series = (key: string, steps: number[], value?: number | 'NaN') => ({
   key, total_points: steps.length, downsampled: false,
@@ -40,12 +40,19 @@ const RUNS: Record<number, ReturnType<typeof run>> = {
   7: run(7, 'beta', { train: { lr: 0.0002, steps: 100 }, seed: 1 }),
   11: run(11, 'eval-a', { algorithm: 'eval', model: { path: 'run:3@100' } }),
   12: run(12, 'eval-b', { algorithm: 'eval', model: { path: 'run:7@100' } }),
+  // One checkpoint judged twice, and a reward model (which draws no answers).
+  13: run(13, 'greedy', { algorithm: 'eval', model: { path: 'run:3@100' } }, 'succeeded', { decoding: 'greedy' }),
+  14: run(14, 'sampled', { algorithm: 'eval', model: { path: 'run:3@100' } }, 'succeeded', { decoding: 'sampled at T=1, 8 per prompt' }),
+  15: run(15, 'rm', { algorithm: 'reward' }, 'succeeded', { decoding: null }),
 };
 const METRICS: Record<number, Array<ReturnType<typeof series>>> = {
   3: [series('train/loss', [0, 10, 20]), series('train/lr', [0, 10])],
   7: [series('train/loss', [5, 15])],
   11: [series('eval/length', [1], 'NaN'), series('eval/pass@8', [1], 0.875), series('eval/accuracy', [1], 0.5), series('eval/pass@2', [1], 0.666666)],
   12: [series('eval/pass@2', [1], 0.4), series('eval/accuracy', [0, 1], 0.25)],
+  13: [series('eval/accuracy', [1], 0.8), series('eval/reward', [1], 0.7)],
+  14: [series('eval/accuracy', [1], 0.51), series('eval/pass@8', [1], 0.9), series('eval/reward', [1], 0.4)],
+  15: [series('eval/accuracy', [1], 0.6)],
 };
 
 function json(body: unknown, status = 200) {
@@ -143,6 +150,21 @@ describe('ComparePage', () => {
       ['eval/pass@8', '0.875', '—'],
       ['eval/length', 'NaN', '—'],
     ]);
+    client.clear();
+  });
+
+  it("says beside each run's accuracies how that run drew its answers, nothing for a run that draws none", async () => {
+    stubApi();
+    const client = renderAt('/compare?runs=13,14,15');
+    const table = await screen.findByRole('region', { name: 'Final values' });
+    await vi.waitFor(() => expect(within(table).getAllByRole('columnheader')).toHaveLength(4));
+    const rows = within(table).getAllByRole('row').slice(1).map((r) => Array.from(r.children, (c) => c.textContent));
+    expect(rows).toEqual([
+      ['eval/accuracy', '0.8 greedy', '0.51 T=1 ×8', '0.6'],
+      ['eval/pass@8', '—', '0.9 T=1 ×8', '—'],
+      ['eval/reward', '0.7', '0.4', '—'],
+    ]);
+    expect(table.querySelector('tr[data-key="eval/accuracy"] .decoding')?.getAttribute('title')).toBe('answers drawn: greedy');
     client.clear();
   });
 

@@ -1,6 +1,7 @@
 import type { KeySummary, RunDetail } from '../../api/types';
+import { MetricValue } from '../../components/Decoding';
+import { runDecoding } from '../../lib/decoding';
 import { sortEvalKeys } from '../../lib/evalMetrics';
-import { formatNumber } from '../../lib/format';
 
 interface Props {
   runs: ReadonlyArray<{ run: RunDetail; keys: readonly KeySummary[] }>;
@@ -8,11 +9,13 @@ interface Props {
 
 /**
  * Each run's last value of every eval/* key, side by side: an eval run's whole result is one point per key,
- * which a chart hardly shows. Read from the key lists the page already polls, so it costs no request.
+ * which a chart hardly shows; an accuracy says how that run drew its answers (config.decoding), as two runs of
+ * one checkpoint can differ by that alone. Read from the key lists the page already polls, so it costs no request.
  */
 export function FinalValues({ runs }: Props) {
   const last = runs.map(({ keys }) => new Map(keys.filter((k) => k.key.startsWith('eval/')).map((k) => [k.key, k])));
   const keys = sortEvalKeys(last.flatMap((byKey) => [...byKey.keys()]));
+  const decodings = runs.map(({ run }) => runDecoding(run.config));
   if (keys.length === 0) return null;
   return (
     <section className="final-values" aria-label="Final values">
@@ -39,7 +42,7 @@ export function FinalValues({ runs }: Props) {
                   const summary = byKey.get(key);
                   return (
                     <td key={runs[i]!.run.id} className="num" title={summary ? `step ${summary.last_step}` : undefined}>
-                      {formatNumber(summary?.last_value)}
+                      <MetricValue metricKey={key} value={summary?.last_value} decoding={decodings[i]} />
                     </td>
                   );
                 })}

@@ -3,10 +3,12 @@ import { useSearchParams } from 'react-router';
 import { ErrorNote } from '../../components/ErrorNote';
 import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
 import { ChartPanels } from '../../charts/ChartPanels';
+import { runDecoding } from '../../lib/decoding';
 import { useRunContext } from './context';
 
 export function ChartsTab() {
   const {
+    run,
     metrics: { store, loaded, error },
   } = useRunContext();
   const [params, setParams] = useSearchParams();
@@ -56,6 +58,7 @@ export function ChartsTab() {
           smoothing={smoothing}
           logScale={logScale}
           xBy={xBy}
+          decoding={runDecoding(run.config)}
         />
       )}
     </div>

@@ -1,10 +1,10 @@
 import { Link } from 'react-router';
 import type { CheckpointEvaluation } from '../../api/types';
+import { MetricValue } from '../../components/Decoding';
 import { StatusBadge } from '../../components/StatusBadge';
 import { sortEvalKeys } from '../../lib/evalMetrics';
-import { formatNumber } from '../../lib/format';
 
-/** The eval runs of one checkpoint: a row each, a column per metric any of them reported. */
+/** The eval runs of one checkpoint: a row each, a column per metric any of them reported; accuracies say each run's decoding. */
 export function CheckpointEvaluations({ caption, evaluations }: { caption: string; evaluations: readonly CheckpointEvaluation[] }) {
   const keys = sortEvalKeys(evaluations.flatMap((e) => Object.keys(e.metrics)));
   return (
@@ -44,7 +44,7 @@ export function CheckpointEvaluations({ caption, evaluations }: { caption: strin
             <td className="num">{e.samples}</td>
             {keys.map((k) => (
               <td key={k} className="num" data-key={k}>
-                {formatNumber(e.metrics[k])}
+                <MetricValue metricKey={k} value={e.metrics[k]} decoding={e.decoding} />
               </td>
             ))}
           </tr>

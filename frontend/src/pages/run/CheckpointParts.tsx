@@ -5,8 +5,9 @@ import { api, unwrap } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
 import { saveFromUrl } from '../../api/download';
 import type { Checkpoint, RunDetail } from '../../api/types';
+import { MetricValue } from '../../components/Decoding';
 import { ErrorNote } from '../../components/ErrorNote';
-import { formatBytes, formatNumber } from '../../lib/format';
+import { formatBytes } from '../../lib/format';
 import { metadataLines, type EvalValue } from './checkpointEval';
 
 /**
@@ -71,7 +72,8 @@ export function DownloadArchive({ ckpt }: { ckpt: Checkpoint }) {
   );
 }
 
-export function EvalList({ values, step }: { values: EvalValue[] | undefined; step: number }) {
+/** The run's own evaluations at a checkpoint; `decoding` is how they drew their answers (the run's config.decoding). */
+export function EvalList({ values, step, decoding }: { values: EvalValue[] | undefined; step: number; decoding: string | null }) {
   if (!values) return <span className="muted">…</span>;
   if (!values.length) return <span className="muted">no evaluation by this step</span>;
   return (
@@ -80,7 +82,7 @@ export function EvalList({ values, step }: { values: EvalValue[] | undefined; st
         <div key={v.key}>
           <dt>{v.key}</dt>
           <dd className="num">
-            {formatNumber(v.value)}
+            <MetricValue metricKey={v.key} value={v.value} decoding={decoding} />
             {v.step !== step && <span className="muted"> (step {v.step})</span>}
           </dd>
         </div>

@@ -156,6 +156,58 @@ describe('CheckpointsTab', () => {
     expect(query(document.querySelector('tr[data-kind="export"]')!)).toEqual({ algorithm: 'eval', from: '7', model: 'run:7' });
   });
 
+  it("says how each accuracy's answers were drawn: the run's own evaluations by its config, each eval run by its own", async () => {
+    const evaluation = (run_id: number, decoding: string | null, metrics: Record<string, number>) => ({
+      run_id, name: `eval-${run_id}`, status: 'succeeded', data: 'builtin:arithmetic', reward: 'builtin:arithmetic', samples: 8, decoding, metrics,
+    });
+    vi.stubGlobal('fetch', vi.fn(async (input: Request | string) => {
+      const { pathname } = new URL(typeof input === 'string' ? input : input.url, 'http://x');
+      if (pathname.endsWith('/checkpoints')) {
+        return json({
+          data: [{
+            ...ckpt(200),
+            evaluations: [
+              evaluation(21, 'greedy', { 'eval/accuracy': 0.8, 'eval/reward': 0.7 }),
+              evaluation(22, 'sampled at T=1, 8 per prompt', { 'eval/accuracy': 0.51, 'eval/pass@8': 0.9, 'eval/reward': 0.4 }),
+              evaluation(23, null, { 'eval/accuracy': 0.6 }),
+            ],
+          }],
+          count: 1,
+        });
+      }
+      if (pathname.endsWith('/metrics/keys')) {
+        const key = (k: string) => ({ key: k, count: 1, last_step: 200, last_value: 1, last_time: 0 });
+        return json({ data: [key('eval/accuracy'), key('eval/reward')], count: 2 });
+      }
+      if (pathname.endsWith('/metrics')) {
+        return json({
+          run_id: 7, max_points: 20000,
+          series: [
+            { key: 'eval/accuracy', total_points: 1, downsampled: false, points: [point(200, 0.8)] },
+            { key: 'eval/reward', total_points: 1, downsampled: false, points: [point(200, 0.3)] },
+          ],
+        });
+      }
+      return json({ detail: 'unexpected' }, 404);
+    }));
+    const grpo = runDetail({ algorithm: 'grpo', config: { ...runDetail().config, decoding: 'greedy' } });
+    renderTab(<CheckpointsTab />, grpo);
+
+    const row = (await screen.findByRole('rowheader', { name: '200' })).closest('tr')!;
+    await waitFor(() => expect(within(row).getByText('eval/accuracy').nextSibling?.textContent).toBe('0.8 greedy'));
+    expect(within(row).getByText('eval/reward').nextSibling?.textContent).toBe('0.3'); // not an accuracy
+
+    const table = screen.getByRole('table', { name: 'Evaluations of step 200' });
+    const cells = (runId: number) => Array.from(table.querySelectorAll(`tr[data-run="${runId}"] td[data-key]`), (c) => c.textContent);
+    expect(within(table).getAllByRole('columnheader').slice(5).map((h) => h.textContent)).toEqual(['accuracy', 'pass@8', 'reward']);
+    expect(cells(21)).toEqual(['0.8 greedy', '—', '0.7']);
+    expect(cells(22)).toEqual(['0.51 T=1 ×8', '0.9 T=1 ×8', '0.4']);
+    expect(cells(23)).toEqual(['0.6', '—', '—']);
+    expect(table.querySelector('tr[data-run="22"] [data-key="eval/accuracy"] .decoding')?.getAttribute('title')).toBe(
+      'answers drawn: sampled at T=1, 8 per prompt',
+    );
+  });
+
   it('picks the evaluation at or before a step, and flattens metadata', () => {
     const series = [{ key: 'eval/loss', total_points: 3, downsampled: false, points: [point(10, 3), point(20, 2), point(30, 'NaN')] }];
     expect(evalAt(series, 25)).toEqual([{ key: 'eval/loss', value: 2, step: 20 }]);

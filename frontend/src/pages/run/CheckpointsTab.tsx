@@ -5,6 +5,7 @@ import { queryKeys } from '../../api/queryKeys';
 import { useMetricKeys } from '../../api/queries';
 import { isActive, isTerminal } from '../../api/runStatus';
 import { ErrorNote } from '../../components/ErrorNote';
+import { runDecoding } from '../../lib/decoding';
 import { formatBytes, formatDate } from '../../lib/format';
 import { evalAt, evalKeys } from './checkpointEval';
 import { CheckpointEvaluations } from './CheckpointEvaluations';
@@ -79,7 +80,7 @@ export function CheckpointsTab() {
                 <td>{formatBytes(c.size)}</td>
                 <td>{formatDate(c.created_at)}</td>
                 <td>
-                  <EvalList values={evals.series && evalAt(evals.series, c.step)} step={c.step} />
+                  <EvalList values={evals.series && evalAt(evals.series, c.step)} step={c.step} decoding={runDecoding(run.config)} />
                 </td>
                 <td>
                   <MetadataList ckpt={c} />

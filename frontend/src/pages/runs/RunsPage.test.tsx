@@ -157,6 +157,46 @@ describe('RunsPage headlines', () => {
   });
 });
 
+describe('RunsPage decoding', () => {
+  it("says how an accuracy headline's answers were drawn, and offers a Decoding column", async () => {
+    const withDecoding = (r: ReturnType<typeof run>, decoding: string | null) => ({ ...r, config: { ...r.config, decoding } });
+    vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
+      const u = new URL(req.url);
+      if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
+      if (u.pathname !== '/api/v1/runs') return new Response('{}', { status: 404 });
+      const rows = [
+        withDecoding(run(1, 'succeeded', 'in-run', 'eval', headline('eval/accuracy', 0.8)), 'greedy'),
+        withDecoding(run(2, 'succeeded', 'sampled', 'eval', headline('eval/accuracy', 0.51)), 'sampled at T=1, 8 per prompt'),
+        withDecoding(run(3, 'succeeded', 'rm', 'reward', headline('eval/accuracy', 0.9)), null),
+        // An RL run's decoding is its held-out evaluations', not its training rollouts' reward/mean.
+        withDecoding(run(4, 'running', 'rl', 'grpo', headline('reward/mean', 0.3)), 'greedy'),
+      ];
+      return json({ data: rows, count: rows.length });
+    }));
+    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+    render(
+      <QueryClientProvider client={client}>
+        <MemoryRouter initialEntries={['/runs']}>
+          <RunsPage />
+        </MemoryRouter>
+      </QueryClientProvider>,
+    );
+    const table = await screen.findByRole('table');
+    const cell = (id: number, column: string) => table.querySelector(`tr[data-run-id="${id}"] td[data-column="${column}"]`)!;
+    expect([1, 2, 3, 4].map((id) => cell(id, 'headline').textContent)).toEqual([
+      'eval/accuracy 0.8 greedy', 'eval/accuracy 0.51 T=1 ×8', 'eval/accuracy 0.9', 'reward/mean 0.3',
+    ]);
+    expect(cell(2, 'headline').querySelector('.decoding')?.getAttribute('title')).toBe('answers drawn: sampled at T=1, 8 per prompt');
+    expect(cell(3, 'headline').querySelector('.decoding')).toBeNull();
+
+    fireEvent.click(screen.getByText(/^Columns/));
+    fireEvent.click(screen.getByRole('checkbox', { name: 'Decoding' }));
+    expect(within(table).getByRole('columnheader', { name: 'Decoding' })).toBeTruthy();
+    expect([1, 2, 3].map((id) => cell(id, 'decoding').textContent)).toEqual(['greedy', 'sampled at T=1, 8 per prompt', '—']);
+    client.clear();
+  });
+});
+
 describe('RunsPage alerts', () => {
   const openAlert = (id: number, runId: number, name: string) => ({
     id, run_id: runId, run_name: `r${runId}`, project: 'default', rule_id: null, source: `detector:${name}`, name,

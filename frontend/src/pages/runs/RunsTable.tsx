@@ -2,6 +2,7 @@ import { Link } from 'react-router';
 import type { Alert } from '../../api/alerts';
 import type { Run, RunSort } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
+import { runDecoding } from '../../lib/decoding';
 import { formatDate, formatDuration } from '../../lib/format';
 import { AlertMarker } from './AlertMarker';
 import { CONFIG_COLUMNS, configValue, type ConfigColumn } from './columns';
@@ -89,7 +90,7 @@ export function RunsTable({ runs, sort, onSort, selected, onToggle, columns, ope
               {run.last_step ?? 0}/{run.total_steps}
             </td>
             <td data-column="headline">
-              <LatestMetric headline={run.headline} />
+              <LatestMetric headline={run.headline} decoding={runDecoding(run.config)} />
             </td>
             {config.map((c) => (
               <ConfigCell key={c.id} column={c.id} value={configValue(run, c.id)} />

@@ -7,6 +7,8 @@ export const CONFIG_COLUMNS = [
   { id: 'batch_size', label: 'Batch size' },
   { id: 'steps', label: 'Steps' },
   { id: 'precision', label: 'Precision' },
+  // How an eval, grpo or ppo run's accuracies were drawn: greedy, sampled at T=1, ...
+  { id: 'decoding', label: 'Decoding' },
 ] as const;
 
 export type ConfigColumn = (typeof CONFIG_COLUMNS)[number]['id'];
