@@ -20,6 +20,12 @@ dashboards' process and everything else (someone else's work: it makes the numbe
 pinned to --server-cpus; the client and the dashboards share --client-cpus, the dashboards at the lowest priority.
 Target (issue 22): with 300 dashboards, ingest within 20% of the N=0 figure and p99 under 50 ms.
 
+The storm case (--storm, default 300; issue 43): what an API restart does to every open dashboard. While the
+client ingests, S dashboards reconnect at once, each with the Last-Event-ID it had (the run's start, so each must
+catch up on everything ingested so far before it follows the feed). The table: how long until every one had its
+hello, how many failed to open, ingest's p50/p99 while they opened and over the whole window, and whether every
+dashboard then had every point once. Target: all S open, ingest p99 under 250 ms meanwhile.
+
     .venv/bin/python bench/sse_load.py                          # about 3 minutes on 2 cores
     .venv/bin/python bench/sse_load.py --dashboards 0,300 --rev HEAD~3   # an older commit, for before/after
     .venv/bin/python bench/sse_load.py --json bench/results/sse_load.json
@@ -40,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,6 +65,7 @@ from ingestbench.rlplane_api import RUN_SPEC, start_rlplane  # noqa: E402
 
 TARGET_SLOWDOWN = 0.20
 TARGET_P99_MS = 50.0
+TARGET_STORM_P99_MS = 250.0
 STEP = b'"step":'
 METRIC_CURSOR = re.compile(rb"id: \d+-(\d+)-\d+-\d+\nevent: metrics\n")
 
@@ -79,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--server-cpus", default="0", help="CPUs the API process is pinned to (default %(default)s)")
     p.add_argument("--client-cpus", default="1", help="CPUs the ingest client and the dashboards use (default %(default)s)")
     p.add_argument("--no-pin", action="store_true", help="pin nothing")
+    p.add_argument("--storm", default="300", help="comma-separated S of the storm case; empty: none (default %(default)s)")
+    p.add_argument("--storm-after-s", type=float, default=1.0, help="ingest this long before the storm (default %(default)s)")
     p.add_argument("--json", type=Path, help="also write the results here as JSON")
     return p.parse_args(argv)
 
@@ -211,6 +221,46 @@ async def watch(url: str, token: str, run_id: int, n: int) -> None:
     print(json.dumps({"complete": complete, "drain_s": drained if complete == n else None, "short": short}), flush=True)
 
 
+async def storm(url: str, token: str, run_id: int, n: int, last_event_id: str) -> None:
+    """Told `go` on stdin, open `n` streams at once, each resuming from `last_event_id` (an API restart: every
+    dashboard reconnects with the id it had); say when every one had its hello, then count points as `watch` does."""
+    host, port = url.removeprefix("http://").split(":")
+    request = (
+        f"GET /api/v1/runs/{run_id}/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        f"Accept: text/event-stream\r\nLast-Event-ID: {last_event_id}\r\n\r\n"
+    )
+    boards = [Dashboard(request.encode()) for _ in range(n)]
+    loop = asyncio.get_running_loop()
+    print(json.dumps({"ready": True, "errors": []}), flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)  # go
+    began, opened = time.monotonic(), []
+
+    async def open_one(board: Dashboard) -> None:
+        try:
+            await loop.create_connection(lambda: board, host, int(port))
+        except OSError as exc:
+            board.error = f"{type(exc).__name__}: {exc}"
+            board.hello.set()
+        await board.hello.wait()
+        opened.append(time.monotonic() - began)
+
+    await asyncio.gather(*(open_one(b) for b in boards))
+    errors = [b.error for b in boards if b.error]
+    opened.sort()
+    print(json.dumps({"open_s": opened[-1], "hello_p50_s": opened[len(opened) // 2], "failed": len(errors),
+                      "errors": errors[:3]}), flush=True)  # fmt: skip
+    sent = int(await loop.run_in_executor(None, sys.stdin.readline))
+    deadline = time.monotonic() + float(await loop.run_in_executor(None, sys.stdin.readline))
+    asked, drained = time.monotonic(), None
+    while time.monotonic() < deadline:
+        if all(b.points >= sent for b in boards if not b.error):
+            drained = time.monotonic() - asked
+            break
+        await asyncio.sleep(0.05)
+    complete = sum(1 for b in boards if b.points == sent and not b.repeated)
+    print(json.dumps({"complete": complete, "drain_s": drained}), flush=True)
+
+
 # ---- the parent: server, ingest client, table ----
 
 
@@ -283,6 +333,91 @@ def measure(url: str, token: str, pg_db: str, server, args: argparse.Namespace, 
     }
 
 
+def measure_storm(url: str, token: str, args: argparse.Namespace, n: int) -> dict:
+    """Ingest back to back; after --storm-after-s, `n` dashboards reconnect at once from the run's start."""
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        run_id = (
+            client.post("/api/v1/runs", content=orjson.dumps({**RUN_SPEC, "name": f"storm-{n}"})).raise_for_status().json()["id"]
+        )
+        with client.stream("GET", f"/api/v1/runs/{run_id}/events", params={"timeout_s": 1}) as hello:
+            start_id = next(line for line in hello.iter_lines() if line.startswith("id: "))[4:]  # the run's start
+        child = subprocess.Popen(
+            [sys.executable, __file__, "_storm", url, token, str(run_id), str(n), start_id],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            if not json.loads(child.stdout.readline() or "{}").get("ready"):
+                raise RuntimeError("the storm's dashboards did not start")
+            bodies = [
+                orjson.dumps([{"key": k, "step": s, "value": v, "time": t} for k, s, v, t in chunk])
+                for chunk in batches_for(args.points, args.batch, time.time())
+            ]
+            said: dict = {}
+            answer = threading.Thread(target=lambda: said.update(json.loads(child.stdout.readline() or "{}")), daemon=True)
+            timed, sent, started = [], 0, time.monotonic()
+            go_at = opened_at = None
+            for body in bodies:
+                if go_at is None and time.monotonic() - started >= args.storm_after_s:
+                    child.stdin.write("go\n")
+                    child.stdin.flush()
+                    go_at = time.monotonic()
+                    answer.start()
+                if go_at is not None and opened_at is None and not answer.is_alive():
+                    opened_at = time.monotonic()
+                t0 = time.perf_counter()
+                sent += client.post(f"/api/v1/runs/{run_id}/metrics", content=body).raise_for_status().json()["accepted"]
+                timed.append((time.monotonic(), time.perf_counter() - t0))
+                if time.monotonic() - started > args.max_seconds and opened_at is not None:
+                    break
+            answer.join(args.drain_s)
+            opened_at = opened_at or time.monotonic()
+            child.stdin.write(f"{sent}\n{args.drain_s}\n")
+            child.stdin.flush()
+            result = json.loads(child.stdout.readline() or "{}")
+        finally:
+            child.kill()
+            child.wait()
+    during = sorted(latency for at, latency in timed if go_at is not None and go_at <= at <= opened_at + 0.5)
+    every = sorted(latency for _, latency in timed)
+    return {
+        "dashboards": n,
+        "points": sent,
+        "open_s": said.get("open_s"),
+        "hello_p50_s": said.get("hello_p50_s"),
+        "failed": said.get("failed", n),
+        "errors": said.get("errors"),
+        "p50_ms_storm": percentile(during, 0.5) * 1000 if during else None,
+        "p99_ms_storm": percentile(during, 0.99) * 1000 if during else None,
+        "p99_ms": percentile(every, 0.99) * 1000,
+        "complete": result.get("complete", 0),
+        "drain_s": result.get("drain_s"),
+    }
+
+
+def storm_table(rows: list[dict]) -> str:
+    out = [
+        "| reconnecting dashboards | all open after s | hello p50 s | failed to open | ingest p50 ms while opening "
+        "| ingest p99 ms while opening | ingest p99 ms overall | every point to every dashboard |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        got = "yes" if r["complete"] == r["dashboards"] else f"no ({r['complete']}/{r['dashboards']})"
+        p50 = "-" if r["p50_ms_storm"] is None else f"{r['p50_ms_storm']:.1f}"
+        p99 = "-" if r["p99_ms_storm"] is None else f"{r['p99_ms_storm']:.1f}"
+        out.append(
+            f"| {r['dashboards']} | {r['open_s']:.2f} | {r['hello_p50_s']:.2f} | {r['failed']} | {p50} | {p99} "
+            f"| {r['p99_ms']:.1f} | {got} |"
+        )
+    worst = max((r["p99_ms_storm"] or 0.0) for r in rows) if rows else 0.0
+    ok = all(r["failed"] == 0 and r["complete"] == r["dashboards"] for r in rows) and worst < TARGET_STORM_P99_MS
+    out.append(
+        f"\nstorm target (every stream opens, ingest p99 < {TARGET_STORM_P99_MS:.0f} ms meanwhile, every point): "
+        + ("met" if ok else "NOT met")
+    )
+    return "\n".join(out)
+
+
 def median_row(repetitions: list[dict]) -> dict:
     """Medians over the repetitions; every point must have reached every dashboard in all of them."""
     row = {k: statistics.median(r[k] for r in repetitions) for k in repetitions[0] if k not in ("short", "drain_s")}
@@ -321,19 +456,23 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:2] == ["_watch"]:
+    if argv is None and sys.argv[1:2] in (["_watch"], ["_storm"]):
         url, token, run_id, n = sys.argv[2:6]
         # At the lowest priority: the dashboards stand in for browsers on other machines, and on a machine of
         # two cores their reading would otherwise sit in the ingest pipeline's way (client, API, Postgres: each
         # waits on the other). They still get every idle moment, and every point (the table says so).
         os.nice(19)
-        asyncio.run(watch(url, token, int(run_id), int(n)))
+        if sys.argv[1] == "_storm":
+            asyncio.run(storm(url, token, int(run_id), int(n), sys.argv[6]))
+        else:
+            asyncio.run(watch(url, token, int(run_id), int(n)))
         return 0
     args = parse_args(argv)
-    counts = [int(n) for n in args.dashboards.split(",")]
+    counts = [int(n) for n in args.dashboards.split(",") if n.strip()]
+    storm_max = max([int(n) for n in args.storm.split(",") if n.strip()] or [0])
     # Each dashboard is a socket at both ends; the server and the child inherit this limit.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max(counts) + 1024)), hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * max([*counts, storm_max]) + 1024)), hard))
     pg = Pg(args.pg)
     token = secrets.token_hex(24)
     with ExitStack() as stack:
@@ -360,11 +499,21 @@ def main(argv: list[str] | None = None) -> int:
                 runs[n].append(measure(server.base_url, token, args.db, server, args, n))
                 log(f"  {runs[n][-1]}")
         rows = [median_row(runs[n]) for n in counts]
+        storms = [int(n) for n in args.storm.split(",") if n.strip()]
+        storm_rows = []
+        for n in storms:
+            log(f"storm: {n} dashboards reconnect during ingest")
+            storm_rows.append(measure_storm(server.base_url, token, args, n))
+            log(f"  {storm_rows[-1]}")
         print(f"\nrlplane code: {code}; {os.cpu_count()} CPUs; load average at the end {os.getloadavg()[0]:.2f}")
-        print(table(rows))
+        if counts:
+            print(table(rows))
+        if storm_rows:
+            print()
+            print(storm_table(storm_rows))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"code": code, "rows": rows, "repetitions": runs}, indent=2))
+            args.json.write_text(json.dumps({"code": code, "rows": rows, "repetitions": runs, "storm": storm_rows}, indent=2))
     return 0
 
 

@@ -283,6 +283,39 @@ class TestSharedFeed:
 
         with_hub(app, scenario)
 
+    def test_streams_reconnecting_at_one_cursor_share_its_catch_up_read_and_miss_nothing(self, app, client, db, monkeypatch):
+        """After an API restart every dashboard reconnects with the id it had, nearly all the same one: twenty streams
+        resuming from the run's start share one read of it (not twenty, one after another), though some ask after it
+        began, and points stored while it runs reach each of them once (the shared read's feed position)."""
+        run_id = create_run(client)["id"]
+        post_points(client, run_id, range(0, 50))
+        catch_ups, real_read = [], stream.read
+        reading = threading.Event()
+
+        def slow_catch_up(session, run, cursor, *rest):
+            if cursor == Cursor():  # a reconnecting stream's read from the start; the feed reads past its own cursor
+                catch_ups.append(cursor)
+                reading.set()
+                time.sleep(0.3)  # points are stored meanwhile, and more streams ask
+            return real_read(session, run, cursor, *rest)
+
+        monkeypatch.setattr(stream, "read", slow_catch_up)
+
+        async def scenario(hub: FeedHub) -> None:
+            live = await Follower(hub, run_id).until(lambda f: f.messages)
+            first = [Follower(hub, run_id, Cursor()) for _ in range(10)]
+            waiting = [asyncio.ensure_future(f.points(100)) for f in first]
+            assert await asyncio.to_thread(reading.wait, 5)
+            later = [Follower(hub, run_id, Cursor()) for _ in range(10)]
+            waiting += [asyncio.ensure_future(f.points(100)) for f in later]
+            await asyncio.to_thread(post_points, client, run_id, range(50, 100))
+            assert await asyncio.gather(*waiting) == [list(range(100))] * 20  # each point once, in order
+            assert len(catch_ups) == 1, catch_ups
+            for f in (live, *first, *later):
+                await f.chunks.aclose()
+
+        with_hub(app, scenario)
+
     def test_a_stream_that_falls_out_of_the_feeds_log_reads_the_database_for_itself(self, app, client, db, monkeypatch):
         monkeypatch.setattr(feed_module, "LOG_ROWS", 5)  # the feed keeps only its latest batch
         run_id = create_run(client)["id"]

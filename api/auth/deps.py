@@ -41,6 +41,18 @@ def principal_from_request(session: Session, request: Request) -> Principal:
     return principal
 
 
+def cached_principal(request: Request) -> Principal | None:
+    """The caller's principal if this process has its token cached and unexpired; None when finding out takes the
+    database (or says no). For hot paths that may skip a thread when they already know the answer."""
+    token = _bearer(request)
+    if token is None:
+        return None
+    cached = request.app.state.token_cache.get(hash_token(token))
+    if cached is None or (cached.expires_at is not None and cached.expires_at <= utcnow()):
+        return None
+    return cached.principal
+
+
 def principal_of_token(session: Session, token_id: int) -> Principal:
     """The principal of token `token_id` as it stands now (no cache: a revocation counts at once), or Unauthorized
     saying why not; for what carries a token's id instead of its secret (a signed download link)."""

@@ -7,15 +7,18 @@ batches that every stream reads at its own pace; so N open dashboards cost one q
 
 import asyncio
 import logging
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 import anyio
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.auth.principal import Principal
 from api.events import stream
 from api.events.cursor import Cursor
 from api.events.stream import Batch
@@ -96,20 +99,42 @@ class RunFeed:
 
     def _wake(self) -> None:
         waiting, self.waiting = list(self.waiting), set()
-        self._wake_some(waiting, 0)
+        wake_in_turns(waiting)
 
-    def _wake_some(self, waiting: list[asyncio.Future], start: int) -> None:
-        for waiter in waiting[start : start + WAKE_AT_ONCE]:
-            _resolve(waiter)
-        if start + WAKE_AT_ONCE < len(waiting):
-            # The rest on the loop's next turn, after it has looked at its sockets: an ingest request arriving
-            # meanwhile waits for a few streams' writes, not for every open dashboard's.
-            asyncio.get_running_loop().call_soon(self._wake_some, waiting, start + WAKE_AT_ONCE)
+
+def wake_in_turns(waiting: list[asyncio.Future], start: int = 0) -> None:
+    """Resolve `waiting`, WAKE_AT_ONCE per turn of the event loop."""
+    for waiter in waiting[start : start + WAKE_AT_ONCE]:
+        _resolve(waiter)
+    if start + WAKE_AT_ONCE < len(waiting):
+        # The rest on the loop's next turn, after it has looked at its sockets: an ingest request arriving
+        # meanwhile waits for a few streams' writes, not for every open dashboard's.
+        asyncio.get_running_loop().call_soon(wake_in_turns, waiting, start + WAKE_AT_ONCE)
 
 
 def _resolve(waiter: asyncio.Future) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+@dataclass
+class RunSeen:
+    """A run as the opening check of one of its streams found it."""
+
+    project_id: int
+    status: str
+    last_step: int | None
+    at: float = field(default_factory=time.monotonic)
+
+
+class SharedRead:
+    """One catch-up read that the streams at one cursor wait for together (FeedHub.catch_up)."""
+
+    def __init__(self) -> None:
+        self.result: tuple[Batch | None, int] | None = None
+        self.error: BaseException | None = None
+        self.done_at: float | None = None
+        self.waiting: list[asyncio.Future] = []
 
 
 class FeedHub:
@@ -119,9 +144,16 @@ class FeedHub:
         self.sessions, self.poll_s = sessions, poll_s
         self.feeds: dict[int, RunFeed] = {}
         self.limiter = anyio.CapacityLimiter(READ_THREADS)
+        # A stream's opening checks (its token, its run) take one of these, not the request pool's threads
+        self.open_limiter = anyio.CapacityLimiter(2)
+        self.runs_seen: dict[int, RunSeen] = {}  # what the last opening check found of each run
         # Streams catching up read one at a time: a crowd of dashboards opening or reconnecting at once would
         # otherwise hold the GIL from ingest's worker threads for as long as their reads run side by side.
         self.catch_up_limiter = anyio.CapacityLimiter(1)
+        # ... and streams at the same cursor share one read: after an API restart every open dashboard reconnects
+        # at once with the id it had, nearly all the same one (they followed one feed). Reads under way, and those
+        # done within the last poll interval, by (run, cursor).
+        self.reads: dict[tuple[int, Cursor], SharedRead] = {}
 
     def join(self, run_id: int) -> RunFeed:
         feed = self.feeds.get(run_id)
@@ -153,8 +185,51 @@ class FeedHub:
 
         return await anyio.to_thread.run_sync(in_session, limiter=limiter or self.limiter)
 
-    async def catch_up(self, run_id: int, cursor: Cursor) -> Batch | None:
-        return await self.in_thread(stream.read, run_id, cursor, limiter=self.catch_up_limiter)
+    async def opening(
+        self, run_id: int, principal: Principal | None, check: Callable[[Session, int], RunSeen]
+    ) -> tuple[str, int | None]:
+        """The run's status and step for a stream about to open on it, once the caller may read it. A caller whose
+        token is cached, on a run a stream saw within the poll interval, is let in here, on the loop; any other is
+        checked by `check(session, run_id)`, which raises what refuses it, in a thread of the feeds' own few."""
+        seen = self.runs_seen.get(run_id)
+        fresh = seen is not None and time.monotonic() - seen.at <= self.poll_s
+        if fresh and principal is not None and principal.can(seen.project_id, "read"):
+            return seen.status, seen.last_step
+        seen = await self.in_thread(check, run_id, limiter=self.open_limiter)
+        self.runs_seen[run_id] = seen
+        return seen.status, seen.last_step
+
+    async def catch_up(self, feed: RunFeed, cursor: Cursor) -> tuple[Batch | None, int]:
+        """The rows past `cursor` (None: the run is gone), and the feed's next batch number when the read began:
+        a row committed after it is in the feed's batches from that number on. Streams at the same cursor share the
+        read, so a stream may get one that began before it asked, with that earlier number."""
+        key, now = (feed.run_id, cursor), time.monotonic()
+        for old in [k for k, r in self.reads.items() if r.done_at is not None and now - r.done_at > self.poll_s]:
+            del self.reads[old]
+        shared = self.reads.get(key)
+        if shared is None:
+            shared = self.reads[key] = SharedRead()
+            asyncio.create_task(self._read(key, shared, feed.next_seq), name=f"sse-catch-up-{feed.run_id}")
+        if shared.done_at is None:
+            # Its own waiter: a stream that goes away cancels only that. The readers are woken a few per turn of
+            # the loop, as the feed wakes its streams: each then writes what it caught up on, which for hundreds of
+            # streams at once would otherwise hold an ingest request up for all of their writes.
+            waiter = asyncio.get_running_loop().create_future()
+            shared.waiting.append(waiter)
+            await waiter
+        if shared.error is not None:
+            raise shared.error
+        assert shared.result is not None
+        return shared.result
+
+    async def _read(self, key: tuple[int, Cursor], shared: SharedRead, seq: int) -> None:
+        try:
+            shared.result = await self.in_thread(stream.read, *key, limiter=self.catch_up_limiter), seq
+        except BaseException as exc:  # the streams that wait for it end; a failed read is not kept for the next
+            shared.error = exc
+            self.reads.pop(key, None)
+        shared.done_at = time.monotonic()
+        wake_in_turns(shared.waiting)
 
 
 def hub_for(app: FastAPI) -> FeedHub:

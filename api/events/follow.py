@@ -23,9 +23,10 @@ async def follow(
 ) -> AsyncIterator[bytes]:
     """The stream's messages from `start` (None: from now) until the run is deleted or `timeout_s` passes.
 
-    No row is missed or sent twice: the feed's batches are read from `seq`, taken before any catch-up read
-    begins, so a row is either in a batch from `seq` on or was committed before the catch-up read it; a row
-    in both is skipped by id (Batch.for_stream)."""
+    No row is missed or sent twice: the feed's batches are read from `seq`, at most the feed's batch number when
+    the catch-up read began (a read shared with other streams at the same cursor may have begun earlier), so a row
+    is either in a batch from `seq` on or was committed before the catch-up read it; a row in both is skipped by id
+    (Batch.for_stream)."""
     deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
     hub = hub_of_loop()  # on the event loop that serves the stream: its feeds are that loop's
     feed = hub.join(run_id)
@@ -46,7 +47,8 @@ async def follow(
             if behind or seq < feed.first_seq:
                 seq = feed.next_seq
                 while True:
-                    batch = await hub.catch_up(run_id, cursor)
+                    batch, read_from = await hub.catch_up(feed, cursor)
+                    seq = min(seq, read_from)  # a shared read may have begun before this stream asked
                     if batch is None:
                         yield stream.deleted(run_id, cursor)
                         return
