@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 script_silent_s=settings.script_silent_s,
                 reward_entrypoints=settings.reward_entrypoints,
                 alert_s=settings.alert_s,
+                forget_workers_after_s=settings.forget_workers_after_s,
             )
             reconciler.start()
         app.state.reconciler = reconciler

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.alerts import delivery
@@ -46,6 +46,7 @@ logger = logging.getLogger("rlplane.reconcile")
 
 Send = Callable[[str, list, str], None]  # (task, its arguments, queue)
 
+FORGET_EVERY_S = 60.0  # how often long-silent workers are looked for (forget_gone_workers)
 # A granted node whose worker has not joined after this long (its message lost, or the worker stuck before it):
 # the attempt is lost, and a new gang is granted.
 JOIN_TIMEOUT_S = 120.0
@@ -76,8 +77,10 @@ class Reconciler:
         script_silent_s: float = 300.0,
         reward_entrypoints: list[str] | None = None,
         alert_s: float = 10.0,
+        forget_workers_after_s: float = 86_400.0,
     ) -> None:
         self.alert_s, self._alerts_at = alert_s, -1e9
+        self.forget_workers_after_s, self._forgot_at = forget_workers_after_s, -1e9
         self.factory, self.send = factory, send
         self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
@@ -114,6 +117,9 @@ class Reconciler:
 
     def tick(self) -> None:
         self.find_lost()
+        if time.monotonic() - self._forgot_at >= FORGET_EVERY_S:  # a write: not on every tick (SQLite has one writer)
+            self._forgot_at = time.monotonic()
+            self.forget_gone_workers()
         self.advance_pipelines()
         self.dispatch()
         if time.monotonic() - self._alerts_at >= self.alert_s:
@@ -166,6 +172,13 @@ class Reconciler:
             if now - self._sent_nodes.get(key, -1e9) >= self.redispatch_s:
                 self.send(NODE_TASK, [run_id, attempt, node_rank], node_queue(worker))
                 self._sent_nodes[key] = now
+
+    def forget_gone_workers(self) -> None:
+        """Drop the workers silent for forget_workers_after_s (a node removed, a renamed worker): the workers list
+        would otherwise keep them for ever. A worker that holds a run is kept until the run is found lost."""
+        cutoff = utcnow() - timedelta(seconds=self.forget_workers_after_s)
+        with transaction(self.factory, self.nudge) as uow:
+            uow.session.execute(delete(Worker).where(Worker.last_heartbeat < cutoff, Worker.current_run_id.is_(None)))
 
     def find_lost(self) -> None:
         cutoff = utcnow() - timedelta(seconds=self.lost_after_s)

@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     lost_after_s: float = Field(
         default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~25 s)"
     )
+    forget_workers_after_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A worker silent for this long is dropped from the workers list (it shows stale before); one that "
+        "comes back is listed again with its next heartbeat",
+    )
     script_silent_s: float = Field(
         default=300.0,
         gt=0,

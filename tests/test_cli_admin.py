@@ -339,7 +339,7 @@ def test_workers_empty_then_after_a_heartbeat(server, env):
     assert worker["queues"] == ["gpu", "gpu-80g"] and worker["gpus"] == [GPU] and worker["current_run_id"] is None
     rows = ok(env, "workers").stdout.splitlines()
     assert len(rows) == 2 and "gpu-node-1" in rows[1] and "gpu-01" in rows[1] and "gpu,gpu-80g" in rows[1]
-    assert "NVIDIA H100 80G 40%" in rows[1] and rows[1].rstrip().endswith("ago")
+    assert "NVIDIA H100 80G 40%" in rows[1] and rows[1].rstrip().endswith("ago") and " live " in rows[1]
 
     # the worker token is for heartbeats and leases, not for people's commands
     failed(rlplane({**env, "RLPLANE_TOKEN": secret}, "projects", "list"), 4, "403")

@@ -102,3 +102,25 @@ def test_a_worker_back_under_its_name_without_its_run_loses_the_run(client, anon
     assert reason == "lost: worker local-1 is back without it (its heartbeats say it holds no run: restarted, or stopped at once)"
     second = client.get(f"/api/v1/runs/{cancelling}").json()
     assert second["status"] == "cancelled" and second["status_reason"].endswith("it was being cancelled")
+
+
+def test_a_worker_silent_for_a_day_is_dropped_from_the_list(client, anon, db, app):
+    """Listed stale first, dropped once silent for forget_workers_after_s (a removed node stayed listed for ever);
+    one that still holds a run stays until the run is found lost; one that comes back is listed again."""
+    from api.reconcile import Reconciler
+
+    token = worker_token(client)
+    for name in ("live", "gone", "holding"):
+        anon.post("/api/v1/workers/heartbeat", json={"name": name, "queues": ["cpu"]}, headers=auth(token))
+    run = create_run(client)
+    anon.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "holding"}, headers=auth(token))
+    beat = {"name": "holding", "queues": ["cpu"], "current_run_id": run["id"]}
+    assert anon.post("/api/v1/workers/heartbeat", json=beat, headers=auth(token)).status_code == 200
+    day_ago = utcnow() - timedelta(seconds=app.state.settings.forget_workers_after_s + 60)
+    for name in ("gone", "holding"):
+        db.scalar(select(Worker).where(Worker.name == name)).last_heartbeat = day_ago
+    db.commit()
+    Reconciler(app.state.sessionmaker, lambda *_: None).forget_gone_workers()
+    assert [w["name"] for w in client.get("/api/v1/workers").json()["data"]] == ["holding", "live"]
+    anon.post("/api/v1/workers/heartbeat", json={"name": "gone", "queues": ["cpu"]}, headers=auth(token))
+    assert [w["name"] for w in client.get("/api/v1/workers").json()["data"]] == ["gone", "holding", "live"]

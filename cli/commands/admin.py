@@ -305,7 +305,8 @@ def create_user(
 
 @handled
 def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List workers: queues, GPUs, the run each holds, and when each was last heard from.
+    """List workers, live ones first: queues, GPUs, the run each holds, whether it is stale (silent past the API's
+    lost_after_s) and when it was last heard from. Workers silent for a day are dropped (RLPLANE_FORGET_WORKERS_AFTER_S).
 
     \b
     Example:
@@ -325,8 +326,10 @@ def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             or "-"
         )
 
+    # live workers first; a stale one (silent past the API's lost_after_s) says so: its run is, or will be, lost
+    listed = sorted(page["data"], key=lambda w: w["stale"])
     output.table(
-        ["NAME", "HOST", "QUEUES", "GPUS", "RUN", "STEP", "LAST HEARTBEAT"],
+        ["NAME", "HOST", "QUEUES", "GPUS", "RUN", "STEP", "STATE", "LAST HEARTBEAT"],
         (
             [
                 w["name"],
@@ -335,8 +338,9 @@ def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
                 gpus(w),
                 w["current_run_id"] or "",
                 "" if w["last_step"] is None else w["last_step"],
+                "stale" if w["stale"] else "live",
                 output.seconds(w["seconds_since_heartbeat"]) + " ago",
             ]
-            for w in page["data"]
+            for w in listed
         ),
     )
