@@ -7,6 +7,7 @@ needs."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -258,7 +259,7 @@ def test_a_command_of_two_processes_runs_under_torchrun_and_rank_zero_reports(st
     assert {line["rank"] for line in logs if line["text"] == f"run {run_id} started"} == {0, 1}
 
 
-def test_a_failing_script_fails_its_run_with_its_last_lines(stack):
+def test_a_failing_script_fails_its_run_with_its_last_lines(stack, tmp_path):
     """A script that exits non-zero fails its run (crashed) with the lines it printed last; it never sees the
     worker's own token."""
     code = "import os, sys; print('worker token visible:', 'RLPLANE_TOKEN' in os.environ); sys.exit('no such file: data.jsonl')"
@@ -269,6 +270,13 @@ def test_a_failing_script_fails_its_run_with_its_last_lines(stack):
     assert run["status"] == "failed" and run["failure"] == "crashed"
     assert "exited with 1" in run["status_reason"] and "no such file: data.jsonl" in run["status_reason"]
     assert "worker token visible: False" in run["status_reason"]
+    # and the runs list still answers, as a user reads it next (it answered 500 once a command run had failed)
+    listed = subprocess.run(
+        [sys.executable, "-m", "cli.main", "runs", "list", "--json"], cwd=ROOT, env=user_env(stack, tmp_path),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert any(r["id"] == run_id and r["resumable"] for r in json.loads(listed.stdout)["data"])
 
 
 def test_a_hung_script_is_killed_and_its_run_resumes_from_its_checkpoint(stack):
