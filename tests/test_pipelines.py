@@ -88,7 +88,7 @@ def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage
     checkpoints(db, sft_run, [10, 20, 30])
     advance(app)
     now = stages(client, pid)
-    assert now["sft"]["status"] == "succeeded" and now["sft"]["headline"] == {"key": "eval/loss", "value": 1.4}
+    assert now["sft"]["status"] == "succeeded" and now["sft"]["headline"] == {"key": "eval/loss", "value": 1.4, "decoding": None}
     grpo_run = now["grpo"]["run_id"]
     assert now["grpo"]["status"] == "running" and now["polish"]["status"] == "waiting"
     started = db.get(Run, grpo_run)
@@ -101,7 +101,7 @@ def test_a_chain_runs_stage_by_stage_from_the_best_checkpoint_and_a_failed_stage
     detail = client.get(f"/api/v1/pipelines/{pid}").json()
     now = {s["name"]: s for s in detail["stages"]}
     assert now["grpo"]["status"] == "failed" and "exit code 1" in now["grpo"]["reason"]
-    assert now["grpo"]["headline"] == {"key": "reward/mean", "value": 0.25}  # what the runs list shows of a GRPO run
+    assert now["grpo"]["headline"] == {"key": "reward/mean", "value": 0.25, "decoding": "greedy"}  # as the runs list
     assert (now["polish"]["status"], now["polish"]["reason"]) == ("skipped", "stage grpo failed")
     assert (detail["status"], detail["reason"]) == ("failed", "grpo failed, polish skipped")
 

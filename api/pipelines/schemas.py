@@ -17,6 +17,7 @@ class StageBrief(BaseModel):
 class Headline(BaseModel):
     key: str
     value: AnyFloat | None = Field(description="The last value logged; null if it was NaN")
+    decoding: str | None = Field(default=None, description="How the stage's run drew its answers (its config's decoding)")
 
 
 class StagePublic(BaseModel):

@@ -21,7 +21,8 @@ def _headline(session: Session, stage: PipelineStage) -> schemas.Headline | None
     for key in (best.metric,) if best else HEADLINES.get(algorithm, FALLBACK):
         value = last_value(session, stage.run_id, key)
         if value is not None or best:
-            return schemas.Headline(key=key, value=value)
+            config = session.scalar(select(Run.config).where(Run.id == stage.run_id)) or {}
+            return schemas.Headline(key=key, value=value, decoding=config.get("decoding"))
     return None
 
 

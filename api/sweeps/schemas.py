@@ -18,6 +18,9 @@ class TrialPublic(BaseModel):
     state: TrialState
     value: AnyFloat | None = Field(description="The metric's last value, once the trial's run succeeded")
     reason: str | None = Field(description="Why it was stopped early or failed")
+    decoding: str | None = Field(
+        default=None, description="How its run drew its answers (its config's decoding): beside an accuracy metric"
+    )
 
 
 class SweepSummary(BaseModel):

@@ -9,7 +9,7 @@ from api.sweeps.service import best_trial, budget, trials_of
 from rlplane.sweep import SweepDoc
 
 
-def _trial(t: SweepTrial, statuses: dict[int, str]) -> schemas.TrialPublic:
+def _trial(t: SweepTrial, statuses: dict[int, str], decodings: dict[int, str | None] | None = None) -> schemas.TrialPublic:
     run_status = statuses.get(t.run_id) if t.run_id is not None else None
     return schemas.TrialPublic(
         number=t.number,
@@ -19,6 +19,7 @@ def _trial(t: SweepTrial, statuses: dict[int, str]) -> schemas.TrialPublic:
         state="queued" if t.state == "running" and run_status == "queued" else t.state,
         value=t.value,
         reason=t.reason or None,
+        decoding=(decodings or {}).get(t.run_id) if t.run_id is not None else None,
     )
 
 
@@ -45,7 +46,9 @@ def detail(session: Session, sweep: Sweep) -> schemas.SweepDetail:
     doc = SweepDoc.model_validate(sweep.document)
     trials = trials_of(session, sweep.id)
     ids = [t.run_id for t in trials if t.run_id is not None]
-    statuses = dict(session.execute(select(Run.id, Run.status).where(Run.id.in_(ids))).all()) if ids else {}
+    rows = session.execute(select(Run.id, Run.status, Run.config).where(Run.id.in_(ids))).all() if ids else []
+    statuses = {run_id: status for run_id, status, _ in rows}
+    decodings = {run_id: (config or {}).get("decoding") for run_id, _, config in rows}
     best = best_trial(doc, trials)
     return schemas.SweepDetail(
         **_summary(sweep, session.get(Project, sweep.project_id).name, trials),
@@ -53,8 +56,8 @@ def detail(session: Session, sweep: Sweep) -> schemas.SweepDetail:
         parallel=doc.parallel,
         space={path: param.model_dump(mode="json") for path, param in doc.space.items()},
         early_stopping=doc.early_stopping.model_dump(mode="json") if doc.early_stopping else None,
-        best=_trial(best, statuses) if best else None,
-        trial_list=[_trial(t, statuses) for t in trials],
+        best=_trial(best, statuses, decodings) if best else None,
+        trial_list=[_trial(t, statuses, decodings) for t in trials],
     )
 
 

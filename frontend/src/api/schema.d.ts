@@ -673,7 +673,8 @@ export interface paths {
         };
         /**
          * Run Events
-         * @description Live updates of one run. Reconnect with Last-Event-ID to continue exactly where you left off.
+         * @description Live updates of one run (a reader's token, scope read). Reconnect with Last-Event-ID to continue exactly where
+         *     you left off.
          */
         get: operations["run_events_api_v1_runs__run_id__events_get"];
         put?: never;
@@ -2238,6 +2239,11 @@ export interface components {
         };
         /** Headline */
         Headline: {
+            /**
+             * Decoding
+             * @description How the stage's run drew its answers (its config's decoding)
+             */
+            decoding?: string | null;
             /** Key */
             key: string;
             /**
@@ -4799,6 +4805,11 @@ export interface components {
         };
         /** TrialPublic */
         TrialPublic: {
+            /**
+             * Decoding
+             * @description How its run drew its answers (its config's decoding): beside an accuracy metric
+             */
+            decoding?: string | null;
             /** Number */
             number: number;
             /**

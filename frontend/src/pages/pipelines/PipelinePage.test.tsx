@@ -84,6 +84,23 @@ describe('PipelinePage', () => {
     client.clear();
   });
 
+  it("says how an eval stage's accuracy was drawn beside its headline", async () => {
+    const chain = pipelineChain({
+      stages: [
+        pipelineStage('sft', { status: 'succeeded', run_id: 11, runs: [11], headline: { key: 'eval/loss', value: 1.2, decoding: null } }),
+        pipelineStage('eval', {
+          status: 'succeeded', needs: ['sft'], run_id: 12, runs: [12],
+          headline: { key: 'eval/accuracy', value: 0.51, decoding: 'sampled at T=1, 8 per prompt' },
+        }),
+      ],
+    });
+    stubApi(() => json(chain));
+    const client = renderPage();
+    await waitFor(() => expect(within(node('eval')).getByTestId('stage-headline').textContent).toBe('eval/accuracy 0.51 T=1 ×8'));
+    expect(within(node('sft')).getByTestId('stage-headline').textContent).toBe('eval/loss 1.2');
+    client.clear();
+  });
+
   it("shows every gate and reason in full below the graph, with the value the gate compared", async () => {
     const gated = pipelineChain({
       stages: [

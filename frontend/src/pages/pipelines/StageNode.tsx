@@ -1,13 +1,16 @@
 import { Link } from 'react-router';
 import { isRetryable, type Stage } from '../../api/pipelines';
 import { StatusBadge } from '../../components/StatusBadge';
-import { formatNumber } from '../../lib/format';
+import { MetricValue } from '../../components/Decoding';
 
 function Headline({ headline }: { headline: Stage['headline'] }) {
   if (!headline) return <span className="muted">no metric yet</span>;
   return (
     <>
-      <span className="muted">{headline.key}</span> <span className="num">{formatNumber(headline.value)}</span>
+      <span className="muted">{headline.key}</span>{' '}
+      <span className="num">
+        <MetricValue metricKey={headline.key} value={headline.value} decoding={headline.decoding} />
+      </span>
     </>
   );
 }

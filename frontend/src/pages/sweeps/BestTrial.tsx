@@ -1,5 +1,6 @@
 import { useId } from 'react';
 import type { SweepDetail } from '../../api/sweeps';
+import { DecodingTag } from '../../components/Decoding';
 import { formatNumber } from '../../lib/format';
 import { TrialRun } from './TrialsTable';
 import { formatParam } from './values';
@@ -19,7 +20,8 @@ export function BestTrial({ sweep }: { sweep: Pick<SweepDetail, 'best' | 'metric
             Trial {best.number} · <span className="muted">{sweep.metric}</span>{' '}
             <span className="num" data-testid="best-value">
               {formatNumber(best.value)}
-            </span>{' '}
+            </span>
+            <DecodingTag metricKey={sweep.metric} decoding={best.decoding} />{' '}
             · <TrialRun trial={best} />
           </p>
           <dl className="best-params">

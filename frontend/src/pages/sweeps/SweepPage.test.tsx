@@ -68,6 +68,20 @@ describe('SweepPage', () => {
     client.clear();
   });
 
+  it('says how an accuracy metric\'s answers were drawn beside each trial\'s value and the best\'s', async () => {
+    const trials = [
+      sweepTrial(1, { 'train.lr': 0.0001 }, { value: 0.5, decoding: 'greedy' }),
+      sweepTrial(2, { 'train.lr': 0.001 }, { value: 0.61, decoding: 'sampled at T=1, 8 per prompt' }),
+    ];
+    stubApi(() => json(sweepDetail({ metric: 'eval/accuracy', goal: 'max', trial_list: trials, best: trials[1]!, best_value: 0.61 })));
+    const client = renderPage();
+    const best = await screen.findByRole('region', { name: 'Best trial' });
+    expect(best.textContent).toContain('0.61 T=1 ×8');
+    const values = screen.getAllByTestId('trial-value').map((cell) => cell.textContent);
+    expect(values).toEqual(expect.arrayContaining(['0.5 greedy', '0.61 T=1 ×8']));
+    client.clear();
+  });
+
   it('says there is no best trial before one has finished with a value', async () => {
     stubApi(() => json(sweepDetail({ best: null, best_value: null, trial_list: [sweepTrial(1, { 'train.lr': 0.0001 }, { state: 'running' })] })));
     const client = renderPage();

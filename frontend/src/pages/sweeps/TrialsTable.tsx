@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Link } from 'react-router';
 import type { SweepDetail, Trial } from '../../api/sweeps';
 import { StatusBadge } from '../../components/StatusBadge';
-import { formatNumber } from '../../lib/format';
+import { MetricValue } from '../../components/Decoding';
 import { formatParam, nextSort, searchedPaths, sortTrials, type SortColumn, type TrialSort } from './values';
 
 function SortHeader({ column, sort, onSort, children }: { column: SortColumn; sort: TrialSort; onSort: (c: SortColumn) => void; children: string }) {
@@ -71,7 +71,7 @@ export function TrialsTable({ sweep }: Props) {
                   </td>
                 ))}
                 <td className="num" data-testid="trial-value">
-                  {formatNumber(trial.value)}
+                  <MetricValue metricKey={sweep.metric} value={trial.value} decoding={trial.decoding} />
                 </td>
                 <td>
                   <TrialRun trial={trial} />
