@@ -197,7 +197,10 @@ def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) ->
         with local_server(settings.home, host, port):
             _announce(settings, host, port)
             settle_the_heap()
-            server.run()
+            try:
+                server.run()
+            except KeyboardInterrupt:  # uvicorn raises Ctrl-C again once it has stopped (uvicorn.run swallows it too)
+                pass
     except _Stopped as stopped:
         print(f"rlplane: {stopped}: stopped", file=sys.stderr, flush=True)
     finally:

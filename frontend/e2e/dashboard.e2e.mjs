@@ -387,7 +387,11 @@ try {
     const first = page.locator('table.trials tr[data-trial="0"]');
     await first.waitFor();
     await page.locator('table.trials th[data-path="train.lr"]').waitFor();
-    if (!(await first.innerText()).includes('running')) throw new Error(`trial 0 is not shown running: ${await first.innerText()}`);
+    // queued while its run waits for the worker, running once the worker has it: as the API says, never ahead of it
+    const shown = await first.innerText();
+    const said = (await apiGet(`/sweeps/${created.id}`)).trial_list[0].state;
+    if (!/\b(queued|running)\b/.test(shown)) throw new Error(`trial 0 is not shown queued or running: ${shown}`);
+    if (said === 'queued' && shown.includes('running')) throw new Error(`trial 0 is shown running while its run is queued: ${shown}`);
     await shot('13c-sweep');
     await page.getByRole('button', { name: 'Cancel sweep' }).click();
     await page.getByRole('dialog').getByRole('button', { name: 'Cancel sweep' }).click();
