@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -505,10 +506,15 @@ def test_the_base_install_submits_a_local_data_file_and_reads_the_run(stack, tmp
     """`pip install rlplane` with no extras (what docs/layout.md gives a CI job) in a venv of its own, against the live
     API: submit uploads a local data file and waits, then runs list, metrics and logs. Its CLI once imported
     trainer_core (pyarrow) to upload a file. A server command there names the extra it needs."""
-    venv = tmp_path / "base"
+    venv, source = tmp_path / "base", tmp_path / "source"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # a copy of what the package holds: pip builds in the tree it is given, and the checkout stays as it was
+    for part in ("api", "cli", "migrations", "rlplane", "trainer_core", "worker"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)], capture_output=True, text=True
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(source)], capture_output=True, text=True
     )
     assert install.returncode == 0, install.stderr[-3000:]
     python = str(venv / "bin" / "python")
