@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainer_core.backends.dist import DistEnv
     from trainer_core.data import builtin_examples
     from trainer_core.losses.policy import response_logprobs
-    from trainer_core.recipes import rollouts
     from trainer_core.recipes.common import make_optimizer
+    from trainer_core.rollout import rollouts
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")

@@ -1,4 +1,4 @@
-"""Rollout engines (trainer_core/recipes/engines.py): each samples the tokens today's decoding samples for the same
+"""Rollout engines (trainer_core/rollout/engines.py): each samples the tokens today's decoding samples for the same
 seed and returns log-probabilities of them that match the trainer's forward; the mismatch metrics and truncated
 importance sampling are what their formulas say; a GRPO run reports rollout/* and trains with grpo.tis_cap."""
 
@@ -20,8 +20,8 @@ from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.dist import DistEnv
 from trainer_core.losses.policy import grpo_loss, ppo_policy_loss, response_logprobs
 from trainer_core.models import build_builtin
-from trainer_core.recipes import engines, rollouts
 from trainer_core.recipes.common import make_optimizer
+from trainer_core.rollout import engines, rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

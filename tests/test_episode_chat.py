@@ -1,4 +1,4 @@
-"""Episodes of conversations (trainer_core/recipes/chat_turns.py): the environment's answers and tools join a chat
+"""Episodes of conversations (trainer_core/rollout/chat_turns.py): the environment's answers and tools join a chat
 prompt through the model's chat template, as the model was tuned to read them; templates that cannot take them are
 named at the start."""
 
@@ -13,8 +13,8 @@ from tests.harness.scripted_episodes import TOOL, Scripted, play, tiny_policy
 from trainer_core.data import DataError
 from trainer_core.environments import Episode
 from trainer_core.environments.tool_calls import listed
-from trainer_core.recipes import rollouts
-from trainer_core.recipes.chat_turns import ChatTurns
+from trainer_core.rollout import rollouts
+from trainer_core.rollout.chat_turns import ChatTurns
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts with a policy (trainer_core/recipes/episodes.py) and GRPO runs with an environment.
+"""Multi-turn rollouts with a policy (trainer_core/rollout/episodes.py) and GRPO runs with an environment.
 
 The layout keeps the loss on the policy's tokens only: the environment's tokens are attended to but outside
 response_mask, a multi-turn row's log-probs are the ones its tokens get alone, and the GRPO loss does not move when
@@ -25,10 +25,11 @@ from tests.harness.scripted_episodes import TOOL, Scripted, play, tiny_policy
 from tests.harness.training import assert_resume_is_exact, metrics, run_spec
 from trainer_core.environments import EnvError, Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
-from trainer_core.recipes import episodes, online, rollouts
-from trainer_core.recipes.rollouts import EvalPlan
+from trainer_core.recipes import online
 from trainer_core.rewards import make_reward
 from trainer_core.rewards.allowlist import ENV_VAR
+from trainer_core.rollout import episodes, rollouts
+from trainer_core.rollout.rollouts import EvalPlan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -227,7 +227,7 @@ def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(static_cache: bo
     from trainer_core.backends.dist import DistEnv
     from trainer_core.losses.policy import response_logprobs
     from trainer_core.models import build_builtin
-    from trainer_core.recipes import rollouts
+    from trainer_core.rollout import rollouts
 
     backend = make_backend(TorchBackend(kind="torch", precision="fp32"), TrainSpec(steps=1, batch_size=4), DistEnv())
     try:

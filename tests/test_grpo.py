@@ -165,7 +165,7 @@ def test_evaluation_of_a_grpo_checkpoint_reports_pass_at_k(group_mean_run: Path,
 def test_pass_at_k_is_chen_et_als_unbiased_estimate(n: int, c: int, k: int) -> None:
     from math import comb
 
-    from trainer_core.recipes.rollouts import pass_at_k
+    from trainer_core.rollout.rollouts import pass_at_k
 
     assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k), abs=1e-12)
     if k == 1:
@@ -179,7 +179,7 @@ def test_generations_of_several_rounds_join_without_changing_a_row() -> None:
 
     from trainer_core.losses.policy import response_logprobs
     from trainer_core.models import build_builtin
-    from trainer_core.recipes.rollouts import Generation
+    from trainer_core.rollout.rollouts import Generation
 
     model, _ = build_builtin("tiny-llama", "causal", seed=0)
     model.eval()

@@ -21,7 +21,7 @@ from tests.harness.training import ARITHMETIC, metrics, run_spec
 from trainer_core.backends import make_backend
 from trainer_core.models import ModelError, build_builtin
 from trainer_core.recipes import common, dpo, grpo, packing, ppo, reward, sft
-from trainer_core.recipes.rollouts import Generation
+from trainer_core.rollout.rollouts import Generation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,7 +15,7 @@ import pytest
 from tests.harness.launch import launch
 from tests.harness.specs import RANDOMWALKS, rl_spec
 from tests.harness.training import metrics
-from trainer_core.recipes.common import rank_chunks
+from trainer_core.backends import rank_chunks
 
 ZERO3 = {"kind": "deepspeed", "zero_stage": 3, "offload": "cpu", "precision": "bf16"}
 FSDP2 = {"kind": "fsdp2", "precision": "fp32"}

@@ -145,7 +145,7 @@ def test_an_mcp_environment_answers_kimi_calls_by_their_ids(monkeypatch: pytest.
 
 def test_a_service_that_reads_tool_calls_gets_its_formats_special_tokens_and_stop() -> None:
     from rlplane.spec.environments import HttpEnvironment
-    from trainer_core.recipes.episodes import markers_of
+    from trainer_core.rollout.episodes import markers_of
 
     kimi = HttpEnvironment(url="http://127.0.0.1:9/env", tool_format="kimi_k2", stop=["\n\n"])
     assert make_environment(kimi).stop == ("\n\n", "<|tool_calls_section_end|>")
@@ -312,7 +312,7 @@ def test_a_formats_special_tokens_survive_decoding_and_end_the_turn() -> None:
     from transformers.generation.stopping_criteria import StopStringCriteria
 
     from trainer_core.models import build_builtin
-    from trainer_core.recipes.episodes import marker_ids, policy_text
+    from trainer_core.rollout.episodes import marker_ids, policy_text
 
     _, tokenizer = build_builtin("tiny-gpt2", "causal", seed=0)
     markers = tool_calls.FORMATS["kimi_k2"].markers

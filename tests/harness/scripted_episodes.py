@@ -14,7 +14,7 @@ from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.torch_backend import TorchBackend
 from trainer_core.environments import Episode, Reply, answer, end
 from trainer_core.models import build_builtin
-from trainer_core.recipes import episodes
+from trainer_core.rollout import episodes
 
 TOOL = "<result>42</result>"
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from rlplane.spec.sections import BackendSpec, TrainSpec
 from trainer_core.backends.base import Backend, BackendError, MicroStep, ReduceOp
-from trainer_core.backends.batching import BatchSplitError, accumulation_steps, local_batch_range, micro_batch_ranges
+from trainer_core.backends.batching import (
+    BatchSplitError,
+    accumulation_steps,
+    local_batch_range,
+    micro_batch_ranges,
+    rank_chunks,
+)
 from trainer_core.backends.dist import DistEnv, default_device, init_process_group
 from trainer_core.backends.torch_backend import TorchBackend, seed_rank
 
@@ -41,6 +47,7 @@ __all__ = [
     "default_device",
     "init_process_group",
     "local_batch_range",
+    "rank_chunks",
     "make_backend",
     "micro_batch_ranges",
     "seed_rank",

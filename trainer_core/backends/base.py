@@ -69,7 +69,7 @@ class BackendError(ValueError):
 
 
 class Backend(ABC):
-    rollout_engine = "hf"  # the rollout engine (recipes/engines.py) that samples from this backend's policy
+    rollout_engine = "hf"  # the rollout engine (rollout/engines.py) that samples from this backend's policy
     rank: int
     world_size: int
     local_rank: int

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
 from rlplane.spec.sections import TrainSpec
+
+T = TypeVar("T")
 
 
 class BatchSplitError(ValueError):
@@ -35,3 +40,17 @@ def micro_batch_ranges(local: range, micro_batch_size: int | None) -> list[range
 def accumulation_steps(train: TrainSpec, world_size: int) -> int:
     """Micro-batches per optimizer step on each rank."""
     return len(micro_batch_ranges(local_batch_range(train.batch_size, 0, world_size), train.micro_batch_size))
+
+
+def rank_chunks(items: Sequence[T], size: int, backend: Any) -> Iterator[tuple[list[T], bool]]:
+    """This rank's share of `items` (every data_world_size-th, from its data_rank: `backend`'s) in chunks of `size`, as
+    (chunk, real).
+
+    Every rank gets as many chunks as the rank with the largest share: one whose share runs out first
+    gets stand-in chunks (real=False) to run and discard, because a forward pass through a sharded
+    model (ZeRO-3, FSDP2) gathers parameters from every rank and hangs unless every rank joins it."""
+    mine = list(items[backend.data_rank :: backend.data_world_size])
+    largest_share = -(-len(items) // backend.data_world_size)
+    for i in range(-(-largest_share // size)):
+        chunk = mine[i * size : (i + 1) * size]
+        yield (chunk, True) if chunk else (list(items[:1]), False)

@@ -5,7 +5,7 @@
 One module per job: base (the protocol, Episode, Reply), calculator (the builtin tool task), sandbox (running
 untrusted Python) and python_exec (the builtin verifier on it), http (a service; `server` is a reference one),
 openenv (OpenEnv environments in process), openenv_server (an OpenEnv environment server), tool_calls (OpenEnv's
-MCP tool environments, for both). recipes/episodes.py plays them with the policy. Importing this package loads no
+MCP tool environments, for both). rollout/episodes.py plays them with the policy. Importing this package loads no
 torch.
 """
 

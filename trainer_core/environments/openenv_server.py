@@ -52,7 +52,7 @@ class OpenEnvServer:
     def __init__(self, spec: OpenEnvSpec, field: str) -> None:
         self.spec, self.field = spec, field
         self.concurrency = spec.concurrency
-        self.sessions = spec.sessions  # recipes/episodes.py plays at most this many of a rank's episodes at once
+        self.sessions = spec.sessions  # rollout/episodes.py plays at most this many of a rank's episodes at once
         base = spec.url.rstrip("/")
         self.ws_url = re.sub(r"^http", "ws", base) + "/ws"  # http -> ws, https -> wss
         schema = self._action_schema(re.sub(r"^ws", "http", base) + "/schema")

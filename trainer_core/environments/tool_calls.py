@@ -12,7 +12,7 @@ The environment ends the episode (a `submit` tool, say) with its reward. A turn 
 parse, is answered with why (an error turn), as any message that is no valid action is; a tool's own failure comes
 back as its response, marked as an error. Both openenv.py (in process) and openenv_server.py (over the wire) use this
 on the observations' JSON, so they read tools and results alike; http.py checks the tools a service's reset offers
-(functions_of), and recipes/episodes.py and chat_turns.py show them (listed).
+(functions_of), and rollout/episodes.py and chat_turns.py show them (listed).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ and V3.1; Moonshot's Kimi-K2 tool-call guide and template; zai-org's GLM-4.5/4.6
 format (docs/format.md). vLLM's and SGLang's parsers of the same were read to check them.
 
 A format's `markers` are the strings the real tokenizers hold as special tokens: decoding with skip_special_tokens
-would drop them, so a policy's turn is decoded keeping these (recipes/episodes.py: policy_text), and the stop strings
+would drop them, so a policy's turn is decoded keeping these (rollout/episodes.py: policy_text), and the stop strings
 that end a call can be matched.
 """
 

@@ -23,7 +23,7 @@ from torch import nn
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.spec.sections import ModelSpec, TrainSpec
-from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend
+from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, rank_chunks
 from trainer_core.backends.dist import DistEnv
 from trainer_core.checkpoint.fence import Fenced
 from trainer_core.models import ModelError, load_from_spec
@@ -330,19 +330,6 @@ class StepTimer:
 
 
 # --- eval ---
-
-
-def rank_chunks(items: Sequence[T], size: int, backend: Backend) -> Iterator[tuple[list[T], bool]]:
-    """This rank's share of `items` (every data_world_size-th, from its data_rank) in chunks of `size`, as (chunk, real).
-
-    Every rank gets as many chunks as the rank with the largest share: one whose share runs out first
-    gets stand-in chunks (real=False) to run and discard, because a forward pass through a sharded
-    model (ZeRO-3, FSDP2) gathers parameters from every rank and hangs unless every rank joins it."""
-    mine = list(items[backend.data_rank :: backend.data_world_size])
-    largest_share = -(-len(items) // backend.data_world_size)
-    for i in range(-(-largest_share // size)):
-        chunk = mine[i * size : (i + 1) * size]
-        yield (chunk, True) if chunk else (list(items[:1]), False)
 
 
 @contextlib.contextmanager

@@ -12,15 +12,14 @@ import math
 from collections.abc import Mapping
 
 from rlplane.spec.sections import TrainSpec
+from trainer_core.failures import Diverged
 from trainer_core.reporting import Reporter
 
 # What a step is judged by, where the recipe reports it; causes first (a NaN reward makes a NaN loss). Other
 # keys (perf/*, entropy, explained variance...) may be undefined on a healthy step without the run being in trouble.
+__all__ = ["Diverged", "NonFiniteGuard", "WATCHED", "describe", "first_nonfinite"]
+
 WATCHED = ("reward/mean", "train/loss", "train/grad_norm")
-
-
-class Diverged(RuntimeError):
-    """Training went non-finite: the run ends failed, with this message as its reason and no final model."""
 
 
 def describe(value: float) -> str:

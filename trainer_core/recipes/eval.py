@@ -25,9 +25,10 @@ from trainer_core.backends import Backend
 from trainer_core.data import load_examples
 from trainer_core.environments import Environment
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, episodes, online, rollouts
+from trainer_core.recipes import common, online
 from trainer_core.reporting import Reporter
 from trainer_core.rewards import Reward
+from trainer_core.rollout import episodes, rollouts
 
 
 @dataclass

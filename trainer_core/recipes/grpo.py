@@ -44,10 +44,11 @@ from trainer_core.losses.policy import (
     sequence_kl,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, engines, loop, online, packing, rollouts, samples
-from trainer_core.recipes.episodes import error_summary, markers_of, sample_extra, sample_turns, step_stats
-from trainer_core.recipes.episodes import evaluate as evaluate_episodes
+from trainer_core.recipes import checkpointing, common, loop, online, packing, samples
 from trainer_core.rewards import Reward
+from trainer_core.rollout import engines, rollouts
+from trainer_core.rollout.episodes import error_summary, markers_of, sample_extra, sample_turns, step_stats
+from trainer_core.rollout.episodes import evaluate as evaluate_episodes
 
 
 @dataclass(kw_only=True)

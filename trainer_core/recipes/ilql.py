@@ -30,15 +30,16 @@ from torch import nn
 
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
-from trainer_core.backends import Backend, micro_batch_ranges
+from trainer_core.backends import Backend, micro_batch_ranges, rank_chunks
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import Example, collate, pad_id, tokenize_counting
 from trainer_core.losses import IGNORE_INDEX
 from trainer_core.losses.ilql import IlqlLoss, guided_logits, ilql_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, loop, rollouts
+from trainer_core.recipes import checkpointing, common, loop
 from trainer_core.reporting import Sample
+from trainer_core.rollout import rollouts
 
 SAMPLES_TO_LOG = 4
 
@@ -281,7 +282,7 @@ def _eval_rewards(run: IlqlRun, task: str, step: int) -> dict[str, float]:
     """Greedy guided responses to this rank's share of the prompts, scored by the task's reward; samples from rank zero."""
     backend, gen = run.backend, run.spec.ilql.gen
     reward, total, count, shown = builtin_reward(task), 0.0, 0, []
-    for chunk, real in common.rank_chunks(run.prompts, 64, backend):
+    for chunk, real in rank_chunks(run.prompts, 64, backend):
         ids = rollouts.encode_prompts(chunk, run.tokenizer, rollouts.prompt_budget(run.spec, gen))
         with backend.autocast():
             responses = generate(run, ids, gen, greedy=True)

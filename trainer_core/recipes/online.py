@@ -17,8 +17,9 @@ from rlplane.spec import RunSpec
 from rlplane.spec.environments import EnvironmentSpec
 from trainer_core.backends import Backend
 from trainer_core.environments import EnvError, Environment, make_environment, tool_formats
-from trainer_core.recipes import common, episodes, rollouts, samples
+from trainer_core.recipes import common, samples
 from trainer_core.rewards import Reward, make_reward
+from trainer_core.rollout import episodes, rollouts
 
 
 class Collected(Protocol):

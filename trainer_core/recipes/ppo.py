@@ -44,9 +44,10 @@ from trainer_core.losses.policy import (
     value_moments,
 )
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import checkpointing, common, engines, episodes, loop, online, packing, rollouts, samples
+from trainer_core.recipes import checkpointing, common, loop, online, packing, samples
 from trainer_core.recipes.kl_control import KlController
 from trainer_core.rewards import Reward
+from trainer_core.rollout import engines, episodes, rollouts
 
 
 class ValueHead(nn.Module):

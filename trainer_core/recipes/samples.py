@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from rlplane.spec.algorithms import GenSpec
-from trainer_core.recipes import rollouts
 from trainer_core.recipes.common import is_due
 from trainer_core.reporting import Sample
+from trainer_core.rollout import rollouts
 
 
 def due(step: int, every: int, last: int) -> bool:

@@ -61,7 +61,7 @@ SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
 
 class MegatronBackend(Backend):
     sharded_kind = "megatron"
-    rollout_engine = "megatron"  # its policy is megatron-core shards: recipes/engines.py decodes from them
+    rollout_engine = "megatron"  # its policy is megatron-core shards: rollout/engines.py decodes from them
 
     def __init__(self, spec: MegatronBackendSpec, train: TrainSpec, env: DistEnv | None = None) -> None:
         env = env or DistEnv.from_environ()

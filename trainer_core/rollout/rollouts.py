@@ -26,13 +26,12 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec, HeldOutEval
-from trainer_core.backends import Backend
+from trainer_core.backends import Backend, rank_chunks
 from trainer_core.data import DataError
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import pad_id
-from trainer_core.recipes.common import rank_chunks
-from trainer_core.recipes.divergence import Diverged
-from trainer_core.recipes.engines import make_engine
+from trainer_core.failures import Diverged
+from trainer_core.rollout.engines import make_engine
 
 
 @dataclass

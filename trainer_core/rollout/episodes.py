@@ -37,14 +37,14 @@ from torch import nn
 
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import EnvironmentSpec
+from trainer_core.backends import rank_chunks
 from trainer_core.data.tokenize import pad_id
 from trainer_core.environments import EnvError, Environment, Episode, Reply
 from trainer_core.environments.tool_calls import listed
 from trainer_core.environments.tool_formats import FORMATS
-from trainer_core.recipes import rollouts
-from trainer_core.recipes.chat_turns import ChatTurns
-from trainer_core.recipes.common import rank_chunks
 from trainer_core.rewards import RewardScores
+from trainer_core.rollout import rollouts
+from trainer_core.rollout.chat_turns import ChatTurns
 
 T = TypeVar("T")
 R = TypeVar("R")

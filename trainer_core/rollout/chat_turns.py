@@ -33,7 +33,7 @@ from trainer_core.data import DataError
 from trainer_core.environments.base import ToolResult
 from trainer_core.environments.tool_calls import listed
 from trainer_core.environments.tool_formats import FORMATS
-from trainer_core.recipes.rollouts import require_chat_template
+from trainer_core.rollout.rollouts import require_chat_template
 
 _MARK = "rlplaneturnmark"  # an assistant message's stand-in content: letters only, so no template trims it
 FIELD = "environment.chat_role"
