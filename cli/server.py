@@ -191,8 +191,9 @@ def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) ->
     processes: list[subprocess.Popen] = []
     try:
         processes = _start_workers(settings, host, port, workers, queues)
-        # the trainer's hand-back grace, and time for the worker to report it and exit
-        server = _HandingBack(uvicorn.Config(**_uvicorn_options(host, port, 1, "info")), processes, _hand_back_s(WorkerSettings))
+        # how long to wait for the workers to hand their runs back: the trainer's grace, and time to report and exit
+        hand_back_s = WorkerSettings().hand_back_grace_s + 30.0
+        server = _HandingBack(uvicorn.Config(**_uvicorn_options(host, port, 1, "info")), processes, hand_back_s)
         signal.signal(signal.SIGHUP, server.handle_exit)  # uvicorn captures SIGINT and SIGTERM itself
         with local_server(settings.home, host, port):
             _announce(settings, host, port)
@@ -205,11 +206,6 @@ def serve_with_workers(host: str, port: int, workers: int, queues: list[str]) ->
         print(f"rlplane: {stopped}: stopped", file=sys.stderr, flush=True)
     finally:
         _stop_workers(processes)
-
-
-def _hand_back_s(settings: type) -> float:
-    """How long `rlplane up` waits for its workers to hand their runs back: the trainer's grace, plus time to report."""
-    return settings().hand_back_grace_s + 30.0
 
 
 def _start_workers(settings: Settings, host: str, port: int, count: int, queues: list[str]) -> list[subprocess.Popen]:

@@ -20,6 +20,14 @@ from rlplane.alerts import DETECTORS, change, nonfinite, threshold
 from tests.harness.factories import ApiWorker, create_run
 from tests.harness.receiver import Receiver
 
+# An RL run, which gets the built-in detectors
+GRPO = {
+    "algorithm": "grpo",
+    "reward": {"kind": "builtin", "name": "arithmetic"},
+    "data": {"source": "builtin:arithmetic"},
+    "grpo": {"group_size": 4, "gen": {"max_new_tokens": 8}},
+}
+
 # --- the conditions and detectors, pure ---
 
 
@@ -193,13 +201,7 @@ def test_stop_run_cancels_the_run_and_a_status_rule_fires_once(client, db, app):
 
 def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs_are_seen(client, db, app):
     worker = ApiWorker(client)
-    grpo = {
-        "algorithm": "grpo",
-        "reward": {"kind": "builtin", "name": "arithmetic"},
-        "data": {"source": "builtin:arithmetic"},
-        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 8}},
-    }
-    first = create_run(client, name="grpo-a", **grpo)
+    first = create_run(client, name="grpo-a", **GRPO)
     worker.start(first["id"])
     worker.log(first["id"], "grpo/zero_std_groups", {s: 1.0 for s in range(1, 6)})
     worker.log(first["id"], "gen/response_length", {s: 8.0 for s in range(1, 6)})
@@ -213,7 +215,7 @@ def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs
         "/api/v1/alert-rules", json={"name": "no-equal-groups", "condition": {"kind": "detector", "name": "all_groups_equal"}}
     )
     assert client.post(f"/api/v1/alert-rules/{muted.json()['id']}/mute", json={"muted": True}).json()["muted"] is True
-    second = create_run(client, name="grpo-b", **grpo)
+    second = create_run(client, name="grpo-b", **GRPO)
     worker.start(second["id"])
     worker.log(second["id"], "grpo/zero_std_groups", {s: 1.0 for s in range(1, 6)})
     watch(app)
@@ -287,15 +289,9 @@ def test_a_runs_alerts_close_when_it_ends_and_do_not_open_again(client, db, app)
     """A detector's and a metric rule's open alerts on an RL run close when the run ends (a reward_falling alert
     stayed open after the run succeeded); an ended run's metrics are not checked again, so none opens anew."""
     worker = ApiWorker(client)
-    grpo = {
-        "algorithm": "grpo",
-        "reward": {"kind": "builtin", "name": "arithmetic"},
-        "data": {"source": "builtin:arithmetic"},
-        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 8}},
-    }
     rule = {"name": "len", "condition": {"kind": "threshold", "metric": "gen/response_length", "op": ">", "value": 4}}
     assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
-    run = create_run(client, name="grpo", **grpo)
+    run = create_run(client, name="grpo", **GRPO)
     worker.start(run["id"])
     worker.log(run["id"], "gen/response_length", {s: 8.0 for s in range(1, 6)})
     watch(app)

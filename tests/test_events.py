@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from api.events import feed as feed_module
 from api.events import stream
 from api.events.cursor import Cursor
-from api.events.feed import FeedHub
+from api.events.feed import FeedHub, RunSeen
 from api.events.follow import follow
 from api.models import Metric, RunEvent
 from tests.harness.databases import create_postgres_database, drop_postgres_database
@@ -343,6 +343,18 @@ class TestSharedFeed:
             for s in streams:
                 await s.until(lambda f: f.messages[-1]["event"] == "deleted")
                 assert await anext(s.chunks, None) is None
+
+        with_hub(app, scenario)
+
+    def test_the_hub_remembers_only_the_runs_it_opened_within_the_poll_interval(self, app):
+        """What an opening check found saves the next one within the interval; older finds are let go, not kept
+        for every run the API ever streamed."""
+
+        async def scenario(hub: FeedHub) -> None:
+            for run_id in (1, 2):
+                await hub.opening(run_id, None, lambda _session, rid: RunSeen(project_id=1, status="queued", last_step=rid))
+                assert list(hub.runs_seen) == [run_id]
+                await asyncio.sleep(hub.poll_s * 2)
 
         with_hub(app, scenario)
 

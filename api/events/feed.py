@@ -196,6 +196,9 @@ class FeedHub:
         if fresh and principal is not None and principal.can(seen.project_id, "read"):
             return seen.status, seen.last_step
         seen = await self.in_thread(check, run_id, limiter=self.open_limiter)
+        # Only what is still fresh is kept: the hub lives as long as the API, and sees every run ever opened.
+        for stale in [k for k, s in self.runs_seen.items() if seen.at - s.at > self.poll_s]:
+            del self.runs_seen[stale]
         self.runs_seen[run_id] = seen
         return seen.status, seen.last_step
 

@@ -24,6 +24,24 @@ function json(body: unknown) {
   return new Response(JSON.stringify(body), { status: 200, headers: { 'Content-Type': 'application/json' } });
 }
 
+/** The page as the app mounts it, in a router and a fresh query client that does not retry; `where` shows the URL. */
+function renderRunsPage(entry = '/runs', { where = false } = {}) {
+  const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+  const page = where ? (
+    <Routes>
+      <Route path="/runs" element={<><RunsPage /><Where /></>} />
+    </Routes>
+  ) : (
+    <RunsPage />
+  );
+  const view = render(
+    <QueryClientProvider client={client}>
+      <MemoryRouter initialEntries={[entry]}>{page}</MemoryRouter>
+    </QueryClientProvider>,
+  );
+  return { client, view };
+}
+
 afterEach(() => {
   vi.useRealTimers();
   vi.unstubAllGlobals();
@@ -42,16 +60,7 @@ describe('RunsPage', () => {
       if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
       return new Response('{}', { status: 404 });
     }));
-    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-    render(
-      <QueryClientProvider client={client}>
-        <MemoryRouter initialEntries={['/runs?algorithm=sft']}>
-          <Routes>
-            <Route path="/runs" element={<><RunsPage /><Where /></>} />
-          </Routes>
-        </MemoryRouter>
-      </QueryClientProvider>,
-    );
+    const { client } = renderRunsPage('/runs?algorithm=sft', { where: true });
     const table = await screen.findByRole('table');
     expect(within(table).getByRole('rowheader', { name: 'alpha' })).toBeTruthy();
     expect(within(table).getAllByRole('row')).toHaveLength(3); // header + 2 runs
@@ -80,14 +89,7 @@ describe('RunsPage', () => {
       return new Response('{}', { status: 404 });
     }));
     const mount = () => {
-      const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-      const view = render(
-        <QueryClientProvider client={client}>
-          <MemoryRouter initialEntries={['/runs']}>
-            <RunsPage />
-          </MemoryRouter>
-        </QueryClientProvider>,
-      );
+      const { client, view } = renderRunsPage();
       return () => {
         view.unmount();
         client.clear();
@@ -134,14 +136,7 @@ describe('RunsPage headlines', () => {
       rows[0] = run(1, 'running', 'r1', 'ppo', headline('reward/mean', 'NaN', 7));
       return json({ data: rows, count: rows.length });
     }));
-    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-    render(
-      <QueryClientProvider client={client}>
-        <MemoryRouter initialEntries={['/runs']}>
-          <RunsPage />
-        </MemoryRouter>
-      </QueryClientProvider>,
-    );
+    const { client } = renderRunsPage();
     const table = await screen.findByRole('table');
     const cell = (id: number) => table.querySelector(`tr[data-run-id="${id}"] td[data-column="headline"]`)!;
     expect(cell(2).textContent).toBe('rewards/margin 1.1');
@@ -173,14 +168,7 @@ describe('RunsPage decoding', () => {
       ];
       return json({ data: rows, count: rows.length });
     }));
-    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-    render(
-      <QueryClientProvider client={client}>
-        <MemoryRouter initialEntries={['/runs']}>
-          <RunsPage />
-        </MemoryRouter>
-      </QueryClientProvider>,
-    );
+    const { client } = renderRunsPage();
     const table = await screen.findByRole('table');
     const cell = (id: number, column: string) => table.querySelector(`tr[data-run-id="${id}"] td[data-column="${column}"]`)!;
     expect([1, 2, 3, 4].map((id) => cell(id, 'headline').textContent)).toEqual([
@@ -221,14 +209,7 @@ describe('RunsPage alerts', () => {
       if (alertUrls.length > 1) items.unshift(openAlert(3, 5, 'length collapse'));
       return json({ items });
     }));
-    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-    render(
-      <QueryClientProvider client={client}>
-        <MemoryRouter initialEntries={['/runs']}>
-          <RunsPage />
-        </MemoryRouter>
-      </QueryClientProvider>,
-    );
+    const { client } = renderRunsPage();
     const table = await screen.findByRole('table');
     const marker = await within(table).findByRole('link', { name: '2 open alerts: zero_std_groups, loss spike' });
     expect(marker.closest('tr')?.dataset.runId).toBe('3');
@@ -268,16 +249,7 @@ describe('the algorithm filter', () => {
       if (u.pathname === '/api/v1/projects') return json({ data: [], count: 0 });
       return new Response('{}', { status: 404 });
     }));
-    const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-    render(
-      <QueryClientProvider client={client}>
-        <MemoryRouter initialEntries={['/runs']}>
-          <Routes>
-            <Route path="/runs" element={<><RunsPage /><Where /></>} />
-          </Routes>
-        </MemoryRouter>
-      </QueryClientProvider>,
-    );
+    const { client } = renderRunsPage('/runs', { where: true });
     await screen.findByRole('table');
     const algorithms = screen.getByRole('group', { name: 'Algorithm' });
     expect(within(algorithms).getAllByRole('checkbox').map((c) => c.parentElement?.textContent)).toContain('command');
