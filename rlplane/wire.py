@@ -78,8 +78,7 @@ class NodeLease(BaseModel):
 
 
 EXITED_AT = (
-    "When the worker saw its trainer exit (UTC): of a gang's nodes that failed, the first to exit is named as the "
-    "attempt's cause"
+    "When the worker saw its trainer exit (UTC): of a gang's nodes that failed, the first to exit is named as the attempt's cause"
 )
 
 
