@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer_core.data import builtin_examples
     from trainer_core.losses.policy import response_logprobs
     from trainer_core.recipes.common import make_optimizer
-    from trainer_core.rollout import rollouts
+    from trainer_core.rollout import engines, rollouts
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         out, generation = last[name]
         generated = (out.shape[1] - width) * out.shape[0]  # decoded positions, a finished row's padding included
         # Real tokens (through each row's first eos): the measure that compares calls of other shapes (by length).
-        real = int(rollouts._response_mask(out[:, width:], tokenizer.eos_token_id, tokenizer.pad_token_id).sum())
+        real = int(engines.response_mask(out[:, width:], tokenizer.eos_token_id, tokenizer.pad_token_id).sum())
         median = statistics.median(seconds[name])
         row = {
             "tokens_per_s": generated / median,

@@ -122,15 +122,15 @@ def test_the_megatron_engine_samples_the_hf_engines_tokens_from_the_shards(torch
     torch.manual_seed(5)
     expected = rollouts.generate(model, prompts, tokenizer, gen, torch_backend, greedy=greedy)
     megatron_backend.prepare(model, make_optimizer(model, TrainSpec(steps=1, batch_size=2)))
-    assert isinstance(engines.make_engine(gen, megatron_backend), engines.MegatronEngine)
+    assert isinstance(engines.make_engine(gen, megatron_backend, model, tokenizer), engines.MegatronEngine)
     torch.manual_seed(5)
     generation = rollouts.generate(model, prompts, tokenizer, gen, megatron_backend, greedy=greedy)
     assert torch.equal(generation.input_ids, expected.input_ids)
     assert_matches_trainer(model, generation, 1e-4)
     with pytest.raises(BackendError, match="gen.engine hf"):
-        engines.make_engine(GenSpec(engine="hf"), megatron_backend)
+        engines.make_engine(GenSpec(engine="hf"), megatron_backend, model, tokenizer)
     with pytest.raises(BackendError, match="gen.engine megatron"):
-        engines.make_engine(GenSpec(engine="megatron"), torch_backend)
+        engines.make_engine(GenSpec(engine="megatron"), torch_backend, model, tokenizer)
 
 
 def test_mismatch_and_truncated_importance_weights_by_hand() -> None:
@@ -173,3 +173,56 @@ def test_an_rl_run_reports_the_engines_mismatch_and_trains_with_tis(algorithm: s
     assert sorted(diff) == [1, 2] and all(0 <= v < 1e-5 for v in diff.values()), diff
     assert all(abs(v) < 1e-8 for v in kl.values()), kl
     assert metrics(out, "rollout/logprob_diff_max")[2] < 1e-4
+
+
+@pytest.mark.parametrize("greedy", [False, True], ids=["sampled", "greedy"])
+def test_the_continuous_engine_samples_with_the_trainers_logprobs(torch_backend, greedy: bool) -> None:
+    """gen.engine continuous (transformers' continuous batching, a paged KV cache) on 7 prompts of 2 to 9 tokens:
+    greedy, the hf engine's tokens row for row; sampled, draws that repeat for a seed. Its log-probabilities equal the
+    trainer's forward to 1e-5 (fp32, CPU), each row ends at its first eos, and every answer carries the policy version."""
+    model, tokenizer = build_builtin("tiny-llama", seed=0)
+    rows = [{"prompt": p} for p in ("1=", "123+456=", "7*8=", "40+41=", "1234+5678=", "9=", "12*34=")]
+    prompts = rollouts.encode_prompts(rows, tokenizer, 20)
+    gen = GenSpec(**GEN, engine="continuous")
+    engine = engines.make_engine(gen, torch_backend, model, tokenizer)
+    engine.update_weights(None, 3)
+    torch.manual_seed(3)
+    generation = rollouts.generate(model, prompts, tokenizer, gen, torch_backend, greedy=greedy, engine=engine)
+    assert_matches_trainer(model, generation, 1e-5)
+    assert generation.versions.tolist() == [3] * len(prompts)
+    eos = tokenizer.eos_token_id
+    for ids, keep in zip(generation.response_ids, generation.response_mask, strict=True):
+        answer = ids[keep].tolist()
+        assert eos not in answer[:-1] and len(answer) <= GEN["max_new_tokens"]
+    if greedy:
+        expected = rollouts.generate(model, prompts, tokenizer, GenSpec(**GEN), torch_backend, greedy=True)
+        assert torch.equal(generation.input_ids, expected.input_ids)
+        assert torch.equal(generation.response_mask, expected.response_mask)
+    else:
+        torch.manual_seed(3)
+        again = rollouts.generate(model, prompts, tokenizer, gen, torch_backend, engine=engine)
+        assert torch.equal(again.input_ids, generation.input_ids)
+
+
+def test_the_continuous_engine_reports_raw_logprobs_under_temperature_and_cuts_at_stop_strings(torch_backend) -> None:
+    """At temperature 0.7 with top-k, transformers reports the log-probabilities of the processed distribution; the
+    engine's are still the raw log-softmax the trainer computes (to 1e-5). A stop string ends a greedy answer after
+    the token that completes it (the same answer without the stop string, cut there)."""
+    model, tokenizer = build_builtin("tiny-llama", seed=0)
+    prompts = rollouts.encode_prompts(ROWS * 2, tokenizer, 20)
+    gen = GenSpec(max_new_tokens=12, temperature=0.7, top_k=50, engine="continuous")
+    torch.manual_seed(4)
+    generation = rollouts.generate(model, prompts, tokenizer, gen, torch_backend)
+    assert_matches_trainer(model, generation, 1e-5)
+    whole = rollouts.decode(tokenizer, rollouts.generate(model, prompts, tokenizer, GenSpec(**GEN), torch_backend, greedy=True))
+    stop = next(text[2:4] for text in whole if len(text) >= 5)  # a string a greedy answer writes, past its start
+    stopped = GenSpec(**GEN, engine="continuous", stop=[stop])
+    cut = rollouts.decode(tokenizer, rollouts.generate(model, prompts, tokenizer, stopped, torch_backend, greedy=True))
+    assert cut != whole
+    for short, long in zip(cut, whole, strict=True):
+        if stop in long:
+            # ended by the token that completes the first stop (its text may run a few characters past it)
+            end = long.index(stop) + len(stop)
+            assert long.startswith(short) and end <= len(short) < end + 8 and len(short) < len(long), (short, long)
+        else:
+            assert short == long

@@ -276,29 +276,39 @@ def packing_fits(spec: RunSpec) -> Rules:
 
 def engine_fits_backend(spec: RunSpec) -> Rules:
     """<section>.gen.engine: megatron needs the megatron backend, which has no other (its policy is shards);
-    gen.static_cache is for the hf engine."""
+    continuous decodes from a whole policy on each rank (not FSDP2 or ZeRO-3); gen.static_cache is for the hf
+    engine and gen.vllm for the vllm engine."""
     section = ALGORITHM_SECTIONS.get(spec.algorithm)
     gen = getattr(getattr(spec, section, None), "gen", None) if section else None
     if gen is None:
         return
-    megatron = spec.backend.kind == "megatron"
+    kind = spec.backend.kind
+    megatron = kind == "megatron"
     engine = gen.engine if gen.engine != "auto" else ("megatron" if megatron else "hf")
     if engine == "megatron" and not megatron:
         yield Violation(
             (section, "gen", "engine"),
             f"the megatron engine decodes from megatron's shards: set backend.kind: megatron, or gen.engine: hf (or auto) "
-            f"on {spec.backend.kind}",
+            f"on {kind}",
         )
-    elif engine == "hf" and megatron:
+    elif engine != "megatron" and megatron:
         yield Violation(
             (section, "gen", "engine"),
-            "on the megatron backend the policy is megatron-core shards, which transformers' generate() cannot run: "
+            f"on the megatron backend the policy is megatron-core shards, which the {engine} engine cannot run: "
             "set gen.engine: megatron (or auto)",
+        )
+    elif engine == "continuous" and (kind == "fsdp2" or (kind == "deepspeed" and spec.backend.zero_stage == 3)):
+        yield Violation(
+            (section, "gen", "engine"),
+            f"the continuous engine decodes from a whole policy on each rank, and {kind} shards it: use gen.engine hf "
+            "(or auto), or a backend that keeps a whole copy (torch, deepspeed stage 1 or 2)",
         )
     if gen.static_cache and engine != "hf":
         yield Violation(
-            (section, "gen", "static_cache"), "static_cache is for the hf engine; megatron's decoding keeps its own cache"
+            (section, "gen", "static_cache"), f"static_cache is for the hf engine; the {engine} engine keeps its own cache"
         )
+    if gen.vllm is not None and engine != "vllm":
+        yield Violation((section, "gen", "vllm"), "gen.vllm sets up the vllm engine; set gen.engine: vllm or drop it")
 
 
 def grpo_batch_holds_whole_groups(spec: RunSpec) -> Rules:

@@ -52,6 +52,8 @@ class Run:
     scheduler: Any
     order: BatchOrder
     step: int = 0  # optimizer steps done (RL recipes: their steps)
+    engine: Any = None  # RL recipes: the rollout engine (rollout/engines.py: opened on first use, closed with the run)
+    weight_sync_s: float = 0.0  # seconds spent bringing the engine to the policy's version, all steps
 
 
 def run_fields(

@@ -41,7 +41,10 @@ class EvalRun:
     reward: Reward | None  # None with an environment and no reward section
     environment: Environment | None  # eval.environment
     rows: list[dict]
+    out_dir: Path
     step: int = 0
+    engine: Any = None  # the rollout engine (rollout/engines.py: opened on first use)
+    weight_sync_s: float = 0.0
 
 
 def setup(spec: RunSpec, out_dir: Path, *, stdout: bool = True) -> EvalRun:
@@ -56,7 +59,7 @@ def setup(spec: RunSpec, out_dir: Path, *, stdout: bool = True) -> EvalRun:
         reward, environment = online.reward_or_environment(spec, options.environment, "eval", backend, reporter, tokenizer)
         which = "held-out" if options.split == "eval" and split.eval else "all"
         reporter.log(f"evaluating {spec.model.path} on {len(rows)} prompts ({which}), {options.samples} answer(s) each")
-    return EvalRun(spec, backend, reporter, tokenizer, policy, reward, environment, rows)
+    return EvalRun(spec, backend, reporter, tokenizer, policy, reward, environment, rows, out_dir)
 
 
 def evaluate(run: EvalRun) -> dict[str, float]:
@@ -90,7 +93,7 @@ def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, s
         run.reporter.status("failed", common.failure_reason(exc))
         raise
     finally:
-        for source in (run.reward, run.environment):
+        for source in (run.reward, run.environment, run.engine):
             if source is not None:
                 source.close()
         run.reporter.close()

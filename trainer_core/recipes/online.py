@@ -19,7 +19,7 @@ from trainer_core.backends import Backend
 from trainer_core.environments import EnvError, Environment, make_environment, tool_formats
 from trainer_core.recipes import common, samples
 from trainer_core.rewards import Reward, make_reward
-from trainer_core.rollout import episodes, rollouts
+from trainer_core.rollout import engines, episodes, rollouts
 
 
 class Collected(Protocol):
@@ -167,7 +167,9 @@ def step(
     Returns the step's metrics, reduced over ranks: reward/mean and reward/std, every other rollout sum per
     response, the update's statistics averaged over ranks, `extra`, perf/gen_s and perf/train_s; and how many
     responses the step scored on all ranks."""
+    synced = run.weight_sync_s
     batch = collect(run)
+    weight_sync_s = run.weight_sync_s - synced
     if options.samples_to_log and samples.due(run.step + 1, options.samples_every, run.spec.train.steps):
         report_tracked(run, run.step + 1)
     started = time.perf_counter()
@@ -195,16 +197,19 @@ def step(
         "perf/gen_s": stats["perf/gen_s"],
         "perf/train_s": train_s,
     }
+    if run.engine is not None and not isinstance(run.engine, engines.Colocated):
+        values["perf/weight_sync_s"] = weight_sync_s  # the policy's weights to the engine that holds its own
     return values, count
 
 
 def drive(
     run: Any, train: Callable[[Any, int | None], None], stop_at: int | None, export: Callable[[Any], nn.Module] | None = None
 ) -> Any:
-    """common.drive, then the reward source (or environment) is closed as well, whatever happens."""
+    """common.drive, then the reward source (or environment) and the rollout engine are closed as well, whatever
+    happens."""
     try:
         return common.drive(run, train, stop_at, export=export)
     finally:
-        for source in (run.reward, getattr(run, "environment", None)):
+        for source in (run.reward, getattr(run, "environment", None), run.engine):
             if source is not None:
                 source.close()

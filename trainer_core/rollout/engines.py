@@ -1,25 +1,36 @@
 """Rollout engines (gen.engine): what samples an RL step's responses, behind one interface.
 
-    hf        transformers' generate() on the unwrapped policy (torch, deepspeed, fsdp2); gen.static_cache decodes
-              with a static KV cache, which transformers compiles with torch.compile (CUDA graphs) on a GPU
-    megatron  megatron-core KV-cache decoding from the policy's shards (backends/megatron/generate.py)
+    hf          transformers' generate() on the unwrapped policy (torch, deepspeed, fsdp2); gen.static_cache decodes
+                with a static KV cache, which transformers compiles with torch.compile (CUDA graphs) on a GPU
+    megatron    megatron-core KV-cache decoding from the policy's shards (backends/megatron/generate.py)
+    continuous  transformers' continuous batching on the policy (paged KV cache: a finished row's slot goes to the
+                next prompt at once instead of idling as padding; rollout/continuous.py)
+    vllm        a vLLM server for the run, in its own interpreter, over HTTP (rollout/vllm.py)
 
-`Engine.sample` returns the sampled ids and the engine's own log-probabilities of the sampled tokens: the log-softmax
-of the raw next-token logits (fp32, before temperature, top-k or top-p), which is what the trainer's forward computes
-for the same tokens. The recipes report how far the two are apart (rollout/*: `mismatch_sums`) and GRPO can correct
-for it (grpo.tis_cap: `truncated_is_weights`). On one device in fp32 they agree to float noise; a GPU engine's
-kernels, precision or batch shapes move them apart (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings
-You Off-Policy RL Training"). An engine for vLLM or SGLang would be one more class with `sample`.
+The `Engine` protocol is the common part of what TRL, veRL, NeMo RL and prime-rl expose of their engines: token ids
+in; each prompt's response tokens, the engine's log-probability of each, why it ended and the policy version that
+sampled it out; `update_weights` to a new version; `pause`/`resume` around a weight update; `sleep`/`wake` where an
+engine holds memory the training step wants back; `close`. The colocated engines (hf, megatron, continuous) sample
+the live policy, so a weight update only moves their version; vllm holds its own copy of the weights.
 
-Both engines read the log-probabilities through a logits processor that runs first on each step's raw scores: at
-step t the ids end with the token drawn at t-1, so it keeps one step's log-softmax ([B, vocab]) at a time, never the
-whole response's logits.
+An engine's log-probability of a token is the log-softmax of the raw next-token logits (fp32, before temperature,
+top-k or top-p), which is what the trainer's forward computes for the same tokens. The recipes report how far the
+two are apart (rollout/*: `mismatch_sums`) and GRPO and PPO can correct for it (tis_cap: `truncated_is_weights`),
+whatever the engine. On one device in fp32 they agree to float noise; a GPU engine's kernels, precision or batch
+shapes move them apart (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training").
+
+The hf and megatron engines read the log-probabilities through a logits processor that runs first on each step's
+raw scores: at step t the ids end with the token drawn at t-1, so it keeps one step's log-softmax ([B, vocab]) at a
+time, never the whole response's logits.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -27,23 +38,86 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, BackendError
+from trainer_core.data.tokenize import pad_id
+from trainer_core.failures import Diverged
+
+Weights = Mapping[str, torch.Tensor] | Path | None  # a state dict, a directory of safetensors, or the live policy's
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one call samples: greedy, or at `temperature` with top-k (0: off) and top-p; at most `max_new_tokens`; a
+    response also ends with the first of the `stop` strings it writes (kept, like eos)."""
+
+    max_new_tokens: int
+    greedy: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(gen: GenSpec, greedy: bool = False) -> Sampling:
+        return Sampling(gen.max_new_tokens, greedy, gen.temperature, gen.top_k or 0, gen.top_p, tuple(gen.stop or ()))
 
 
 @dataclass
-class Sampled:
-    ids: torch.Tensor  # [B, P + R]: the prompts as given, then the R generated positions
-    logprobs: torch.Tensor  # [B, R]: the engine's log-probability of each generated token (padding after a row ended)
+class Completion:
+    tokens: list[int]  # the response, through its eos (or stop string) when it ended by one
+    logprobs: list[float]  # the engine's log-probability of each token
+    finish_reason: Literal["stop", "length"]  # stop: eos or a stop string; length: max_new_tokens reached
+    version: int  # the policy version (optimizer steps) whose weights sampled it
 
 
 class Engine(Protocol):
     name: str
+    version: int  # the policy version it samples with
 
-    def sample(
-        self, policy: nn.Module, input_ids: torch.Tensor, logits_processor: LogitsProcessorList, **settings: Any
-    ) -> Sampled:
-        """Sample continuations of the left-padded `input_ids` (generate()'s keyword settings: attention_mask,
-        max_new_tokens, sampling, eos/pad ids); `logits_processor` runs on every step's raw scores."""
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
+        """One completion per prompt (token ids), in the prompts' order."""
         ...
+
+    def update_weights(self, weights: Weights, version: int) -> None:
+        """Sample with these weights from now on, as policy `version`. Colocated engines already sample the live
+        policy: they take None and move their version."""
+        ...
+
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def sleep(self) -> None: ...
+    def wake(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Colocated:
+    """An engine that samples the live policy in the trainer's process: nothing to load on a weight update, nothing
+    to pause, no memory of its own held between calls."""
+
+    name = "colocated"
+
+    def __init__(self, backend: Backend, policy: nn.Module, tokenizer: Any) -> None:
+        self.backend, self.policy, self.tokenizer = backend, policy, tokenizer
+        self.version = 0
+
+    def update_weights(self, weights: Weights, version: int) -> None:
+        if weights is not None:
+            raise BackendError(f"the {self.name} engine samples the live policy; it takes no weights of its own")
+        self.version = version
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class TakenLogprobs(LogitsProcessor):
@@ -70,24 +144,84 @@ class TakenLogprobs(LogitsProcessor):
         return torch.stack(taken, dim=1) if taken else ids.new_zeros((ids.shape[0], 0), dtype=torch.float32)
 
 
-class BackendEngine:
+class FiniteLogits(LogitsProcessor):
+    """Stops sampling from a policy whose next-token logits hold NaN or +inf (its weights went too far, finite or
+    not): torch's sampler would fail on them (on a GPU, in a device-side assert) with no word of why. -inf is left
+    alone: filters put it there on purpose. Either train.on_nonfinite mode ends such a run: no step can be skipped
+    to mend a policy that is already broken."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if bool(torch.isnan(scores).any() or torch.isposinf(scores).any()):
+            raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
+        return scores
+
+
+def response_mask(response: torch.Tensor, eos: int | None, pad: int, stop_strings: bool = False) -> torch.Tensor:
+    """True up to and including each row's first eos; generate() pads finished rows after that. With `stop_strings`
+    a row that one of them finished is padded without an eos, so its first pad ends it too (without them a pad id the
+    policy drew is a token like any other)."""
+    if eos is None:
+        return (response != pad).long().cumprod(-1).bool()
+    is_eos = response == eos
+    ended_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+    real = ~ended_before
+    if stop_strings and pad != eos:
+        real &= (response != pad).long().cumprod(-1).bool()
+    return real
+
+
+def finish_reason(tokens: list[int], eos: int | None, sampling: Sampling) -> Literal["stop", "length"]:
+    """stop when the response ended before max_new_tokens or with eos; length when it ran out of room."""
+    ended = len(tokens) < sampling.max_new_tokens or (bool(tokens) and tokens[-1] == eos)
+    return "stop" if ended else "length"
+
+
+class BackendEngine(Colocated):
     """Sampling through the backend's generate (a sharded policy keeps every rank generating until the longest
     response on any rank ends; megatron's decodes from its shards)."""
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
 
     def options(self) -> dict[str, Any]:
         return {}
 
-    def sample(
-        self, policy: nn.Module, input_ids: torch.Tensor, logits_processor: LogitsProcessorList, **settings: Any
-    ) -> Sampled:
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
+        tokenizer, device = self.tokenizer, self.backend.device
+        pad, eos = pad_id(tokenizer), tokenizer.eos_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+        settings: dict[str, Any] = (
+            {"do_sample": False}
+            if sampling.greedy
+            else {"do_sample": True, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
+        )
+        if sampling.stop:
+            settings |= {"stop_strings": list(sampling.stop), "tokenizer": tokenizer}
         reader = TakenLogprobs()
-        processors = LogitsProcessorList([reader, *logits_processor])
-        ids = self.backend.generate(policy, input_ids=input_ids, logits_processor=processors, **settings, **self.options())
-        generated = ids.shape[1] - input_ids.shape[1]
-        return Sampled(ids, reader.collected(ids, generated).to(ids.device))
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            out = self.backend.generate(
+                self.policy,
+                input_ids=ids,
+                attention_mask=mask,
+                logits_processor=LogitsProcessorList([reader, FiniteLogits()]),
+                max_new_tokens=sampling.max_new_tokens,
+                pad_token_id=pad,
+                eos_token_id=eos,
+                use_cache=True,
+                **settings,
+                **self.options(),
+            )
+        finally:
+            self.policy.train(was_training)
+        response = out[:, width:]
+        logprobs = reader.collected(out, response.shape[1]).cpu()
+        keep = response_mask(response, eos, pad, bool(sampling.stop)).cpu()
+        completions = []
+        for row, kept, drawn in zip(response.cpu(), keep, logprobs, strict=True):
+            tokens = row[kept].tolist()
+            completions.append(Completion(tokens, drawn[kept].tolist(), finish_reason(tokens, eos, sampling), self.version))
+        return completions
 
 
 class HfEngine(BackendEngine):
@@ -96,8 +230,8 @@ class HfEngine(BackendEngine):
 
     name = "hf"
 
-    def __init__(self, backend: Backend, static_cache: bool = False) -> None:
-        super().__init__(backend)
+    def __init__(self, backend: Backend, policy: nn.Module, tokenizer: Any, static_cache: bool = False) -> None:
+        super().__init__(backend, policy, tokenizer)
         self.static_cache = static_cache
 
     def options(self) -> dict[str, Any]:
@@ -110,17 +244,63 @@ class MegatronEngine(BackendEngine):
     name = "megatron"
 
 
-def make_engine(gen: GenSpec, backend: Backend) -> Engine:
-    """The engine gen.engine names (auto: the backend's own), checked against the backend."""
+def make_engine(
+    gen: GenSpec, backend: Backend, policy: nn.Module, tokenizer: Any, *, run_dir: Path | None = None, reporter: Any = None
+) -> Engine:
+    """The engine gen.engine names (auto: the backend's own), checked against the backend. The vllm engine starts a
+    server that lives as long as the run: it needs the run's directory (its weights and log go there)."""
     own = getattr(backend, "rollout_engine", "hf")
     name = own if gen.engine == "auto" else gen.engine
-    if name != own:
-        raise BackendError(f"gen.engine {name} cannot sample on this backend, whose policy only the {own} engine runs")
-    if name == "megatron":
+    if name == "megatron" or own == "megatron":
+        if name != own:
+            raise BackendError(f"gen.engine {name} cannot sample on this backend, whose policy only the {own} engine runs")
         if gen.static_cache:
             raise BackendError("gen.static_cache is for the hf engine; megatron's decoding keeps its own cache")
-        return MegatronEngine(backend)
-    return HfEngine(backend, gen.static_cache)
+        return MegatronEngine(backend, policy, tokenizer)
+    if gen.static_cache and name != "hf":
+        raise BackendError(f"gen.static_cache is for the hf engine; the {name} engine keeps its own cache")
+    if name == "continuous":
+        from trainer_core.rollout.continuous import ContinuousEngine
+
+        return ContinuousEngine(backend, policy, tokenizer, gen.kv_cache_share)
+    if name == "vllm":
+        if run_dir is None:
+            raise BackendError("gen.engine vllm serves a whole run: it is opened with the run (engines.make_engine run_dir)")
+        from trainer_core.rollout.vllm import VllmEngine
+
+        return VllmEngine.start(gen.vllm, backend, policy, tokenizer, run_dir, reporter)
+    return HfEngine(backend, policy, tokenizer, gen.static_cache)
+
+
+def push_weights(engine: Engine, backend: Backend, model: nn.Module, version: int) -> float:
+    """Bring `engine` to policy `version` (optimizer steps): a colocated engine moves its version; one with its own
+    weights gets the policy's state (`model` as the backend prepared it, gathered from the ranks), paused meanwhile,
+    and every rank waits until it has them. Every rank must call it. The seconds it took."""
+    if engine.version == version:
+        return 0.0
+    started = time.perf_counter()
+    if isinstance(engine, Colocated):
+        engine.update_weights(None, version)
+        return time.perf_counter() - started
+    state, _ = backend.full_state(model)
+    if state is None and backend.is_rank_zero:
+        state = backend.unwrap(model).state_dict()
+    engine.pause()
+    try:
+        engine.update_weights(state, version)
+    finally:
+        engine.resume()
+    backend.all_reduce(torch.zeros(1, device=backend.device), "sum")  # no rank samples before rank 0 has reloaded
+    return time.perf_counter() - started
+
+
+def opened(run: Any, gen: GenSpec, policy: nn.Module) -> Engine:
+    """The run's engine (run.engine; opened on first use, from `gen`, and closed with the run), at the run's policy
+    version (run.step): weights pushed to it first when it holds its own. `policy` is the causal LM it samples."""
+    if run.engine is None:
+        run.engine = make_engine(gen, run.backend, policy, run.tokenizer, run_dir=run.out_dir, reporter=run.reporter)
+    run.weight_sync_s += push_weights(run.engine, run.backend, getattr(run, "model", policy), run.step)
+    return run.engine
 
 
 # --- what the recipes make of the engine's log-probabilities ---

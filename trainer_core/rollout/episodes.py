@@ -43,7 +43,7 @@ from trainer_core.environments import EnvError, Environment, Episode, Reply
 from trainer_core.environments.tool_calls import listed
 from trainer_core.environments.tool_formats import FORMATS
 from trainer_core.rewards import RewardScores
-from trainer_core.rollout import rollouts
+from trainer_core.rollout import engines, rollouts
 from trainer_core.rollout.chat_turns import ChatTurns
 
 T = TypeVar("T")
@@ -156,6 +156,7 @@ def play(
     needs most (on a stand-in when its own episodes are over): generation on a sharded policy is a collective."""
     tokenizer, backend = run.tokenizer, run.backend
     rows = [row for row in rows for _ in range(repeat)]
+    engine = engines.opened(run, gen, policy)  # before the clock: a weight push is not generation
     started = time.perf_counter()
     budget = prompt_budget(run.spec, limits)
     prompts = [rollouts.prompt_ids(row, tokenizer) for row in rows]  # whole: cut with the opening, at the reset
@@ -194,7 +195,7 @@ def play(
     start()
     while float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) > 0:
         contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
-        generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy)
+        generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy, engine=engine)
         drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
         for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
             new = ids[keep].tolist()

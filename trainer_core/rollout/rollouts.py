@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import LogitsProcessor, LogitsProcessorList
 
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec, HeldOutEval
@@ -30,8 +29,7 @@ from trainer_core.backends import Backend, rank_chunks
 from trainer_core.data import DataError
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import pad_id
-from trainer_core.failures import Diverged
-from trainer_core.rollout.engines import make_engine
+from trainer_core.rollout.engines import Completion, Engine, Sampling, make_engine, opened
 
 
 @dataclass
@@ -42,6 +40,7 @@ class Generation:
     response_mask: torch.Tensor  # [B, R] bool
     prompt_width: int  # P
     logprobs: torch.Tensor | None = None  # [B, R]: the rollout engine's log-probabilities of the response tokens
+    versions: torch.Tensor | None = None  # [B] on the CPU: the policy version that sampled each row
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -55,6 +54,7 @@ class Generation:
             self.response_mask[index],
             self.prompt_width,
             None if self.logprobs is None else self.logprobs[index],
+            None if self.versions is None else self.versions[index.cpu() if isinstance(index, torch.Tensor) else index],
         )
 
     def inputs(self) -> dict[str, torch.Tensor]:
@@ -81,6 +81,7 @@ class Generation:
             None
             if any(g.logprobs is None for g in parts)
             else torch.cat([torch.nn.functional.pad(g.logprobs, (0, response - g.logprobs.shape[1])) for g in parts]),
+            None if any(g.versions is None for g in parts) else torch.cat([g.versions for g in parts]),
         )
 
 
@@ -140,95 +141,65 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-class FiniteLogits(LogitsProcessor):
-    """Stops sampling from a policy whose next-token logits hold NaN or +inf (its weights went too far, finite or
-    not): torch's sampler would fail on them (on a GPU, in a device-side assert) with no word of why. -inf is left
-    alone: filters put it there on purpose. Either train.on_nonfinite mode ends such a run: no step can be skipped
-    to mend a policy that is already broken."""
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if bool(torch.isnan(scores).any() or torch.isposinf(scores).any()):
-            raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
-        return scores
-
-
 @torch.no_grad()
 def generate(
-    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, *, greedy: bool = False
+    policy: nn.Module,
+    prompts: list[list[int]],
+    tokenizer: Any,
+    gen: GenSpec,
+    backend: Backend,
+    *,
+    greedy: bool = False,
+    engine: Engine | None = None,
 ) -> Generation:
-    """Sample one response per prompt (greedy for evaluation) from the unwrapped policy, with the rollout engine
-    gen.engine names (engines.py), and its log-probabilities of the response tokens; in calls of
+    """Sample one response per prompt (greedy for evaluation) with `engine` (the run's; None: the colocated engine
+    gen.engine names, on `policy`), and its log-probabilities of the response tokens; in calls of
     gen.micro_batch_size prompts of like length where that is set. The rows come back in the prompts' order."""
+    engine = engine or make_engine(gen, backend, policy, tokenizer)
+    sampling = Sampling.of(gen, greedy)
     size = gen.micro_batch_size
     if size is None:
-        return _generate_call(policy, prompts, tokenizer, gen, backend, greedy)
+        return _generate_call(engine, prompts, tokenizer, sampling, backend)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # the longest first: peak memory shows at once
     calls = [order[i : i + size] for i in range(0, len(order), size)]
-    parts = [_generate_call(policy, [prompts[i] for i in call], tokenizer, gen, backend, greedy) for call in calls]
+    parts = [_generate_call(engine, [prompts[i] for i in call], tokenizer, sampling, backend) for call in calls]
     if backend.forward_is_collective:
         # Each forward gathers parameters from every rank: a rank with fewer calls runs stand-in ones, and discards them.
         most = int(backend.all_reduce(torch.tensor(float(len(calls)), device=backend.device), "max"))
         for _ in range(most - len(calls)):
-            _generate_call(policy, prompts[:1], tokenizer, gen, backend, greedy)
+            _generate_call(engine, prompts[:1], tokenizer, sampling, backend)
     merged = Generation.concat(parts, pad_id(tokenizer))
     back = torch.empty(len(order), dtype=torch.long)
     back[torch.tensor(order)] = torch.arange(len(order))
     return merged.rows(back.to(merged.input_ids.device))
 
 
-def _generate_call(
-    policy: nn.Module, prompts: list[list[int]], tokenizer: Any, gen: GenSpec, backend: Backend, greedy: bool
-) -> Generation:
-    """One engine call over `prompts`, left-padded to the longest."""
-    device = backend.device
-    pad = pad_id(tokenizer)
+def _generate_call(engine: Engine, prompts: list[list[int]], tokenizer: Any, sampling: Sampling, backend: Backend) -> Generation:
+    """One engine call over `prompts`, laid out as a Generation (prompts left-padded to the longest)."""
+    return from_completions(prompts, engine.generate(prompts, sampling), pad_id(tokenizer), backend.device)
+
+
+def from_completions(prompts: list[list[int]], completions: list[Completion], pad: int, device: Any) -> Generation:
+    """Prompts and their engine's completions as one Generation: each prompt left-padded to the longest, each
+    response right-padded to the longest, its log-probabilities 0 past its end; `versions` each row's policy version."""
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
-    sampling = (
-        {"do_sample": False}
-        if greedy
-        else {
-            "do_sample": True,
-            "temperature": gen.temperature,
-            "top_k": gen.top_k,
-            "top_p": gen.top_p,
-        }
+    longest = max(len(c.tokens) for c in completions)
+    ids, mask, logprobs = [], [], []
+    for prompt, done in zip(prompts, completions, strict=True):
+        left, right = width - len(prompt), longest - len(done.tokens)
+        ids.append([pad] * left + prompt + done.tokens + [pad] * right)
+        mask.append([0] * left + [1] * (len(prompt) + len(done.tokens)) + [0] * right)
+        logprobs.append(list(done.logprobs) + [0.0] * right)
+    attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
+    return Generation(
+        torch.tensor(ids, dtype=torch.long, device=device),
+        attention_mask,
+        _positions(attention_mask),
+        attention_mask[:, width:].bool(),
+        width,
+        torch.tensor(logprobs, dtype=torch.float32, device=device),
+        torch.tensor([c.version for c in completions], dtype=torch.long),
     )
-    if gen.stop:
-        sampling |= {"stop_strings": list(gen.stop), "tokenizer": tokenizer}
-    was_training = policy.training
-    policy.eval()
-    sampled = make_engine(gen, backend).sample(
-        policy,
-        ids,
-        LogitsProcessorList([FiniteLogits()]),
-        attention_mask=mask,
-        max_new_tokens=gen.max_new_tokens,
-        pad_token_id=pad,
-        eos_token_id=tokenizer.eos_token_id,
-        use_cache=True,
-        **sampling,
-    )
-    policy.train(was_training)
-    out = sampled.ids
-    response = out[:, width:]
-    response_mask = _response_mask(response, tokenizer.eos_token_id, pad)
-    attention_mask = torch.cat([mask, response_mask.long()], dim=1)
-    logprobs = sampled.logprobs * response_mask
-    return Generation(out, attention_mask, _positions(attention_mask), response_mask, width, logprobs)
-
-
-def _response_mask(response: torch.Tensor, eos: int | None, pad: int) -> torch.Tensor:
-    """True up to and including each row's first eos; generate() pads finished rows after that (or after a stop string)."""
-    if eos is None:
-        return response != pad
-    is_eos = response == eos
-    ended_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
-    real = ~ended_before
-    if pad != eos:  # a row finished by a stop string is padded without an eos
-        real &= (response != pad).long().cumprod(-1).bool()
-    return real
 
 
 def decode(tokenizer: Any, generation: Generation) -> list[str]:
@@ -285,9 +256,10 @@ def sample_and_score(
     """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward.
     `observe`: for samples that are only shown, so the reward's running normaliser is left as it was."""
     rows = [row for row in rows for _ in range(repeat)]
+    engine = opened(run, gen, policy)  # a weight push is counted in perf/weight_sync_s, not in gen_s
     started = time.perf_counter()
     encoded, cut = encode_and_cut(rows, run.tokenizer, prompt_budget(run.spec, gen))
-    generation = generate(policy, encoded, run.tokenizer, gen, run.backend)
+    generation = generate(policy, encoded, run.tokenizer, gen, run.backend, engine=engine)
     gen_s = time.perf_counter() - started
     responses = decode(run.tokenizer, generation)
     prompts = [prompt_text(r) for r in rows]
@@ -373,7 +345,7 @@ def evaluate(
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
         repeated = [row for row in chunk for _ in range(n)]
         encoded, cut = encode_and_cut(repeated, tokenizer, budget)
-        generation = generate(policy, encoded, tokenizer, gen, backend, greedy=plan.greedy)
+        generation = generate(policy, encoded, tokenizer, gen, backend, greedy=plan.greedy, engine=opened(run, gen, policy))
         responses = decode(tokenizer, generation)
         prompts = [prompt_text(r) for r in repeated]
         scores = None
