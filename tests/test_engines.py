@@ -4,7 +4,9 @@ importance sampling are what their formulas say; a GRPO run reports rollout/* an
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,13 +17,14 @@ from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
-from tests.harness.training import ARITHMETIC, metrics, run_spec
+from tests.harness.training import ARITHMETIC, metrics, run_spec, write_spec
 from trainer_core.backends import BackendError, make_backend
 from trainer_core.backends.dist import DistEnv
+from trainer_core.cli import main
 from trainer_core.losses.policy import grpo_loss, ppo_policy_loss, response_logprobs
 from trainer_core.models import build_builtin
 from trainer_core.recipes.common import make_optimizer
-from trainer_core.rollout import engines, rollouts
+from trainer_core.rollout import engines, rollouts, vllm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -226,3 +229,33 @@ def test_the_continuous_engine_reports_raw_logprobs_under_temperature_and_cuts_a
             assert long.startswith(short) and end <= len(short) < end + 8 and len(short) < len(long), (short, long)
         else:
             assert short == long
+
+
+def failure_reason(out: Path) -> str:
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    return next(e["reason"] for e in events if e.get("status") == "failed")
+
+
+def test_a_vllm_engine_that_cannot_start_fails_the_run_naming_the_setting(tmp_path: Path, monkeypatch) -> None:
+    """gen.engine vllm with no interpreter set, then with one that has no vLLM (this venv's): each run fails at its
+    first step with a reason that names the setting, and for the second, quotes the server's last lines; nothing of
+    the server is left (the vLLM tier, tests/test_vllm.py, runs a real one)."""
+    monkeypatch.delenv(vllm.PYTHON_SETTING, raising=False)
+    spec = {
+        "name": "no-vllm",
+        "algorithm": "grpo",
+        "model": {"path": "builtin:tiny-llama", "max_seq_len": 32},
+        "data": ARITHMETIC,
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "grpo": {"group_size": 2, "gen": {"max_new_tokens": 4, "engine": "vllm"}},
+        "train": {"steps": 1, "batch_size": 4},
+    }
+    assert main(["run", str(write_spec(tmp_path / "a.yaml", spec)), "--out", str(tmp_path / "a")]) != 0
+    reason = failure_reason(tmp_path / "a")
+    assert "gen.vllm.python" in reason and vllm.PYTHON_SETTING in reason, reason
+    spec["grpo"]["gen"]["vllm"] = {"python": sys.executable, "start_timeout_s": 60}
+    assert main(["run", str(write_spec(tmp_path / "b.yaml", spec)), "--out", str(tmp_path / "b")]) != 0
+    reason = failure_reason(tmp_path / "b")
+    assert f"gen.vllm.python {sys.executable}: exited with status 1" in reason, reason
+    assert "No module named 'vllm'" in reason, reason
+    assert (tmp_path / "b" / "rollout" / "vllm-server.log").exists()

@@ -204,7 +204,7 @@ def wait_healthy(url: str, timeout_s: float, server: Server | None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server is not None and server.process.poll() is not None:
-            raise VllmError(server.describe(f"the vllm engine's server exited with status {server.process.returncode}"))
+            raise VllmError(server.describe("the vllm engine's server did not come up"))
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url.rstrip("/") + "/health", timeout=2.0).status_code == 200:
                 return
@@ -222,8 +222,8 @@ def _term_with_parent() -> None:
 class Server:
     """A vLLM server process of the run's, in its own process group (its engine core is a child of it)."""
 
-    def __init__(self, process: subprocess.Popen, python: str, port: int, log: Path) -> None:
-        self.process, self.python, self.port, self.log = process, python, port, log
+    def __init__(self, process: subprocess.Popen, python: str, source: str, port: int, log: Path) -> None:
+        self.process, self.python, self.source, self.port, self.log = process, python, source, port, log
         self.took = 0.0
 
     @classmethod
@@ -234,8 +234,8 @@ class Server:
                 f"gen.engine vllm needs vLLM's interpreter: set gen.vllm.python, or {PYTHON_SETTING} on the node "
                 "(scripts/vllm-env.sh builds vLLM's environment and prints it), or gen.vllm.url for a server that is up"
             )
+        source = "gen.vllm.python" if spec.python else PYTHON_SETTING
         if not Path(python).is_file() or not os.access(python, os.X_OK):
-            source = "gen.vllm.python" if spec.python else PYTHON_SETTING
             raise VllmError(f"{source} {python} is not an executable interpreter (scripts/vllm-env.sh prints one)")
         port = free_port()
         dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(
@@ -263,7 +263,7 @@ class Server:
                 start_new_session=True,
                 preexec_fn=_term_with_parent,
             )
-        server = cls(process, python, port, log)
+        server = cls(process, python, source, port, log)
         try:
             wait_healthy(f"http://127.0.0.1:{port}", spec.start_timeout_s, server)
         except BaseException:
@@ -279,9 +279,9 @@ class Server:
         except OSError:
             lines = []
         status = self.process.poll()
-        alive = "running" if status is None else f"exited with status {status}"
+        alive = "still running" if status is None else f"exited with status {status}"
         tail = "\n".join(lines) if lines else "(nothing)"
-        return f"{what}; the server ({alive}) last wrote, in {self.log}:\n{tail}"
+        return f"{what} ({self.source} {self.python}: {alive}); its last lines, in {self.log}:\n{tail}"
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the server's group, SIGKILL to what is left after `grace_s`."""
