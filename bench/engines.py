@@ -1,5 +1,6 @@
 """Rollout engines on one device: generated tokens/s of plain Hugging Face generate, our hf engine (dynamic and
-static KV cache) and our megatron engine, on the same model, prompts and settings.
+static KV cache), our megatron engine, our continuous engine (transformers' continuous batching) and our vllm engine
+(a vLLM server in its own interpreter), on the same model, prompts and settings.
 
 A benchmark, not a test. The GPU fast paths (gen.static_cache: transformers compiles the static-cache decode with
 torch.compile and CUDA graphs on a GPU) only mean something on a GPU: run it there (scripts/gpu-check.sh runs
@@ -20,7 +21,16 @@ made during the warmup and during the timed runs: a timed call of a shape the wa
 width or batch, as "by length" makes) that recompiles shows there. --compile-on-cpu has transformers compile the
 static-cache decode on a CPU too.
 
+--group G repeats each prompt G times (a GRPO group). --mean-length L makes answers end at widely spread lengths:
+the weights make eos the next token with probability 1/L at every step (geometric lengths of mean L, the same weights
+for every engine), where a padded batch decodes every row until the longest ends and a continuous one does not.
+The vllm engine needs vLLM's interpreter (--vllm-python, default RLPLANE_VLLM_PYTHON; scripts/vllm-env.sh builds it)
+and heads of width 32 or more on a CPU (this model's are 64 wide); its server runs in its own process with its own
+threads beside this one, and its start is not timed.
+
     .venv/bin/python bench/engines.py --device cpu --hidden 64 --layers 2 --batch 8 --new-tokens 32
+    .venv/bin/python bench/engines.py --device cpu --hidden 256 --layers 4 --batch 4 --group 8 --new-tokens 128 \
+        --mean-length 24 --only "hf generate,hf engine,continuous engine,vllm engine"
     python bench/engines.py --json engines.json   # on a GPU: bf16, 1024 x 8, 32 prompts x 128 tokens (a minute on an H200)
 """
 
@@ -29,9 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +51,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ENGINES = ("hf generate", "hf engine", "hf engine + static cache", "hf engine + static cache + by length", "megatron engine")
+ENGINES = (
+    "hf generate",
+    "hf engine",
+    "hf engine + static cache",
+    "hf engine + static cache + by length",
+    "megatron engine",
+    "continuous engine",
+    "vllm engine",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,7 +85,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="have transformers compile the static-cache decode on a CPU too (it does on a GPU), to count its compiles",
     )
-    p.add_argument("--only", default=",".join(ENGINES), help="comma-separated engines (default: all)")
+    p.add_argument("--group", type=int, default=1, help="answers per prompt, as a GRPO group (default 1)")
+    p.add_argument(
+        "--mean-length",
+        type=float,
+        default=None,
+        help="answers end with probability 1/L at each step (geometric lengths of mean L; default: as the weights fall)",
+    )
+    p.add_argument("--vllm-python", default=os.environ.get("RLPLANE_VLLM_PYTHON"), help="vLLM's interpreter")
+    p.add_argument(
+        "--only",
+        default=",".join(e for e in ENGINES if e != "vllm engine"),
+        help="comma-separated engines (default: all but the vllm engine)",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     return p.parse_args(argv)
 
@@ -92,12 +124,29 @@ def build(args: argparse.Namespace, device):
     )
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    if args.mean_length is not None:
+        spread_lengths(model, tokenizer.eos_token_id, args.mean_length, len(tokenizer))
     if args.compile_on_cpu:
         from transformers.generation.configuration_utils import CompileConfig
 
         model.generation_config.compile_config = CompileConfig()
         model.generation_config.compile_config._compile_all_devices = True  # transformers' own switch for this
     return model, tokenizer
+
+
+def spread_lengths(model, eos: int, mean_length: float, vocab: int) -> None:
+    """Weights under which eos is the next token with probability about 1/mean_length whatever came before: every
+    token's embedding carries a large constant in hidden dimension 0, which then dominates each position's RMS norm,
+    so the final norm's output there is nearly constant; only eos's row of the LM head reads that dimension, with a
+    weight that puts its logit log((V - 1) / (L - 1)) above the others (which the large constant leaves near 0)."""
+    import torch
+
+    with torch.no_grad():
+        embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        embed[:, 0] = 100.0 * embed.abs().max()
+        head[:, 0] = 0.0
+        probe = model.model(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]], device=embed.device)).last_hidden_state[0, :, 0]
+        head[eos, 0] = math.log((vocab - 1) / max(mean_length - 1, 1e-3)) / float(probe.float().mean())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown engine(s) {unknown}: choose from {', '.join(ENGINES)}", file=sys.stderr)
         return 2
     model, tokenizer = build(args, device)
+    if "vllm engine" in names and not args.vllm_python:
+        print("the vllm engine needs --vllm-python or RLPLANE_VLLM_PYTHON (scripts/vllm-env.sh prints it)", file=sys.stderr)
+        return 2
     if args.prompt_lengths is None:
         rows = builtin_examples("arithmetic", "prompts", seed=0, eval_fraction=0.0).train[: args.batch]
         prompts = rollouts.encode_prompts(rows, tokenizer, 32)
@@ -130,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [round(math.exp(draw.uniform(math.log(shortest), math.log(longest)))) for _ in range(args.batch)]
         text = ["".join(draw.choice("0123456789") for _ in range(n - 1)) + "=" for n in lengths]
         prompts = rollouts.encode_prompts([{"prompt": t} for t in text], tokenizer, longest + 8)
+    prompts = [p for p in prompts for _ in range(args.group)]
     gen = {"max_new_tokens": args.new_tokens, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     precision = {"bf16": "bf16", "fp32": "fp32"}[args.dtype]
-    train = TrainSpec(steps=1, batch_size=args.batch)
+    train = TrainSpec(steps=1, batch_size=len(prompts))
     torch_backend = make_backend(TorchBackend(kind="torch", precision=precision), train.model_copy(), DistEnv())
     megatron_backend = None
     width = max(map(len, prompts))
@@ -151,13 +204,23 @@ def main(argv: list[str] | None = None) -> int:
             )
         return out, None
 
-    def engine(static_cache: bool, backend, micro_batch_size: int | None = None):
+    def engine(static_cache: bool, backend, micro_batch_size: int | None = None, kind: str = "auto", opened=None):
         def run():
-            spec = GenSpec(**gen, static_cache=static_cache, micro_batch_size=micro_batch_size)
-            generation = rollouts.generate(model, prompts, tokenizer, spec, backend)
+            spec = GenSpec(**gen, static_cache=static_cache, micro_batch_size=micro_batch_size, engine=kind)
+            generation = rollouts.generate(model, prompts, tokenizer, spec, backend, engine=opened)
             return generation.input_ids, generation
 
         return run
+
+    vllm_engine = None
+    if "vllm engine" in names:
+        from rlplane.spec.algorithms import VllmSpec
+        from trainer_core.rollout.vllm import VllmEngine
+
+        work = Path(tempfile.mkdtemp(prefix="bench-engines-"))
+        started = time.perf_counter()
+        vllm_engine = VllmEngine.start(VllmSpec(python=args.vllm_python), torch_backend, model, tokenizer, work, None)
+        print(f"vllm engine: server up in {time.perf_counter() - started:.0f} s (not timed)", flush=True)
 
     if "megatron engine" in names:
         megatron_backend = make_backend(MegatronBackendSpec(kind="megatron", precision=precision), train, DistEnv())
@@ -168,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         "hf engine + static cache": engine(True, torch_backend),
         "hf engine + static cache + by length": engine(True, torch_backend, args.micro_batch or max(1, args.batch // 4)),
         "megatron engine": engine(False, megatron_backend),
+        "continuous engine": engine(False, torch_backend, kind="continuous"),
+        "vllm engine": engine(False, torch_backend, opened=vllm_engine),
     }
 
     # Graphs torch.compile made (transformers compiles the static-cache decode): a call of a new shape (prompt width,
@@ -205,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         out, generation = last[name]
         generated = (out.shape[1] - width) * out.shape[0]  # decoded positions, a finished row's padding included
         # Real tokens (through each row's first eos): the measure that compares calls of other shapes (by length).
-        real = int(engines.response_mask(out[:, width:], tokenizer.eos_token_id, tokenizer.pad_token_id).sum())
+        if generation is not None:
+            real = int(generation.response_mask.sum())
+        else:
+            real = int(engines.response_mask(out[:, width:], tokenizer.eos_token_id, tokenizer.pad_token_id).sum())
         median = statistics.median(seconds[name])
         row = {
             "tokens_per_s": generated / median,
@@ -221,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             row["max_logprob_diff"] = float(((trainer - generation.logprobs).abs() * generation.response_mask).max())
         results[name] = row
     versions = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"}
-    print(f"{versions}; Llama {args.hidden} x {args.layers} in {args.dtype}, {args.batch} prompts x {args.new_tokens} tokens")
+    lengths = f", answers' mean length {args.mean_length:g} by the weights" if args.mean_length else ""
+    print(
+        f"{versions}; Llama {args.hidden} x {args.layers} in {args.dtype}, {args.batch} prompts x {args.group} answers "
+        f"x {args.new_tokens} tokens at most{lengths}"
+    )
     print(
         "| engine | generated tokens/s | real tokens/s | vs hf generate (real) | max abs Δ logprob vs trainer "
         "| graphs compiled (warmup, timed) |"
@@ -237,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": versions, "results": results})
         )
+    if vllm_engine is not None:
+        vllm_engine.close()
     for backend in (torch_backend, megatron_backend):
         if backend is not None:
             backend.close()

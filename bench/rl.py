@@ -62,6 +62,12 @@ GRPO_VARIANTS: dict[str, tuple[dict, dict]] = {
     "grpo": ({}, {"loss_type": "grpo", "epsilon_high": 0.2, "scale_rewards": "group"}),
     "grpo-dr_grpo": ({"loss": "dr_grpo", "normalize_std": False}, {"loss_type": "dr_grpo", "scale_rewards": "none"}),
     "grpo-dapo": ({"loss": "dapo", "clip_high": 0.28}, {"loss_type": "dapo", "epsilon_high": 0.28}),
+    # grpo with each side's continuous-batching generation (transformers' paged KV cache): our gen.engine continuous,
+    # TRL's use_transformers_continuous_batching
+    "grpo-continuous": (
+        {"gen": {"engine": "continuous"}},
+        {"loss_type": "grpo", "epsilon_high": 0.2, "scale_rewards": "group", "use_transformers_continuous_batching": True},
+    ),
 }
 ALGORITHMS = (*GRPO_VARIANTS, "ppo")
 TRL_PPO_PROBE = """
@@ -90,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppo-batch", type=int, default=32, help="PPO rollouts per step (default 32)")
     p.add_argument("--repeat", type=int, default=3, help="runs per side, alternating; the median run is shown (default 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
-    p.add_argument("--only", default=",".join(ALGORITHMS), help="comma-separated subset of grpo,ppo")
+    p.add_argument("--only", default=",".join(ALGORITHMS), help=f"comma-separated subset of {','.join(ALGORITHMS)}")
     p.add_argument("--trl-python", default=str(ROOT / "bench" / ".venv-trl" / "bin" / "python"), help="interpreter with trl")
     p.add_argument("--skip-trl", action="store_true", help="rlplane only")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
@@ -167,8 +173,14 @@ def rlplane_spec(algorithm: str, paths: dict[str, Path], args: argparse.Namespac
                 "normalize_std": True,
                 "cliprange": 0.2,
                 "samples_to_log": 0,
-                "gen": {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_k": 0, "top_p": 1.0},
                 **GRPO_VARIANTS[algorithm][0],
+                "gen": {
+                    "max_new_tokens": args.max_new_tokens,
+                    "temperature": 1.0,
+                    "top_k": 0,
+                    "top_p": 1.0,
+                    **GRPO_VARIANTS[algorithm][0].get("gen", {}),
+                },
             },
         }
     return {  # examples/ppo.yaml from the builtin model instead of the sft-randomwalks run

@@ -243,6 +243,7 @@ class Server:
         )
         command = [python, "-m", MODULE, "--model", str(weights_dir), "--served-model-name", "policy"]
         command += ["--host", "127.0.0.1", "--port", str(port), "--skip-tokenizer-init", "--tokens-only", "--dtype", dtype]
+        command.append("--disable-uvicorn-access-log")  # a line per request would bury what a failure's reason quotes
         if backend.device.type == "cpu":
             command.append("--enforce-eager")  # nothing to capture on a CPU; compiling its graphs takes minutes
         command += spec.args
