@@ -85,7 +85,7 @@ class GenSpec(StrictModel):
     static_cache: bool = Field(
         False,
         description="hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA "
-        "graphs) on a GPU; on CPU, the static cache alone. Not on megatron.",
+        "graphs) on a GPU; on CPU, the static cache alone. Not with another engine.",
     )
     micro_batch_size: int | None = Field(
         None,
