@@ -217,10 +217,16 @@ def test_megatron_pipeline_learns_in_bf16_on_gpus(tmp_path: Path, tensor_paralle
     assert max(abs(loss[s] - reference[s]) for s in reference) < 0.05, (loss, reference)
 
 
-@pytest.mark.parametrize("static_cache", [False, True], ids=["dynamic-cache", "static-cache"])
-def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(static_cache: bool) -> None:
-    """The hf rollout engine on CUDA (gen.static_cache: transformers compiles the static-cache decode with CUDA graphs)
-    in fp32: the dynamic-cache engine's greedy tokens, and log-probabilities within 1e-4 of the trainer's forward."""
+@pytest.mark.parametrize(
+    ("engine", "static_cache"),
+    [("hf", False), ("hf", True), ("continuous", False)],
+    ids=["dynamic-cache", "static-cache", "continuous"],
+)
+def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(engine: str, static_cache: bool) -> None:
+    """The hf rollout engine on CUDA (gen.static_cache: transformers compiles the static-cache decode with CUDA graphs),
+    and the continuous engine (transformers' continuous batching, its paged cache sized from gen.kv_cache_share of the
+    GPU's free memory), in fp32: the dynamic-cache engine's greedy tokens, and log-probabilities within 1e-4 of the
+    trainer's forward."""
     from rlplane.spec.algorithms import GenSpec
     from rlplane.spec.sections import TorchBackend, TrainSpec
     from trainer_core.backends import make_backend
@@ -238,7 +244,7 @@ def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(static_cache: bo
         dynamic = rollouts.generate(model, prompts, tokenizer, GenSpec(**gen), backend, greedy=True)
         for _ in range(2):  # the first static-cache call compiles
             generation = rollouts.generate(
-                model, prompts, tokenizer, GenSpec(**gen, static_cache=static_cache), backend, greedy=True
+                model, prompts, tokenizer, GenSpec(**gen, static_cache=static_cache, engine=engine), backend, greedy=True
             )
         assert torch.equal(generation.input_ids, dynamic.input_ids)
         with torch.no_grad():
