@@ -207,6 +207,21 @@ class TestErrorShape:
     def test_bad_names(self, name):
         error_at({**sft_spec(), "name": name}, ["name"])
 
+    @pytest.mark.parametrize(
+        ("vllm", "says"),
+        [
+            ({"url": "http://127.0.0.1:8000", "python": "/opt/vllm/bin/python"}, "not both"),
+            ({"url": "127.0.0.1:8000"}, "pattern"),
+            ({"start_timeout_s": 0}, "greater than 0"),
+        ],
+    )
+    def test_bad_vllm_sections(self, vllm, says):
+        """gen.vllm: a server that is up (url) or one started for the run (python, args), never both; a URL with its
+        scheme; a positive start timeout. Each error is at gen.vllm (or its field)."""
+        data = {**ppo_spec(), "ppo": {"gen": {"engine": "vllm", "vllm": vllm}}}
+        errors = errors_of(data)
+        assert any(e["loc"][:3] == ["ppo", "gen", "vllm"] and says in e["msg"] for e in errors), errors
+
 
 class TestReferenceSyntax:
     @pytest.mark.parametrize(

@@ -145,6 +145,24 @@ RULE_CASES = {
         "ppo.gen.static_cache",
         "static_cache is for the hf engine",
     ),
+    "continuous-engine-not-on-fsdp2": (
+        "ppo",
+        ["backend={kind: fsdp2, processes: 2}", "ppo.gen.engine=continuous"],
+        "ppo.gen.engine",
+        "the continuous engine decodes from a whole policy on each rank, and fsdp2 shards it",
+    ),
+    "static-cache-not-with-continuous": (
+        "ppo",
+        ["ppo.gen.engine=continuous", "ppo.gen.static_cache=true"],
+        "ppo.gen.static_cache",
+        "static_cache is for the hf engine; the continuous engine keeps its own cache",
+    ),
+    "vllm-section-needs-the-vllm-engine": (
+        "ppo",
+        ["ppo.gen.vllm={python: /opt/vllm/bin/python}"],
+        "ppo.gen.vllm",
+        "gen.vllm sets up the vllm engine; set gen.engine: vllm or drop it",
+    ),
     "token-budget-or-micro-batch-size": (
         "sft",
         ["train.micro_batch_tokens=256", "train.micro_batch_size=2"],

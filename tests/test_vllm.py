@@ -7,8 +7,9 @@ here is a local Llama directory with two heads of 32.
 
 What they show: the server's tokens and log-probabilities are the trainer's on the same weights; after a weight
 update its greedy answers are Hugging Face's on the new weights, tagged with the new version; a GRPO run with it
-learns, reports the weight sync and leaves no server behind; a server that dies mid-run ends the run with its last
-lines; SIGTERM to the trainer stops the server too."""
+learns, reports the weight sync and leaves no server behind; a run on a server that is up (gen.vllm.url) loads its
+own weights and leaves the server running; a server that dies mid-run ends the run with its last lines; SIGTERM to
+the trainer stops the server too."""
 
 from __future__ import annotations
 
@@ -195,6 +196,18 @@ def test_grpo_with_vllm_learns_and_leaves_no_server(walker: Path, tmp_path: Path
     assert max(metrics(out, "rollout/logprob_diff").values()) < 1e-4
     assert (out / "rollout" / "vllm-server.log").stat().st_size > 0
     assert servers_of(out) == []
+
+
+def test_a_run_on_a_server_that_is_up_loads_its_own_weights_and_leaves_it_running(served, walker: Path, tmp_path: Path) -> None:
+    """gen.vllm.url: 3 GRPO steps from the walker on the module's server (which serves other weights): the run loads
+    its own first (its first step's log-probabilities are the trainer's), and the server still answers after it."""
+    engine, _, tokenizer = served
+    out = tmp_path / "out"
+    run_spec(tmp_path / "grpo.yaml", grpo_spec(walker, 3, {"url": engine.url}), "--out", str(out))
+    assert max(metrics(out, "rollout/logprob_diff").values()) < 1e-4
+    assert engine.server.process.poll() is None
+    prompts = rollouts.encode_prompts(PROMPTS[:2], tokenizer, 20)
+    assert len(engine.generate(prompts, engines.Sampling(max_new_tokens=4, greedy=True))) == 2
 
 
 def trainer(spec_path: Path, out: Path) -> subprocess.Popen:

@@ -294,8 +294,9 @@ def engine_fits_backend(spec: RunSpec) -> Rules:
     elif engine != "megatron" and megatron:
         yield Violation(
             (section, "gen", "engine"),
-            f"on the megatron backend the policy is megatron-core shards, which the {engine} engine cannot run: "
-            "set gen.engine: megatron (or auto)",
+            "on the megatron backend the policy is megatron-core shards, which "
+            + ("transformers' generate()" if engine == "hf" else f"the {engine} engine")
+            + " cannot run: set gen.engine: megatron (or auto)",
         )
     elif engine == "continuous" and (kind == "fsdp2" or (kind == "deepspeed" and spec.backend.zero_stage == 3)):
         yield Violation(

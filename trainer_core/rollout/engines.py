@@ -297,10 +297,13 @@ def push_weights(engine: Engine, backend: Backend, model: nn.Module, version: in
 def opened(run: Any, gen: GenSpec, policy: nn.Module) -> Engine:
     """The run's engine (run.engine; opened on first use, from `gen`, and closed with the run), at the run's policy
     version (run.step): weights pushed to it first when it holds its own. `policy` is the causal LM it samples."""
-    if run.engine is None:
-        run.engine = make_engine(gen, run.backend, policy, run.tokenizer, run_dir=run.out_dir, reporter=run.reporter)
-    run.weight_sync_s += push_weights(run.engine, run.backend, getattr(run, "model", policy), run.step)
-    return run.engine
+    engine = getattr(run, "engine", None)
+    if engine is None:
+        run_dir, reporter = getattr(run, "out_dir", None), getattr(run, "reporter", None)
+        engine = run.engine = make_engine(gen, run.backend, policy, run.tokenizer, run_dir=run_dir, reporter=reporter)
+    synced = push_weights(engine, run.backend, getattr(run, "model", policy), getattr(run, "step", 0))
+    run.weight_sync_s = getattr(run, "weight_sync_s", 0.0) + synced
+    return engine
 
 
 # --- what the recipes make of the engine's log-probabilities ---

@@ -5,8 +5,9 @@ node's RLPLANE_VLLM_PYTHON; scripts/vllm-env.sh builds one), never in the traine
 the run on a free loopback port, on the policy as it is at the start (written to OUT/rollout/weights), and stops it
 with the run: on the run's end, a failure, SIGTERM or Ctrl-C (the recipes close their engine), and when the trainer
 dies without closing it (the server gets SIGTERM from the kernel: PR_SET_PDEATHSIG). Its output is kept in
-OUT/rollout/vllm-server.log, and its last lines are in the reason of a run that fails because of it. Or gen.vllm.url
-names a server that is already up, which must read the run's directory.
+OUT/rollout/vllm-server.log and, each line marked "vllm server:", in the run's log; its last lines are in the reason
+of a run that fails because of it. Or gen.vllm.url names a server that is already up, which must read the run's
+directory: it is loaded with the run's starting weights from there first.
 
 Only the parts a CUDA vLLM runs unchanged are used (nothing here is GPU-specific):
     POST /inference/v1/generate   one request per prompt, sent together (vLLM batches them continuously): token ids,
@@ -27,6 +28,8 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +89,11 @@ class VllmEngine:
         if float(shared[1]):
             raise VllmError(failure or "the vllm engine's server did not start on rank 0 (its log says why)")
         url = spec.url.rstrip("/") if spec.url else f"http://127.0.0.1:{int(shared[0])}"
-        return cls(url, backend, tokenizer, weights_dir, server)
+        engine = cls(url, backend, tokenizer, weights_dir, server)
+        if spec.url is not None:  # a server that was up already serves other weights: the run's, from its directory
+            engine.update_weights(weights_dir, 0)
+            backend.all_reduce(torch.zeros(1, device=backend.device), "sum")  # no rank samples before they are in
+        return engine
 
     # --- the Engine protocol ---
 
@@ -225,6 +232,19 @@ class Server:
     def __init__(self, process: subprocess.Popen, python: str, source: str, port: int, log: Path) -> None:
         self.process, self.python, self.source, self.port, self.log = process, python, source, port, log
         self.took = 0.0
+        self.copier = threading.Thread(target=self._copy, name="vllm-server-output", daemon=True)
+        self.copier.start()
+
+    def _copy(self) -> None:
+        """Each line of the server's output into its log file and, marked, into the trainer's output, which the
+        worker forwards as the run's log."""
+        assert self.process.stdout is not None
+        with open(self.log, "ab") as out:
+            for raw in self.process.stdout:
+                out.write(raw)
+                out.flush()
+                sys.stdout.write("vllm server: " + raw.decode("utf-8", errors="replace"))
+                sys.stdout.flush()
 
     @classmethod
     def launch(cls, spec: VllmSpec, policy: nn.Module, backend: Backend, weights_dir: Path, log: Path) -> Server:
@@ -253,17 +273,16 @@ class Server:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB on a CPU (vLLM's default, 4, is too much for small nodes)
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with open(log, "ab") as out:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=weights_dir.parent,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_term_with_parent,
-            )
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=weights_dir.parent,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_term_with_parent,
+        )
         server = cls(process, python, source, port, log)
         try:
             wait_healthy(f"http://127.0.0.1:{port}", spec.start_timeout_s, server)
@@ -275,6 +294,8 @@ class Server:
 
     def describe(self, what: str) -> str:
         """`what`, and the server's last lines."""
+        if self.process.poll() is not None:
+            self.copier.join(timeout=5)  # what it wrote before it ended
         try:
             lines = self.log.read_text(errors="replace").splitlines()[-LOG_LINES:]
         except OSError:
