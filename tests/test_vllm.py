@@ -30,7 +30,7 @@ from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.specs import RANDOMWALKS
-from tests.harness.training import metrics, run_spec
+from tests.harness.training import local_model, metrics, run_spec, write_spec
 from trainer_core.backends import make_backend
 from trainer_core.losses.policy import response_logprobs
 from trainer_core.models.tokenizer import build_tokenizer
@@ -53,24 +53,8 @@ def vllm_python() -> str:
 def wide_llama(directory: Path) -> Path:
     """A local tiny Llama whose two heads are 32 wide (vLLM's CPU attention takes no narrower), with the builtin
     tokenizer."""
-    tokenizer = build_tokenizer()
-    config = LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=256,
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    shape = {"num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 128}
+    return local_model(directory, LlamaConfig, num_hidden_layers=2, hidden_size=64, max_position_embeddings=256, **shape)
 
 
 @pytest.fixture(scope="module")
@@ -210,13 +194,12 @@ def test_a_run_on_a_server_that_is_up_loads_its_own_weights_and_leaves_it_runnin
     assert len(engine.generate(prompts, engines.Sampling(max_new_tokens=4, greedy=True))) == 2
 
 
-def trainer(spec_path: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(out)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
+def trainer(walker: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A long GRPO run with the vllm engine in a trainer process of its own, and its output directory."""
+    out = tmp_path / "out"
+    spec_path = write_spec(tmp_path / "grpo.yaml", grpo_spec(walker, 200))
+    command = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(out)]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), out
 
 
 def wait_for(condition, timeout: float = 240.0) -> None:
@@ -233,12 +216,7 @@ def step_reached(out: Path, step: int) -> bool:
 
 def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Path, tmp_path: Path) -> None:
     """The server killed (SIGKILL) after step 2: the run fails, its reason names the server and quotes its log."""
-    import yaml
-
-    out = tmp_path / "out"
-    spec_path = tmp_path / "grpo.yaml"
-    spec_path.write_text(yaml.safe_dump(grpo_spec(walker, 200)))
-    process = trainer(spec_path, out)
+    process, out = trainer(walker, tmp_path)
     try:
         wait_for(lambda: step_reached(out, 2))
         for pid in servers_of(out):
@@ -254,12 +232,7 @@ def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Pat
 
 def test_sigterm_to_the_trainer_stops_the_server(walker: Path, tmp_path: Path) -> None:
     """SIGTERM to the trainer mid-run (a hand-back): it exits, and the server with it."""
-    import yaml
-
-    out = tmp_path / "out"
-    spec_path = tmp_path / "grpo.yaml"
-    spec_path.write_text(yaml.safe_dump(grpo_spec(walker, 200)))
-    process = trainer(spec_path, out)
+    process, out = trainer(walker, tmp_path)
     try:
         wait_for(lambda: step_reached(out, 1))
         assert servers_of(out)

@@ -89,15 +89,16 @@ def assert_export_matches(export: Path, reference: Path) -> None:
 def dropout_model(directory: Path) -> Path:
     """A local tiny GPT-2 directory with dropout on (the builtins have none), for resume tests: a
     resumed run must restore the RNG that dropout draws from to match the straight one bit for bit."""
+    dropout = {"resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1}
+    return local_model(directory, GPT2Config, n_layer=2, n_head=4, n_embd=64, n_positions=64, **dropout)
+
+
+def local_model(directory: Path, config_type: type, **shape: object) -> Path:
+    """A model directory (seed 0's weights, the builtin tokenizer beside them) of `config_type(**shape)`, with the
+    tokenizer's vocabulary and special ids: what `model.path` names for a model that is not builtin."""
     tokenizer = build_tokenizer()
-    config = GPT2Config(
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
-        n_positions=64,
-        resid_pdrop=0.1,
-        attn_pdrop=0.1,
-        embd_pdrop=0.1,
+    config = config_type(
+        **shape,
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,

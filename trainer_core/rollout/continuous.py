@@ -80,7 +80,7 @@ class ContinuousEngine(Colocated):
                     prompts,
                     generation_config=config,
                     continuous_batching_config=self._config(prompts, sampling, seed, ContinuousBatchingConfig),
-                    warmup=self.backend.device.type == "cuda",
+                    warmup=False,  # a manager lives for one call: capturing graphs ahead of it would cost every call
                 )
         finally:
             gc.unfreeze()
