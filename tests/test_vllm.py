@@ -8,8 +8,8 @@ here is a local Llama directory with two heads of 32.
 What they show: the server's tokens and log-probabilities are the trainer's on the same weights; after a weight
 update its greedy answers are Hugging Face's on the new weights, tagged with the new version; a GRPO run with it
 learns, reports the weight sync and leaves no server behind; a run on a server that is up (gen.vllm.url) loads its
-own weights and leaves the server running; a server that dies mid-run ends the run with its last lines; SIGTERM to
-the trainer stops the server too."""
+own weights and leaves the server running; PPO on FSDP2 over two ranks samples from one server on the gathered
+policy; a server that dies mid-run ends the run with its last lines; SIGTERM to the trainer stops the server too."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.sections import TrainSpec
-from tests.harness.specs import RANDOMWALKS
+from tests.harness.launch import launch
+from tests.harness.specs import RANDOMWALKS, rl_spec
 from tests.harness.training import local_model, metrics, run_spec, write_spec
 from trainer_core.backends import make_backend
 from trainer_core.losses.policy import response_logprobs
@@ -192,6 +193,20 @@ def test_a_run_on_a_server_that_is_up_loads_its_own_weights_and_leaves_it_runnin
     assert engine.server.process.poll() is None
     prompts = rollouts.encode_prompts(PROMPTS[:2], tokenizer, 20)
     assert len(engine.generate(prompts, engines.Sampling(max_new_tokens=4, greedy=True))) == 2
+
+
+def test_ppo_on_fsdp2_over_two_ranks_samples_from_one_server(walker: Path, tmp_path: Path) -> None:
+    """PPO (whose actor-critic holds the policy beside its value head) on FSDP2 in 2 processes: rank 0 starts the one
+    server on the policy's gathered weights, both ranks sample from it, and after every step the gathered policy
+    reaches it: its log-probabilities stay the trainer's. The run ends with the server stopped."""
+    spec = rl_spec(walker, "ppo", {"kind": "fsdp2", "precision": "fp32"})
+    spec["train"] |= {"steps": 4, "eval_every": 4}
+    spec["ppo"]["gen"] |= {"engine": "vllm"}
+    out = launch(tmp_path, spec, spec["backend"], "ppo")
+    assert sorted(metrics(out, "perf/weight_sync_s")) == [1, 2, 3, 4]
+    assert max(metrics(out, "rollout/logprob_diff").values()) < 1e-4
+    assert "vllm engine: server" in (tmp_path / "ppo.log").read_text()
+    assert servers_of(out) == []
 
 
 def trainer(walker: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:

@@ -245,10 +245,18 @@ class MegatronEngine(BackendEngine):
 
 
 def make_engine(
-    gen: GenSpec, backend: Backend, policy: nn.Module, tokenizer: Any, *, run_dir: Path | None = None, reporter: Any = None
+    gen: GenSpec,
+    backend: Backend,
+    policy: nn.Module,
+    tokenizer: Any,
+    *,
+    run_dir: Path | None = None,
+    reporter: Any = None,
+    weights: Mapping[str, torch.Tensor] | None = None,
 ) -> Engine:
     """The engine gen.engine names (auto: the backend's own), checked against the backend. The vllm engine starts a
-    server that lives as long as the run: it needs the run's directory (its weights and log go there)."""
+    server that lives as long as the run: it needs the run's directory (its weights and log go there) and, where
+    the policy is sharded, its gathered `weights` on rank 0 (`policy_state`)."""
     own = getattr(backend, "rollout_engine", "hf")
     name = own if gen.engine == "auto" else gen.engine
     if name == "megatron" or own == "megatron":
@@ -268,23 +276,35 @@ def make_engine(
             raise BackendError("gen.engine vllm serves a whole run: it is opened with the run (engines.make_engine run_dir)")
         from trainer_core.rollout.vllm import VllmEngine
 
-        return VllmEngine.start(gen.vllm, backend, policy, tokenizer, run_dir, reporter)
+        return VllmEngine.start(gen.vllm, backend, policy, tokenizer, run_dir, reporter, weights)
     return HfEngine(backend, policy, tokenizer, gen.static_cache)
 
 
-def push_weights(engine: Engine, backend: Backend, model: nn.Module, version: int) -> float:
+def policy_state(backend: Backend, model: nn.Module, policy: nn.Module) -> Mapping[str, torch.Tensor] | None:
+    """On rank 0 the policy's whole state: `model` as the backend prepared it, gathered from the ranks where it is
+    sharded; of it, the part that is `policy` (PPO's actor-critic holds its policy), under the policy's own names.
+    None on the other ranks. Every rank must call it."""
+    whole = backend.unwrap(model)
+    state, _ = backend.full_state(model)
+    if state is None and backend.is_rank_zero:
+        state = whole.state_dict()
+    if state is not None and policy is not whole:
+        prefix = next(name for name, module in whole.named_modules() if module is policy) + "."
+        state = {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
+    return state
+
+
+def push_weights(engine: Engine, backend: Backend, model: nn.Module, version: int, policy: nn.Module | None = None) -> float:
     """Bring `engine` to policy `version` (optimizer steps): a colocated engine moves its version; one with its own
-    weights gets the policy's state (`model` as the backend prepared it, gathered from the ranks), paused meanwhile,
-    and every rank waits until it has them. Every rank must call it. The seconds it took."""
+    weights gets the policy's state (`policy_state`; `policy` defaults to the whole prepared model), paused
+    meanwhile, and every rank waits until it has them. Every rank must call it. The seconds it took."""
     if engine.version == version:
         return 0.0
     started = time.perf_counter()
     if isinstance(engine, Colocated):
         engine.update_weights(None, version)
         return time.perf_counter() - started
-    state, _ = backend.full_state(model)
-    if state is None and backend.is_rank_zero:
-        state = backend.unwrap(model).state_dict()
+    state = policy_state(backend, model, policy if policy is not None else backend.unwrap(model))
     engine.pause()
     try:
         engine.update_weights(state, version)
@@ -297,11 +317,13 @@ def push_weights(engine: Engine, backend: Backend, model: nn.Module, version: in
 def opened(run: Any, gen: GenSpec, policy: nn.Module) -> Engine:
     """The run's engine (run.engine; opened on first use, from `gen`, and closed with the run), at the run's policy
     version (run.step): weights pushed to it first when it holds its own. `policy` is the causal LM it samples."""
-    engine = getattr(run, "engine", None)
+    engine, model = getattr(run, "engine", None), getattr(run, "model", policy)
     if engine is None:
         run_dir, reporter = getattr(run, "out_dir", None), getattr(run, "reporter", None)
-        engine = run.engine = make_engine(gen, run.backend, policy, run.tokenizer, run_dir=run_dir, reporter=reporter)
-    synced = push_weights(engine, run.backend, getattr(run, "model", policy), getattr(run, "step", 0))
+        weights = policy_state(run.backend, model, policy) if gen.engine == "vllm" else None  # what its server starts on
+        engine = make_engine(gen, run.backend, policy, run.tokenizer, run_dir=run_dir, reporter=reporter, weights=weights)
+        run.engine = engine
+    synced = push_weights(engine, run.backend, model, getattr(run, "step", 0), policy)
     run.weight_sync_s = getattr(run, "weight_sync_s", 0.0) + synced
     return engine
 

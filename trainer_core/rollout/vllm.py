@@ -64,16 +64,24 @@ class VllmEngine:
 
     @classmethod
     def start(
-        cls, spec: VllmSpec | None, backend: Backend, policy: nn.Module, tokenizer: Any, run_dir: Path, reporter: Any
+        cls,
+        spec: VllmSpec | None,
+        backend: Backend,
+        policy: nn.Module,
+        tokenizer: Any,
+        run_dir: Path,
+        reporter: Any,
+        weights: Mapping[str, torch.Tensor] | None = None,
     ) -> VllmEngine:
-        """Every rank: rank 0 writes the policy's weights and starts the server (or checks gen.vllm.url's), the others
-        learn its port. Version 0 is the weights written here; the caller pushes its own version next."""
+        """Every rank: rank 0 writes the policy's config and weights (`weights`, gathered where the policy is sharded;
+        else its own) and starts the server (or loads them into gen.vllm.url's), the others learn its port. Version 0
+        is the weights written here; the caller pushes its own version next."""
         spec = spec or VllmSpec()
         weights_dir = run_dir / "rollout" / "weights"
         port, server, failure = 0, None, ""
         if backend.is_rank_zero:
             try:
-                write_model(policy, weights_dir)
+                write_model(policy, weights_dir, weights)
                 if spec.url is None:
                     server = Server.launch(spec, policy, backend, weights_dir, run_dir / "rollout" / "vllm-server.log")
                     port = server.port
@@ -121,9 +129,9 @@ class VllmEngine:
     def update_weights(self, weights: Weights, version: int) -> None:
         """Rank 0 writes `weights` (a state dict) to OUT/rollout/weights, or reloads from the directory given, and tags
         the server's answers with `version`; the other ranks only take the version (push_weights waits for rank 0)."""
-        if weights is None:
-            raise VllmError("the vllm engine holds its own weights: update_weights needs a state dict or a directory")
         if self.backend.is_rank_zero:
+            if weights is None:
+                raise VllmError("the vllm engine holds its own weights: update_weights needs a state dict or a directory")
             directory = self.weights_dir
             if isinstance(weights, Mapping):
                 write_weights(weights, directory)
@@ -188,12 +196,12 @@ class VllmEngine:
         )
 
 
-def write_model(policy: nn.Module, directory: Path) -> None:
-    """The policy as a model directory vLLM loads: its config and its weights as safetensors (no tokenizer: the
-    server takes token ids)."""
+def write_model(policy: nn.Module, directory: Path, weights: Mapping[str, torch.Tensor] | None = None) -> None:
+    """The policy as a model directory vLLM loads: its config and its weights (`weights`, else its own) as
+    safetensors (no tokenizer: the server takes token ids)."""
     directory.mkdir(parents=True, exist_ok=True)
     policy.config.save_pretrained(directory)
-    write_weights(policy.state_dict(), directory)
+    write_weights(policy.state_dict() if weights is None else weights, directory)
 
 
 def write_weights(state: Mapping[str, torch.Tensor], directory: Path) -> None:
