@@ -9,7 +9,8 @@ What they show: the server's tokens and log-probabilities are the trainer's on t
 update its greedy answers are Hugging Face's on the new weights, tagged with the new version; a GRPO run with it
 learns, reports the weight sync and leaves no server behind; a run on a server that is up (gen.vllm.url) loads its
 own weights and leaves the server running; PPO on FSDP2 over two ranks samples from one server on the gathered
-policy; a server that dies mid-run ends the run with its last lines; SIGTERM to the trainer stops the server too."""
+policy; a server that dies mid-run ends the run with its last lines; SIGTERM or SIGKILL to the trainer stops the
+server too."""
 
 from __future__ import annotations
 
@@ -245,13 +246,15 @@ def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Pat
     wait_for(lambda: servers_of(out) == [], 30)
 
 
-def test_sigterm_to_the_trainer_stops_the_server(walker: Path, tmp_path: Path) -> None:
-    """SIGTERM to the trainer mid-run (a hand-back): it exits, and the server with it."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_the_trainers_end_stops_the_server(walker: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM to the trainer mid-run (a hand-back: it closes its engine), or SIGKILL (nothing of it runs: the kernel
+    sends the server SIGTERM, PR_SET_PDEATHSIG): the server stops too."""
     process, out = trainer(walker, tmp_path)
     try:
         wait_for(lambda: step_reached(out, 1))
         assert servers_of(out)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(sig)
         process.wait(120)
     finally:
         process.kill()
