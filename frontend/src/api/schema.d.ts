@@ -2047,11 +2047,17 @@ export interface components {
         GenSpec: {
             /**
              * Engine
-             * @description What samples the responses: hf, transformers' generate() on the policy; megatron, megatron-core KV-cache decoding from the policy's shards; auto: megatron on the megatron backend, else hf. Each returns its log-probabilities of the sampled tokens, and RL runs report how far they are from the trainer's (rollout/*).
+             * @description What samples the responses: hf, transformers' generate() on the policy; megatron, megatron-core KV-cache decoding from the policy's shards; continuous, transformers' continuous batching on the policy (a paged KV cache: rows that end free their room for the next prompt instead of idling as padding); vllm, a vLLM server for the run in its own interpreter (gen.vllm), its weights reloaded from files after each step; auto: megatron on the megatron backend, else hf. Each returns its log-probabilities of the sampled tokens, and RL runs report how far they are from the trainer's (rollout/*).
              * @default auto
              * @enum {string}
              */
-            engine: "auto" | "hf" | "megatron";
+            engine: "auto" | "hf" | "megatron" | "continuous" | "vllm";
+            /**
+             * Kv Cache Share
+             * @description continuous engine on a GPU: the share of free accelerator memory its paged KV cache may take while generating (the training step has it back after); on a CPU the cache is sized to each call's prompts and answers.
+             * @default 0.3
+             */
+            kv_cache_share: number;
             /**
              * Max New Tokens
              * @description Longest response in tokens.
@@ -2066,7 +2072,7 @@ export interface components {
             micro_batch_size: number | null;
             /**
              * Static Cache
-             * @description hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA graphs) on a GPU; on CPU, the static cache alone. Not on megatron.
+             * @description hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA graphs) on a GPU; on CPU, the static cache alone. Not with another engine.
              * @default false
              */
             static_cache: boolean;
@@ -2093,6 +2099,11 @@ export interface components {
              * @default 1
              */
             top_p: number;
+            /**
+             * @description vllm engine: where its server comes from (null: the defaults below).
+             * @default null
+             */
+            vllm: components["schemas"]["VllmSpec"] | null;
         };
         /** Gpu */
         Gpu: {
@@ -4905,6 +4916,35 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /**
+         * VllmSpec
+         * @description The vllm engine's server: started by the trainer for the run from vLLM's own interpreter, or one already up.
+         */
+        VllmSpec: {
+            /**
+             * Args
+             * @description More arguments for the started server (vLLM's `serve` options), e.g. [--max-num-seqs, '64'].
+             */
+            args?: string[];
+            /**
+             * Python
+             * @description The interpreter of vLLM's own environment (scripts/vllm-env.sh builds one and prints its path); null: the node's RLPLANE_VLLM_PYTHON. vLLM pins its own torch and transformers, so it never shares the trainer's environment. The server runs as long as the run and is stopped with it.
+             * @default null
+             */
+            python: string | null;
+            /**
+             * Start Timeout S
+             * @description How long the started server may take to answer /health before the run fails.
+             * @default 600
+             */
+            start_timeout_s: number;
+            /**
+             * Url
+             * @description An existing vLLM server (http://host:port) instead of one started for the run: vLLM 0.32 or later, started with VLLM_SERVER_DEV_MODE=1 and --tokens-only (or --enable-scale-out) on the run's model, on a host that reads the run's directory (each step's weights are reloaded from files there).
+             * @default null
+             */
+            url: string | null;
         };
         /** WorkerList */
         WorkerList: {
