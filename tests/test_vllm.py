@@ -9,8 +9,8 @@ What they show: the server's tokens and log-probabilities are the trainer's on t
 update its greedy answers are Hugging Face's on the new weights, tagged with the new version; a GRPO run with it
 learns, reports the weight sync and leaves no server behind; a run on a server that is up (gen.vllm.url) loads its
 own weights and leaves the server running; PPO on FSDP2 over two ranks samples from one server on the gathered
-policy; a server that dies mid-run ends the run with its last lines; SIGTERM or SIGKILL to the trainer stops the
-server too."""
+policy; a server that dies mid-run ends the run with its last lines, one that stops answering after
+gen.vllm.request_timeout_s; SIGTERM or SIGKILL to the trainer stops the server too."""
 
 from __future__ import annotations
 
@@ -210,10 +210,11 @@ def test_ppo_on_fsdp2_over_two_ranks_samples_from_one_server(walker: Path, tmp_p
     assert servers_of(out) == []
 
 
-def trainer(walker: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    """A long GRPO run with the vllm engine in a trainer process of its own, and its output directory."""
+def trainer(walker: Path, tmp_path: Path, vllm: dict | None = None) -> tuple[subprocess.Popen, Path]:
+    """A long GRPO run with the vllm engine (`vllm`: its gen.vllm) in a trainer process of its own, and its output
+    directory."""
     out = tmp_path / "out"
-    spec_path = write_spec(tmp_path / "grpo.yaml", grpo_spec(walker, 200))
+    spec_path = write_spec(tmp_path / "grpo.yaml", grpo_spec(walker, 200, vllm))
     command = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(out)]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), out
 
@@ -244,6 +245,23 @@ def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Pat
     reason = next(e["reason"] for e in events if e.get("status") == "failed")
     assert "vllm engine's server" in reason and "its last lines" in reason, reason
     wait_for(lambda: servers_of(out) == [], 30)
+
+
+def test_a_server_that_stops_answering_ends_the_run_after_the_request_timeout(walker: Path, tmp_path: Path) -> None:
+    """The server stopped (SIGSTOP: alive, silent) after step 1, with gen.vllm.request_timeout_s 10: the run fails
+    within about that, its reason naming the setting; the stopped server is killed with the run."""
+    process, out = trainer(walker, tmp_path, {"request_timeout_s": 10})
+    try:
+        wait_for(lambda: step_reached(out, 1))
+        for pid in servers_of(out):
+            os.kill(pid, signal.SIGSTOP)
+        assert process.wait(120) != 0
+    finally:
+        process.kill()
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    reason = next(e["reason"] for e in events if e.get("status") == "failed")
+    assert "within gen.vllm.request_timeout_s 10 s" in reason, reason
+    wait_for(lambda: servers_of(out) == [], 60)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])

@@ -44,6 +44,12 @@ class VllmSpec(StrictModel):
     start_timeout_s: float = Field(
         600, gt=0, description="How long the started server may take to answer /health before the run fails."
     )
+    request_timeout_s: float = Field(
+        1800,
+        gt=0,
+        description="How long one generation request may wait for its answer before the run fails (a server that is "
+        "alive but no longer answers must not hold the run forever).",
+    )
     args: list[str] = Field(
         default_factory=list,
         description="More arguments for the started server (vLLM's `serve` options), e.g. [--max-num-seqs, '64'].",

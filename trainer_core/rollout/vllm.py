@@ -57,9 +57,12 @@ class VllmError(BackendError):
 class VllmEngine:
     name = "vllm"
 
-    def __init__(self, url: str, backend: Backend, tokenizer: Any, weights_dir: Path, server: Server | None) -> None:
+    def __init__(
+        self, url: str, backend: Backend, tokenizer: Any, weights_dir: Path, server: Server | None, request_timeout_s: float
+    ) -> None:
         self.url, self.backend, self.tokenizer, self.weights_dir, self.server = url, backend, tokenizer, weights_dir, server
-        self.client = httpx.Client(base_url=url, timeout=httpx.Timeout(30.0, read=None))
+        self.request_timeout_s = request_timeout_s
+        self.client = httpx.Client(base_url=url, timeout=httpx.Timeout(30.0, read=request_timeout_s))
         self.version = 0
 
     @classmethod
@@ -97,7 +100,7 @@ class VllmEngine:
         if float(shared[1]):
             raise VllmError(failure or "the vllm engine's server did not start on rank 0 (its log says why)")
         url = spec.url.rstrip("/") if spec.url else f"http://127.0.0.1:{int(shared[0])}"
-        engine = cls(url, backend, tokenizer, weights_dir, server)
+        engine = cls(url, backend, tokenizer, weights_dir, server, spec.request_timeout_s)
         if spec.url is not None:  # a server that was up already serves other weights: the run's, from its directory
             engine.update_weights(weights_dir, 0)
             backend.all_reduce(torch.zeros(1, device=backend.device), "sum")  # no rank samples before they are in
@@ -165,6 +168,11 @@ class VllmEngine:
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
             response = self.client.post(path, json=body)
+        except httpx.ReadTimeout:
+            raise self._failure(
+                f"the vllm engine's server at {self.url} did not answer {path} within gen.vllm.request_timeout_s "
+                f"{self.request_timeout_s:g} s"
+            ) from None
         except httpx.HTTPError as exc:
             raise self._failure(f"the vllm engine's server at {self.url} did not answer {path} ({exc})") from None
         if response.status_code >= 400:
@@ -321,6 +329,7 @@ class Server:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
+            os.killpg(self.process.pid, signal.SIGCONT)  # a stopped server takes its SIGTERM only once it runs
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:

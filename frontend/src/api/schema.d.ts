@@ -4934,6 +4934,12 @@ export interface components {
              */
             python: string | null;
             /**
+             * Request Timeout S
+             * @description How long one generation request may wait for its answer before the run fails (a server that is alive but no longer answers must not hold the run forever).
+             * @default 1800
+             */
+            request_timeout_s: number;
+            /**
              * Start Timeout S
              * @description How long the started server may take to answer /health before the run fails.
              * @default 600
