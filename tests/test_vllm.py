@@ -231,37 +231,32 @@ def step_reached(out: Path, step: int) -> bool:
     return path.exists() and any(json.loads(line)["step"] >= step for line in path.read_text().splitlines())
 
 
-def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Path, tmp_path: Path) -> None:
-    """The server killed (SIGKILL) after step 2: the run fails, its reason names the server and quotes its log."""
-    process, out = trainer(walker, tmp_path)
-    try:
-        wait_for(lambda: step_reached(out, 2))
-        for pid in servers_of(out):
-            os.kill(pid, signal.SIGKILL)
-        assert process.wait(120) != 0
-    finally:
-        process.kill()
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    reason = next(e["reason"] for e in events if e.get("status") == "failed")
-    assert "vllm engine's server" in reason and "its last lines" in reason, reason
-    wait_for(lambda: servers_of(out) == [], 30)
-
-
-def test_a_server_that_stops_answering_ends_the_run_after_the_request_timeout(walker: Path, tmp_path: Path) -> None:
-    """The server stopped (SIGSTOP: alive, silent) after step 1, with gen.vllm.request_timeout_s 10: the run fails
-    within about that, its reason naming the setting; the stopped server is killed with the run."""
-    process, out = trainer(walker, tmp_path, {"request_timeout_s": 10})
+def failure_after_signalling_the_server(walker: Path, tmp_path: Path, sig: signal.Signals, vllm: dict | None = None) -> str:
+    """A long run whose server gets `sig` after step 1: the run's failure reason, once no server of it is left."""
+    process, out = trainer(walker, tmp_path, vllm)
     try:
         wait_for(lambda: step_reached(out, 1))
         for pid in servers_of(out):
-            os.kill(pid, signal.SIGSTOP)
+            os.kill(pid, sig)
         assert process.wait(120) != 0
     finally:
         process.kill()
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    reason = next(e["reason"] for e in events if e.get("status") == "failed")
-    assert "within gen.vllm.request_timeout_s 10 s" in reason, reason
     wait_for(lambda: servers_of(out) == [], 60)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    return next(e["reason"] for e in events if e.get("status") == "failed")
+
+
+def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Path, tmp_path: Path) -> None:
+    """The server killed (SIGKILL) after step 1: the run fails, its reason names the server and quotes its log."""
+    reason = failure_after_signalling_the_server(walker, tmp_path, signal.SIGKILL)
+    assert "vllm engine's server" in reason and "its last lines" in reason, reason
+
+
+def test_a_server_that_stops_answering_ends_the_run_after_the_request_timeout(walker: Path, tmp_path: Path) -> None:
+    """The server stopped (SIGSTOP: alive, silent) after step 1, with gen.vllm.request_timeout_s 10: the run fails,
+    its reason naming the setting, and the stopped server is killed with the run."""
+    reason = failure_after_signalling_the_server(walker, tmp_path, signal.SIGSTOP, {"request_timeout_s": 10})
+    assert "within gen.vllm.request_timeout_s 10 s" in reason, reason
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
