@@ -194,6 +194,7 @@ LAUNCHING = (
         "test_ilql",
         "test_layering",
         "test_megatron_cpu_shim",
+        "test_model_speed",
         "test_nemo_checkpoint",
         "test_prometheus",
         "test_rewards",
