@@ -9,8 +9,8 @@ What they show: the server's tokens and log-probabilities are the trainer's on t
 update its greedy answers are Hugging Face's on the new weights, tagged with the new version; a GRPO run with it
 learns, reports the weight sync and leaves no server behind; a run on a server that is up (gen.vllm.url) loads its
 own weights and leaves the server running; PPO on FSDP2 over two ranks samples from one server on the gathered
-policy; a server that dies mid-run ends the run with its last lines, one that stops answering after
-gen.vllm.request_timeout_s; SIGTERM or SIGKILL to the trainer stops the server too."""
+policy; the eval recipe scores as on the hf engine; a server that dies mid-run ends the run with its last lines, one
+that stops answering after gen.vllm.request_timeout_s; SIGTERM or SIGKILL to the trainer stops the server too."""
 
 from __future__ import annotations
 
@@ -208,6 +208,25 @@ def test_ppo_on_fsdp2_over_two_ranks_samples_from_one_server(walker: Path, tmp_p
     assert max(metrics(out, "rollout/logprob_diff").values()) < 1e-4
     assert "vllm engine: server" in (tmp_path / "ppo.log").read_text()
     assert servers_of(out) == []
+
+
+def test_the_eval_recipe_on_vllm_scores_as_on_the_hf_engine(walker: Path, tmp_path: Path) -> None:
+    """`algorithm: eval` of the walker with the vllm engine, greedy: the same held-out optimality and answer lengths
+    as the hf engine's evaluation, and the run ends with its server stopped."""
+    results = {}
+    for engine in ("hf", "vllm"):
+        spec = {
+            "name": f"eval-{engine}",
+            "algorithm": "eval",
+            "model": {"path": str(walker), "max_seq_len": 32},
+            "reward": {"kind": "builtin", "name": "randomwalks"},
+            "data": RANDOMWALKS,
+            "eval": {"greedy": True, "gen": {"max_new_tokens": 10, "engine": engine}},
+        }
+        run_spec(tmp_path / f"{engine}.yaml", spec, "--out", str(tmp_path / engine))
+        results[engine] = {key: metrics(tmp_path / engine, key)[1] for key in ("eval/optimality", "eval/length")}
+    assert results["vllm"] == results["hf"], results
+    assert servers_of(tmp_path / "vllm") == []
 
 
 def trainer(walker: Path, tmp_path: Path, vllm: dict | None = None) -> tuple[subprocess.Popen, Path]:
