@@ -81,7 +81,7 @@ class VllmEngine:
         is the weights written here; the caller pushes its own version next."""
         spec = spec or VllmSpec()
         weights_dir = run_dir / "rollout" / "weights"
-        port, server, failure = 0, None, ""
+        port, server, failure = 0, None, None
         if backend.is_rank_zero:
             try:
                 write_model(policy, weights_dir, weights)
@@ -92,13 +92,15 @@ class VllmEngine:
                         reporter.log(f"vllm engine: server {server.python} on 127.0.0.1:{port}, up in {server.took:.0f} s")
                 else:
                     wait_healthy(spec.url, spec.start_timeout_s, None)
-            except VllmError as exc:
-                failure = str(exc)
-        # Every rank learns the port (and whether rank 0 failed) in one collective: no rank waits on a server that
-        # never came.
-        shared = backend.all_reduce(torch.tensor([float(port), float(bool(failure))], device=backend.device), "max")
+            except Exception as exc:  # any: the other ranks must hear of it below, not wait on a server that never came
+                failure = exc
+        # Every rank learns the port (and whether rank 0 failed) in one collective.
+        flags = torch.tensor([float(port), float(failure is not None)], device=backend.device)
+        shared = backend.all_reduce(flags, "max")
+        if failure is not None:
+            raise failure
         if float(shared[1]):
-            raise VllmError(failure or "the vllm engine's server did not start on rank 0 (its log says why)")
+            raise VllmError("the vllm engine's server did not start on rank 0 (rank 0's reason and the server's log say why)")
         url = spec.url.rstrip("/") if spec.url else f"http://127.0.0.1:{int(shared[0])}"
         engine = cls(url, backend, tokenizer, weights_dir, server, spec.request_timeout_s)
         if spec.url is not None:  # a server that was up already serves other weights: the run's, from its directory
