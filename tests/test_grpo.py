@@ -131,10 +131,12 @@ def test_grpo_with_the_continuous_engine_learns_as_with_the_hf_engine(start: Pat
     assert max(metrics(out, "rollout/logprob_diff").values()) < 1e-5
 
 
-def test_resume_is_exact(start: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["hf", "continuous"])
+def test_resume_is_exact(start: Path, tmp_path: Path, engine: str) -> None:
     """4 steps straight vs 2 then --resume, two epochs (so the rollout log-probabilities are kept
-    apart from the update's): the same policy bit for bit and the same rewards and losses."""
-    spec = grpo_spec(start, epochs=2)
+    apart from the update's): the same policy bit for bit and the same rewards and losses, with either colocated
+    engine (the continuous engine draws its sampling seed from the generator the checkpoint keeps)."""
+    spec = grpo_spec(start, epochs=2, gen={"max_new_tokens": 4, "engine": engine})
     spec["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 2, "micro_batch_size": 32}
     assert_resume_is_exact(tmp_path, spec, 2, ("reward/mean", "grpo/kl", "grpo/clipfrac", "train/loss", "eval/accuracy"))
 
