@@ -35,7 +35,7 @@ from torch import nn
 from trainer_core.backends import Backend, BackendError
 from trainer_core.failures import Diverged
 from trainer_core.losses.policy import response_logprobs
-from trainer_core.rollout.engines import Colocated, Completion, Sampling, finish_reason
+from trainer_core.rollout.engines import Colocated, Completion, Sampling, cut_at_stop, finish_reason
 
 PAGE = 32  # tokens per page of the paged cache on a CPU (transformers' default, 256, wastes most of a short answer's page)
 
@@ -117,12 +117,7 @@ class ContinuousEngine(Colocated):
         if eos in tokens:
             end = tokens.index(eos) + 1
             tokens, logprobs = tokens[:end], logprobs[:end]
-        if sampling.stop:
-            for end in range(1, len(tokens) + 1):
-                text = self.tokenizer.decode(tokens[:end], skip_special_tokens=True)
-                if any(stop in text for stop in sampling.stop):
-                    return tokens[:end], logprobs[:end]
-        return tokens, logprobs
+        return cut_at_stop(tokens, logprobs, sampling.stop, self.tokenizer)
 
     @torch.no_grad()
     def _rescore(self, prompts: list[list[int]], completions: list[Completion]) -> None:

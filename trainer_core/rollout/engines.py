@@ -176,6 +176,17 @@ def finish_reason(tokens: list[int], eos: int | None, sampling: Sampling) -> Lit
     return "stop" if ended else "length"
 
 
+def cut_at_stop(tokens: list[int], logprobs: list[float], stop: tuple[str, ...], tokenizer: Any) -> tuple[list[int], list[float]]:
+    """The response through the token that completes the first of `stop` in its text, as generate()'s stop strings
+    end it: for the engines that decode past a stop string (continuous batching, a tokens-only vLLM server)."""
+    if not stop or not any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in stop):
+        return tokens, logprobs  # most answers hold none: one decode
+    for end in range(1, len(tokens) + 1):
+        if any(s in tokenizer.decode(tokens[:end], skip_special_tokens=True) for s in stop):
+            return tokens[:end], logprobs[:end]
+    return tokens, logprobs
+
+
 class BackendEngine(Colocated):
     """Sampling through the backend's generate (a sharded policy keeps every rank generating until the longest
     response on any rank ends; megatron's decodes from its shards)."""

@@ -43,7 +43,7 @@ from torch import nn
 from rlplane.spec.algorithms import VllmSpec
 from trainer_core.backends import Backend, BackendError
 from trainer_core.launch import free_port
-from trainer_core.rollout.engines import Completion, Sampling, Weights, finish_reason
+from trainer_core.rollout.engines import Completion, Sampling, Weights, cut_at_stop, finish_reason
 
 PYTHON_SETTING = "RLPLANE_VLLM_PYTHON"
 MODULE = "vllm.entrypoints.openai.api_server"
@@ -191,11 +191,7 @@ class VllmEngine:
         logprobs = [float(entry["logprob"]) for entry in (choice.get("logprobs") or {}).get("content") or []]
         if len(logprobs) != len(tokens):
             raise VllmError(f"the vllm engine's server returned {len(logprobs)} log-probabilities for {len(tokens)} tokens")
-        if sampling.stop:
-            for end in range(1, len(tokens) + 1):
-                if any(stop in self.tokenizer.decode(tokens[:end], skip_special_tokens=True) for stop in sampling.stop):
-                    tokens, logprobs = tokens[:end], logprobs[:end]
-                    break
+        tokens, logprobs = cut_at_stop(tokens, logprobs, sampling.stop, self.tokenizer)
         spans = choice.get("weight_versions") or [{}]
         version = spans[-1].get("version")
         return Completion(
@@ -221,7 +217,14 @@ def write_weights(state: Mapping[str, torch.Tensor], directory: Path) -> None:
 
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / "model.safetensors.partial"
-    save_file({name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in state.items()}, str(partial))
+    tensors, seen = {}, set()
+    for name, tensor in state.items():
+        tensor = tensor.detach().to("cpu").contiguous()
+        if tensor.untyped_storage().data_ptr() in seen:  # a tied weight: its own copy (only those are copied)
+            tensor = tensor.clone()
+        seen.add(tensor.untyped_storage().data_ptr())
+        tensors[name] = tensor
+    save_file(tensors, str(partial))
     os.replace(partial, directory / "model.safetensors")
 
 
