@@ -83,6 +83,7 @@ class DetectorRule(StrictModel):
         "prompts_cut",
         "clipping_heavily",
         "critic_blind",
+        "async_idle",
     ]
     params: dict[str, float] = Field(default_factory=dict, description="Overrides of the detector's defaults.")
 
@@ -291,6 +292,34 @@ def _critic_blind(series: Mapping[str, Points], spec: Mapping[str, float]) -> Ve
     )
 
 
+def _async_idle(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
+    """An asynchronous GRPO run's generator or trainer sat idle for more than `bound` of the wall time, on average over
+    the last `window` steps: the other side is the bottleneck, and which one says what would speed the run up."""
+    bound, window = spec.get("bound", 0.8), int(spec.get("window", 10))
+    means: dict[str, float] = {}
+    for key in ("async/trainer_idle", "async/generator_idle"):
+        recent = _finite(series.get(key, []))[-window:]
+        if len(recent) == window:
+            means[key] = sum(recent) / window
+    if not means:
+        return Verdict(False)
+    key = max(means, key=means.__getitem__)
+    if means[key] <= bound:
+        return Verdict(False)
+    said = f"{means[key]:.0%} of the time over the last {window} steps ({key})"
+    if key == "async/trainer_idle":
+        return Verdict(
+            True,
+            f"the trainer sat waiting for the generator {said}: generation is the bottleneck; try a faster engine "
+            "(gen.engine: continuous or vllm), more generator devices, or a larger grpo.max_staleness",
+        )
+    return Verdict(
+        True,
+        f"the generator sat waiting on the trainer {said}: training is the bottleneck, so a grpo.max_staleness above 1 "
+        "buys nothing but staler samples",
+    )
+
+
 DETECTORS: dict[str, Detector] = {
     d.name: d
     for d in (
@@ -356,6 +385,13 @@ DETECTORS: dict[str, Detector] = {
             "explained variance below 0 for 10 steps",
             _critic_blind,
             ("ppo/explained_variance",),
+        ),
+        Detector(
+            "async_idle",
+            ("grpo",),
+            "an asynchronous run's generator or trainer idle over 80% of the time for 10 steps",
+            _async_idle,
+            ("async/trainer_idle", "async/generator_idle"),
         ),
     )
 }

@@ -59,6 +59,9 @@ def test_conditions_read_the_recent_points():
         ("clipping_heavily", {"grpo/clipfrac": [0.4] * 5}, {"grpo/clipfrac": [0.4] * 4 + [0.1]}, {}),
         ("clipping_heavily", {"ppo/clipfrac": [0.2] * 5}, {"ppo/clipfrac": [0.05] * 5}, {"bound": 0.1}),
         ("critic_blind", {"ppo/explained_variance": [0.5] + [-0.2] * 10}, {"ppo/explained_variance": [-0.2] * 9 + [0.1]}, {}),
+        ("async_idle", {"async/trainer_idle": [0.9] * 9 + [0.5]}, {"async/trainer_idle": [0.9] * 5 + [0.5] * 5}, {}),
+        ("async_idle", {"async/generator_idle": [0.0] + [0.95] * 10}, {"async/generator_idle": [0.95] * 9}, {}),
+        ("async_idle", {"async/trainer_idle": [0.6] * 4}, {"async/trainer_idle": [0.6] * 3 + [0.1]}, {"bound": 0.5, "window": 4}),
         (
             "reward_falling",
             {"reward/mean": [0.0] * 10 + [1.0] * 10 + [0.2] * 10},
@@ -88,6 +91,22 @@ def test_reward_falling_fires_once_about_its_line_and_clears_only_on_recovery():
     hovering = at(0.55)  # back above the firing line: not firing, not cleared
     assert not hovering.firing and hovering.cleared is False
     assert at(0.8).cleared is True and not at(0.8).firing
+
+
+def test_async_idle_says_which_side_waits_how_long_and_what_would_help():
+    """The side that idles more is named with its mean share: a waiting trainer points at generation, a waiting
+    generator at training (where more staleness buys nothing)."""
+    check = DETECTORS["async_idle"].check
+    trainer = check({"async/trainer_idle": [0.85] * 10, "async/generator_idle": [0.0] * 10}, {})
+    assert trainer.firing and trainer.message.startswith(
+        "the trainer sat waiting for the generator 85% of the time over the last 10 steps (async/trainer_idle): "
+        "generation is the bottleneck"
+    )
+    assert "gen.engine: continuous or vllm" in trainer.message and "larger grpo.max_staleness" in trainer.message
+    generator = check({"async/trainer_idle": [0.82] * 10, "async/generator_idle": [0.9] * 10}, {})
+    assert generator.firing and "generator sat waiting on the trainer 90%" in generator.message
+    assert "training is the bottleneck" in generator.message and "max_staleness above 1 buys nothing" in generator.message
+    assert not check({"async/trainer_idle": [math.nan] + [0.9] * 9}, {}).firing  # a NaN is no idle time: 9 points
 
 
 # --- through the API ---
@@ -230,6 +249,23 @@ def test_rl_runs_get_the_detectors_unless_the_project_mutes_one_and_stalled_runs
     assert "stuck" in {a["name"] for a in alerts_of(client, second["id"])}
     names = {d["name"] for d in client.get("/api/v1/alert-detectors").json()["items"]}
     assert names == set(DETECTORS)
+
+
+def test_a_rule_lowers_async_idles_bound_for_its_project(client, db, app):
+    """An asynchronous GRPO run whose trainer waits 60% of the time is no alert by default (bound 0.8); a project rule
+    with bound 0.5 makes it one, under the rule's name."""
+    worker = ApiWorker(client)
+    run = create_run(client, name="grpo-async", **GRPO)
+    worker.start(run["id"])
+    worker.log(run["id"], "async/trainer_idle", {s: 0.6 for s in range(1, 11)})
+    worker.log(run["id"], "async/generator_idle", {s: 0.0 for s in range(1, 11)})
+    watch(app)
+    assert alerts_of(client, run["id"]) == []
+    rule = {"name": "idle", "condition": {"kind": "detector", "name": "async_idle", "params": {"bound": 0.5}}}
+    assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
+    watch(app)
+    [alert] = alerts_of(client, run["id"])
+    assert alert["name"] == "idle" and "the trainer sat waiting for the generator 60%" in alert["message"], alert
 
 
 def test_a_tick_reads_each_runs_series_in_one_statement_and_sees_their_latest_points(client, db, app):

@@ -10,21 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.training import ARITHMETIC, assert_resume_is_exact, metrics, run_spec
+from tests.harness.training import ARITHMETIC, assert_resume_is_exact, grpo_spec, metrics, run_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def grpo_spec(model: Path, **grpo: object) -> dict:
-    return {
-        "name": "grpo-test",
-        "algorithm": "grpo",
-        "model": {"path": str(model), "max_seq_len": 32},
-        "reward": {"kind": "builtin", "name": "arithmetic"},
-        "data": ARITHMETIC,
-        "train": {"steps": 160, "batch_size": 64, "lr": 2e-4, "schedule": "constant", "eval_every": 80, "log_every": 1},
-        "grpo": {"group_size": 8, "beta": 0.04, "gen": {"max_new_tokens": 4}, "samples_to_log": 2, **grpo},
-    }
 
 
 @pytest.fixture(scope="module")

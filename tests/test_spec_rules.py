@@ -163,6 +163,36 @@ RULE_CASES = {
         "ppo.gen.vllm",
         "gen.vllm sets up the vllm engine; set gen.engine: vllm or drop it",
     ),
+    "async-sync-every-within-the-bound": (
+        "ppo",
+        ["algorithm=grpo", "grpo.max_staleness=1", "grpo.sync_every=3"],
+        "grpo.sync_every",
+        "more than max_staleness 1 allows: set sync_every to at most 2",
+    ),
+    "async-sync-every-needs-a-bound": (
+        "ppo",
+        ["algorithm=grpo", "grpo.sync_every=2"],
+        "grpo.sync_every",
+        "set sync_every to at most 1",
+    ),
+    "async-one-trainer-rank": (
+        "ppo",
+        ["algorithm=grpo", "grpo.max_staleness=1", "backend={kind: torch, processes: 2}"],
+        "grpo.max_staleness",
+        "asynchronous GRPO runs with one trainer rank for now, and this run has 2",
+    ),
+    "async-not-on-megatron": (
+        "ppo",
+        ["algorithm=grpo", MEGATRON, "backend.precision=fp32", "grpo.max_staleness=1"],
+        "grpo.max_staleness",
+        "set max_staleness 0 on the megatron backend",
+    ),
+    "async-no-environment-yet": (
+        "ppo",
+        [*ENVIRONMENT, "grpo.max_staleness=2"],
+        "grpo.max_staleness",
+        "does not play environment episodes yet (grpo.environment)",
+    ),
     "token-budget-or-micro-batch-size": (
         "sft",
         ["train.micro_batch_tokens=256", "train.micro_batch_size=2"],
@@ -498,6 +528,11 @@ def test_environment_fields_are_checked_with_their_names(environment: dict, loc:
     errors = errors_of(spec)
     matching = [e for e in errors if e["loc"] == loc]
     assert matching and words in matching[0]["msg"], errors
+
+
+def test_a_negative_staleness_bound_is_refused_by_name() -> None:
+    error = error_at(spec_with("ppo", ["algorithm=grpo", "grpo.max_staleness=-1"]), ["grpo", "max_staleness"])
+    assert "greater than or equal to 0" in error["msg"]
 
 
 def test_dr_grpos_constant_is_the_most_policy_tokens_one_response_or_episode_holds() -> None:

@@ -15,6 +15,8 @@ from rlplane.spec.base import StrictModel
 from rlplane.spec.environments import EnvironmentSpec
 from rlplane.spec.sections import ModelSpec
 
+ASYNC_TIS_CAP = 2.0  # grpo.tis_cap when max_staleness > 0 and it is unset
+
 # ppo.tis_cap and grpo.tis_cap: one knob, the same in both
 TIS_CAP = Field(
     None,
@@ -271,7 +273,27 @@ class GrpoOptions(StrictModel):
         "nothing) and sample more prompts to refill the batch, up to this many extra rounds a step (the batch is "
         "topped up with dropped groups if still short); 0: off. grpo/sampling_rounds and grpo/kept_groups say what it did.",
     )
-    tis_cap: float | None = TIS_CAP
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description=TIS_CAP.description + " With max_staleness > 0 the same weights correct for the generator's older "
+        "policy (the decoupled objective: Hilton et al. 2022, AReaL: Fu et al. 2025), capped at 2 unless set.",
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Asynchronous GRPO: a generator samples the next steps' groups, with its own copy of the policy "
+        "(or a vllm server), while the trainer trains; a group is trained by a policy at most this many optimizer steps "
+        "newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, "
+        "each step samples with the policy it trains (docs/rl.md, 'Asynchronous RL').",
+    )
+    sync_every: int = Field(
+        1,
+        ge=1,
+        description="With max_staleness > 0: the policy's weights go to the generator every this many optimizer steps "
+        "(at most max_staleness + 1, or no group would be fresh enough).",
+    )
     ref_model: ModelSpec | None = Field(None, description="Reference model for the KL penalty; null: the initial policy.")
     gen: GenSpec = Field(default_factory=GenSpec, description="Rollout sampling (of each policy turn, with an environment).")
     environment: EnvironmentSpec | None = Field(
@@ -292,6 +314,11 @@ class GrpoOptions(StrictModel):
         default_factory=HeldOutEval, description="What each evaluation on the held-out prompts draws and judges."
     )
     samples_every: int = Field(10, ge=1, description="Log the tracked prompts' groups every N steps (and at the first and last).")
+
+    @property
+    def off_policy_cap(self) -> float | None:
+        """The cap of the truncated importance weights the loss uses: tis_cap, or 2 when a stale generator samples."""
+        return self.tis_cap if self.tis_cap is not None or not self.max_staleness else ASYNC_TIS_CAP
 
     @property
     def response_budget(self) -> int:

@@ -312,6 +312,38 @@ def engine_fits_backend(spec: RunSpec) -> Rules:
         yield Violation((section, "gen", "vllm"), "gen.vllm sets up the vllm engine; set gen.engine: vllm or drop it")
 
 
+def async_grpo_fits(spec: RunSpec) -> Rules:
+    """grpo.max_staleness > 0 (a generator beside the trainer): sync_every within the bound; one trainer rank, on a
+    backend whose policy a copy (or a vllm server) can sample; no environment yet (its episodes would be played from
+    two threads at once)."""
+    options = spec.grpo
+    if options is None:
+        return
+    if options.sync_every > options.max_staleness + 1:
+        yield Violation(
+            ("grpo", "sync_every"),
+            f"sync_every {options.sync_every} leaves the generator's weights up to {options.sync_every - 1} steps behind, "
+            f"more than max_staleness {options.max_staleness} allows: set sync_every to at most {options.max_staleness + 1}",
+        )
+    if not options.max_staleness:
+        return
+    field = ("grpo", "max_staleness")
+    if spec.world_size > 1:
+        yield Violation(
+            field,
+            f"asynchronous GRPO runs with one trainer rank for now, and this run has {spec.world_size} "
+            "(resources.nodes x resources.gpus, or backend.processes on CPU): set max_staleness 0, or one rank",
+        )
+    if spec.backend.kind == "megatron":
+        yield Violation(
+            field,
+            "the megatron engine decodes from the live policy's shards, so it cannot sample while they train: set "
+            "max_staleness 0 on the megatron backend",
+        )
+    if options.environment is not None:
+        yield Violation(field, "asynchronous GRPO does not play environment episodes yet (grpo.environment): set max_staleness 0")
+
+
 def grpo_batch_holds_whole_groups(spec: RunSpec) -> Rules:
     """grpo: train.batch_size must be a multiple of grpo.group_size (it counts responses, group_size per prompt)."""
     if spec.grpo is not None and spec.train.batch_size % spec.grpo.group_size:
@@ -393,6 +425,7 @@ RULES = (
     micro_batch_divides_rank_batch,
     packing_fits,
     engine_fits_backend,
+    async_grpo_fits,
     grpo_batch_holds_whole_groups,
     intervals_within_steps,
     dpo_label_smoothing_needs_sigmoid,

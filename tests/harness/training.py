@@ -37,6 +37,19 @@ SFT_SPEC = {
 }
 
 
+def grpo_spec(model: Path, **grpo: object) -> dict:
+    """GRPO on arithmetic from `model` (the SFT chain's early checkpoint): 160 steps of 8 prompts x 8 answers."""
+    return {
+        "name": "grpo-test",
+        "algorithm": "grpo",
+        "model": {"path": str(model), "max_seq_len": 32},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": ARITHMETIC,
+        "train": {"steps": 160, "batch_size": 64, "lr": 2e-4, "schedule": "constant", "eval_every": 80, "log_every": 1},
+        "grpo": {"group_size": 8, "beta": 0.04, "gen": {"max_new_tokens": 4}, "samples_to_log": 2, **grpo},
+    }
+
+
 def write_spec(path: Path, spec: dict) -> Path:
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -20,6 +20,9 @@ normaliser; the reference is rebuilt from the spec.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -46,7 +49,7 @@ from trainer_core.losses.policy import (
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, online, packing, samples
 from trainer_core.rewards import Reward
-from trainer_core.rollout import engines, rollouts
+from trainer_core.rollout import engines, overlap, rollouts
 from trainer_core.rollout.episodes import error_summary, markers_of, sample_extra, sample_turns, step_stats
 from trainer_core.rollout.episodes import evaluate as evaluate_episodes
 
@@ -58,6 +61,8 @@ class GrpoRun(common.Run):  # model: the policy, wrapped by the backend; order: 
     environment: Environment | None  # grpo.environment
     train_rows: list[dict]
     eval_rows: list[dict]
+    overlap: overlap.Overlap | None = None  # grpo.max_staleness > 0: the generator beside the trainer (start_overlap)
+    dropped_groups: int = 0  # restored from the checkpoint: groups an earlier attempt dropped as too stale
 
     @property
     def policy(self) -> nn.Module:
@@ -82,9 +87,12 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
             for model in (opt.model, reference):
                 if model is not None:
                     packing.check_separates(model, backend)
+        dropped = 0
         if resume_from is not None:
             if reward is not None:
                 reward.load_state_dict(opt.extra["reward"])
+            dropped = int(opt.extra.get("async", {}).get("dropped_groups", 0))
+            overlap.cut_ledger(out_dir, opt.step)
             reporter.log(f"resumed from {resume_from} at step {opt.step} (reference model rebuilt from the spec)")
     return GrpoRun(
         reference=reference,
@@ -92,6 +100,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         environment=environment,
         train_rows=split.train,
         eval_rows=split.eval,
+        dropped_groups=dropped,
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 
@@ -107,6 +116,7 @@ class Groups:
     lowest: dict[str, torch.Tensor]  # what the step reports as its minimum (and highest its maximum), this rank's
     highest: dict[str, torch.Tensor]
     mismatch: list[torch.Tensor]  # engines.mismatch_sums of the sampling policy's log-probs against the engine's
+    overlap_stats: dict[str, float] = dataclasses.field(default_factory=dict)  # async/*: how the batch reached the trainer
 
 
 def _logprobs(model: nn.Module, generation: rollouts.Generation, padding_free: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,9 +127,14 @@ def _logprobs(model: nn.Module, generation: rollouts.Generation, padding_free: b
 
 @torch.no_grad()
 def sample(run: GrpoRun) -> Groups:
-    """group_size scored responses to each of this rank's prompts of the next global batch."""
+    """group_size scored responses to each of this rank's prompts of the next global batch: sampled now, or, with
+    the generator of grpo.max_staleness, the next batch it made."""
     backend, options = run.backend, run.spec.grpo
-    scored, own = _rollouts(run)
+    overlap_stats: dict[str, float] = {}
+    if run.overlap is None:
+        scored, own = _rollouts(run)
+    else:
+        (scored, own), overlap_stats = _taken(run)
     generation, scores = scored.generation, scored.scores
     rewards = torch.tensor(scores.total, dtype=torch.float32, device=backend.device)
     lengths = generation.response_mask.sum(1)
@@ -155,7 +170,90 @@ def sample(run: GrpoRun) -> Groups:
     mismatch = []  # one epoch: the update's own forward is the sampling policy's, and _finish compares it there
     if old is not None and generation.logprobs is not None:
         mismatch.append(engines.mismatch_sums(old, generation.logprobs, generation.response_mask))
-    return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest, mismatch)
+    return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest, mismatch, overlap_stats)
+
+
+def _taken(run: GrpoRun) -> tuple[tuple[rollouts.Scored, dict[str, float]], dict[str, float]]:
+    """The generator's next batch fresh enough for this step, its weights brought to the policy's version first when
+    due (a copy: the trainer goes on updating its own); the seconds both took are the step's perf/weight_sync_s."""
+    gate = run.overlap
+    assert gate is not None
+    if gate.due(run.step):
+        started = time.perf_counter()
+        state = engines.policy_state(run.backend, run.model, run.policy)
+        gate.publish({key: value.detach().clone() for key, value in state.items()}, run.step)
+        run.weight_sync_s += time.perf_counter() - started
+    taken = gate.take(run.step)
+    run.weight_sync_s += taken.weight_sync_s
+    return taken.drawn.value, taken.stats
+
+
+def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays: Callable[[str], None] | None = None) -> None:
+    """Start the generator of grpo.max_staleness (or of another bound: tests run the machinery at 0): gen.engine on a
+    copy of the policy (hf, continuous) or the vllm server, sampling through the run's prompt order. Evaluation and
+    tracked samples stay on the live policy (with vllm: the hf engine), so they show the policy as trained."""
+    options = run.spec.grpo
+    gen = options.gen
+    if gen.engine == "vllm":
+        weights = engines.policy_state(run.backend, run.model, run.policy)
+        engine = engines.make_engine(
+            gen, run.backend, run.policy, run.tokenizer, run_dir=run.out_dir, reporter=run.reporter, weights=weights
+        )
+        run.engine = run.engine or engines.HfEngine(run.backend, run.policy, run.tokenizer)
+        engine_policy = run.policy  # the server holds the weights; _rollouts only hands the policy on
+    else:
+        copy = deepcopy(run.policy).eval().requires_grad_(False)
+        inner = engines.make_engine(gen, run.backend, copy, run.tokenizer)
+        assert isinstance(inner, engines.Colocated)
+        engine, engine_policy = engines.OwnWeights(inner, copy), copy
+    if run.reward is not None:
+        run.reward = overlap.Serialized(run.reward)
+    order = overlap.RecordingOrder(run.order)
+    side = overlap.GeneratorSide(
+        spec=run.spec,
+        backend=run.backend,
+        tokenizer=run.tokenizer,
+        reward=run.reward,
+        environment=None,
+        train_rows=run.train_rows,
+        order=order,
+        engine=engine,
+        policy=engine_policy,
+        out_dir=run.out_dir,
+        reporter=run.reporter,
+    )
+
+    def produce(version: int) -> tuple[rollouts.Scored, dict[str, float]]:
+        side.step = version
+        with torch.no_grad():
+            return _rollouts(side)  # type: ignore[arg-type]  (the generator's side of the run: what _rollouts reads)
+
+    def load(weights: Any, version: int) -> None:
+        engine.pause()
+        try:
+            engine.update_weights(weights, version)
+        finally:
+            engine.resume()
+
+    ledger = run.out_dir / overlap.LEDGER if run.backend.is_rank_zero else None
+    if ledger is not None:
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+    run.overlap = overlap.Overlap(
+        produce,
+        load,
+        order,
+        max_staleness=max_staleness,
+        sync_every=sync_every,
+        version=run.step,
+        ledger=ledger,
+        dropped_groups=run.dropped_groups,
+        delays=delays,
+        engine=engine,
+    )
+    run.reporter.log(
+        f"async: a {engine.name} generator samples up to {max_staleness} step(s) ahead of the trainer, weights every "
+        f"{sync_every} step(s)"
+    )
 
 
 def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
@@ -272,6 +370,7 @@ def update(run: GrpoRun, groups: Groups) -> dict[str, float]:
         **extremes,
         **engines.mismatch_metrics(run.backend, mismatch),
         "train/grad_norm": grad_norm / options.epochs,
+        **groups.overlap_stats,
     }
 
 
@@ -295,8 +394,11 @@ def _finish(
     if groups.old_logprobs is None and drawn is not None:
         groups.mismatch.append(engines.mismatch_sums(old, drawn, part.response_mask))
     weights = None
-    if options.tis_cap is not None and drawn is not None:
-        weights = engines.truncated_is_weights(old, drawn, options.tis_cap)
+    cap = options.off_policy_cap if run.overlap is not None else options.tis_cap
+    if cap is not None and drawn is not None:
+        # with a generator behind the trainer, `drawn` is the behaviour policy and `old` the proximal one: the
+        # decoupled objective (Hilton et al. 2022; AReaL, Fu et al. 2025) clips against `old`, weighs by their ratio
+        weights = engines.truncated_is_weights(old, drawn, cap)
     out = grpo_loss(
         logprobs,
         old,
@@ -343,11 +445,18 @@ def evaluate(run: GrpoRun) -> dict[str, float]:
 def checkpoint_state(run: GrpoRun) -> checkpointing.CheckpointState:
     """The policy as the checkpoint's model, and the reward normaliser; the reference is rebuilt from the spec."""
     reward = run.reward.state_dict() if run.reward is not None else {}
-    return checkpointing.run_state(run, model=run.policy, extra={"reward": reward})
+    state = checkpointing.run_state(run, model=run.policy, extra={"reward": reward})
+    if run.overlap is not None:  # the cursor before the batches drawn and not yet trained: a resume draws them again
+        state.data_position = run.overlap.resume_position(state.data_position)
+        state.extra["async"] = run.overlap.state()
+    return state
 
 
 def train(run: GrpoRun, stop_at: int | None = None) -> None:
     """GRPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
+    options = run.spec.grpo
+    if run.overlap is None and options.max_staleness:
+        start_overlap(run, options.max_staleness, options.sync_every)
     loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint_state=checkpoint_state)
 
 

@@ -197,7 +197,7 @@ def step(
         "perf/gen_s": stats["perf/gen_s"],
         "perf/train_s": train_s,
     }
-    if run.engine is not None and not isinstance(run.engine, engines.Colocated):
+    if getattr(run, "overlap", None) is not None or (run.engine is not None and not isinstance(run.engine, engines.Colocated)):
         values["perf/weight_sync_s"] = weight_sync_s  # the policy's weights to the engine that holds its own
     return values, count
 
@@ -205,11 +205,11 @@ def step(
 def drive(
     run: Any, train: Callable[[Any, int | None], None], stop_at: int | None, export: Callable[[Any], nn.Module] | None = None
 ) -> Any:
-    """common.drive, then the reward source (or environment) and the rollout engine are closed as well, whatever
-    happens."""
+    """common.drive, then the generator (grpo.max_staleness), the reward source (or environment) and the rollout
+    engine are closed as well, whatever happens."""
     try:
         return common.drive(run, train, stop_at, export=export)
     finally:
-        for source in (run.reward, getattr(run, "environment", None), run.engine):
+        for source in (getattr(run, "overlap", None), run.reward, getattr(run, "environment", None), run.engine):
             if source is not None:
                 source.close()

@@ -120,6 +120,45 @@ class Colocated:
         pass
 
 
+class OwnWeights:
+    """A colocated engine over a private copy of the policy (grpo.max_staleness: rollout/overlap.py): it samples while
+    the trainer updates the live policy, and holds the version it was last given until the next update."""
+
+    def __init__(self, inner: Colocated, copy: nn.Module) -> None:
+        self.inner, self.copy = inner, copy
+        self.name = inner.name
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
+        return self.inner.generate(prompts, sampling)
+
+    @torch.no_grad()
+    def update_weights(self, weights: Weights, version: int) -> None:
+        if weights is not None:
+            if not isinstance(weights, Mapping):
+                raise BackendError(f"the {self.name} engine's copy of the policy loads a state dict, not {weights!r}")
+            self.copy.load_state_dict(weights)
+        self.inner.version = version
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class TakenLogprobs(LogitsProcessor):
     """Each sampled token's log-probability under the raw scores it was drawn from: at step t the ids end with the
     token drawn at t-1, whose log-probability the previous step's scores hold. Leaves the scores as they are."""

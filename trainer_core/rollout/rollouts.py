@@ -272,11 +272,12 @@ def sample_and_score(
 def unchanged(reward: Any) -> Iterator[None]:
     """Scoring inside leaves the reward's running normaliser as it was: what is only shown or evaluated does not
     move what training is normalised by."""
-    state = reward.state_dict()
-    try:
-        yield
-    finally:
-        reward.load_state_dict(state)
+    with getattr(reward, "lock", contextlib.nullcontext()):  # a reward the generator scores with too (overlap.py)
+        state = reward.state_dict()
+        try:
+            yield
+        finally:
+            reward.load_state_dict(state)
 
 
 # --- evaluation ---

@@ -15,6 +15,16 @@ describe('metricMeaning', () => {
       'Ratio under 1 - cliprange with a negative advantage (the policy was kept from lowering a bad token further).');
   });
 
+  it("explains an asynchronous GRPO run's pipeline, and which side is the bottleneck when one idles", () => {
+    const keys = [
+      'async/staleness_mean', 'async/staleness_max', 'async/queue_depth', 'async/dropped_groups', 'async/generator_idle',
+      'async/trainer_idle', 'perf/weight_sync_s',
+    ];
+    expect(keys.filter((k) => !metricMeaning(k))).toEqual([]);
+    expect(metricMeaning('async/generator_idle')).toContain('the trainer is the bottleneck');
+    expect(metricMeaning('async/trainer_idle')).toContain('generation is the bottleneck');
+  });
+
   it('has nothing for a key it does not know, an object property name included', () => {
     expect(metricMeaning('custom/thing')).toBeUndefined();
     expect(metricMeaning('constructor')).toBeUndefined();

@@ -43,6 +43,19 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
     'Turns the environment could not use (a malformed tool call, code that did not run), per episode; the run logs their reasons.',
   'env/truncated': "Share of episodes cut off by the environment section's max_turns or max_tokens before the environment ended them.",
 
+  'async/staleness_mean':
+    "Mean, over the step's groups, of how many optimizer steps older than the trained policy the policy that sampled them was; 0 is on-policy.",
+  'async/staleness_max': "Largest staleness of a group in the step, in optimizer steps; never above grpo.max_staleness.",
+  'async/queue_depth':
+    'Batches the generator had finished and queued, waiting, when the trainer took its batch; high means generation runs ahead of training.',
+  'async/dropped_groups':
+    'Groups dropped so far in the run for being older than grpo.max_staleness when their turn to be trained came; their prompts were never trained on.',
+  'async/generator_idle':
+    "Share of the step's wall time the generator waited (for fresher weights or room in the queue) instead of generating; most of the time means the trainer is the bottleneck, and a larger grpo.max_staleness only makes samples staler.",
+  'async/trainer_idle':
+    "Share of the step's wall time the trainer waited for the generator's next batch; most of the time means generation is the bottleneck (a faster gen.engine, more generator devices, or a larger grpo.max_staleness).",
+  'perf/weight_sync_s': "Seconds the step spent bringing the rollout engine's weights to the policy's version.",
+
   'ppo/explained_variance':
     "How much of the returns' variance the value head explains: 1 is perfect, 0 or below means the critic predicts nothing.",
   'ppo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',

@@ -63,6 +63,21 @@ describe('groupPanels', () => {
     ]);
   });
 
+  it("gives an asynchronous run's pipeline its own panel before Performance, which keeps perf/weight_sync_s", () => {
+    const keys = [
+      'perf/weight_sync_s', 'async/trainer_idle', 'async/generator_idle', 'async/queue_depth', 'async/dropped_groups',
+      'async/staleness_max', 'async/staleness_mean', 'perf/step_s', 'grpo/zero_std_groups',
+    ];
+    expect(groupPanels(keys)).toEqual([
+      { title: 'Groups', keys: ['grpo/zero_std_groups'] },
+      {
+        title: 'Async RL',
+        keys: ['async/dropped_groups', 'async/generator_idle', 'async/queue_depth', 'async/staleness_max', 'async/staleness_mean', 'async/trainer_idle'],
+      },
+      { title: 'Performance', keys: ['perf/step_s', 'perf/weight_sync_s'] },
+    ]);
+  });
+
   it("gives a multi-turn run's episodes their own panel, and eval/success to evaluation", () => {
     expect(groupPanels(['env/turns', 'env/tool_calls', 'env/errors', 'env/truncated', 'eval/success', 'grpo/zero_std_groups'])).toEqual([
       { title: 'Groups', keys: ['grpo/zero_std_groups'] },

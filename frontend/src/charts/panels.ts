@@ -11,7 +11,7 @@ const last = (key: string) => key.slice(key.lastIndexOf('/') + 1);
 // it moved the policy (clipping, ratio, approx KL), whether it still explores and how long it
 // answers, whether its groups teach anything, how its episodes go (grpo.environment: turns, tool calls, errors,
 // cut-offs), whether the critic predicts. Then evaluation,
-// optimiser health and throughput. The first rule that matches wins. The last segment decides where
+// optimiser health, an asynchronous run's pipeline (how stale its groups were, who waited on whom) and throughput. The first rule that matches wins. The last segment decides where
 // it can, so TRL's keys (rloo/kl, rloo/clipfrac) land beside ours.
 const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Reward', match: (k) => /^rewards?\//.test(k) },
@@ -28,6 +28,7 @@ const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality|success/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },
   { title: 'Gradient norm', match: (k) => last(k) === 'grad_norm' || last(k) === 'skipped_steps' },
+  { title: 'Async RL', match: (k) => k.startsWith('async/') },
   { title: 'Performance', match: (k) => k.startsWith('perf/') },
 ];
 
