@@ -75,7 +75,14 @@ GRPO_VARIANTS: dict[str, tuple[dict, dict]] = {
             "transformers_continuous_batching_config": {"page_size": 32, "num_blocks": 256, "max_batch_tokens": 512},
         },
     ),
+    # grpo scored by the arithmetic reward behind a verifier's latency (bench/rlbench/slow_reward.py: --reward-latency-ms
+    # per answer, --reward-workers at a time), synchronous on both sides; and ours asynchronous (grpo.max_staleness 1:
+    # the generator samples and scores the next step's groups while the trainer trains), with no TRL side
+    "grpo-slow-reward": ({}, {"loss_type": "grpo", "epsilon_high": 0.2, "scale_rewards": "group"}),
+    "grpo-async-slow-reward": ({"max_staleness": 1}, {}),
 }
+SLOW_REWARD = {"grpo-slow-reward", "grpo-async-slow-reward"}
+OURS_ONLY = {"grpo-async-slow-reward"}  # TRL's GRPOTrainer generates in step with training
 ALGORITHMS = (*GRPO_VARIANTS, "ppo")
 TRL_PPO_PROBE = """
 import importlib.util, trl
@@ -101,6 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beta", type=float, default=0.04, help="GRPO KL coefficient, > 0 (default 0.04)")
     p.add_argument("--ppo-steps", type=int, default=20, help="PPO steps per run (default 20)")
     p.add_argument("--ppo-batch", type=int, default=32, help="PPO rollouts per step (default 32)")
+    p.add_argument(
+        "--reward-latency-ms", type=float, default=50, help="slow-reward rows: each answer's wait before its score (default 50)"
+    )
+    p.add_argument("--reward-workers", type=int, default=16, help="slow-reward rows: answers scored at a time (default 16)")
     p.add_argument("--repeat", type=int, default=3, help="runs per side, alternating; the median run is shown (default 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
     p.add_argument("--only", default=",".join(ALGORITHMS), help=f"comma-separated subset of {','.join(ALGORITHMS)}")
@@ -163,11 +174,12 @@ def rlplane_spec(algorithm: str, paths: dict[str, Path], args: argparse.Namespac
     }
     train = {"schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0, "log_every": 1}
     if algorithm in GRPO_VARIANTS:
+        slow = {"kind": "python", "entrypoint": "slow_reward:score"}
         return {
             "name": f"bench-{algorithm}",
             "algorithm": "grpo",
             "model": {"path": str(paths["model"]), "max_seq_len": 32, "dtype": "fp32"},
-            "reward": {"kind": "builtin", "name": "arithmetic"},
+            "reward": slow if algorithm in SLOW_REWARD else {"kind": "builtin", "name": "arithmetic"},
             "data": {"source": "builtin:arithmetic", "shuffle": False},
             **common,
             "train": {**train, "steps": args.steps, "batch_size": args.prompts * args.group, "lr": args.lr},
@@ -215,7 +227,7 @@ def run_rlplane(algorithm: str, work: Path, paths: dict[str, Path], args: argpar
     out = work / f"rlplane-{algorithm}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(out)]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env_for(args), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=slow_reward_env(args), capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"rlplane {algorithm} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -238,6 +250,18 @@ def run_rlplane(algorithm: str, work: Path, paths: dict[str, Path], args: argpar
     )
 
 
+def slow_reward_env(args: argparse.Namespace) -> dict[str, str]:
+    """env_for, with the slow reward importable and allowed (RLPLANE_REWARD_ENTRYPOINTS) and its latency set."""
+    env = env_for(args)
+    path = [str(ROOT / "bench" / "rlbench"), env.get("PYTHONPATH", "")]
+    return env | {
+        "PYTHONPATH": os.pathsep.join(p for p in path if p),
+        "RLPLANE_REWARD_ENTRYPOINTS": "slow_reward:score",
+        "RLBENCH_REWARD_LATENCY_MS": str(args.reward_latency_ms),
+        "RLBENCH_REWARD_WORKERS": str(args.reward_workers),
+    }
+
+
 # --- TRL ---
 
 
@@ -256,12 +280,13 @@ def run_trl(algorithm: str, work: Path, paths: dict[str, Path], args: argparse.N
         "root": str(ROOT),
         "result": str(work / f"trl-{algorithm}.json"),
         "variant": GRPO_VARIANTS[algorithm][1],
+        "slow_reward": algorithm in SLOW_REWARD,
     }
     config_path = work / f"trl-{algorithm}-config.json"
     config_path.write_text(json.dumps(config))
     started = time.perf_counter()
     proc = subprocess.run(
-        [args.trl_python, str(TRL_SIDE), str(config_path)], cwd=work, env=env_for(args), capture_output=True, text=True
+        [args.trl_python, str(TRL_SIDE), str(config_path)], cwd=work, env=slow_reward_env(args), capture_output=True, text=True
     )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
@@ -345,7 +370,7 @@ def table(results: dict[str, dict], trl_ppo: str) -> str:
     for algorithm, r in results.items():
         ours, trl = r["rlplane"], r.get("trl")
         if trl is None:
-            why = trl_ppo if algorithm == "ppo" else "not run"
+            why = trl_ppo if algorithm == "ppo" else "TRL's GRPOTrainer is synchronous" if algorithm in OURS_ONLY else "not run"
             lines.append(
                 f"| {algorithm} | {ours['steps_per_s']:.2f} | - ({why}) | - | {split_text(ours)} | - | "
                 f"{ours['gen_s_per_step'] * 1e3:.0f} / - | {ours['train_s_per_step'] * 1e3:.0f} / - | "
@@ -375,7 +400,7 @@ def measure(work: Path, args: argparse.Namespace) -> dict[str, dict]:
     for i in range(args.repeat):  # alternate the sides so that drift on the machine hits both alike
         for algorithm in args.only:
             sides = [("rlplane", run_rlplane)]
-            if algorithm in GRPO_VARIANTS and not args.skip_trl:
+            if algorithm in GRPO_VARIANTS and algorithm not in OURS_ONLY and not args.skip_trl:
                 sides.append(("trl", run_trl))
             for side, fn in sides if i % 2 == 0 else sides[::-1]:
                 runs[algorithm][side].append(fn(algorithm, work, paths, args))
@@ -422,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         "gen / other / train: shares of a step (other: rewards, advantages, reference log-probs, bookkeeping)\n"
     )
     print(table(results, trl_ppo))
+    if {"grpo-slow-reward", "grpo-async-slow-reward"} <= set(results):
+        sync, overlapped = results["grpo-slow-reward"]["rlplane"], results["grpo-async-slow-reward"]["rlplane"]
+        print(
+            f"\nslow reward ({args.reward_latency_ms:g} ms an answer, {args.reward_workers} at a time): async (max_staleness 1) "
+            f"step time / synchronous step time at equal steps: {sync['steps_per_s'] / overlapped['steps_per_s']:.2f}x"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "machine": info}

@@ -90,6 +90,17 @@ def arithmetic_reward(root: str):
     return arithmetic
 
 
+def slow_reward():
+    """bench/rlbench/slow_reward.py's score (the arithmetic reward behind a verifier's latency), as TRL calls rewards."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from slow_reward import score
+
+    def arithmetic_slowly(prompts, completions, answer, **kwargs) -> list[float]:
+        return score(prompts, completions, [{"answer": a} for a in answer])
+
+    return arithmetic_slowly
+
+
 def main(config_path: str) -> None:
     cfg = json.loads(Path(config_path).read_text())
     torch.set_num_threads(int(cfg["threads"]))
@@ -135,7 +146,7 @@ def main(config_path: str) -> None:
     clock = StepClock()
     trainer = TimedGRPOTrainer(
         model=model,
-        reward_funcs=arithmetic_reward(cfg["root"]),
+        reward_funcs=slow_reward() if cfg.get("slow_reward") else arithmetic_reward(cfg["root"]),
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,

@@ -2208,6 +2208,12 @@ export interface components {
              */
             loss: "grpo" | "dr_grpo" | "dapo";
             /**
+             * Max Staleness
+             * @description Asynchronous GRPO: a generator samples the next steps' groups, with its own copy of the policy (or a vllm server), while the trainer trains; a group is trained by a policy at most this many optimizer steps newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, each step samples with the policy it trains (docs/rl.md, 'Asynchronous RL').
+             * @default 0
+             */
+            max_staleness: number;
+            /**
              * Normalize Std
              * @description Divide advantages by the reward std: the group's (the batch's, for reinforce++).
              * @default true
@@ -2237,8 +2243,14 @@ export interface components {
              */
             samples_to_log: number;
             /**
+             * Sync Every
+             * @description With max_staleness > 0: the policy's weights go to the generator every this many optimizer steps (at most max_staleness + 1, or no group would be fresh enough).
+             * @default 1
+             */
+            sync_every: number;
+            /**
              * Tis Cap
-             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing from the trainer's (a GPU engine's kernels, precision); null: off.
+             * @description Truncated importance sampling (Yao et al. 2025): each token's policy-gradient term weighed by min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing from the trainer's (a GPU engine's kernels, precision); null: off. With max_staleness > 0 the same weights correct for the generator's older policy (the decoupled objective: Hilton et al. 2022, AReaL: Fu et al. 2025), capped at 2 unless set.
              * @default null
              */
             tis_cap: number | null;
