@@ -80,9 +80,11 @@ GRPO_VARIANTS: dict[str, tuple[dict, dict]] = {
     # the generator samples and scores the next step's groups while the trainer trains), with no TRL side
     "grpo-slow-reward": ({}, {"loss_type": "grpo", "epsilon_high": 0.2, "scale_rewards": "group"}),
     "grpo-async-slow-reward": ({"max_staleness": 1}, {}),
+    # the same with the generator in a process of its own (grpo.generator: process): no interpreter lock shared
+    "grpo-async-process-slow-reward": ({"max_staleness": 1, "generator": "process"}, {}),
 }
-SLOW_REWARD = {"grpo-slow-reward", "grpo-async-slow-reward"}
-OURS_ONLY = {"grpo-async-slow-reward"}  # TRL's GRPOTrainer generates in step with training
+SLOW_REWARD = {"grpo-slow-reward", "grpo-async-slow-reward", "grpo-async-process-slow-reward"}
+OURS_ONLY = {"grpo-async-slow-reward", "grpo-async-process-slow-reward"}  # TRL's GRPOTrainer samples in step
 ALGORITHMS = (*GRPO_VARIANTS, "ppo")
 TRL_PPO_PROBE = """
 import importlib.util, trl
@@ -111,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--reward-latency-ms", type=float, default=50, help="slow-reward rows: each answer's wait before its score (default 50)"
     )
-    p.add_argument("--reward-workers", type=int, default=16, help="slow-reward rows: answers scored at a time (default 16)")
+    p.add_argument("--reward-workers", type=int, default=64, help="slow-reward rows: answers scored at a time (default 64)")
     p.add_argument("--repeat", type=int, default=3, help="runs per side, alternating; the median run is shown (default 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
     p.add_argument("--only", default=",".join(ALGORITHMS), help=f"comma-separated subset of {','.join(ALGORITHMS)}")
@@ -447,12 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         "gen / other / train: shares of a step (other: rewards, advantages, reference log-probs, bookkeeping)\n"
     )
     print(table(results, trl_ppo))
-    if {"grpo-slow-reward", "grpo-async-slow-reward"} <= set(results):
-        sync, overlapped = results["grpo-slow-reward"]["rlplane"], results["grpo-async-slow-reward"]["rlplane"]
-        print(
-            f"\nslow reward ({args.reward_latency_ms:g} ms an answer, {args.reward_workers} at a time): async (max_staleness 1) "
-            f"step time / synchronous step time at equal steps: {sync['steps_per_s'] / overlapped['steps_per_s']:.2f}x"
-        )
+    for name, placement in (("grpo-async-slow-reward", "a thread"), ("grpo-async-process-slow-reward", "its own process")):
+        if {"grpo-slow-reward", name} <= set(results):
+            sync, overlapped = results["grpo-slow-reward"]["rlplane"], results[name]["rlplane"]
+            print(
+                f"slow reward ({args.reward_latency_ms:g} ms an answer, {args.reward_workers} at a time): async "
+                f"(max_staleness 1, the generator in {placement}) step time / synchronous step time at equal steps: "
+                f"{sync['steps_per_s'] / overlapped['steps_per_s']:.2f}x"
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "machine": info}

@@ -47,6 +47,9 @@ EXIT_DIVERGED = 3
 # The trainer's exit status when it found another attempt owning its run directory (rlplane.layout.ATTEMPT_FILE): the
 # control plane ended its attempt while its worker was silent. Not the run's failure: the run goes on elsewhere.
 EXIT_FENCED = 4
+# The trainer's exit status when a rollout engine it started died under it (asynchronous GRPO's generator process): not
+# the run's fault; its worker ends the attempt lost, and the run resumes from its last checkpoint like any lost attempt.
+EXIT_ENGINE_LOST = 5
 FAILURE_OF_EXIT: dict[int, Failure] = {EXIT_BAD_INPUT: "config", EXIT_DIVERGED: "diverged"}
 
 

@@ -20,7 +20,7 @@ from rlplane.spec import parse_spec
 from tests.harness.training import grpo_spec, metrics, run_spec, write_spec
 from trainer_core.data import load_examples
 from trainer_core.recipes import common, grpo, online
-from trainer_core.rollout import engines, overlap, rollouts
+from trainer_core.rollout import engines, overlap, own_process, rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,11 +61,14 @@ def test_the_machinery_at_bound_0_trains_exactly_as_the_synchronous_loop(start: 
     assert {b[(step, "async/staleness_max")] for step in range(1, 9)} == {0.0}
 
 
-def test_after_every_sync_the_generator_samples_as_the_trainers_policy(start: Path, tmp_path: Path) -> None:
-    """Bound 1: at each publish the trainer's policy answers a fixed probe greedily and scores the answer with its own
+@pytest.mark.parametrize("generator", ["colocated", "process"])
+def test_after_every_sync_the_generator_samples_as_the_trainers_policy(start: Path, tmp_path: Path, generator: str) -> None:
+    """Bound 1, the generator a thread (its engine on a copy of the policy) or a process of its own (weights reloaded
+    from files): at each publish the trainer's policy answers a fixed probe greedily and scores the answer with its own
     forward; when the generator has loaded those weights its engine answers the probe with the same tokens, each
-    log-probability within 1e-5 of the trainer's, at the same version."""
-    run = grpo.setup(parse_spec(short(start, 6, max_staleness=1)), tmp_path / "out", stdout=False)
+    log-probability within 1e-5 of the trainer's, at the same version. A generator process ends with the run."""
+    spec = parse_spec(short(start, 6, max_staleness=1, generator=generator))
+    run = grpo.setup(spec, tmp_path / "out", stdout=False)
     grpo.start_overlap(run, max_staleness=1)
     gate = run.overlap
     probe = rollouts.encode_prompts(run.train_rows[:1], run.tokenizer, 24)
@@ -96,6 +99,28 @@ def test_after_every_sync_the_generator_samples_as_the_trainers_policy(start: Pa
         assert max(abs(a - b) for a, b in zip(logprobs, trainer_side[version][1], strict=True)) < 1e-5
     staleness = metrics(tmp_path / "out", "async/staleness_max")
     assert max(staleness.values()) <= 1 and run.step == 6
+    if generator == "process":
+        assert gate.engine.process.poll() is not None  # ended with the run
+
+
+def test_a_generator_process_that_dies_ends_the_run_with_its_last_lines(start: Path, tmp_path: Path) -> None:
+    """The generator's process killed (SIGKILL) after the run's third step: the trainer's next step ends the run
+    with a reason that says the process ended and quotes its log."""
+    run = grpo.setup(parse_spec(short(start, 20, max_staleness=1, generator="process")), tmp_path / "out", stdout=False)
+    grpo.start_overlap(run, max_staleness=1)
+    gate = run.overlap
+    take = gate.take
+
+    def take_then_kill(version: int):
+        if version == 3:
+            gate.engine.process.kill()
+        return take(version)
+
+    gate.take = take_then_kill
+    reason = "the generator's process (ended|stopped listening) .*exited with status -9.*its last lines"
+    with pytest.raises(own_process.GeneratorProcessError, match=reason):
+        online.drive(run, grpo.train, None)
+    assert run.step <= 5 and "generator: hf engine" in (tmp_path / "out" / "rollout" / "generator.log").read_text()
 
 
 def test_a_killed_async_run_and_its_resume_train_or_drop_every_prompt_once(start: Path, tmp_path: Path) -> None:

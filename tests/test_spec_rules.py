@@ -187,6 +187,18 @@ RULE_CASES = {
         "grpo.max_staleness",
         "set max_staleness 0 on the megatron backend",
     ),
+    "async-on-the-torch-backend": (
+        "ppo",
+        ["algorithm=grpo", "grpo.max_staleness=1", DEEPSPEED],
+        "grpo.max_staleness",
+        "asynchronous GRPO has run on the torch backend only, not yet on deepspeed",
+    ),
+    "generator-process-runs-hf-or-continuous": (
+        "ppo",
+        ["algorithm=grpo", "grpo.generator=process", "grpo.gen.engine=vllm"],
+        "grpo.generator",
+        "the vllm engine is a server process of its own already: leave grpo.generator colocated",
+    ),
     "async-no-environment-yet": (
         "ppo",
         [*ENVIRONMENT, "grpo.max_staleness=2"],

@@ -184,6 +184,23 @@ def test_grpo_with_vllm_learns_and_leaves_no_server(walker: Path, tmp_path: Path
     assert servers_of(out) == []
 
 
+def test_async_grpo_with_the_vllm_generator_learns_within_its_bound(walker: Path, tmp_path: Path) -> None:
+    """grpo.max_staleness 1 with the vllm engine: the server samples the next step's groups while the trainer trains
+    (evaluation on the live policy, through the hf engine). Held-out optimality rises, every step's groups were
+    sampled by weights at most one step older than the trained policy, the weights reach the server, and no server
+    outlives the run."""
+    spec = grpo_spec(walker, 30)
+    spec["grpo"]["max_staleness"] = 1
+    out = tmp_path / "out"
+    run_spec(tmp_path / "grpo.yaml", spec, "--out", str(out))
+    optimality = metrics(out, "eval/optimality")
+    assert optimality[30] >= optimality[0] + 0.1, optimality
+    staleness = metrics(out, "async/staleness_max")
+    assert sorted(staleness) == list(range(1, 31)) and max(staleness.values()) <= 1
+    assert sum(metrics(out, "perf/weight_sync_s").values()) > 0
+    assert servers_of(out) == []
+
+
 def test_a_run_on_a_server_that_is_up_loads_its_own_weights_and_leaves_it_running(served, walker: Path, tmp_path: Path) -> None:
     """gen.vllm.url: 3 GRPO steps from the walker on the module's server (which serves other weights): the run loads
     its own first (its first step's log-probabilities are the trainer's), and the server still answers after it."""

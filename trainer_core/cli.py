@@ -1,8 +1,9 @@
 """The trainer's command line: `python -m trainer_core run SPEC.yaml [--set k=v ...] [--out DIR] [--resume DIR]`.
 
 Bad input (the spec, the data, the model, batch sizes, a checkpoint) ends with one paragraph on
-stderr and exit status 2; a run that diverged (train.on_nonfinite) says where in one line and exits 3;
-anything unexpected prints its traceback and exits 1. Torch is imported
+stderr and exit status 2; a run that diverged (train.on_nonfinite) says where in one line and exits 3; a rollout
+engine's process that died under the run (asynchronous GRPO's generator) is said with its last lines, exit 5 (the
+worker retries the attempt); anything unexpected prints its traceback and exits 1. Torch is imported
 only inside `run`, so `--help` and spec errors stay fast.
 """
 
@@ -16,8 +17,9 @@ import traceback
 from pathlib import Path
 
 from rlplane.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
-from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FENCED
+from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED
 from trainer_core.data import DataError
+from trainer_core.failures import EngineLost
 from trainer_core.launch import prefix_rank_output, relaunch, under_a_launcher
 from trainer_core.recipes.divergence import Diverged
 
@@ -79,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, Diverged):  # the run went NaN/inf: said in one line, no traceback
             print(f"error: {exc}", file=sys.stderr)
             return _leave_if_a_rank(EXIT_DIVERGED)
+        if isinstance(exc, EngineLost):  # a rollout engine's process died: the attempt is lost, not the run failed
+            print(f"error (rollout engine lost): {exc}", file=sys.stderr)
+            return _leave_if_a_rank(EXIT_ENGINE_LOST)
         if _is_fenced(exc):  # not an error of the run: another attempt of it owns the run directory
             print(f"stopped: {exc}", file=sys.stderr)
             return _leave_if_a_rank(EXIT_FENCED)

@@ -4,6 +4,7 @@
     -> write the spec, start the trainer (resuming from the run directory's checkpoints, if any)
     -> every poll: forward reports; every heartbeat: look for a cancel; watch for a hang
     -> exit 0: succeeded | exit 2: failed on its configuration | exit 3: failed, diverged (the trainer's reason)
+    | exit 5 (a rollout engine's process died): lost (retried)
     | other exit: failed, crashed (with the last lines) | cancel: cancelled | hang: lost (retried)
     | the worker shuts down (SIGTERM): lost, handed back (requeued at once, not counted against max_attempts)
 
@@ -48,7 +49,7 @@ from rlplane.limits import MAX_REASON_CHARS
 from rlplane.manifest import missing
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
-from rlplane.status import EXIT_DIVERGED, EXIT_FENCED, FAILURE_OF_EXIT
+from rlplane.status import EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED, FAILURE_OF_EXIT
 from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
 from trainer_core.launch import free_port
 from worker.artifacts import Damaged, WorkerArtifacts
@@ -375,10 +376,13 @@ def _watch(
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
+    last_lines = "\n".join(list(trainer.tail)[-15:])
+    if code == EXIT_ENGINE_LOST:  # its rollout engine's process died: lost, and retried from the last checkpoint
+        reason = f"rollout engine lost: the {who} exited {code}:\n{last_lines}"
+        return _end(client, forwarder, trainer, run_id, attempt, "lost", reason)
     failure = FAILURE_OF_EXIT.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:
         return _end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure, failure=failure)
-    last_lines = "\n".join(list(trainer.tail)[-15:])
     reason = f"{who} exited with {code}:\n{last_lines}"
     return _end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
 

@@ -288,6 +288,13 @@ class GrpoOptions(StrictModel):
         "newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, "
         "each step samples with the policy it trains (docs/rl.md, 'Asynchronous RL').",
     )
+    generator: Literal["colocated", "process"] = Field(
+        "colocated",
+        description="Where asynchronous GRPO's generator runs: colocated, a thread of the trainer's process; process, a "
+        "process of its own on the trainer's device (the hf or continuous engine on its copy of the policy, weights "
+        "reloaded from files at each sync), so sampling and training share no interpreter. The vllm engine is a "
+        "process of its own already. process with max_staleness 0 samples through the process, in step.",
+    )
     sync_every: int = Field(
         1,
         ge=1,
@@ -314,6 +321,11 @@ class GrpoOptions(StrictModel):
         default_factory=HeldOutEval, description="What each evaluation on the held-out prompts draws and judges."
     )
     samples_every: int = Field(10, ge=1, description="Log the tracked prompts' groups every N steps (and at the first and last).")
+
+    @property
+    def overlapped(self) -> bool:
+        """Whether the run samples through the generator of rollout/overlap.py (a bound, or a generator process)."""
+        return self.max_staleness > 0 or self.generator == "process"
 
     @property
     def off_policy_cap(self) -> float | None:

@@ -313,9 +313,9 @@ def engine_fits_backend(spec: RunSpec) -> Rules:
 
 
 def async_grpo_fits(spec: RunSpec) -> Rules:
-    """grpo.max_staleness > 0 (a generator beside the trainer): sync_every within the bound; one trainer rank, on a
-    backend whose policy a copy (or a vllm server) can sample; no environment yet (its episodes would be played from
-    two threads at once)."""
+    """grpo.max_staleness > 0 or grpo.generator process (a generator beside the trainer): sync_every within the bound;
+    a process runs the hf or continuous engine; one trainer rank, on a backend whose policy a copy (or a vllm server)
+    can sample; no environment yet (its episodes would be played from two threads at once)."""
     options = spec.grpo
     if options is None:
         return
@@ -325,20 +325,35 @@ def async_grpo_fits(spec: RunSpec) -> Rules:
             f"sync_every {options.sync_every} leaves the generator's weights up to {options.sync_every - 1} steps behind, "
             f"more than max_staleness {options.max_staleness} allows: set sync_every to at most {options.max_staleness + 1}",
         )
-    if not options.max_staleness:
+    engine = options.gen.engine if options.gen.engine != "auto" else ("megatron" if spec.backend.kind == "megatron" else "hf")
+    if options.generator == "process" and engine not in ("hf", "continuous"):
+        yield Violation(
+            ("grpo", "generator"),
+            f"a generator process runs the hf or continuous engine; the {engine} engine "
+            + ("is a server process of its own already" if engine == "vllm" else "decodes from the live policy's shards")
+            + ": leave grpo.generator colocated",
+        )
+    if not options.overlapped:
         return
-    field = ("grpo", "max_staleness")
+    field = ("grpo", "max_staleness") if options.max_staleness else ("grpo", "generator")
     if spec.world_size > 1:
         yield Violation(
             field,
             f"asynchronous GRPO runs with one trainer rank for now, and this run has {spec.world_size} "
-            "(resources.nodes x resources.gpus, or backend.processes on CPU): set max_staleness 0, or one rank",
+            "(resources.nodes x resources.gpus, or backend.processes on CPU): set max_staleness 0 and generator "
+            "colocated, or one rank",
         )
     if spec.backend.kind == "megatron":
         yield Violation(
             field,
             "the megatron engine decodes from the live policy's shards, so it cannot sample while they train: set "
             "max_staleness 0 on the megatron backend",
+        )
+    elif spec.backend.kind != "torch":
+        yield Violation(
+            field,
+            f"asynchronous GRPO has run on the torch backend only, not yet on {spec.backend.kind}: set backend.kind "
+            "torch (one rank needs no sharding), or max_staleness 0",
         )
     if options.environment is not None:
         yield Violation(field, "asynchronous GRPO does not play environment episodes yet (grpo.environment): set max_staleness 0")

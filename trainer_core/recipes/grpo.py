@@ -194,7 +194,23 @@ def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays:
     tracked samples stay on the live policy (with vllm: the hf engine), so they show the policy as trained."""
     options = run.spec.grpo
     gen = options.gen
-    if gen.engine == "vllm":
+    if options.generator == "process":
+        from trainer_core.rollout.own_process import ProcessEngine
+
+        name = gen.engine if gen.engine != "auto" else getattr(run.backend, "rollout_engine", "hf")
+        weights = engines.policy_state(run.backend, run.model, run.policy)
+        engine = ProcessEngine.start(
+            name,
+            run.policy,
+            run.tokenizer,
+            run.backend,
+            run.out_dir,
+            static_cache=gen.static_cache,
+            kv_cache_share=gen.kv_cache_share,
+            weights=weights,
+        )
+        engine_policy = run.policy  # the process holds the weights; _rollouts only hands the policy on
+    elif gen.engine == "vllm":
         weights = engines.policy_state(run.backend, run.model, run.policy)
         engine = engines.make_engine(
             gen, run.backend, run.policy, run.tokenizer, run_dir=run.out_dir, reporter=run.reporter, weights=weights
@@ -394,7 +410,7 @@ def _finish(
     if groups.old_logprobs is None and drawn is not None:
         groups.mismatch.append(engines.mismatch_sums(old, drawn, part.response_mask))
     weights = None
-    cap = options.off_policy_cap if run.overlap is not None else options.tis_cap
+    cap = options.off_policy_cap
     if cap is not None and drawn is not None:
         # with a generator behind the trainer, `drawn` is the behaviour policy and `old` the proximal one: the
         # decoupled objective (Hilton et al. 2022; AReaL, Fu et al. 2025) clips against `old`, weighs by their ratio
@@ -455,7 +471,7 @@ def checkpoint_state(run: GrpoRun) -> checkpointing.CheckpointState:
 def train(run: GrpoRun, stop_at: int | None = None) -> None:
     """GRPO steps to train.steps (or stop after step `stop_at`, checkpointed, as a preempted run would)."""
     options = run.spec.grpo
-    if run.overlap is None and options.max_staleness:
+    if run.overlap is None and options.overlapped:
         start_overlap(run, options.max_staleness, options.sync_every)
     loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate, checkpoint_state=checkpoint_state)
 

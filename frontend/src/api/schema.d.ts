@@ -2174,6 +2174,13 @@ export interface components {
             /** @description Rollout sampling (of each policy turn, with an environment). */
             gen?: components["schemas"]["GenSpec"];
             /**
+             * Generator
+             * @description Where asynchronous GRPO's generator runs: colocated, a thread of the trainer's process; process, a process of its own on the trainer's device (the hf or continuous engine on its copy of the policy, weights reloaded from files at each sync), so sampling and training share no interpreter. The vllm engine is a process of its own already. process with max_staleness 0 samples through the process, in step.
+             * @default colocated
+             * @enum {string}
+             */
+            generator: "colocated" | "process";
+            /**
              * Group Size
              * @description Responses sampled per prompt; train.batch_size counts responses.
              * @default 8
