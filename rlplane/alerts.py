@@ -311,7 +311,8 @@ def _async_idle(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verd
         return Verdict(
             True,
             f"the trainer sat waiting for the generator {said}: generation is the bottleneck; try a faster engine "
-            "(gen.engine: continuous or vllm), more generator devices, or a larger grpo.max_staleness",
+            "(gen.engine: continuous or vllm), a generator off the trainer's interpreter (grpo.generator: process), or "
+            "a larger grpo.max_staleness",
         )
     return Verdict(
         True,

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 
 from api.models import Checkpoint, Run, RunEvent, RunLink
 from rlplane.client import Client
+from rlplane.limits import MAX_REASON_CHARS
 from tests.harness.factories import ApiWorker, auth, create_project, create_run, create_user, spec, worker_token
 from worker.client import WorkerApi
 from worker.settings import WorkerSettings
@@ -309,6 +310,22 @@ class TestStateMachine:
         assert client.post(f"/api/v1/runs/{run['id']}/status", json=lost, headers=auth(token)).json()["last_step"] == 17
         again = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w2"}, headers=auth(token))
         assert again.status_code == 200 and again.json()["run"]["last_step"] == 10  # what it resumes from, not 17
+
+    def test_a_lost_attempt_with_the_longest_reason_is_stored_and_retried(self, client, db):
+        """A worker's lost status whose reason fills MAX_REASON_CHARS (a trainer's last lines): stored with the attempt
+        as sent, and the run's reason, which adds where it retries from, keeps its start and that end within the
+        column (it was a 422 and a lost final status)."""
+        token, run = worker_token(client), create_run(client)
+        assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w1"}, headers=auth(token)).status_code == 200
+        reason = "rollout engine lost: the trainer exited 5:\n" + "x" * 3000
+        lost = {"attempt": 1, "status": "lost", "reason": reason[-MAX_REASON_CHARS:]}
+        answer = client.post(f"/api/v1/runs/{run['id']}/status", json=lost, headers=auth(token))
+        assert answer.status_code == 200, answer.text
+        shown = answer.json()
+        assert shown["status"] == "queued" and len(shown["status_reason"]) <= MAX_REASON_CHARS
+        assert shown["status_reason"].endswith("retrying from the start (attempt 2)"), shown["status_reason"][-80:]
+        stored = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"][0]["end_reason"]
+        assert stored == lost["reason"]
 
     def test_user_tokens_cannot_lease(self, client, db):
         run = create_run(client)

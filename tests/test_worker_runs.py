@@ -157,11 +157,11 @@ def test_a_lost_generator_process_loses_the_attempt_and_the_run_resumes(stack: S
         "name": "worker-async-grpo",
         "algorithm": "grpo",
         "reward": {"kind": "builtin", "name": "arithmetic"},
-        "train": {"steps": 40, "batch_size": 16, "lr": 1e-4, "eval_every": 40, "log_every": 10, "checkpoint_every": 10},
+        "train": {"steps": 300, "batch_size": 16, "lr": 1e-4, "eval_every": 300, "log_every": 10, "checkpoint_every": 50},
         "grpo": {"group_size": 4, "gen": {"max_new_tokens": 4}, "samples_to_log": 0, "max_staleness": 1, "generator": "process"},
     }
     run_id = stack.submit(spec)
-    stack.wait_step(run_id, 12)
+    stack.wait_step(run_id, 60)
     [generator] = [pid for pid in trainer_pids(stack, run_id) if "trainer_core.rollout.own_process" in cmdline(pid)]
     os.kill(generator, signal.SIGKILL)
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
@@ -169,8 +169,8 @@ def test_a_lost_generator_process_loses_the_attempt_and_the_run_resumes(stack: S
     first, second = run["attempts"]
     assert first["end_reason"].startswith("rollout engine lost: the trainer exited 5"), first["end_reason"]
     assert "the generator's process" in first["end_reason"], first["end_reason"]
-    assert second["last_step"] == 40
-    assert_metrics_once(stack, run_id, steps=40)
+    assert first["last_step"] < 300 and second["last_step"] == 300
+    assert_metrics_once(stack, run_id, steps=300)
 
 
 def test_queued_runs_survive_a_flushed_broker(stack: Stack) -> None:

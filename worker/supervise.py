@@ -378,7 +378,10 @@ def _watch(
         return _end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
     last_lines = "\n".join(list(trainer.tail)[-15:])
     if code == EXIT_ENGINE_LOST:  # its rollout engine's process died: lost, and retried from the last checkpoint
-        reason = f"rollout engine lost: the {who} exited {code}:\n{last_lines}"
+        said = list(trainer.tail)
+        start = max((i for i, line in enumerate(said) if "(rollout engine lost)" in line), default=max(len(said) - 15, 0))
+        head = f"rollout engine lost: the {who} exited {code}:\n"
+        reason = head + "\n".join(said[start:])[-(MAX_REASON_CHARS - len(head)) :]  # its own words, then the engine's
         return _end(client, forwarder, trainer, run_id, attempt, "lost", reason)
     failure = FAILURE_OF_EXIT.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:

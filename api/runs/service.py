@@ -12,6 +12,7 @@ from api.runs import gang, references, repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
+from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import PythonReward, RunSpec, SumReward
 from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 from trainer_core.rewards.allowlist import is_allowed, refusal
@@ -83,9 +84,19 @@ def set_status(session: Session, run: Run, target: str, reason: str = "") -> Non
     _record_status(session, run, target, reason)
 
 
+def fitted_reason(reason: str) -> str:
+    """`reason` within the status_reason column: a reason built on an earlier one ("...; retrying from ...") keeps its
+    start and its newest end, the middle cut."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    half = (MAX_REASON_CHARS - 5) // 2
+    return f"{reason[:half]} ... {reason[-half:]}"
+
+
 def _record_status(session: Session, run: Run, target: str, reason: str) -> None:
     """The run becomes `target`, with its times and a status event (set_status has checked the move)."""
     now = utcnow()
+    reason = fitted_reason(reason)
     run.status, run.status_reason, run.updated_at = target, reason, now
     if target == "running" and run.started_at is None:
         run.started_at = now
@@ -325,7 +336,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
     if attempt is not None:
         attempt.last_step = run.last_step
         if body.status in TERMINAL or body.status == "lost":
-            attempt.ended_at, attempt.end_reason = utcnow(), body.reason or body.status
+            attempt.ended_at, attempt.end_reason = utcnow(), fitted_reason(body.reason or body.status)
             gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))
             gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
             attempt.handed_back = body.status == "lost" and body.handed_back

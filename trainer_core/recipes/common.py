@@ -26,6 +26,7 @@ from rlplane.spec.sections import ModelSpec, TrainSpec
 from trainer_core.backends import Backend, MicroStep, local_batch_range, make_backend, rank_chunks
 from trainer_core.backends.dist import DistEnv
 from trainer_core.checkpoint.fence import Fenced
+from trainer_core.failures import EngineLost
 from trainer_core.models import ModelError, load_from_spec
 from trainer_core.models.from_spec import context_length
 from trainer_core.recipes.checkpointing import export_final, load_weights, restore_training
@@ -405,8 +406,10 @@ def drive(
         else:  # --stop-at or a hand-back: not an end of the run, which its worker tells the API
             run.reporter.log(f"stopped at step {run.step} of {run.spec.train.steps}")
         return run
-    except Fenced:
-        raise  # not the run's end: the control plane ended this attempt, and the run goes on in another
+    except (Fenced, EngineLost):
+        # not the run's end: the control plane ended this attempt, or a rollout engine's process died under it
+        # (its worker ends the attempt lost); the run goes on in another
+        raise
     except BaseException as exc:
         run.reporter.status("failed", failure_reason(exc))
         raise

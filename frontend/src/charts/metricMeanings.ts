@@ -53,7 +53,7 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'async/generator_idle':
     "Share of the step's wall time the generator waited (for fresher weights or room in the queue) instead of generating; most of the time means the trainer is the bottleneck, and a larger grpo.max_staleness only makes samples staler.",
   'async/trainer_idle':
-    "Share of the step's wall time the trainer waited for the generator's next batch; most of the time means generation is the bottleneck (a faster gen.engine, more generator devices, or a larger grpo.max_staleness).",
+    "Share of the step's wall time the trainer waited for the generator's next batch; most of the time means generation is the bottleneck (a faster gen.engine, grpo.generator: process, or a larger grpo.max_staleness).",
   'perf/weight_sync_s': "Seconds the step spent bringing the rollout engine's weights to the policy's version.",
 
   'ppo/explained_variance':
