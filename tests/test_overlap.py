@@ -21,9 +21,12 @@ from trainer_core.rollout.overlap import Overlap, RecordingOrder, cut_ledger
 PROMPTS, BATCH = 50, 4
 
 
-def start(tmp_path: Path, max_staleness: int, sync_every: int = 1, seed: int = 0, fail_at: int | None = None):
+def start(
+    tmp_path: Path, max_staleness: int, sync_every: int = 1, seed: int = 0, fail_at: int | None = None, scorer: bool = False
+):
     """An Overlap whose generator draws BATCH prompts a batch from a shuffled order of PROMPTS, noting the version it
-    sampled each with; random waits of up to 4 ms on both sides."""
+    sampled each with; random waits of up to 4 ms on both sides. With `scorer`, a scoring stage in a thread of its own
+    finishes each batch (after a random wait of its own), marking it scored."""
     order = RecordingOrder(BatchOrder(PROMPTS, BATCH, seed=seed, shuffle=True))
     loaded: list[int] = []
     chance = random.Random(seed)
@@ -35,14 +38,25 @@ def start(tmp_path: Path, max_staleness: int, sync_every: int = 1, seed: int = 0
         time.sleep(wait)
 
     def produce(version: int) -> dict:
-        if fail_at is not None and len(loaded) and order.order.index >= fail_at * BATCH:
+        if not scorer and fail_at is not None and len(loaded) and order.order.index >= fail_at * BATCH:
             raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
         return {"prompts": order.next_batch(), "version": version}
+
+    def finish(value: dict) -> dict:
+        delay("scorer")
+        if fail_at is not None and value["prompts"] == expected_at(fail_at):
+            raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
+        return {**value, "scored": True}
+
+    def expected_at(batch: int) -> list[int]:
+        plain = BatchOrder(PROMPTS, BATCH, seed=seed, shuffle=True)
+        return [plain.next_batch() for _ in range(batch)][-1]
 
     overlap = Overlap(
         produce,
         lambda weights, version: loaded.append(version),
         order,
+        finish=finish if scorer else None,
         max_staleness=max_staleness,
         sync_every=sync_every,
         version=0,
@@ -56,18 +70,20 @@ def ledger(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("max_staleness, sync_every", [(0, 1), (1, 1), (2, 3), (4, 2)])
+@pytest.mark.parametrize(
+    "max_staleness, sync_every, scorer", [(0, 1, False), (1, 1, False), (2, 3, False), (4, 2, False), (0, 1, True), (2, 1, True)]
+)
 def test_random_delays_never_train_a_batch_older_than_the_bound_or_twice(
-    tmp_path: Path, max_staleness: int, sync_every: int
+    tmp_path: Path, max_staleness: int, sync_every: int, scorer: bool
 ) -> None:
-    overlap, loaded = start(tmp_path, max_staleness, sync_every, seed=max_staleness)
+    overlap, loaded = start(tmp_path, max_staleness, sync_every, seed=max_staleness, scorer=scorer)
     taken = []
     try:
         for version in range(20):
             if overlap.due(version):
                 overlap.publish({}, version)
             got = overlap.take(version)
-            assert got.drawn.value["version"] == got.drawn.version
+            assert got.drawn.value["version"] == got.drawn.version and got.drawn.value.get("scored", False) == scorer
             assert 0 <= version - got.drawn.version <= max_staleness
             assert got.stats["async/staleness_max"] == version - got.drawn.version
             assert 0 <= got.stats["async/trainer_idle"] <= 1 and 0 <= got.stats["async/generator_idle"] <= 1
@@ -132,8 +148,9 @@ def test_a_checkpoint_keeps_the_cursor_before_every_batch_not_yet_trained(tmp_pa
     assert [json.loads(line)["step"] for line in (tmp_path / "rollout" / "ledger.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
-def test_a_generator_failure_ends_the_trainers_take_with_its_reason(tmp_path: Path) -> None:
-    overlap, _ = start(tmp_path, max_staleness=1, fail_at=2)
+@pytest.mark.parametrize("scorer", [False, True], ids=["sampling", "scoring"])
+def test_a_generator_failure_ends_the_trainers_take_with_its_reason(tmp_path: Path, scorer: bool) -> None:
+    overlap, _ = start(tmp_path, max_staleness=1, fail_at=2, scorer=scorer)
     try:
         with pytest.raises(Diverged, match="NaN or infinite while generating"):
             for version in range(10):
@@ -141,7 +158,7 @@ def test_a_generator_failure_ends_the_trainers_take_with_its_reason(tmp_path: Pa
                 overlap.take(version)
     finally:
         overlap.close()
-    assert not overlap._thread.is_alive()
+    assert not overlap._thread.is_alive() and (overlap._scorer is None or not overlap._scorer.is_alive())
 
 
 def test_close_stops_a_generator_that_waits_for_weights(tmp_path: Path) -> None:

@@ -239,10 +239,17 @@ def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays:
         reporter=run.reporter,
     )
 
-    def produce(version: int) -> tuple[rollouts.Scored, dict[str, float]]:
+    def produce(version: int) -> Any:
         side.step = version
         with torch.no_grad():
-            return _rollouts(side)  # type: ignore[arg-type]  (the generator's side of the run: what _rollouts reads)
+            if options.dynamic_sampling:  # its rounds draw again on the scores: sampled and scored here, in one stage
+                return _rollouts(side)  # type: ignore[arg-type]  (the generator's side of the run: what _rollouts reads)
+            rows = common.local_batch(side, side.train_rows)  # type: ignore[arg-type]
+            return rollouts.sample(side, side.policy, rows, gen, options.group_size)
+
+    def finish(sampled: rollouts.Sampled) -> tuple[rollouts.Scored, dict[str, float]]:
+        scored = rollouts.score(side, sampled)
+        return scored, {"grpo/zero_std_groups": _zero_std_groups(scored, options.group_size)}
 
     def load(weights: Any, version: int) -> None:
         engine.pause()
@@ -258,6 +265,7 @@ def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays:
         produce,
         load,
         order,
+        finish=None if options.dynamic_sampling else finish,
         max_staleness=max_staleness,
         sync_every=sync_every,
         version=run.step,
@@ -288,7 +296,7 @@ def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
 
     first, informative = draw()
     groups, gen_s = len(informative), first.gen_s
-    own = {"grpo/zero_std_groups": float((groups - sum(informative)) * size)}  # of the first draw: the signal
+    own = {"grpo/zero_std_groups": _zero_std_groups(first, size)}  # of the first draw: the signal
     if not options.dynamic_sampling:
         return first, own
     pad = pad_id(run.tokenizer)
@@ -312,6 +320,12 @@ def _rollouts(run: GrpoRun) -> tuple[rollouts.Scored, dict[str, float]]:
     own |= {"grpo/sampling_rounds": float(rounds + 1) * len(first.prompts), "grpo/kept_groups": float(count * size)}
     assert kept is not None
     return dataclasses.replace(kept, gen_s=gen_s), own
+
+
+def _zero_std_groups(scored: rollouts.Scored, size: int) -> float:
+    """The responses in groups whose rewards are all equal (they teach nothing)."""
+    spread = torch.tensor(scored.scores.total, dtype=torch.float32).view(-1, size).std(dim=1) > 0
+    return float((spread.numel() - int(spread.sum())) * size)
 
 
 @torch.no_grad()

@@ -9,6 +9,10 @@ j - 1 - max_staleness or newer, so a batch is never trained by a policy more tha
 of the one that sampled it, and at most max_staleness + 1 batches wait. With max_staleness 0 the generator samples
 batch j only after step j - 1's weights reach it, while the trainer waits: the synchronous loop, in two threads.
 
+Scoring is a stage of its own where the recipe gives one (`finish`): a scorer thread scores batch j while the
+generator draws batch j + 1, so a reward that waits (a verifier's latency, a sandboxed test run) overlaps sampling as
+well as training.
+
 A batch that is older than the bound when the trainer takes it is dropped, not refilled, and its prompts are counted
 as dropped (`ledger`); the data cursor never goes back, so every prompt drawn is trained or dropped once. The version
 gate above makes a drop the exception: a batch restored older than the bound, or a trainer that a drop or a resume
@@ -85,7 +89,8 @@ class Taken:
 
 class Overlap:
     """The generator thread and the trainer's side of it. `produce(version)` draws and samples one batch with the
-    generator's `engine` (through `order`, a RecordingOrder); `load(weights, version)` gives the engine new weights.
+    generator's `engine` (through `order`, a RecordingOrder); `load(weights, version)` gives the engine new weights;
+    `finish(value)`, if given, completes a batch (scores it) in a thread of its own, in order, while the next is drawn.
     `delays(side)` runs before each take ("trainer") and each batch ("generator"): tests put random waits there."""
 
     def __init__(
@@ -94,6 +99,7 @@ class Overlap:
         load: Callable[[Mapping[str, torch.Tensor] | None, int], None],
         order: RecordingOrder,
         *,
+        finish: Callable[[Any], Any] | None = None,
         max_staleness: int,
         sync_every: int,
         version: int,
@@ -102,7 +108,7 @@ class Overlap:
         delays: Callable[[str], None] | None = None,
         engine: Any = None,
     ) -> None:
-        self.produce, self.load, self.order = produce, load, order
+        self.produce, self.load, self.order, self.finish = produce, load, order, finish
         self.engine = engine  # the generator's (closed with it)
         self.max_staleness, self.sync_every = max_staleness, sync_every
         self.ledger = ledger
@@ -112,6 +118,7 @@ class Overlap:
         self._published: tuple[Mapping[str, torch.Tensor] | None, int] | None = None
         self._last_published: int | None = None
         self._queue: deque[Drawn] = deque()
+        self._unfinished: deque[Drawn] = deque()  # drawn, waiting for `finish` (the scorer thread)
         self._pending: deque[Drawn] = deque()  # drawn, not yet taken: in flight or queued (the checkpoint's cursor)
         self._failure: BaseException | None = None
         self._stopping = False
@@ -120,7 +127,10 @@ class Overlap:
         self._load_s = 0.0
         self._last_take = time.perf_counter()
         self._thread = threading.Thread(target=self._generate, name="rlplane-generator", daemon=True)
+        self._scorer = threading.Thread(target=self._score, name="rlplane-scorer", daemon=True) if finish else None
         self._thread.start()
+        if self._scorer is not None:
+            self._scorer.start()
 
     # --- the trainer's side ---
 
@@ -189,6 +199,8 @@ class Overlap:
             self._stopping = True
             self._lock.notify_all()
         self._thread.join()
+        if self._scorer is not None:
+            self._scorer.join()
         if self.engine is not None:
             self.engine.close()
 
@@ -222,11 +234,33 @@ class Overlap:
                 drawn.value = self.produce(version)
                 drawn.groups = len(drawn.prompts)
                 with self._lock:
-                    self._queue.append(drawn)
+                    (self._queue if self.finish is None else self._unfinished).append(drawn)
                     self._next_batch += 1
                     self._lock.notify_all()
         except Stopped:
             return
+        except BaseException as exc:  # noqa: BLE001  (the trainer raises it as it was)
+            with self._lock:
+                self._failure = exc
+                self._lock.notify_all()
+
+    def _score(self) -> None:
+        """The scorer thread (with `finish`): each drawn batch finished in order, while the generator draws the next,
+        so a reward that waits (a verifier's latency) overlaps sampling as well as training."""
+        try:
+            while True:
+                with self._lock:
+                    while not self._unfinished and not self._stopping and self._failure is None:
+                        self._lock.wait(timeout=1.0)
+                    if self._stopping or self._failure is not None:
+                        return
+                    drawn = self._unfinished[0]
+                assert self.finish is not None
+                drawn.value = self.finish(drawn.value)
+                with self._lock:
+                    self._unfinished.popleft()
+                    self._queue.append(drawn)
+                    self._lock.notify_all()
         except BaseException as exc:  # noqa: BLE001  (the trainer raises it as it was)
             with self._lock:
                 self._failure = exc

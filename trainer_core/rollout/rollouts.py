@@ -250,22 +250,44 @@ def keep(scored: Scored, index: list[int], pad: int, also: Scored | None = None)
     )
 
 
-def sample_and_score(
-    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1, *, observe: bool = False
-) -> Scored:
-    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward.
-    `observe`: for samples that are only shown, so the reward's running normaliser is left as it was."""
+@dataclass
+class Sampled:
+    """Responses drawn and not yet scored: what `score` turns into Scored (asynchronous GRPO scores one batch while the
+    next is drawn: rollout/overlap.py)."""
+
+    generation: Generation
+    rows: list[dict]  # one per response (a row repeated for each of its group)
+    responses: list[str]
+    gen_s: float
+    prompt_cut: list[bool]
+
+
+def sample(run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1) -> Sampled:
+    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), with run's engine."""
     rows = [row for row in rows for _ in range(repeat)]
     engine = opened(run, gen, policy)  # a weight push is counted in perf/weight_sync_s, not in gen_s
     started = time.perf_counter()
     encoded, cut = encode_and_cut(rows, run.tokenizer, prompt_budget(run.spec, gen))
     generation = generate(policy, encoded, run.tokenizer, gen, run.backend, engine=engine)
     gen_s = time.perf_counter() - started
-    responses = decode(run.tokenizer, generation)
+    return Sampled(generation, rows, decode(run.tokenizer, generation), gen_s, cut)
+
+
+def score(run: Any, sampled: Sampled, *, observe: bool = False) -> Scored:
+    """`sampled`, scored by run.reward. `observe`: for samples that are only shown, so the reward's running normaliser is
+    left as it was."""
+    rows = sampled.rows
     prompts = [prompt_text(r) for r in rows]
     with unchanged(run.reward) if observe else contextlib.nullcontext():
-        scores = run.reward(prompts, responses, [metadata(r) for r in rows])
-    return Scored(generation, prompts, responses, scores, gen_s, prompt_cut=cut)
+        scores = run.reward(prompts, sampled.responses, [metadata(r) for r in rows])
+    return Scored(sampled.generation, prompts, sampled.responses, scores, sampled.gen_s, prompt_cut=sampled.prompt_cut)
+
+
+def sample_and_score(
+    run: Any, policy: nn.Module, rows: list[dict], gen: GenSpec, repeat: int = 1, *, observe: bool = False
+) -> Scored:
+    """`repeat` sampled responses to each row's prompt (consecutive: a GRPO group), scored by run.reward (`score`)."""
+    return score(run, sample(run, policy, rows, gen, repeat), observe=observe)
 
 
 @contextlib.contextmanager
