@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.sections import TrainSpec
+from rlplane.status import EXIT_ENGINE_LOST
 from tests.harness.launch import launch
 from tests.harness.specs import RANDOMWALKS, rl_spec
 from tests.harness.training import local_model, metrics, run_spec, write_spec
@@ -252,7 +253,8 @@ def trainer(walker: Path, tmp_path: Path, vllm: dict | None = None) -> tuple[sub
     out = tmp_path / "out"
     spec_path = write_spec(tmp_path / "grpo.yaml", grpo_spec(walker, 200, vllm))
     command = [sys.executable, "-m", "trainer_core", "run", str(spec_path), "--out", str(out)]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), out
+    with open(tmp_path / "trainer.log", "wb") as log:
+        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), out
 
 
 def wait_for(condition, timeout: float = 240.0) -> None:
@@ -267,31 +269,34 @@ def step_reached(out: Path, step: int) -> bool:
     return path.exists() and any(json.loads(line)["step"] >= step for line in path.read_text().splitlines())
 
 
-def failure_after_signalling_the_server(walker: Path, tmp_path: Path, sig: signal.Signals, vllm: dict | None = None) -> str:
-    """A long run whose server gets `sig` after step 1: the run's failure reason, once no server of it is left."""
+def loss_after_signalling_the_server(walker: Path, tmp_path: Path, sig: signal.Signals, vllm: dict | None = None) -> str:
+    """A long run whose server gets `sig` after step 1: the trainer ends its attempt lost (exit 5: the worker retries
+    it from the last checkpoint), reporting no failure of the run; its reason, once no server of it is left."""
     process, out = trainer(walker, tmp_path, vllm)
     try:
         wait_for(lambda: step_reached(out, 1))
         for pid in servers_of(out):
             os.kill(pid, sig)
-        assert process.wait(120) != 0
+        assert process.wait(120) == EXIT_ENGINE_LOST
     finally:
         process.kill()
     wait_for(lambda: servers_of(out) == [], 60)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    return next(e["reason"] for e in events if e.get("status") == "failed")
+    assert not [e for e in events if e.get("status") == "failed"]
+    said = (tmp_path / "trainer.log").read_text(errors="replace")
+    return said[said.index("error (rollout engine lost)") :]
 
 
-def test_a_server_that_dies_mid_run_ends_the_run_with_its_last_lines(walker: Path, tmp_path: Path) -> None:
-    """The server killed (SIGKILL) after step 1: the run fails, its reason names the server and quotes its log."""
-    reason = failure_after_signalling_the_server(walker, tmp_path, signal.SIGKILL)
+def test_a_server_that_dies_mid_run_loses_the_attempt_with_its_last_lines(walker: Path, tmp_path: Path) -> None:
+    """The server killed (SIGKILL) after step 1: the attempt is lost, its reason names the server and quotes its log."""
+    reason = loss_after_signalling_the_server(walker, tmp_path, signal.SIGKILL)
     assert "vllm engine's server" in reason and "its last lines" in reason, reason
 
 
-def test_a_server_that_stops_answering_ends_the_run_after_the_request_timeout(walker: Path, tmp_path: Path) -> None:
-    """The server stopped (SIGSTOP: alive, silent) after step 1, with gen.vllm.request_timeout_s 10: the run fails,
-    its reason naming the setting, and the stopped server is killed with the run."""
-    reason = failure_after_signalling_the_server(walker, tmp_path, signal.SIGSTOP, {"request_timeout_s": 10})
+def test_a_server_that_stops_answering_loses_the_attempt_after_the_request_timeout(walker: Path, tmp_path: Path) -> None:
+    """The server stopped (SIGSTOP: alive, silent) after step 1, with gen.vllm.request_timeout_s 10: the attempt is
+    lost, its reason naming the setting, and the stopped server is killed with the run."""
+    reason = loss_after_signalling_the_server(walker, tmp_path, signal.SIGSTOP, {"request_timeout_s": 10})
     assert "within gen.vllm.request_timeout_s 10 s" in reason, reason
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import redis
 
+from rlplane.spec import parse_spec
 from tests.harness.worker_stack import (
     LONG,
     SPEC,
@@ -23,6 +24,8 @@ from tests.harness.worker_stack import (
     logged_steps,
     trainer_pids,
 )
+from trainer_core.data import load_examples
+from trainer_core.recipes.common import BatchOrder
 
 
 def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
@@ -147,20 +150,43 @@ def test_a_hung_trainer_is_killed_and_retried_as_a_hang(stack: Stack) -> None:
     assert_metrics_once(stack, run_id)
 
 
+ASYNC_GRPO = {
+    **SPEC,
+    "name": "worker-async-grpo",
+    "algorithm": "grpo",
+    "reward": {"kind": "builtin", "name": "arithmetic"},
+    "train": {"steps": 300, "batch_size": 16, "lr": 1e-4, "eval_every": 300, "log_every": 10, "checkpoint_every": 50},
+    "grpo": {"group_size": 4, "gen": {"max_new_tokens": 4}, "samples_to_log": 0, "max_staleness": 2},
+}
+
+
+def test_a_killed_worker_of_an_async_run_and_the_next_train_or_drop_every_prompt_once(stack: Stack) -> None:
+    """Asynchronous GRPO (bound 2, batches drawn ahead) whose worker is killed (SIGKILL) mid-run: another worker
+    resumes it from the last checkpoint, and the run's ledger holds every step once and, in the prompt order, every
+    prompt drawn once, trained or dropped."""
+    first = stack.start_worker("w1")
+    run_id = stack.submit(ASYNC_GRPO)
+    stack.wait_step(run_id, 60)
+    os.killpg(first.pid, signal.SIGKILL)
+    stack.start_worker("w2")
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert [a["worker"] for a in run["attempts"]] == ["w1", "w2"]
+    ledger = Path(stack.artifacts) / "runs" / str(run_id) / "rollout" / "ledger.jsonl"
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [line["step"] for line in lines if line["fate"] == "trained"] == list(range(1, 301))
+    prompts = load_examples(parse_spec(ASYNC_GRPO).data, "prompts", seed=0).train
+    order = BatchOrder(len(prompts), 4, seed=0, shuffle=True)
+    assert [line["prompts"] for line in lines] == [order.next_batch() for _ in lines]
+    assert_metrics_once(stack, run_id, steps=300)
+
+
 def test_a_lost_generator_process_loses_the_attempt_and_the_run_resumes(stack: Stack) -> None:
     """Asynchronous GRPO with its generator in a process of its own (grpo.generator: process): the generator killed
     mid-run ends the attempt lost (the trainer exits 5: the rollout engine was lost, with its last lines), not
     failed, and the next attempt resumes from the last checkpoint to the end."""
     stack.start_worker("w1")
-    spec = {
-        **SPEC,
-        "name": "worker-async-grpo",
-        "algorithm": "grpo",
-        "reward": {"kind": "builtin", "name": "arithmetic"},
-        "train": {"steps": 300, "batch_size": 16, "lr": 1e-4, "eval_every": 300, "log_every": 10, "checkpoint_every": 50},
-        "grpo": {"group_size": 4, "gen": {"max_new_tokens": 4}, "samples_to_log": 0, "max_staleness": 1, "generator": "process"},
-    }
-    run_id = stack.submit(spec)
+    run_id = stack.submit({**ASYNC_GRPO, "grpo": {**ASYNC_GRPO["grpo"], "max_staleness": 1, "generator": "process"}})
     stack.wait_step(run_id, 60)
     [generator] = [pid for pid in trainer_pids(stack, run_id) if "trainer_core.rollout.own_process" in cmdline(pid)]
     os.kill(generator, signal.SIGKILL)

@@ -7,7 +7,8 @@ with the run: on the run's end, a failure, SIGTERM or Ctrl-C (the recipes close 
 dies without closing it (the server gets SIGTERM from the kernel: PR_SET_PDEATHSIG). Its output is kept in
 OUT/rollout/vllm-server.log and, each line marked "vllm server:", in the run's log; its last lines are in the reason
 of a run that fails because of it. Or gen.vllm.url names a server that is already up, which must read the run's
-directory: it is loaded with the run's starting weights from there first.
+directory: it is loaded with the run's starting weights from there first. A server that dies or stops answering
+mid-run ends the attempt lost (VllmLost: the trainer exits 5 and its worker retries it from the last checkpoint).
 
 Only the parts a CUDA vLLM runs unchanged are used (nothing here is GPU-specific):
     POST /inference/v1/generate   one request per prompt, sent together (vLLM batches them continuously): token ids,
@@ -42,6 +43,7 @@ from torch import nn
 
 from rlplane.spec.algorithms import VllmSpec
 from trainer_core.backends import Backend, BackendError
+from trainer_core.failures import EngineLost
 from trainer_core.launch import free_port
 from trainer_core.rollout.engines import Completion, Sampling, Weights, cut_at_stop, finish_reason
 
@@ -52,6 +54,11 @@ LOG_LINES = 20  # of the server's log in a failure's reason
 
 class VllmError(BackendError):
     """The vllm engine's server is missing, did not come up, or died: the reason names the setting and its last lines."""
+
+
+class VllmLost(VllmError, EngineLost):
+    """The server died or stopped answering mid-run: not the run's fault, so the attempt is lost (the trainer exits 5)
+    and its worker retries it from the last checkpoint."""
 
 
 class VllmEngine:
@@ -173,18 +180,19 @@ class VllmEngine:
         except httpx.ReadTimeout:
             raise self._failure(
                 f"the vllm engine's server at {self.url} did not answer {path} within gen.vllm.request_timeout_s "
-                f"{self.request_timeout_s:g} s"
+                f"{self.request_timeout_s:g} s",
+                lost=True,
             ) from None
         except httpx.HTTPError as exc:
-            raise self._failure(f"the vllm engine's server at {self.url} did not answer {path} ({exc})") from None
+            raise self._failure(f"the vllm engine's server at {self.url} did not answer {path} ({exc})", lost=True) from None
         if response.status_code >= 400:
             raise self._failure(f"the vllm engine's server answered {path} with {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None
 
-    def _failure(self, what: str) -> VllmError:
-        if self.server is None:
-            return VllmError(what)
-        return VllmError(self.server.describe(what))
+    def _failure(self, what: str, lost: bool = False) -> VllmError:
+        """`what`, with the server's last lines; `lost`: a server gone or silent mid-run (VllmLost), not an answer."""
+        kind = VllmLost if lost else VllmError
+        return kind(what if self.server is None else self.server.describe(what))
 
     def _completion(self, choice: dict[str, Any], sampling: Sampling) -> Completion:
         tokens = list(choice["token_ids"] or [])
