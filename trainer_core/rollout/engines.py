@@ -89,7 +89,24 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-class Colocated:
+class HoldsNothing:
+    """pause, resume, sleep and wake as no-ops: for an engine with no requests of its own to hold still around a weight
+    update and no memory to give back between calls (the protocol's defaults)."""
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        pass
+
+
+class Colocated(HoldsNothing):
     """An engine that samples the live policy in the trainer's process: nothing to load on a weight update, nothing
     to pause, no memory of its own held between calls."""
 
@@ -104,23 +121,11 @@ class Colocated:
             raise BackendError(f"the {self.name} engine samples the live policy; it takes no weights of its own")
         self.version = version
 
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def sleep(self) -> None:
-        pass
-
-    def wake(self) -> None:
-        pass
-
     def close(self) -> None:
         pass
 
 
-class OwnWeights:
+class OwnWeights(HoldsNothing):
     """A colocated engine over a private copy of the policy (grpo.max_staleness: rollout/overlap.py): it samples while
     the trainer updates the live policy, and holds the version it was last given until the next update."""
 
@@ -142,18 +147,6 @@ class OwnWeights:
                 raise BackendError(f"the {self.name} engine's copy of the policy loads a state dict, not {weights!r}")
             self.copy.load_state_dict(weights)
         self.inner.version = version
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def sleep(self) -> None:
-        pass
-
-    def wake(self) -> None:
-        pass
 
     def close(self) -> None:
         self.inner.close()

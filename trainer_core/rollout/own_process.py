@@ -34,7 +34,7 @@ from torch import nn
 
 from trainer_core.backends import Backend
 from trainer_core.failures import EngineLost
-from trainer_core.rollout.engines import Completion, Sampling, Weights
+from trainer_core.rollout.engines import Completion, HoldsNothing, Sampling, Weights
 from trainer_core.rollout.vllm import _term_with_parent, write_model, write_weights
 
 LOG_LINES = 20
@@ -45,7 +45,7 @@ class GeneratorProcessError(EngineLost):
     node's would be, and the run resumes from its last checkpoint."""
 
 
-class ProcessEngine:
+class ProcessEngine(HoldsNothing):
     """The Engine protocol over a child process that runs `engine` (hf or continuous) on its own copy of the policy."""
 
     def __init__(self, process: subprocess.Popen, channel: socket.socket, log: Path, weights_dir: Path, name: str) -> None:
@@ -121,18 +121,6 @@ class ProcessEngine:
         self._send({"op": "load", "path": str(path / "model.safetensors"), "version": version})
         self._answer()
         self.version = version
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def sleep(self) -> None:
-        pass
-
-    def wake(self) -> None:
-        pass
 
     def close(self) -> None:
         """Ask the child to end, then SIGTERM and SIGKILL what is left of it."""
