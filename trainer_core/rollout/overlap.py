@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 LEDGER = Path("rollout") / "ledger.jsonl"
+JOIN_S = 60.0  # the most close() waits for a thread in a call that ignores its engine's end (a colocated generate)
 
 
 class Stopped(Exception):
@@ -194,15 +195,17 @@ class Overlap:
             return {"dropped_groups": self.dropped_groups, "pending_batches": len(self._pending)}
 
     def close(self) -> None:
-        """Stop the generator (at its next wait: a batch being sampled runs to its end first) and wait for it."""
+        """Stop the generator and the scorer at their next wait, and close the engine first: a generator blocked on an
+        engine that no longer answers (a stopped process, a silent server) wakes with its failure instead of holding
+        the trainer's exit."""
         with self._lock:
             self._stopping = True
             self._lock.notify_all()
-        self._thread.join()
-        if self._scorer is not None:
-            self._scorer.join()
         if self.engine is not None:
             self.engine.close()
+        for thread in (self._thread, self._scorer):
+            if thread is not None:
+                thread.join(timeout=JOIN_S)
 
     def _write(self, step: int, drawn: Drawn, fate: str) -> None:
         if self.ledger is None:
