@@ -103,6 +103,12 @@ class GenSpec(StrictModel):
         "Greedy answers are the same either way; sampled ones are drawn in another order.",
     )
 
+    def engine_on(self, backend_kind: str) -> str:
+        """The engine that samples on `backend_kind`: `engine`, or for auto the backend's own (megatron's, else hf)."""
+        if self.engine != "auto":
+            return self.engine
+        return "megatron" if backend_kind == "megatron" else "hf"
+
 
 class HeldOutEval(StrictModel):
     """How an RL run evaluates on its held-out prompts every train.eval_every steps (the eval algorithm's measures)."""
@@ -286,7 +292,7 @@ class GrpoOptions(StrictModel):
         description="Asynchronous GRPO: a generator samples the next steps' groups, with its own copy of the policy "
         "(or a vllm server), while the trainer trains; a group is trained by a policy at most this many optimizer steps "
         "newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, "
-        "each step samples with the policy it trains (docs/rl.md, 'Asynchronous RL').",
+        "each step samples with the policy it trains (docs/rl.md, 'Asynchronous GRPO').",
     )
     generator: Literal["colocated", "process"] = Field(
         "colocated",

@@ -284,7 +284,7 @@ def engine_fits_backend(spec: RunSpec) -> Rules:
         return
     kind = spec.backend.kind
     megatron = kind == "megatron"
-    engine = gen.engine if gen.engine != "auto" else ("megatron" if megatron else "hf")
+    engine = gen.engine_on(kind)
     if engine == "megatron" and not megatron:
         yield Violation(
             (section, "gen", "engine"),
@@ -325,7 +325,7 @@ def async_grpo_fits(spec: RunSpec) -> Rules:
             f"sync_every {options.sync_every} leaves the generator's weights up to {options.sync_every - 1} steps behind, "
             f"more than max_staleness {options.max_staleness} allows: set sync_every to at most {options.max_staleness + 1}",
         )
-    engine = options.gen.engine if options.gen.engine != "auto" else ("megatron" if spec.backend.kind == "megatron" else "hf")
+    engine = options.gen.engine_on(spec.backend.kind)
     if options.generator == "process" and engine not in ("hf", "continuous"):
         yield Violation(
             ("grpo", "generator"),

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from copy import deepcopy
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -194,34 +193,11 @@ def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays:
     tracked samples stay on the live policy (with vllm: the hf engine), so they show the policy as trained."""
     options = run.spec.grpo
     gen = options.gen
-    if options.generator == "process":
-        from trainer_core.rollout.own_process import ProcessEngine
-
-        name = gen.engine if gen.engine != "auto" else getattr(run.backend, "rollout_engine", "hf")
-        weights = engines.policy_state(run.backend, run.model, run.policy)
-        engine = ProcessEngine.start(
-            name,
-            run.policy,
-            run.tokenizer,
-            run.backend,
-            run.out_dir,
-            static_cache=gen.static_cache,
-            kv_cache_share=gen.kv_cache_share,
-            weights=weights,
-        )
-        engine_policy = run.policy  # the process holds the weights; _rollouts only hands the policy on
-    elif gen.engine == "vllm":
-        weights = engines.policy_state(run.backend, run.model, run.policy)
-        engine = engines.make_engine(
-            gen, run.backend, run.policy, run.tokenizer, run_dir=run.out_dir, reporter=run.reporter, weights=weights
-        )
+    engine, engine_policy = engines.generator_engine(
+        gen, options.generator, run.backend, run.model, run.policy, run.tokenizer, run.out_dir, run.reporter
+    )
+    if gen.engine == "vllm":  # evaluation and tracked samples on the live policy, not on the server's older weights
         run.engine = run.engine or engines.HfEngine(run.backend, run.policy, run.tokenizer)
-        engine_policy = run.policy  # the server holds the weights; _rollouts only hands the policy on
-    else:
-        copy = deepcopy(run.policy).eval().requires_grad_(False)
-        inner = engines.make_engine(gen, run.backend, copy, run.tokenizer)
-        assert isinstance(inner, engines.Colocated)
-        engine, engine_policy = engines.OwnWeights(inner, copy), copy
     if run.reward is not None:
         run.reward = overlap.Serialized(run.reward)
     order = overlap.RecordingOrder(run.order)

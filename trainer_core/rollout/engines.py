@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -300,8 +301,7 @@ def make_engine(
     """The engine gen.engine names (auto: the backend's own), checked against the backend. The vllm engine starts a
     server that lives as long as the run: it needs the run's directory (its weights and log go there) and, where
     the policy is sharded, its gathered `weights` on rank 0 (`policy_state`)."""
-    own = getattr(backend, "rollout_engine", "hf")
-    name = own if gen.engine == "auto" else gen.engine
+    own, name = getattr(backend, "rollout_engine", "hf"), engine_name(gen, backend)
     if name == "megatron" or own == "megatron":
         if name != own:
             raise BackendError(f"gen.engine {name} cannot sample on this backend, whose policy only the {own} engine runs")
@@ -321,6 +321,50 @@ def make_engine(
 
         return VllmEngine.start(gen.vllm, backend, policy, tokenizer, run_dir, reporter, weights)
     return HfEngine(backend, policy, tokenizer, gen.static_cache)
+
+
+def engine_name(gen: GenSpec, backend: Backend) -> str:
+    """The engine gen.engine names on `backend`: for auto, the backend's own."""
+    return getattr(backend, "rollout_engine", "hf") if gen.engine == "auto" else gen.engine
+
+
+def generator_engine(
+    gen: GenSpec,
+    placement: str,
+    backend: Backend,
+    model: nn.Module,
+    policy: nn.Module,
+    tokenizer: Any,
+    run_dir: Path,
+    reporter: Any,
+) -> tuple[Engine, nn.Module]:
+    """The engine of asynchronous GRPO's generator (rollout/overlap.py), one that holds weights of its own, and the
+    policy its sampling is handed: with `placement` process, gen.engine (hf or continuous) in a child process
+    (rollout/own_process.py); the vllm server; else gen.engine on a private copy of the policy (OwnWeights). The first
+    two start on the policy's state (`policy_state`: every rank must call it)."""
+    if placement == "process":
+        from trainer_core.rollout.own_process import ProcessEngine
+
+        state = policy_state(backend, model, policy)
+        engine = ProcessEngine.start(
+            engine_name(gen, backend),
+            policy,
+            tokenizer,
+            backend,
+            run_dir,
+            static_cache=gen.static_cache,
+            kv_cache_share=gen.kv_cache_share,
+            weights=state,
+        )
+        return engine, policy  # the process holds the weights; sampling only hands the policy on
+    if gen.engine == "vllm":
+        state = policy_state(backend, model, policy)
+        return make_engine(gen, backend, policy, tokenizer, run_dir=run_dir, reporter=reporter, weights=state), policy
+    copy = deepcopy(policy).eval().requires_grad_(False)
+    inner = make_engine(gen, backend, copy, tokenizer)
+    if not isinstance(inner, Colocated):
+        raise BackendError(f"the {inner.name} engine cannot sample a private copy of the policy")
+    return OwnWeights(inner, copy), copy
 
 
 def policy_state(backend: Backend, model: nn.Module, policy: nn.Module) -> Mapping[str, torch.Tensor] | None:

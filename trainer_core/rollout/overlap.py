@@ -124,6 +124,7 @@ class Overlap:
         self._failure: BaseException | None = None
         self._stopping = False
         self._next_batch = version + 1
+        self._version = -1  # the version of the weights the generator's engine holds; -1: none given yet
         self._generator_wait_s = 0.0
         self._load_s = 0.0
         self._last_take = time.perf_counter()
@@ -226,8 +227,7 @@ class Overlap:
                     self.load(*weights)
                     with self._lock:
                         self._load_s += time.perf_counter() - started
-                        version = weights[1]
-                        self._version = version
+                        self._version = weights[1]
                 version = self._version
                 self.delays("generator")
                 with self._lock:
@@ -269,8 +269,6 @@ class Overlap:
                 self._failure = exc
                 self._lock.notify_all()
 
-    _version = -1
-
     def _fresh_weights(self, batch: int) -> tuple[Mapping[str, torch.Tensor] | None, int] | None:
         """Wait until published weights are new enough for `batch` (version >= batch - 1 - max_staleness) or the
         generator's own are; the newest published ones when they are newer than the generator's, else None."""
@@ -280,7 +278,7 @@ class Overlap:
             while not self._stopping:
                 published = self._published
                 newest = published[1] if published is not None else -1
-                if max(newest, self._version) >= needed and (published is not None or self._version >= 0):
+                if max(newest, self._version) >= max(needed, 0):  # and some weights at all: never the engine's start
                     break
                 self._lock.wait(timeout=1.0)
             self._generator_wait_s += time.perf_counter() - started

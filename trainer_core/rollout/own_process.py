@@ -208,7 +208,7 @@ def serve(argv: list[str] | None = None) -> int:
                 from safetensors.torch import load_file
 
                 with torch.no_grad():
-                    model.load_state_dict(load_file(request["path"], device=str(model.device)), strict=False)
+                    model.load_state_dict(load_file(request["path"], device=str(model.device)))
                 engine.version = request["version"]
                 send({"loaded": request["version"]})
             else:

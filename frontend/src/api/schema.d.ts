@@ -2216,7 +2216,7 @@ export interface components {
             loss: "grpo" | "dr_grpo" | "dapo";
             /**
              * Max Staleness
-             * @description Asynchronous GRPO: a generator samples the next steps' groups, with its own copy of the policy (or a vllm server), while the trainer trains; a group is trained by a policy at most this many optimizer steps newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, each step samples with the policy it trains (docs/rl.md, 'Asynchronous RL').
+             * @description Asynchronous GRPO: a generator samples the next steps' groups, with its own copy of the policy (or a vllm server), while the trainer trains; a group is trained by a policy at most this many optimizer steps newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, each step samples with the policy it trains (docs/rl.md, 'Asynchronous GRPO').
              * @default 0
              */
             max_staleness: number;
