@@ -22,7 +22,8 @@ GPU's memory in use read by nvidia-smi every 0.2 s while the run is the only thi
 included, so a little above torch's own peak).
 
 GRPO, per engine (grpo-hf: the hf engine; grpo-hf-static: with gen.static_cache; grpo-megatron: the megatron engine
-on its backend): --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
+on its backend; grpo-async-hf and grpo-async-process: asynchronous GRPO at bound 1, its generator a thread or a process
+on the same GPU, whose step s against grpo-hf's is the overlap's gain where nothing waits on a reward): --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
 tokens at temperature 1 (random weights: responses run to the limit or an early EOS); perf/gen_s and perf/train_s
 are the trainer's own split of each step, medians after the first step. "HF generate" times
 `model.generate` on the same model in bf16 for the same number of prompts x group, same length and sampling, in
@@ -88,11 +89,15 @@ SFT_RUNS = {
     "megatron": ("megatron", {}),
 }
 TRL_SWITCHES = {"trl": {}, "trl+compile+liger": {"compile": True, "liger": True}}  # TRL's own: torch_compile, use_liger_kernel
-# GRPO rows: a backend and the generation settings that pick its engine (grpo.gen)
+# GRPO rows: a backend, the generation settings that pick its engine (grpo.gen), and grpo's own options: asynchronous
+# GRPO's rows sample the next step's groups while the trainer trains (bound 1), from a thread on a copy of the policy
+# or from a process of its own on the same GPU, against grpo-hf's synchronous step at equal steps.
 GRPO_RUNS = {
-    "grpo-hf": ("torch", {}),
-    "grpo-hf-static": ("torch", {"static_cache": True}),
-    "grpo-megatron": ("megatron", {}),
+    "grpo-hf": ("torch", {}, {}),
+    "grpo-hf-static": ("torch", {"static_cache": True}, {}),
+    "grpo-megatron": ("megatron", {}, {}),
+    "grpo-async-hf": ("torch", {}, {"max_staleness": 1}),
+    "grpo-async-process": ("torch", {}, {"max_staleness": 1, "generator": "process"}),
 }
 NAMES = [*SFT_RUNS, *GRPO_RUNS, "generate"]
 DEFAULT_RUNS = ("torch", "torch+compile+liger", "fsdp2+compile+liger", "trl", "trl+compile+liger", *GRPO_RUNS, "generate")
@@ -273,7 +278,7 @@ def train_spec(name: str, paths: dict[str, Path], args: argparse.Namespace) -> d
 
 
 def grpo_spec(name: str, paths: dict[str, Path], args: argparse.Namespace) -> dict:
-    backend, gen = GRPO_RUNS[name]
+    backend, gen, options = GRPO_RUNS[name]
     return {
         "name": f"gpu-bench-{name}",
         "algorithm": "grpo",
@@ -293,7 +298,12 @@ def grpo_spec(name: str, paths: dict[str, Path], args: argparse.Namespace) -> di
             "eval_every": None,
             "checkpoint_every": None,
         },
-        "grpo": {"group_size": 8, "gen": {"max_new_tokens": args.gen_tokens, "temperature": 1.0, **gen}, "samples_to_log": 0},
+        "grpo": {
+            "group_size": 8,
+            "gen": {"max_new_tokens": args.gen_tokens, "temperature": 1.0, **gen},
+            "samples_to_log": 0,
+            **options,
+        },
     }
 
 

@@ -45,6 +45,9 @@ RESUME_ENV = "RLPLANE_RESUME_FROM"
 RUN_DIR_PER_NODE_ENV = "RLPLANE_RUN_DIR_PER_NODE"
 NODE_PART_SUFFIX = ".node-part"
 NODES_SUFFIX = ".nodes"
+# Set by node 0's worker for the trainer of a run with a generator node (grpo.generator node): host:port where that
+# node's generator listens (trainer_core/rollout/own_process.py), as the node published it when it joined.
+GENERATOR_ADDRESS_ENV = "RLPLANE_GENERATOR_ADDRESS"
 # Where a command run's script ran (the SDK writes it into the run directory; the worker sends it once)
 ENVIRONMENT_FILE = "environment.json"
 

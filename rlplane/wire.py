@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rlplane.limits import MAX_REASON_CHARS
-from rlplane.spec import RunSpec
+from rlplane.spec import NodeRole, RunSpec
 from rlplane.status import Failure
 
 INT32_MAX = 2**31 - 1  # INTEGER columns: ids, attempt, seq
@@ -48,22 +48,30 @@ def node_queue(worker: str) -> str:
 
 
 class NodeJoin(BaseModel):
-    """POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it.
-    Node 0 brings the rendezvous: its address and a free port there."""
+    """POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it, with its address
+    and a free port there. The API keeps node 0's (the rendezvous) and a generator node's (where its generator
+    listens); the two must bring them."""
 
     model_config = ConfigDict(extra="forbid")
     worker: str = Field(min_length=1, max_length=128)
-    address: str | None = Field(default=None, max_length=256, description="Node 0: where the other nodes reach it")
-    port: int | None = Field(default=None, ge=1, le=65535, description="Node 0: the rendezvous port it chose")
+    address: str | None = Field(
+        default=None, max_length=256, description="Node 0: where the other nodes reach it; a generator node: its generator"
+    )
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Node 0: the rendezvous port it chose; a generator node: its generator's"
+    )
 
 
 class Rendezvous(BaseModel):
-    """Where every node of an attempt meets: node 0's address and port (None until node 0 has joined)."""
+    """Where every node of an attempt meets: node 0's address and port (None until node 0 has joined), and where a
+    generator node's generator listens (None until it has joined, or without one)."""
 
     model_config = ConfigDict(extra="ignore")
     nodes: int
     master_address: str | None = None
     master_port: int | None = None
+    generator_address: str | None = Field(default=None, description="grpo.generator node: where the trainer reaches it")
+    generator_port: int | None = None
     ended: bool = Field(default=False, description="The attempt is over (failed, lost, cancelled): do not start")
 
 
@@ -74,6 +82,7 @@ class NodeLease(BaseModel):
     run: LeasedRun
     attempt: int = Field(description="Fencing token of every node of the attempt")
     node_rank: int
+    role: NodeRole = Field(default="trainer", description="What it runs: its share of the trainer's ranks, or the generator")
     rendezvous: Rendezvous
 
 

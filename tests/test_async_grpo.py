@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlplane.layout import GENERATOR_ADDRESS_ENV
 from rlplane.spec import parse_spec
 from tests.harness.training import grpo_spec, metrics, run_spec, write_spec
 from trainer_core.data import load_examples
+from trainer_core.launch import free_port
 from trainer_core.recipes import common, grpo, online
 from trainer_core.rollout import engines, overlap, own_process, rollouts
 
@@ -101,6 +103,32 @@ def test_after_every_sync_the_generator_samples_as_the_trainers_policy(start: Pa
     assert max(staleness.values()) <= 1 and run.step == 6
     if generator == "process":
         assert gate.engine.process.poll() is not None  # ended with the run
+
+
+def test_a_generator_node_samples_as_the_generator_process(start: Path, tmp_path: Path, monkeypatch) -> None:
+    """The generator as a generator node's worker starts it (`--listen` on a loopback address of its own; the trainer
+    reaches it over TCP, the policy's files and every sync's weights sent through the connection) against the child
+    process, both in step (bound 0): every value the runs log is the same, bit for bit, but for timings. The node's
+    process ends when the run closes the connection."""
+    address = f"127.0.0.5:{free_port('127.0.0.5')}"
+    command = [sys.executable, "-m", "trainer_core.rollout.own_process", "--listen", address]
+    node = subprocess.Popen([*command, "--workdir", str(tmp_path / "node"), "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        monkeypatch.setenv(GENERATOR_ADDRESS_ENV, address)
+        for placement, nodes in (("process", 1), ("node", 2)):
+            spec = short(start, 6, generator=placement) | {"resources": {"nodes": nodes}}
+            run = grpo.setup(parse_spec(spec), tmp_path / placement, stdout=False)
+            online.drive(run, grpo.train, None)
+        assert node.wait(timeout=30) == 0
+    finally:
+        node.kill()
+    said = node.stdout.read()
+    assert "the trainer connected from 127." in said and "generator: hf engine" in said, said
+    child, remote = values(tmp_path / "process"), values(tmp_path / "node")
+    timed = ("perf/", "async/generator_idle", "async/trainer_idle")
+    assert {k for k in child if not k[1].startswith(timed)} == {k for k in remote if not k[1].startswith(timed)}
+    assert all(remote[k] == v for k, v in child.items() if not k[1].startswith(timed)), "the node's run differs"
+    assert child[(6, "train/loss")] != 0
 
 
 def test_a_generator_process_that_dies_ends_the_run_with_its_last_lines(start: Path, tmp_path: Path) -> None:

@@ -91,8 +91,11 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
         "nodes": 2,
         "master_address": None,
         "master_port": None,
+        "generator_address": None,
+        "generator_port": None,
         "ended": False,
     }
+    assert joined.json()["role"] == "trainer"
     assert joined.json()["run"]["spec"]["resources"]["nodes"] == 2
     wrong = anon.post(
         f"{base}/nodes/0/join", json={"worker": "node-b", "address": "10.0.0.2", "port": 29500}, headers=auth(token)
@@ -104,7 +107,10 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
     assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 200
     assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 409  # once
     rendezvous = anon.get(f"{base}/rendezvous", headers=auth(token)).json()
-    assert rendezvous == {"nodes": 2, "master_address": "10.0.0.1", "master_port": 29500, "ended": False}
+    assert rendezvous == {"nodes": 2, "master_address": "10.0.0.1", "master_port": 29500, "ended": False} | {
+        "generator_address": None,
+        "generator_port": None,
+    }
     status = {"attempt": 1, "status": "running", "reason": "node 0 started"}
     assert anon.post(f"/api/v1/runs/{run['id']}/status", json=status, headers=auth(token)).status_code == 200
     # Every node's worker heartbeats with the run; the answer names the run's status and current attempt.
@@ -144,6 +150,38 @@ def test_rendezvous_and_one_nodes_failure_ends_the_attempt_for_all(app, client, 
     assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] is None
     beat(anon, token, "node-a", current_run_id=run["id"], current_attempt=2, last_step=7)
     assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] == 7
+
+
+def test_a_generator_nodes_lease_names_its_role_and_the_rendezvous_where_its_generator_listens(app, client, anon):
+    """grpo.generator node: the gang's last node is the generator. Its lease says so, it must join with where its
+    generator listens, and the rendezvous hands that to node 0 (whose trainer connects to it); the run shows the roles."""
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    grpo = {"group_size": 4, "max_staleness": 1, "generator": "node"}
+    run = create_run(
+        client,
+        algorithm="grpo",
+        data={"source": "builtin:arithmetic"},
+        reward={"kind": "builtin", "name": "arithmetic"},
+        grpo=grpo,
+        resources={"queue": "cpu", "nodes": 2},
+    )
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{run['id']}/attempts/1"
+    node0 = {"worker": "node-a", "address": "10.0.0.1", "port": 29500}
+    lease = anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).json()
+    assert lease["role"] == "trainer" and lease["rendezvous"]["generator_port"] is None
+    bare = anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token))
+    assert bare.status_code == 409 and bare.json()["detail"].startswith("a generator node joins with where its generator")
+    listens = {"worker": "node-b", "address": "10.0.0.2", "port": 31000}
+    lease = anon.post(f"{base}/nodes/1/join", json=listens, headers=auth(token)).json()
+    assert lease["role"] == "generator"
+    rendezvous = anon.get(f"{base}/rendezvous", headers=auth(token)).json()
+    assert (rendezvous["generator_address"], rendezvous["generator_port"]) == ("10.0.0.2", 31000)
+    assert rendezvous["master_port"] == 29500
+    [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"]
+    assert [(n["node_rank"], n["role"], n["port"]) for n in attempt["nodes"]] == [(0, "trainer", 29500), (1, "generator", 31000)]
 
 
 def test_a_nodes_config_failure_fails_the_run(app, client, anon):

@@ -32,6 +32,7 @@ from tests.harness.worker_stack import (
     children,
     cmdline,
     logged_steps,
+    pgrep,
     trainer_pids,
 )
 
@@ -120,7 +121,9 @@ def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
     printed = CliRunner().invoke(app, ["logs", str(two), "--node", "1"], env=env, catch_exceptions=False).stdout
     assert "rank 1 of 2 joined" in printed and "exported the final model" not in printed, printed  # rank 0's line
     rows = [line.split() for line in shown.splitlines() if line.split()[:1] == ["1"] and len(line.split()) >= 5]
-    assert [(r[1], r[4]) for r in rows if r[1] in ("0", "1")] == [("0", "ended"), ("1", "ended")], shown
+    assert [(r[1], r[2], r[5]) for r in rows if r[1] in ("0", "1")] == [("0", "trainer", "ended"), ("1", "trainer", "ended")], (
+        shown
+    )
 
     waiting = stack.run(big)
     assert waiting["status"] == "queued" and waiting["status_reason"].startswith("waiting for 4 workers on queue cpu:")
@@ -166,6 +169,58 @@ def test_grpo_across_two_nodes_learns_as_its_one_node_twin(stack: Stack, walker:
         one, two = ({p["step"]: p["value"] for p in s["points"]} for s in (a, b))
         assert sorted(one) == sorted(two) and one, key
         assert max(abs(one[s] - two[s]) for s in one) < 1e-5, (key, one, two)
+
+
+def test_async_grpo_with_a_generator_node_learns_as_its_one_node_twin(stack: Stack, walker: Path) -> None:
+    """Asynchronous GRPO (bound 1) from the session's walker, its generator a process beside the trainer on one node,
+    and a gang of two whose second node is the generator (its lease says so; its worker starts the generator, which
+    listens where the node said when it joined; the trainer on node 0 reaches it over TCP and sends it the policy and
+    every sync's weights). The generator node's process killed after step 12 ends the gang's attempt lost, with its
+    reason, and a new gang resumes from its last checkpoint. Both runs learn (held-out optimality up by 0.1 over 30 steps) and end
+    within 0.1 of each other, every group at most one step stale; the node's lines are its own in the run's log
+    (measured on 2026-11-29: both 0.553 -> 0.978)."""
+    grpo = rl_spec(walker, "grpo", {"kind": "torch", "precision": "fp32"})
+    grpo["backend"]["processes"] = 1
+    grpo["train"] |= {"steps": 30, "eval_every": 30, "checkpoint_every": 10}
+    grpo["grpo"] |= {"max_staleness": 1, "samples_to_log": 0}
+    twin = stack.submit({**grpo, "name": "async-one-node", "grpo": {**grpo["grpo"], "generator": "process"}})
+    gang = stack.submit(
+        {
+            **grpo,
+            "name": "async-generator-node",
+            "grpo": {**grpo["grpo"], "generator": "node"},
+            "resources": {"queue": "cpu", "nodes": 2},
+        }
+    )
+    metrics_file, deadline = Path(stack.artifacts) / "runs" / str(gang) / "metrics.jsonl", time.monotonic() + 120
+    while not re.search(rb'"step": ?1[2-9]\b', metrics_file.read_bytes() if metrics_file.exists() else b""):
+        assert time.monotonic() < deadline, stack.run(gang)
+        time.sleep(0.02)
+    [listening] = [pid for pid in pgrep("trainer_core.rollout.own_process --listen") if alive(pid)]
+    os.kill(listening, signal.SIGKILL)
+    _, run = finished(stack, twin, gang)
+    lost, attempt = run["attempts"]
+    assert "generator" in lost["end_reason"], lost  # its own words, or the trainer's
+    resumed = stack.http.get(f"/runs/{gang}/logs", params={"q": "resumed from", "limit": 10}).json()["data"]
+    [at] = [int(m[1]) for line in resumed if (m := re.search(r" at step (\d+) ", line["text"]))]
+    assert at in (10, 20), resumed  # a checkpoint before its end: the run went on from there
+    assert [(n["node_rank"], n["role"], n["state"]) for n in attempt["nodes"]] == [
+        (0, "trainer", "ended"),
+        (1, "generator", "ended"),
+    ]
+    assert attempt["nodes"][1]["port"], attempt["nodes"]  # where its generator listened
+    said = [line["text"] for line in stack.http.get(f"/runs/{gang}/logs", params={"node": 1, "limit": 1000}).json()["data"]]
+    assert any(line.startswith("generator: the trainer connected from 127.") for line in said), said
+    final = {}
+    for run_id in (twin, gang):
+        keys = {"keys": ["eval/optimality", "async/staleness_max"]}
+        answer = stack.http.get(f"/runs/{run_id}/metrics", params=keys).json()["series"]
+        series = {s["key"]: {p["step"]: p["value"] for p in s["points"]} for s in answer}
+        optimality, staleness = series["eval/optimality"], series["async/staleness_max"]
+        assert optimality[30] >= optimality[0] + 0.1, (run_id, optimality)
+        assert sorted(staleness) == list(range(1, 31)) and max(staleness.values()) <= 1, staleness
+        final[run_id] = optimality[30]
+    assert abs(final[twin] - final[gang]) <= 0.1, final
 
 
 def test_a_silent_node_is_fenced_and_its_attempt_is_gone_before_the_next_one_trains(stack: Stack) -> None:

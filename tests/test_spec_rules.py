@@ -199,6 +199,24 @@ RULE_CASES = {
         "grpo.generator",
         "the vllm engine is a server process of its own already: leave grpo.generator colocated",
     ),
+    "generator-node-runs-hf-or-continuous": (
+        "ppo",
+        ["algorithm=grpo", "grpo.generator=node", "resources.nodes=2", "grpo.gen.engine=vllm"],
+        "grpo.generator",
+        "a generator node runs the hf or continuous engine; the vllm engine",
+    ),
+    "generator-node-is-a-node-of-the-gang": (
+        "ppo",
+        ["algorithm=grpo", "grpo.generator=node", "grpo.max_staleness=1"],
+        "grpo.generator",
+        "a generator node is a node of the gang, and resources.nodes is 1: set resources.nodes to 2",
+    ),
+    "generator-node-beside-one-trainer-rank": (
+        "ppo",
+        ["algorithm=grpo", "grpo.generator=node", "resources.nodes=3", "grpo.max_staleness=1"],
+        "grpo.max_staleness",
+        "asynchronous GRPO runs with one trainer rank for now, and this run has 2",
+    ),
     "async-no-environment-yet": (
         "ppo",
         [*ENVIRONMENT, "grpo.max_staleness=2"],
@@ -557,3 +575,12 @@ def test_dr_grpos_constant_is_the_most_policy_tokens_one_response_or_episode_hol
     assert GrpoOptions(gen={"max_new_tokens": 16}, environment={**calculator, "max_turns": 3}).response_budget == 48
     capped = {**calculator, "max_turns": 4, "max_tokens": 40}
     assert GrpoOptions(gen={"max_new_tokens": 16}, environment=capped).response_budget == 40
+
+
+def test_a_generator_node_is_the_gangs_last_node_and_holds_no_trainer_rank() -> None:
+    """grpo.generator node: the gang's last node generates, the others train, and world_size counts only theirs."""
+    spec = parse_spec(spec_with("ppo", ["algorithm=grpo", "grpo.generator=node", "grpo.max_staleness=1", "resources.nodes=2"]))
+    assert [spec.node_role(rank) for rank in range(2)] == ["trainer", "generator"]
+    assert (spec.trainer_nodes, spec.world_size) == (1, 1)
+    plain = parse_spec(spec_with("ppo", ["algorithm=grpo", "resources.nodes=2"]))
+    assert [plain.node_role(rank) for rank in range(2)] == ["trainer", "trainer"] and plain.world_size == 2

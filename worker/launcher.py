@@ -68,6 +68,13 @@ def trainer_command(
     return [*command, "--resume", str(resume)] if resume is not None else [*command, str(spec_path), "--out", str(out_dir)]
 
 
+def generator_command(python: str, spec: RunSpec, workdir: Path, listen: str) -> list[str]:
+    """A generator node's process (grpo.generator node): it listens at `listen` (host:port) for node 0's trainer and
+    builds its engine in `workdir` on the files the trainer sends, on this node's first GPU (or its CPU)."""
+    device = "cuda" if spec.resources.gpus else "cpu"
+    return [python, "-m", "trainer_core.rollout.own_process", "--listen", listen, "--workdir", str(workdir), "--device", device]
+
+
 def split_rank(line: str, default: int = 0) -> tuple[int, str]:
     """torchrun's `[rank1]: text` -> (1, "text"); a line without a prefix is `default`'s (the node's first rank)."""
     match = _RANK_PREFIX.match(line)

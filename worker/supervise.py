@@ -36,6 +36,7 @@ from typing import Any
 from rlplane.layout import (
     ATTEMPT_ENV,
     CHECKPOINTS,
+    GENERATOR_ADDRESS_ENV,
     HAND_BACK_FILE,
     RUN_DIR_PER_NODE_ENV,
     STEP_PREFIX,
@@ -50,13 +51,13 @@ from rlplane.manifest import missing
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec, dump_spec
 from rlplane.status import EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED, FAILURE_OF_EXIT
-from rlplane.wire import NodeEnd, NodeJoin, StatusUpdate
+from rlplane.wire import NodeEnd, NodeJoin, Rendezvous, StatusUpdate
 from trainer_core.launch import free_port
 from worker.artifacts import Damaged, WorkerArtifacts
 from worker.client import LeaseRefused, Superseded, WorkerApi
 from worker.command import CommandError, command_argv, command_cwd, command_env
 from worker.forward import Forwarder
-from worker.launcher import NodePlace, Trainer, processes_per_node, trainer_command
+from worker.launcher import NodePlace, Trainer, generator_command, processes_per_node, trainer_command
 from worker.settings import WorkerSettings
 
 logger = logging.getLogger("rlplane.worker")
@@ -107,31 +108,82 @@ def supervise_node(
     if holding.stopping:  # as in supervise; the granted node goes unjoined, and the API grants a new gang
         logger.info("run=%d attempt=%d node %d not joined: this worker is shutting down", run_id, attempt, node_rank)
         return "ignored"
-    port = free_port(settings.advertise_address) if node_rank == 0 else None
-    body = NodeJoin(worker=settings.name, address=settings.advertise_address if port else None, port=port)
+    # Every node brings an address and a free port: the API keeps node 0's (the rendezvous) and a generator node's
+    # (where its generator listens); which this node is, the join's answer says.
+    port = free_port(settings.advertise_address)
+    body = NodeJoin(worker=settings.name, address=settings.advertise_address, port=port)
     try:
         lease = client.join(run_id, attempt, node_rank, body)
     except LeaseRefused as exc:
         logger.info("run=%d attempt=%d node %d not joined (%s): stale, ignored", run_id, attempt, node_rank, exc)
         return "ignored"
     holding.hold(run_id, attempt)
+    spec = lease.run.spec
+    if lease.role == "generator":
+        return _generator_node(settings, client, holding, run_id, attempt, node_rank, spec, f"{_host(body.address)}:{port}")
+    # Node 0 of a run with a generator node hands its trainer where the generator listens.
+    needs_generator = node_rank == 0 and spec.trainer_nodes < spec.resources.nodes
     rendezvous = lease.rendezvous
     deadline = time.monotonic() + RENDEZVOUS_WAIT_S
-    while rendezvous.master_port is None and not rendezvous.ended and time.monotonic() < deadline:
+    while not rendezvous.ended and time.monotonic() < deadline and _waiting(rendezvous, needs_generator):
         time.sleep(0.5)
         rendezvous = client.rendezvous(run_id, attempt)
     if rendezvous.ended:
         holding.hold(None)
         logger.info("run=%d attempt=%d ended before node %d started", run_id, attempt, node_rank)
         return "superseded"
-    if rendezvous.master_port is None:
+    if _waiting(rendezvous, needs_generator):
         holding.hold(None)
-        why = f"node 0 published no rendezvous within {RENDEZVOUS_WAIT_S} s"
-        client.end_node(run_id, attempt, node_rank, NodeEnd(exit_code=None, reason=why))
+        who = "the generator node published no address" if rendezvous.master_port else "node 0 published no rendezvous"
+        client.end_node(run_id, attempt, node_rank, NodeEnd(exit_code=None, reason=f"{who} within {RENDEZVOUS_WAIT_S} s"))
         return "lost"
-    place = NodePlace(node_rank, rendezvous.nodes, rendezvous.master_address or "", rendezvous.master_port)
+    place = NodePlace(node_rank, spec.trainer_nodes, rendezvous.master_address or "", rendezvous.master_port or 0)
+    env = {}
+    if needs_generator:
+        env[GENERATOR_ADDRESS_ENV] = f"{_host(rendezvous.generator_address or '')}:{rendezvous.generator_port}"
     registered = lease.run.latest_checkpoint_step
-    return _attempt(settings, client, holding, run_id, attempt, lease.run.spec, place=place, registered=registered)
+    return _attempt(settings, client, holding, run_id, attempt, spec, place=place, registered=registered, env=env)
+
+
+def _waiting(rendezvous: Rendezvous, for_generator: bool) -> bool:
+    return rendezvous.master_port is None or (for_generator and rendezvous.generator_port is None)
+
+
+def _host(address: str | None) -> str:
+    """`address` as the host of a host:port (an IPv6 one bracketed)."""
+    address = address or ""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def _generator_node(
+    settings: WorkerSettings,
+    client: WorkerApi,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    node_rank: int,
+    spec: RunSpec,
+    listen: str,
+) -> str:
+    """A generator node (grpo.generator node): its generator process listens at `listen`, which this node published when
+    it joined, until node 0's trainer connects, hands it the policy and closes the connection at the run's end. It has no
+    share of the run directory or its checkpoints (its weights come from the trainer at each sync): it works in a
+    scratch directory of its own, forwards its lines as this node's log, and ends as any node of a gang does."""
+    place = NodePlace(node_rank, spec.resources.nodes, "", 0)
+    workdir = settings.home / "scratch" / f"generator-{run_id}-attempt-{attempt}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    sink = ReportSender(settings.api_url, settings.token or "", run_id, attempt, spool_dir=workdir / ".spool", max_retries=1)
+    forwarder = Forwarder(sink, workdir, "", attempt, reports=False)
+    try:
+        logger.info("run=%d attempt=%d node %d: starting its generator at %s", run_id, attempt, node_rank, listen)
+        command = generator_command(settings.python, spec, workdir / "model", listen)
+        generator = Trainer(command, workdir, forwarder.add_line, first_rank=node_rank * processes_per_node(spec))
+        return _watch_node(settings, client, holding, run_id, attempt, place, generator, forwarder, who="generator")
+    finally:
+        holding.hold(None)
+        forwarder.close()
+        sink.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _attempt(
@@ -143,8 +195,10 @@ def _attempt(
     spec: RunSpec,
     place: NodePlace | None,
     registered: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> str:
-    """`registered`: a gang's newest registered checkpoint (the API's word, the same for every node)."""
+    """`registered`: a gang's newest registered checkpoint (the API's word, the same for every node); `env`: for the
+    trainer, beside what every trainer is told."""
     reports = place is None or place.node_rank == 0  # who reports the run: its only worker, or node 0
     cache_bytes = None if settings.input_cache_gb is None else int(settings.input_cache_gb * 1e9)
     artifacts = WorkerArtifacts(settings.artifact_root, settings.home / "scratch", holder=settings.name, cache_bytes=cache_bytes)
@@ -209,12 +263,12 @@ def _attempt(
                 if not reports:
                     raise NodeRefused(str(exc)) from None
                 return _end_unstarted(client, run_id, attempt, str(exc))
-            env = command_env(spec, out_dir, spec_path, run_id, attempt, resume=resume_from)
+            env = {**command_env(spec, out_dir, spec_path, run_id, attempt, resume=resume_from), **(env or {})}
             base_env: dict[str, str] | None = {}
         else:
             cwd, base_env = out_dir, None
             command = trainer_command(settings.python, spec, spec_path, out_dir, resume_from, place)
-            env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt)}
+            env = {**artifacts.trainer_env(), ATTEMPT_ENV: str(attempt), **(env or {})}
         if per_node:
             env = {**env, RUN_DIR_PER_NODE_ENV: "1"}
         if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
@@ -278,6 +332,7 @@ def _watch_node(
     place: NodePlace,
     trainer: Trainer,
     forwarder: Forwarder,
+    who: str = "trainer",
 ) -> str:
     """A node other than 0: forward its ranks' logs until its trainer exits, or stop it when the API says the
     attempt is over (cancelled, lost, ended elsewhere: another node failed). Node 0 watches for a hang: its
@@ -302,7 +357,7 @@ def _watch_node(
     _settle(forwarder)  # node 0 waits for this node's shards of the last checkpoint: they go up first
     if stopped is not None:
         code = None
-    reason = stopped or f"trainer exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
+    reason = stopped or f"{who} exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
     failure = None if code in (0, None) else FAILURE_OF_EXIT.get(code, "crashed")
     for wait in (0, 1, 2, 4, 8):
         time.sleep(wait)

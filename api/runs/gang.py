@@ -7,6 +7,10 @@ its address and a port it chose: the rendezvous every node starts `torchrun --nn
 Any node's failure, silence or exit ends the attempt for all: the others see it in their heartbeat's answer and
 stop, and the run is retried from its last checkpoint by a new gang (Determined's and dstack's model).
 
+Roles: every node trains (its share of torchrun's ranks) but the last node of a GRPO run with grpo.generator node,
+which runs asynchronous GRPO's generator. It joins with where its generator listens, and the rendezvous hands that to
+node 0, whose trainer connects to it.
+
 Scheduling policy, per queue, oldest run first: a gang the queue can hold (at least N live workers serve it)
 holds idle workers as they come free: a one-node run submitted after it is not leased to them meanwhile, so
 a stream of small runs cannot starve it. A gang the queue cannot hold (fewer than N live workers) holds
@@ -26,12 +30,18 @@ from api.exceptions import Conflict, Forbidden, NotFound
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.workers.holding import moved_on, moved_on_reason
+from rlplane.spec import NodeRole, node_role
 from rlplane.status import ACTIVE
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
 
 def nodes_of(spec: dict) -> int:
     return int((spec.get("resources") or {}).get("nodes", 1))
+
+
+def role_of(spec: dict, node_rank: int) -> NodeRole:
+    """What node `node_rank` of the stored spec's gang runs (the contract's rule): the trainer's ranks or a generator."""
+    return node_role(nodes_of(spec), (spec.get("grpo") or {}).get("generator"), node_rank)
 
 
 def live_workers(session: Session, lost_after_s: float, *, lock: bool = False) -> list[Worker]:
@@ -113,11 +123,15 @@ def node_slot(session: Session, run: Run, attempt: int, node_rank: int) -> Attem
 
 
 def rendezvous(session: Session, run: Run, attempt: int) -> Rendezvous:
+    nodes = nodes_of(run.spec)
     master = node_slot(session, run, attempt, 0)
     ended = attempt != run.attempt_count or run.status not in ACTIVE
-    return Rendezvous(
-        nodes=nodes_of(run.spec), master_address=master.address if master.port else None, master_port=master.port, ended=ended
-    )
+    met = Rendezvous(nodes=nodes, master_address=master.address if master.port else None, master_port=master.port, ended=ended)
+    if role_of(run.spec, nodes - 1) == "generator":
+        generator = node_slot(session, run, attempt, nodes - 1)
+        if generator.port:
+            met.generator_address, met.generator_port = generator.address, generator.port
+    return met
 
 
 def join(session: Session, principal: Principal, run_id: int, attempt: int, node_rank: int, body: NodeJoin):
@@ -136,11 +150,17 @@ def join(session: Session, principal: Principal, run_id: int, attempt: int, node
         raise Forbidden(f"node {node_rank} of attempt {attempt} was granted to {slot.worker}, not {body.worker}")
     if slot.joined_at is not None:
         raise Conflict(f"node {node_rank} of attempt {attempt} has joined already")
+    generator = role_of(run.spec, node_rank) == "generator"
+    if (node_rank == 0 or generator) and (not body.address or not body.port):
+        raise Conflict(
+            "a generator node joins with where its generator listens: its address and port"
+            if generator
+            else "node 0 joins with the rendezvous: its address and port"
+        )
     slot.joined_at, slot.token_id = utcnow(), principal.token_id
-    if node_rank == 0:
-        if not body.address or not body.port:
-            raise Conflict("node 0 joins with the rendezvous: its address and port")
+    if node_rank == 0 or generator:
         slot.address, slot.port = body.address, body.port
+    if node_rank == 0:
         run.lease_token_id = principal.token_id
     session.flush()
     return run, slot

@@ -7,6 +7,7 @@ from api.auth.deps import WorkerPrincipal
 from api.db import SessionDep
 from api.params import RunId
 from api.runs import gang, schemas, views
+from rlplane.spec import NodeRole
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/attempts/{attempt}", tags=["workers"])
@@ -16,6 +17,7 @@ class NodeLease(BaseModel):
     run: schemas.RunDetail
     attempt: int = Field(description="Fencing token of every node of the attempt")
     node_rank: int
+    role: NodeRole = Field(description="What this node runs: its share of the trainer's ranks, or the generator")
     rendezvous: Rendezvous
 
 
@@ -23,12 +25,14 @@ class NodeLease(BaseModel):
 def join_node(
     run_id: RunId, attempt: int, node_rank: int, body: NodeJoin, principal: WorkerPrincipal, session: SessionDep
 ) -> NodeLease:
-    """The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port)."""
+    """The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port), a
+    generator node where its generator listens."""
     run, slot = gang.join(session, principal, run_id, attempt, node_rank, body)
     return NodeLease(
         run=views.run_detail(session, run.id, principal),
         attempt=attempt,
         node_rank=slot.node_rank,
+        role=gang.role_of(run.spec, slot.node_rank),
         rendezvous=gang.rendezvous(session, run, attempt),
     )
 

@@ -4,7 +4,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat
-from rlplane.spec import ALGORITHMS
+from rlplane.spec import ALGORITHMS, NodeRole
 from rlplane.status import FAILURES, STATUSES
 from rlplane.wire import StatusUpdate  # noqa: F401 - the worker's record, from the contract
 
@@ -25,9 +25,10 @@ class RunLinkPublic(BaseModel):
 
 class NodePublic(BaseModel):
     node_rank: int
+    role: NodeRole = Field("trainer", description="What it runs: its share of the trainer's ranks, or the generator")
     worker: str
     address: str | None = Field(description="The worker's advertised address (node 0's: the rendezvous)")
-    port: int | None = Field(description="Node 0: the rendezvous port")
+    port: int | None = Field(description="Node 0: the rendezvous port; a generator node: its generator's")
     state: Literal["granted", "joined", "ended"]
     ended_at: datetime | None
     end_reason: str | None

@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
 from api.models import Run
-from api.runs import repository, schemas
+from api.runs import gang, repository, schemas
 from api.runs.headlines import page_headlines
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
 
@@ -129,7 +129,9 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
     links = lineage(session, run_id, principal)
     nodes: dict[int, list[schemas.NodePublic]] = {}
     for node in repository.attempt_nodes(session, run_id):
-        nodes.setdefault(node.attempt, []).append(schemas.NodePublic.model_validate(node, from_attributes=True))
+        public = schemas.NodePublic.model_validate(node, from_attributes=True)
+        public.role = gang.role_of(run.spec, node.node_rank)
+        nodes.setdefault(node.attempt, []).append(public)
     attempts = [
         schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
         for a in repository.attempts(session, run_id)

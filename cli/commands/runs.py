@@ -299,11 +299,12 @@ def print_run(run: dict) -> None:
     nodes = [(a["number"], n) for a in run["attempts"] for n in a.get("nodes") or []]
     if nodes:  # a multi-node run: each attempt's gang
         output.table(
-            ["ATTEMPT", "NODE", "WORKER", "ADDRESS", "STATE", "END REASON"],
+            ["ATTEMPT", "NODE", "ROLE", "WORKER", "ADDRESS", "STATE", "END REASON"],
             (
                 [
                     number,
                     n["node_rank"],
+                    n.get("role", "trainer"),
                     n["worker"],
                     f"{n['address']}:{n['port']}" if n["port"] else n["address"],
                     n["state"],

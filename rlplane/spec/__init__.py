@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -98,6 +98,7 @@ __all__ = [
     "MegatronBackend",
     "ModelReward",
     "ModelSpec",
+    "NodeRole",
     "PpoOptions",
     "PythonReward",
     "ResourcesSpec",
@@ -109,7 +110,16 @@ __all__ = [
     "SumReward",
     "TorchBackend",
     "TrainSpec",
+    "node_role",
 ]
+
+NodeRole = Literal["trainer", "generator"]
+
+
+def node_role(nodes: int, generator: str | None, node_rank: int) -> NodeRole:
+    """What node `node_rank` of a gang of `nodes` runs, with grpo.generator `generator` (None: not GRPO): the last
+    node of a run with a generator node generates, every other node trains. The API reads a stored spec's values."""
+    return "generator" if generator == "node" and node_rank == nodes - 1 else "trainer"
 
 
 class RunReference(BaseModel):
@@ -203,8 +213,19 @@ class RunSpec(StrictModel):
 
     @property
     def world_size(self) -> int:
-        """Training processes: on each node, one per GPU (or backend.processes on CPU)."""
-        return (self.resources.gpus or self.backend.processes) * self.resources.nodes
+        """Training processes: on each trainer node, one per GPU (or backend.processes on CPU)."""
+        return (self.resources.gpus or self.backend.processes) * self.trainer_nodes
+
+    @property
+    def trainer_nodes(self) -> int:
+        """The gang's nodes that train: all of resources.nodes but a generator node (grpo.generator node)."""
+        generators = 1 if self.grpo is not None and self.grpo.generator == "node" else 0
+        return max(1, self.resources.nodes - generators)  # at least one: a run of one generator node is refused
+
+    def node_role(self, node_rank: int) -> NodeRole:
+        """What node `node_rank` of the run's gang runs: its share of the trainer's ranks, or (the last node of a run
+        with grpo.generator node) the generator."""
+        return node_role(self.resources.nodes, self.grpo.generator if self.grpo is not None else None, node_rank)
 
     @property
     def model_parallel_size(self) -> int:

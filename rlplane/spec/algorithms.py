@@ -294,12 +294,13 @@ class GrpoOptions(StrictModel):
         "newer than the one that sampled it (older ones are dropped and counted: async/dropped_groups). 0: synchronous, "
         "each step samples with the policy it trains (docs/rl.md, 'Asynchronous GRPO').",
     )
-    generator: Literal["colocated", "process"] = Field(
+    generator: Literal["colocated", "process", "node"] = Field(
         "colocated",
         description="Where asynchronous GRPO's generator runs: colocated, a thread of the trainer's process; process, a "
         "process of its own on the trainer's device (the hf or continuous engine on its copy of the policy, weights "
-        "reloaded from files at each sync), so sampling and training share no interpreter. The vllm engine is a "
-        "process of its own already. process with max_staleness 0 samples through the process, in step.",
+        "sent at each sync), so sampling and training share no interpreter; node, that process on the gang's last "
+        "node, with that node's devices (resources.nodes counts it; the trainer's node reaches it over TCP). The vllm "
+        "engine is a process of its own already. process or node with max_staleness 0 samples through it, in step.",
     )
     sync_every: int = Field(
         1,
@@ -331,7 +332,7 @@ class GrpoOptions(StrictModel):
     @property
     def overlapped(self) -> bool:
         """Whether the run samples through the generator of rollout/overlap.py (a bound, or a generator process)."""
-        return self.max_staleness > 0 or self.generator == "process"
+        return self.max_staleness > 0 or self.generator != "colocated"
 
     @property
     def off_policy_cap(self) -> float | None:

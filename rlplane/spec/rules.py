@@ -313,9 +313,10 @@ def engine_fits_backend(spec: RunSpec) -> Rules:
 
 
 def async_grpo_fits(spec: RunSpec) -> Rules:
-    """grpo.max_staleness > 0 or grpo.generator process (a generator beside the trainer): sync_every within the bound;
-    a process runs the hf or continuous engine; one trainer rank, on a backend whose policy a copy (or a vllm server)
-    can sample; no environment yet (its episodes would be played from two threads at once)."""
+    """grpo.max_staleness > 0 or grpo.generator process or node (a generator beside the trainer): sync_every within the
+    bound; a generator node is a node of the gang; a process or node runs the hf or continuous engine; one trainer
+    rank, on a backend whose policy a copy (or a vllm server) can sample; no environment yet (its episodes would be
+    played from two threads at once)."""
     options = spec.grpo
     if options is None:
         return
@@ -326,10 +327,16 @@ def async_grpo_fits(spec: RunSpec) -> Rules:
             f"more than max_staleness {options.max_staleness} allows: set sync_every to at most {options.max_staleness + 1}",
         )
     engine = options.gen.engine_on(spec.backend.kind)
-    if options.generator == "process" and engine not in ("hf", "continuous"):
+    if options.generator == "node" and spec.resources.nodes < 2:
         yield Violation(
             ("grpo", "generator"),
-            f"a generator process runs the hf or continuous engine; the {engine} engine "
+            f"a generator node is a node of the gang, and resources.nodes is {spec.resources.nodes}: set resources.nodes "
+            "to 2 (one node trains, the last one generates), or generator process to generate beside the trainer",
+        )
+    if options.generator in ("process", "node") and engine not in ("hf", "continuous"):
+        yield Violation(
+            ("grpo", "generator"),
+            f"a generator {options.generator} runs the hf or continuous engine; the {engine} engine "
             + ("is a server process of its own already" if engine == "vllm" else "decodes from the live policy's shards")
             + ": leave grpo.generator colocated",
         )
@@ -340,8 +347,8 @@ def async_grpo_fits(spec: RunSpec) -> Rules:
         yield Violation(
             field,
             f"asynchronous GRPO runs with one trainer rank for now, and this run has {spec.world_size} "
-            "(resources.nodes x resources.gpus, or backend.processes on CPU): set max_staleness 0 and generator "
-            "colocated, or one rank",
+            "(the trainer's nodes x resources.gpus, or backend.processes on CPU; a generator node is not counted): set "
+            "max_staleness 0 and generator colocated, or one rank",
         )
     if spec.backend.kind == "megatron":
         yield Violation(

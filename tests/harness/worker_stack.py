@@ -142,7 +142,11 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 def trainer_pids(stack: Stack, run_id: int) -> list[int]:
     """The processes of a run's trainers (every process whose command line names the run's directory)."""
-    pattern = f"{stack.artifacts}/runs/{run_id}(/| |$)"
+    return pgrep(f"{stack.artifacts}/runs/{run_id}(/| |$)")
+
+
+def pgrep(pattern: str) -> list[int]:
+    """The processes whose command line matches `pattern` (a regular expression)."""
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(pid) for pid in out.split()]
 

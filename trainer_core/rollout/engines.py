@@ -26,6 +26,7 @@ time, never the whole response's logits.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from copy import deepcopy
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from rlplane.layout import GENERATOR_ADDRESS_ENV
 from rlplane.spec.algorithms import GenSpec
 from trainer_core.backends import Backend, BackendError
 from trainer_core.data.tokenize import pad_id
@@ -340,22 +342,25 @@ def generator_engine(
 ) -> tuple[Engine, nn.Module]:
     """The engine of asynchronous GRPO's generator (rollout/overlap.py), one that holds weights of its own, and the
     policy its sampling is handed: with `placement` process, gen.engine (hf or continuous) in a child process
-    (rollout/own_process.py); the vllm server; else gen.engine on a private copy of the policy (OwnWeights). The first
-    two start on the policy's state (`policy_state`: every rank must call it)."""
-    if placement == "process":
+    (rollout/own_process.py); with node, in the generator node's process (at GENERATOR_ADDRESS_ENV); the vllm server;
+    else gen.engine on a private copy of the policy (OwnWeights). All but the last start on the policy's state
+    (`policy_state`: every rank must call it)."""
+    if placement in ("process", "node"):
         from trainer_core.rollout.own_process import ProcessEngine
 
-        state = policy_state(backend, model, policy)
-        engine = ProcessEngine.start(
-            engine_name(gen, backend),
-            policy,
-            tokenizer,
-            backend,
-            run_dir,
-            static_cache=gen.static_cache,
-            kv_cache_share=gen.kv_cache_share,
-            weights=state,
-        )
+        settings = {"static_cache": gen.static_cache, "kv_cache_share": gen.kv_cache_share}
+        settings["weights"] = policy_state(backend, model, policy)
+        name = engine_name(gen, backend)
+        if placement == "process":
+            engine = ProcessEngine.start(name, policy, tokenizer, backend, run_dir, **settings)
+        else:
+            address = os.environ.get(GENERATOR_ADDRESS_ENV)
+            if not address:
+                raise BackendError(
+                    f"grpo.generator node: no generator node to reach ({GENERATOR_ADDRESS_ENV} is unset); a run with a "
+                    "generator node runs on an rlplane gang (resources.nodes 2), or set grpo.generator process to run here"
+                )
+            engine = ProcessEngine.connect(address, name, policy, tokenizer, run_dir, **settings)
         return engine, policy  # the process holds the weights; sampling only hands the policy on
     if gen.engine == "vllm":
         state = policy_state(backend, model, policy)

@@ -1,17 +1,22 @@
-"""The generator in its own process (grpo.generator: process): the hf or continuous engine on a copy of the policy in a
-child process of the trainer, so asynchronous GRPO's sampling and training do not share one interpreter's lock.
+"""The generator in a process of its own: the hf or continuous engine on a copy of the policy, so asynchronous GRPO's
+sampling and training do not share one interpreter's lock. Two placements, one protocol:
 
-    trainer (ProcessEngine)                          child (python -m trainer_core.rollout.own_process)
-    start: the policy's config and weights  ──────▶  loads them (OUT/rollout/generator), builds gen.engine on them
-    generate: token ids, sampling, a seed   ──────▶  the engine's completions: tokens, log-probabilities, finish
-    update_weights: safetensors, a version  ──────▶  loads them in place (between generate calls)
+- grpo.generator process: a child of the trainer (`--fd`: one end of a socket pair), on the trainer's device, ending
+  with it (on close, on the trainer's failure and when the trainer dies: PR_SET_PDEATHSIG); its output goes to
+  OUT/rollout/generator.log.
+- grpo.generator node: the gang's last node, started by that node's worker (`--listen host:port`, which the node
+  published when it joined); node 0's trainer connects to it over TCP. Its devices are its node's; its output is that
+  node's log; it ends when the trainer closes or drops the connection.
 
-One JSON object a line each way over a socket pair (no pickle; Python writes floats so that they read back exactly).
-Each generate call carries a seed drawn from the trainer's torch generator, so the run's seed decides the child's
-draws. The child sees the trainer's device (on a GPU it shares it, as a vLLM server started beside the trainer does),
-one thread per its torch settings, none of the trainer's distributed environment, and it ends with the trainer: on
-close, on the trainer's failure and when the trainer dies (PR_SET_PDEATHSIG). Its output goes to
-OUT/rollout/generator.log; a child that dies ends the trainer's next call with its last lines.
+    trainer (ProcessEngine)                                 generator (python -m trainer_core.rollout.own_process)
+    start: the engine's settings, the policy's files  ───▶  writes them to --workdir, builds gen.engine on them
+    generate: token ids, sampling, a seed              ───▶  the engine's completions: tokens, log-probabilities, finish
+    load: a version, the weights (safetensors bytes)   ───▶  loads them in place (between generate calls)
+
+Each message is one JSON line, followed by `bytes` raw bytes where it says so (files and weights travel in the same
+stream, so a node needs no shared filesystem); no pickle, and Python writes floats so that they read back exactly.
+Each generate call carries a seed drawn from the trainer's torch generator, so the run's seed decides the generator's
+draws wherever it runs. The generator has none of the trainer's distributed environment.
 """
 
 from __future__ import annotations
@@ -22,63 +27,80 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
 
-from trainer_core.backends import Backend
+from trainer_core.backends import Backend, BackendError
 from trainer_core.failures import EngineLost
 from trainer_core.rollout.engines import Completion, HoldsNothing, Sampling, Weights
-from trainer_core.rollout.vllm import _term_with_parent, write_model, write_weights
+from trainer_core.rollout.vllm import _term_with_parent, safetensors_bytes, write_model
 
 LOG_LINES = 20
+CONNECT_S = 300.0  # how long the trainer tries to reach a generator node (it may still be importing torch)
 
 
 class GeneratorProcessError(EngineLost):
-    """The generator's process died (or did not start): the reason holds its last lines. The attempt is lost, as a
-    node's would be, and the run resumes from its last checkpoint."""
+    """The generator's process died, did not start or could not be reached: the reason says why (a child's, its last
+    lines). The attempt is lost, as a node's would be, and the run resumes from its last checkpoint."""
+
+
+class Channel:
+    """One end of the generator's connection: JSON lines, each with its `bytes` of payload after it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader: BinaryIO = sock.makefile("rb")
+
+    def send(self, message: dict[str, Any], payload: bytes = b"") -> None:
+        header = {**message, "bytes": len(payload)} if payload else message
+        self.sock.sendall(json.dumps(header).encode() + b"\n" + payload)
+
+    def receive(self) -> tuple[dict[str, Any], bytes] | None:
+        """The next message and its payload; None when the other end closed the connection."""
+        line = self.reader.readline()
+        if not line:
+            return None
+        message = json.loads(line)
+        size = int(message.get("bytes", 0))
+        payload = self.reader.read(size) if size else b""
+        if len(payload) < size:
+            return None
+        return message, payload
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
 
 
 class ProcessEngine(HoldsNothing):
-    """The Engine protocol over a child process that runs `engine` (hf or continuous) on its own copy of the policy."""
+    """The Engine protocol over a generator process that runs `engine` (hf or continuous) on its own copy of the
+    policy: a child of the trainer (`start`) or a generator node's (`connect`)."""
 
-    def __init__(self, process: subprocess.Popen, channel: socket.socket, log: Path, weights_dir: Path, name: str) -> None:
-        self.process, self.channel, self.log, self.weights_dir = process, channel, log, weights_dir
-        self.name = f"{name} (own process)"
-        self.reader = channel.makefile("r", encoding="utf-8")
+    def __init__(self, channel: Channel, name: str, *, process: subprocess.Popen | None, log: Path | None, where: str) -> None:
+        self.channel, self.process, self.log, self.where = channel, process, log, where
+        self.name = f"{name} ({where})"
         self.version = 0
 
     @classmethod
     def start(
-        cls,
-        engine: str,
-        policy: nn.Module,
-        tokenizer: Any,
-        backend: Backend,
-        run_dir: Path,
-        *,
-        static_cache: bool = False,
-        kv_cache_share: float = 0.3,
-        weights: Mapping[str, torch.Tensor] | None = None,
+        cls, engine: str, policy: nn.Module, tokenizer: Any, backend: Backend, run_dir: Path, **settings: Any
     ) -> ProcessEngine:
-        """Write the policy (its config and `weights`, else its own state) and its tokenizer to OUT/rollout/generator
-        and start the child on them; it answers once its engine is built."""
-        weights_dir = run_dir / "rollout" / "generator"
-        write_model(policy, weights_dir, weights)
-        tokenizer.save_pretrained(weights_dir)
+        """Start a child on the trainer's device and hand it the policy (its config, tokenizer and `weights`, else its
+        own state); it answers once its engine is built. `settings`: static_cache, kv_cache_share, weights."""
+        workdir = run_dir / "rollout" / "generator"
         log = run_dir / "rollout" / "generator.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair()
-        dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")
         command = [sys.executable, "-m", "trainer_core.rollout.own_process", "--fd", str(theirs.fileno())]
-        command += ["--model", str(weights_dir), "--engine", engine, "--dtype", dtype, "--device", str(backend.device)]
-        command += ["--kv-cache-share", str(kv_cache_share), "--threads", str(torch.get_num_threads())]
-        command += ["--static-cache"] if static_cache else []
+        command += ["--workdir", str(workdir), "--device", str(backend.device), "--threads", str(torch.get_num_threads())]
         # Not the trainer's rank: the child is a process of its own, with no process group to join.
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
         with open(log, "ab") as out:
@@ -93,72 +115,114 @@ class ProcessEngine(HoldsNothing):
                 preexec_fn=_term_with_parent,
             )
         theirs.close()
-        made = cls(process, ours, log, weights_dir, engine)
-        try:
-            made._answer()  # {"ready": true} once the engine is built
-        except BaseException:
-            made.close()
-            raise
+        made = cls(Channel(ours), engine, process=process, log=log, where="own process")
+        made._hand_over(policy, tokenizer, run_dir, engine, settings)
         return made
+
+    @classmethod
+    def connect(
+        cls, address: str, engine: str, policy: nn.Module, tokenizer: Any, run_dir: Path, **settings: Any
+    ) -> ProcessEngine:
+        """Reach the generator node listening at `address` (host:port) and hand it the policy, as `start` does."""
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BackendError(f"the generator node's address {address!r} is not host:port")
+        deadline, last = time.monotonic() + CONNECT_S, None
+        while True:
+            try:
+                sock = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+                break
+            except OSError as exc:  # not listening yet: its worker starts it as the trainer starts
+                last = exc
+                if time.monotonic() > deadline:
+                    why = f"the generator node at {address} did not answer for {CONNECT_S:g} s: {last}"
+                    raise GeneratorProcessError(why) from None
+                time.sleep(0.5)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        made = cls(Channel(sock), engine, process=None, log=None, where=f"generator node {address}")
+        made._hand_over(policy, tokenizer, run_dir, engine, settings)
+        return made
+
+    def _hand_over(self, policy: nn.Module, tokenizer: Any, run_dir: Path, engine: str, settings: dict[str, Any]) -> None:
+        """The policy's files (config, tokenizer, weights) to the generator, which builds `engine` on them."""
+        dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")
+        start = {"op": "start", "engine": engine, "dtype": dtype}
+        start |= {"static_cache": bool(settings.get("static_cache")), "kv_cache_share": settings.get("kv_cache_share", 0.3)}
+        try:
+            with tempfile.TemporaryDirectory(dir=run_dir) as staging:
+                write_model(policy, Path(staging), settings.get("weights"))
+                tokenizer.save_pretrained(staging)
+                files = sorted(path for path in Path(staging).iterdir() if path.is_file())
+                start["files"] = [[f.name, f.stat().st_size] for f in files]
+                payload = b"".join(f.read_bytes() for f in files)
+            self._send(start, payload)
+            self._answer()  # {"ready": true} once the engine is built
+        except BaseException:
+            self.close()
+            raise
 
     # --- the Engine protocol ---
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
-        seed = int(torch.randint(0, 2**62, (1,)))  # the run's generator decides the child's draws
+        seed = int(torch.randint(0, 2**62, (1,)))  # the run's generator decides the generator's draws
         self._send({"op": "generate", "prompts": prompts, "sampling": asdict(sampling), "seed": seed})
         answers = self._answer()["completions"]
         return [Completion(tokens, logprobs, finish, self.version) for tokens, logprobs, finish in answers]
 
     def update_weights(self, weights: Weights, version: int) -> None:
-        """`weights` (a state dict, or a directory holding model.safetensors) into the child's copy, as `version`."""
+        """`weights` (a state dict, or a directory holding model.safetensors) into the generator's copy, as `version`."""
         if isinstance(weights, Mapping):
-            write_weights(weights, self.weights_dir)
-            path = self.weights_dir
+            payload = safetensors_bytes(weights)
         elif weights is not None:
-            path = Path(weights)
+            payload = (Path(weights) / "model.safetensors").read_bytes()
         else:
             raise GeneratorProcessError("the generator's process holds its own weights: update_weights needs a state dict")
-        self._send({"op": "load", "path": str(path / "model.safetensors"), "version": version})
+        self._send({"op": "load", "version": version}, payload)
         self._answer()
         self.version = version
 
     def close(self) -> None:
-        """Ask the child to end, then SIGTERM and SIGKILL what is left of it."""
-        if self.process.poll() is None:
+        """Ask the generator to end; a child is then sent SIGTERM and SIGKILL if it lingers."""
+        try:
+            self.channel.send({"op": "close"})
+        except OSError:
+            pass
+        if self.process is not None and self.process.poll() is None:
             try:
-                self._send({"op": "close"})
                 self.process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.process.terminate()
                 try:
                     self.process.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait()
-        self.reader.close()
         self.channel.close()
 
-    # --- the line protocol ---
+    # --- the messages ---
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: dict[str, Any], payload: bytes = b"") -> None:
         try:
-            self.channel.sendall((json.dumps(message) + "\n").encode())
+            self.channel.send(message, payload)
         except OSError:
-            raise self._failure("the generator's process stopped listening") from None
+            raise self._failure("stopped listening") from None
 
     def _answer(self) -> dict[str, Any]:
         try:
-            line = self.reader.readline()
-        except OSError:  # a reset: the process died with our request unread
-            line = ""
-        if not line:
-            raise self._failure("the generator's process ended")
-        answer = json.loads(line)
+            received = self.channel.receive()
+        except OSError:  # a reset: the generator died with our request unread
+            received = None
+        if received is None:
+            raise self._failure("ended")
+        answer = received[0]
         if "error" in answer:
-            raise self._failure(f"the generator's process failed: {answer['error']}")
+            raise self._failure(f"failed: {answer['error']}")
         return answer
 
     def _failure(self, what: str) -> GeneratorProcessError:
+        if self.process is None:  # a generator node: its own lines are in the run's log, as that node's
+            return GeneratorProcessError(f"the {self.where} {what} (its lines are the run's log of that node)")
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -166,63 +230,73 @@ class ProcessEngine(HoldsNothing):
         status = self.process.poll()
         alive = "still running" if status is None else f"exited with status {status}"
         try:
-            lines = self.log.read_text(errors="replace").splitlines()[-LOG_LINES:]
+            lines = self.log.read_text(errors="replace").splitlines()[-LOG_LINES:] if self.log else []
         except OSError:
             lines = []
         tail = "\n".join(lines) if lines else "(nothing)"
-        return GeneratorProcessError(f"{what} ({alive}); its last lines, in {self.log}:\n{tail}")
+        return GeneratorProcessError(f"the generator's process {what} ({alive}); its last lines, in {self.log}:\n{tail}")
 
 
-# --- the child ---
+# --- the generator ---
 
 
 def serve(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The generator's own process (trainer_core/rollout/own_process.py).")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--engine", choices=("hf", "continuous"), required=True)
-    parser.add_argument("--dtype", default="float32")
+    place = parser.add_mutually_exclusive_group(required=True)
+    place.add_argument("--fd", type=int, help="a child of the trainer: its end of the socket pair")
+    place.add_argument("--listen", metavar="HOST:PORT", help="a generator node: where the trainer connects")
+    parser.add_argument("--workdir", type=Path, required=True, help="where the policy's files are written")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--kv-cache-share", type=float, default=0.3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--static-cache", action="store_true")
+    parser.add_argument("--threads", type=int, help="torch's threads (default: torch's own choice)")
     args = parser.parse_args(argv)
-    channel = socket.socket(fileno=args.fd)
-    reader = channel.makefile("r", encoding="utf-8")
-
-    def send(message: dict[str, Any]) -> None:
-        channel.sendall((json.dumps(message) + "\n").encode())
-
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.fd is not None:
+        sock = socket.socket(fileno=args.fd)
+    else:
+        host, _, port = args.listen.rpartition(":")
+        with socket.create_server((host.strip("[]"), int(port))) as server:
+            print(f"generator: listening on {args.listen} for the trainer", flush=True)
+            sock, peer = server.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        print(f"generator: the trainer connected from {peer[0]}", flush=True)
+    channel = Channel(sock)
     try:
-        engine, model = _engine(args)
-    except Exception:  # noqa: BLE001  (said to the trainer, which ends the run with it)
-        send({"error": traceback.format_exc(limit=3)})
-        return 1
-    send({"ready": True})
-    for line in reader:
-        request = json.loads(line)
+        return _serve(channel, args)
+    finally:
+        channel.close()
+
+
+def _serve(channel: Channel, args: argparse.Namespace) -> int:
+    engine = model = None
+    while (received := channel.receive()) is not None:
+        request, payload = received
         try:
             if request["op"] == "close":
                 return 0
-            if request["op"] == "load":
-                from safetensors.torch import load_file
+            if request["op"] == "start":
+                engine, model = _engine(request, payload, args)
+                channel.send({"ready": True})
+            elif request["op"] == "load":
+                from safetensors.torch import load
 
                 with torch.no_grad():
-                    model.load_state_dict(load_file(request["path"], device=str(model.device)))
-                engine.version = request["version"]
-                send({"loaded": request["version"]})
+                    model.load_state_dict(load(payload))  # type: ignore[union-attr]
+                engine.version = request["version"]  # type: ignore[union-attr]
+                channel.send({"loaded": request["version"]})
             else:
                 torch.manual_seed(request["seed"])
                 sampling = Sampling(**{**request["sampling"], "stop": tuple(request["sampling"]["stop"])})
-                done = engine.generate(request["prompts"], sampling)
-                send({"completions": [[c.tokens, c.logprobs, c.finish_reason] for c in done]})
-        except Exception:  # noqa: BLE001
-            send({"error": traceback.format_exc(limit=3)})
+                done = engine.generate(request["prompts"], sampling)  # type: ignore[union-attr]
+                channel.send({"completions": [[c.tokens, c.logprobs, c.finish_reason] for c in done]})
+        except Exception:  # noqa: BLE001  (said to the trainer, which ends the run with it)
+            channel.send({"error": traceback.format_exc(limit=3)})
             return 1
-    return 0
+    print("generator: the trainer closed the connection without a close", flush=True)
+    return 1
 
 
-def _engine(args: argparse.Namespace) -> tuple[Any, nn.Module]:
+def _engine(request: dict[str, Any], payload: bytes, args: argparse.Namespace) -> tuple[Any, nn.Module]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlplane.spec.sections import TorchBackend as TorchBackendSpec
@@ -231,22 +305,30 @@ def _engine(args: argparse.Namespace) -> tuple[Any, nn.Module]:
     from trainer_core.backends.dist import DistEnv
     from trainer_core.rollout.engines import HfEngine
 
-    torch.set_num_threads(args.threads)
+    if request["engine"] not in ("hf", "continuous"):
+        raise ValueError(f"a generator process runs the hf or continuous engine, not {request['engine']}")
     started = time.monotonic()
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).to(args.device)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    offset = 0
+    for name, size in request["files"]:
+        if Path(name).name != name:
+            raise ValueError(f"the trainer sent a file outside the generator's directory: {name!r}")
+        (args.workdir / name).write_bytes(payload[offset : offset + size])
+        offset += size
+    model = AutoModelForCausalLM.from_pretrained(args.workdir, dtype=getattr(torch, request["dtype"])).to(args.device)
     model.eval().requires_grad_(False)
     backend = TorchBackend(TorchBackendSpec(precision="fp32"), TrainSpec(steps=1, batch_size=1), DistEnv())
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.workdir)
     if tokenizer.pad_token is None:  # as the trainer's loader sets it (models/loading.py)
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    if args.engine == "continuous":
+    if request["engine"] == "continuous":
         from trainer_core.rollout.continuous import ContinuousEngine
 
-        engine: Any = ContinuousEngine(backend, model, tokenizer, args.kv_cache_share)
+        engine: Any = ContinuousEngine(backend, model, tokenizer, request["kv_cache_share"])
     else:
-        engine = HfEngine(backend, model, tokenizer, args.static_cache)
+        engine = HfEngine(backend, model, tokenizer, request["static_cache"])
     took = time.monotonic() - started
-    print(f"generator: {args.engine} engine on {args.model} ({args.device}), ready in {took:.1f} s", flush=True)
+    print(f"generator: {request['engine']} engine on {args.workdir} ({args.device}), ready in {took:.1f} s", flush=True)
     return engine, model
 
 

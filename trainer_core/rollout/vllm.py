@@ -220,20 +220,26 @@ def write_model(policy: nn.Module, directory: Path, weights: Mapping[str, torch.
 
 def write_weights(state: Mapping[str, torch.Tensor], directory: Path) -> None:
     """`state` as directory/model.safetensors, replaced whole (written beside it, then renamed): the server never
-    reads half a file. Tied tensors are written as copies (safetensors refuses shared storage)."""
-    from safetensors.torch import save_file
-
+    reads half a file."""
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / "model.safetensors.partial"
+    partial.write_bytes(safetensors_bytes(state))
+    os.replace(partial, directory / "model.safetensors")
+
+
+def safetensors_bytes(state: Mapping[str, torch.Tensor]) -> bytes:
+    """`state` as a safetensors file's bytes, on the CPU; tied tensors as copies (safetensors refuses shared
+    storage; only those are copied)."""
+    from safetensors.torch import save
+
     tensors, seen = {}, set()
     for name, tensor in state.items():
         tensor = tensor.detach().to("cpu").contiguous()
-        if tensor.untyped_storage().data_ptr() in seen:  # a tied weight: its own copy (only those are copied)
+        if tensor.untyped_storage().data_ptr() in seen:
             tensor = tensor.clone()
         seen.add(tensor.untyped_storage().data_ptr())
         tensors[name] = tensor
-    save_file(tensors, str(partial))
-    os.replace(partial, directory / "model.safetensors")
+    return save(tensors)
 
 
 def wait_healthy(url: str, timeout_s: float, server: Server | None) -> None:

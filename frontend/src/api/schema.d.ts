@@ -493,7 +493,8 @@ export interface paths {
         put?: never;
         /**
          * Join Node
-         * @description The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port).
+         * @description The worker the API granted this node slot takes it; node 0 brings the rendezvous (its address and port), a
+         *     generator node where its generator listens.
          */
         post: operations["join_node_api_v1_runs__run_id__attempts__attempt__nodes__node_rank__join_post"];
         delete?: never;
@@ -2175,11 +2176,11 @@ export interface components {
             gen?: components["schemas"]["GenSpec"];
             /**
              * Generator
-             * @description Where asynchronous GRPO's generator runs: colocated, a thread of the trainer's process; process, a process of its own on the trainer's device (the hf or continuous engine on its copy of the policy, weights reloaded from files at each sync), so sampling and training share no interpreter. The vllm engine is a process of its own already. process with max_staleness 0 samples through the process, in step.
+             * @description Where asynchronous GRPO's generator runs: colocated, a thread of the trainer's process; process, a process of its own on the trainer's device (the hf or continuous engine on its copy of the policy, weights sent at each sync), so sampling and training share no interpreter; node, that process on the gang's last node, with that node's devices (resources.nodes counts it; the trainer's node reaches it over TCP). The vllm engine is a process of its own already. process or node with max_staleness 0 samples through it, in step.
              * @default colocated
              * @enum {string}
              */
-            generator: "colocated" | "process";
+            generator: "colocated" | "process" | "node";
             /**
              * Group Size
              * @description Responses sampled per prompt; train.batch_size counts responses.
@@ -2955,18 +2956,19 @@ export interface components {
         };
         /**
          * NodeJoin
-         * @description POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it.
-         *     Node 0 brings the rendezvous: its address and a free port there.
+         * @description POST /runs/{id}/attempts/{n}/nodes/{r}/join: a worker takes the node slot the API granted it, with its address
+         *     and a free port there. The API keeps node 0's (the rendezvous) and a generator node's (where its generator
+         *     listens); the two must bring them.
          */
         NodeJoin: {
             /**
              * Address
-             * @description Node 0: where the other nodes reach it
+             * @description Node 0: where the other nodes reach it; a generator node: its generator
              */
             address?: string | null;
             /**
              * Port
-             * @description Node 0: the rendezvous port it chose
+             * @description Node 0: the rendezvous port it chose; a generator node: its generator's
              */
             port?: number | null;
             /** Worker */
@@ -2982,6 +2984,12 @@ export interface components {
             /** Node Rank */
             node_rank: number;
             rendezvous: components["schemas"]["Rendezvous"];
+            /**
+             * Role
+             * @description What this node runs: its share of the trainer's ranks, or the generator
+             * @enum {string}
+             */
+            role: "trainer" | "generator";
             run: components["schemas"]["RunDetail"];
         };
         /** NodePublic */
@@ -2999,9 +3007,16 @@ export interface components {
             node_rank: number;
             /**
              * Port
-             * @description Node 0: the rendezvous port
+             * @description Node 0: the rendezvous port; a generator node: its generator's
              */
             port: number | null;
+            /**
+             * Role
+             * @description What it runs: its share of the trainer's ranks, or the generator
+             * @default trainer
+             * @enum {string}
+             */
+            role: "trainer" | "generator";
             /**
              * State
              * @enum {string}
@@ -3446,7 +3461,8 @@ export interface components {
         };
         /**
          * Rendezvous
-         * @description Where every node of an attempt meets: node 0's address and port (None until node 0 has joined).
+         * @description Where every node of an attempt meets: node 0's address and port (None until node 0 has joined), and where a
+         *     generator node's generator listens (None until it has joined, or without one).
          */
         Rendezvous: {
             /**
@@ -3455,6 +3471,13 @@ export interface components {
              * @default false
              */
             ended: boolean;
+            /**
+             * Generator Address
+             * @description grpo.generator node: where the trainer reaches it
+             */
+            generator_address?: string | null;
+            /** Generator Port */
+            generator_port?: number | null;
             /** Master Address */
             master_address?: string | null;
             /** Master Port */

@@ -64,6 +64,7 @@ export function NodesTable({ attempt, nodes }: { attempt: number; nodes: readonl
       <thead>
         <tr>
           <th scope="col">Node rank</th>
+          <th scope="col">Role</th>
           <th scope="col">Worker</th>
           <th scope="col">Address</th>
           <th scope="col">State</th>
@@ -74,9 +75,12 @@ export function NodesTable({ attempt, nodes }: { attempt: number; nodes: readonl
         {nodes.map((n) => (
           <tr key={n.node_rank} data-node-rank={n.node_rank}>
             <th scope="row">{n.node_rank}</th>
+            <td title={n.role === 'generator' ? "Samples the trainer's groups (grpo.generator: node)" : undefined}>
+              {n.role}
+            </td>
             <td>{n.worker}</td>
-            <td title={n.node_rank === 0 ? 'The rendezvous address the other nodes join' : undefined}>
-              {n.address ? <code>{hostPort(n.address, n.node_rank === 0 ? n.port : null)}</code> : '—'}
+            <td title={addressMeaning(n)}>
+              {n.address ? <code>{hostPort(n.address, n.port)}</code> : '—'}
             </td>
             <td title={n.ended_at ? `ended ${formatDate(n.ended_at)}` : undefined}>{n.state}</td>
             <td>{n.end_reason ?? '—'}</td>
@@ -85,6 +89,11 @@ export function NodesTable({ attempt, nodes }: { attempt: number; nodes: readonl
       </tbody>
     </table>
   );
+}
+
+function addressMeaning(n: AttemptNode): string | undefined {
+  if (n.role === 'generator') return 'Where its generator listens: the trainer on node 0 connects to it';
+  return n.node_rank === 0 ? 'The rendezvous address the other nodes join' : undefined;
 }
 
 /** `host:port`, with an IPv6 host bracketed so the port stays readable. */

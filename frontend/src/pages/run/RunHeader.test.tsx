@@ -78,8 +78,8 @@ describe('RunHeader actions', () => {
 describe('RunHeader attempts', () => {
   const started = '2025-01-01T00:00:00Z';
   const node = (node_rank: number, over: Partial<AttemptNode> = {}): AttemptNode => ({
-    node_rank, worker: `w${node_rank}`, address: `10.0.0.${node_rank + 1}`, port: node_rank === 0 ? 29500 : null,
-    state: 'joined', ended_at: null, end_reason: null, ...over,
+    node_rank, role: 'trainer', worker: `w${node_rank}`, address: `10.0.0.${node_rank + 1}`,
+    port: node_rank === 0 ? 29500 : null, state: 'joined', ended_at: null, end_reason: null, ...over,
   });
 
   it('lists a gang attempt\'s nodes in a table and keeps a one-node attempt a single row', () => {
@@ -88,7 +88,11 @@ describe('RunHeader attempts', () => {
         { number: 1, worker: 'solo', started_at: started, ended_at: started, end_reason: 'lost', last_step: 3, handed_back: false, nodes: [] },
         {
           number: 2, worker: 'gang of 3', started_at: started, ended_at: null, end_reason: null, last_step: null, handed_back: false,
-          nodes: [node(0), node(1, { state: 'granted', address: null }), node(2, { state: 'ended', end_reason: 'worker lost' })],
+          nodes: [
+            node(0),
+            node(1, { state: 'granted', address: null }),
+            node(2, { role: 'generator', port: 31000, state: 'ended', end_reason: 'worker lost' }),
+          ],
         },
       ],
     }));
@@ -96,12 +100,12 @@ describe('RunHeader attempts', () => {
     expect(screen.getAllByRole('table', { name: /nodes/ })).toHaveLength(1);
     const nodes = screen.getByRole('table', { name: 'Attempt 2: 3 nodes' });
     expect(within(nodes).getAllByRole('columnheader').map((h) => h.textContent))
-      .toEqual(['Node rank', 'Worker', 'Address', 'State', 'End reason']);
+      .toEqual(['Node rank', 'Role', 'Worker', 'Address', 'State', 'End reason']);
     const cells = (rank: number) =>
       [...nodes.querySelector(`[data-node-rank="${rank}"]`)!.querySelectorAll('th, td')].map((c) => c.textContent);
-    expect(cells(0)).toEqual(['0', 'w0', '10.0.0.1:29500', 'joined', '—']);
-    expect(cells(1)).toEqual(['1', 'w1', '—', 'granted', '—']);
-    expect(cells(2)).toEqual(['2', 'w2', '10.0.0.3', 'ended', 'worker lost']);
+    expect(cells(0)).toEqual(['0', 'trainer', 'w0', '10.0.0.1:29500', 'joined', '—']);
+    expect(cells(1)).toEqual(['1', 'trainer', 'w1', '—', 'granted', '—']);
+    expect(cells(2)).toEqual(['2', 'generator', 'w2', '10.0.0.3:31000', 'ended', 'worker lost']);
     expect(screen.getByRole('row', { name: /^2 gang of 3/ })).toBeTruthy();
     expect(screen.getByRole('row', { name: /^1 solo/ })).toBeTruthy();
   });
