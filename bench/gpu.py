@@ -23,9 +23,10 @@ included, so a little above torch's own peak).
 
 GRPO, per engine (grpo-hf: the hf engine; grpo-hf-static: with gen.static_cache; grpo-megatron: the megatron engine
 on its backend; grpo-async-hf and grpo-async-process: asynchronous GRPO at bound 1, its generator a thread or a process
-on the same GPU, whose step s against grpo-hf's is the overlap's gain where nothing waits on a reward): --grpo-steps steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new
-tokens at temperature 1 (random weights: responses run to the limit or an early EOS); perf/gen_s and perf/train_s
-are the trainer's own split of each step, medians after the first step. "HF generate" times
+on the same GPU, whose step s against grpo-hf's is the overlap's gain where nothing waits on a reward): --grpo-steps
+steps on builtin:arithmetic prompts with the arithmetic reward, group 8, --gen-tokens new tokens at temperature 1
+(random weights: responses run to the limit or an early EOS); perf/gen_s and perf/train_s are the trainer's own split
+of each step (with a generator, gen s is the trainer's wait for its batch), medians after the first step. "HF generate" times
 `model.generate` on the same model in bf16 for the same number of prompts x group, same length and sampling, in
 this process: the floor our torch engine's generation should be near.
 
@@ -463,20 +464,20 @@ def table(results: dict, args: argparse.Namespace) -> str:
         lines += [
             "",
             f"GRPO: {args.prompts} prompts x 8, {args.gen_tokens} new tokens, median after step 1",
-            f"{'run':<16}{'gen s':>8}{'train s':>9}{'step s':>8}{'peak GiB':>10}",
+            f"{'run':<20}{'gen s':>8}{'train s':>9}{'step s':>8}{'peak GiB':>10}",
         ]
         for name, r in results["grpo"].items():
             if "error" in r:
-                lines.append(f"{name:<16}{r['error']}")
+                lines.append(f"{name:<20}{r['error']}")
                 continue
             lines.append(
-                f"{name:<16}{fmt(r['gen_s'], '.2f'):>8}{fmt(r['train_s'], '.2f'):>9}{fmt(r['step_s'], '.2f'):>8}"
+                f"{name:<20}{fmt(r['gen_s'], '.2f'):>8}{fmt(r['train_s'], '.2f'):>9}{fmt(r['step_s'], '.2f'):>8}"
                 f"{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}"
             )
         if results["generate"]:
             g = results["generate"]
             shown = f"{g['error']}" if "error" in g else f"{fmt(g.get('gen_s'), '.2f'):>8}"
-            lines.append(f"{'HF generate':<16}{shown}")
+            lines.append(f"{'HF generate':<20}{shown}")
     return "\n".join(lines)
 
 

@@ -184,6 +184,28 @@ def test_grpo_steps_on_the_gpu_with_the_static_cache_engine(tmp_path: Path) -> N
         assert sorted(metrics(out, key)) == [1, 2, 3], key
 
 
+@pytest.mark.parametrize("generator", ["colocated", "process"])
+def test_async_grpo_on_the_gpu_samples_within_its_bound(tmp_path: Path, generator: str) -> None:
+    """Asynchronous GRPO (bound 1) on tiny-llama in bf16 on the GPU, its generator a thread on a copy of the policy or
+    a process of its own on the same GPU (its policy's files and weights sent over the socket pair): every step
+    trains groups at most one step stale, and the weights reach the generator at every step."""
+    spec = {
+        "name": f"gpu-async-{generator}",
+        "algorithm": "grpo",
+        "model": {"path": "builtin:tiny-llama", "max_seq_len": 64},
+        "reward": {"kind": "builtin", "name": "arithmetic"},
+        "data": {"source": "builtin:arithmetic", "eval_fraction": 0.0, "max_samples": 64},
+        "backend": {"kind": "torch", "precision": "bf16"},
+        "resources": {"gpus": 1},
+        "train": {"steps": 6, "batch_size": 32, "lr": 1e-5, "log_every": 1, "eval_every": None},
+        "grpo": {"group_size": 8, "gen": {"max_new_tokens": 16}, "samples_to_log": 0, "max_staleness": 1, "generator": generator},
+    }
+    out = train(tmp_path, spec, "grpo")
+    staleness = metrics(out, "async/staleness_max")
+    assert sorted(staleness) == list(range(1, 7)) and max(staleness.values()) <= 1, staleness
+    assert sorted(metrics(out, "perf/weight_sync_s")) == list(range(1, 7))
+
+
 @pytest.mark.parametrize(
     ("kind", "switches"),
     [("torch", {"compile": True}), ("torch", {"kernels": "liger"}), ("fsdp2", {"compile": True, "kernels": "liger"})],
