@@ -73,16 +73,20 @@ test-prerequisites: $(DEV_STAMP) test-services test-system-packages deepspeed-op
 deepspeed-ops: $(DEV_STAMP) test-system-packages
 	$(VENV)/bin/python -m tests.harness.deepspeed_ops
 
-# Debian's packages the suite needs beyond Python's: Chromium (the dashboard's end-to-end tests drive it) and libaio's
-# headers (DeepSpeed's async_io op), installed here when missing and this is a root shell with apt-get, as .ci/run does.
+# Debian's packages the suite needs beyond Python's: Chromium (the dashboard's end-to-end tests drive it), libaio's
+# headers (DeepSpeed's async_io op) and Slurm with MUNGE (tests/test_slurm.py's local cluster), installed here when
+# missing and this is a root shell with apt-get, as .ci/run does.
 .PHONY: test-system-packages
 test-system-packages:
 	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
 	dpkg -s libaio-dev >/dev/null 2>&1 || missing="$$missing libaio-dev"; \
-	if [ -n "$$missing" ]; then \
+	slurm=""; command -v slurmctld >/dev/null || slurm="slurmctld slurmd slurm-client munge"; \
+	if [ -n "$$missing$$slurm" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else echo "the tests need Debian's$$missing (apt-get install$$missing)"; exit 1; fi; \
+	    echo "installing$$missing $$slurm"; apt-get update -qq \
+	    && { [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
+	    && { [ -z "$$slurm" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$slurm >/dev/null; }; \
+	  else echo "the tests need Debian's$$missing $$slurm (apt-get install$$missing $$slurm)"; exit 1; fi; \
 	fi
 
 ## make test-fast: the edit-test loop (a few minutes): unit tests and the API on Postgres, no process launches

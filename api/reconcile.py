@@ -1,11 +1,10 @@
 """The database is the truth about runs; this loop makes the broker and the workers agree with it.
 
 Every `reconcile_s` seconds, and at once when this process has just queued a run, in each API process:
-- queued runs are sent to their queue's broker queue (`runs.launch`), and sent again every
-  `redispatch_s` while they stay queued: a flushed broker or a lost message costs a delay, never
-  the run. Duplicates are harmless: only a queued run can be leased, once.
-- queued multi-node runs are granted their gang when enough workers are idle (api/runs/gang.py), and each
-  node is sent to its worker's own queue (`runs.node`), again every `redispatch_s` until it joins.
+- each queued run goes to its queue's executor (api/executors/): Celery workers on the nodes (the run is sent to
+  its queue's broker queue, `runs.launch`, again every `redispatch_s` while it stays queued; a multi-node run is
+  granted its gang when enough workers are idle, api/runs/gang.py, and each node is sent to its worker's own
+  queue), or a Slurm cluster (a job per attempt, whose workers then take it the same way).
 - sweeps move on: ended trials are scored, weak ones stopped early, new ones started up to `parallel`
   (api/sweeps/service.py).
 - pipelines move on: a stage whose run ended ends as it did, and a stage whose inputs now exist starts its run
@@ -23,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import delete, select
@@ -31,20 +29,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.alerts import delivery
 from api.alerts import service as alerts
+from api.executors.celery import CeleryExecutor, Send
+from api.executors.slurm import SlurmExecutor
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.pipelines import service as pipelines
 from api.runs import gang, scripts
 from api.runs.service import requeue_or_fail
+from api.settings import SlurmQueue
 from api.sweeps import service as sweeps
 from api.unit_of_work import transaction
 from api.workers.holding import moved_on, moved_on_reason
 from rlplane.status import ACTIVE
-from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
 
 logger = logging.getLogger("rlplane.reconcile")
-
-Send = Callable[[str, list, str], None]  # (task, its arguments, queue)
 
 FORGET_EVERY_S = 60.0  # how often long-silent workers are looked for (forget_gone_workers)
 # A granted node whose worker has not joined after this long (its message lost, or the worker stuck before it):
@@ -78,15 +76,24 @@ class Reconciler:
         reward_entrypoints: list[str] | None = None,
         alert_s: float = 10.0,
         forget_workers_after_s: float = 86_400.0,
+        slurm_queues: dict[str, SlurmQueue] | None = None,
+        broker_url: str = "",
+        artifacts: str = "",
     ) -> None:
+        """`slurm_queues`: the queues bound to a Slurm cluster, whose jobs' workers reach `broker_url` and
+        `artifacts` unless the queue says otherwise."""
         self.alert_s, self._alerts_at = alert_s, -1e9
         self.forget_workers_after_s, self._forgot_at = forget_workers_after_s, -1e9
         self.factory, self.send = factory, send
         self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
         self.script_silent_s = script_silent_s
-        self._sent: dict[int, float] = {}  # run id -> when this process last sent it
-        self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
+        self.celery = CeleryExecutor(factory, send, redispatch_s=redispatch_s, lost_after_s=lost_after_s)
+        self.slurm = (
+            SlurmExecutor(factory, slurm_queues, self.celery, broker_url=broker_url, artifacts=artifacts)
+            if slurm_queues
+            else None
+        )
         self._born = utcnow()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -140,38 +147,16 @@ class Reconciler:
             sweeps.advance_all(uow.session, self.reward_entrypoints)
 
     def dispatch(self) -> None:
+        """Each queued run to its queue's executor, then each executor's own upkeep."""
         with self.factory() as session:
             queued = session.execute(select(Run.id, Run.queue, Run.spec).where(Run.status == "queued").order_by(Run.id)).all()
-        now = time.monotonic()
-        still_queued = {run_id for run_id, _, _ in queued}
-        self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
+        self.celery.forget({run_id for run_id, _, _ in queued})
         for run_id, queue, spec in queued:
-            if gang.nodes_of(spec) > 1:
-                with transaction(self.factory) as uow:
-                    gang.allocate(uow.session, run_id, self.lost_after_s)
-                continue
-            if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
-                continue
-            self.send(LAUNCH_TASK, [run_id], queue)
-            self._sent[run_id] = now
-        self.send_nodes()
-
-    def send_nodes(self) -> None:
-        """Each granted node that has not joined yet goes to its worker's own queue, again every redispatch_s."""
-        with self.factory() as session:
-            waiting = session.execute(
-                select(AttemptNode.run_id, AttemptNode.attempt, AttemptNode.node_rank, AttemptNode.worker)
-                .join(Run, (Run.id == AttemptNode.run_id) & (Run.attempt_count == AttemptNode.attempt))
-                .where(Run.status == "starting", AttemptNode.joined_at.is_(None))
-            ).all()
-        now = time.monotonic()
-        keys = {(r, a, n) for r, a, n, _ in waiting}
-        self._sent_nodes = {k: at for k, at in self._sent_nodes.items() if k in keys}
-        for run_id, attempt, node_rank, worker in waiting:
-            key = (run_id, attempt, node_rank)
-            if now - self._sent_nodes.get(key, -1e9) >= self.redispatch_s:
-                self.send(NODE_TASK, [run_id, attempt, node_rank], node_queue(worker))
-                self._sent_nodes[key] = now
+            executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery
+            executor.dispatch(run_id, queue, spec)
+        self.celery.tick()
+        if self.slurm is not None:
+            self.slurm.tick()
 
     def forget_gone_workers(self) -> None:
         """Drop the workers silent for forget_workers_after_s (a node removed, a renamed worker): the workers list

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rlplane.layout import embedded_broker_url
@@ -13,6 +13,45 @@ from trainer_core.rewards.allowlist import parse_patterns
 
 def _default_home() -> Path:
     return Path.home() / ".rlplane"
+
+
+class SlurmQueue(BaseModel):
+    """A queue bound to a Slurm cluster (docs/slurm.md): how its jobs are submitted, and what their workers are told."""
+
+    model_config = ConfigDict(extra="forbid")
+    partition: str = Field(min_length=1, description="The partition its jobs run in (sbatch --partition)")
+    account: str | None = Field(default=None, description="sbatch --account")
+    qos: str | None = Field(default=None, description="sbatch --qos")
+    time_limit: str | None = Field(
+        default=None, description="sbatch --time, in Slurm's format (e.g. 04:00:00); a job is sent SIGTERM signal_s before"
+    )
+    signal_s: int = Field(
+        default=180,
+        ge=10,
+        description="How long before the time limit the workers get SIGTERM: they hand the run back "
+        "(a checkpoint after the current step) and the next job resumes it",
+    )
+    sbatch_lines: list[str] = Field(default_factory=list, description="More #SBATCH lines, e.g. --constraint=a100")
+    job_dir: Path = Field(
+        description="A directory the API's host and the nodes share: each job's batch script, its worker token (a file "
+        "only the job's user can read) and the script's output"
+    )
+    worker: str = Field(
+        default="rlplane", description="How the nodes start rlplane (a path to its command, or e.g. 'python -m cli.main')"
+    )
+    api_url: str = Field(description="The API as the nodes reach it")
+    broker_url: str | None = Field(default=None, description="The broker as the nodes reach it; default: the API's own")
+    artifacts: str | None = Field(default=None, description="The artifact root as the nodes reach it; default: the API's own")
+    scratch: str = Field(
+        default="${TMPDIR:-/tmp}/rlplane-$SLURM_JOB_ID-$SLURM_NODEID",
+        description="Each node's worker home (RLPLANE_HOME), a shell word expanded on the node",
+    )
+    slurm_conf: str | None = Field(default=None, description="SLURM_CONF for sbatch, squeue and scancel on the API's host")
+    environment: dict[str, str] = Field(
+        default_factory=dict,
+        description="More variables for the jobs' workers and trainers (e.g. NCCL_SOCKET_IFNAME); nothing of the API's "
+        "own environment reaches a job",
+    )
 
 
 class Settings(BaseSettings):
@@ -77,6 +116,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Python reward entrypoints runs may use: comma-separated fnmatch patterns such as "
         "my_rewards.*:score (RLPLANE_REWARD_ENTRYPOINTS); empty allows none. Set the same on the workers.",
+    )
+
+    slurm_queues: dict[str, SlurmQueue] = Field(
+        default_factory=dict,
+        description="Queues bound to a Slurm cluster, as JSON: {queue: {partition, job_dir, api_url, ...}} "
+        "(RLPLANE_SLURM_QUEUES; docs/slurm.md); a run on such a queue is one Slurm job per attempt",
     )
 
     @field_validator("reward_entrypoints", mode="before")

@@ -140,6 +140,9 @@ def worker(
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on this port (RLPLANE_METRICS_PORT; off)", min=1, max=65535)
     ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Serve one attempt, then exit (a Slurm job's pilot worker; RLPLANE_ONCE)")
+    ] = False,
 ) -> None:
     """Serve runs from the broker on this node: lease each through the API, run its trainer, report.
 
@@ -162,14 +165,18 @@ def worker(
         from worker.settings import WorkerSettings
 
     overrides = {"queues": [q.strip() for q in queues.split(",") if q.strip()], "api_url": api, "token": token, "name": name}
-    overrides.update(broker_url=broker, metrics_port=metrics_port, advertise_address=advertise_address)
+    overrides.update(broker_url=broker, metrics_port=metrics_port, advertise_address=advertise_address, once=once or None)
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         typer.echo(f"rlplane worker: invalid configuration: {settings_problems(exc)}", err=True)
         raise typer.Exit(2) from None
     if not settings.token:
-        typer.echo("rlplane worker: no token; pass --token or set RLPLANE_TOKEN to a worker token (scope worker).", err=True)
+        typer.echo(
+            "rlplane worker: no token; set RLPLANE_TOKEN (or RLPLANE_TOKEN_FILE, a file holding it) to a worker token "
+            "(scope worker), or pass --token.",
+            err=True,
+        )
         raise typer.Exit(2)
     client = WorkerApi.connect(settings.api_url, settings.token)
     try:

@@ -198,6 +198,7 @@ LAUNCHING = (
         "test_nemo_checkpoint",
         "test_prometheus",
         "test_rewards",
+        "test_slurm",
         "test_sandbox",
         "test_services",
         "test_vllm",

@@ -9,7 +9,9 @@ runs. A duplicate that does arrive finds the run leased and ignores itself.
 from __future__ import annotations
 
 import logging
+import os
 import platform
+import signal
 import threading
 import time
 
@@ -46,6 +48,7 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
     def launch(run_id: int) -> str:
         result = supervise(settings, client, holding, int(run_id))
         metrics.attempts.labels(result).inc()
+        _served(result)
         return result
 
     @app.task(name=NODE_TASK)
@@ -53,7 +56,15 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
         """This worker's node of a multi-node attempt, granted by the API (on this worker's own queue)."""
         result = supervise_node(settings, client, holding, int(run_id), int(attempt), int(node_rank))
         metrics.attempts.labels(result).inc()
+        _served(result)
         return result
+
+    def _served(result: str) -> None:
+        """A worker started with `once` (a Slurm job's pilot) exits after the attempt it served: a warm shutdown once
+        this task returns. A message it ignored (a duplicate, a stale node) leaves it waiting for its own."""
+        if settings.once and result != "ignored":
+            logger.info("served one attempt (%s): exiting (once)", result)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     @signals.worker_shutting_down.connect(weak=False)
     def _hand_back(sig: str = "a signal", how: str = "Warm", **_: object) -> None:

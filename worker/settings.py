@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rlplane.layout import embedded_broker_url
@@ -40,6 +40,14 @@ class WorkerSettings(BaseSettings):
     broker_url: str | None = Field(default=None, description="Celery broker; default: the SQLite broker in $RLPLANE_HOME")
     api_url: str = Field(default="http://127.0.0.1:8000", description="The API this worker reports to")
     token: str | None = Field(default=None, description="A worker token (scope worker)")
+    token_file: Path | None = Field(
+        default=None,
+        description="A file holding the worker token, read when no token is given (a Slurm job's pilot workers read "
+        "theirs from a file only the job's user can read: never argv or the batch script)",
+    )
+    once: bool = Field(
+        default=False, description="Serve one attempt (a run, or a node of a gang), then exit: a Slurm job's pilot worker"
+    )
     queues: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
     name: str = Field(default_factory=_default_name, description="Unique per worker process")
     advertise_address: str = Field(
@@ -82,6 +90,15 @@ class WorkerSettings(BaseSettings):
         default=None, ge=1, le=65535, description="Serve Prometheus metrics (GET /metrics) on this port; default: off"
     )
     log_format: Literal["text", "json"] = Field(default="text", description="text, or json: one JSON object per log line")
+
+    @model_validator(mode="after")
+    def _token_from_file(self) -> WorkerSettings:
+        if self.token is None and self.token_file is not None:
+            try:
+                self.token = self.token_file.read_text().strip() or None
+            except OSError as exc:
+                raise ValueError(f"token_file {self.token_file} cannot be read: {exc.strerror}") from None
+        return self
 
     @property
     def resolved_broker_url(self) -> str:

@@ -17,6 +17,7 @@ from api.models.run_attempt import RunAttempt
 from api.models.run_event import RunEvent
 from api.models.run_link import RunLink
 from api.models.sample import Sample
+from api.models.slurm_job import SlurmJob
 from api.models.sweep import Sweep, SweepTrial
 from api.models.user import User
 from api.models.worker import Worker
@@ -42,6 +43,7 @@ __all__ = [
     "RunEvent",
     "RunLink",
     "Sample",
+    "SlurmJob",
     "Sweep",
     "SweepTrial",
     "User",

@@ -11,6 +11,7 @@ from api.auth.service import readable_project
 from api.bodies import document_body, located
 from api.code import service as code
 from api.db import SessionDep, UowDep
+from api.executors import slurm
 from api.params import Offset, RunId
 from api.runs import repository, schemas, scripts, service, views
 from rlplane.spec import RunSpec, SpecError, parse_spec
@@ -54,8 +55,16 @@ def create_run(
 ) -> schemas.RunCreated:
     allowed = request.app.state.settings.reward_entrypoints
     code.check_snapshot(request.app.state.artifacts, body.spec)
+    _check_executor(request, body.spec)
     run = service.create_run(session, principal, body.spec, allowed, spec_text=body.text)
     return schemas.RunCreated(**views.run_detail(session, run.id, principal).model_dump(), warnings=_warnings(body.spec))
+
+
+def _check_executor(request: Request, spec: RunSpec) -> None:
+    """What the run's queue's executor can know at submit: a Slurm partition that holds it (api/executors/slurm.py)."""
+    config = request.app.state.settings.slurm_queues.get(spec.resources.queue)
+    if config is not None:
+        slurm.check_run(spec, config)
 
 
 @router.post("/external", status_code=status.HTTP_201_CREATED, response_model=schemas.RunDetail)
@@ -90,6 +99,7 @@ def validate_run(
     """Check a spec as a submit would (schema, project, referenced runs, allowed rewards) without creating a run."""
     spec = body.spec
     code.check_snapshot(request.app.state.artifacts, spec)
+    _check_executor(request, spec)
     _, parents = service.check_submission(session, principal, spec, request.app.state.settings.reward_entrypoints)
     return schemas.SpecCheck(
         spec=spec.model_dump(mode="json"),

@@ -65,17 +65,20 @@ def idle(workers: list[Worker], busy: set[str]) -> list[Worker]:
     return [w for w in workers if w.current_run_id is None and w.name not in busy]
 
 
-def allocate(session: Session, run_id: int, lost_after_s: float) -> list[AttemptNode]:
-    """Grant a queued gang run its N node slots, or none (then its reason says what it waits for)."""
+def allocate(session: Session, run_id: int, lost_after_s: float, serving: str | None = None) -> list[AttemptNode]:
+    """Grant a queued gang run its N node slots, or none (then its reason says what it waits for). `serving`: the
+    queue its workers serve, when not the run's own (a Slurm job's, api/executors/slurm.py)."""
     run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
     if run is None or run.status != "queued":
         return []
-    need = nodes_of(run.spec)
-    serving = [w for w in live_workers(session, lost_after_s, lock=True) if run.queue in w.queues]
-    free = idle(serving, busy_workers(session))
+    need, queue = nodes_of(run.spec), serving or run.queue
+    serving_it = [w for w in live_workers(session, lost_after_s, lock=True) if queue in w.queues]
+    free = idle(serving_it, busy_workers(session))
     if len(free) < need:
-        reason = f"waiting for {need} workers on queue {run.queue}: {len(free)} idle of {len(serving)} serving it"
-        if len(serving) < need:
+        if serving is not None:  # a job's own workers, still starting: its executor says why the run waits
+            return []
+        reason = f"waiting for {need} workers on queue {queue}: {len(free)} idle of {len(serving_it)} serving it"
+        if len(serving_it) < need:
             reason += "; runs behind it go first until enough workers serve the queue"
         if run.status_reason != reason:
             run.status_reason = reason  # not a status change: no event, no history entry for every tick

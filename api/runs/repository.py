@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from sqlalchemy import Select, asc, desc, func, select
 from sqlalchemy.orm import Session, defer
 
-from api.models import AttemptNode, Checkpoint, Project, Run, RunAttempt, RunLink, User
+from api.models import AttemptNode, Checkpoint, Project, Run, RunAttempt, RunLink, SlurmJob, User
 
 _SORT_COLUMNS = {"created_at": Run.created_at, "updated_at": Run.updated_at, "name": Run.name, "status": Run.status, "id": Run.id}
 
@@ -88,3 +88,7 @@ def final_export(session: Session, run_id: int) -> Checkpoint | None:
     """The run's output: its newest registered export."""
     query = select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.kind == "export").order_by(Checkpoint.step.desc())
     return session.scalars(query.limit(1)).first()
+
+
+def slurm_jobs(session: Session, run_id: int) -> list[SlurmJob]:
+    return list(session.scalars(select(SlurmJob).where(SlurmJob.run_id == run_id).order_by(SlurmJob.id)))

@@ -83,6 +83,18 @@ class RunOutput(BaseModel):
     sha256: str
 
 
+class SlurmJobPublic(BaseModel):
+    """A Slurm job of a run on a queue bound to a Slurm cluster: one per attempt it served (docs/slurm.md)."""
+
+    job_id: int
+    state: str = Field(description="squeue's: PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, ...")
+    reason: str | None = Field(description="While pending, Slurm's reason: Resources, Priority, QOSMaxGpuPerUser, ...")
+    node_list: str | None = Field(description="Its nodes once running, in Slurm's notation (n[1-2])")
+    output: str = Field(description="The batch script's output file, in the queue's job directory")
+    submitted_at: datetime
+    ended_at: datetime | None
+
+
 class RunDetail(RunPublic):
     spec: dict[str, Any]
     spec_text: str | None = Field(
@@ -91,6 +103,7 @@ class RunDetail(RunPublic):
     parents: list[RunLinkPublic]
     children: list[RunLinkPublic]
     attempts: list[AttemptPublic]
+    slurm_jobs: list[SlurmJobPublic] = Field(default_factory=list, description="Its Slurm jobs, oldest first")
     latest_checkpoint_step: int | None
     output: RunOutput | None = Field(
         description="The final model export, once registered (download: checkpoints/{step}/files?kind=export)"

@@ -136,8 +136,10 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
         schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
         for a in repository.attempts(session, run_id)
     ]
+    jobs = [schemas.SlurmJobPublic.model_validate(job, from_attributes=True) for job in repository.slurm_jobs(session, run_id)]
     return schemas.RunDetail(
         **run_public(run, project, creator).model_dump(),
+        slurm_jobs=jobs,
         spec=run.spec,
         spec_text=run.spec_text,
         parents=links.parents,

@@ -313,6 +313,20 @@ def print_run(run: dict) -> None:
                 for number, n in nodes
             ),
         )
+    _slurm_jobs(run)
+
+
+def _slurm_jobs(run: dict) -> None:
+    """A run on a queue bound to Slurm: its jobs, each attempt's."""
+    jobs = run.get("slurm_jobs") or []
+    if jobs:
+        output.table(
+            ["SLURM JOB", "STATE", "REASON", "NODES", "SUBMITTED", "OUTPUT"],
+            (
+                [j["job_id"], j["state"], j["reason"] or "", j["node_list"] or "", output.when(j["submitted_at"]), j["output"]]
+                for j in jobs
+            ),
+        )
 
 
 def _act(ctx: typer.Context, run_id: int, action: str, as_json: bool) -> dict:

@@ -42,8 +42,11 @@ def broker_db() -> int:
 
 
 class Stack:
-    def __init__(self, tmp: Path, artifacts: str | None = None) -> None:
-        """`artifacts`: the artifact root of the API and the workers (default: a directory under home)."""
+    def __init__(
+        self, tmp: Path, artifacts: str | None = None, api_env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
+        """`artifacts`: the artifact root of the API and the workers (default: a directory under home); `api_env`: more
+        of the API's settings; `port`: the API's (default: a free one)."""
         self.home = tmp / "home"
         self.artifacts = artifacts or str(self.home / "artifacts")
         self.database_url = create_postgres_database()
@@ -53,7 +56,8 @@ class Stack:
         self.api_env = {"RLPLANE_BROKER_URL": self.broker, "RLPLANE_DISPATCH": "true", "RLPLANE_LOST_AFTER_S": "8"}
         self.api_env["RLPLANE_REDISPATCH_S"] = "3"
         self.api_env["RLPLANE_ARTIFACTS"] = self.artifacts
-        self.api = ApiProcess(self.home, self.database_url, ADMIN, extra_env=self.api_env)
+        self.api_env.update(api_env or {})
+        self.api = ApiProcess(self.home, self.database_url, ADMIN, port=port, extra_env=self.api_env)
         self.api.wait_ready()
         self.http = httpx.Client(base_url=self.api.url + "/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert self.http.post("/users", json={"name": "worker-bot"}).status_code == 201

@@ -1,0 +1,60 @@
+"""Celery workers kept on the nodes: a one-node run goes to its queue, where any worker serving it may lease it; a
+gang is granted idle workers of its queue (api/runs/gang.py) and each node is sent to its worker's own queue. Sent
+again every redispatch_s while the run stays queued (or the node unjoined): a flushed broker or a lost message costs
+a delay, never the run, and duplicates are harmless (only a queued run can be leased, once)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.models import AttemptNode, Run
+from api.runs import gang
+from api.unit_of_work import transaction
+from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
+
+Send = Callable[[str, list, str], None]  # (task, its arguments, queue)
+
+
+class CeleryExecutor:
+    def __init__(self, factory: sessionmaker[Session], send: Send, *, redispatch_s: float, lost_after_s: float) -> None:
+        self.factory, self.send = factory, send
+        self.redispatch_s, self.lost_after_s = redispatch_s, lost_after_s
+        self._sent: dict[int, float] = {}  # run id -> when this process last sent it
+        self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
+
+    def dispatch(self, run_id: int, queue: str, spec: dict, *, workers: str | None = None) -> None:
+        """`workers`: the queue whose workers take it, when not the run's own (a Slurm job's)."""
+        if gang.nodes_of(spec) > 1:
+            with transaction(self.factory) as uow:
+                gang.allocate(uow.session, run_id, self.lost_after_s, serving=workers)
+            return
+        now = time.monotonic()
+        if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
+            return
+        self.send(LAUNCH_TASK, [run_id], workers or queue)
+        self._sent[run_id] = now
+
+    def forget(self, still_queued: set[int]) -> None:
+        """Runs no longer queued need no resend."""
+        self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
+
+    def tick(self) -> None:
+        """Each granted node that has not joined yet goes to its worker's own queue, again every redispatch_s."""
+        with self.factory() as session:
+            waiting = session.execute(
+                select(AttemptNode.run_id, AttemptNode.attempt, AttemptNode.node_rank, AttemptNode.worker)
+                .join(Run, (Run.id == AttemptNode.run_id) & (Run.attempt_count == AttemptNode.attempt))
+                .where(Run.status == "starting", AttemptNode.joined_at.is_(None))
+            ).all()
+        now = time.monotonic()
+        keys = {(r, a, n) for r, a, n, _ in waiting}
+        self._sent_nodes = {k: at for k, at in self._sent_nodes.items() if k in keys}
+        for run_id, attempt, node_rank, worker in waiting:
+            key = (run_id, attempt, node_rank)
+            if now - self._sent_nodes.get(key, -1e9) >= self.redispatch_s:
+                self.send(NODE_TASK, [run_id, attempt, node_rank], node_queue(worker))
+                self._sent_nodes[key] = now

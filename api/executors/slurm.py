@@ -1,0 +1,339 @@
+"""A queue bound to a Slurm cluster (RLPLANE_SLURM_QUEUES; docs/slurm.md): each attempt of a run is one Slurm job, a
+"pilot job" whose batch script `srun`s one short-lived `rlplane worker --once` per node. Those workers serve a queue
+of the job's own (`slurm.<job id>`): the run's launch (one node) or its gang's slots (api/runs/gang.py, granted to
+the job's workers only) reach nobody else. From the lease on, the attempt is any other: node 0 publishes the
+rendezvous, the workers report, fence and hand back as they always do, and each exits after its attempt.
+
+    queued run, no job       -> sbatch (a worker token minted for the job, in a file only its user can read)
+    queued run, job pending  -> the run waits with Slurm's reason ("pending in Slurm job 12: Resources")
+    queued run, job running  -> the launch, or the gang's grant, goes to the job's workers
+    job ended (done, failed, timed out, cancelled) -> its token revoked; a run still queued gets a new job
+    run ended, job still there -> scancel (at once for a cancelled run, after a grace for the others)
+
+Slurm's own requeue (a node failure; `--requeue`) runs the same job again: the attempt it served was lost (its workers
+went silent), the run was requeued, and the job's new workers take it on from the last checkpoint. The time limit's
+SIGTERM (`--signal`, signal_s ahead) is the workers' warm shutdown: a hand-back, and the next job resumes. sbatch and
+squeue run on the API's host (slurmrestd: not yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.auth.tokens import display_prefix, hash_token, new_token
+from api.exceptions import Unprocessable
+from api.executors.celery import CeleryExecutor
+from api.models import ApiToken, Run, SlurmJob, User
+from api.models.base import utcnow
+from api.settings import SlurmQueue
+from api.unit_of_work import transaction
+from rlplane.spec import RunSpec
+from rlplane.status import TERMINAL
+
+logger = logging.getLogger("rlplane.slurm")
+
+PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")  # the API's environment a job sees
+SLURM_USER = "slurm-executor"  # the owner of the jobs' worker tokens
+SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by themselves, given this long
+COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
+
+
+class SlurmError(Exception):
+    """sbatch, squeue or sinfo could not be run, or refused (its words)."""
+
+
+def job_queue(job_id: int) -> str:
+    """The broker queue a job's pilot workers serve."""
+    return f"slurm.{job_id}"
+
+
+class Slurm:
+    """The Slurm commands on the API's host, with the queue's SLURM_CONF."""
+
+    def __init__(self, config: SlurmQueue) -> None:
+        # sbatch hands its own environment to the job (--export=ALL): only what a login shell has, never the API's
+        # settings (its database URL, bootstrap token, signing key).
+        kept = {k: v for k, v in os.environ.items() if k in PASSED or k.startswith("SLURM_CONF")}
+        self.env = {**kept, **({"SLURM_CONF": config.slurm_conf} if config.slurm_conf else {})}
+
+    def run(self, *argv: str) -> str:
+        try:
+            done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=COMMAND_S)
+        except FileNotFoundError:
+            raise SlurmError(f"{argv[0]} is not installed on the API's host (install slurm-client)") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{argv[0]} did not answer within {COMMAND_S:g} s") from None
+        if done.returncode != 0:
+            raise SlurmError(f"{argv[0]} failed: {(done.stderr or done.stdout).strip()[:500]}")
+        return done.stdout
+
+    def submit(self, script: Path) -> int:
+        return int(self.run("sbatch", "--parsable", str(script)).strip().split(";")[0])
+
+    def jobs(self, job_ids: list[int]) -> dict[int, tuple[str, str, str]]:
+        """(state, reason, node list) of each job squeue still knows (recently ended ones included)."""
+        if not job_ids:
+            return {}
+        out = self.run("squeue", "-h", "-t", "all", "-j", ",".join(map(str, job_ids)), "-o", "%i|%T|%r|%N")
+        found = {}
+        for line in out.splitlines():
+            job, state, reason, nodes = (line.split("|") + ["", "", ""])[:4]
+            if job.strip().isdigit():
+                found[int(job)] = (state.strip(), reason.strip(), nodes.strip())
+        return found
+
+    def cancel(self, job_id: int) -> None:
+        self.run("scancel", str(job_id))
+
+    def partition(self, name: str) -> tuple[int, int] | None:
+        """(nodes, most GPUs on one node) of a partition; None if there is no such partition."""
+        out = self.run("sinfo", "-h", "-p", name, "-N", "-o", "%N|%G")
+        nodes: dict[str, int] = {}
+        for line in out.splitlines():
+            node, gres = (line.split("|") + [""])[:2]
+            nodes[node.strip()] = max(nodes.get(node.strip(), 0), _gpus(gres))
+        return (len(nodes), max(nodes.values(), default=0)) if nodes else None
+
+
+def _gpus(gres: str) -> int:
+    """GPUs in sinfo's %G (gpu:4, gpu:a100:8(S:0-1), (null))."""
+    for part in gres.split(","):
+        fields = part.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit():
+            return int(fields[-1])
+    return 0
+
+
+def check_run(spec: RunSpec, config: SlurmQueue) -> None:
+    """At submit: the queue's partition exists and holds the run's nodes and GPUs per node (Slurm would accept the job
+    and leave it pending for ever: PartitionConfig, PartitionNodeLimit)."""
+    queue = spec.resources.queue
+    try:
+        partition = Slurm(config).partition(config.partition)
+    except SlurmError as exc:
+        raise Unprocessable(["body", "resources", "queue"], f"queue {queue} is bound to a Slurm cluster: {exc}") from None
+    if partition is None:
+        raise Unprocessable(
+            ["body", "resources", "queue"],
+            f"queue {queue} is bound to Slurm partition {config.partition}, which the cluster does not have: "
+            "ask your admin to fix RLPLANE_SLURM_QUEUES",
+        )
+    nodes, gpus = partition
+    if spec.resources.nodes > nodes:
+        raise Unprocessable(
+            ["body", "resources", "nodes"],
+            f"the run asks for {spec.resources.nodes} nodes and partition {config.partition} (queue {queue}) has {nodes}: "
+            f"set resources.nodes to at most {nodes}",
+        )
+    if spec.resources.gpus > gpus:
+        raise Unprocessable(
+            ["body", "resources", "gpus"],
+            f"the run asks for {spec.resources.gpus} GPUs per node and partition {config.partition}'s nodes have at "
+            f"most {gpus}: set resources.gpus to at most {gpus}",
+        )
+
+
+def batch_script(run: Run, config: SlurmQueue, directory: Path) -> str:
+    """The job's batch script. It holds no secret (scontrol shows it): the token and the broker's URL are in files
+    beside it that only the job's user can read."""
+    resources = run.spec.get("resources") or {}
+    nodes, gpus = int(resources.get("nodes", 1)), int(resources.get("gpus", 0))
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=rlplane-run-{run.id}", f"#SBATCH --nodes={nodes}"]
+    lines += ["#SBATCH --ntasks-per-node=1", f"#SBATCH --partition={config.partition}", "#SBATCH --requeue"]
+    lines += [f"#SBATCH --signal=TERM@{config.signal_s}", f"#SBATCH --chdir={directory}"]
+    lines += [f"#SBATCH --output={directory}/slurm-%j.out"]
+    lines += [f"#SBATCH --gpus-per-node={gpus}"] if gpus else []
+    lines += [f"#SBATCH --account={config.account}"] if config.account else []
+    lines += [f"#SBATCH --qos={config.qos}"] if config.qos else []
+    lines += [f"#SBATCH --time={config.time_limit}"] if config.time_limit else []
+    lines += [line if line.startswith("#SBATCH") else f"#SBATCH {line}" for line in config.sbatch_lines]
+    worker = f"{config.worker} worker --once --queues slurm.$SLURM_JOB_ID --name slurm-$SLURM_JOB_ID-$SLURM_NODEID"
+    node = (
+        'addr=$(scontrol show node "$SLURMD_NODENAME" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p"); '
+        f"export RLPLANE_HOME={config.scratch}; "
+        f'exec {worker} --advertise-address "${{addr:-$(hostname -i)}}"'
+    )
+    lines += [
+        f"# rlplane: run {run.id} ({run.name}); one worker per node serves this job's queue for one attempt, then exits",
+        "set -a",
+        f". {shlex.quote(str(directory / 'worker.env'))}",
+        "set +a",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {shlex.quote(node)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class SlurmExecutor:
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        queues: dict[str, SlurmQueue],
+        celery: CeleryExecutor,
+        *,
+        broker_url: str,
+        artifacts: str,
+    ) -> None:
+        self.factory, self.queues, self.celery = factory, queues, celery
+        self.broker_url, self.artifacts = broker_url, artifacts
+
+    def serves(self, queue: str) -> bool:
+        return queue in self.queues
+
+    def dispatch(self, run_id: int, queue: str, spec: dict) -> None:
+        config = self.queues[queue]
+        with transaction(self.factory) as uow:
+            session = uow.session
+            run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
+            if run is None or run.status != "queued":
+                return
+            job = _active_job(session, run_id)
+            if job is None:
+                self._submit(session, run, config)
+                return
+            if job.state == "RUNNING":
+                why = f"Slurm job {job.job_id} runs on {job.node_list or 'its nodes'}: its workers are starting"
+            elif job.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
+                why = f"pending in Slurm job {job.job_id}" + (f": {job.reason}" if job.reason else "")
+            else:
+                why = f"Slurm job {job.job_id} is {job.state}"
+            if run.status_reason != why:
+                run.status_reason = why  # not a status change: no event, no history entry for every tick
+            if job.state != "RUNNING":
+                return
+            job_id = job.job_id
+        self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id))
+
+    def _submit(self, session: Session, run: Run, config: SlurmQueue) -> None:
+        from api.runs.service import set_status
+
+        directory = config.job_dir / f"run-{run.id}-attempt-{run.attempt_count + 1}"
+        token, secret = _mint_token(session, run)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_private(directory / "token", secret)
+            settings = {"RLPLANE_BROKER_URL": config.broker_url or self.broker_url, "RLPLANE_API_URL": config.api_url}
+            settings |= {"RLPLANE_ARTIFACTS": config.artifacts or self.artifacts, "RLPLANE_TOKEN_FILE": str(directory / "token")}
+            settings |= config.environment
+            _write_private(directory / "worker.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()))
+            script = directory / "job.sh"
+            script.write_text(batch_script(run, config, directory))
+            job_id = Slurm(config).submit(script)
+        except (OSError, SlurmError) as exc:
+            token.revoked_at = utcnow()
+            set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}"[:2000])
+            run.failure = "config"
+            logger.warning("run=%d: sbatch failed: %s", run.id, exc)
+            return
+        token.name = f"slurm job {job_id} (run {run.id})"
+        session.add(
+            SlurmJob(
+                run_id=run.id,
+                queue=run.queue,
+                job_id=job_id,
+                state="PENDING",
+                output=str(directory / f"slurm-{job_id}.out"),
+                directory=str(directory),
+                token_id=token.id,
+            )
+        )
+        run.status_reason = f"submitted as Slurm job {job_id} to partition {config.partition}"
+        logger.info("run=%d: Slurm job %d submitted", run.id, job_id)
+
+    def tick(self) -> None:
+        """Each active job's state from squeue; an ended job's token revoked; the job of a run that ended cancelled."""
+        with self.factory() as session:
+            active = session.execute(
+                select(SlurmJob.id, SlurmJob.queue, SlurmJob.job_id, Run.status, Run.ended_at)
+                .join(Run, Run.id == SlurmJob.run_id)
+                .where(SlurmJob.ended_at.is_(None))
+            ).all()
+        by_queue: dict[str, list] = {}
+        for row in active:
+            by_queue.setdefault(row.queue, []).append(row)
+        for queue, rows in by_queue.items():
+            config = self.queues.get(queue)
+            if config is None:
+                continue
+            slurm = Slurm(config)
+            try:
+                seen = slurm.jobs([row.job_id for row in rows])
+            except SlurmError as exc:
+                logger.warning("squeue failed: %s", exc)
+                continue
+            for row in rows:
+                state = seen.get(row.job_id)
+                self._update(row.id, state)
+                if state is not None and not _ended(state[0]) and row.status in TERMINAL:
+                    since = (utcnow() - row.ended_at).total_seconds() if row.ended_at else 0.0
+                    if row.status == "cancelled" or since > SCANCEL_AFTER_S:
+                        try:
+                            slurm.cancel(row.job_id)
+                        except SlurmError as exc:
+                            logger.warning("scancel %d failed: %s", row.job_id, exc)
+
+    def _update(self, job_row: int, state: tuple[str, str, str] | None) -> None:
+        with transaction(self.factory) as uow:
+            job = uow.session.get(SlurmJob, job_row)
+            if job is None:
+                return
+            if state is not None:
+                job.state, job.reason = state[0][:32], (state[1] if state[1] != "None" else None)
+                job.node_list = state[2] or job.node_list
+            if state is None or _ended(job.state):
+                job.ended_at = utcnow()
+                if state is None and not _ended(job.state):
+                    job.state = "ENDED"  # gone from squeue (MinJobAge) before it was seen ending
+                if job.token_id is not None:
+                    token = uow.session.get(ApiToken, job.token_id)
+                    if token is not None and token.revoked_at is None:
+                        token.revoked_at = utcnow()
+                Path(job.directory, "token").unlink(missing_ok=True)
+
+
+def _ended(state: str) -> bool:
+    return state in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"} or (
+        state.startswith("CANCELLED") or state == "OUT_OF_MEMORY" or state == "ENDED"
+    )
+
+
+def _active_job(session: Session, run_id: int) -> SlurmJob | None:
+    return session.scalar(
+        select(SlurmJob).where(SlurmJob.run_id == run_id, SlurmJob.ended_at.is_(None)).order_by(SlurmJob.id.desc())
+    )
+
+
+def _mint_token(session: Session, run: Run) -> tuple[ApiToken, str]:
+    """A worker token for one job: its workers' only credential, revoked when the job has ended."""
+    user = session.scalar(select(User).where(User.name == SLURM_USER))
+    if user is None:
+        user = User(name=SLURM_USER, is_site_admin=False)
+        session.add(user)
+        session.flush()
+    secret = new_token()
+    token = ApiToken(
+        user_id=user.id,
+        name=f"slurm job (run {run.id})",
+        token_hash=hash_token(secret),
+        prefix=display_prefix(secret),
+        scopes=["worker"],
+        expires_at=utcnow() + timedelta(days=30),
+    )
+    session.add(token)
+    session.flush()
+    return token, secret
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A file only this user can read, from its creation on."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)

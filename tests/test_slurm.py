@@ -1,0 +1,151 @@
+"""Runs through a real Slurm cluster: scripts/slurm-local.sh's munged, slurmctld and two slurmd nodes (127.0.0.2 and
+127.0.0.3, each with a scratch directory of its own), an `rlplane api` process on Postgres whose queue `slurm` is
+bound to the cluster's partition (RLPLANE_SLURM_QUEUES), and the pilot workers each job starts. One cluster and one
+stack for the module; the tests run in order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.launch import ROOT
+from tests.harness.worker_stack import SPEC, Stack, cmdline, pgrep
+from trainer_core.launch import free_port
+
+SCRIPT = ROOT / "scripts" / "slurm-local.sh"
+SFT = {
+    **SPEC,
+    "train": {"steps": 20, "batch_size": 8, "lr": 3e-3, "log_every": 1, "eval_every": 10, "checkpoint_every": 10, "seed": 3},
+}
+
+
+def spec(name: str, nodes: int, processes: int) -> dict:
+    return {
+        **SFT,
+        "name": name,
+        "resources": {"queue": "slurm", "nodes": nodes},
+        "backend": {"kind": "torch", "precision": "fp32", "processes": processes},
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    directory = f"/tmp/rls-{uuid.uuid4().hex[:8]}"  # short: munge's and slurmstepd's socket paths have a limit
+    started = subprocess.run(["bash", str(SCRIPT), "start", "2", directory], capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-3000:]
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines() if "=" in line)
+    try:
+        yield exports
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", directory], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    port = free_port()
+    queue = {
+        "partition": cluster["RLPLANE_SLURM_PARTITION"],
+        "job_dir": str(tmp_path_factory.mktemp("slurm-jobs")),
+        "api_url": f"http://127.0.0.1:{port}",
+        "worker": f"{sys.executable} -m cli.main",
+        "slurm_conf": cluster["SLURM_CONF"],
+        "scratch": "$RLPLANE_NODE_SCRATCH/$SLURM_JOB_ID",
+        "environment": {
+            "PYTHONPATH": str(ROOT),  # this checkout's rlplane, as the API's
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "RLPLANE_HEARTBEAT_S": "1",
+        },
+    }
+    stack = Stack(tmp_path_factory.mktemp("slurm"), api_env={"RLPLANE_SLURM_QUEUES": json.dumps({"slurm": queue})}, port=port)
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+def losses(stack: Stack, run_id: int) -> dict[int, float]:
+    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
+    return {p["step"]: p["value"] for p in series["points"]}
+
+
+def slurm(cluster: dict[str, str], *argv: str) -> str:
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": cluster["SLURM_CONF"]}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def test_a_two_node_run_through_slurm_trains_as_its_one_node_twin(stack: Stack, cluster: dict[str, str]) -> None:
+    """A 1-node run of 2 ranks and a 2-node run of 1 rank each on the queue bound to Slurm: each is one job whose
+    pilot workers serve that job's queue for one attempt and exit; both succeed with every loss within 1e-5. The run
+    shows its job (state, nodes, the batch script's output); the job's worker token is neither in the batch script
+    nor in `scontrol show job` nor on any process's command line, and it is revoked once the job has ended."""
+    one = stack.submit(spec("slurm-one-node", 1, 2))
+    two = stack.submit(spec("slurm-two-nodes", 2, 1))
+    deadline = time.monotonic() + 60
+    while not (jobs := stack.run(two)["slurm_jobs"]):
+        assert time.monotonic() < deadline, stack.run(two)
+        time.sleep(0.3)
+    job, output = jobs[0]["job_id"], Path(jobs[0]["output"])
+    token = output.with_name("token")
+    secret = token.read_text().strip()  # until the job has ended
+    assert token.stat().st_mode & 0o077 == 0  # the job's user's alone
+    assert secret not in slurm(cluster, "scontrol", "show", "job", "-d", str(job))
+    assert secret not in output.with_name("job.sh").read_text()
+    while not (pilots := pgrep(f"worker --once --queues slurm.{job}")):
+        assert time.monotonic() < deadline, stack.run(two)
+        time.sleep(0.2)
+    assert not [pid for pid in pilots if secret in cmdline(pid)]
+    runs = [stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240) for run_id in (one, two)]
+    assert [run["status"] for run in runs] == ["succeeded", "succeeded"], [run["status_reason"] for run in runs]
+    a, b = losses(stack, one), losses(stack, two)
+    assert sorted(a) == sorted(b) == list(range(1, 21)) and max(abs(a[s] - b[s]) for s in a) < 1e-5, (a, b)
+    [attempt] = runs[1]["attempts"]
+    assert [(n["node_rank"], n["worker"]) for n in attempt["nodes"]] == [(0, f"slurm-{job}-0"), (1, f"slurm-{job}-1")]
+    deadline = time.monotonic() + 30
+    while (jobs := stack.run(two)["slurm_jobs"])[0]["ended_at"] is None:
+        assert time.monotonic() < deadline, jobs
+        time.sleep(0.5)
+    assert jobs[0]["state"] == "COMPLETED" and jobs[0]["node_list"] == "n[1-2]", jobs
+    assert output.read_text().count("served one attempt (succeeded): exiting (once)") == 2  # each node's pilot
+    assert not token.exists()
+    refused = stack.http.get("/runs", headers={"Authorization": f"Bearer {secret}"})
+    assert refused.status_code == 401, refused.text  # revoked with its job
+    assert not pgrep(f"worker --once --queues slurm.{job}")  # each pilot exited after its attempt
+
+
+def test_a_run_the_partition_cannot_hold_is_refused_at_submit(stack: Stack) -> None:
+    three = spec("slurm-three-nodes", 3, 1)
+    too_big = stack.http.post("/runs", json={**three, "train": {**three["train"], "batch_size": 12}})
+    assert too_big.status_code == 422, too_big.text
+    [error] = too_big.json()["detail"]
+    assert error["loc"] == ["body", "resources", "nodes"]
+    assert error["msg"] == "the run asks for 3 nodes and partition rlplane (queue slurm) has 2: set resources.nodes to at most 2"
+
+
+def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dict[str, str]) -> None:
+    """With the partition down, a run's job pends: the run is queued with Slurm's reason; cancelling the run cancels
+    the job."""
+    slurm(cluster, "scontrol", "update", "partitionname=rlplane", "state=down")
+    try:
+        run_id = stack.submit(spec("slurm-pending", 1, 1))
+        deadline = time.monotonic() + 30
+        while "PartitionDown" not in (stack.run(run_id)["status_reason"] or ""):
+            assert time.monotonic() < deadline, stack.run(run_id)
+            time.sleep(0.3)
+        run = stack.run(run_id)
+        [job] = run["slurm_jobs"]
+        assert run["status"] == "queued" and run["status_reason"] == f"pending in Slurm job {job['job_id']}: PartitionDown"
+        assert stack.http.post(f"/runs/{run_id}/cancel").json()["status"] == "cancelled"
+        while slurm(cluster, "squeue", "-h", "-j", str(job["job_id"]), "-o", "%T").strip() not in ("", "CANCELLED"):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    finally:
+        slurm(cluster, "scontrol", "update", "partitionname=rlplane", "state=up")
