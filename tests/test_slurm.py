@@ -77,9 +77,11 @@ def losses(stack: Stack, run_id: int) -> dict[int, float]:
     return {p["step"]: p["value"] for p in series["points"]}
 
 
-def slurm(cluster: dict[str, str], *argv: str) -> str:
+def slurm(cluster: dict[str, str], *argv: str, check: bool = True) -> str:
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": cluster["SLURM_CONF"]}
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 or not check, (argv, done.stderr)
+    return done.stdout
 
 
 def test_a_two_node_run_through_slurm_trains_as_its_one_node_twin(stack: Stack, cluster: dict[str, str]) -> None:
@@ -149,3 +151,35 @@ def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dic
             time.sleep(0.3)
     finally:
         slurm(cluster, "scontrol", "update", "partitionname=rlplane", "state=up")
+
+
+def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once(stack: Stack, cluster: dict[str, str]) -> None:
+    """A 2-node run's second node is set down (scontrol) past its first checkpoint: Slurm kills the job and requeues
+    it (--requeue), the attempt is lost, and once the node is back the same job's new workers resume the run from its
+    last checkpoint: it succeeds with every step logged once."""
+    longer = spec("slurm-node-down", 2, 1)
+    longer["train"] |= {"steps": 300, "log_every": 10, "checkpoint_every": 50, "eval_every": None}
+    run_id = stack.submit(longer)
+    stack.wait_step(run_id, 80, timeout=180)
+    slurm(cluster, "scontrol", "update", "nodename=n2", "state=down", "reason=rlplane-test")
+    try:
+        deadline = time.monotonic() + 90
+        while len((run := stack.run(run_id))["attempts"]) < 1 or run["attempts"][0]["ended_at"] is None:
+            assert time.monotonic() < deadline, run
+            time.sleep(0.5)
+    finally:
+        # ReturnToService=2 may have brought the node back already (its slurmd never stopped): then this is refused
+        slurm(cluster, "scontrol", "update", "nodename=n2", "state=resume", check=False)
+    # Slurm holds a requeued job for 2 minutes (Reason=BeginTime); an admin's `StartTime=now` lets it go at once.
+    [job] = stack.run(run_id)["slurm_jobs"]
+    while "BeginTime" not in slurm(cluster, "squeue", "-h", "-j", str(job["job_id"]), "-o", "%r"):
+        assert time.monotonic() < deadline, slurm(cluster, "squeue", "-h", "-j", str(job["job_id"]), "-o", "%T %r")
+        time.sleep(0.3)
+    slurm(cluster, "scontrol", "update", f"jobid={job['job_id']}", "StartTime=now")
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
+    assert run["status"] == "succeeded", run["status_reason"]
+    assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [run["slurm_jobs"][0]["job_id"]], run
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    assert any("resumed from" in text for text in logs), "the requeued job did not resume from a checkpoint"
+    steps = sorted(losses(stack, run_id))
+    assert steps == list(range(10, 301, 10)), steps  # each step once, across the two attempts

@@ -3686,6 +3686,11 @@ export interface components {
              * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
              */
             resumable: boolean;
+            /**
+             * Slurm Jobs
+             * @description Its Slurm jobs, oldest first
+             */
+            slurm_jobs?: components["schemas"]["SlurmJobPublic"][];
             /** Spec */
             spec: {
                 [key: string]: unknown;
@@ -3778,6 +3783,11 @@ export interface components {
              * @description POST /resume would requeue it: failed, cancelled or lost, and not failed on its own configuration or by diverging (it would fail the same way)
              */
             resumable: boolean;
+            /**
+             * Slurm Jobs
+             * @description Its Slurm jobs, oldest first
+             */
+            slurm_jobs?: components["schemas"]["SlurmJobPublic"][];
             /** Spec */
             spec: {
                 [key: string]: unknown;
@@ -4309,6 +4319,41 @@ export interface components {
              * @default 4
              */
             samples_to_log: number;
+        };
+        /**
+         * SlurmJobPublic
+         * @description A Slurm job of a run on a queue bound to a Slurm cluster: one per attempt it served (docs/slurm.md).
+         */
+        SlurmJobPublic: {
+            /** Ended At */
+            ended_at: string | null;
+            /** Job Id */
+            job_id: number;
+            /**
+             * Node List
+             * @description Its nodes once running, in Slurm's notation (n[1-2])
+             */
+            node_list: string | null;
+            /**
+             * Output
+             * @description The batch script's output file, in the queue's job directory
+             */
+            output: string;
+            /**
+             * Reason
+             * @description While pending, Slurm's reason: Resources, Priority, QOSMaxGpuPerUser, ...
+             */
+            reason: string | null;
+            /**
+             * State
+             * @description squeue's: PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, ...
+             */
+            state: string;
+            /**
+             * Submitted At
+             * Format: date-time
+             */
+            submitted_at: string;
         };
         /** SpecCheck */
         SpecCheck: {

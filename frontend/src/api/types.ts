@@ -10,6 +10,7 @@ export type RunLink = S['RunLinkPublic'];
 export type Attempt = S['AttemptPublic'];
 /** One node of a multi-node attempt (a gang). */
 export type AttemptNode = S['NodePublic'];
+export type SlurmJob = S['SlurmJobPublic'];
 export type RunStatus = Run['status'];
 export type Series = S['Series'];
 export type SeriesPoint = S['SeriesPoint'];

@@ -1,4 +1,4 @@
-import type { Attempt, AttemptNode } from '../../api/types';
+import type { Attempt, AttemptNode, SlurmJob } from '../../api/types';
 import { formatDate } from '../../lib/format';
 
 const COLUMNS = 6;
@@ -101,4 +101,40 @@ export function hostPort(address: string, port: number | null): string {
   if (port == null) return address;
   const host = address.includes(':') && !address.startsWith('[') ? `[${address}]` : address;
   return `${host}:${port}`;
+}
+
+/** A run on a queue bound to Slurm: its jobs, one per attempt they served (docs/slurm.md). */
+export function SlurmJobs({ jobs }: { jobs: readonly SlurmJob[] }) {
+  if (jobs.length === 0) return null;
+  return (
+    <table className="nodes slurm-jobs">
+      <caption>
+        {jobs.length} Slurm job{jobs.length > 1 ? 's' : ''}
+      </caption>
+      <thead>
+        <tr>
+          <th scope="col">Job</th>
+          <th scope="col">State</th>
+          <th scope="col">Reason</th>
+          <th scope="col">Nodes</th>
+          <th scope="col">Submitted</th>
+          <th scope="col">Output</th>
+        </tr>
+      </thead>
+      <tbody>
+        {jobs.map((j) => (
+          <tr key={j.job_id} data-slurm-job={j.job_id}>
+            <th scope="row">{j.job_id}</th>
+            <td title={j.ended_at ? `ended ${formatDate(j.ended_at)}` : undefined}>{j.state}</td>
+            <td>{j.reason ?? '—'}</td>
+            <td>{j.node_list ?? '—'}</td>
+            <td>{formatDate(j.submitted_at)}</td>
+            <td title="The batch script's output, in the queue's job directory">
+              <code>{j.output}</code>
+            </td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
 }

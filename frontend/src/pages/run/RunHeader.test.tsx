@@ -110,6 +110,21 @@ describe('RunHeader attempts', () => {
     expect(screen.getByRole('row', { name: /^1 solo/ })).toBeTruthy();
   });
 
+  it('lists a Slurm run\'s jobs with their state, reason and nodes', () => {
+    renderHeader(runDetail({
+      slurm_jobs: [
+        { job_id: 7, state: 'COMPLETED', reason: null, node_list: 'n[1-2]', output: '/jobs/run-1-attempt-1/slurm-7.out', submitted_at: started, ended_at: started },
+        { job_id: 9, state: 'PENDING', reason: 'Resources', node_list: null, output: '/jobs/run-1-attempt-2/slurm-9.out', submitted_at: started, ended_at: null },
+      ],
+    }));
+    const jobs = screen.getByRole('table', { name: '2 Slurm jobs' });
+    const cells = (job: number) =>
+      [...jobs.querySelector(`[data-slurm-job="${job}"]`)!.querySelectorAll('th, td')].map((c) => c.textContent);
+    expect(cells(7).slice(0, 4)).toEqual(['7', 'COMPLETED', '—', 'n[1-2]']);
+    expect(cells(9).slice(0, 4)).toEqual(['9', 'PENDING', 'Resources', '—']);
+    expect(cells(9)[5]).toBe('/jobs/run-1-attempt-2/slurm-9.out');
+  });
+
   it('brackets an IPv6 rendezvous address before its port', () => {
     expect(hostPort('fd00::1', 29500)).toBe('[fd00::1]:29500');
     expect(hostPort('head.local', 29500)).toBe('head.local:29500');

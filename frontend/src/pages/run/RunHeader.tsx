@@ -2,7 +2,7 @@ import { Link } from 'react-router';
 import type { RunDetail, RunLink } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
-import { Attempts } from './Attempts';
+import { Attempts, SlurmJobs } from './Attempts';
 import { RunActions } from './RunActions';
 import { isExternal } from './command';
 
@@ -53,6 +53,7 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
       <Links label="Parents" links={run.parents} />
       <Links label="Children" links={run.children} />
       <Attempts attempts={run.attempts} />
+      <SlurmJobs jobs={run.slurm_jobs ?? []} />
     </header>
   );
 }
