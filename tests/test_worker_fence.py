@@ -71,9 +71,10 @@ def test_a_worker_that_finds_the_run_claimed_on_the_remote_root_stops_its_traine
     from tests.harness.worker_stack import alive
     from worker.client import Superseded, WorkerApi
     from worker.forward import Forwarder
+    from worker.holding import Holding
     from worker.launcher import Trainer
     from worker.settings import WorkerSettings
-    from worker.supervise import Holding, _watch
+    from worker.watch import watch
 
     settings = WorkerSettings(home=tmp_path, poll_s=0.05, api_url="http://127.0.0.1:9")
     sink = ReportSender(settings.api_url, "", 7, 1, max_retries=0)
@@ -82,7 +83,7 @@ def test_a_worker_that_finds_the_run_claimed_on_the_remote_root_stops_its_traine
     assert forwarder.uploads is not None
     forwarder.uploads.fenced = "attempt 1 was ended: attempt 2 owns runs/7 on s3://bucket now"
     with pytest.raises(Superseded, match="attempt 2 owns runs/7"):
-        _watch(settings, WorkerApi.connect(settings.api_url, ""), Holding(), 7, 1, parse_spec(spec()), trainer, forwarder)
+        watch(settings, WorkerApi.connect(settings.api_url, ""), Holding(), 7, 1, parse_spec(spec()), trainer, forwarder)
     deadline = time.monotonic() + 10
     while alive(trainer.process.pid):
         assert time.monotonic() < deadline, "the trainer outlived its fenced attempt"
@@ -95,7 +96,7 @@ def test_a_gang_node_with_its_own_copy_resumes_from_the_registered_checkpoint_on
     gang resumes from the one the API registered, every node alike, and the later ones go (the trainer writes those
     steps again; it refuses to overwrite a checkpoint), as do its parts of checkpoints it never uploaded. Where none is
     registered, the gang starts afresh; a registered one that lacks a file its manifest lists is refused."""
-    from worker.supervise import NodeRefused, _resume_from
+    from worker.attempt import NodeRefused, resume_point
 
     def written(*steps: int, files: dict | None = None) -> Path:
         out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
@@ -106,17 +107,17 @@ def test_a_gang_node_with_its_own_copy_resumes_from_the_registered_checkpoint_on
 
     out = written(10, 20, 30)
     (out / "checkpoints" / ".step-000030.node-part").mkdir()
-    assert _resume_from(out, 20, True, "s3://b") == out / "checkpoints" / "step-000020"
+    assert resume_point(out, 20, True, "s3://b") == out / "checkpoints" / "step-000020"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000010", "step-000020"]
     shards_elsewhere = written(10, files={"dcp/__1_0.safetensors": {"size": 8, "sha256": "0" * 64}})
     with pytest.raises(NodeRefused, match="registered checkpoint, step 10, is not complete on s3://b"):
-        _resume_from(shards_elsewhere, 10, True, "s3://b")
+        resume_point(shards_elsewhere, 10, True, "s3://b")
     fresh = written(10)
-    assert _resume_from(fresh, None, True, "s3://b") is None and not list((fresh / "checkpoints").iterdir())
+    assert resume_point(fresh, None, True, "s3://b") is None and not list((fresh / "checkpoints").iterdir())
     with pytest.raises(NodeRefused, match="registered checkpoint, step 40, is not complete on s3://b"):
-        _resume_from(written(10, 20), 40, True, "s3://b")
+        resume_point(written(10, 20), 40, True, "s3://b")
     one_node = written(10, 20)  # one worker (or a shared directory): its latest, whatever the API registered
-    assert _resume_from(one_node, 10, False, "s3://b") == one_node and len(list((one_node / "checkpoints").iterdir())) == 2
+    assert resume_point(one_node, 10, False, "s3://b") == one_node and len(list((one_node / "checkpoints").iterdir())) == 2
 
 
 def test_node_0_commits_a_checkpoint_once_every_node_uploaded_its_shards_for_this_attempt(
