@@ -78,11 +78,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.close()
 
 
-def losses(stack: Stack, run_id: int) -> dict[int, float]:
-    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
-    return {p["step"]: p["value"] for p in series["points"]}
-
-
 def finished(stack: Stack, *run_ids: int) -> list[dict]:
     runs = [stack.wait_status(run_id, {"succeeded", "failed"}) for run_id in run_ids]
     assert all(run["status"] == "succeeded" for run in runs), [(r["name"], r["status_reason"]) for r in runs]
@@ -93,7 +88,7 @@ def finished(stack: Stack, *run_ids: int) -> list[dict]:
 def one_node_two_ranks(stack: Stack) -> dict[int, float]:
     """The torch backend's losses on one node of two ranks: what every two-node run must give."""
     [run] = finished(stack, stack.submit(spec("one-node-two-ranks", 1, 2)))
-    return losses(stack, run["id"])
+    return stack.losses(run["id"])
 
 
 def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
@@ -102,7 +97,7 @@ def test_two_nodes_train_as_one_node_of_two_ranks_while_a_bigger_gang_waits(
     big = stack.submit(spec("four-nodes", 4, 1, batch_size=8))
     [run] = finished(stack, stack.submit(spec("two-nodes-one-rank", 2, 1)))
     two = run["id"]
-    expected, got = one_node_two_ranks, losses(stack, two)
+    expected, got = one_node_two_ranks, stack.losses(two)
     assert sorted(got) == sorted(expected) == list(range(1, 21))
     assert all(abs(got[s] - expected[s]) < 1e-5 for s in expected), (expected, got)
 
@@ -137,7 +132,7 @@ def test_zero3_and_megatron_tp_across_two_nodes(stack: Stack, one_node_two_ranks
     resumed from it give the run's own steps 11-20 bit for bit."""
     run_ids = [stack.submit(spec(f"across-{name}", 2, 1, backend)) for name, backend in ACROSS_NODES.items()]
     for name, run in zip(ACROSS_NODES, finished(stack, *run_ids), strict=True):
-        got = losses(stack, run["id"])
+        got = stack.losses(run["id"])
         assert sorted(got) == sorted(one_node_two_ranks), name
         worst = max(abs(got[s] - one_node_two_ranks[s]) for s in got)
         assert worst < 1e-5, (name, worst)

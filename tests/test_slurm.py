@@ -72,11 +72,6 @@ def stack(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
         stack.close()
 
 
-def losses(stack: Stack, run_id: int) -> dict[int, float]:
-    [series] = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss", "max_points": 10_000}).json()["series"]
-    return {p["step"]: p["value"] for p in series["points"]}
-
-
 def slurm(cluster: dict[str, str], *argv: str, check: bool = True) -> str:
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": cluster["SLURM_CONF"]}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
@@ -107,7 +102,7 @@ def test_a_two_node_run_through_slurm_trains_as_its_one_node_twin(stack: Stack, 
     assert not [pid for pid in pilots if secret in cmdline(pid)]
     runs = [stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240) for run_id in (one, two)]
     assert [run["status"] for run in runs] == ["succeeded", "succeeded"], [run["status_reason"] for run in runs]
-    a, b = losses(stack, one), losses(stack, two)
+    a, b = stack.losses(one), stack.losses(two)
     assert sorted(a) == sorted(b) == list(range(1, 21)) and max(abs(a[s] - b[s]) for s in a) < 1e-5, (a, b)
     [attempt] = runs[1]["attempts"]
     assert [(n["node_rank"], n["worker"]) for n in attempt["nodes"]] == [(0, f"slurm-{job}-0"), (1, f"slurm-{job}-1")]
@@ -181,5 +176,24 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [run["slurm_jobs"][0]["job_id"]], run
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "the requeued job did not resume from a checkpoint"
-    steps = sorted(losses(stack, run_id))
+    steps = sorted(stack.losses(run_id))
     assert steps == list(range(10, 301, 10)), steps  # each step once, across the two attempts
+
+
+def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: Stack, cluster: dict[str, str]) -> None:
+    """SIGTERM to a running job's steps (what Slurm sends on preemption, and --signal ahead of the time limit): the
+    worker hands the run back (a checkpoint after the current step; requeued, not counted as a failure), the job ends,
+    and a new job resumes the run from that checkpoint: it succeeds with every logged step once."""
+    longer = spec("slurm-preempted", 1, 1)
+    longer["train"] |= {"steps": 300, "log_every": 10, "checkpoint_every": 1000, "eval_every": None}
+    run_id = stack.submit(longer)
+    stack.wait_step(run_id, 50, timeout=180)
+    [job] = stack.run(run_id)["slurm_jobs"]
+    slurm(cluster, "scancel", "--signal=TERM", str(job["job_id"]))
+    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
+    assert run["status"] == "succeeded", run["status_reason"]
+    first = run["attempts"][0]
+    assert first["handed_back"] and first["end_reason"].startswith("handed back: worker slurm-"), first
+    assert len(run["attempts"]) == 2 and len(run["slurm_jobs"]) == 2, run
+    assert run["slurm_jobs"][0]["state"] == "COMPLETED" and run["slurm_jobs"][0]["ended_at"] is not None, run["slurm_jobs"]
+    assert sorted(stack.losses(run_id)) == list(range(10, 301, 10))  # each step once, across the two jobs

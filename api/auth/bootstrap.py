@@ -62,6 +62,16 @@ def announce(secret: str, path: Path) -> None:
 LOCAL_WORKER = "local-worker"
 
 
+def service_user(session: Session, name: str) -> User:
+    """The user `name` that the control plane's own worker tokens belong to (not a site admin), made if missing."""
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        user = User(name=name, is_site_admin=False)
+        session.add(user)
+        session.flush()
+    return user
+
+
 def local_worker_token(session: Session, home: Path) -> str:
     """The worker token of `rlplane up`'s own workers: kept in $RLPLANE_HOME/worker.token (0600) and
     reused while it is valid; a new one (for the user local-worker) otherwise."""
@@ -71,11 +81,7 @@ def local_worker_token(session: Session, home: Path) -> str:
         token = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(secret)))
         if token is not None and token.revoked_at is None and token.expires_at is None and token.scopes == ["worker"]:
             return secret
-    user = session.scalar(select(User).where(User.name == LOCAL_WORKER))
-    if user is None:
-        user = User(name=LOCAL_WORKER, is_site_admin=False)
-        session.add(user)
-        session.flush()
+    user = service_user(session, LOCAL_WORKER)
     secret = new_token()
     digest, prefix = hash_token(secret), display_prefix(secret)
     session.add(ApiToken(user_id=user.id, name="rlplane up", token_hash=digest, prefix=prefix, scopes=["worker"]))

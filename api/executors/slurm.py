@@ -28,10 +28,11 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.auth.bootstrap import service_user
 from api.auth.tokens import display_prefix, hash_token, new_token
 from api.exceptions import Unprocessable
 from api.executors.celery import CeleryExecutor
-from api.models import ApiToken, Run, SlurmJob, User
+from api.models import ApiToken, Run, SlurmJob
 from api.models.base import utcnow
 from api.settings import SlurmQueue
 from api.unit_of_work import transaction
@@ -312,11 +313,7 @@ def _active_job(session: Session, run_id: int) -> SlurmJob | None:
 
 def _mint_token(session: Session, run: Run) -> tuple[ApiToken, str]:
     """A worker token for one job: its workers' only credential, revoked when the job has ended."""
-    user = session.scalar(select(User).where(User.name == SLURM_USER))
-    if user is None:
-        user = User(name=SLURM_USER, is_site_admin=False)
-        session.add(user)
-        session.flush()
+    user = service_user(session, SLURM_USER)
     secret = new_token()
     token = ApiToken(
         user_id=user.id,

@@ -114,6 +114,12 @@ class Stack:
     def run(self, run_id: int) -> dict:
         return self.http.get(f"/runs/{run_id}").json()
 
+    def losses(self, run_id: int) -> dict[int, float]:
+        """The run's train/loss by step, as the API serves it."""
+        params = {"keys": "train/loss", "max_points": 10_000}
+        [series] = self.http.get(f"/runs/{run_id}/metrics", params=params).json()["series"]
+        return {p["step"]: p["value"] for p in series["points"]}
+
     def wait_status(self, run_id: int, statuses: set[str], timeout: float = 180) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
