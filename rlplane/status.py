@@ -50,6 +50,10 @@ EXIT_FENCED = 4
 # The trainer's exit status when a rollout engine it started died under it (asynchronous GRPO's generator process): not
 # the run's fault; its worker ends the attempt lost, and the run resumes from its last checkpoint like any lost attempt.
 EXIT_ENGINE_LOST = 5
+# The trainer's exit status when it stopped before its last step because it was asked to (its worker's hand-back
+# file, or in a Slurm job SIGTERM: a preemption or the time limit signals every process of the job) after checkpointing:
+# not finished and not failed; its worker hands the run back, and the next attempt resumes from that checkpoint.
+EXIT_HANDED_BACK = 6
 FAILURE_OF_EXIT: dict[int, Failure] = {EXIT_BAD_INPUT: "config", EXIT_DIVERGED: "diverged"}
 
 

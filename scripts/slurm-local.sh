@@ -5,6 +5,8 @@
 #
 # Usage:
 #   eval "$(scripts/slurm-local.sh start N [DIR])"   N nodes (1..99); waits until sinfo shows N idle nodes
+#   scripts/slurm-local.sh run N [DIR] -- COMMAND... start, run COMMAND with the exports in its environment, and stop
+#                                                    the cluster when it ends, or on Ctrl-C (the foreground group's SIGINT)
 #   scripts/slurm-local.sh status [DIR]              sinfo and squeue of that cluster (exit 1 if it is not running)
 #   scripts/slurm-local.sh stop [DIR]                cancel all jobs, end every process of that cluster, delete DIR;
 #                                                    idempotent (exit 0 on a stopped cluster)
@@ -70,6 +72,7 @@ die() { say "$*"; exit 1; }
 usage() {
   cat >&2 <<EOF
 usage: $prog start N [DIR]   (prints export lines; use: eval "\$($prog start N)")
+       $prog run N [DIR] -- COMMAND [ARG...]   (start, run COMMAND with the exports, stop when it ends or on Ctrl-C)
        $prog stop [DIR]
        $prog status [DIR]
 DIR defaults to \${RLPLANE_SLURM_DIR:-/tmp/rlplane-slurm}
@@ -333,6 +336,22 @@ EOF
   printf 'export RLPLANE_SLURM_NODES_DIR=%q\n' "$dir/nodes"
 }
 
+do_run() {  # start the cluster, run COMMAND in the foreground with its exports, stop the cluster however it ends
+  local n=$1 exports status=0
+  shift
+  exports=$(mktemp)
+  do_start "$n" >"$exports"
+  trap 'do_stop; rm -f "$exports"; say "stopped $dir"' EXIT
+  # Ctrl-C reaches the whole foreground process group: COMMAND handles it and ends, then bash runs these and the EXIT
+  # trap (a trap waits for the foreground command), so nothing of the cluster outlives the command.
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  # shellcheck disable=SC1090
+  set -a && . "$exports" && set +a
+  "$@" || status=$?
+  exit "$status"
+}
+
 do_status() {
   local conf="$dir/etc/slurm.conf"
   if [[ ! -r $conf ]] || [[ -z $(pidfile_pid "$dir/run/slurmctld.pid") ]]; then
@@ -352,6 +371,20 @@ case $cmd in
     (($# >= 2 && $# <= 3)) || usage
     set_dir "${3:-}"
     do_start "$2"
+    ;;
+  run)
+    (($# >= 3)) || usage
+    n=$2
+    shift 2
+    if [[ $1 != -- ]]; then
+      set_dir "$1"
+      shift
+    else
+      set_dir ""
+    fi
+    [[ ${1:-} == -- && $# -ge 2 ]] || usage
+    shift
+    do_run "$n" "$@"
     ;;
   stop)
     (($# <= 2)) || usage

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,33 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         "train": {"steps": 20, "batch_size": 8, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 3, "eval_every": 5},
     }
     assert_resume_is_exact(tmp_path, spec, 10, ("train/loss", "train/grad_norm", "train/lr", "eval/loss"))
+
+
+def test_sigterm_checkpoints_after_the_step_and_the_resume_trains_every_step_once(tmp_path: Path) -> None:
+    """SIGTERM to `python -m trainer_core run` mid-run in a Slurm job (SLURM_JOB_ID set: a preemption or the time
+    limit signals every process of a job, the trainer included): it checkpoints after its current step and exits 6
+    (handed back, not failed); --resume goes on from that checkpoint to the end, every step logged once. Through a
+    real Slurm job: tests/test_slurm.py."""
+    spec = {**SPEC, "train": {**SPEC["train"], "steps": 3000, "log_every": 1, "eval_every": None, "checkpoint_every": None}}
+    path, out = write_spec(tmp_path / "spec.yaml", spec), tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "7"}
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainer_core", "run", str(path), "--out", str(out)], env=env, cwd=ROOT, stderr=subprocess.PIPE
+    )
+    metrics_file = out / "metrics.jsonl"
+    while not (metrics_file.exists() and metrics_file.read_text().count('"train/loss"') >= 20):
+        assert trainer.poll() is None, trainer.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    trainer.send_signal(signal.SIGTERM)
+    said = trainer.communicate(timeout=120)[1].decode()
+    assert trainer.returncode == 6, said[-2000:]
+    assert "stopped: handed back after a checkpoint (exit 6)" in said
+    [saved] = sorted((out / "checkpoints").glob("step-*"))
+    stopped = int(saved.name.removeprefix("step-"))
+    assert 20 <= stopped < 3000 and sorted(metrics(out, "train/loss")) == list(range(1, stopped + 1))
+    spec["train"]["steps"] = stopped + 5  # the rest, briefly
+    run_spec(path, spec, "--resume", str(out))
+    assert sorted(metrics(out, "train/loss")) == list(range(1, stopped + 6))
 
 
 BAD_INPUTS = [

@@ -6,6 +6,8 @@ stack for the module; the tests run in order."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,10 +15,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.harness.launch import ROOT
-from tests.harness.worker_stack import SPEC, Stack, cmdline, pgrep
+from tests.harness.worker_stack import SPEC, Stack, alive, cmdline, pgrep
 from trainer_core.launch import free_port
 
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
@@ -113,8 +116,10 @@ def test_a_two_node_run_through_slurm_trains_as_its_one_node_twin(stack: Stack, 
     assert jobs[0]["state"] == "COMPLETED" and jobs[0]["node_list"] == "n[1-2]", jobs
     assert output.read_text().count("served one attempt (succeeded): exiting (once)") == 2  # each node's pilot
     assert not token.exists()
-    refused = stack.http.get("/runs", headers={"Authorization": f"Bearer {secret}"})
-    assert refused.status_code == 401, refused.text  # revoked with its job
+    # revoked with its job (an API process may reuse a token it resolved for RLPLANE_AUTH_CACHE_S, 2 s)
+    while (refused := stack.http.get("/runs", headers={"Authorization": f"Bearer {secret}"})).status_code != 401:
+        assert refused.status_code == 403 and time.monotonic() < deadline + 10, refused.text
+        time.sleep(0.5)
     assert not pgrep(f"worker --once --queues slurm.{job}")  # each pilot exited after its attempt
 
 
@@ -173,7 +178,10 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     slurm(cluster, "scontrol", "update", f"jobid={job['job_id']}", "StartTime=now")
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
-    assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [run["slurm_jobs"][0]["job_id"]], run
+    assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [job["job_id"]], run
+    # the requeued job's new pilots (named for its restart) took the second attempt, not the dead ones
+    assert [n["worker"] for n in run["attempts"][1]["nodes"]] == [f"slurm-{job['job_id']}-{node}-r1" for node in (0, 1)]
+    assert run["slurm_jobs"][0]["restarts"] == 1
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "the requeued job did not resume from a checkpoint"
     steps = sorted(stack.losses(run_id))
@@ -185,7 +193,7 @@ def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: S
     worker hands the run back (a checkpoint after the current step; requeued, not counted as a failure), the job ends,
     and a new job resumes the run from that checkpoint: it succeeds with every logged step once."""
     longer = spec("slurm-preempted", 1, 1)
-    longer["train"] |= {"steps": 300, "log_every": 10, "checkpoint_every": 1000, "eval_every": None}
+    longer["train"] |= {"steps": 3000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
     run_id = stack.submit(longer)
     stack.wait_step(run_id, 50, timeout=180)
     [job] = stack.run(run_id)["slurm_jobs"]
@@ -196,4 +204,68 @@ def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: S
     assert first["handed_back"] and first["end_reason"].startswith("handed back: worker slurm-"), first
     assert len(run["attempts"]) == 2 and len(run["slurm_jobs"]) == 2, run
     assert run["slurm_jobs"][0]["state"] == "COMPLETED" and run["slurm_jobs"][0]["ended_at"] is not None, run["slurm_jobs"]
-    assert sorted(stack.losses(run_id)) == list(range(10, 301, 10))  # each step once, across the two jobs
+    assert sorted(stack.losses(run_id)) == list(range(10, 3001, 10))  # each step once, across the two jobs
+
+
+def ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_ctrl_c_of_everything_leaves_no_slurm_daemon_job_or_trainer(tmp_path: Path) -> None:
+    """`scripts/slurm-local.sh run 1 DIR -- rlplane up --workers 0`, its queue `slurm` bound to that cluster: while a
+    run's job trains, the whole foreground process group gets SIGINT (a terminal's Ctrl-C). `rlplane up` ends, the
+    script stops the cluster, and no munged, slurmctld, slurmd, job step, pilot worker or trainer is left."""
+    directory, port = f"/tmp/rls-{uuid.uuid4().hex[:8]}", free_port()
+    queue = {
+        "partition": "rlplane",
+        "job_dir": str(tmp_path / "jobs"),
+        "api_url": f"http://127.0.0.1:{port}",
+        "worker": f"{sys.executable} -m cli.main",
+        "slurm_conf": f"{directory}/etc/slurm.conf",
+        "scratch": "$RLPLANE_NODE_SCRATCH/$SLURM_JOB_ID",
+        "environment": {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLANE_")}
+    env |= {"RLPLANE_HOME": str(tmp_path / "home"), "RLPLANE_SLURM_QUEUES": json.dumps({"slurm": queue})}
+    up = [sys.executable, "-m", "cli.main", "up", "--workers", "0", "--port", str(port)]
+    everything = subprocess.Popen(
+        ["bash", str(SCRIPT), "run", "1", directory, "--", *up],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "run.log").open("w"),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        token = tmp_path / "home" / "admin.token"
+        while not (token.exists() and ready(port)):
+            assert everything.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-3000:]
+            time.sleep(0.2)
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {token.read_text().strip()}"}
+        )
+        long = spec("slurm-ctrl-c", 1, 1)
+        long["train"] |= {"steps": 5000, "log_every": 10, "eval_every": None, "checkpoint_every": None}
+        submitted = http.post("/runs", json=long)
+        assert submitted.status_code == 201, submitted.text
+        run_id = submitted.json()["id"]
+        while not (http.get(f"/runs/{run_id}").json()["last_step"] or 0) >= 10:
+            assert time.monotonic() < deadline, http.get(f"/runs/{run_id}").json()
+            time.sleep(0.3)
+        trainers = pgrep(f"{tmp_path}/home/artifacts/runs/{run_id}(/| |$)")
+        pilots = pgrep("worker --once --queues slurm.")
+        assert trainers and pilots
+        os.killpg(everything.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the foreground process group
+        assert everything.wait(timeout=90) in (0, 130), (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        if everything.poll() is None:
+            os.killpg(everything.pid, signal.SIGKILL)
+            subprocess.run(["bash", str(SCRIPT), "stop", directory], capture_output=True)
+    left = [pid for pid in [*trainers, *pilots, *pgrep(directory)] if alive(pid)]
+    assert not left, [cmdline(pid) for pid in left]
+    steps = [pid for pid in pgrep("slurmstepd") if alive(pid) and directory in os.path.realpath(f"/proc/{pid}/cwd")]
+    assert not steps and not Path(directory).exists()

@@ -10,7 +10,7 @@ import time
 from rlplane.layout import HAND_BACK_FILE, STOP_FILE
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import RunSpec
-from rlplane.status import EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED, FAILURE_OF_EXIT
+from rlplane.status import EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED, EXIT_HANDED_BACK, FAILURE_OF_EXIT
 from rlplane.wire import NodeEnd, StatusUpdate
 from worker.client import Superseded, WorkerApi
 from worker.forward import Forwarder
@@ -59,7 +59,7 @@ def watch_node(
     if stopped is not None:
         code = None
     reason = stopped or f"{who} exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
-    failure = None if code in (0, None) else FAILURE_OF_EXIT.get(code, "crashed")
+    failure = None if code in (0, None, EXIT_HANDED_BACK) else FAILURE_OF_EXIT.get(code, "crashed")
     for wait in (0, 1, 2, 4, 8):
         time.sleep(wait)
         try:
@@ -132,6 +132,13 @@ def watch(
     forwarder.poll()  # what the trainer wrote last (its final step, its own failure reason) before the reason is told
     if code == 0:
         return end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
+    if code == EXIT_HANDED_BACK:  # SIGTERM reached the trainer itself (Slurm signals every process of a job)
+        saved = f"checkpointed at step {forwarder.last_checkpoint}, where the next attempt resumes"
+        if holding.stopping is not None:  # and this worker: the hand-back it would have asked for
+            reason = f"handed back: {holding.stopping}; {saved}"
+            return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
+        reason = f"the {who} was stopped (SIGTERM) and {saved}"
+        return end(client, forwarder, trainer, run_id, attempt, "lost", reason)
     last_lines = "\n".join(list(trainer.tail)[-15:])
     if code == EXIT_ENGINE_LOST:  # its rollout engine's process died: lost, and retried from the last checkpoint
         said = list(trainer.tail)
@@ -181,7 +188,7 @@ def hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, 
     deadline = time.monotonic() + settings.hand_back_grace_s
     while trainer.wait(settings.poll_s) is None and time.monotonic() < deadline:
         forwarder.poll()
-    if trainer.poll() == 0:
+    if trainer.poll() in (0, EXIT_HANDED_BACK):
         # The hand-back checkpoint's event is the trainer's last write: read it now, after the trainer left.
         trainer.wait_output()
         forwarder.poll()

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -47,6 +50,14 @@ SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by
 COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
 
 
+@dataclass(frozen=True)
+class JobState:
+    state: str  # PENDING, RUNNING, COMPLETED, ...
+    reason: str | None  # while pending: Resources, Priority, ...
+    nodes: str  # its nodes once running (n[1-2])
+    restarts: int  # how often Slurm requeued it: which run of the job this is
+
+
 class SlurmError(Exception):
     """sbatch, squeue or sinfo could not be run, or refused (its words)."""
 
@@ -54,6 +65,14 @@ class SlurmError(Exception):
 def job_queue(job_id: int) -> str:
     """The broker queue a job's pilot workers serve."""
     return f"slurm.{job_id}"
+
+
+def pilot_of(job_id: int, restarts: int) -> Callable[[str], bool]:
+    """Whether a worker is a pilot of this run of the job (after its `restarts`-th requeue: the batch script names
+    them slurm-JOB-NODE, then slurm-JOB-NODE-rN). A requeued job's earlier pilots are dead but look alive until
+    lost_after_s: its gang must not be granted to them."""
+    pattern = re.compile(rf"slurm-{job_id}-\d+" + (f"-r{restarts}" if restarts else ""))
+    return lambda name: pattern.fullmatch(name) is not None
 
 
 class Slurm:
@@ -79,16 +98,17 @@ class Slurm:
     def submit(self, script: Path) -> int:
         return int(self.run("sbatch", "--parsable", str(script)).strip().split(";")[0])
 
-    def jobs(self, job_ids: list[int]) -> dict[int, tuple[str, str, str]]:
-        """(state, reason, node list) of each job squeue still knows (recently ended ones included)."""
+    def jobs(self, job_ids: list[int]) -> dict[int, JobState]:
+        """What squeue says of each job it still knows (recently ended ones included)."""
         if not job_ids:
             return {}
-        out = self.run("squeue", "-h", "-t", "all", "-j", ",".join(map(str, job_ids)), "-o", "%i|%T|%r|%N")
+        fields = "JobID:20|,State:20|,Reason:300|,NodeList:2000|,RestartCnt:10|"
+        out = self.run("squeue", "-h", "-t", "all", "-j", ",".join(map(str, job_ids)), "-O", fields)
         found = {}
         for line in out.splitlines():
-            job, state, reason, nodes = (line.split("|") + ["", "", ""])[:4]
-            if job.strip().isdigit():
-                found[int(job)] = (state.strip(), reason.strip(), nodes.strip())
+            job, state, reason, nodes, restarts = (part.strip() for part in (line.split("|") + [""] * 5)[:5])
+            if job.isdigit():
+                found[int(job)] = JobState(state, reason if reason != "None" else None, nodes, int(restarts or 0))
         return found
 
     def cancel(self, job_id: int) -> None:
@@ -156,9 +176,11 @@ def batch_script(run: Run, config: SlurmQueue, directory: Path) -> str:
     lines += [f"#SBATCH --qos={config.qos}"] if config.qos else []
     lines += [f"#SBATCH --time={config.time_limit}"] if config.time_limit else []
     lines += [line if line.startswith("#SBATCH") else f"#SBATCH {line}" for line in config.sbatch_lines]
-    worker = f"{config.worker} worker --once --queues slurm.$SLURM_JOB_ID --name slurm-$SLURM_JOB_ID-$SLURM_NODEID"
+    worker = f'{config.worker} worker --once --queues slurm.$SLURM_JOB_ID --name "$name"'
     node = (
         'addr=$(scontrol show node "$SLURMD_NODENAME" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p"); '
+        # a requeued job's pilots take new names (pilot_of): its earlier ones may still look alive to the API
+        'name=slurm-$SLURM_JOB_ID-$SLURM_NODEID; [ "${SLURM_RESTART_COUNT:-0}" = 0 ] || name=$name-r$SLURM_RESTART_COUNT; '
         f"export RLPLANE_HOME={config.scratch}; "
         f'exec {worker} --advertise-address "${{addr:-$(hostname -i)}}"'
     )
@@ -209,8 +231,8 @@ class SlurmExecutor:
                 run.status_reason = why  # not a status change: no event, no history entry for every tick
             if job.state != "RUNNING":
                 return
-            job_id = job.job_id
-        self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id))
+            job_id, restarts = job.job_id, job.restarts
+        self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id), eligible=pilot_of(job_id, restarts))
 
     def _submit(self, session: Session, run: Run, config: SlurmQueue) -> None:
         from api.runs.service import set_status
@@ -272,7 +294,7 @@ class SlurmExecutor:
             for row in rows:
                 state = seen.get(row.job_id)
                 self._update(row.id, state)
-                if state is not None and not _ended(state[0]) and row.status in TERMINAL:
+                if state is not None and not _ended(state.state) and row.status in TERMINAL:
                     since = (utcnow() - row.ended_at).total_seconds() if row.ended_at else 0.0
                     if row.status == "cancelled" or since > SCANCEL_AFTER_S:
                         try:
@@ -280,14 +302,14 @@ class SlurmExecutor:
                         except SlurmError as exc:
                             logger.warning("scancel %d failed: %s", row.job_id, exc)
 
-    def _update(self, job_row: int, state: tuple[str, str, str] | None) -> None:
+    def _update(self, job_row: int, state: JobState | None) -> None:
         with transaction(self.factory) as uow:
             job = uow.session.get(SlurmJob, job_row)
             if job is None:
                 return
             if state is not None:
-                job.state, job.reason = state[0][:32], (state[1] if state[1] != "None" else None)
-                job.node_list = state[2] or job.node_list
+                job.state, job.reason, job.restarts = state.state[:32], state.reason and state.reason[:300], state.restarts
+                job.node_list = state.nodes[:2000] or job.node_list
             if state is None or _ended(job.state):
                 job.ended_at = utcnow()
                 if state is None and not _ended(job.state):

@@ -17,9 +17,10 @@ class SlurmJob(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     queue: Mapped[str] = mapped_column(String(128))
     job_id: Mapped[int] = mapped_column(Integer)  # Slurm's
-    state: Mapped[str] = mapped_column(String(32), default="PENDING")  # squeue's %T: PENDING, RUNNING, ...; or ended
-    reason: Mapped[str | None] = mapped_column(String(300))  # squeue's %r while pending (Resources, Priority, ...)
-    node_list: Mapped[str | None] = mapped_column(String(2000))  # squeue's %N once running
+    state: Mapped[str] = mapped_column(String(32), default="PENDING")  # squeue's State: PENDING, RUNNING, ...; or ended
+    reason: Mapped[str | None] = mapped_column(String(300))  # squeue's Reason while pending (Resources, Priority, ...)
+    node_list: Mapped[str | None] = mapped_column(String(2000))  # squeue's NodeList once running
+    restarts: Mapped[int] = mapped_column(Integer, default=0)  # squeue's RestartCnt: which run of the job this is
     output: Mapped[str] = mapped_column(String(1000))  # the batch script's output file, on the job directory
     directory: Mapped[str] = mapped_column(String(1000))  # the job's files: script, token (0600), output
     token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))

@@ -19,6 +19,7 @@ nothing: it waits with its reason and every run behind it goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -65,14 +66,23 @@ def idle(workers: list[Worker], busy: set[str]) -> list[Worker]:
     return [w for w in workers if w.current_run_id is None and w.name not in busy]
 
 
-def allocate(session: Session, run_id: int, lost_after_s: float, serving: str | None = None) -> list[AttemptNode]:
+def allocate(
+    session: Session,
+    run_id: int,
+    lost_after_s: float,
+    serving: str | None = None,
+    eligible: Callable[[str], bool] | None = None,
+) -> list[AttemptNode]:
     """Grant a queued gang run its N node slots, or none (then its reason says what it waits for). `serving`: the
-    queue its workers serve, when not the run's own (a Slurm job's, api/executors/slurm.py)."""
+    queue its workers serve, when not the run's own (a Slurm job's, api/executors/slurm.py); `eligible`: which of
+    them may be granted, by name (a requeued job's new pilots, not its dead ones)."""
     run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
     if run is None or run.status != "queued":
         return []
     need, queue = nodes_of(run.spec), serving or run.queue
-    serving_it = [w for w in live_workers(session, lost_after_s, lock=True) if queue in w.queues]
+    serving_it = [
+        w for w in live_workers(session, lost_after_s, lock=True) if queue in w.queues and (eligible is None or eligible(w.name))
+    ]
     free = idle(serving_it, busy_workers(session))
     if len(free) < need:
         if serving is not None:  # a job's own workers, still starting: its executor says why the run waits

@@ -90,6 +90,7 @@ class SlurmJobPublic(BaseModel):
     state: str = Field(description="squeue's: PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, ...")
     reason: str | None = Field(description="While pending, Slurm's reason: Resources, Priority, QOSMaxGpuPerUser, ...")
     node_list: str | None = Field(description="Its nodes once running, in Slurm's notation (n[1-2])")
+    restarts: int = Field(description="How often Slurm requeued it (a node failure): each time its workers start anew")
     output: str = Field(description="The batch script's output file, in the queue's job directory")
     submitted_at: datetime
     ended_at: datetime | None

@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(32), nullable=False),
         sa.Column("reason", sa.String(300), nullable=True),
         sa.Column("node_list", sa.String(2000), nullable=True),
+        sa.Column("restarts", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("output", sa.String(1000), nullable=False),
         sa.Column("directory", sa.String(1000), nullable=False),
         sa.Column("token_id", sa.Integer(), sa.ForeignKey("api_tokens.id", ondelete="SET NULL"), nullable=True),

@@ -96,6 +96,7 @@ def run_loop(
             if signals.hand_back or common.is_due(done, t.checkpoint_every, last):  # hand-back: the worker shuts down
                 checkpointing.checkpoint_run(run, checkpoint_state(run))
             if signals.hand_back:
+                run_dir_signals.handed_back = run.step < last
                 break
     except Diverged as exc:
         if " at step " in str(exc):

@@ -4345,6 +4345,11 @@ export interface components {
              */
             reason: string | null;
             /**
+             * Restarts
+             * @description How often Slurm requeued it (a node failure): each time its workers start anew
+             */
+            restarts: number;
+            /**
              * State
              * @description squeue's: PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, ...
              */

@@ -125,7 +125,10 @@ export function SlurmJobs({ jobs }: { jobs: readonly SlurmJob[] }) {
         {jobs.map((j) => (
           <tr key={j.job_id} data-slurm-job={j.job_id}>
             <th scope="row">{j.job_id}</th>
-            <td title={j.ended_at ? `ended ${formatDate(j.ended_at)}` : undefined}>{j.state}</td>
+            <td title={j.ended_at ? `ended ${formatDate(j.ended_at)}` : undefined}>
+              {j.state}
+              {j.restarts > 0 ? ` (requeued ${j.restarts}×)` : ''}
+            </td>
             <td>{j.reason ?? '—'}</td>
             <td>{j.node_list ?? '—'}</td>
             <td>{formatDate(j.submitted_at)}</td>

@@ -113,15 +113,15 @@ describe('RunHeader attempts', () => {
   it('lists a Slurm run\'s jobs with their state, reason and nodes', () => {
     renderHeader(runDetail({
       slurm_jobs: [
-        { job_id: 7, state: 'COMPLETED', reason: null, node_list: 'n[1-2]', output: '/jobs/run-1-attempt-1/slurm-7.out', submitted_at: started, ended_at: started },
-        { job_id: 9, state: 'PENDING', reason: 'Resources', node_list: null, output: '/jobs/run-1-attempt-2/slurm-9.out', submitted_at: started, ended_at: null },
+        { job_id: 7, state: 'COMPLETED', reason: null, node_list: 'n[1-2]', restarts: 0, output: '/jobs/run-1-attempt-1/slurm-7.out', submitted_at: started, ended_at: started },
+        { job_id: 9, state: 'PENDING', reason: 'Resources', node_list: null, restarts: 1, output: '/jobs/run-1-attempt-2/slurm-9.out', submitted_at: started, ended_at: null },
       ],
     }));
     const jobs = screen.getByRole('table', { name: '2 Slurm jobs' });
     const cells = (job: number) =>
       [...jobs.querySelector(`[data-slurm-job="${job}"]`)!.querySelectorAll('th, td')].map((c) => c.textContent);
     expect(cells(7).slice(0, 4)).toEqual(['7', 'COMPLETED', '—', 'n[1-2]']);
-    expect(cells(9).slice(0, 4)).toEqual(['9', 'PENDING', 'Resources', '—']);
+    expect(cells(9).slice(0, 4)).toEqual(['9', 'PENDING (requeued 1×)', 'Resources', '—']);
     expect(cells(9)[5]).toBe('/jobs/run-1-attempt-2/slurm-9.out');
   });
 
