@@ -18,7 +18,8 @@ ACTIVE = frozenset({"starting", "running", "cancelling"})
 RESUMABLE = frozenset({"failed", "cancelled", "lost"})
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"starting", "cancelled"}),
+    # failed: its executor refused it before any attempt (a Slurm queue whose sbatch rejects the job)
+    "queued": frozenset({"starting", "cancelled", "failed"}),
     "starting": frozenset({"running", "succeeded", "failed", "cancelling", "lost"}),
     "running": frozenset({"succeeded", "failed", "cancelling", "lost"}),
     "cancelling": frozenset({"cancelled", "succeeded", "failed", "lost"}),

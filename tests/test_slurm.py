@@ -68,7 +68,9 @@ def stack(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
             "RLPLANE_HEARTBEAT_S": "1",
         },
     }
-    stack = Stack(tmp_path_factory.mktemp("slurm"), api_env={"RLPLANE_SLURM_QUEUES": json.dumps({"slurm": queue})}, port=port)
+    refused = {**queue, "sbatch_lines": ["--nodelist=n9"]}  # a node the cluster does not have: sbatch refuses the job
+    queues = json.dumps({"slurm": queue, "slurm-refused": refused})
+    stack = Stack(tmp_path_factory.mktemp("slurm"), api_env={"RLPLANE_SLURM_QUEUES": queues}, port=port)
     try:
         yield stack
     finally:
@@ -132,6 +134,14 @@ def test_a_run_the_partition_cannot_hold_is_refused_at_submit(stack: Stack) -> N
     assert error["msg"] == "the run asks for 3 nodes and partition rlplane (queue slurm) has 2: set resources.nodes to at most 2"
 
 
+def test_a_job_sbatch_refuses_fails_the_run_with_its_words(stack: Stack) -> None:
+    run_id = stack.submit({**spec("slurm-refused", 1, 1), "resources": {"queue": "slurm-refused"}})
+    run = stack.wait_status(run_id, {"failed"}, timeout=30)
+    assert run["status_reason"].startswith("the Slurm job could not be submitted: sbatch failed: "), run["status_reason"]
+    assert run["status_reason"].endswith("Invalid node name specified") and run["failure"] == "config"
+    assert run["attempts"] == [] and run["slurm_jobs"] == []
+
+
 def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dict[str, str]) -> None:
     """With the partition down, a run's job pends: the run is queued with Slurm's reason; cancelling the run cancels
     the job."""
@@ -178,7 +188,8 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     slurm(cluster, "scontrol", "update", f"jobid={job['job_id']}", "StartTime=now")
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
-    assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [job["job_id"]], run
+    ended = [(a["end_reason"], [(n["worker"], n["end_reason"]) for n in a["nodes"]]) for a in run["attempts"]]
+    assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [job["job_id"]], ended
     # the requeued job's new pilots (named for its restart) took the second attempt, not the dead ones
     assert [n["worker"] for n in run["attempts"][1]["nodes"]] == [f"slurm-{job['job_id']}-{node}-r1" for node in (0, 1)]
     assert run["slurm_jobs"][0]["restarts"] == 1
@@ -193,7 +204,7 @@ def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: S
     worker hands the run back (a checkpoint after the current step; requeued, not counted as a failure), the job ends,
     and a new job resumes the run from that checkpoint: it succeeds with every logged step once."""
     longer = spec("slurm-preempted", 1, 1)
-    longer["train"] |= {"steps": 3000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
+    longer["train"] |= {"steps": 1000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
     run_id = stack.submit(longer)
     stack.wait_step(run_id, 50, timeout=180)
     [job] = stack.run(run_id)["slurm_jobs"]
@@ -204,7 +215,7 @@ def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: S
     assert first["handed_back"] and first["end_reason"].startswith("handed back: worker slurm-"), first
     assert len(run["attempts"]) == 2 and len(run["slurm_jobs"]) == 2, run
     assert run["slurm_jobs"][0]["state"] == "COMPLETED" and run["slurm_jobs"][0]["ended_at"] is not None, run["slurm_jobs"]
-    assert sorted(stack.losses(run_id)) == list(range(10, 3001, 10))  # each step once, across the two jobs
+    assert sorted(stack.losses(run_id)) == list(range(10, 1001, 10))  # each step once, across the two jobs
 
 
 def ready(port: int) -> bool:

@@ -48,6 +48,7 @@ PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")  
 SLURM_USER = "slurm-executor"  # the owner of the jobs' worker tokens
 SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by themselves, given this long
 COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
+UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")  # the controller is away
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,12 @@ class JobState:
 
 
 class SlurmError(Exception):
-    """sbatch, squeue or sinfo could not be run, or refused (its words)."""
+    """sbatch, squeue or sinfo could not be run, or refused (its words); `unreachable`: the controller did not answer
+    (a restart, a network fault), which passes."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 def job_queue(job_id: int) -> str:
@@ -90,9 +96,11 @@ class Slurm:
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} is not installed on the API's host (install slurm-client)") from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{argv[0]} did not answer within {COMMAND_S:g} s") from None
+            raise SlurmError(f"{argv[0]} did not answer within {COMMAND_S:g} s", unreachable=True) from None
         if done.returncode != 0:
-            raise SlurmError(f"{argv[0]} failed: {(done.stderr or done.stdout).strip()[:500]}")
+            said = (done.stderr or done.stdout).strip()[:500]
+            away = any(words in said for words in UNREACHABLE)
+            raise SlurmError(f"{argv[0]} failed: {said}", unreachable=away)
         return done.stdout
 
     def submit(self, script: Path) -> int:
@@ -251,8 +259,11 @@ class SlurmExecutor:
             job_id = Slurm(config).submit(script)
         except (OSError, SlurmError) as exc:
             token.revoked_at = utcnow()
-            set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}"[:2000])
-            run.failure = "config"
+            if isinstance(exc, SlurmError) and exc.unreachable:  # the controller is away: tried again next tick
+                run.status_reason = f"the Slurm job could not be submitted yet (tried again shortly): {exc}"[:2000]
+            else:  # sbatch refused the job: another try would be refused the same way
+                set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}")
+                run.failure = "config"
             logger.warning("run=%d: sbatch failed: %s", run.id, exc)
             return
         token.name = f"slurm job {job_id} (run {run.id})"
