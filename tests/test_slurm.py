@@ -189,6 +189,7 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
     ended = [(a["end_reason"], [(n["worker"], n["end_reason"]) for n in a["nodes"]]) for a in run["attempts"]]
+    print("attempts:", json.dumps(ended), "jobs:", json.dumps(run["slurm_jobs"]))  # in full, should it fail
     assert len(run["attempts"]) == 2 and [j["job_id"] for j in run["slurm_jobs"]] == [job["job_id"]], ended
     # the requeued job's new pilots (named for its restart) took the second attempt, not the dead ones
     assert [n["worker"] for n in run["attempts"][1]["nodes"]] == [f"slurm-{job['job_id']}-{node}-r1" for node in (0, 1)]
