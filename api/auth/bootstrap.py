@@ -39,15 +39,16 @@ def bootstrap_admin(session: Session, home: Path, preset_token: str | None) -> s
     session.commit()
     if preset_token:
         return None
-    _write_secret(home / "admin.token", secret)
+    write_private(home / "admin.token", secret + "\n")
     return secret
 
 
-def _write_secret(path: Path, secret: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """`text` in a file only this user can read (mode 0600, also when it existed with another mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(secret + "\n")
+        handle.write(text)
     os.chmod(path, 0o600)
 
 
@@ -86,5 +87,5 @@ def local_worker_token(session: Session, home: Path) -> str:
     digest, prefix = hash_token(secret), display_prefix(secret)
     session.add(ApiToken(user_id=user.id, name="rlplane up", token_hash=digest, prefix=prefix, scopes=["worker"]))
     session.commit()
-    _write_secret(path, secret)
+    write_private(path, secret + "\n")
     return secret

@@ -31,7 +31,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.auth.bootstrap import service_user
+from api.auth.bootstrap import service_user, write_private
 from api.auth.tokens import display_prefix, hash_token, new_token
 from api.exceptions import Unprocessable
 from api.executors.celery import CeleryExecutor
@@ -44,8 +44,11 @@ from rlplane.status import TERMINAL
 
 logger = logging.getLogger("rlplane.slurm")
 
-PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")  # the API's environment a job sees
-SLURM_USER = "slurm-executor"  # the owner of the jobs' worker tokens
+PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SLURM_CONF")  # the API's environment a job sees
+SLURM_USER = "slurm-executor"
+ENDED = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "ENDED"}
+)  # the owner of the jobs' worker tokens
 SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by themselves, given this long
 COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
 UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")  # the controller is away
@@ -87,7 +90,7 @@ class Slurm:
     def __init__(self, config: SlurmQueue) -> None:
         # sbatch hands its own environment to the job (--export=ALL): only what a login shell has, never the API's
         # settings (its database URL, bootstrap token, signing key).
-        kept = {k: v for k, v in os.environ.items() if k in PASSED or k.startswith("SLURM_CONF")}
+        kept = {k: v for k, v in os.environ.items() if k in PASSED}
         self.env = {**kept, **({"SLURM_CONF": config.slurm_conf} if config.slurm_conf else {})}
 
     def run(self, *argv: str) -> str:
@@ -249,11 +252,11 @@ class SlurmExecutor:
         token, secret = _mint_token(session, run)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            _write_private(directory / "token", secret)
+            write_private(directory / "token", secret)
             settings = {"RLPLANE_BROKER_URL": config.broker_url or self.broker_url, "RLPLANE_API_URL": config.api_url}
             settings |= {"RLPLANE_ARTIFACTS": config.artifacts or self.artifacts, "RLPLANE_TOKEN_FILE": str(directory / "token")}
             settings |= config.environment
-            _write_private(directory / "worker.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()))
+            write_private(directory / "worker.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()))
             script = directory / "job.sh"
             script.write_text(batch_script(run, config, directory))
             job_id = Slurm(config).submit(script)
@@ -333,9 +336,8 @@ class SlurmExecutor:
 
 
 def _ended(state: str) -> bool:
-    return state in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"} or (
-        state.startswith("CANCELLED") or state == "OUT_OF_MEMORY" or state == "ENDED"
-    )
+    """A job state after which nothing of the job runs (ENDED: gone from squeue before it was seen ending)."""
+    return state in ENDED or state.startswith("CANCELLED")
 
 
 def _active_job(session: Session, run_id: int) -> SlurmJob | None:
@@ -359,11 +361,3 @@ def _mint_token(session: Session, run: Run) -> tuple[ApiToken, str]:
     session.add(token)
     session.flush()
     return token, secret
-
-
-def _write_private(path: Path, text: str) -> None:
-    """A file only this user can read, from its creation on."""
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(text)
