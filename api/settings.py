@@ -27,9 +27,10 @@ class SlurmQueue(BaseModel):
     )
     signal_s: int = Field(
         default=180,
-        ge=10,
+        ge=0,
         description="How long before the time limit the workers get SIGTERM: they hand the run back "
-        "(a checkpoint after the current step) and the next job resumes it",
+        "(a checkpoint after the current step) and the next job resumes it; 0: no early signal, the time limit's own "
+        "SIGTERM does it, with the cluster's KillWait (30 s by default) to checkpoint before SIGKILL",
     )
     sbatch_lines: list[str] = Field(default_factory=list, description="More #SBATCH lines, e.g. --constraint=a100")
     job_dir: Path = Field(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,7 +70,8 @@ def stack(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
         },
     }
     refused = {**queue, "sbatch_lines": ["--nodelist=n9"]}  # a node the cluster does not have: sbatch refuses the job
-    queues = json.dumps({"slurm": queue, "slurm-refused": refused})
+    minute = {**queue, "time_limit": "1", "signal_s": 0}  # jobs of one minute, ended by the time limit's own SIGTERM
+    queues = json.dumps({"slurm": queue, "slurm-refused": refused, "slurm-1min": minute})
     stack = Stack(tmp_path_factory.mktemp("slurm"), api_env={"RLPLANE_SLURM_QUEUES": queues}, port=port)
     try:
         yield stack
@@ -206,23 +208,39 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     assert steps == list(range(10, 301, 10)), steps  # each step once, across the two attempts
 
 
-def test_a_preempted_job_hands_the_run_back_and_the_next_job_resumes_it(stack: Stack, cluster: dict[str, str]) -> None:
-    """SIGTERM to a running job's steps (what Slurm sends on preemption, and --signal ahead of the time limit): the
-    worker hands the run back (a checkpoint after the current step; requeued, not counted as a failure), the job ends,
-    and a new job resumes the run from that checkpoint: it succeeds with every logged step once."""
-    longer = spec("slurm-preempted", 1, 1)
-    longer["train"] |= {"steps": 1000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
+def test_a_preempted_job_and_one_at_its_time_limit_hand_the_run_back_and_the_next_job_resumes(
+    stack: Stack, cluster: dict[str, str]
+) -> None:
+    """On a queue whose jobs have a time limit of one minute (and no early --signal): the first job gets SIGTERM
+    (`scancel --signal=TERM`: what Slurm sends on preemption) and the second runs into its time limit (Slurm's own
+    SIGTERM to every process of the job, then SIGKILL after KillWait). Each time the trainer checkpoints after its
+    current step and the worker hands the run back (requeued, not counted as a failure); the first job ends COMPLETED,
+    the second TIMEOUT, and each next job resumes the run from that checkpoint: every logged step once."""
+    longer = {**spec("slurm-preempted", 1, 1), "resources": {"queue": "slurm-1min"}}
+    longer["train"] |= {"steps": 100_000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
     run_id = stack.submit(longer)
-    stack.wait_step(run_id, 50, timeout=180)
+    stack.wait_step(run_id, 20, timeout=55)  # well within the first job's minute
     [job] = stack.run(run_id)["slurm_jobs"]
     slurm(cluster, "scancel", "--signal=TERM", str(job["job_id"]))
-    run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
-    assert run["status"] == "succeeded", run["status_reason"]
-    first = run["attempts"][0]
+    deadline = time.monotonic() + 180  # the second job: its minute, and up to 30 s until slurmctld's time-limit pass
+    while len(jobs := stack.run(run_id)["slurm_jobs"]) < 3:
+        assert time.monotonic() < deadline, jobs
+        time.sleep(1)
+    handed = stack.run(run_id)["last_step"]
+    stack.wait_step(run_id, handed + 20, timeout=60)  # the third job trains on from where the second handed back
+    assert stack.http.post(f"/runs/{run_id}/cancel").json()["status"] in ("cancelling", "cancelled")
+    run = stack.wait_status(run_id, {"cancelled"}, timeout=30)
+    first, second, third = run["attempts"]
     assert first["handed_back"] and first["end_reason"].startswith("handed back: worker slurm-"), first
-    assert len(run["attempts"]) == 2 and len(run["slurm_jobs"]) == 2, run
-    assert run["slurm_jobs"][0]["state"] == "COMPLETED" and run["slurm_jobs"][0]["ended_at"] is not None, run["slurm_jobs"]
-    assert sorted(stack.losses(run_id)) == list(range(10, 1001, 10))  # each step once, across the two jobs
+    assert second["handed_back"] and second["end_reason"].startswith("handed back: worker slurm-"), second
+    assert [j["state"] for j in run["slurm_jobs"][:2]] == ["COMPLETED", "TIMEOUT"], run["slurm_jobs"]
+    logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
+    # each job resumed where the one before checkpointed after its last step: no step trained twice, none skipped
+    saved = [int(re.search(r"checkpointed at step (\d+)", a["end_reason"]).group(1)) for a in (first, second)]
+    resumed = [int(m.group(1)) for text in logs if (m := re.search(r"resumed from .* at step (\d+)", text))]
+    assert resumed == saved and saved[0] < saved[1], (saved, resumed)
+    steps = sorted(stack.losses(run_id))
+    assert steps == list(range(10, steps[-1] + 1, 10)) and steps[-1] >= handed + 20, steps  # each step once
 
 
 def ready(port: int) -> bool:

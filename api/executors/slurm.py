@@ -13,7 +13,7 @@ rendezvous, the workers report, fence and hand back as they always do, and each 
 Slurm's own requeue (a node failure; `--requeue`) runs the same job again: the attempt it served was lost (its workers
 went silent), the run was requeued, and the job's new workers take it on from the last checkpoint. The time limit's
 SIGTERM (`--signal`, signal_s ahead) is the workers' warm shutdown: a hand-back, and the next job resumes. sbatch and
-squeue run on the API's host (slurmrestd: not yet).
+squeue run on the API's host (not slurmrestd: docs/slurm.md, "Not yet").
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def batch_script(run: Run, config: SlurmQueue, directory: Path) -> str:
     nodes, gpus = int(resources.get("nodes", 1)), int(resources.get("gpus", 0))
     lines = ["#!/bin/bash", f"#SBATCH --job-name=rlplane-run-{run.id}", f"#SBATCH --nodes={nodes}"]
     lines += ["#SBATCH --ntasks-per-node=1", f"#SBATCH --partition={config.partition}", "#SBATCH --requeue"]
-    lines += [f"#SBATCH --signal=TERM@{config.signal_s}", f"#SBATCH --chdir={directory}"]
+    lines += [f"#SBATCH --signal=TERM@{config.signal_s}"] if config.signal_s else []
+    lines += [f"#SBATCH --chdir={directory}"]
     lines += [f"#SBATCH --output={directory}/slurm-%j.out"]
     lines += [f"#SBATCH --gpus-per-node={gpus}"] if gpus else []
     lines += [f"#SBATCH --account={config.account}"] if config.account else []
