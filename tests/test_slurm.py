@@ -144,6 +144,73 @@ def test_a_job_sbatch_refuses_fails_the_run_with_its_words(stack: Stack) -> None
     assert run["attempts"] == [] and run["slurm_jobs"] == []
 
 
+def test_a_submission_cut_short_is_taken_on_or_dropped_never_doubled(stack: Stack, cluster: dict[str, str]) -> None:
+    """The API may stop between sbatch and recording the job (sbatch runs outside the run's transaction). A run's
+    submission begun by an executor in this process on the stack's database (for a queue the API does not bind, so
+    its own loop leaves the run alone): its job sbatch made but never recorded is found by its comment on a later
+    tick and taken on (one job, the token renamed for it); a submission cut short before sbatch is dropped (its token
+    revoked) and the next dispatch submits anew."""
+    from datetime import timedelta
+
+    from api.db import make_engine, make_sessionmaker
+    from api.executors.celery import CeleryExecutor
+    from api.executors.slurm import RECOVER_AFTER_S, Slurm, SlurmExecutor
+    from api.models import ApiToken, Run, SlurmJob
+    from api.settings import SlurmQueue
+    from api.unit_of_work import transaction
+
+    config = SlurmQueue(**json.loads(stack.api_env["RLPLANE_SLURM_QUEUES"])["slurm"])
+    factory = make_sessionmaker(make_engine(stack.database_url))
+    sent: list = []
+    celery = CeleryExecutor(factory, lambda *message: sent.append(message), redispatch_s=1, lost_after_s=10)
+    executor = SlurmExecutor(factory, {"slurm-aside": config}, celery, broker_url=stack.broker, artifacts=stack.artifacts)
+    run_id = stack.submit({**spec("slurm-cut-short", 1, 1), "resources": {"queue": "slurm-aside"}})
+
+    def begin() -> tuple[int, Path]:
+        """What dispatch does before sbatch, committed."""
+        with transaction(factory) as uow:
+            run = uow.session.get(Run, run_id)
+            submission = executor._prepare(uow.session, run, config)
+        return submission.token_id, submission.script
+
+    def age(token_id: int) -> None:
+        with transaction(factory) as uow:
+            uow.session.get(ApiToken, token_id).created_at -= timedelta(seconds=RECOVER_AFTER_S + 1)
+
+    def jobs() -> list[tuple[int, int | None]]:
+        with factory() as session:
+            return [(j.job_id, j.token_id) for j in session.query(SlurmJob).filter_by(run_id=run_id)]
+
+    def token(token_id: int) -> ApiToken:
+        with factory() as session:
+            return session.get(ApiToken, token_id)
+
+    # cut short before sbatch: dropped, and the next dispatch submits anew
+    dropped, _ = begin()
+    executor.dispatch(run_id, "slurm-aside", {})  # a submission is in flight: nothing more
+    assert jobs() == [] and token(dropped).revoked_at is None
+    age(dropped)
+    executor.tick()
+    assert token(dropped).revoked_at is not None and jobs() == []
+    # cut short after sbatch: the job is taken on, once
+    taken, script = begin()
+    job_id = Slurm(config).submit(script)
+    try:
+        executor.dispatch(run_id, "slurm-aside", {})
+        assert jobs() == []
+        age(taken)
+        executor.tick()
+        assert jobs() == [(job_id, taken)] and token(taken).name == f"slurm job {job_id} (run {run_id})"
+        executor.tick()
+        executor.dispatch(run_id, "slurm-aside", {})  # pending (or running) in that job: no other is submitted
+        assert jobs() == [(job_id, taken)]
+        named = slurm(cluster, "squeue", "-h", "-t", "all", "-n", f"rlplane-run-{run_id}", "-o", "%i").split()
+        assert named == [str(job_id)], named
+    finally:
+        slurm(cluster, "scancel", str(job_id), check=False)
+        stack.http.post(f"/runs/{run_id}/cancel")
+
+
 def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dict[str, str]) -> None:
     """With the partition down, a run's job pends: the run is queued with Slurm's reason; cancelling the run cancels
     the job."""

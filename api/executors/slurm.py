@@ -51,6 +51,7 @@ ENDED = frozenset(
 )  # the owner of the jobs' worker tokens
 SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by themselves, given this long
 COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
+RECOVER_AFTER_S = 2 * COMMAND_S  # a submission without its job recorded this long was cut short
 UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")  # the controller is away
 
 
@@ -69,6 +70,10 @@ class SlurmError(Exception):
     def __init__(self, message: str, unreachable: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+
+
+def _comment(submission: int) -> str:
+    return f"rlplane-submission-{submission}"
 
 
 def job_queue(job_id: int) -> str:
@@ -122,6 +127,15 @@ class Slurm:
                 found[int(job)] = JobState(state, reason if reason != "None" else None, nodes, int(restarts or 0))
         return found
 
+    def submitted(self, name: str, submission: int) -> int | None:
+        """The job of that name and submission (its comment), if squeue knows it."""
+        out = self.run("squeue", "-h", "-t", "all", "-n", name, "-O", "JobID:20|,Comment:100|")
+        for line in out.splitlines():
+            job, comment = (part.strip() for part in (line.split("|") + [""] * 2)[:2])
+            if job.isdigit() and comment == _comment(submission):
+                return int(job)
+        return None
+
     def cancel(self, job_id: int) -> None:
         self.run("scancel", str(job_id))
 
@@ -173,12 +187,14 @@ def check_run(spec: RunSpec, config: SlurmQueue) -> None:
         )
 
 
-def batch_script(run: Run, config: SlurmQueue, directory: Path) -> str:
+def batch_script(run: Run, config: SlurmQueue, directory: Path, submission: int) -> str:
     """The job's batch script. It holds no secret (scontrol shows it): the token and the broker's URL are in files
-    beside it that only the job's user can read."""
+    beside it that only the job's user can read. Its comment names the submission, by which a job whose record was
+    lost is found again."""
     resources = run.spec.get("resources") or {}
     nodes, gpus = int(resources.get("nodes", 1)), int(resources.get("gpus", 0))
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=rlplane-run-{run.id}", f"#SBATCH --nodes={nodes}"]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=rlplane-run-{run.id}", f"#SBATCH --comment={_comment(submission)}"]
+    lines += [f"#SBATCH --nodes={nodes}"]
     lines += ["#SBATCH --ntasks-per-node=1", f"#SBATCH --partition={config.partition}", "#SBATCH --requeue"]
     lines += [f"#SBATCH --signal=TERM@{config.signal_s}"] if config.signal_s else []
     lines += [f"#SBATCH --chdir={directory}"]
@@ -224,6 +240,7 @@ class SlurmExecutor:
 
     def dispatch(self, run_id: int, queue: str, spec: dict) -> None:
         config = self.queues[queue]
+        submission = None
         with transaction(self.factory) as uow:
             session = uow.session
             run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
@@ -231,24 +248,22 @@ class SlurmExecutor:
                 return
             job = _active_job(session, run_id)
             if job is None:
-                self._submit(session, run, config)
-                return
-            if job.state == "RUNNING":
-                why = f"Slurm job {job.job_id} runs on {job.node_list or 'its nodes'}: its workers are starting"
-            elif job.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
-                why = f"pending in Slurm job {job.job_id}" + (f": {job.reason}" if job.reason else "")
+                if _submission(session, run_id) is not None:
+                    return  # sbatch under way (or cut short: tick recovers it)
+                submission = self._prepare(session, run, config)
             else:
-                why = f"Slurm job {job.job_id} is {job.state}"
-            if run.status_reason != why:
-                run.status_reason = why  # not a status change: no event, no history entry for every tick
-            if job.state != "RUNNING":
-                return
-            job_id, restarts = job.job_id, job.restarts
-        self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id), eligible=pilot_of(job_id, restarts))
+                _tell(run, job)
+                if job.state != "RUNNING":
+                    return
+                job_id, restarts = job.job_id, job.restarts
+        # sbatch runs outside the transaction: it may take COMMAND_S, and the run's row stays unlocked meanwhile
+        if submission is not None:
+            self._submit(run_id, submission, config)
+        elif job is not None:
+            self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id), eligible=pilot_of(job_id, restarts))
 
-    def _submit(self, session: Session, run: Run, config: SlurmQueue) -> None:
-        from api.runs.service import set_status
-
+    def _prepare(self, session: Session, run: Run, config: SlurmQueue) -> _Submission | None:
+        """The job's token (its name marks the submission in flight: _submission), files and batch script."""
         directory = config.job_dir / f"run-{run.id}-attempt-{run.attempt_count + 1}"
         token, secret = _mint_token(session, run)
         try:
@@ -259,18 +274,39 @@ class SlurmExecutor:
             settings |= config.environment
             write_private(directory / "worker.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in settings.items()))
             script = directory / "job.sh"
-            script.write_text(batch_script(run, config, directory))
-            job_id = Slurm(config).submit(script)
-        except (OSError, SlurmError) as exc:
+            script.write_text(batch_script(run, config, directory, submission=token.id))
+        except OSError as exc:
             token.revoked_at = utcnow()
-            if isinstance(exc, SlurmError) and exc.unreachable:  # the controller is away: tried again next tick
-                run.status_reason = f"the Slurm job could not be submitted yet (tried again shortly): {exc}"[:2000]
-            else:  # sbatch refused the job: another try would be refused the same way
-                set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}")
-                run.failure = "config"
-            logger.warning("run=%d: sbatch failed: %s", run.id, exc)
+            _refused(session, run, exc)
+            return None
+        run.status_reason = f"submitting a Slurm job to partition {config.partition}"
+        return _Submission(token.id, directory, script)
+
+    def _submit(self, run_id: int, submission: _Submission, config: SlurmQueue) -> None:
+        try:
+            job_id: int | SlurmError = Slurm(config).submit(submission.script)
+        except SlurmError as exc:
+            job_id = exc
+        with transaction(self.factory) as uow:
+            session = uow.session
+            run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
+            token = session.get(ApiToken, submission.token_id)
+            if isinstance(job_id, int):
+                self._attach(session, run, token, job_id, submission.directory, config)
+                return
+            if token is not None:
+                token.revoked_at = utcnow()
+            if run is not None and run.status == "queued":
+                _refused(session, run, job_id)
+
+    def _attach(
+        self, session: Session, run: Run | None, token: ApiToken | None, job_id: int, directory: Path, config: SlurmQueue
+    ) -> None:
+        """The submitted job on its run (also when the run ended meanwhile: tick cancels the job then)."""
+        if run is None:
             return
-        token.name = f"slurm job {job_id} (run {run.id})"
+        if token is not None:
+            token.name = f"slurm job {job_id} (run {run.id})"
         session.add(
             SlurmJob(
                 run_id=run.id,
@@ -279,14 +315,52 @@ class SlurmExecutor:
                 state="PENDING",
                 output=str(directory / f"slurm-{job_id}.out"),
                 directory=str(directory),
-                token_id=token.id,
+                token_id=token.id if token is not None else None,
             )
         )
-        run.status_reason = f"submitted as Slurm job {job_id} to partition {config.partition}"
+        if run.status == "queued":
+            run.status_reason = f"submitted as Slurm job {job_id} to partition {config.partition}"
         logger.info("run=%d: Slurm job %d submitted", run.id, job_id)
 
+    def _recover(self, run_id: int, token_id: int, config: SlurmQueue) -> None:
+        """A submission whose job was never recorded (the API stopped between sbatch and its record): the job sbatch
+        made, found by its comment, is taken on; if there is none, the submission is dropped and the run, if still
+        queued, gets a new one. Never two jobs for one run, never a job nobody watches."""
+        try:
+            found = Slurm(config).submitted(f"rlplane-run-{run_id}", submission=token_id)
+        except SlurmError as exc:
+            logger.warning("run=%d: squeue failed: %s", run_id, exc)
+            return
+        with transaction(self.factory) as uow:
+            session = uow.session
+            run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
+            token = session.get(ApiToken, token_id)
+            if token is None or token.revoked_at is not None or token.name != _in_flight_name(run_id):
+                return  # settled meanwhile
+            if found is None or run is None:
+                token.revoked_at = utcnow()
+                return
+            directory = config.job_dir / f"run-{run_id}-attempt-{run.attempt_count + 1}"
+            self._attach(session, run, token, found, directory, config)
+            logger.warning("run=%d: took on Slurm job %d, whose submission was cut short", run_id, found)
+
     def tick(self) -> None:
-        """Each active job's state from squeue; an ended job's token revoked; the job of a run that ended cancelled."""
+        """Each active job's state from squeue; an ended job's token revoked; the job of a run that ended cancelled;
+        a submission cut short recovered."""
+        with self.factory() as session:
+            user = service_user(session, SLURM_USER)
+            stale = utcnow() - timedelta(seconds=RECOVER_AFTER_S)
+            tokens = session.execute(
+                select(ApiToken.id, ApiToken.name).where(
+                    ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None), ApiToken.created_at < stale
+                )
+            ).all()  # the active jobs' tokens, and those of submissions without a job
+            cut_short = [(token_id, int(m[1])) for token_id, name in tokens if (m := IN_FLIGHT.fullmatch(name))]
+            queues = dict(session.execute(select(Run.id, Run.queue).where(Run.id.in_([r for _, r in cut_short]))).all())
+            session.commit()  # the service user, if it was made here
+        for token_id, run_id in cut_short:
+            if (config := self.queues.get(queues.get(run_id, ""))) is not None:
+                self._recover(run_id, token_id, config)
         with self.factory() as session:
             active = session.execute(
                 select(SlurmJob.id, SlurmJob.queue, SlurmJob.job_id, Run.status, Run.ended_at)
@@ -347,13 +421,60 @@ def _active_job(session: Session, run_id: int) -> SlurmJob | None:
     )
 
 
+@dataclass(frozen=True)
+class _Submission:
+    token_id: int  # the job's token, which marks the submission until the job is recorded
+    directory: Path
+    script: Path
+
+
+def _in_flight_name(run_id: int) -> str:
+    return f"slurm job (run {run_id})"  # a job token's name until its job is known
+
+
+IN_FLIGHT = re.compile(r"slurm job \(run (\d+)\)")
+
+
+def _submission(session: Session, run_id: int) -> ApiToken | None:
+    """The token of a submission for the run that has no job recorded yet: sbatch under way, or cut short."""
+    user = service_user(session, SLURM_USER)
+    return session.scalar(
+        select(ApiToken).where(
+            ApiToken.user_id == user.id, ApiToken.name == _in_flight_name(run_id), ApiToken.revoked_at.is_(None)
+        )
+    )
+
+
+def _tell(run: Run, job: SlurmJob) -> None:
+    """The run's reason from its job's state: not a status change (no event, no history entry for every tick)."""
+    if job.state == "RUNNING":
+        why = f"Slurm job {job.job_id} runs on {job.node_list or 'its nodes'}: its workers are starting"
+    elif job.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
+        why = f"pending in Slurm job {job.job_id}" + (f": {job.reason}" if job.reason else "")
+    else:
+        why = f"Slurm job {job.job_id} is {job.state}"
+    if run.status_reason != why:
+        run.status_reason = why
+
+
+def _refused(session: Session, run: Run, exc: OSError | SlurmError) -> None:
+    from api.runs.service import set_status
+
+    if isinstance(exc, SlurmError) and exc.unreachable:  # the controller is away: tried again next tick
+        run.status_reason = f"the Slurm job could not be submitted yet (tried again shortly): {exc}"[:2000]
+    else:  # sbatch refused the job: another try would be refused the same way
+        set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}")
+        run.failure = "config"
+    logger.warning("run=%d: sbatch failed: %s", run.id, exc)
+
+
 def _mint_token(session: Session, run: Run) -> tuple[ApiToken, str]:
     """A worker token for one job: its workers' only credential, revoked when the job has ended."""
     user = service_user(session, SLURM_USER)
     secret = new_token()
     token = ApiToken(
         user_id=user.id,
-        name=f"slurm job (run {run.id})",
+        name=_in_flight_name(run.id),
         token_hash=hash_token(secret),
         prefix=display_prefix(secret),
         scopes=["worker"],
