@@ -190,52 +190,87 @@ def check(doc: PipelineDoc) -> list[dict[str, Any]]:
 
     Locations start at the document: ["stages", "ppo", "spec", "model", "path"]."""
     errors: list[dict[str, Any]] = []
-
-    def error(loc: list[str | int], msg: str, type_: str = "value_error") -> None:
-        errors.append({"loc": loc, "msg": msg, "type": type_})
-
     for name, stage in doc.stages.items():
         at: list[str | int] = ["stages", name]
-        for ref in stage_refs(stage.spec):
-            ref_loc = [*at, "spec", *ref.field.split(".")]
-            if ref.stage not in doc.stages:
-                error(ref_loc, f"no stage named {ref.stage!r}: this pipeline's stages are {', '.join(doc.stages)}")
-            elif ref.stage == name:
-                error(ref_loc, "a stage cannot use its own output")
-            elif ref.selector == "best" and doc.stages[ref.stage].best is None:
-                error(
-                    ref_loc,
-                    f"stage:{ref.stage}@best needs stage {ref.stage!r} to say what best means: add "
-                    "best: {metric: eval/loss, goal: min} to it (or use @last or @<step>)",
-                )
-        for needed in stage.needs:
-            if needed not in doc.stages:
-                error([*at, "needs"], f"no stage named {needed!r}: this pipeline's stages are {', '.join(doc.stages)}")
-        if stage.when:
-            try:
-                for comparison in parse_gate(stage.when):
-                    if comparison.stage not in doc.stages or comparison.stage == name:
-                        error([*at, "when"], f"the gate reads stage {comparison.stage!r}, which is not another stage here")
-            except ValueError as exc:
-                error([*at, "when"], str(exc))
-        try:
-            spec = parse_spec(substitute(stage.spec, lambda _: PLACEHOLDER_RUN))
-            if spec.project != doc.project:
-                error([*at, "spec", "project"], f"a stage runs in the pipeline's project {doc.project!r}, not {spec.project!r}")
-        except SpecError as exc:
-            errors.extend({**e, "loc": [*at, "spec", *e["loc"]]} for e in exc.errors)
-            continue
-        if stage.sweep is not None:
-            try:
-                stage_sweep(stage, substitute(stage.spec, lambda _: PLACEHOLDER_RUN), doc.project)
-            except SpecError as exc:
-                # load_sweep locates a spec problem under ["spec", ...]; the rest are the sweep's own fields
-                errors.extend(
-                    {**e, "loc": [*at, *(e["loc"] if e["loc"][:1] == ["spec"] else ["sweep", *e["loc"]])]} for e in exc.errors
-                )
+        errors.extend(_reference_errors(doc, name, stage, at))
+        errors.extend(_needs_errors(doc, stage, at))
+        errors.extend(_gate_errors(doc, name, stage, at))
+        errors.extend(_spec_and_sweep_errors(doc, stage, at))
     if not errors and (cycle := find_cycle(dependencies(doc))):
-        error(["stages"], f"the stages need each other in a cycle: {' -> '.join(cycle)}")
+        errors.append(_error(["stages"], f"the stages need each other in a cycle: {' -> '.join(cycle)}"))
     return errors
+
+
+def _error(loc: list[str | int], msg: str) -> dict[str, Any]:
+    return {"loc": loc, "msg": msg, "type": "value_error"}
+
+
+def _reference_errors(doc: PipelineDoc, name: str, stage: StageDoc, at: list[str | int]) -> Iterator[dict[str, Any]]:
+    """Each `stage:<name>` in the stage's spec names another stage here, with a `best` if it asks for @best."""
+    for ref in stage_refs(stage.spec):
+        ref_loc = [*at, "spec", *ref.field.split(".")]
+        if ref.stage not in doc.stages:
+            yield _error(ref_loc, f"no stage named {ref.stage!r}: this pipeline's stages are {', '.join(doc.stages)}")
+        elif ref.stage == name:
+            yield _error(ref_loc, "a stage cannot use its own output")
+        elif ref.selector == "best" and doc.stages[ref.stage].best is None:
+            yield _error(
+                ref_loc,
+                f"stage:{ref.stage}@best needs stage {ref.stage!r} to say what best means: add "
+                "best: {metric: eval/loss, goal: min} to it (or use @last or @<step>)",
+            )
+
+
+def _needs_errors(doc: PipelineDoc, stage: StageDoc, at: list[str | int]) -> Iterator[dict[str, Any]]:
+    """Each of the stage's `needs` is a stage here."""
+    for needed in stage.needs:
+        if needed not in doc.stages:
+            yield _error([*at, "needs"], f"no stage named {needed!r}: this pipeline's stages are {', '.join(doc.stages)}")
+
+
+def _gate_errors(doc: PipelineDoc, name: str, stage: StageDoc, at: list[str | int]) -> Iterator[dict[str, Any]]:
+    """The stage's gate parses and reads only other stages here."""
+    if not stage.when:
+        return
+    try:
+        comparisons = parse_gate(stage.when)
+    except ValueError as exc:
+        yield _error([*at, "when"], str(exc))
+        return
+    for comparison in comparisons:
+        if comparison.stage not in doc.stages or comparison.stage == name:
+            yield _error([*at, "when"], f"the gate reads stage {comparison.stage!r}, which is not another stage here")
+
+
+def _spec_and_sweep_errors(doc: PipelineDoc, stage: StageDoc, at: list[str | int]) -> list[dict[str, Any]]:
+    """The stage's spec is valid and in the pipeline's project; then its sweep, which is not checked over a bad spec."""
+    try:
+        spec = parse_spec(_with_placeholder_runs(stage.spec))
+    except SpecError as exc:
+        return [{**e, "loc": [*at, "spec", *e["loc"]]} for e in exc.errors]
+    errors: list[dict[str, Any]] = []
+    if spec.project != doc.project:
+        errors.append(
+            _error([*at, "spec", "project"], f"a stage runs in the pipeline's project {doc.project!r}, not {spec.project!r}")
+        )
+    if stage.sweep is not None:
+        errors.extend(_sweep_errors(doc, stage, at))
+    return errors
+
+
+def _sweep_errors(doc: PipelineDoc, stage: StageDoc, at: list[str | int]) -> list[dict[str, Any]]:
+    """The tuned stage's sweep fields are valid over its spec."""
+    try:
+        stage_sweep(stage, _with_placeholder_runs(stage.spec), doc.project)
+    except SpecError as exc:
+        # load_sweep locates a spec problem under ["spec", ...]; the rest are the sweep's own fields
+        return [{**e, "loc": [*at, *(e["loc"] if e["loc"][:1] == ["spec"] else ["sweep", *e["loc"]])]} for e in exc.errors]
+    return []
+
+
+def _with_placeholder_runs(spec: Mapping[str, Any]) -> Any:
+    """A fresh copy of the stage's spec with each stage reference standing as PLACEHOLDER_RUN."""
+    return substitute(spec, lambda _: PLACEHOLDER_RUN)
 
 
 def stage_sweep(stage: StageDoc, spec: Mapping[str, Any], project: str) -> SweepDoc:

@@ -83,47 +83,94 @@ def watch(
     trainer: Trainer,
     forwarder: Forwarder,
 ) -> str:
-    hang_s = spec.resources.hang_timeout_s
-    last_progress, last_step, told_phase = time.monotonic(), None, None
     try:
-        while trainer.wait(settings.poll_s) is None:
-            forwarder.poll()
-            holding.last_step = forwarder.last_step
-            if forwarder.phase != told_phase:  # the run says what its trainer does: compiling ops, loading, training
-                told_phase = forwarder.phase
-                say_phase(client, run_id, attempt, told_phase, forwarder.last_step)
-            if forwarder.last_step != last_step:
-                last_progress, last_step = time.monotonic(), forwarder.last_step
-            # Before its first step a trainer imports, loads (or downloads) the model and joins its ranks:
-            # that may take longer than a step ever should, so the first step gets a grace period.
-            limit = hang_s if hang_s is None or last_step is not None else max(hang_s, STARTUP_GRACE_S)
-            if limit is not None and time.monotonic() - last_progress > limit:
-                trainer.kill_group()
-                what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
-                return end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
-            if holding.stopping is not None:
-                reason = hand_back(settings, trainer, forwarder, holding.stopping)
-                return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
-            if holding.current_attempt not in (None, attempt):
-                trainer.kill_group()
-                raise Superseded(f"run {run_id} is on attempt {holding.current_attempt} now")
-            if forwarder.fenced is not None:  # found on the remote root: the API was out of this worker's reach
-                trainer.kill_group()
-                raise Superseded(forwarder.fenced)
-            if holding.status is not None:
-                status = holding.status
-                if status == "cancelling":
-                    if spec.command is not None:  # a user's script: should_stop() turns true, it may save first
-                        reason = ask_to_stop(trainer, forwarder, STOP_FILE, spec.command.stop_grace_s, settings.poll_s)
-                        return end(client, forwarder, trainer, run_id, attempt, "cancelled", f"cancelled: {reason}")
-                    trainer.kill_group()
-                    return end(client, forwarder, trainer, run_id, attempt, "cancelled", "cancelled: the trainer was stopped")
-                if status not in (None, "starting", "running"):
-                    trainer.kill_group()  # marked lost (we were silent too long) or ended elsewhere
-                    raise Superseded(f"run {run_id} is {status}")
+        ended = _while_it_runs(settings, client, holding, run_id, attempt, spec, trainer, forwarder)
     except BaseException:
         trainer.kill_group()
         raise
+    return ended if ended is not None else _on_exit(client, holding, run_id, attempt, spec, trainer, forwarder)
+
+
+def _while_it_runs(
+    settings: WorkerSettings,
+    client: WorkerApi,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    spec: RunSpec,
+    trainer: Trainer,
+    forwarder: Forwarder,
+) -> str | None:
+    """Forward until the trainer exits (None), or end the attempt on a hang, a hand-back or the API's word."""
+    hang_s = spec.resources.hang_timeout_s
+    last_progress, last_step, told_phase = time.monotonic(), None, None
+    while trainer.wait(settings.poll_s) is None:
+        forwarder.poll()
+        holding.last_step = forwarder.last_step
+        if forwarder.phase != told_phase:  # the run says what its trainer does: compiling ops, loading, training
+            told_phase = forwarder.phase
+            say_phase(client, run_id, attempt, told_phase, forwarder.last_step)
+        if forwarder.last_step != last_step:
+            last_progress, last_step = time.monotonic(), forwarder.last_step
+        limit = _hang_limit(hang_s, last_step)
+        if limit is not None and time.monotonic() - last_progress > limit:
+            trainer.kill_group()
+            what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
+            return end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
+        if holding.stopping is not None:
+            reason = hand_back(settings, trainer, forwarder, holding.stopping)
+            return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
+        _check_still_ours(holding, run_id, attempt, trainer, forwarder)
+        if holding.status == "cancelling":
+            return _cancelled(settings, client, run_id, attempt, spec, trainer, forwarder)
+    return None
+
+
+def _hang_limit(hang_s: float | None, last_step: int | None) -> float | None:
+    """Before its first step a trainer imports, loads (or downloads) the model and joins its ranks: that may take
+    longer than a step ever should, so the first step gets a grace period."""
+    return hang_s if hang_s is None or last_step is not None else max(hang_s, STARTUP_GRACE_S)
+
+
+def _check_still_ours(holding: Holding, run_id: int, attempt: int, trainer: Trainer, forwarder: Forwarder) -> None:
+    """Stop the trainer and raise Superseded when the run has gone on without this attempt."""
+    if holding.current_attempt not in (None, attempt):
+        trainer.kill_group()
+        raise Superseded(f"run {run_id} is on attempt {holding.current_attempt} now")
+    if forwarder.fenced is not None:  # found on the remote root: the API was out of this worker's reach
+        trainer.kill_group()
+        raise Superseded(forwarder.fenced)
+    if holding.status not in (None, "starting", "running", "cancelling"):
+        trainer.kill_group()  # marked lost (we were silent too long) or ended elsewhere
+        raise Superseded(f"run {run_id} is {holding.status}")
+
+
+def _cancelled(
+    settings: WorkerSettings,
+    client: WorkerApi,
+    run_id: int,
+    attempt: int,
+    spec: RunSpec,
+    trainer: Trainer,
+    forwarder: Forwarder,
+) -> str:
+    if spec.command is not None:  # a user's script: should_stop() turns true, it may save first
+        reason = ask_to_stop(trainer, forwarder, STOP_FILE, spec.command.stop_grace_s, settings.poll_s)
+        return end(client, forwarder, trainer, run_id, attempt, "cancelled", f"cancelled: {reason}")
+    trainer.kill_group()
+    return end(client, forwarder, trainer, run_id, attempt, "cancelled", "cancelled: the trainer was stopped")
+
+
+def _on_exit(
+    client: WorkerApi,
+    holding: Holding,
+    run_id: int,
+    attempt: int,
+    spec: RunSpec,
+    trainer: Trainer,
+    forwarder: Forwarder,
+) -> str:
+    """The attempt's end from the trainer's exit code."""
     code = trainer.poll()
     who = "trainer" if spec.command is None else "script"  # a command run's is the user's
     trainer.wait_output()
@@ -139,7 +186,6 @@ def watch(
             return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
         reason = f"the {who} was stopped (SIGTERM) and {saved}"
         return end(client, forwarder, trainer, run_id, attempt, "lost", reason)
-    last_lines = "\n".join(list(trainer.tail)[-15:])
     if code == EXIT_ENGINE_LOST:  # its rollout engine's process died: lost, and retried from the last checkpoint
         said = list(trainer.tail)
         start = max((i for i, line in enumerate(said) if "(rollout engine lost)" in line), default=max(len(said) - 15, 0))
@@ -149,6 +195,7 @@ def watch(
     failure = FAILURE_OF_EXIT.get(code, "crashed")
     if code == EXIT_DIVERGED and forwarder.trainer_failure:
         return end(client, forwarder, trainer, run_id, attempt, "failed", forwarder.trainer_failure, failure=failure)
+    last_lines = "\n".join(list(trainer.tail)[-15:])
     reason = f"{who} exited with {code}:\n{last_lines}"
     return end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
 

@@ -320,31 +320,42 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
             node0 = gang.NodeOutcome(0, body.reason, body.exited_at)
             end_attempt(session, run, f"node 0: {body.reason}", failure=None, last_step=body.last_step, outcome=node0)
         return run
+    _take_status(session, run, body)
+    if body.last_step is not None:
+        run.last_step = max(run.last_step or 0, body.last_step)
+    _record_on_attempt(session, run, body)
+    if body.status == "lost":
+        _retry_or_fail(session, run)
+    session.flush()
+    return run
+
+
+def _take_status(session: Session, run: Run, body: schemas.StatusUpdate) -> None:
+    """The reported status on the run: a change, or a keep-alive of the same status."""
     if body.status != run.status:
         reason = body.reason
         if run.status == "cancelling" and body.status == "cancelled" and run.status_reason:
             reason = f"{run.status_reason}; {body.reason}"  # who cancelled (a user, a sweep's pruner), then how it ended
         set_status(session, run, body.status, reason)
         run.failure = body.failure if body.status == "failed" else None
-    else:
-        run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)
-        if body.status == "running" and body.reason:  # its trainer's phase: compiling ops, loading, training
-            run.status_reason = body.reason[:2000]
-    if body.last_step is not None:
-        run.last_step = max(run.last_step or 0, body.last_step)
+        return
+    run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)
+    if body.status == "running" and body.reason:  # its trainer's phase: compiling ops, loading, training
+        run.status_reason = body.reason[:2000]
+
+
+def _record_on_attempt(session: Session, run: Run, body: schemas.StatusUpdate) -> None:
+    """The reported attempt's step, and its end when the report ends it."""
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == body.attempt))
-    if attempt is not None:
-        attempt.last_step = run.last_step
-        if body.status in TERMINAL or body.status == "lost":
-            attempt.ended_at, attempt.end_reason = utcnow(), fitted_reason(body.reason or body.status)
-            gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))
-            gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
-            attempt.handed_back = body.status == "lost" and body.handed_back
-            attempt.failure = body.failure if body.status == "failed" else None
-    if body.status == "lost":
-        _retry_or_fail(session, run)
-    session.flush()
-    return run
+    if attempt is None:
+        return
+    attempt.last_step = run.last_step
+    if body.status in TERMINAL or body.status == "lost":
+        attempt.ended_at, attempt.end_reason = utcnow(), fitted_reason(body.reason or body.status)
+        gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))
+        gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
+        attempt.handed_back = body.status == "lost" and body.handed_back
+        attempt.failure = body.failure if body.status == "failed" else None
 
 
 def fell_silent(session: Session, run: Run) -> bool:
