@@ -300,21 +300,33 @@ def classify(code: int | None, timed_out: bool, stderr: str, limits: SandboxLimi
         return False, f"cpu time: over {limits.cpu_s:g} s"
     if code == -signal.SIGXFSZ or "File too large" in last:  # Python ignores SIGXFSZ: the write fails instead
         return False, f"output: wrote more than {limits.output_kb} KiB"
-    if "Network is unreachable" in last or "sandbox: socket" in last:
-        return False, "network: refused (the sandbox has none)"
-    if "Read-only file system" in last:
-        return False, "refused: writing outside the scratch directory (the rest of the filesystem is read-only)"
-    if "sandbox: " in last:
-        return False, f"refused: {last.split('sandbox: ', 1)[1]}"
+    if (refused := _refusal(last)) is not None:
+        return False, refused
     if last.startswith("MemoryError") or "Cannot allocate memory" in last:
         return False, f"memory: over {limits.memory_mb} MiB"
+    return False, _failure(code, last)
+
+
+def _refusal(last: str) -> str | None:
+    """Why the sandbox stopped the code, as the last line of its stderr tells; None when the sandbox did not."""
+    if "Network is unreachable" in last or "sandbox: socket" in last:
+        return "network: refused (the sandbox has none)"
+    if "Read-only file system" in last:
+        return "refused: writing outside the scratch directory (the rest of the filesystem is read-only)"
+    if "sandbox: " in last:
+        return f"refused: {last.split('sandbox: ', 1)[1]}"
+    return None
+
+
+def _failure(code: int, last: str) -> str:
+    """Why code failed that hit no limit and no refusal (classify rules those out first, whatever the exit status)."""
     if code < 0:
-        return False, f"killed by {signal.Signals(-code).name}"
+        return f"killed by {signal.Signals(-code).name}"
     if last.startswith(("SyntaxError", "IndentationError", "TabError")):
-        return False, f"syntax error: {last}"
+        return f"syntax error: {last}"
     if last.startswith("AssertionError"):
-        return False, f"tests failed: {last}"
-    return False, f"exit {code}: {last}" if last else f"exit {code}"
+        return f"tests failed: {last}"
+    return f"exit {code}: {last}" if last else f"exit {code}"
 
 
 def _kill_group(pid: int) -> None:

@@ -164,7 +164,6 @@ def play(
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []  # noqa: E731
     stops = [*environment.stop, *getattr(limits, "stop", ()), *gen.stop]
     turn = gen.model_copy(update={"stop": list(dict.fromkeys(stops))})
-    eos = tokenizer.eos_token_id
     tool_format = getattr(limits, "tool_format", None) or "hermes"  # how the listing of an episode's tools says to call one
     kept = marker_ids(tokenizer, FORMATS[tool_format].markers)  # decoded as they are: the calls of its tool format
     chat = ChatTurns(tokenizer, limits.chat_role, tool_format) if any(_is_chat(row) for row in rows) else None
@@ -196,37 +195,57 @@ def play(
     while float(backend.all_reduce(torch.tensor([float(len(live))]), "max")[0]) > 0:
         contexts = [p.prompt + p.ids for p in live] or [playing[0].prompt]  # a stand-in keeps this rank in step
         generation = rollouts.generate(policy, contexts, tokenizer, turn, backend, greedy=greedy, engine=engine)
-        drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
-        for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
-            new = ids[keep].tolist()
-            room = limits.max_tokens - len(p.ids)
-            p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
-            if len(new) > room:
-                p.cut = "max_tokens"
-                continue
-            p.episode.messages.append(("policy", policy_text(tokenizer, new, kept)))
-            p.episode.ended_by = _ending(new, eos, turn.max_new_tokens)  # type: ignore[assignment]
+        _add_policy_turns(live, generation, tokenizer, kept, limits.max_tokens, turn.max_new_tokens)
         answering = [p for p in live if p.cut is None]
         replies = _each(environment, lambda p: environment.step(p.episode, p.episode.messages[-1][1]), answering)
         for p, reply in zip(answering, replies, strict=True):
-            p.heard(reply)
-            if reply.done:
-                p.verdict = reply
-                continue
-            if chat is not None and _is_chat(p.episode.row):
-                text = encode(chat.reply(reply.text, ended_with_eos=p.episode.ended_by == "eos", tool=reply.tool))
-            else:
-                text = encode(reply.text)
-            if p.episode.turns >= limits.max_turns:
-                p.cut = "max_turns"
-            elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
-                p.cut = "max_tokens"
-            else:
-                p.add(text, policy=False)
-                p.episode.messages.append(("environment", reply.text))
+            _add_reply(p, reply, encode, chat, limits)
         settle()
         start()
     return _scored(playing, rows, tokenizer, backend.device, time.perf_counter() - started, kept)
+
+
+def _add_policy_turns(
+    live: list[_Playing],
+    generation: rollouts.Generation,
+    tokenizer: Any,
+    kept: dict[int, str],
+    max_tokens: int,
+    max_new_tokens: int,
+) -> None:
+    """Each live episode's turn from the one batched generation: cut off at max_tokens where it outgrows the episode."""
+    eos = tokenizer.eos_token_id
+    drawn = generation.logprobs if generation.logprobs is not None else [None] * len(live)
+    for p, ids, keep, logprobs in zip(live, generation.response_ids, generation.response_mask, drawn, strict=False):
+        new = ids[keep].tolist()
+        room = max_tokens - len(p.ids)
+        p.add(new[:room], policy=True, drawn=None if logprobs is None else logprobs[keep].tolist()[:room])
+        if len(new) > room:
+            p.cut = "max_tokens"
+            continue
+        p.episode.messages.append(("policy", policy_text(tokenizer, new, kept)))
+        p.episode.ended_by = _ending(new, eos, max_new_tokens)  # type: ignore[assignment]
+
+
+def _add_reply(
+    p: _Playing, reply: Reply, encode: Callable[[str], list[int]], chat: ChatTurns | None, limits: EnvironmentSpec
+) -> None:
+    """The environment's answer to the policy's turn: the episode's end, its next text, or the limits' cut-off."""
+    p.heard(reply)
+    if reply.done:
+        p.verdict = reply
+        return
+    if chat is not None and _is_chat(p.episode.row):
+        text = encode(chat.reply(reply.text, ended_with_eos=p.episode.ended_by == "eos", tool=reply.tool))
+    else:
+        text = encode(reply.text)
+    if p.episode.turns >= limits.max_turns:
+        p.cut = "max_turns"
+    elif len(p.ids) + len(text) >= limits.max_tokens:  # no room left for the policy's next turn
+        p.cut = "max_tokens"
+    else:
+        p.add(text, policy=False)
+        p.episode.messages.append(("environment", reply.text))
 
 
 def _scored(

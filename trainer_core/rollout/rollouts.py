@@ -355,14 +355,7 @@ def evaluate(
     judged = plan.correct_at is not None and reward is not None
     if judged and task_name == "accuracy":
         task_name = None
-    sums: dict[str, float] = {"length": 0.0, "truncated": 0.0, "prompt_cut": 0.0}
-    if reward is not None:
-        sums["reward"] = 0.0
-    if task_name:
-        sums[task_name] = 0.0
-    if judged:
-        sums["accuracy"] = 0.0
-        sums |= {f"pass@{k}": 0.0 for k in plan.k}
+    sums = _eval_sums(reward is not None, task_name, judged, plan.k)
     budget, answers, prompts_seen = prompt_budget(run.spec, gen), 0, 0
     # Stand-in chunks run too (generation and a model or normalised reward are collectives) but do not count.
     for chunk, real in rank_chunks(rows, max(1, plan.batch_size // n), backend):
@@ -390,12 +383,7 @@ def evaluate(
             for name, values in scores.components.items():
                 sums[f"reward/{name}"] += sum(values)
         if judged:
-            correct = [total >= plan.correct_at for total in scores.total]
-            sums["accuracy"] += sum(correct)
-            for i in range(len(chunk)):
-                c = sum(correct[i * n : (i + 1) * n])
-                for k in plan.k:
-                    sums[f"pass@{k}"] += pass_at_k(n, c, k)
+            _add_judged(sums, scores.total, plan, len(chunk))
         if task_name:
             task_reward = builtin_reward(task)
             sums[task_name] += sum(
@@ -407,6 +395,30 @@ def evaluate(
     ).tolist()
     answers, prompts_seen = max(totals[-2], 1), max(totals[-1], 1)
     return {f"eval/{k}": v / (prompts_seen if k.startswith("pass@") else answers) for k, v in zip(keys, totals[:-2], strict=True)}
+
+
+def _eval_sums(rewarded: bool, task_name: str | None, judged: bool, ks: tuple[int, ...]) -> dict[str, float]:
+    """The sums evaluate reports, each at zero: every rank reduces the same keys, whether or not its chunks count."""
+    sums: dict[str, float] = {"length": 0.0, "truncated": 0.0, "prompt_cut": 0.0}
+    if rewarded:
+        sums["reward"] = 0.0
+    if task_name:
+        sums[task_name] = 0.0
+    if judged:
+        sums["accuracy"] = 0.0
+        sums |= {f"pass@{k}": 0.0 for k in ks}
+    return sums
+
+
+def _add_judged(sums: dict[str, float], totals: list[float], plan: EvalPlan, prompts: int) -> None:
+    """eval/accuracy's and eval/pass@k's sums from the rewards of `prompts` prompts' answers, plan.samples each."""
+    n = plan.samples
+    correct = [total >= plan.correct_at for total in totals]
+    sums["accuracy"] += sum(correct)
+    for i in range(prompts):
+        c = sum(correct[i * n : (i + 1) * n])
+        for k in plan.k:
+            sums[f"pass@{k}"] += pass_at_k(n, c, k)
 
 
 def eval_rows(run: Any) -> list[dict]:
