@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rlplane.allowlist import parse_patterns
 from rlplane.layout import embedded_broker_url
 from rlplane.limits import MAX_BODY_BYTES
-from trainer_core.rewards.allowlist import parse_patterns
 
 
 def _default_home() -> Path:

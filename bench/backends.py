@@ -239,7 +239,7 @@ def launch(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[i
 
 
 def torchrun(python: str, args: argparse.Namespace) -> list[str]:
-    from trainer_core.launch import free_port
+    from rlplane.ports import free_port
 
     return [python, "-m", "torch.distributed.run", "--nproc_per_node", str(args.processes), "--master_port", str(free_port())]
 

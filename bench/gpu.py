@@ -325,7 +325,7 @@ def metrics_by_step(path: Path) -> dict[int, dict[str, float]]:
 def run_ours(spec: dict, work: Path, measured: tuple[str, ...]) -> tuple[dict, dict[int, dict[str, float]]]:
     """One trainer run under torchrun on one GPU, stopped once its last step has reported `measured`: wall, peak
     memory, and its metrics by step (or an error)."""
-    from trainer_core.launch import free_port
+    from rlplane.ports import free_port
 
     name = f"{spec['name']}-{time.time_ns()}"
     spec_path = work / f"{name}.json"

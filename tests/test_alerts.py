@@ -12,11 +12,11 @@ from sqlalchemy import event, select
 
 from api.alerts import delivery
 from api.alerts import service as alerts
+from api.alerts.detectors import DETECTORS, change, nonfinite, threshold
 from api.models import Alert, Run
 from api.models.base import utcnow
 from api.reconcile import Reconciler
 from api.unit_of_work import transaction
-from rlplane.alerts import DETECTORS, change, nonfinite, threshold
 from tests.harness.factories import ApiWorker, create_run
 from tests.harness.receiver import Receiver
 

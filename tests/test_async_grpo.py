@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from rlplane.layout import GENERATOR_ADDRESS_ENV
+from rlplane.ports import free_port
 from rlplane.spec import parse_spec
 from tests.harness.training import grpo_spec, metrics, run_spec, write_spec
 from trainer_core.data import load_examples
-from trainer_core.launch import free_port
 from trainer_core.recipes import common, grpo, online
 from trainer_core.rollout import engines, overlap, own_process, rollouts
 

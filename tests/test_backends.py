@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlplane.ports import free_port
 from rlplane.spec.sections import MegatronBackend, TrainSpec
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from tests.ddp_worker import TRAIN, fixed_batch, train
@@ -22,7 +23,6 @@ from trainer_core.backends import (
     make_backend,
     micro_batch_ranges,
 )
-from trainer_core.launch import free_port
 from trainer_core.models import build_builtin
 
 ROOT = Path(__file__).resolve().parent.parent

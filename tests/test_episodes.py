@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rlplane.allowlist import ENV_VAR
 from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import BuiltinEnvironment
 from rlplane.spec.sections import PythonReward, RewardTerm, SumReward
@@ -27,7 +28,6 @@ from trainer_core.environments import EnvError, Episode, Reply, answer, end
 from trainer_core.losses.policy import grpo_loss, response_logprobs
 from trainer_core.recipes import online
 from trainer_core.rewards import make_reward
-from trainer_core.rewards.allowlist import ENV_VAR
 from trainer_core.rollout import episodes, rollouts
 from trainer_core.rollout.rollouts import EvalPlan
 

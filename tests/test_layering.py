@@ -106,3 +106,25 @@ def test_trainer_core_packages_import_each_other_one_way():
             if isinstance(node, ast.ImportFrom) and node.module and (target := package(node.module)) not in (None, source):
                 edges.setdefault(source, set()).add(target)
     assert sorted((a, b) for a, targets in edges.items() for b in targets if a in edges.get(b, ())) == []
+
+
+# Who may import whom, anywhere in a module (a lazy import inside a function too): docs/layout.md's table.
+NEVER = {
+    "rlplane": {"api", "worker", "trainer_core", "cli"},
+    "api": {"trainer_core", "worker", "cli"},
+    "worker": {"trainer_core", "api", "cli"},
+    "trainer_core": {"api", "worker", "cli"},
+    "cli": {"trainer_core", "api", "worker"},
+}
+# The CLI's commands that start a server, a worker or a trainer import it, lazily where the module is the CLI's own.
+ALLOWED = {"cli/main.py": {"trainer_core", "worker"}, "cli/server.py": {"api", "worker"}}
+
+
+def test_each_package_imports_only_what_its_layer_may():
+    offenders = []
+    for package, never in NEVER.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            wrong = (_imported_roots(path) & never) - ALLOWED.get(name, set())
+            offenders += [f"{name} imports {root}" for root in sorted(wrong)]
+    assert offenders == []

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
+from rlplane.allowlist import ENV_VAR
 from rlplane.spec import SpecError, parse_spec
 from rlplane.spec.sections import BuiltinReward, HttpReward, ModelReward, PythonReward, RewardTerm, SumReward
 from tests.harness.factories import spec as base_spec
 from trainer_core.data import DataError
 from trainer_core.data.tasks import builtin_reward
 from trainer_core.rewards import RewardError, RewardScores, make_reward
-from trainer_core.rewards.allowlist import ENV_VAR
 from trainer_core.rewards.normalize import EPS
 
 CPU = torch.device("cpu")

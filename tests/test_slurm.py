@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rlplane.ports import free_port
 from tests.harness.launch import ROOT
 from tests.harness.worker_stack import SPEC, Stack, alive, cmdline, pgrep
-from trainer_core.launch import free_port
 
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 SFT = {

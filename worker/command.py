@@ -21,9 +21,9 @@ from rlplane.layout import (
     code_snapshot,
     latest_checkpoint,
 )
+from rlplane.ports import free_port
 from rlplane.spec import RunSpec
 from rlplane.spec.command import render_argv
-from trainer_core.launch import free_port
 from worker.launcher import NodePlace, processes_per_node
 
 PYTHONS = ("python", "python3")

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlplane.ports import free_port
 from rlplane.spec import RunSpec
-from trainer_core.launch import free_port
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 

@@ -28,10 +28,10 @@ import shutil
 import time
 
 from rlplane.layout import GENERATOR_ADDRESS_ENV
+from rlplane.ports import free_port
 from rlplane.reports import ReportSender
 from rlplane.spec import RunSpec
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
-from trainer_core.launch import free_port
 from worker.attempt import Attempt
 from worker.client import LeaseRefused, WorkerApi
 from worker.forward import Forwarder

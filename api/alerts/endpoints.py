@@ -4,10 +4,11 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Query, Response, status
 
 from api.alerts import schemas, service
+from api.alerts.detectors import DETECTORS
 from api.auth.deps import Reader, Writer
 from api.db import SessionDep
 from api.models import AlertRule, Project
-from rlplane.alerts import DETECTORS, RuleSpec
+from rlplane.alerts import RuleSpec
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 

@@ -16,26 +16,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select, union_all
 from sqlalchemy.orm import Session
 
+from api.alerts.detectors import DETECTORS, Verdict, change, nonfinite, threshold
 from api.auth.principal import Principal
 from api.auth.service import in_project
 from api.exceptions import Unprocessable
 from api.models import Alert, AlertRule, Metric, Project, Run
 from api.models.base import utcnow
 from api.runs import service as runs
-from rlplane.alerts import (
-    DETECTORS,
-    Change,
-    DetectorRule,
-    NonFinite,
-    RuleSpec,
-    Stalled,
-    StatusChange,
-    Threshold,
-    Verdict,
-    change,
-    nonfinite,
-    threshold,
-)
+from rlplane.alerts import Change, DetectorRule, NonFinite, RuleSpec, Stalled, StatusChange, Threshold
 from rlplane.status import ACTIVE
 
 RECENT_ENDS = timedelta(minutes=10)  # a run that ended this recently is still looked at (its status rules)

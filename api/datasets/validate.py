@@ -9,9 +9,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from rlplane.dataset_rows import apply_columns, column_map, row_problems
 from rlplane.spec.base import DATA_FILE_SUFFIXES as SUFFIXES
 from rlplane.spec.sections import DataColumns
-from trainer_core.data.formats import apply_columns, column_map, row_problems
 
 FORMATS = {suffix: suffix[1:] for suffix in SUFFIXES}  # what the trainer reads
 MAX_ERRORS = 20

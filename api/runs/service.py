@@ -12,10 +12,10 @@ from api.runs import gang, references, repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
+from rlplane.allowlist import is_allowed, refusal
 from rlplane.limits import MAX_REASON_CHARS
 from rlplane.spec import PythonReward, RunSpec, SumReward
 from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
-from trainer_core.rewards.allowlist import is_allowed, refusal
 
 
 def readable_run(session: Session, principal: Principal, run_id: int, action: str = "read") -> Run:

@@ -481,7 +481,7 @@ ALGORITHM_SECTIONS: dict[str, str] = {
     "eval": "eval",
     "command": "command",
 }
-# The kind of dataset rows each algorithm reads (trainer_core/data/formats.py has the rules of each kind); ilql
+# The kind of dataset rows each algorithm reads (rlplane/dataset_rows.py has the rules of each kind); ilql
 # reads sft rows that also carry a "reward".
 ALGORITHM_ROWS: dict[str, str] = {
     "sft": "sft",

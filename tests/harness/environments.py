@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from rlplane.ports import free_port
 from trainer_core.environments import Episode, Reply, tool_calls
-from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from trainer_core.launch import free_port
+from rlplane.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 _ANSWERS = -1  # the zygote's end of the answers pipe (its stdout when it started)

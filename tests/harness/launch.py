@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from rlplane.layout import CHECKPOINTS, MANIFEST, step_dir_name
+from rlplane.ports import free_port
 from tests.harness.forked_ranks import ForkedLaunch, Zygote
-from trainer_core.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # make test sets TORCH_EXTENSIONS_DIR; a test run by hand gets the same cache.

@@ -1,11 +1,11 @@
-"""Training data, torch-free: the row rules of each dataset kind, builtin tasks with their
-rewards, and the loader that turns a run spec's `data` section into train and eval rows.
+"""Training data, torch-free: builtin tasks with their rewards, and the loader that turns a run spec's `data`
+section into train and eval rows, by the row rules of each dataset kind (`rlplane.dataset_rows`, which the API's
+upload check reads too).
 
-Tokenization and collation happen in the recipes; everything here is plain Python and pyarrow,
-so the API can import the row rules (`trainer_core.data.formats`) too.
+Tokenization and collation happen in the recipes; everything here is plain Python and pyarrow.
 """
 
-from trainer_core.data.formats import (
+from rlplane.dataset_rows import (
     ALGORITHM_KINDS,
     KINDS,
     DataError,

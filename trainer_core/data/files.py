@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from rlplane.dataset_rows import DataError
 from rlplane.spec.base import DATA_FILE_SUFFIXES as SUFFIXES
-from trainer_core.data.formats import DataError
 
 
 def file_format(path: Path) -> str:

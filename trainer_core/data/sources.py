@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlplane.dataset_rows import KINDS, DataError, apply_columns, column_map, row_problems
 from rlplane.spec.sections import DataSpec
 from trainer_core.data.files import SUFFIXES, read_rows
-from trainer_core.data.formats import KINDS, DataError, apply_columns, column_map, row_problems
 from trainer_core.data.split import Split, shuffled, split_by_key
 from trainer_core.data.tasks import builtin_examples
 

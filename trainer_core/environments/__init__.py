@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 
+from rlplane.allowlist import allowed_from_env, is_allowed, refusal
 from rlplane.spec.environments import (
     BuiltinEnvironment,
     EnvironmentSpec,
@@ -21,7 +22,6 @@ from rlplane.spec.environments import (
     PythonEnvironment,
 )
 from trainer_core.environments.base import EnvError, Environment, Episode, Reply, answer, end
-from trainer_core.rewards.allowlist import allowed_from_env, is_allowed, refusal
 
 __all__ = ["Environment", "EnvError", "Episode", "Reply", "answer", "end", "make_environment"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from trainer_core.rewards.allowlist import allowed_from_env, is_allowed, refusal
+from rlplane.allowlist import allowed_from_env, is_allowed, refusal
 from trainer_core.rewards.base import RewardError, checked_scores
 
 

@@ -41,10 +41,10 @@ import httpx
 import torch
 from torch import nn
 
+from rlplane.ports import free_port
 from rlplane.spec.algorithms import VllmSpec
 from trainer_core.backends import Backend, BackendError
 from trainer_core.failures import EngineLost
-from trainer_core.launch import free_port
 from trainer_core.rollout.engines import Completion, Sampling, Weights, cut_at_stop, finish_reason
 
 PYTHON_SETTING = "RLPLANE_VLLM_PYTHON"

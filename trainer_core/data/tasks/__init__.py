@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainer_core.data.formats import DataError
+from rlplane.dataset_rows import DataError
 from trainer_core.data.split import Split
 from trainer_core.data.tasks import arithmetic, calculator, randomwalks
 
