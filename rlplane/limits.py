@@ -16,3 +16,13 @@ SEND_BODY_BYTES = MAX_BODY_BYTES // 2
 KEY_PATTERN = r"^[A-Za-z0-9_./@:-]{1,256}$"
 # A code snapshot (rlplane submit --code DIR): the API's default limit on the archive (RLPLANE_MAX_CODE_BYTES).
 MAX_CODE_BYTES = 100 * 1024 * 1024
+
+
+def fit_reason(reason: str) -> str:
+    """`reason` within MAX_REASON_CHARS (a run's, an attempt's, a node's, a stage's or a trial's reason, an alert's
+    message): a reason built on an earlier one ("...; retrying from ...") keeps its start and its newest end, the
+    middle cut."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    half = (MAX_REASON_CHARS - 5) // 2
+    return f"{reason[:half]} ... {reason[-half:]}"

@@ -280,7 +280,7 @@ RULE_CASES = {
         "sft",
         ["resources.gpus=1", MEGATRON, "algorithm=ilql"],
         "backend.kind",
-        "megatron: ilql not yet supported (it trains sft, dpo, grpo, ppo, reward; ilql's value-guided decoding",
+        "megatron: ilql not yet supported (it trains sft, reward, dpo, ppo, grpo; ilql's value-guided decoding",
     ),
     "megatron-layout": (
         "sft",

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from rlplane.spec import RunSpec, SpecError, apply_overrides, load_spec_file, parse_spec
+from rlplane.spec.algorithms import ENTRIES
 from rlplane.status import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_ENGINE_LOST, EXIT_FENCED, EXIT_HANDED_BACK
 from trainer_core.data import DataError
 from trainer_core.failures import EngineLost
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     from trainer_core.recipes import run_dir_signals
 
     run_dir_signals.handle_sigterm()  # a hand-back: checkpoint after the current step, then leave
-    recipe = importlib.import_module(f"trainer_core.recipes.{spec.algorithm}")
+    recipe = importlib.import_module(f"trainer_core.recipes.{ENTRIES[spec.algorithm].recipe}")
     finished = recipe.run(spec, out_dir, resume_from, stop_at=args.stop_at)  # noqa: F841  (alive until the exit below)
     if run_dir_signals.handed_back:
         print(f"stopped: handed back after a checkpoint (exit {EXIT_HANDED_BACK}); resume it with --resume", file=sys.stderr)

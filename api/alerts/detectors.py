@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rlplane.spec.algorithms import TABLE
+
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,
@@ -64,10 +66,14 @@ def nonfinite(points_by_key: Mapping[str, Points]) -> Verdict:
 @dataclass(frozen=True)
 class Detector:
     name: str
-    algorithms: tuple[str, ...]
     summary: str
     check: Callable[[Mapping[str, Points], Mapping[str, float]], Verdict]
     keys: tuple[str, ...]  # the series `check` reads (the API reads only these)
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms whose runs it watches: the algorithm table says which detectors watch each."""
+        return tuple(entry.name for entry in TABLE if self.name in entry.detectors)
 
 
 def _all_groups_equal(series: Mapping[str, Points], spec: Mapping[str, float]) -> Verdict:
@@ -225,70 +231,60 @@ DETECTORS: dict[str, Detector] = {
     for d in (
         Detector(
             "all_groups_equal",
-            ("grpo",),
             "every GRPO group had the same reward for 5 steps",
             _all_groups_equal,
             ("grpo/zero_std_groups",),
         ),
         Detector(
             "kl_unbounded",
-            ("grpo", "ppo"),
             "KL to the reference above 10, or rising for 10 steps",
             _kl_unbounded,
             ("grpo/kl", "ppo/kl"),
         ),
         Detector(
             "length_at_max",
-            ("grpo", "ppo"),
             "mean response length at max_new_tokens for 5 steps",
             _length_at_max,
             ("gen/response_length",),
         ),
         Detector(
             "entropy_collapse",
-            ("grpo", "ppo"),
             "entropy below 0.05 nats per token",
             _entropy_collapse,
             ("grpo/entropy", "ppo/entropy"),
         ),
         Detector(
             "reward_falling",
-            ("grpo", "ppo"),
             "smoothed reward/mean lost half its gain after a peak",
             _reward_falling,
             ("reward/mean",),
         ),
         Detector(
             "mostly_truncated",
-            ("grpo", "ppo"),
             "over half the responses cut off for 5 steps",
             _mostly_truncated,
             ("gen/truncated",),
         ),
         Detector(
             "prompts_cut",
-            ("grpo", "ppo"),
             "prompts cut to fit model.max_seq_len",
             _prompts_cut,
             ("gen/prompt_cut",),
         ),
         Detector(
             "clipping_heavily",
-            ("grpo", "ppo"),
             "over 30% of tokens clipped for 5 steps",
             _clipping_heavily,
             ("grpo/clipfrac", "ppo/clipfrac"),
         ),
         Detector(
             "critic_blind",
-            ("ppo",),
             "explained variance below 0 for 10 steps",
             _critic_blind,
             ("ppo/explained_variance",),
         ),
         Detector(
             "async_idle",
-            ("grpo",),
             "an asynchronous run's generator or trainer idle over 80% of the time for 10 steps",
             _async_idle,
             ("async/trainer_idle", "async/generator_idle"),

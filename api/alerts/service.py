@@ -24,6 +24,8 @@ from api.models import Alert, AlertRule, Metric, Project, Run
 from api.models.base import utcnow
 from api.runs import service as runs
 from rlplane.alerts import Change, DetectorRule, NonFinite, RuleSpec, Stalled, StatusChange, Threshold
+from rlplane.limits import fit_reason
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.status import ACTIVE
 
 RECENT_ENDS = timedelta(minutes=10)  # a run that ended this recently is still looked at (its status rules)
@@ -137,7 +139,7 @@ def _series_read(run: Run, conditions: list, detectors: list) -> list[str]:
 
 def _detector_params(run: Run, params: dict[str, float]) -> dict[str, float]:
     """A detector's parameters: the run's own limits (max_new_tokens) under the rule's overrides."""
-    gen = (run.spec.get(run.algorithm) or {}).get("gen") or {}
+    gen = (run.spec.get(ALGORITHM_SECTIONS.get(run.algorithm, run.algorithm)) or {}).get("gen") or {}
     return {**({"max_new_tokens": float(gen["max_new_tokens"])} if gen.get("max_new_tokens") else {}), **params}
 
 
@@ -177,7 +179,7 @@ def _open(session: Session, run: Run, source: str, name: str, rule: AlertRule | 
         rule_id=rule.id if rule else None,
         source=source,
         name=name,
-        message=message[:2000],
+        message=fit_reason(message),
         state="open",
         fired_at=now,
         delivery="pending" if deliver else "none",

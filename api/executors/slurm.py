@@ -39,6 +39,7 @@ from api.models import ApiToken, Run, SlurmJob
 from api.models.base import utcnow
 from api.settings import SlurmQueue
 from api.unit_of_work import transaction
+from rlplane.limits import fit_reason
 from rlplane.spec import RunSpec
 from rlplane.status import TERMINAL
 
@@ -398,7 +399,7 @@ class SlurmExecutor:
                 return
             if state is not None:
                 job.state, job.reason, job.restarts = state.state[:32], state.reason and state.reason[:300], state.restarts
-                job.node_list = state.nodes[:2000] or job.node_list
+                job.node_list = fit_reason(state.nodes) or job.node_list
             if state is None or _ended(job.state):
                 job.ended_at = utcnow()
                 if state is None and not _ended(job.state):
@@ -461,7 +462,7 @@ def _refused(session: Session, run: Run, exc: OSError | SlurmError) -> None:
     from api.runs.service import set_status
 
     if isinstance(exc, SlurmError) and exc.unreachable:  # the controller is away: tried again next tick
-        run.status_reason = f"the Slurm job could not be submitted yet (tried again shortly): {exc}"[:2000]
+        run.status_reason = fit_reason(f"the Slurm job could not be submitted yet (tried again shortly): {exc}")
     else:  # sbatch refused the job: another try would be refused the same way
         set_status(session, run, "failed", f"the Slurm job could not be submitted: {exc}")
         run.failure = "config"

@@ -21,6 +21,7 @@ from api.models.base import utcnow
 from api.runs import service as runs
 from api.runs.sources import check_sources
 from api.sweeps import service as sweeps
+from rlplane.limits import fit_reason
 from rlplane.pipeline import (
     PLACEHOLDER_RUN,
     PipelineDoc,
@@ -144,7 +145,7 @@ def advance(session: Session, pipeline: Pipeline, reward_entrypoints: list[str])
 
 
 def _set(stage: PipelineStage, status: str, reason: str = "") -> bool:
-    stage.status, stage.reason, stage.updated_at = status, reason[:2000], utcnow()
+    stage.status, stage.reason, stage.updated_at = status, fit_reason(reason), utcnow()
     return True
 
 
@@ -286,7 +287,7 @@ def _settle(pipeline: Pipeline, stages: list[PipelineStage]) -> None:
         problems = [f"{stage.name} {stage.status}" for stage in stages if stage.status != "succeeded"]
         status, reason = "failed", ", ".join(problems)
     if (pipeline.status, pipeline.reason) != (status, reason):
-        pipeline.status, pipeline.reason, pipeline.updated_at = status, reason[:2000], utcnow()
+        pipeline.status, pipeline.reason, pipeline.updated_at = status, fit_reason(reason), utcnow()
 
 
 # --- a user's actions ---

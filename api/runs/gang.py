@@ -31,6 +31,7 @@ from api.exceptions import Conflict, Forbidden, NotFound
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.workers.holding import moved_on, moved_on_reason
+from rlplane.limits import fit_reason
 from rlplane.spec import NodeRole, node_role
 from rlplane.status import ACTIVE
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
@@ -105,7 +106,7 @@ def allocate(
         for rank, w in enumerate(chosen)
     ]
     session.add_all(slots)
-    set_status(session, run, "starting", f"granted {need} nodes: {names} (attempt {run.attempt_count})"[:2000])
+    set_status(session, run, "starting", f"granted {need} nodes: {names} (attempt {run.attempt_count})")
     return slots
 
 
@@ -194,7 +195,7 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
     if slot.ended_at is None or slot.stopped_with_attempt:  # its own word, also after another node ended the attempt
         late = slot.stopped_with_attempt
         slot.ended_at = slot.ended_at or utcnow()
-        slot.end_reason, slot.exited_at, slot.stopped_with_attempt = own[:2000], body.exited_at, False
+        slot.end_reason, slot.exited_at, slot.stopped_with_attempt = fit_reason(own), body.exited_at, False
         if late and body.exit_code not in (0, None) and _exited_first(session, slot):
             _name_first(session, slot, (own.splitlines() or [""])[0][:300])
     if body.exit_code is not None or body.reason:
@@ -261,9 +262,9 @@ def end_nodes(session: Session, run: Run, reason: str, outcome: NodeOutcome | No
     ):
         slot.ended_at = utcnow()
         if outcome is not None and slot.node_rank == outcome.rank:
-            slot.end_reason, slot.exited_at = outcome.reason[:2000], outcome.exited_at
+            slot.end_reason, slot.exited_at = fit_reason(outcome.reason), outcome.exited_at
         else:
-            slot.end_reason, slot.stopped_with_attempt = f"{STOPPED} ({cause})"[:2000], True
+            slot.end_reason, slot.stopped_with_attempt = fit_reason(f"{STOPPED} ({cause})"), True
 
 
 def _name_first(session: Session, slot: AttemptNode, why: str) -> None:
@@ -271,7 +272,7 @@ def _name_first(session: Session, slot: AttemptNode, why: str) -> None:
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == slot.run_id, RunAttempt.number == slot.attempt))
     if attempt is None or attempt.end_reason is None or f" {FIRST}: " in attempt.end_reason:
         return
-    attempt.end_reason = f"node {slot.node_rank} (worker {slot.worker}) {FIRST}: {why}; then {attempt.end_reason}"[:2000]
+    attempt.end_reason = fit_reason(f"node {slot.node_rank} (worker {slot.worker}) {FIRST}: {why}; then {attempt.end_reason}")
 
 
 def late_outcomes(session: Session, lost_after_s: float, since: datetime) -> None:

@@ -6,18 +6,10 @@ from sqlalchemy.orm import Session
 
 from api.metrics import rollups
 from api.runs import schemas
+from rlplane.spec.algorithms import TABLE
 
-# What says most about a run of each algorithm, best first: a held-out number where the run has one
-# (eval/*), else its training signal. DPO's rewards/chosen is not one: it falls while training works.
-HEADLINES: dict[str, tuple[str, ...]] = {
-    "sft": ("eval/loss", "train/loss"),
-    "reward": ("eval/accuracy", "train/accuracy", "eval/loss", "train/loss"),
-    "dpo": ("eval/loss", "rewards/margin", "eval/margin", "train/loss"),
-    "ppo": ("reward/mean", "eval/reward"),
-    "grpo": ("reward/mean", "eval/reward"),
-    "ilql": ("eval/optimality", "eval/reward", "train/loss"),
-    "eval": ("eval/accuracy", "eval/success", "eval/reward"),
-}
+# What says most about a run of each algorithm, best first (the algorithm table's headlines).
+HEADLINES: dict[str, tuple[str, ...]] = {a.name: a.headlines for a in TABLE if a.headlines}
 # An algorithm the table does not know yet.
 FALLBACK = ("eval/loss", "reward/mean", "train/loss", "loss")
 # When none of its names was logged, the first key (by name) ending in this.

@@ -13,8 +13,9 @@ from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
 from rlplane.allowlist import is_allowed, refusal
-from rlplane.limits import MAX_REASON_CHARS
+from rlplane.limits import fit_reason
 from rlplane.spec import PythonReward, RunSpec, SumReward
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 from rlplane.status import ACTIVE, NOT_RESUMABLE_FAILURES, RESUMABLE, TERMINAL, can_transition
 
 
@@ -84,19 +85,10 @@ def set_status(session: Session, run: Run, target: str, reason: str = "") -> Non
     _record_status(session, run, target, reason)
 
 
-def fitted_reason(reason: str) -> str:
-    """`reason` within the status_reason column: a reason built on an earlier one ("...; retrying from ...") keeps its
-    start and its newest end, the middle cut."""
-    if len(reason) <= MAX_REASON_CHARS:
-        return reason
-    half = (MAX_REASON_CHARS - 5) // 2
-    return f"{reason[:half]} ... {reason[-half:]}"
-
-
 def _record_status(session: Session, run: Run, target: str, reason: str) -> None:
     """The run becomes `target`, with its times and a status event (set_status has checked the move)."""
     now = utcnow()
-    reason = fitted_reason(reason)
+    reason = fit_reason(reason)
     run.status, run.status_reason, run.updated_at = target, reason, now
     if target == "running" and run.started_at is None:
         run.started_at = now
@@ -141,7 +133,7 @@ def python_rewards(spec: RunSpec) -> list[tuple[list, str]]:
             for i, term in enumerate(reward.terms)
             if isinstance(term.source, PythonReward)
         ]
-    for section in ("grpo", "ppo"):
+    for section in (ALGORITHM_SECTIONS[a] for a in ONLINE_ALGORITHMS):
         options = getattr(spec, section)
         environment = options.environment if options is not None else None
         if environment is not None and environment.kind == "python":
@@ -341,7 +333,7 @@ def _take_status(session: Session, run: Run, body: schemas.StatusUpdate) -> None
         return
     run.updated_at = utcnow()  # a keep-alive: a script that reports itself says it lives (api/runs/scripts.py)
     if body.status == "running" and body.reason:  # its trainer's phase: compiling ops, loading, training
-        run.status_reason = body.reason[:2000]
+        run.status_reason = fit_reason(body.reason)
 
 
 def _record_on_attempt(session: Session, run: Run, body: schemas.StatusUpdate) -> None:
@@ -351,7 +343,7 @@ def _record_on_attempt(session: Session, run: Run, body: schemas.StatusUpdate) -
         return
     attempt.last_step = run.last_step
     if body.status in TERMINAL or body.status == "lost":
-        attempt.ended_at, attempt.end_reason = utcnow(), fitted_reason(body.reason or body.status)
+        attempt.ended_at, attempt.end_reason = utcnow(), fit_reason(body.reason or body.status)
         gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))
         gang.let_go(session, run, attempt.worker)  # its trainer has exited: free for a gang at once
         attempt.handed_back = body.status == "lost" and body.handed_back
@@ -420,16 +412,16 @@ def end_attempt(
         run.last_step = max(run.last_step or 0, last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
     if attempt is not None and attempt.ended_at is None:
-        attempt.ended_at, attempt.end_reason, attempt.last_step = utcnow(), reason[:2000], run.last_step
+        attempt.ended_at, attempt.end_reason, attempt.last_step = utcnow(), fit_reason(reason), run.last_step
         attempt.failure = failure if failure in NOT_RESUMABLE_FAILURES else None
     gang.end_nodes(session, run, reason, outcome)
     if run.status == "cancelling":
-        set_status(session, run, "cancelled", f"{reason}; it was being cancelled"[:2000])
+        set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
     elif failure in NOT_RESUMABLE_FAILURES:
-        set_status(session, run, "failed", reason[:2000])
+        set_status(session, run, "failed", reason)
         run.failure = failure
     else:
-        set_status(session, run, "lost", reason[:2000])
+        set_status(session, run, "lost", reason)
         _retry_or_fail(session, run)
 
 

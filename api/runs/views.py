@@ -8,6 +8,7 @@ from api.auth.principal import Principal
 from api.models import Run
 from api.runs import gang, repository, schemas
 from api.runs.headlines import page_headlines
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
 
 
@@ -62,8 +63,8 @@ def decoding(spec: dict[str, Any]) -> str | None:
     if algorithm == "eval":
         options = spec.get("eval") or {}
         greedy, samples, gen = bool(options.get("greedy")), int(options.get("samples", 1)), options.get("gen") or {}
-    elif algorithm in ("grpo", "ppo"):
-        section = spec.get(algorithm) or {}
+    elif algorithm in ONLINE_ALGORITHMS:
+        section = spec.get(ALGORITHM_SECTIONS[algorithm]) or {}
         samples, gen = int((section.get("eval") or {}).get("samples", 1)), section.get("gen") or {}
         greedy = samples == 1
     else:

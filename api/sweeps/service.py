@@ -24,6 +24,7 @@ from api.models import Metric, Run, Sweep, SweepTrial
 from api.models.base import utcnow
 from api.runs import service as runs
 from api.runs.sources import check_sources
+from rlplane.limits import fit_reason
 from rlplane.spec import SpecError, parse_spec
 from rlplane.status import TERMINAL
 from rlplane.sweep import CategoricalParam, EarlyStopping, FloatParam, SweepDoc, apply, grid
@@ -89,7 +90,7 @@ def budget(doc: SweepDoc) -> int:
 
 
 def _set(trial: SweepTrial, state: str, reason: str = "", value: float | None = None) -> None:
-    trial.state, trial.reason, trial.value, trial.updated_at = state, reason[:2000], value, utcnow()
+    trial.state, trial.reason, trial.value, trial.updated_at = state, fit_reason(reason), value, utcnow()
 
 
 def _follow(session: Session, sweep: Sweep, doc: SweepDoc, trial: SweepTrial, trials: list[SweepTrial], curves: _Curves) -> None:

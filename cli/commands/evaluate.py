@@ -10,9 +10,11 @@ from cli import output
 from cli.commands.runs import Name, Sets, _invalid, send
 from cli.context import JsonFlag, handled, state
 from cli.submission import prepare
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 from rlplane.spec.base import parse_run_ref
 
-ONLINE_SECTIONS = ("grpo", "ppo")  # a source run's section whose gen (response length, stop strings) an eval keeps
+# a source run's section whose gen (response length, stop strings) an eval keeps
+ONLINE_SECTIONS = tuple(ALGORITHM_SECTIONS[a] for a in ONLINE_ALGORITHMS)
 
 
 def reward_section(text: str) -> dict[str, Any]:

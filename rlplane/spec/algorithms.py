@@ -7,6 +7,7 @@ are filled in, so a stored spec always says exactly what ran.
 from __future__ import annotations
 
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
@@ -468,35 +469,100 @@ class CommandOptions(StrictModel):
     )
 
 
-Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"]
-ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
-# The options section of each algorithm; "reward" is taken by the reward source, hence reward_model.
-ALGORITHM_SECTIONS: dict[str, str] = {
-    "sft": "sft",
-    "reward": "reward_model",
-    "dpo": "dpo",
-    "ppo": "ppo",
-    "grpo": "grpo",
-    "ilql": "ilql",
-    "eval": "eval",
-    "command": "command",
-}
-# The kind of dataset rows each algorithm reads (rlplane/dataset_rows.py has the rules of each kind); ilql
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """What the rest of the system knows about an algorithm, in one place: the spec, the trainer, the API's runs list
+    and alerts, and the dashboard (its copy generated: scripts/gen_openapi.py) all read it from TABLE."""
+
+    name: str
+    section: str  # its options section of the spec
+    recipe: str | None = None  # its module in trainer_core/recipes/; None: the user's own script
+    rows: str | None = None  # the kind of dataset rows it reads (rlplane/dataset_rows.py); None: any, or none
+    trains: bool = False  # it trains (eval only reads a model): it needs train.steps
+    online: bool = False  # it generates responses while it trains and scores them with spec.reward
+    rewarded: bool = False  # it scores generated responses with spec.reward
+    packs: bool = False  # it takes train.packing (sequences packed into rows)
+    megatron: bool = False  # the megatron backend runs it
+    headlines: tuple[str, ...] = ()  # what says most about a run of it, best first: the runs list's metric
+    metric_prefix: str | None = None  # the namespace of its own diagnostics (grpo/clipfrac): the dashboard's RL panel
+    detectors: tuple[str, ...] = ()  # the alert detectors (api/alerts/detectors.py) that watch its runs by default
+
+
+_RL_DETECTORS = (
+    "kl_unbounded",
+    "length_at_max",
+    "entropy_collapse",
+    "reward_falling",
+    "mostly_truncated",
+    "prompts_cut",
+    "clipping_heavily",
+)
+# Headlines: a held-out number where the run has one (eval/*), else its training signal. DPO's rewards/chosen is not
+# one: it falls while training works. "reward" is taken by the reward source, hence its section reward_model; ilql
 # reads sft rows that also carry a "reward".
-ALGORITHM_ROWS: dict[str, str] = {
-    "sft": "sft",
-    "ilql": "sft",
-    "reward": "preference",
-    "dpo": "preference",
-    "ppo": "prompts",
-    "grpo": "prompts",
-    "eval": "prompts",
-}
-# Algorithms that generate responses online and score them with spec.reward.
-ONLINE_ALGORITHMS: tuple[str, ...] = ("ppo", "grpo")
-# Algorithms that score generated responses with spec.reward: the online ones, and evaluation.
-REWARDED_ALGORITHMS: tuple[str, ...] = (*ONLINE_ALGORITHMS, "eval")
-# Our recipes: everything but command (a user's script), which needs no model or data section.
-RECIPE_ALGORITHMS: tuple[str, ...] = tuple(a for a in ALGORITHM_SECTIONS if a != "command")
-# Algorithms that train (eval only reads a model): they need train.steps.
-TRAINING_ALGORITHMS: tuple[str, ...] = ("sft", "reward", "dpo", "ppo", "grpo", "ilql")
+TABLE: tuple[AlgorithmEntry, ...] = (
+    AlgorithmEntry("sft", "sft", "sft", "sft", trains=True, packs=True, megatron=True, headlines=("eval/loss", "train/loss")),
+    AlgorithmEntry(
+        "reward",
+        "reward_model",
+        "reward",
+        "preference",
+        trains=True,
+        packs=True,
+        megatron=True,
+        headlines=("eval/accuracy", "train/accuracy", "eval/loss", "train/loss"),
+    ),
+    AlgorithmEntry(
+        "dpo",
+        "dpo",
+        "dpo",
+        "preference",
+        trains=True,
+        packs=True,
+        megatron=True,
+        headlines=("eval/loss", "rewards/margin", "eval/margin", "train/loss"),
+    ),
+    AlgorithmEntry(
+        "ppo",
+        "ppo",
+        "ppo",
+        "prompts",
+        trains=True,
+        online=True,
+        rewarded=True,
+        packs=True,
+        megatron=True,
+        headlines=("reward/mean", "eval/reward"),
+        metric_prefix="ppo",
+        detectors=(*_RL_DETECTORS, "critic_blind"),
+    ),
+    AlgorithmEntry(
+        "grpo",
+        "grpo",
+        "grpo",
+        "prompts",
+        trains=True,
+        online=True,
+        rewarded=True,
+        packs=True,
+        megatron=True,
+        headlines=("reward/mean", "eval/reward"),
+        metric_prefix="grpo",
+        detectors=("all_groups_equal", *_RL_DETECTORS, "async_idle"),
+    ),
+    AlgorithmEntry("ilql", "ilql", "ilql", "sft", trains=True, headlines=("eval/optimality", "eval/reward", "train/loss")),
+    AlgorithmEntry("eval", "eval", "eval", "prompts", rewarded=True, headlines=("eval/accuracy", "eval/success", "eval/reward")),
+    AlgorithmEntry("command", "command"),
+)
+ENTRIES: dict[str, AlgorithmEntry] = {entry.name: entry for entry in TABLE}
+
+Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"]  # TABLE's names (a test holds it)
+ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
+ALGORITHM_SECTIONS: dict[str, str] = {a.name: a.section for a in TABLE}
+ALGORITHM_ROWS: dict[str, str] = {a.name: a.rows for a in TABLE if a.rows is not None}
+ONLINE_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.online)
+REWARDED_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.rewarded)
+RECIPE_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.recipe is not None)
+TRAINING_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.trains)
+PACKED_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.packs)
+MEGATRON_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in TABLE if a.megatron)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rlplane.spec.algorithms import MEGATRON_ALGORITHMS
 from rlplane.spec.shapes import BUILTIN_SHAPES
 from rlplane.spec.violation import Rules, Violation
 
@@ -71,10 +72,9 @@ def megatron_on_cpu(spec: RunSpec) -> Rules:
         )
 
 
-# Algorithms whose recipes the megatron backend runs. ILQL is not one: its Q/V heads, their target
+# MEGATRON_ALGORITHMS: the recipes the megatron backend runs. ILQL is not one: its Q/V heads, their target
 # copies and its head-guided decoding read the trunk inside its own generation loop, which the
 # backend's generate() (sampling from the shards) does not cover yet.
-MEGATRON_ALGORITHMS = ("sft", "dpo", "grpo", "ppo", "reward")
 
 
 def megatron_algorithms(spec: RunSpec) -> Rules:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlplane.spec.algorithms import ALGORITHM_SECTIONS, REWARDED_ALGORITHMS
+from rlplane.spec.algorithms import ALGORITHM_SECTIONS, PACKED_ALGORITHMS, REWARDED_ALGORITHMS
 from rlplane.spec.backend_rules import (
     deepspeed_offload_needs_zero,
     ds_config_agrees_with_spec,
@@ -244,8 +244,8 @@ def micro_batch_divides_rank_batch(spec: RunSpec) -> Rules:
         )
 
 
-# The recipes whose training forwards take token-budget micro-batches and run padding-free (recipes/packing.py).
-PACKED_ALGORITHMS = ("sft", "reward", "dpo", "ppo", "grpo")
+# PACKED_ALGORITHMS: the recipes whose training forwards take token-budget micro-batches and run padding-free
+# (recipes/packing.py).
 
 
 def packing_fits(spec: RunSpec) -> Rules:

@@ -1,3 +1,4 @@
+import { ALGORITHM_NAMES } from './algorithms';
 import type { components } from './schema';
 
 type S = components['schemas'];
@@ -31,4 +32,5 @@ export type CodeSource = S['CodeSource'];
 export type RunListQuery = NonNullable<import('./schema').operations['list_runs_api_v1_runs_get']['parameters']['query']>;
 export type Algorithm = NonNullable<RunListQuery['algorithm']>[number];
 export type RunSort = NonNullable<RunListQuery['sort']>;
-export const ALGORITHMS: Algorithm[] = ['sft', 'reward', 'dpo', 'ppo', 'grpo', 'ilql', 'eval', 'command'];
+/** Every algorithm, in the table's order (rlplane/spec/algorithms.py, generated into ./algorithms.ts). */
+export const ALGORITHMS: Algorithm[] = [...ALGORITHM_NAMES];

@@ -1,3 +1,5 @@
+import { RL_METRIC_PREFIXES } from '../api/algorithms';
+
 /** A titled group of metric keys, drawn as one chart per key. */
 export interface Panel {
   title: string;
@@ -23,7 +25,8 @@ const RULES: Array<{ title: string; match: (key: string) => boolean }> = [
   { title: 'Groups', match: (k) => last(k) === 'zero_std_groups' },
   { title: 'Environment', match: (k) => k.startsWith('env/') },
   { title: 'Critic', match: (k) => last(k) === 'explained_variance' || k.startsWith('values/') },
-  { title: 'RL diagnostics', match: (k) => /^(ppo|grpo|rloo)\//.test(k) },
+  // our algorithms' own diagnostics (the algorithm table's metric prefixes), and TRL's RLOO beside them
+  { title: 'RL diagnostics', match: (k) => [...RL_METRIC_PREFIXES, 'rloo'].includes(k.split('/')[0]!) && k.includes('/') },
   // eval/reward (the run's reward on held-out prompts) and eval/optimality (randomwalks) read like accuracy.
   { title: 'Eval accuracy & margins', match: (k) => /accuracy|margin|optimality|success/.test(last(k)) || /^eval\/reward/.test(k) },
   { title: 'Learning rate', match: (k) => last(k) === 'lr' || last(k) === 'learning_rate' },

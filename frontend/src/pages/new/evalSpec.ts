@@ -1,3 +1,4 @@
+import { ONLINE_SECTIONS } from '../../api/algorithms';
 import type { RunDetail } from '../../api/types';
 import { TEMPLATES, withModelPath, withValue } from './spec';
 
@@ -10,9 +11,8 @@ export interface EvalDraft {
   note: string | null;
 }
 
-// An RL run's sections whose response length and stop strings its evaluation keeps, as `rlplane eval` does:
-// a shorter answer than the run was trained to give would be scored as a wrong one.
-const ONLINE_SECTIONS = ['grpo', 'ppo'];
+// ONLINE_SECTIONS: an RL run's sections whose response length and stop strings its evaluation keeps, as `rlplane
+// eval` does: a shorter answer than the run was trained to give would be scored as a wrong one.
 
 function at(value: unknown, ...path: string[]): unknown {
   for (const part of path) {
