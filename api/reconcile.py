@@ -25,10 +25,11 @@ import time
 from datetime import timedelta
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from api.alerts import delivery
 from api.alerts import service as alerts
+from api.exceptions import Conflict
 from api.executors.celery import CeleryExecutor, Send
 from api.executors.slurm import SlurmExecutor
 from api.models import AttemptNode, Run, RunAttempt, Worker
@@ -149,11 +150,19 @@ class Reconciler:
     def dispatch(self) -> None:
         """Each queued run to its queue's executor, then each executor's own upkeep."""
         with self.factory() as session:
-            queued = session.execute(select(Run.id, Run.queue, Run.spec).where(Run.status == "queued").order_by(Run.id)).all()
+            runs = session.scalars(
+                select(Run).options(load_only(Run.id, Run.queue, Run.spec)).where(Run.status == "queued").order_by(Run.id)
+            )
+            queued = []
+            for run in runs:
+                try:
+                    queued.append((run.id, run.queue, run.run_spec.resources.nodes))
+                except Conflict as exc:  # a spec an older version stored: this run waits, the others go on
+                    logger.warning("run=%d not dispatched: %s", run.id, exc)
         self.celery.forget({run_id for run_id, _, _ in queued})
-        for run_id, queue, spec in queued:
+        for run_id, queue, nodes in queued:
             executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery
-            executor.dispatch(run_id, queue, spec)
+            executor.dispatch(run_id, queue, nodes)
         self.celery.tick()
         if self.slurm is not None:
             self.slurm.tick()

@@ -19,7 +19,7 @@ Step = Annotated[int, Field(ge=0, le=STEP_MAX, strict=True)]
 
 
 class LeasedRun(BaseModel):
-    """What a worker reads of the leased run (the API's answer holds the whole run detail)."""
+    """What a worker reads of the run it leased: its typed spec and where it resumes."""
 
     model_config = ConfigDict(extra="ignore")
     id: int

@@ -309,7 +309,8 @@ class TestStateMachine:
         lost = {"attempt": 1, "status": "lost", "reason": "worker gone", "last_step": 17}
         assert client.post(f"/api/v1/runs/{run['id']}/status", json=lost, headers=auth(token)).json()["last_step"] == 17
         again = client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w2"}, headers=auth(token))
-        assert again.status_code == 200 and again.json()["run"]["last_step"] == 10  # what it resumes from, not 17
+        assert again.status_code == 200 and again.json()["resume_from_step"] == 10
+        assert client.get(f"/api/v1/runs/{run['id']}").json()["last_step"] == 10  # what it resumes from, not 17
 
     def test_a_lost_attempt_with_the_longest_reason_is_stored_and_retried(self, client, db):
         """A worker's lost status whose reason fills MAX_REASON_CHARS (a trainer's last lines): stored with the attempt
@@ -330,6 +331,20 @@ class TestStateMachine:
     def test_user_tokens_cannot_lease(self, client, db):
         run = create_run(client)
         assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w"}).status_code == 403
+
+
+    def test_a_stored_spec_this_version_no_longer_accepts_is_a_conflict_not_a_server_error(self, client, db):
+        """The API reads a stored spec typed (Run.run_spec): one an older version stored that no longer validates
+        answers 409 naming the field; the other runs answer as ever."""
+        old, fine = create_run(client), create_run(client)
+        row = db.get(Run, old["id"])
+        row.spec = {**row.spec, "resources": {**row.spec["resources"], "retired_knob": 1}}
+        db.commit()
+        refused = client.get(f"/api/v1/runs/{old['id']}")
+        assert refused.status_code == 409, refused.text
+        detail = refused.json()["detail"]
+        assert "stored spec does not validate with this version of rlplane (resources.retired_knob" in detail
+        assert client.get(f"/api/v1/runs/{fine['id']}").status_code == 200
 
 
 class TestLineage:

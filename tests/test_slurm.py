@@ -187,7 +187,7 @@ def test_a_submission_cut_short_is_taken_on_or_dropped_never_doubled(stack: Stac
 
     # cut short before sbatch: dropped, and the next dispatch submits anew
     dropped, _ = begin()
-    executor.dispatch(run_id, "slurm-aside", {})  # a submission is in flight: nothing more
+    executor.dispatch(run_id, "slurm-aside", 1)  # a submission is in flight: nothing more
     assert jobs() == [] and token(dropped).revoked_at is None
     age(dropped)
     executor.tick()
@@ -196,13 +196,13 @@ def test_a_submission_cut_short_is_taken_on_or_dropped_never_doubled(stack: Stac
     taken, script = begin()
     job_id = Slurm(config).submit(script)
     try:
-        executor.dispatch(run_id, "slurm-aside", {})
+        executor.dispatch(run_id, "slurm-aside", 1)
         assert jobs() == []
         age(taken)
         executor.tick()
         assert jobs() == [(job_id, taken)] and token(taken).name == f"slurm job {job_id} (run {run_id})"
         executor.tick()
-        executor.dispatch(run_id, "slurm-aside", {})  # pending (or running) in that job: no other is submitted
+        executor.dispatch(run_id, "slurm-aside", 1)  # pending (or running) in that job: no other is submitted
         assert jobs() == [(job_id, taken)]
         named = slurm(cluster, "squeue", "-h", "-t", "all", "-n", f"rlplane-run-{run_id}", "-o", "%i").split()
         assert named == [str(job_id)], named

@@ -25,7 +25,6 @@ from api.models.base import utcnow
 from api.runs import service as runs
 from rlplane.alerts import Change, DetectorRule, NonFinite, RuleSpec, Stalled, StatusChange, Threshold
 from rlplane.limits import fit_reason
-from rlplane.spec.algorithms import ALGORITHM_SECTIONS
 from rlplane.status import ACTIVE
 
 RECENT_ENDS = timedelta(minutes=10)  # a run that ended this recently is still looked at (its status rules)
@@ -139,8 +138,8 @@ def _series_read(run: Run, conditions: list, detectors: list) -> list[str]:
 
 def _detector_params(run: Run, params: dict[str, float]) -> dict[str, float]:
     """A detector's parameters: the run's own limits (max_new_tokens) under the rule's overrides."""
-    gen = (run.spec.get(ALGORITHM_SECTIONS.get(run.algorithm, run.algorithm)) or {}).get("gen") or {}
-    return {**({"max_new_tokens": float(gen["max_new_tokens"])} if gen.get("max_new_tokens") else {}), **params}
+    gen = getattr(run.run_spec.options, "gen", None)  # an online algorithm's sampling
+    return {**({"max_new_tokens": float(gen.max_new_tokens)} if gen is not None else {}), **params}
 
 
 def _check(condition, run: Run, series: _Series, now: datetime) -> Verdict:

@@ -17,10 +17,9 @@ from api.exceptions import BadRequest, Conflict, NotFound, Unprocessable
 from api.metrics import rollups
 from api.models import Checkpoint, Run, RunLink
 from api.runs.service import claim_for_report, readable_run
-from api.runs.views import decoding, scripted_spec
+from api.runs.views import decoding
 from api.unit_of_work import unit_of_work
 from rlplane.layout import rotated, run_checkpoint
-from rlplane.spec.sections import TrainSpec
 
 
 def public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
@@ -97,13 +96,15 @@ def _forget_rotated(session: Session, store: ArtifactStore, run_id: int) -> None
     remote root's worker keep the same ones), so a listing never offers a checkpoint whose files are gone. A run
     its script started itself (rlplane.init) uploaded its files here and has no worker to delete them: the API
     deletes them, once the records' deletion is committed."""
-    spec = session.scalar(select(Run.spec).where(Run.id == run_id)) or {}
-    keep_last = (spec.get("train") or {}).get("keep_last", TrainSpec.model_fields["keep_last"].default)
+    run = session.get(Run, run_id)
+    if run is None:
+        return
+    keep_last = run.run_spec.train.keep_last
     ours = (Checkpoint.run_id == run_id, Checkpoint.kind == "checkpoint")
     doomed = rotated(session.scalars(select(Checkpoint.step).where(*ours)).all(), keep_last)
     if doomed:
         session.execute(delete(Checkpoint).where(*ours, Checkpoint.step.in_(doomed)))
-        if scripted_spec(spec):
+        if run.scripted:
             for step in doomed:
                 unit_of_work(session).after_commit(partial(store.delete_tree, PurePosixPath(run_checkpoint(run_id, step))))
 

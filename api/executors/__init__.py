@@ -14,7 +14,7 @@ from typing import Protocol
 
 
 class Executor(Protocol):
-    def dispatch(self, run_id: int, queue: str, spec: dict) -> None:
+    def dispatch(self, run_id: int, queue: str, nodes: int) -> None:
         """Move a queued run towards its lease: send it to a worker, grant its gang, or start what will run it."""
         ...
 

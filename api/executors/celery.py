@@ -27,11 +27,11 @@ class CeleryExecutor:
         self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
 
     def dispatch(
-        self, run_id: int, queue: str, spec: dict, *, workers: str | None = None, eligible: Callable[[str], bool] | None = None
+        self, run_id: int, queue: str, nodes: int, *, workers: str | None = None, eligible: Callable[[str], bool] | None = None
     ) -> None:
         """`workers`: the queue whose workers take it, when not the run's own (a Slurm job's); `eligible`: which of
         them, by name, a gang may be granted."""
-        if gang.nodes_of(spec) > 1:
+        if nodes > 1:
             with transaction(self.factory) as uow:
                 gang.allocate(uow.session, run_id, self.lost_after_s, serving=workers, eligible=eligible)
             return

@@ -192,8 +192,7 @@ def batch_script(run: Run, config: SlurmQueue, directory: Path, submission: int)
     """The job's batch script. It holds no secret (scontrol shows it): the token and the broker's URL are in files
     beside it that only the job's user can read. Its comment names the submission, by which a job whose record was
     lost is found again."""
-    resources = run.spec.get("resources") or {}
-    nodes, gpus = int(resources.get("nodes", 1)), int(resources.get("gpus", 0))
+    nodes, gpus = run.run_spec.resources.nodes, run.run_spec.resources.gpus
     lines = ["#!/bin/bash", f"#SBATCH --job-name=rlplane-run-{run.id}", f"#SBATCH --comment={_comment(submission)}"]
     lines += [f"#SBATCH --nodes={nodes}"]
     lines += ["#SBATCH --ntasks-per-node=1", f"#SBATCH --partition={config.partition}", "#SBATCH --requeue"]
@@ -239,7 +238,7 @@ class SlurmExecutor:
     def serves(self, queue: str) -> bool:
         return queue in self.queues
 
-    def dispatch(self, run_id: int, queue: str, spec: dict) -> None:
+    def dispatch(self, run_id: int, queue: str, nodes: int) -> None:
         config = self.queues[queue]
         submission = None
         with transaction(self.factory) as uow:
@@ -261,7 +260,7 @@ class SlurmExecutor:
         if submission is not None:
             self._submit(run_id, submission, config)
         elif job is not None:
-            self.celery.dispatch(run_id, queue, spec, workers=job_queue(job_id), eligible=pilot_of(job_id, restarts))
+            self.celery.dispatch(run_id, queue, nodes, workers=job_queue(job_id), eligible=pilot_of(job_id, restarts))
 
     def _prepare(self, session: Session, run: Run, config: SlurmQueue) -> _Submission | None:
         """The job's token (its name marks the submission in flight: _submission), files and batch script."""

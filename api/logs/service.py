@@ -13,12 +13,6 @@ from api.runs.service import readable_run
 from api.values import without_nul
 
 
-def ranks_per_node(spec: dict) -> int:
-    """One rank per GPU of a node, or backend.processes on CPU (rlplane.spec's rule, on the stored spec)."""
-    resources, backend = spec.get("resources") or {}, spec.get("backend") or {}
-    return int(resources.get("gpus") or backend.get("processes") or 1)
-
-
 def store(session: Session, run_id: int, lines: list[schemas.LogLineIn]) -> IngestResult:
     """Insert lines; the caller has claimed the run (claim_for_report)."""
     now = time.time()
@@ -40,7 +34,7 @@ def read(
 ) -> schemas.LogPage:
     """Lines after `offset` (or the last `tail`), of one rank or all, of one node or all, whose text holds `q`."""
     run = readable_run(session, principal, run_id)
-    per_node = ranks_per_node(run.spec)
+    per_node = run.run_spec.ranks_per_node
     query = select(LogLine).where(LogLine.run_id == run_id)
     if rank is not None:
         query = query.where(LogLine.rank == rank)

@@ -1,10 +1,14 @@
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from api.exceptions import Conflict
 from api.models.base import Base, JsonDoc, UtcDateTime, utcnow
+from rlplane.spec import RunSpec
 
 
 class Run(Base):
@@ -45,3 +49,18 @@ class Run(Base):
     # The lease: which token's worker executes the current attempt, fenced by the attempt number.
     lease_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
     attempt_count: Mapped[int] = mapped_column(default=0)
+
+    @cached_property
+    def run_spec(self) -> RunSpec:
+        """The stored spec, typed: the API reads a run's spec through this, so the contract's defaults and rules
+        (its nodes, ranks, roles, attempts) are never restated here. A spec is stored as its model dumped at submit
+        and never changes after, so it is parsed once per loaded row. One this version no longer accepts (stored by
+        an older one) is a Conflict that says so, never a server error."""
+        try:
+            return RunSpec.model_validate(self.spec)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise Conflict(
+                f"run {self.id}'s stored spec does not validate with this version of rlplane ({where}: {first['msg']})"
+            ) from None

@@ -16,6 +16,7 @@ from api.params import Offset, RunId
 from api.runs import repository, schemas, scripts, service, views
 from rlplane.spec import RunSpec, SpecError, parse_spec
 from rlplane.spec.warnings import spec_warnings
+from rlplane.wire import Lease
 
 logger = logging.getLogger("rlplane.api")
 
@@ -194,13 +195,15 @@ def _remove_files(store: ArtifactStore, run_id: int) -> None:
         logger.exception("run %d deleted; removing its files under the artifact root failed", run_id)
 
 
-@router.post("/{run_id}/lease", response_model=schemas.Lease)
+@router.post("/{run_id}/lease", response_model=Lease)
 def lease_run(
     run_id: RunId, body: schemas.LeaseRequest, principal: WorkerPrincipal, session: SessionDep, request: Request
-) -> schemas.Lease:
+) -> Lease:
+    """A worker takes a queued run: the contract's Lease, as the worker reads it (the run's typed spec and where it
+    resumes), and its attempt number, the fencing token of every report of the attempt."""
     run, attempt = service.lease(session, principal, run_id, body.worker, request.app.state.settings.lost_after_s)
-    detail = views.run_detail(session, run.id, principal)
-    return schemas.Lease(run=detail, attempt=attempt.number, resume_from_step=detail.latest_checkpoint_step)
+    leased = views.leased_run(session, run)
+    return Lease(run=leased, attempt=attempt.number, resume_from_step=leased.latest_checkpoint_step)
 
 
 @router.post("/{run_id}/status", response_model=schemas.RunPublic)

@@ -32,18 +32,18 @@ from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.workers.holding import moved_on, moved_on_reason
 from rlplane.limits import fit_reason
-from rlplane.spec import NodeRole, node_role
+from rlplane.spec import NodeRole
 from rlplane.status import ACTIVE
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
 
-def nodes_of(spec: dict) -> int:
-    return int((spec.get("resources") or {}).get("nodes", 1))
+def nodes_of(run: Run) -> int:
+    return run.run_spec.resources.nodes
 
 
-def role_of(spec: dict, node_rank: int) -> NodeRole:
-    """What node `node_rank` of the stored spec's gang runs (the contract's rule): the trainer's ranks or a generator."""
-    return node_role(nodes_of(spec), (spec.get("grpo") or {}).get("generator"), node_rank)
+def role_of(run: Run, node_rank: int) -> NodeRole:
+    """What node `node_rank` of the run's gang runs (the contract's rule): the trainer's ranks or a generator."""
+    return run.run_spec.node_role(node_rank)
 
 
 def live_workers(session: Session, lost_after_s: float, *, lock: bool = False) -> list[Worker]:
@@ -80,7 +80,7 @@ def allocate(
     run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
     if run is None or run.status != "queued":
         return []
-    need, queue = nodes_of(run.spec), serving or run.queue
+    need, queue = nodes_of(run), serving or run.queue
     serving_it = [
         w for w in live_workers(session, lost_after_s, lock=True) if queue in w.queues and (eligible is None or eligible(w.name))
     ]
@@ -119,7 +119,7 @@ def held_for_gang(session: Session, run: Run, worker: str, lost_after_s: float) 
         return None
     older = session.scalars(select(Run).where(Run.status == "queued", Run.id < run.id, Run.queue.in_(me.queues)).order_by(Run.id))
     for gang in older:
-        need = nodes_of(gang.spec)
+        need = nodes_of(gang)
         if need > 1 and sum(1 for w in serving if gang.queue in w.queues) >= need:
             return gang
     return None
@@ -137,11 +137,11 @@ def node_slot(session: Session, run: Run, attempt: int, node_rank: int) -> Attem
 
 
 def rendezvous(session: Session, run: Run, attempt: int) -> Rendezvous:
-    nodes = nodes_of(run.spec)
+    nodes = nodes_of(run)
     master = node_slot(session, run, attempt, 0)
     ended = attempt != run.attempt_count or run.status not in ACTIVE
     met = Rendezvous(nodes=nodes, master_address=master.address if master.port else None, master_port=master.port, ended=ended)
-    if role_of(run.spec, nodes - 1) == "generator":
+    if role_of(run, nodes - 1) == "generator":
         generator = node_slot(session, run, attempt, nodes - 1)
         if generator.port:
             met.generator_address, met.generator_port = generator.address, generator.port
@@ -164,7 +164,7 @@ def join(session: Session, principal: Principal, run_id: int, attempt: int, node
         raise Forbidden(f"node {node_rank} of attempt {attempt} was granted to {slot.worker}, not {body.worker}")
     if slot.joined_at is not None:
         raise Conflict(f"node {node_rank} of attempt {attempt} has joined already")
-    generator = role_of(run.spec, node_rank) == "generator"
+    generator = role_of(run, node_rank) == "generator"
     if (node_rank == 0 or generator) and (not body.address or not body.port):
         raise Conflict(
             "a generator node joins with where its generator listens: its address and port"
@@ -305,7 +305,7 @@ def late_outcomes(session: Session, lost_after_s: float, since: datetime) -> Non
 def let_go(session: Session, run: Run, worker: str) -> None:
     """The worker that sent the run's end (its only worker, or a gang's node 0) did so after its trainer exited:
     it no longer holds the run, whatever its last heartbeat said, so a gang need not wait for its next one."""
-    if nodes_of(run.spec) > 1:
+    if nodes_of(run) > 1:
         worker = node_slot(session, run, run.attempt_count, 0).worker
     _release(session, worker, run.id)
 

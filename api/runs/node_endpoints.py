@@ -1,24 +1,14 @@
 """A gang's node slots (api/runs/gang.py): join, meet at the rendezvous, end."""
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
 
 from api.auth.deps import WorkerPrincipal
 from api.db import SessionDep
 from api.params import RunId
 from api.runs import gang, schemas, views
-from rlplane.spec import NodeRole
-from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
+from rlplane.wire import NodeEnd, NodeJoin, NodeLease, Rendezvous
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/attempts/{attempt}", tags=["workers"])
-
-
-class NodeLease(BaseModel):
-    run: schemas.RunDetail
-    attempt: int = Field(description="Fencing token of every node of the attempt")
-    node_rank: int
-    role: NodeRole = Field(description="What this node runs: its share of the trainer's ranks, or the generator")
-    rendezvous: Rendezvous
 
 
 @router.post("/nodes/{node_rank}/join", response_model=NodeLease)
@@ -29,10 +19,10 @@ def join_node(
     generator node where its generator listens."""
     run, slot = gang.join(session, principal, run_id, attempt, node_rank, body)
     return NodeLease(
-        run=views.run_detail(session, run.id, principal),
+        run=views.leased_run(session, run),
         attempt=attempt,
         node_rank=slot.node_rank,
-        role=gang.role_of(run.spec, slot.node_rank),
+        role=gang.role_of(run, slot.node_rank),
         rendezvous=gang.rendezvous(session, run, attempt),
     )
 

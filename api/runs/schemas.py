@@ -4,7 +4,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.floats import AnyFloat
-from rlplane.spec import ALGORITHMS, NodeRole
+from rlplane.spec import ALGORITHMS, NodeRole, RunSpec
 from rlplane.status import FAILURES, STATUSES
 from rlplane.wire import StatusUpdate  # noqa: F401 - the worker's record, from the contract
 
@@ -97,7 +97,7 @@ class SlurmJobPublic(BaseModel):
 
 
 class RunDetail(RunPublic):
-    spec: dict[str, Any]
+    spec: RunSpec = Field(description="The spec with every default filled in, as it was stored at submit")
     spec_text: str | None = Field(
         description="The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept"
     )
@@ -168,9 +168,3 @@ class Lineage(BaseModel):
 class LeaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     worker: str = Field(min_length=1, max_length=128, description="The leasing worker's name")
-
-
-class Lease(BaseModel):
-    run: RunDetail
-    attempt: int = Field(description="Fencing token: send it with every status update of this attempt")
-    resume_from_step: int | None = Field(description="Latest checkpoint to resume from, if any")

@@ -267,12 +267,12 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str, lost
         raise NotFound(f"run {run_id}")
     if run.status != "queued":
         raise Conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
-    if gang.nodes_of(run.spec) > 1:
-        raise Conflict(f"run {run.id} spans {gang.nodes_of(run.spec)} nodes: the API grants its nodes, no worker leases it")
+    if gang.nodes_of(run) > 1:
+        raise Conflict(f"run {run.id} spans {gang.nodes_of(run)} nodes: the API grants its nodes, no worker leases it")
     held = gang.held_for_gang(session, run, worker, lost_after_s)
     if held is not None:
         # The reconciler sends this run again (redispatch_s); the worker stays free for the gang.
-        waits = f"an older run that waits for {gang.nodes_of(held.spec)} workers"
+        waits = f"an older run that waits for {gang.nodes_of(held)} workers"
         raise Conflict(f"worker {worker} is held for run {held.id}, {waits}")
     run.attempt_count += 1
     run.lease_token_id = principal.token_id
@@ -304,7 +304,7 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         # Cancelled between its lease and its trainer's start: it stays cancelling, and the worker
         # (which reads the status in this answer) ends the attempt cancelled instead of starting it.
         return run
-    if body.status == "failed" and body.failure not in NOT_RESUMABLE_FAILURES and gang.nodes_of(run.spec) > 1:
+    if body.status == "failed" and body.failure not in NOT_RESUMABLE_FAILURES and gang.nodes_of(run) > 1:
         # Node 0's trainer crashed: in a gang that is what a peer's death looks like from here, so the attempt is
         # lost (retried within max_attempts) unless the trainer itself said the run is at fault. Being cancelled,
         # the run is cancelled: a cancel stops the nodes one by one, and node 0's peers may be gone first.
@@ -377,7 +377,7 @@ def _script_back(session: Session, run: Run, body: schemas.StatusUpdate) -> None
 
 
 def max_attempts(run: Run) -> int:
-    return int((run.spec.get("resources") or {}).get("max_attempts", 3))
+    return run.run_spec.resources.max_attempts
 
 
 def _retry_or_fail(session: Session, run: Run) -> None:

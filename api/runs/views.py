@@ -10,6 +10,7 @@ from api.runs import gang, repository, schemas
 from api.runs.headlines import page_headlines
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
+from rlplane.wire import LeasedRun
 
 
 def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic:
@@ -131,7 +132,7 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
     nodes: dict[int, list[schemas.NodePublic]] = {}
     for node in repository.attempt_nodes(session, run_id):
         public = schemas.NodePublic.model_validate(node, from_attributes=True)
-        public.role = gang.role_of(run.spec, node.node_rank)
+        public.role = gang.role_of(run, node.node_rank)
         nodes.setdefault(node.attempt, []).append(public)
     attempts = [
         schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
@@ -141,7 +142,7 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
     return schemas.RunDetail(
         **run_public(run, project, creator).model_dump(),
         slurm_jobs=jobs,
-        spec=run.spec,
+        spec=run.run_spec,
         spec_text=run.spec_text,
         parents=links.parents,
         children=links.children,
@@ -166,3 +167,8 @@ def is_scripted(run: Run) -> bool:
 def scripted_spec(spec: dict | None) -> bool:
     """The stored spec of a run its script started itself."""
     return bool(((spec or {}).get("command") or {}).get("external"))
+
+
+def leased_run(session: Session, run: Run) -> LeasedRun:
+    """What a worker reads of the run it leases (the contract's LeasedRun): its typed spec and where it resumes."""
+    return LeasedRun(id=run.id, spec=run.run_spec, latest_checkpoint_step=repository.latest_checkpoint_step(session, run.id))

@@ -214,7 +214,12 @@ class RunSpec(StrictModel):
     @property
     def world_size(self) -> int:
         """Training processes: on each trainer node, one per GPU (or backend.processes on CPU)."""
-        return (self.resources.gpus or self.backend.processes) * self.trainer_nodes
+        return self.ranks_per_node * self.trainer_nodes
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Training processes on one trainer node: one per GPU, or backend.processes on CPU."""
+        return self.resources.gpus or self.backend.processes
 
     @property
     def trainer_nodes(self) -> int:

@@ -695,7 +695,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Lease Run */
+        /**
+         * Lease Run
+         * @description A worker takes a queued run: the contract's Lease, as the worker reads it (the run's typed spec and where it
+         *     resumes), and its attempt number, the fencing token of every report of the attempt.
+         */
         post: operations["lease_run_api_v1_runs__run_id__lease_post"];
         delete?: never;
         options?: never;
@@ -2590,7 +2594,10 @@ export interface components {
             /** Last Value */
             last_value: number | ("NaN" | "Infinity" | "-Infinity");
         };
-        /** Lease */
+        /**
+         * Lease
+         * @description The answer to POST /runs/{id}/lease, as a worker reads it.
+         */
         Lease: {
             /**
              * Attempt
@@ -2602,7 +2609,7 @@ export interface components {
              * @description Latest checkpoint to resume from, if any
              */
             resume_from_step: number | null;
-            run: components["schemas"]["RunDetail"];
+            run: components["schemas"]["LeasedRun"];
         };
         /** LeaseRequest */
         LeaseRequest: {
@@ -2611,6 +2618,17 @@ export interface components {
              * @description The leasing worker's name
              */
             worker: string;
+        };
+        /**
+         * LeasedRun
+         * @description What a worker reads of the run it leased: its typed spec and where it resumes.
+         */
+        LeasedRun: {
+            /** Id */
+            id: number;
+            /** Latest Checkpoint Step */
+            latest_checkpoint_step?: number | null;
+            spec: components["schemas"]["RunSpec"];
         };
         /** Lineage */
         Lineage: {
@@ -2974,7 +2992,10 @@ export interface components {
             /** Worker */
             worker: string;
         };
-        /** NodeLease */
+        /**
+         * NodeLease
+         * @description The answer to a join, as a worker reads it.
+         */
         NodeLease: {
             /**
              * Attempt
@@ -2986,11 +3007,12 @@ export interface components {
             rendezvous: components["schemas"]["Rendezvous"];
             /**
              * Role
-             * @description What this node runs: its share of the trainer's ranks, or the generator
+             * @description What it runs: its share of the trainer's ranks, or the generator
+             * @default trainer
              * @enum {string}
              */
             role: "trainer" | "generator";
-            run: components["schemas"]["RunDetail"];
+            run: components["schemas"]["LeasedRun"];
         };
         /** NodePublic */
         NodePublic: {
@@ -3691,10 +3713,8 @@ export interface components {
              * @description Its Slurm jobs, oldest first
              */
             slurm_jobs?: components["schemas"]["SlurmJobPublic"][];
-            /** Spec */
-            spec: {
-                [key: string]: unknown;
-            };
+            /** @description The spec with every default filled in, as it was stored at submit */
+            spec: components["schemas"]["RunSpec"];
             /**
              * Spec Text
              * @description The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept
@@ -3788,10 +3808,8 @@ export interface components {
              * @description Its Slurm jobs, oldest first
              */
             slurm_jobs?: components["schemas"]["SlurmJobPublic"][];
-            /** Spec */
-            spec: {
-                [key: string]: unknown;
-            };
+            /** @description The spec with every default filled in, as it was stored at submit */
+            spec: components["schemas"]["RunSpec"];
             /**
              * Spec Text
              * @description The spec as it was submitted (YAML comments kept; JSON as sent); null for runs from before it was kept

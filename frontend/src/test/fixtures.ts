@@ -11,7 +11,8 @@ export function runDetail(over: Partial<RunDetail> = {}): RunDetail {
     created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z', started_at: '2025-01-01T00:00:00Z',
     ended_at: null, failure: null, resumable: false,
     config: { model: 'builtin:tiny-gpt2', lr: 0.0003, batch_size: 8, steps: 100, backend: 'torch', precision: 'fp32' },
-    spec: { name: 'base', algorithm: 'sft', dpo: null, model: { path: 'builtin:tiny-gpt2' } },
+    // only the spec fields the views read: a stored spec has every field, defaults filled in
+    spec: { name: 'base', algorithm: 'sft', dpo: null, model: { path: 'builtin:tiny-gpt2' } } as unknown as RunDetail['spec'],
     spec_text: '# my notes\nname: base\nalgorithm: sft\nmodel:\n  path: builtin:tiny-gpt2  # small\n',
     parents: [], children: [], attempts: [], latest_checkpoint_step: null, output: null,
     ...over,
@@ -33,7 +34,9 @@ export function commandRunDetail(command: Record<string, unknown> = {}, over: Pa
       ...command,
     },
   };
-  return runDetail({ name: 'trl-sft', algorithm: 'command', total_steps: 200, spec, spec_text: null, ...over });
+  return runDetail({
+    name: 'trl-sft', algorithm: 'command', total_steps: 200, spec: spec as unknown as RunDetail['spec'], spec_text: null, ...over,
+  });
 }
 
 let nextId = 1;

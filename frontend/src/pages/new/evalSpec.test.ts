@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { evalText } from './evalSpec';
+import { type EvalSource, evalText } from './evalSpec';
 import { TEMPLATES } from './spec';
 
 // Specs as GET /runs/{id} stores them: every section present, defaults filled in, the others null.
@@ -27,9 +27,12 @@ const sft = {
   },
 };
 
+// The runs below hold only the spec fields an evaluation reads: a stored spec has every other field too.
+const source = (run: object) => run as unknown as EvalSource;
+
 describe('evalText', () => {
   it("judges a GRPO run's checkpoint on the run's data with its reward, lengths and resources, comments kept", () => {
-    const { text, note } = evalText('run:7@200', grpo);
+    const { text, note } = evalText('run:7@200', source(grpo));
     const spec = parse(text);
     expect(spec).toMatchObject({
       name: 'eval-grpo-math',
@@ -53,7 +56,7 @@ describe('evalText', () => {
   });
 
   it("keeps the template's reward for a run without one (SFT), and says so", () => {
-    const { text, note } = evalText('run:4', sft);
+    const { text, note } = evalText('run:4', source(sft));
     const spec = parse(text);
     expect(spec.reward).toEqual(parse(TEMPLATES.eval).reward);
     expect(spec).toMatchObject({ name: 'eval-sft-base', model: { path: 'run:4', max_seq_len: 64 }, data: sft.spec.data });
@@ -65,7 +68,7 @@ describe('evalText', () => {
   it('judges a run that played episodes on episodes of its environment, with no reward where it had none', () => {
     const environment = { kind: 'builtin', name: 'calculator', max_turns: 3, max_tokens: 56, chat_role: 'user' };
     const played = { ...grpo, spec: { ...grpo.spec, reward: null, grpo: { ...grpo.spec.grpo, environment } } };
-    const { text, note } = evalText('run:7', played);
+    const { text, note } = evalText('run:7', source(played));
     const spec = parse(text);
     expect(spec.eval.environment).toEqual(environment);
     expect(spec.reward).toBeNull();
