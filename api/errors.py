@@ -11,7 +11,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from starlette.responses import JSONResponse, Response
 
 from api.exceptions import DomainError
-from api.floats import encode
+from rlplane.floats import encode
 
 
 def _json_safe(value: Any) -> Any:

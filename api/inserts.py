@@ -16,7 +16,7 @@ from sqlalchemy import JSON, Float, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from api.floats import encode
+from rlplane.floats import encode
 
 
 class IngestResult(BaseModel):

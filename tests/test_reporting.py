@@ -324,3 +324,32 @@ class TestControlPlaneSink:
         assert values == {"train/loss": [(s, float(s)) for s in range(4)], "nan": [(s, "NaN") for s in range(3)]}
         db.expire_all()
         assert db.get(Run, run["id"]).last_step == 3 and _count(db, SampleRow, run["id"]) == 0
+
+
+def test_what_the_sinks_write_is_the_contracts_rows(tmp_path) -> None:
+    """The records the run directory's files and the API-bound requests hold are the contract's rows (rlplane/rows.py):
+    every one validates as MetricRow, LogRow or SampleRow, non-finite floats and long lines included."""
+    from rlplane import rows
+    from rlplane.reporting.events import LogLine, StepSample
+
+    episode = (("policy", "call add(2, 3)"), ("environment", "5"))
+    sample = Sample("2+3=", "5", reward=math.inf, kl=math.nan, scores={"len": 1.0}, label="rollout", reference="5", turns=episode)
+    batch = Batch(
+        metrics=[MetricPoint("train/loss", 1, 0.5, 1.0), MetricPoint("train/grad_norm", 1, math.nan, 1.0)],
+        logs=[LogLine(0, 0, "x" * 70_000, 1.0)],
+        samples=[StepSample(1, 0, sample, 1.0)],
+    )
+    JsonlSink(tmp_path).write(batch)
+    files = {kind: (tmp_path / f"{kind}.jsonl").read_bytes() for kind in ("metrics", "logs", "samples")}
+    read = {kind: [orjson.loads(line) for line in text.splitlines()] for kind, text in files.items()}
+    assert [rows.MetricRow.model_validate(r).value for r in read["metrics"]][0] == 0.5
+    assert len(rows.LogRow.model_validate({**read["logs"][0], "text": "short"}).text) == 5  # the file keeps a line whole
+    assert rows.SampleRow.model_validate({k: v for k, v in read["samples"][0].items() if k != "time"}).reward == math.inf
+    sink = ControlPlaneSink("http://127.0.0.1:9", "t", 1, 3, max_retries=0)
+    try:
+        [(endpoint, body)] = list(sink._requests(batch))
+    finally:
+        sink.close()
+    report = rows.Report.model_validate_json(body)
+    assert endpoint == "reports" and len(report.logs[0].text) == 65_536 and report.logs[0].attempt == 3
+    assert math.isnan(report.metrics[1].value) and report.samples[0].turns[1].text == "5"

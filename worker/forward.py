@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from rlplane.layout import ENVIRONMENT_FILE, node_parts
+from rlplane.reporting.events import LogLine, log_record
 from rlplane.reports import ReportSender, report_requests
 from worker.uploads import Uploads
 
@@ -63,7 +64,7 @@ class Forwarder:
         with self._lock:
             seq = self._seq.get(rank, 0)
             self._seq[rank] = seq + 1
-            self._lines.append({"attempt": self.attempt, "rank": rank, "seq": seq, "text": text[:65_536], "time": time.time()})
+            self._lines.append(log_record(LogLine(rank, seq, text, time.time()), self.attempt))  # a LogRow's JSON
 
     def poll(self) -> bool:
         """Send everything new; True when the API took all of it."""

@@ -3,8 +3,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.floats import AnyFloat
 from api.values import Step
+from rlplane.floats import AnyFloat
 
 CheckpointKind = Literal["checkpoint", "export"]
 

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.events.cursor import Cursor
-from api.floats import encode
 from api.models import LogLine, Metric, Run, RunEvent, Sample
+from rlplane.floats import encode
 
 BATCH = 1000  # rows per message
 READ_ROWS = 10_000  # rows per table per read: a busy run's points go out in a few large writes, not many small ones

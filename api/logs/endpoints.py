@@ -13,11 +13,12 @@ from api.params import Offset, RunId
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report
 from rlplane.limits import MAX_ROWS
+from rlplane.rows import LogRow
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/logs", tags=["logs"])
 
 
-_LINES = TypeAdapter(Annotated[list[schemas.LogLineIn], Field(max_length=MAX_ROWS["logs"])])
+_LINES = TypeAdapter(Annotated[list[LogRow], Field(max_length=MAX_ROWS["logs"])])
 
 
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_LINES, "Up to 10,000 lines"))

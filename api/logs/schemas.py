@@ -1,16 +1,4 @@
-from pydantic import BaseModel, ConfigDict, Field
-
-from api.values import INT32_MAX, StoredText
-from rlplane.limits import MAX_LOG_CHARS
-
-
-class LogLineIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    attempt: int = Field(default=0, ge=0, le=INT32_MAX, description="Attempt number (0: outside any lease)")
-    rank: int = Field(default=0, ge=0, le=100_000)
-    seq: int = Field(ge=0, le=INT32_MAX, description="Per (attempt, rank) sequence number; makes re-sent lines harmless")
-    text: StoredText = Field(max_length=MAX_LOG_CHARS)
-    time: float | None = Field(default=None, ge=0, le=1e11)
+from pydantic import BaseModel, Field
 
 
 class LogLineOut(BaseModel):

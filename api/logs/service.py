@@ -11,9 +11,10 @@ from api.logs import schemas
 from api.models import LogLine
 from api.runs.service import readable_run
 from api.values import without_nul
+from rlplane.rows import LogRow
 
 
-def store(session: Session, run_id: int, lines: list[schemas.LogLineIn]) -> IngestResult:
+def store(session: Session, run_id: int, lines: list[LogRow]) -> IngestResult:
     """Insert lines; the caller has claimed the run (claim_for_report)."""
     now = time.time()
     rows = [{**line.model_dump(), "run_id": run_id, "time": line.time or now} for line in lines]

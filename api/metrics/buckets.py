@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from api.floats import encode
+from rlplane.floats import encode
 
 # step, value (NaN for a NaN point), min, max (None: no finite value), count, time, first NaN step
 Bucket = tuple[int, float, float | None, float | None, int, float, int | None]

@@ -14,13 +14,14 @@ from api.params import RunId, StepQuery
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import readable_run
 from rlplane.limits import MAX_ROWS
+from rlplane.rows import MetricRow
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/metrics", tags=["metrics"])
 
 MAX_BATCH = MAX_ROWS["metrics"]
 
 
-_POINTS = TypeAdapter(Annotated[list[schemas.MetricPoint], Field(max_length=MAX_BATCH)])
+_POINTS = TypeAdapter(Annotated[list[MetricRow], Field(max_length=MAX_BATCH)])
 
 
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_POINTS, f"Up to {MAX_BATCH} points"))

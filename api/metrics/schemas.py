@@ -1,16 +1,6 @@
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from api.floats import AnyFloat, MaybeFloat
-from api.values import Step
-from rlplane.limits import KEY_PATTERN
-
-
-class MetricPoint(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str = Field(pattern=KEY_PATTERN, description="Namespaced key, e.g. train/loss or ppo/kl")
-    step: Step = Field(description="Optimizer step; (run, key, step) is the idempotency key")
-    value: AnyFloat = Field(description="NaN and +-Infinity are stored as such")
-    time: float | None = Field(default=None, ge=0, le=1e11, description="Unix time; default: when received")
+from rlplane.floats import AnyFloat, MaybeFloat
 
 
 class SeriesPoint(BaseModel):

@@ -12,18 +12,19 @@ from api.inserts import IngestResult, ingest_rows
 from api.metrics import buckets, rollups, schemas
 from api.models import Metric
 from api.runs.service import claim_for_report
+from rlplane.rows import MetricRow
 
 
-def ingest(session: Session, principal: Principal, run_id: int, points: list[schemas.MetricPoint]) -> IngestResult:
+def ingest(session: Session, principal: Principal, run_id: int, points: list[MetricRow]) -> IngestResult:
     claim_for_report(session, principal, run_id, top_step(points))
     return store(session, run_id, points)
 
 
-def top_step(points: list[schemas.MetricPoint]) -> int | None:
+def top_step(points: list[MetricRow]) -> int | None:
     return max((p.step for p in points), default=None)
 
 
-def store(session: Session, run_id: int, points: list[schemas.MetricPoint]) -> IngestResult:
+def store(session: Session, run_id: int, points: list[MetricRow]) -> IngestResult:
     """Insert points and keep the rollups; the caller has claimed the run (claim_for_report)."""
     now = time.time()
     rows = [

@@ -3,7 +3,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.floats import AnyFloat
+from rlplane.floats import AnyFloat
 
 PipelineStatus = Literal["running", "succeeded", "failed", "cancelled"]
 StageStatus = Literal["waiting", "running", "succeeded", "failed", "skipped", "cancelled", "stale"]

@@ -7,13 +7,14 @@ from api.logs import service as logs
 from api.metrics import service as metrics
 from api.params import RunId
 from api.reporting import in_one_hop, json_body, parse
-from api.reports.schemas import ReportIn, ReportResult
+from api.reports.schemas import ReportResult
 from api.runs.service import claim_for_report
 from api.samples import service as samples
+from rlplane.rows import Report
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/reports", tags=["metrics"])
 
-_REPORT = TypeAdapter(ReportIn)
+_REPORT = TypeAdapter(Report)
 
 
 @router.post(

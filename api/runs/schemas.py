@@ -3,7 +3,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.floats import AnyFloat
+from rlplane.floats import AnyFloat
 from rlplane.spec import ALGORITHMS, NodeRole, RunSpec
 from rlplane.status import FAILURES, STATUSES
 from rlplane.wire import StatusUpdate  # noqa: F401 - the worker's record, from the contract

@@ -13,11 +13,12 @@ from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report
 from api.samples import schemas, service
 from rlplane.limits import MAX_ROWS
+from rlplane.rows import SampleRow
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}/samples", tags=["samples"])
 
 
-_SAMPLES = TypeAdapter(Annotated[list[schemas.SampleIn], Field(max_length=MAX_ROWS["samples"])])
+_SAMPLES = TypeAdapter(Annotated[list[SampleRow], Field(max_length=MAX_ROWS["samples"])])
 
 
 @router.post("", response_model=IngestResult, openapi_extra=json_body(_SAMPLES, "Up to 5,000 samples"))

@@ -1,48 +1,9 @@
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from api.floats import AnyFloat, MaybeFloat
-from api.values import Step, StoredText
-
-SampleLabel = Literal["rollout", "generation", "chosen", "rejected"]
-
-
-class Turn(BaseModel):
-    """One turn of a multi-turn episode: the policy's (trained on) or the environment's (a tool's result, a user's
-    turn, as the policy read it)."""
-
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["policy", "environment"]
-    text: StoredText = Field(max_length=200_000)
-
-
-class SampleIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    step: Step
-    index: int = Field(
-        default=0, ge=0, le=1_000_000, description="Position within the step; (step, index) is the idempotency key"
-    )
-    prompt: StoredText = Field(max_length=200_000)
-    response: StoredText = Field(max_length=200_000)
-    reward: MaybeFloat = None
-    kl: MaybeFloat = None
-    scores: dict[StoredText, AnyFloat] = Field(
-        default_factory=dict,
-        max_length=64,
-        description="Any extra per-sample scores: reward components by name, advantage, length (tokens), ...",
-    )
-    label: SampleLabel | None = Field(
-        default=None,
-        description="What the response is: rollout (RL training, the default), generation (at an evaluation), "
-        "chosen / rejected (the two sides of a preference pair)",
-    )
-    reference: StoredText | None = Field(default=None, max_length=200_000, description="The dataset's own answer to the prompt")
-    turns: list[Turn] | None = Field(
-        default=None,
-        max_length=512,
-        description="A multi-turn episode's response turn by turn, in order (the response is the whole episode's text)",
-    )
+from rlplane.floats import AnyFloat, MaybeFloat
+from rlplane.rows import SampleLabel, Turn
 
 
 class SampleOut(BaseModel):

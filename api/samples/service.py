@@ -8,11 +8,12 @@ from sqlalchemy import asc, desc, func, select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
-from api.floats import encode
 from api.inserts import IngestResult, ingest_rows
 from api.models import Sample
 from api.runs.service import readable_run
 from api.samples import schemas
+from rlplane.floats import encode
+from rlplane.rows import SampleRow
 
 
 def prompt_hash(prompt: str) -> str:
@@ -45,7 +46,7 @@ def _public(row: Sample) -> schemas.SampleOut:
     )
 
 
-def store(session: Session, run_id: int, samples: list[schemas.SampleIn]) -> IngestResult:
+def store(session: Session, run_id: int, samples: list[SampleRow]) -> IngestResult:
     """Insert generations; the caller has claimed the run (claim_for_report)."""
     now = time.time()
     rows = [

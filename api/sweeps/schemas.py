@@ -3,7 +3,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.floats import AnyFloat
+from rlplane.floats import AnyFloat
 
 SweepStatus = Literal["running", "succeeded", "failed", "cancelled"]
 # queued: running as the sweep sees it, its run still waiting for a worker

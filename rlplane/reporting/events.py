@@ -1,10 +1,11 @@
 """What a trainer reports: metric points, log lines, samples, checkpoints and status changes."""
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from rlplane.floats import encode as json_float  # JSON has no NaN or infinity: they travel as strings
+from rlplane.limits import MAX_LOG_CHARS
 from rlplane.status import TrainerStatus
 
 
@@ -83,13 +84,19 @@ class Batch:
         return steps
 
 
-def json_float(value: float | None) -> float | str | None:
-    """JSON has no NaN or infinity: send them as the strings the API reads back ("NaN", "Infinity", "-Infinity")."""
-    if value is None or math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
+# The records below are the JSON of the contract's rows (rlplane/rows.py: MetricRow, LogRow, SampleRow), built by
+# hand for speed on the reporting path; tests/test_reporting.py validates what the sinks write against the rows.
+
+
+def metric_record(point: MetricPoint) -> dict[str, Any]:
+    return {"key": point.key, "step": point.step, "value": json_float(point.value), "time": point.time}
+
+
+def log_record(line: LogLine, attempt: int | None = None) -> dict[str, Any]:
+    """A log line; sent to the API (with its attempt) cut to MAX_LOG_CHARS, the run directory's file keeps it whole."""
+    if attempt is None:
+        return {"rank": line.rank, "seq": line.seq, "text": line.text, "time": line.time}
+    return {"attempt": attempt, "rank": line.rank, "seq": line.seq, "text": line.text[:MAX_LOG_CHARS], "time": line.time}
 
 
 def sample_record(item: StepSample) -> dict[str, Any]:

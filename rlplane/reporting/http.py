@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from rlplane.limits import MAX_LOG_CHARS, MAX_REASON_CHARS
-from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
+from rlplane.limits import MAX_REASON_CHARS
+from rlplane.reporting.events import Batch, checkpoint_record, log_record, metric_record, sample_record
 from rlplane.reports import ReportSender, Request, report_requests
 
 
@@ -15,11 +15,8 @@ class ControlPlaneSink(ReportSender):
         self.send(list(self._requests(batch)))
 
     def _requests(self, batch: Batch) -> Iterator[Request]:
-        metrics = [{"key": p.key, "step": p.step, "value": json_float(p.value), "time": p.time} for p in batch.metrics]
-        logs = [
-            {"attempt": self.attempt, "rank": line.rank, "seq": line.seq, "text": line.text[:MAX_LOG_CHARS], "time": line.time}
-            for line in batch.logs
-        ]
+        metrics = [metric_record(p) for p in batch.metrics]
+        logs = [log_record(line, self.attempt) for line in batch.logs]
         yield from report_requests(metrics, [sample_record(s) for s in batch.samples], logs)
         for event in batch.checkpoints:
             yield "checkpoints", orjson.dumps(checkpoint_record(event))

@@ -7,7 +7,7 @@ from typing import IO, Any
 import orjson
 
 from rlplane.layout import claimed_by_another
-from rlplane.reporting.events import Batch, checkpoint_record, json_float, sample_record
+from rlplane.reporting.events import Batch, checkpoint_record, log_record, metric_record, sample_record
 
 
 class JsonlSink:
@@ -30,10 +30,8 @@ class JsonlSink:
                 self._fenced = True
                 print(f"attempt {self.attempt} was ended: another attempt owns {self.out_dir}; reports dropped", file=sys.stderr)
             return
-        self._append(
-            "metrics", ({"step": p.step, "key": p.key, "value": json_float(p.value), "time": p.time} for p in batch.metrics)
-        )
-        self._append("logs", ({"rank": line.rank, "seq": line.seq, "text": line.text, "time": line.time} for line in batch.logs))
+        self._append("metrics", (metric_record(p) for p in batch.metrics))
+        self._append("logs", (log_record(line) for line in batch.logs))
         self._append("samples", ({**sample_record(s), "time": s.time} for s in batch.samples))
         events = [{"type": "checkpoint", **checkpoint_record(c)} for c in batch.checkpoints]
         events += [

@@ -2639,29 +2639,6 @@ export interface components {
             /** Run Id */
             run_id: number;
         };
-        /** LogLineIn */
-        LogLineIn: {
-            /**
-             * Attempt
-             * @description Attempt number (0: outside any lease)
-             * @default 0
-             */
-            attempt: number;
-            /**
-             * Rank
-             * @default 0
-             */
-            rank: number;
-            /**
-             * Seq
-             * @description Per (attempt, rank) sequence number; makes re-sent lines harmless
-             */
-            seq: number;
-            /** Text */
-            text: string;
-            /** Time */
-            time?: number | null;
-        };
         /** LogLineOut */
         LogLineOut: {
             /** Attempt */
@@ -2695,6 +2672,29 @@ export interface components {
              * @description Pass as `offset` to get the lines after these
              */
             next_offset: number;
+        };
+        /** LogRow */
+        LogRow: {
+            /**
+             * Attempt
+             * @description Attempt number (0: outside any lease)
+             * @default 0
+             */
+            attempt: number;
+            /**
+             * Rank
+             * @default 0
+             */
+            rank: number;
+            /**
+             * Seq
+             * @description Per (attempt, rank) sequence number; makes re-sent lines harmless
+             */
+            seq: number;
+            /** Text */
+            text: string;
+            /** Time */
+            time?: number | null;
         };
         /**
          * LoraSpec
@@ -2811,8 +2811,8 @@ export interface components {
              */
             role: "viewer" | "member" | "admin";
         };
-        /** MetricPoint */
-        MetricPoint: {
+        /** MetricRow */
+        MetricRow: {
             /**
              * Key
              * @description Namespaced key, e.g. train/loss or ppo/kl
@@ -4097,47 +4097,6 @@ export interface components {
             /** @description The optimization loop. An eval run trains nothing: it may leave train out ({steps: 1}; train.seed seeds its sampling). */
             train: components["schemas"]["TrainSpec"];
         };
-        /** SampleIn */
-        SampleIn: {
-            /**
-             * Index
-             * @description Position within the step; (step, index) is the idempotency key
-             * @default 0
-             */
-            index: number;
-            /** Kl */
-            kl?: number | ("NaN" | "Infinity" | "-Infinity") | null;
-            /**
-             * Label
-             * @description What the response is: rollout (RL training, the default), generation (at an evaluation), chosen / rejected (the two sides of a preference pair)
-             */
-            label?: ("rollout" | "generation" | "chosen" | "rejected") | null;
-            /** Prompt */
-            prompt: string;
-            /**
-             * Reference
-             * @description The dataset's own answer to the prompt
-             */
-            reference?: string | null;
-            /** Response */
-            response: string;
-            /** Reward */
-            reward?: number | ("NaN" | "Infinity" | "-Infinity") | null;
-            /**
-             * Scores
-             * @description Any extra per-sample scores: reward components by name, advantage, length (tokens), ...
-             */
-            scores?: {
-                [key: string]: number | ("NaN" | "Infinity" | "-Infinity");
-            };
-            /** Step */
-            step: number;
-            /**
-             * Turns
-             * @description A multi-turn episode's response turn by turn, in order (the response is the whole episode's text)
-             */
-            turns?: components["schemas"]["Turn"][] | null;
-        };
         /** SampleOut */
         SampleOut: {
             /** Id */
@@ -4178,6 +4137,47 @@ export interface components {
             count: number;
             /** Data */
             data: components["schemas"]["SampleOut"][];
+        };
+        /** SampleRow */
+        SampleRow: {
+            /**
+             * Index
+             * @description Position within the step; (step, index) is the idempotency key
+             * @default 0
+             */
+            index: number;
+            /** Kl */
+            kl?: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /**
+             * Label
+             * @description What the response is: rollout (RL training, the default), generation (at an evaluation), chosen / rejected (the two sides of a preference pair)
+             */
+            label?: ("rollout" | "generation" | "chosen" | "rejected") | null;
+            /** Prompt */
+            prompt: string;
+            /**
+             * Reference
+             * @description The dataset's own answer to the prompt
+             */
+            reference?: string | null;
+            /** Response */
+            response: string;
+            /** Reward */
+            reward?: number | ("NaN" | "Infinity" | "-Infinity") | null;
+            /**
+             * Scores
+             * @description Any extra per-sample scores: reward components by name, advantage, length (tokens), ...
+             */
+            scores?: {
+                [key: string]: number | ("NaN" | "Infinity" | "-Infinity");
+            };
+            /** Step */
+            step: number;
+            /**
+             * Turns
+             * @description A multi-turn episode's response turn by turn, in order (the response is the whole episode's text)
+             */
+            turns?: components["schemas"]["Turn"][] | null;
         };
         /**
          * SandboxLimits
@@ -7364,7 +7364,7 @@ export interface operations {
         /** @description Up to 10,000 lines */
         requestBody: {
             content: {
-                "application/json": components["schemas"]["LogLineIn"][];
+                "application/json": components["schemas"]["LogRow"][];
             };
         };
         responses: {
@@ -7469,7 +7469,7 @@ export interface operations {
         /** @description Up to 10000 points */
         requestBody: {
             content: {
-                "application/json": components["schemas"]["MetricPoint"][];
+                "application/json": components["schemas"]["MetricRow"][];
             };
         };
         responses: {
@@ -7622,11 +7622,11 @@ export interface operations {
             content: {
                 "application/json": {
                     /** Logs */
-                    logs?: components["schemas"]["LogLineIn"][];
+                    logs?: components["schemas"]["LogRow"][];
                     /** Metrics */
-                    metrics?: components["schemas"]["MetricPoint"][];
+                    metrics?: components["schemas"]["MetricRow"][];
                     /** Samples */
-                    samples?: components["schemas"]["SampleIn"][];
+                    samples?: components["schemas"]["SampleRow"][];
                 };
             };
         };
@@ -7779,7 +7779,7 @@ export interface operations {
         /** @description Up to 5,000 samples */
         requestBody: {
             content: {
-                "application/json": components["schemas"]["SampleIn"][];
+                "application/json": components["schemas"]["SampleRow"][];
             };
         };
         responses: {
