@@ -27,7 +27,8 @@ def test_import_boundaries():
     """The contract imports none of the rest; the worker and the CLI never the API or a database driver, nor torch
     (a GPU node's worker process and a laptop's CLI stay light); the API never torch."""
     rest = ("api", "worker", "cli", "trainer_core", *HEAVY, "sqlalchemy", "fastapi")
-    contract = "rlplane.spec, rlplane.status, rlplane.limits, rlplane.wire, rlplane.layout, rlplane.client, rlplane.reports, rlplane.rows"
+    contract = "rlplane.spec, rlplane.status, rlplane.limits, rlplane.wire, rlplane.layout, rlplane.client, rlplane.reports"
+    contract += ", rlplane.rows, rlplane.floats"
     assert _loaded_after_import(f"{contract}, rlplane.logformat, rlplane.config, rlplane.allowlist, rlplane.ports", rest) == []
     # the SDK a training script imports, and its reporter: torch-free, and `rlplane.init` loads it when first used
     assert _loaded_after_import("rlplane; rlplane.init; import rlplane.reporting, rlplane.manifest", rest) == []

@@ -332,7 +332,6 @@ class TestStateMachine:
         run = create_run(client)
         assert client.post(f"/api/v1/runs/{run['id']}/lease", json={"worker": "w"}).status_code == 403
 
-
     def test_a_stored_spec_this_version_no_longer_accepts_is_a_conflict_not_a_server_error(self, client, db):
         """The API reads a stored spec typed (Run.run_spec): one an older version stored that no longer validates
         answers 409 naming the field; the other runs answer as ever."""
