@@ -193,6 +193,8 @@ LAUNCHING = (
         "test_gpu",
         "test_ilql",
         "test_layering",
+        "test_lint",
+        "test_doc_paths",
         "test_megatron_cpu_shim",
         "test_model_speed",
         "test_nemo_checkpoint",
