@@ -19,9 +19,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from rlplane.comparisons import Op
+from rlplane.spec.algorithms import DETECTOR_NAMES
 from rlplane.spec.base import Name, StrictModel
 
-Op = Literal["<", "<=", ">", ">=", "==", "!="]
 METRIC_KEY = r"^[A-Za-z0-9_./-]{1,256}$"
 
 
@@ -61,18 +62,7 @@ class DetectorRule(StrictModel):
     project's runs (or the one run)."""
 
     kind: Literal["detector"]
-    name: Literal[
-        "all_groups_equal",
-        "kl_unbounded",
-        "length_at_max",
-        "entropy_collapse",
-        "reward_falling",
-        "mostly_truncated",
-        "prompts_cut",
-        "clipping_heavily",
-        "critic_blind",
-        "async_idle",
-    ]
+    name: Literal[DETECTOR_NAMES]  # type: ignore[valid-type]  (the algorithm table's: one list of them)
     params: dict[str, float] = Field(default_factory=dict, description="Overrides of the detector's defaults.")
 
 

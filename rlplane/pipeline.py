@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from rlplane.comparisons import COMPARE
 from rlplane.spec import SpecError, parse_spec
 from rlplane.spec.base import Name, StrictModel
 from rlplane.sweep import SweepDoc, load_sweep
@@ -84,20 +85,12 @@ class Comparison:
     value: float
 
     def holds(self, actual: float) -> bool:
-        return _OPS[self.op](actual, self.value)
+        return COMPARE[self.op](actual, self.value)
 
     def __str__(self) -> str:
         return f'stages.{self.stage}.metrics["{self.metric}"] {self.op} {self.value:g}'
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
 _COMPARISON = re.compile(
     r"""^\s*stages\.([A-Za-z0-9._-]+)\.metrics\[\s*(["'])([^"']{1,256})\2\s*\]\s*(<=|>=|==|!=|<|>)\s*"""
     r"""([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$"""

@@ -9,16 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rlplane.comparisons import COMPARE
 from rlplane.spec.algorithms import TABLE
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
 
 
 @dataclass(frozen=True)
@@ -43,14 +35,14 @@ def threshold(points: Points, op: str, value: float, window: int, metric: str) -
         return Verdict(False)
     mean = sum(recent) / window
     what = "mean of the last {window} points of {metric}" if window > 1 else "{metric}"
-    return Verdict(_OPS[op](mean, value), f"{what.format(window=window, metric=metric)} is {mean:.4g} ({op} {value:g})")
+    return Verdict(COMPARE[op](mean, value), f"{what.format(window=window, metric=metric)} is {mean:.4g} ({op} {value:g})")
 
 
 def change(points: Points, op: str, value: float, window: int, metric: str) -> Verdict:
     if len(points) <= window or not (math.isfinite(points[-1]) and math.isfinite(points[-1 - window])):
         return Verdict(False)
     moved = points[-1] - points[-1 - window]
-    return Verdict(_OPS[op](moved, value), f"{metric} moved by {moved:+.4g} over {window} points ({op} {value:g})")
+    return Verdict(COMPARE[op](moved, value), f"{metric} moved by {moved:+.4g} over {window} points ({op} {value:g})")
 
 
 def nonfinite(points_by_key: Mapping[str, Points]) -> Verdict:

@@ -555,6 +555,8 @@ TABLE: tuple[AlgorithmEntry, ...] = (
     AlgorithmEntry("command", "command"),
 )
 ENTRIES: dict[str, AlgorithmEntry] = {entry.name: entry for entry in TABLE}
+# The alert detectors (api/alerts/detectors.py implements them): each one watches the algorithms whose row names it.
+DETECTOR_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for entry in TABLE for name in entry.detectors))
 
 Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"]  # TABLE's names (a test holds it)
 ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)

@@ -1853,7 +1853,7 @@ export interface components {
              * Name
              * @enum {string}
              */
-            name: "all_groups_equal" | "kl_unbounded" | "length_at_max" | "entropy_collapse" | "reward_falling" | "mostly_truncated" | "prompts_cut" | "clipping_heavily" | "critic_blind" | "async_idle";
+            name: "kl_unbounded" | "length_at_max" | "entropy_collapse" | "reward_falling" | "mostly_truncated" | "prompts_cut" | "clipping_heavily" | "critic_blind" | "all_groups_equal" | "async_idle";
             /**
              * Params
              * @description Overrides of the detector's defaults.
