@@ -8,6 +8,7 @@ from api.models import Checkpoint, Run, RunEvent, RunLink
 from rlplane.client import Client
 from rlplane.limits import MAX_REASON_CHARS
 from tests.harness.factories import ApiWorker, auth, create_project, create_run, create_user, spec, worker_token
+from tests.harness.launch import ROOT
 from worker.client import WorkerApi
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise
@@ -468,19 +469,22 @@ class TestValidate:
 
 
 @pytest.mark.parametrize(
-    ("spec", "said"),
+    ("example", "sets", "said"),
     [
-        ({"algorithm": "eval", "eval": {"samples": 1, "greedy": True}}, "greedy"),
-        ({"algorithm": "eval", "eval": {"samples": 1, "gen": {"temperature": 0.7}}}, "sampled at T=0.7"),
-        ({"algorithm": "eval", "eval": {"samples": 8, "gen": {"temperature": 1.0}}}, "sampled at T=1, 8 per prompt"),
-        ({"algorithm": "grpo", "grpo": {"eval": {"samples": 1}, "gen": {"temperature": 1.0}}}, "greedy"),
-        ({"algorithm": "ppo", "ppo": {"eval": {"samples": 4}, "gen": {"temperature": 0.9}}}, "sampled at T=0.9, 4 per prompt"),
-        ({"algorithm": "sft"}, None),
+        ("eval", ["eval.samples=1", "eval.k=[1]", "eval.greedy=true"], "greedy"),
+        ("eval", ["eval.samples=1", "eval.k=[1]", "eval.greedy=false", "eval.gen.temperature=0.7"], "sampled at T=0.7"),
+        ("eval", ["eval.samples=8", "eval.greedy=false", "eval.gen.temperature=1.0"], "sampled at T=1, 8 per prompt"),
+        ("grpo", ["grpo.eval.samples=1", "grpo.gen.temperature=1.0"], "greedy"),
+        ("ppo", ["ppo.eval.samples=4", "ppo.gen.temperature=0.9"], "sampled at T=0.9, 4 per prompt"),
+        ("sft", [], None),
     ],
 )
-def test_the_decoding_said_beside_an_accuracy(spec, said):
+def test_the_decoding_said_beside_an_accuracy(example, sets, said):
     """Two accuracies of one checkpoint (an RL run's greedy held-out evaluation, a sampled eval run) each say how
     their answers were drawn: the runs list's config and a checkpoint's evaluations carry it."""
     from api.runs.views import config_summary, decoding
+    from rlplane.spec import apply_overrides, parse_spec
 
+    shipped = yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
+    spec = parse_spec(apply_overrides(shipped, sets))
     assert decoding(spec) == said and config_summary(spec)["decoding"] == said

@@ -140,7 +140,7 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
                 data=spec["data"]["source"],
                 reward=judge_text(spec),
                 samples=(spec.get("eval") or {}).get("samples", 1),
-                decoding=decoding(spec),
+                decoding=decoding(run.run_spec),
                 metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
             )
         )

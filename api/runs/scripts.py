@@ -58,7 +58,7 @@ def record_environment(session: Session, principal: Principal, run_id: int, envi
     run.environment = _checked(environment)
     script_config = run.environment.get("config")
     if run.algorithm == "command" and isinstance(script_config, dict):  # the runs table shows the script's own values
-        run.config = config_summary(run.spec, script_config)
+        run.config = config_summary(run.run_spec, script_config)
     session.flush()
     return run
 

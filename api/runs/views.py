@@ -8,7 +8,8 @@ from api.auth.principal import Principal
 from api.models import Run
 from api.runs import gang, repository, schemas
 from api.runs.headlines import page_headlines
-from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
+from rlplane.spec import RunSpec
+from rlplane.spec.algorithms import ONLINE_ALGORITHMS
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
 from rlplane.wire import LeasedRun
 
@@ -56,46 +57,44 @@ _SCRIPT_KEYS = {
 }
 
 
-def decoding(spec: dict[str, Any]) -> str | None:
+def decoding(spec: RunSpec) -> str | None:
     """How a run's accuracies were drawn, for labels beside them: `greedy`, or `sampled at T=1` (with `, 8 per
     prompt` past one answer); an eval run's (eval.greedy / eval.samples at eval.gen), an RL run's held-out
     evaluations' (<section>.eval.samples: one is greedy; more are sampled at <section>.gen). None for the others."""
-    algorithm = spec.get("algorithm")
-    if algorithm == "eval":
-        options = spec.get("eval") or {}
-        greedy, samples, gen = bool(options.get("greedy")), int(options.get("samples", 1)), options.get("gen") or {}
-    elif algorithm in ONLINE_ALGORITHMS:
-        section = spec.get(ALGORITHM_SECTIONS[algorithm]) or {}
-        samples, gen = int((section.get("eval") or {}).get("samples", 1)), section.get("gen") or {}
+    options: Any = spec.options
+    if spec.algorithm == "eval":
+        greedy, samples, gen = options.greedy, options.samples, options.gen
+    elif spec.algorithm in ONLINE_ALGORITHMS:
+        samples, gen = options.eval.samples, options.gen
         greedy = samples == 1
     else:
         return None
     if greedy:
         return "greedy"
-    return f"sampled at T={float(gen.get('temperature', 1.0)):g}" + (f", {samples} per prompt" if samples > 1 else "")
+    return f"sampled at T={gen.temperature:g}" + (f", {samples} per prompt" if samples > 1 else "")
 
 
-def config_summary(spec: dict[str, Any], script_config: dict[str, Any] | None = None) -> dict[str, Any]:
+def config_summary(spec: RunSpec, script_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The spec fields a runs table shows beside the metrics, as the run has them: an eval run trains nothing (no lr
     or batch size), and a command run's are its script's own (its command.config, and what rlplane.init recorded:
     `script_config`), else the spec's only where its command line takes them ({train.lr}); null where it has none."""
-    model, train, backend = (spec.get(name) or {} for name in ("model", "train", "backend"))
+    train, backend = spec.train, spec.backend
     summary = {
-        "model": model.get("path"),
-        "lr": train.get("lr"),
-        "batch_size": train.get("batch_size"),
-        "steps": train.get("steps"),
-        "backend": backend.get("kind"),
-        "precision": backend.get("precision"),
+        "model": spec.model.path if spec.model is not None else None,
+        "lr": train.lr,
+        "batch_size": train.batch_size,
+        "steps": train.steps,
+        "backend": backend.kind,
+        "precision": backend.precision,
         "decoding": decoding(spec),
     }
-    if spec.get("algorithm") == "eval":
+    if spec.algorithm == "eval":
         return {**summary, "lr": None, "batch_size": None}
-    if spec.get("algorithm") != "command":
+    if spec.command is None:
         return summary
-    command = spec.get("command") or {}
-    argv = " ".join(str(arg) for arg in command.get("argv") or [])
-    given = {**(command.get("config") or {}), **(script_config or {})}
+    command = spec.command
+    argv = " ".join(str(arg) for arg in command.argv)
+    given = {**command.config, **(script_config or {})}
     for field, keys in _SCRIPT_KEYS.items():
         own = next((given[key] for key in keys if isinstance(given.get(key), str | int | float)), None)
         # model.path is the user's (lineage); train.lr and batch_size are defaults unless the command line takes them
@@ -164,9 +163,9 @@ def is_scripted(run: Run) -> bool:
     return run.scripted
 
 
-def scripted_spec(spec: dict | None) -> bool:
-    """The stored spec of a run its script started itself."""
-    return bool(((spec or {}).get("command") or {}).get("external"))
+def scripted_spec(spec: RunSpec) -> bool:
+    """A spec of a run its script started itself."""
+    return spec.command is not None and spec.command.external
 
 
 def leased_run(session: Session, run: Run) -> LeasedRun:
