@@ -131,16 +131,16 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
     latest = rollups.latest_points(session, [run.id for _, run in rows], key_prefix="eval/")
     found: dict[int | None, list[schemas.CheckpointEvaluation]] = {}
     for step, run in rows:
-        spec = run.spec
+        spec = run.run_spec  # an eval run's: its data and eval sections are there
         found.setdefault(step, []).append(
             schemas.CheckpointEvaluation(
                 run_id=run.id,
                 name=run.name,
                 status=run.status,
-                data=spec["data"]["source"],
-                reward=judge_text(spec),
-                samples=(spec.get("eval") or {}).get("samples", 1),
-                decoding=decoding(run.run_spec),
+                data=spec.data.source,  # type: ignore[union-attr]
+                reward=judge_text(run.spec),  # how the stored JSON reads: the words a user wrote
+                samples=spec.eval.samples,  # type: ignore[union-attr]
+                decoding=decoding(spec),
                 metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
             )
         )
