@@ -504,8 +504,9 @@ def test_a_sweep_started_from_the_cli_runs_its_trials_through_the_worker_and_nam
 
 def test_the_base_install_submits_a_local_data_file_and_reads_the_run(stack, tmp_path):
     """`pip install rlplane` with no extras (what docs/layout.md gives a CI job) in a venv of its own, against the live
-    API: submit uploads a local data file and waits, then runs list, metrics and logs. Its CLI once imported
-    trainer_core (pyarrow) to upload a file. A server command there names the extra it needs."""
+    API: submit uploads a local data file and waits, then runs list, metrics, logs, runs show, checkpoints and a
+    download of the model. Its CLI once imported trainer_core (pyarrow) to upload a file. A server command there, and
+    `rlplane train`, names the extra it needs."""
     venv, source = tmp_path / "base", tmp_path / "source"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # a copy of what the package holds: pip builds in the tree it is given, and the checkout stays as it was
@@ -543,6 +544,14 @@ def test_the_base_install_submits_a_local_data_file_and_reads_the_run(stack, tmp
     assert metrics.returncode == 0 and len(json.loads(metrics.stdout)["series"][0]["points"]) == 10
     logs = rlplane("logs", run_id)
     assert logs.returncode == 0 and "step 10" in logs.stdout
+    shown = rlplane("runs", "show", run_id)
+    assert shown.returncode == 0 and "base-install" in shown.stdout and "succeeded" in shown.stdout, shown.stdout
+    listed = rlplane("checkpoints", run_id)
+    assert listed.returncode == 0 and "export" in listed.stdout, listed.stdout
+    downloaded = rlplane("download", run_id, "-o", "model")
+    assert downloaded.returncode == 0 and (tmp_path / "model" / "config.json").is_file(), downloaded.stderr
+    train = rlplane("train", "spec.yaml")
+    assert train.returncode == 2 and "rlplane train: needs the train extra" in train.stderr, train.stderr
     up = rlplane("up", "--port", "9")
     assert (
         up.returncode == 2

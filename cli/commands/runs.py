@@ -14,6 +14,7 @@ from cli.context import EXIT_INVALID_SPEC, JsonFlag, RunArg, handled, state
 from cli.follow import exit_code, wait_for
 from cli.submission import Submission, prepare, with_value
 from rlplane.client import ApiError, Client
+from rlplane.spec.algorithms import ALGORITHMS
 
 app = typer.Typer(help="List runs and act on them.", no_args_is_help=True)
 
@@ -203,7 +204,7 @@ def list_runs(
     project: Annotated[str | None, typer.Option(help="Only this project")] = None,
     status: Annotated[list[str] | None, typer.Option(help="queued, running, succeeded, ... (repeatable)")] = None,
     algorithm: Annotated[
-        list[str] | None, typer.Option(help="sft, reward, dpo, ppo, grpo, ilql, eval, command (repeat it)")
+        list[str] | None, typer.Option(help=f"{', '.join(ALGORITHMS)} (repeat it)")
     ] = None,
     search: Annotated[str | None, typer.Option("--search", "-q", help="Substring of the run name")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="Show archived runs instead")] = False,
