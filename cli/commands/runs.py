@@ -203,9 +203,7 @@ def list_runs(
     ctx: typer.Context,
     project: Annotated[str | None, typer.Option(help="Only this project")] = None,
     status: Annotated[list[str] | None, typer.Option(help="queued, running, succeeded, ... (repeatable)")] = None,
-    algorithm: Annotated[
-        list[str] | None, typer.Option(help=f"{', '.join(ALGORITHMS)} (repeat it)")
-    ] = None,
+    algorithm: Annotated[list[str] | None, typer.Option(help=f"{', '.join(ALGORITHMS)} (repeat it)")] = None,
     search: Annotated[str | None, typer.Option("--search", "-q", help="Substring of the run name")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="Show archived runs instead")] = False,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
