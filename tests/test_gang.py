@@ -193,6 +193,28 @@ def test_a_nodes_config_failure_fails_the_run(app, client, anon):
     assert (detail["status"], detail["failure"], detail["attempts"][0]["failure"]) == ("failed", "config", "config")
 
 
+def test_a_node_that_handed_back_first_hands_the_attempt_back(app, client, anon):
+    """Slurm's SIGTERM reaches every node of a job, and a gang's ranks agree on a hand-back: node 1's trainer may exit
+    EXIT_HANDED_BACK (6) and its word reach the API before node 0's. The attempt is handed back, not lost: with
+    max_attempts 1 the run is queued again, not failed."""
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    train = {**spec()["train"], "batch_size": 12}
+    run = create_run(client, name="gang-handed-back", resources={"queue": "cpu", "nodes": 2, "max_attempts": 1}, train=train)
+    reconciler(app, broker).dispatch()
+    base = f"/api/v1/runs/{run['id']}/attempts/1"
+    node0 = {"worker": "node-a", "address": "10.0.0.1", "port": 29500}
+    assert anon.post(f"{base}/nodes/0/join", json=node0, headers=auth(token)).status_code == 200
+    assert anon.post(f"{base}/nodes/1/join", json={"worker": "node-b"}, headers=auth(token)).status_code == 200
+    end = {"exit_code": 6, "reason": "handed back: the trainer checkpointed with the gang and exited 6"}
+    assert anon.post(f"{base}/nodes/1/end", json=end, headers=auth(token)).status_code == 200
+    detail = client.get(f"/api/v1/runs/{run['id']}").json()
+    [attempt] = detail["attempts"]
+    assert detail["status"] == "queued" and attempt["handed_back"] is True, (detail["status"], attempt)
+    assert "retrying from the start (attempt 2)" in detail["status_reason"]
+
+
 def test_a_cancelled_gang_is_cancelled_when_node_0_dies_of_its_stopped_peer(app, client, anon):
     """A cancel stops each node's trainer as its worker hears of it: node 1 may stop first, and node 0's trainer
     then dies of the lost peer. That crash ends the attempt as cancelled (it once left the run cancelling)."""

@@ -37,12 +37,18 @@ def watch_node(
 ) -> str:
     """A node other than 0: forward its ranks' logs until its trainer exits, or stop it when the API says the
     attempt is over (cancelled, lost, ended elsewhere: another node failed). Node 0 watches for a hang: its
-    steps stop when any node's do."""
+    steps stop when any node's do. This worker shutting down (Slurm's SIGTERM reaches every node of a job) is a
+    hand-back: the ranks agree on it and checkpoint together, so its trainer gets hand_back_grace_s to do its part."""
     stopped = None
     try:
         while trainer.wait(settings.poll_s) is None:
             forwarder.poll()
             over = holding.current_attempt not in (None, attempt) or holding.status not in (None, "starting", "running")
+            if holding.stopping is not None and not over:
+                if _wait_out(trainer, forwarder, settings.hand_back_grace_s, settings.poll_s) is None:
+                    trainer.kill_group()
+                    stopped = f"{holding.stopping}; stopped after {settings.hand_back_grace_s:g} s"
+                break
             if holding.stopping is not None or over:
                 # The run succeeded, or failed on node 0's word: this node's trainer is ending too, give it a moment.
                 if holding.status in ("succeeded", "failed") and trainer.wait(10) is not None:
@@ -58,7 +64,10 @@ def watch_node(
     settle(forwarder)  # node 0 waits for this node's shards of the last checkpoint: they go up first
     if stopped is not None:
         code = None
-    reason = stopped or f"{who} exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
+    if code == EXIT_HANDED_BACK:  # its part of the gang's hand-back checkpoint is saved
+        reason = f"handed back: the {who} checkpointed with the gang and exited {code}"
+    else:
+        reason = stopped or f"{who} exited with {code}" + ("" if code == 0 else ":\n" + "\n".join(list(trainer.tail)[-15:]))
     failure = None if code in (0, None, EXIT_HANDED_BACK) else FAILURE_OF_EXIT.get(code, "crashed")
     for wait in (0, 1, 2, 4, 8):
         time.sleep(wait)
@@ -198,6 +207,14 @@ def _on_exit(
     last_lines = "\n".join(list(trainer.tail)[-15:])
     reason = f"{who} exited with {code}:\n{last_lines}"
     return end(client, forwarder, trainer, run_id, attempt, "failed", reason, failure=failure)
+
+
+def _wait_out(trainer: Trainer, forwarder: Forwarder, grace_s: float, poll_s: float) -> int | None:
+    """Forward while the trainer ends on its own, for up to `grace_s`; its exit code, or None if it is still running."""
+    deadline = time.monotonic() + grace_s
+    while trainer.wait(poll_s) is None and time.monotonic() < deadline:
+        forwarder.poll()
+    return trainer.poll()
 
 
 def say_phase(client: WorkerApi, run_id: int, attempt: int, phase: str | None, last_step: int | None) -> None:

@@ -33,7 +33,7 @@ from api.models.base import utcnow
 from api.workers.holding import moved_on, moved_on_reason
 from rlplane.limits import fit_reason
 from rlplane.spec import NodeRole
-from rlplane.status import ACTIVE
+from rlplane.status import ACTIVE, EXIT_HANDED_BACK
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 
 
@@ -196,14 +196,17 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
         late = slot.stopped_with_attempt
         slot.ended_at = slot.ended_at or utcnow()
         slot.end_reason, slot.exited_at, slot.stopped_with_attempt = fit_reason(own), body.exited_at, False
-        if late and body.exit_code not in (0, None) and _exited_first(session, slot):
+        if late and body.exit_code not in (0, None, EXIT_HANDED_BACK) and _exited_first(session, slot):
             _name_first(session, slot, (own.splitlines() or [""])[0][:300])
     if body.exit_code is not None or body.reason:
         session.execute(
             update(Worker).where(Worker.name == slot.worker, Worker.current_run_id == run.id).values(current_run_id=None)
         )
     if attempt == run.attempt_count and run.status in ("starting", "running") and body.exit_code != 0:
-        end_attempt(session, run, f"node {node_rank} ({slot.worker}): {own}", failure=body.failure)
+        # a node's trainer that exited EXIT_HANDED_BACK took part in the gang's hand-back (its ranks agree on one):
+        # the attempt is handed back, whichever node's word comes first
+        handed_back = body.exit_code == EXIT_HANDED_BACK
+        end_attempt(session, run, f"node {node_rank} ({slot.worker}): {own}", failure=body.failure, handed_back=handed_back)
     session.flush()
     return run
 

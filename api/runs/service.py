@@ -404,16 +404,18 @@ def end_attempt(
     failure: str | None = None,
     last_step: int | None = None,
     outcome: gang.NodeOutcome | None = None,
+    handed_back: bool = False,
 ) -> None:
     """End the current attempt of an active run from outside its lease holder (its worker went silent, a gang's node
-    failed): cancelled when it was being cancelled, failed when the trainer said the run is at fault (config,
-    diverged), else lost and retried while attempts remain."""
+    failed or handed back): cancelled when it was being cancelled, failed when the trainer said the run is at fault
+    (config, diverged), else lost and retried while attempts remain (a hand-back is not counted among them)."""
     if last_step is not None:
         run.last_step = max(run.last_step or 0, last_step)
     attempt = session.scalar(select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.number == run.attempt_count))
     if attempt is not None and attempt.ended_at is None:
         attempt.ended_at, attempt.end_reason, attempt.last_step = utcnow(), fit_reason(reason), run.last_step
         attempt.failure = failure if failure in NOT_RESUMABLE_FAILURES else None
+        attempt.handed_back = handed_back
     gang.end_nodes(session, run, reason, outcome)
     if run.status == "cancelling":
         set_status(session, run, "cancelled", f"{reason}; it was being cancelled")
