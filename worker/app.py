@@ -106,7 +106,7 @@ class Heartbeat:
                 name=self.settings.name,
                 hostname=platform.node(),
                 queues=self.settings.queues,
-                capacity=1,
+                capacity=0 if self.holding.stopping is not None else 1,  # shutting down: it takes nothing more
                 gpus=devices,
                 current_run_id=self.holding.run_id,
                 current_attempt=self.holding.attempt if self.holding.run_id is not None else None,
@@ -122,7 +122,15 @@ class Heartbeat:
             except Exception as exc:  # the API is down or restarting: training goes on
                 logger.warning("heartbeat failed: %s", exc)
             self.metrics.heartbeat(ok, body.current_run_id, body.last_step, devices)
-            self._stop.wait(self.settings.heartbeat_s)
+            self._wait(stopping=body.capacity == 0)
+
+    def _wait(self, stopping: bool) -> None:
+        """Until the next heartbeat, or at once when a shutdown begins: the API must know before the run it hands back
+        is queued again, or a gang could be granted to this worker, which would never join it."""
+        deadline = time.monotonic() + self.settings.heartbeat_s
+        while not self._stop.wait(min(0.25, max(0.0, deadline - time.monotonic()))) and time.monotonic() < deadline:
+            if not stopping and self.holding.stopping is not None:
+                return
 
 
 def gpus() -> list[dict]:

@@ -64,7 +64,8 @@ def busy_workers(session: Session) -> set[str]:
 
 
 def idle(workers: list[Worker], busy: set[str]) -> list[Worker]:
-    return [w for w in workers if w.current_run_id is None and w.name not in busy]
+    """Those holding nothing and taking runs (a worker shutting down says capacity 0)."""
+    return [w for w in workers if w.current_run_id is None and w.name not in busy and w.capacity > 0]
 
 
 def allocate(
