@@ -232,10 +232,7 @@ def ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: floa
     """Write `flag` into the run directory (the SDK's should_stop() sees it) and forward while the script saves and
     exits, for up to `grace_s`; then stop whatever is left. Says how it ended."""
     (forwarder.out_dir / flag).touch()
-    deadline = time.monotonic() + grace_s
-    while trainer.wait(poll_s) is None and time.monotonic() < deadline:
-        forwarder.poll()
-    code = trainer.poll()
+    code = _wait_out(trainer, forwarder, grace_s, poll_s)
     if code is not None:
         trainer.wait_output()
         forwarder.poll()  # the checkpoint it saved on its way out
@@ -249,10 +246,7 @@ def hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, 
     """Ask the trainer to checkpoint after its current step and exit (HAND_BACK_FILE), forwarding meanwhile;
     stop it after settings.hand_back_grace_s. Returns the attempt's end reason."""
     (forwarder.out_dir / HAND_BACK_FILE).touch()
-    deadline = time.monotonic() + settings.hand_back_grace_s
-    while trainer.wait(settings.poll_s) is None and time.monotonic() < deadline:
-        forwarder.poll()
-    if trainer.poll() in (0, EXIT_HANDED_BACK):
+    if _wait_out(trainer, forwarder, settings.hand_back_grace_s, settings.poll_s) in (0, EXIT_HANDED_BACK):
         # The hand-back checkpoint's event is the trainer's last write: read it now, after the trainer left.
         trainer.wait_output()
         forwarder.poll()

@@ -35,7 +35,7 @@ from api.auth.bootstrap import service_user, write_private
 from api.auth.tokens import display_prefix, hash_token, new_token
 from api.exceptions import Unprocessable
 from api.executors.celery import CeleryExecutor
-from api.models import ApiToken, Run, SlurmJob
+from api.models import ApiToken, Run, SlurmJob, User
 from api.models.base import utcnow
 from api.settings import SlurmQueue
 from api.unit_of_work import transaction
@@ -46,10 +46,10 @@ from rlplane.status import TERMINAL
 logger = logging.getLogger("rlplane.slurm")
 
 PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SLURM_CONF")  # the API's environment a job sees
-SLURM_USER = "slurm-executor"
+SLURM_USER = "slurm-executor"  # the owner of the jobs' worker tokens
 ENDED = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "ENDED"}
-)  # the owner of the jobs' worker tokens
+)
 SCANCEL_AFTER_S = 30.0  # a run that ended on its own: its job's workers exit by themselves, given this long
 COMMAND_S = 30.0  # the most one sbatch, squeue or scancel may take
 RECOVER_AFTER_S = 2 * COMMAND_S  # a submission without its job recorded this long was cut short
@@ -264,7 +264,7 @@ class SlurmExecutor:
 
     def _prepare(self, session: Session, run: Run, config: SlurmQueue) -> _Submission | None:
         """The job's token (its name marks the submission in flight: _submission), files and batch script."""
-        directory = config.job_dir / f"run-{run.id}-attempt-{run.attempt_count + 1}"
+        directory = _job_dir(config, run)
         token, secret = _mint_token(session, run)
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -340,24 +340,21 @@ class SlurmExecutor:
             if found is None or run is None:
                 token.revoked_at = utcnow()
                 return
-            directory = config.job_dir / f"run-{run_id}-attempt-{run.attempt_count + 1}"
-            self._attach(session, run, token, found, directory, config)
+            self._attach(session, run, token, found, _job_dir(config, run), config)
             logger.warning("run=%d: took on Slurm job %d, whose submission was cut short", run_id, found)
 
     def tick(self) -> None:
         """Each active job's state from squeue; an ended job's token revoked; the job of a run that ended cancelled;
         a submission cut short recovered."""
         with self.factory() as session:
-            user = service_user(session, SLURM_USER)
             stale = utcnow() - timedelta(seconds=RECOVER_AFTER_S)
             tokens = session.execute(
-                select(ApiToken.id, ApiToken.name).where(
-                    ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None), ApiToken.created_at < stale
-                )
+                select(ApiToken.id, ApiToken.name)
+                .join(User, User.id == ApiToken.user_id)
+                .where(User.name == SLURM_USER, ApiToken.revoked_at.is_(None), ApiToken.created_at < stale)
             ).all()  # the active jobs' tokens, and those of submissions without a job
             cut_short = [(token_id, int(m[1])) for token_id, name in tokens if (m := IN_FLIGHT.fullmatch(name))]
             queues = dict(session.execute(select(Run.id, Run.queue).where(Run.id.in_([r for _, r in cut_short]))).all())
-            session.commit()  # the service user, if it was made here
         for token_id, run_id in cut_short:
             if (config := self.queues.get(queues.get(run_id, ""))) is not None:
                 self._recover(run_id, token_id, config)
@@ -413,6 +410,11 @@ class SlurmExecutor:
 def _ended(state: str) -> bool:
     """A job state after which nothing of the job runs (ENDED: gone from squeue before it was seen ending)."""
     return state in ENDED or state.startswith("CANCELLED")
+
+
+def _job_dir(config: SlurmQueue, run: Run) -> Path:
+    """Where the files of the job for the run's next attempt go: its script, token, worker.env and output."""
+    return config.job_dir / f"run-{run.id}-attempt-{run.attempt_count + 1}"
 
 
 def _active_job(session: Session, run_id: int) -> SlurmJob | None:
