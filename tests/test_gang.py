@@ -196,7 +196,8 @@ def test_a_nodes_config_failure_fails_the_run(app, client, anon):
 def test_a_node_that_handed_back_first_hands_the_attempt_back(app, client, anon):
     """Slurm's SIGTERM reaches every node of a job, and a gang's ranks agree on a hand-back: node 1's trainer may exit
     EXIT_HANDED_BACK (6) and its word reach the API before node 0's. The attempt is handed back, not lost: with
-    max_attempts 1 the run is queued again, not failed."""
+    max_attempts 1 the run is queued again, not failed. Node 0's worker's own end, which comes after, is kept on its
+    node (it was once refused, and its worker, gone, was then named as having died first)."""
     token, broker = worker_token(client), Broker()
     beat(anon, token, "node-a")
     beat(anon, token, "node-b")
@@ -213,6 +214,13 @@ def test_a_node_that_handed_back_first_hands_the_attempt_back(app, client, anon)
     [attempt] = detail["attempts"]
     assert detail["status"] == "queued" and attempt["handed_back"] is True, (detail["status"], attempt)
     assert "retrying from the start (attempt 2)" in detail["status_reason"]
+    own = "handed back: worker node-a received SIGTERM (warm shutdown); checkpointed at step 40"
+    late = {"attempt": 1, "status": "lost", "reason": own, "handed_back": True, "last_step": 40}
+    answer = anon.post(f"/api/v1/runs/{run['id']}/status", json=late, headers=auth(token))
+    assert answer.status_code == 200 and answer.json()["status"] == "queued", answer.text
+    [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"]
+    assert [(n["node_rank"], n["end_reason"]) for n in attempt["nodes"]] == [(0, own), (1, end["reason"])]
+    assert attempt["end_reason"] == f"node 1 (node-b): {end['reason']}" and attempt["handed_back"] is True
 
 
 def test_a_cancelled_gang_is_cancelled_when_node_0_dies_of_its_stopped_peer(app, client, anon):

@@ -282,9 +282,10 @@ def test_a_preempted_job_and_one_at_its_time_limit_hand_the_run_back_and_the_nex
     (`scancel --signal=TERM`: what Slurm sends on preemption) and the second runs into its time limit (Slurm's own
     SIGTERM to every process of the job, then SIGKILL after KillWait). Each time the trainer checkpoints after its
     current step and the worker hands the run back (requeued, not counted as a failure); the first job ends COMPLETED,
-    the second TIMEOUT, and each next job resumes the run from that checkpoint: every logged step once. (One process:
-    under torchrun, its agent turns Slurm's SIGTERM into stopping the ranks: docs/slurm.md, "Not yet".)"""
-    longer = {**spec("slurm-preempted", 1, 1), "resources": {"queue": "slurm-1min"}}
+    the second TIMEOUT, and each next job resumes the run from that checkpoint: every logged step once. Two nodes, so
+    Slurm's SIGTERM also reaches both nodes' torchrun agents (they leave it to their ranks: trainer_core/torchrun.py)
+    and both workers (node 1's waits for its trainer's part of the gang's checkpoint)."""
+    longer = {**spec("slurm-preempted", 2, 1), "resources": {"queue": "slurm-1min", "nodes": 2}}
     longer["train"] |= {"steps": 100_000, "log_every": 10, "checkpoint_every": None, "eval_every": None}
     run_id = stack.submit(longer)
     stack.wait_step(run_id, 20, timeout=55)  # well within the first job's minute
@@ -302,6 +303,9 @@ def test_a_preempted_job_and_one_at_its_time_limit_hand_the_run_back_and_the_nex
     print("attempts:", json.dumps([(a["end_reason"], a["handed_back"]) for a in run["attempts"]]))  # should it fail
     assert first["handed_back"] and "handed back" in first["end_reason"], first
     assert second["handed_back"] and "handed back" in second["end_reason"], second
+    for attempt in (first, second):  # each node's own word: no worker taken for dead, no trainer for crashed
+        assert "failed first" not in attempt["end_reason"], attempt["end_reason"]
+        assert all(n["end_reason"].startswith("handed back") for n in attempt["nodes"]), attempt["nodes"]
     assert [j["state"] for j in run["slurm_jobs"][:2]] == ["COMPLETED", "TIMEOUT"], run["slurm_jobs"]
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     # checkpoint_every is off: the run's checkpoints are its hand-backs' (and perhaps the cancel's). Each job resumed

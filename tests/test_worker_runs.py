@@ -220,7 +220,7 @@ def test_trainer_commands_and_rank_prefixes(tmp_path: Path) -> None:
     assert one == ["py", "-m", "trainer_core", "run", str(tmp_path / "s.json"), "--out", str(tmp_path)]
     gpus = parse_spec({**SPEC, "resources": {"queue": "gpu", "gpus": 4}})
     four = trainer_command("py", gpus, tmp_path / "s.json", tmp_path, resume=tmp_path / "checkpoints/step-000010")
-    assert four[:6] == ["py", "-m", "torch.distributed.run", "--nproc_per_node", "4", "--tee"]
+    assert four[:6] == ["py", "-m", "trainer_core.torchrun", "--nproc_per_node", "4", "--tee"]
     assert four[-5:] == ["-m", "trainer_core", "run", "--resume", str(tmp_path / "checkpoints/step-000010")]
     assert split_rank("[default3]:step 5 | train/loss 1.0") == (3, "step 5 | train/loss 1.0")
     assert split_rank("[rank1]: Traceback (most recent call last):") == (1, "Traceback (most recent call last):")

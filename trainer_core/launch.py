@@ -47,6 +47,6 @@ def under_a_launcher() -> bool:
 
 def relaunch(processes: int, argv: list[str]) -> int:
     """`python -m trainer_core ARGV` as `processes` ranks under torchrun; its exit code."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    command = [sys.executable, "-m", "trainer_core.torchrun", "--nproc_per_node", str(processes)]
     command += ["--master_port", str(free_port()), "-m", "trainer_core", *argv]
     return subprocess.call(command)

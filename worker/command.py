@@ -45,7 +45,7 @@ def command_argv(python: str, spec: RunSpec, out_dir: Path, run_id: int, attempt
         return argv
     if argv[0] != python:
         raise CommandError(f"{argv[0]!r}: a command of several processes starts with python (torchrun runs the script)")
-    launcher = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--tee", "3", "--max-restarts", "0"]
+    launcher = [python, "-m", "trainer_core.torchrun", "--nproc-per-node", str(nproc), "--tee", "3", "--max-restarts", "0"]
     if place is not None:
         launcher += ["--nnodes", str(place.nodes), "--node-rank", str(place.node_rank)]
         launcher += ["--master-addr", place.master_address, "--master-port", str(place.master_port)]

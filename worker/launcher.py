@@ -50,7 +50,7 @@ def trainer_command(
     if place is not None:
         # Every backend's ranks under torchrun (DeepSpeed's launcher would ssh to the other nodes itself); static
         # rendezvous at node 0, and no restarts: a failed rank fails the attempt, and the API starts a new gang.
-        launcher = [python, "-m", "torch.distributed.run", "--nnodes", str(place.nodes), "--node-rank", str(place.node_rank)]
+        launcher = [python, "-m", "trainer_core.torchrun", "--nnodes", str(place.nodes), "--node-rank", str(place.node_rank)]
         launcher += ["--nproc-per-node", str(nproc), "--master-addr", place.master_address]
         launcher += ["--master-port", str(place.master_port), "--max-restarts", "0", "--tee", "3"]
         launcher += ["--log-dir", str(out_dir / "rank-logs" / f"node-{place.node_rank}")]
@@ -62,7 +62,7 @@ def trainer_command(
         command = [*launcher, "--no_local_rank", "--module", "trainer_core", "run"]
     elif nproc > 1:
         # --tee 3 prefixes every line of rank N with "[defaultN]:" (and keeps per-rank files under --log-dir).
-        launcher = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--tee", "3"]
+        launcher = [python, "-m", "trainer_core.torchrun", "--nproc_per_node", str(nproc), "--tee", "3"]
         launcher += ["--master_port", str(free_port()), "--log-dir", str(out_dir / "rank-logs")]
         command = [*launcher, "-m", "trainer_core", "run"]
     return [*command, "--resume", str(resume)] if resume is not None else [*command, str(spec_path), "--out", str(out_dir)]

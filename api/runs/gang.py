@@ -194,11 +194,7 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
         raise Forbidden(f"this worker token did not join node {node_rank} of attempt {attempt}")
     own = body.reason or f"exit {body.exit_code}"
     if slot.ended_at is None or slot.stopped_with_attempt:  # its own word, also after another node ended the attempt
-        late = slot.stopped_with_attempt
-        slot.ended_at = slot.ended_at or utcnow()
-        slot.end_reason, slot.exited_at, slot.stopped_with_attempt = fit_reason(own), body.exited_at, False
-        if late and body.exit_code not in (0, None, EXIT_HANDED_BACK) and _exited_first(session, slot):
-            _name_first(session, slot, (own.splitlines() or [""])[0][:300])
+        _own_word(session, slot, own, body.exited_at, failed=body.exit_code not in (0, None, EXIT_HANDED_BACK))
     if body.exit_code is not None or body.reason:
         session.execute(
             update(Worker).where(Worker.name == slot.worker, Worker.current_run_id == run.id).values(current_run_id=None)
@@ -210,6 +206,29 @@ def end_node(session: Session, principal: Principal, run_id: int, attempt: int, 
         end_attempt(session, run, f"node {node_rank} ({slot.worker}): {own}", failure=body.failure, handed_back=handed_back)
     session.flush()
     return run
+
+
+def late_node_zero(session: Session, run: Run, attempt: int, reason: str, exited_at: datetime | None, failed: bool) -> bool:
+    """Node 0's end (its worker's status report), come after another node's word ended the attempt (a hand-back that
+    node 1 told first, a crash): kept on its slot, as a late node's own word is (end_node), instead of being refused,
+    so it is not later taken for a worker that died (late_outcomes). Whether it was such a late word."""
+    slot = session.scalar(
+        select(AttemptNode).where(AttemptNode.run_id == run.id, AttemptNode.attempt == attempt, AttemptNode.node_rank == 0)
+    )
+    if slot is None or not slot.stopped_with_attempt:
+        return False
+    _own_word(session, slot, reason, exited_at, failed)
+    return True
+
+
+def _own_word(session: Session, slot: AttemptNode, reason: str, exited_at: datetime | None, failed: bool) -> None:
+    """A node's own end on its slot; one that failed after the attempt ended, but before the node whose word ended it,
+    is named first in the attempt's reason."""
+    late = slot.stopped_with_attempt
+    slot.ended_at = slot.ended_at or utcnow()
+    slot.end_reason, slot.exited_at, slot.stopped_with_attempt = fit_reason(reason), exited_at, False
+    if late and failed and _exited_first(session, slot):
+        _name_first(session, slot, (reason.splitlines() or [""])[0][:300])
 
 
 def _exited_first(session: Session, slot: AttemptNode) -> bool:

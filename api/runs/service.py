@@ -297,6 +297,13 @@ def update_status(session: Session, principal: Principal, run_id: int, body: sch
         )
     if body.attempt != run.attempt_count:
         raise Conflict(f"stale fencing token: attempt {body.attempt} is not run {run.id}'s current attempt {run.attempt_count}")
+    ends = body.status in TERMINAL or body.status == "lost"
+    if (
+        ends
+        and gang.nodes_of(run) > 1
+        and gang.late_node_zero(session, run, body.attempt, body.reason, body.exited_at, failed=body.status == "failed")
+    ):
+        return run
     if (body.status in TERMINAL or body.status == "running") and fell_silent(session, run):
         _script_back(session, run, body)
         return run
