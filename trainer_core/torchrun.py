@@ -52,5 +52,6 @@ def _leave_sigterm_to_the_ranks() -> None:
     # A handler, not SIG_IGN: the ranks (exec'd) start with SIGTERM's default, as a rank outside this launch would.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
 
+
 if __name__ == "__main__":
     sys.exit(main())
