@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from rlplane.floats import AnyFloat, MaybeFloat
 from rlplane.limits import KEY_PATTERN, MAX_LOG_CHARS, MAX_ROWS
@@ -90,3 +90,17 @@ class Report(BaseModel):
     metrics: list[MetricRow] = Field(default_factory=list, max_length=MAX_ROWS["metrics"])
     samples: list[SampleRow] = Field(default_factory=list, max_length=MAX_ROWS["samples"])
     logs: list[LogRow] = Field(default_factory=list, max_length=MAX_ROWS["logs"])
+
+
+def row_problem(model: type[BaseModel], data: object) -> str | None:
+    """Why `data` is not a `model` row, in one line; None where it is one, or differs from one only by fields this
+    version does not know (a newer trainer's or SDK's: a newer API takes them, an older one has them dropped by the
+    sender, rlplane.reports)."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        for error in exc.errors():
+            if error["type"] != "extra_forbidden":
+                where = ".".join(str(part) for part in error["loc"])
+                return f"{where}: {error['msg']}" if where else error["msg"]
+    return None

@@ -22,11 +22,13 @@ import orjson
 from rlplane.layout import ENVIRONMENT_FILE, node_parts
 from rlplane.reporting.events import LogLine, log_record
 from rlplane.reports import ReportSender, report_requests
+from rlplane.rows import MetricRow, SampleRow, row_problem
 from worker.uploads import Uploads
 
 logger = logging.getLogger("rlplane.worker")
 
 FILES = ("metrics", "samples", "events")
+ROWS = {"metrics": MetricRow, "samples": SampleRow}  # what each file's lines are, as the API takes them
 OFFSETS = ".forwarded.json"
 
 
@@ -148,7 +150,34 @@ class Forwarder:
             data = file.read()
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
         self.offsets[name] = start + end
-        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        rows = []
+        for line in data[:end].splitlines():
+            if line.strip() and (row := self._row(name, line)) is not None:
+                rows.append(row)
+        return rows
+
+    def _row(self, name: str, line: bytes) -> dict[str, Any] | None:
+        """One line of `name`.jsonl, checked against the contract's row: a line that is not one (a script that wrote
+        the file itself, a torn disk) is told in the run's logs and skipped, instead of costing its whole request
+        (the API refuses a request with one bad row) or stopping the forwarding."""
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            problem = f"not JSON ({exc})"
+        else:
+            model = ROWS.get(name)
+            if not isinstance(row, dict):
+                problem = "not a JSON object"
+            elif model is None:
+                return row
+            else:
+                problem = row_problem(model, _without_time(row) if name == "samples" else row)
+                if problem is None:
+                    return row
+        said = line[:200].decode("utf-8", "replace")
+        self.add_line(0, f"rlplane worker: skipped a line of {name}.jsonl, {problem}: {said}")
+        logger.warning("run dir %s: skipped a line of %s.jsonl: %s", self.out_dir, name, problem)
+        return None
 
     def _load_offsets(self) -> dict[str, int]:
         try:
