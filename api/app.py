@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 reward_entrypoints=settings.reward_entrypoints,
                 alert_s=settings.alert_s,
                 forget_workers_after_s=settings.forget_workers_after_s,
+                preempt_after_s=settings.preempt_after_s,
                 slurm_queues=settings.slurm_queues,
                 broker_url=settings.resolved_broker_url,
                 artifacts=settings.resolved_artifacts,

@@ -1,10 +1,12 @@
 """The database is the truth about runs; this loop makes the broker and the workers agree with it.
 
 Every `reconcile_s` seconds, and at once when this process has just queued a run, in each API process:
-- each queued run goes to its queue's executor (api/executors/): Celery workers on the nodes (the run is sent to
-  its queue's broker queue, `runs.launch`, again every `redispatch_s` while it stays queued; a multi-node run is
-  granted its gang when enough workers are idle, api/runs/gang.py, and each node is sent to its worker's own
-  queue), or a Slurm cluster (a job per attempt, whose workers then take it the same way).
+- each queued run, highest priority first (api/runs/priorities.py), goes to its queue's executor (api/executors/):
+  Celery workers on the nodes (the run is sent to its queue's broker queue, `runs.launch`, again every `redispatch_s`
+  while it stays queued; a multi-node run is granted its gang when enough workers are idle, api/runs/gang.py, and
+  each node is sent to its worker's own queue), or a Slurm cluster (a job per attempt, whose workers then take it the
+  same way).
+- a waiting run that outranks running ones and cannot start otherwise has them handed back (api/runs/preemption.py).
 - sweeps move on: ended trials are scored, weak ones stopped early, new ones started up to `parallel`
   (api/sweeps/service.py).
 - pipelines move on: a stage whose run ended ends as it did, and a stage whose inputs now exist starts its run
@@ -35,7 +37,7 @@ from api.executors.slurm import SlurmExecutor
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.pipelines import service as pipelines
-from api.runs import gang, scripts
+from api.runs import gang, preemption, priorities, scripts
 from api.runs.service import requeue_or_fail
 from api.settings import SlurmQueue
 from api.sweeps import service as sweeps
@@ -77,6 +79,7 @@ class Reconciler:
         reward_entrypoints: list[str] | None = None,
         alert_s: float = 10.0,
         forget_workers_after_s: float = 86_400.0,
+        preempt_after_s: float = 600.0,
         slurm_queues: dict[str, SlurmQueue] | None = None,
         broker_url: str = "",
         artifacts: str = "",
@@ -88,7 +91,7 @@ class Reconciler:
         self.factory, self.send = factory, send
         self.reward_entrypoints = reward_entrypoints or []  # what a pipeline stage's run may use, as a submit
         self.reconcile_s, self.redispatch_s, self.lost_after_s = reconcile_s, redispatch_s, lost_after_s
-        self.script_silent_s = script_silent_s
+        self.script_silent_s, self.preempt_after_s = script_silent_s, preempt_after_s
         self.celery = CeleryExecutor(factory, send, redispatch_s=redispatch_s, lost_after_s=lost_after_s)
         self.slurm = (
             SlurmExecutor(factory, slurm_queues, self.celery, broker_url=broker_url, artifacts=artifacts)
@@ -151,7 +154,10 @@ class Reconciler:
         """Each queued run to its queue's executor, then each executor's own upkeep."""
         with self.factory() as session:
             runs = session.scalars(
-                select(Run).options(load_only(Run.id, Run.queue, Run.spec)).where(Run.status == "queued").order_by(Run.id)
+                select(Run)
+                .options(load_only(Run.id, Run.queue, Run.spec, Run.priority))
+                .where(Run.status == "queued")
+                .order_by(*priorities.RANKED)
             )
             queued = []
             for run in runs:
@@ -166,6 +172,14 @@ class Reconciler:
         self.celery.tick()
         if self.slurm is not None:
             self.slurm.tick()
+        self.preempt()
+
+    def preempt(self) -> None:
+        """Waiting runs that outrank running ones and cannot start otherwise ask for their workers (api/runs/preemption.py)."""
+        ours = (lambda queue: not self.slurm.serves(queue)) if self.slurm is not None else (lambda queue: True)
+        with transaction(self.factory) as uow:
+            for victim, waiting in preemption.preempt(uow.session, self.lost_after_s, self.preempt_after_s, ours):
+                logger.info("run=%d preempted for run %d", victim, waiting)
 
     def forget_gone_workers(self) -> None:
         """Drop the workers silent for forget_workers_after_s (a node removed, a renamed worker): the workers list

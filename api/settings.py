@@ -33,6 +33,14 @@ class SlurmQueue(BaseModel):
         "SIGTERM does it, with the cluster's KillWait (30 s by default) to checkpoint before SIGKILL",
     )
     sbatch_lines: list[str] = Field(default_factory=list, description="More #SBATCH lines, e.g. --constraint=a100")
+    nice_per_point: int = Field(
+        default=100,
+        ge=0,
+        le=100_000,
+        description="A run below normal priority (50) is submitted with sbatch --nice of this much per point below it "
+        "(low, 25: --nice=2500), so Slurm starts it after the queue's normal jobs; 0: never. Slurm lets no user raise a "
+        "job's priority: for runs above normal, bind another queue to a QoS of the site's (qos) and send them there",
+    )
     job_dir: Path = Field(
         description="A directory the API's host and the nodes share: each job's batch script, its worker token (a file "
         "only the job's user can read) and the script's output"
@@ -95,6 +103,18 @@ class Settings(BaseSettings):
     redispatch_s: float = Field(default=30.0, gt=0, description="Send a still-queued run again after this long")
     lost_after_s: float = Field(
         default=20.0, gt=0, description="A run whose worker sent no heartbeat for this long is lost (noticed within ~25 s)"
+    )
+    preempt_after_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="A running run may be preempted for a waiting higher-priority one once its attempt has run this long "
+        "(docs/scheduling.md); a run that just started keeps its worker until then",
+    )
+    preempt_grace_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a preempted run's trainer has to checkpoint after its current step and exit before its "
+        "worker stops it (it then resumes from its latest checkpoint)",
     )
     forget_workers_after_s: float = Field(
         default=86_400.0,

@@ -177,6 +177,10 @@ class Client:
     def set_member(self, project: str, user: str, role: str) -> dict:
         return self.json("PUT", f"/projects/{project}/members/{user}", json={"role": role})
 
+    def set_scheduling(self, project: str, **fields: int | str) -> dict:
+        """A site admin sets a project's default_priority and member_max_priority (names or 0-100)."""
+        return self.json("PATCH", f"/projects/{project}/scheduling", json=fields)
+
     def remove_member(self, project: str, user: str) -> None:
         self.json("DELETE", f"/projects/{project}/members/{user}")
 

@@ -204,6 +204,7 @@ BODIES = {
     ("POST", "/api/v1/users"): {"json": {"name": "zed"}},
     ("POST", "/api/v1/projects"): {"json": {"name": "p2"}},
     ("PUT", "/api/v1/projects/{name}/members/{user}"): {"json": {"role": "viewer"}},
+    ("PATCH", "/api/v1/projects/{name}/scheduling"): {"json": {"default_priority": 75}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "mine", "scopes": ["read"]}},
     ("POST", "/api/v1/runs"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},

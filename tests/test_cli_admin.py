@@ -279,6 +279,17 @@ def test_projects_create_members_show_list(server, env):
     failed(rlplane(env, "projects", "show", "no-such-project"), 4, "404")
     failed(rlplane(env, "projects", "add-member", "vision", "nobody-here"), 4, "404")
 
+    # priorities (docs/scheduling.md): the documented example, then a name the API does not know
+    example = next(
+        line.strip() for line in ok(env, "projects", "scheduling", "--help").stdout.splitlines() if "rlplane projects" in line
+    )
+    ok(env, "projects", "create", "nlp")
+    set_ = json.loads(ok(env, *shlex.split(example)[1:], "--json").stdout)
+    assert (set_["default_priority"], set_["member_max_priority"]) == (25, 75)
+    shown = ok(env, "projects", "scheduling", "nlp").stdout.splitlines()
+    assert any("default priority" in line and "25" in line for line in shown)
+    failed(rlplane(env, "projects", "scheduling", "nlp", "--default-priority", "vip"), 4, "422", "default_priority")
+
 
 def test_the_documented_add_member_example_works(server, env):
     """The example in `projects add-member --help` runs as shown, and a role the server does not have

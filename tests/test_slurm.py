@@ -213,10 +213,11 @@ def test_a_submission_cut_short_is_taken_on_or_dropped_never_doubled(stack: Stac
 
 def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dict[str, str]) -> None:
     """With the partition down, a run's job pends: the run is queued with Slurm's reason; cancelling the run cancels
-    the job."""
+    the job. The run's low priority is the job's nice value (Slurm's own priority stays the site's)."""
     slurm(cluster, "scontrol", "update", "partitionname=rlplane", "state=down")
     try:
-        run_id = stack.submit(spec("slurm-pending", 1, 1))
+        low = spec("slurm-pending", 1, 1)
+        run_id = stack.submit({**low, "resources": {**low["resources"], "priority": "low"}})
         deadline = time.monotonic() + 30
         while "PartitionDown" not in (stack.run(run_id)["status_reason"] or ""):
             assert time.monotonic() < deadline, stack.run(run_id)
@@ -224,6 +225,7 @@ def test_a_pending_job_says_why_and_cancel_removes_it(stack: Stack, cluster: dic
         run = stack.run(run_id)
         [job] = run["slurm_jobs"]
         assert run["status"] == "queued" and run["status_reason"] == f"pending in Slurm job {job['job_id']}: PartitionDown"
+        assert slurm(cluster, "squeue", "-h", "-j", str(job["job_id"]), "-o", "%y").strip() == "2500"  # (50 - 25) * 100
         assert stack.http.post(f"/runs/{run_id}/cancel").json()["status"] == "cancelled"
         while slurm(cluster, "squeue", "-h", "-j", str(job["job_id"]), "-o", "%T").strip() not in ("", "CANCELLED"):
             assert time.monotonic() < deadline

@@ -118,7 +118,13 @@ class Heartbeat:
                 answer = self.client.heartbeat(body)
                 ok = True
                 if body.current_run_id is not None and answer.get("current_run_status"):
-                    self.holding.seen(body.current_run_id, answer["current_run_status"], answer.get("current_run_attempt"))
+                    self.holding.seen(
+                        body.current_run_id,
+                        answer["current_run_status"],
+                        answer.get("current_run_attempt"),
+                        answer.get("current_run_preempted_by"),
+                        answer.get("preempt_grace_s"),
+                    )
             except Exception as exc:  # the API is down or restarting: training goes on
                 logger.warning("heartbeat failed: %s", exc)
             self.metrics.heartbeat(ok, body.current_run_id, body.last_step, devices)

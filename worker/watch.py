@@ -44,10 +44,11 @@ def watch_node(
         while trainer.wait(settings.poll_s) is None:
             forwarder.poll()
             over = holding.current_attempt not in (None, attempt) or holding.status not in (None, "starting", "running")
-            if holding.stopping is not None and not over:
-                if _wait_out(trainer, forwarder, settings.hand_back_grace_s, settings.poll_s) is None:
+            if holding.handing_back is not None and not over:
+                grace_s = _grace_s(settings, holding)
+                if _wait_out(trainer, forwarder, grace_s, settings.poll_s) is None:
                     trainer.kill_group()
-                    stopped = f"{holding.stopping}; stopped after {settings.hand_back_grace_s:g} s"
+                    stopped = f"{holding.handing_back}; stopped after {grace_s:g} s"
                 break
             if holding.stopping is not None or over:
                 # The run succeeded, or failed on node 0's word: this node's trainer is ending too, give it a moment.
@@ -126,8 +127,8 @@ def _while_it_runs(
             trainer.kill_group()
             what = f"no step finished for {limit} s" if last_step is not None else f"no first step within {limit} s"
             return end(client, forwarder, trainer, run_id, attempt, "lost", f"hang: {what}; killed")
-        if holding.stopping is not None:
-            reason = hand_back(settings, trainer, forwarder, holding.stopping)
+        if holding.handing_back is not None:  # this worker shuts down, or the API preempts the run
+            reason = hand_back(settings, trainer, forwarder, holding.handing_back, _grace_s(settings, holding))
             return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
         _check_still_ours(holding, run_id, attempt, trainer, forwarder)
         if holding.status == "cancelling":
@@ -190,8 +191,8 @@ def _on_exit(
         return end(client, forwarder, trainer, run_id, attempt, "succeeded", f"{who} exited 0 at step {forwarder.last_step}")
     if code == EXIT_HANDED_BACK:  # SIGTERM reached the trainer itself (Slurm signals every process of a job)
         saved = f"checkpointed at step {forwarder.last_checkpoint}, where the next attempt resumes"
-        if holding.stopping is not None:  # and this worker: the hand-back it would have asked for
-            reason = f"handed back: {holding.stopping}; {saved}"
+        if holding.handing_back is not None:  # and this worker: the hand-back it would have asked for
+            reason = f"handed back: {holding.handing_back}; {saved}"
             return end(client, forwarder, trainer, run_id, attempt, "lost", reason, handed_back=True)
         reason = f"the {who} was stopped (SIGTERM) and {saved}"
         return end(client, forwarder, trainer, run_id, attempt, "lost", reason)
@@ -242,14 +243,21 @@ def ask_to_stop(trainer: Trainer, forwarder: Forwarder, flag: str, grace_s: floa
     return f"the script was stopped after {grace_s:g} s (command.stop_grace_s)"
 
 
-def hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, why: str) -> str:
+def _grace_s(settings: WorkerSettings, holding: Holding) -> float:
+    """How long a hand-back's checkpoint may take: the API's word for a preemption, else this worker's setting."""
+    if holding.stopping is None and holding.preempt_grace_s is not None:
+        return holding.preempt_grace_s
+    return settings.hand_back_grace_s
+
+
+def hand_back(settings: WorkerSettings, trainer: Trainer, forwarder: Forwarder, why: str, grace_s: float) -> str:
     """Ask the trainer to checkpoint after its current step and exit (HAND_BACK_FILE), forwarding meanwhile;
-    stop it after settings.hand_back_grace_s. Returns the attempt's end reason."""
+    stop it after `grace_s`. Returns the attempt's end reason."""
     (forwarder.out_dir / HAND_BACK_FILE).touch()
-    if _wait_out(trainer, forwarder, settings.hand_back_grace_s, settings.poll_s) in (0, EXIT_HANDED_BACK):
+    if _wait_out(trainer, forwarder, grace_s, settings.poll_s) in (0, EXIT_HANDED_BACK):
         # The hand-back checkpoint's event is the trainer's last write: read it now, after the trainer left.
         trainer.wait_output()
         forwarder.poll()
         return f"handed back: {why}; checkpointed at step {forwarder.last_checkpoint}, where the next attempt resumes"
     trainer.kill_group()
-    return f"handed back: {why}; stopped after {settings.hand_back_grace_s:g} s, resumes from its latest checkpoint"
+    return f"handed back: {why}; stopped after {grace_s:g} s, resumes from its latest checkpoint"

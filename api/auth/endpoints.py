@@ -38,9 +38,7 @@ def list_users(principal: Admin, session: SessionDep) -> schemas.UserList:
 def create_project(body: schemas.ProjectCreate, principal: Admin, session: SessionDep) -> schemas.ProjectPublic:
     principal.require_site_admin()
     project = service.create_project(session, principal, body)
-    return schemas.ProjectPublic(
-        id=project.id, name=project.name, description=project.description, created_at=project.created_at, role="admin"
-    )
+    return service.project_public(project, principal).model_copy(update={"role": "admin"})
 
 
 @router.get("/projects", response_model=schemas.ProjectList)
@@ -60,6 +58,15 @@ def read_project(name: str, principal: Reader, session: SessionDep) -> schemas.P
 def set_member(name: str, user: str, body: schemas.MemberSet, principal: Admin, session: SessionDep) -> schemas.ProjectDetail:
     project = service.readable_project(session, principal, name)
     service.set_member(session, principal, project, user, body.role)
+    public = service.project_public(project, principal)
+    return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
+
+
+@router.patch("/projects/{name}/scheduling", response_model=schemas.ProjectDetail)
+def set_scheduling(name: str, body: schemas.SchedulingSet, principal: Admin, session: SessionDep) -> schemas.ProjectDetail:
+    """A site admin sets the project's default priority and the highest one its members may ask for."""
+    project = service.readable_project(session, principal, name)
+    service.set_scheduling(session, principal, project, body)
     public = service.project_public(project, principal)
     return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
 

@@ -3,6 +3,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlplane.spec.sections import Priority
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 Scope = Literal["read", "write", "admin", "worker"]
 Role = Literal["viewer", "member", "admin"]
@@ -48,6 +50,17 @@ class ProjectPublic(BaseModel):
     description: str
     created_at: datetime
     role: Role | None = Field(description="The caller's role in this project (site admins may have none)")
+    default_priority: int = Field(50, description="A run's priority when its spec names none (docs/scheduling.md)")
+    member_max_priority: int = Field(
+        50, description="The highest resources.priority its members may ask for; above it needs the project's admin role"
+    )
+
+
+class SchedulingSet(Strict):
+    """A project's place in sharing the cluster (docs/scheduling.md); a site admin's to set. Fields left out stay."""
+
+    default_priority: Priority | None = None
+    member_max_priority: Priority | None = None
 
 
 class ProjectDetail(ProjectPublic):

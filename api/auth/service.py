@@ -69,7 +69,17 @@ def project_public(project: Project, principal: Principal) -> schemas.ProjectPub
         description=project.description,
         created_at=project.created_at,
         role=principal.roles.get(project.id),
+        default_priority=project.default_priority,
+        member_max_priority=project.member_max_priority,
     )
+
+
+def set_scheduling(session: Session, principal: Principal, project: Project, body: schemas.SchedulingSet) -> None:
+    """A site admin sets a project's default priority and its members' limit (runs already submitted keep theirs)."""
+    principal.require_site_admin()
+    for field in body.model_fields_set:
+        setattr(project, field, getattr(body, field) if getattr(body, field) is not None else 50)
+    session.flush()
 
 
 def list_projects(session: Session, principal: Principal) -> list[Project]:

@@ -41,6 +41,7 @@ from api.settings import SlurmQueue
 from api.unit_of_work import transaction
 from rlplane.limits import fit_reason
 from rlplane.spec import RunSpec
+from rlplane.spec.sections import PRIORITIES
 from rlplane.status import TERMINAL
 
 logger = logging.getLogger("rlplane.slurm")
@@ -202,6 +203,8 @@ def batch_script(run: Run, config: SlurmQueue, directory: Path, submission: int)
     lines += [f"#SBATCH --gpus-per-node={gpus}"] if gpus else []
     lines += [f"#SBATCH --account={config.account}"] if config.account else []
     lines += [f"#SBATCH --qos={config.qos}"] if config.qos else []
+    nice = max(0, PRIORITIES["normal"] - run.priority) * config.nice_per_point  # Slurm's priority is the site's: lower only
+    lines += [f"#SBATCH --nice={nice}"] if nice else []
     lines += [f"#SBATCH --time={config.time_limit}"] if config.time_limit else []
     lines += [line if line.startswith("#SBATCH") else f"#SBATCH {line}" for line in config.sbatch_lines]
     worker = f'{config.worker} worker --once --queues slurm.$SLURM_JOB_ID --name "$name"'

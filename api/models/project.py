@@ -13,3 +13,6 @@ class Project(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     description: Mapped[str] = mapped_column(String(2000), default="")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # A run's priority when its spec names none, and the highest a member may ask for (above: the project's admins).
+    default_priority: Mapped[int] = mapped_column(default=50, server_default="50")
+    member_max_priority: Mapped[int] = mapped_column(default=50, server_default="50")

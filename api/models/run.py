@@ -49,6 +49,10 @@ class Run(Base):
     # The lease: which token's worker executes the current attempt, fenced by the attempt number.
     lease_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
     attempt_count: Mapped[int] = mapped_column(default=0)
+    # resources.priority, or its project's default, at submit (api/runs/priorities.py): waiting runs start highest first.
+    priority: Mapped[int] = mapped_column(default=50, server_default="50")
+    # The waiting run this one's current attempt is being handed back for (api/runs/preemption.py), until it ends.
+    preempted_by: Mapped[int | None] = mapped_column()
 
     @cached_property
     def run_spec(self) -> RunSpec:

@@ -23,6 +23,8 @@ class RunAttempt(Base):
     # Given back by its worker on shutdown (SIGTERM): requeued at once and not counted against max_attempts.
     handed_back: Mapped[bool] = mapped_column(default=False, server_default=false())
     failure: Mapped[str | None] = mapped_column(String(16))  # with a failed end: config, diverged or crashed
+    # Handed back for this higher-priority run (api/runs/preemption.py).
+    preempted_by: Mapped[int | None] = mapped_column()
     # Failed by the API because its script said nothing (api/runs/scripts.py): the script's own end, should it
     # arrive later, replaces that guess.
     fell_silent: Mapped[bool] = mapped_column(default=False, server_default=false())

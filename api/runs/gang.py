@@ -11,10 +11,10 @@ Roles: every node trains (its share of torchrun's ranks) but the last node of a 
 which runs asynchronous GRPO's generator. It joins with where its generator listens, and the rendezvous hands that to
 node 0, whose trainer connects to it.
 
-Scheduling policy, per queue, oldest run first: a gang the queue can hold (at least N live workers serve it)
-holds idle workers as they come free: a one-node run submitted after it is not leased to them meanwhile, so
-a stream of small runs cannot starve it. A gang the queue cannot hold (fewer than N live workers) holds
-nothing: it waits with its reason and every run behind it goes on.
+Scheduling policy, per queue, highest priority first, then oldest (api/runs/priorities.py): a gang the queue can
+hold (at least N live workers serve it) holds idle workers as they come free: a one-node run ranked after it is not
+leased to them meanwhile, so a stream of small runs cannot starve it. A gang the queue cannot hold (fewer than N live
+workers) holds nothing: it waits with its reason and every run behind it goes on.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from api.auth.principal import Principal
 from api.exceptions import Conflict, Forbidden, NotFound
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
+from api.runs import priorities
 from api.workers.holding import moved_on, moved_on_reason
 from rlplane.limits import fit_reason
 from rlplane.spec import NodeRole
@@ -111,18 +112,28 @@ def allocate(
     return slots
 
 
-def held_for_gang(session: Session, run: Run, worker: str, lost_after_s: float) -> Run | None:
-    """The older gang run that `worker` is held for (see the policy above), if any: a one-node lease of `run`
-    by it waits."""
+def held_for(session: Session, run: Run, worker: str, lost_after_s: float) -> tuple[Run, str] | None:
+    """The waiting run ranked ahead of `run` that `worker` is kept free for (see the policy above and
+    api/runs/priorities.py), and why, if any: a one-node lease of `run` by it waits."""
     serving = live_workers(session, lost_after_s)
     me = next((w for w in serving if w.name == worker), None)
     if me is None:
         return None
-    older = session.scalars(select(Run).where(Run.status == "queued", Run.id < run.id, Run.queue.in_(me.queues)).order_by(Run.id))
-    for gang in older:
+    ahead = session.scalars(
+        select(Run)
+        .where(Run.status == "queued", Run.id != run.id, Run.queue.in_(me.queues), priorities.ahead_of(run))
+        .order_by(*priorities.RANKED)
+    )
+    for gang in ahead:
         need = nodes_of(gang)
         if need > 1 and sum(1 for w in serving if gang.queue in w.queues) >= need:
-            return gang
+            rank = "an older run" if gang.priority == run.priority else f"a run of priority {priorities.named(gang.priority)}"
+            return gang, f"{rank} that waits for {need} workers"
+    free = idle(serving, busy_workers(session))
+    others_idle = {queue: sum(1 for w in free if w.name != worker and queue in w.queues) for queue in me.queues}
+    higher = priorities.needed_elsewhere(session, run, me, others_idle)
+    if higher is not None:
+        return higher, f"of priority {priorities.named(higher.priority)}, above this run's {priorities.named(run.priority)}"
     return None
 
 

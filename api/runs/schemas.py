@@ -46,6 +46,9 @@ class AttemptPublic(BaseModel):
         None, description="With a failed end, why: config (its spec, data or model), diverged (NaN/inf), crashed"
     )
     nodes: list[NodePublic] = Field(default_factory=list, description="A multi-node attempt's nodes, by node rank")
+    preempted_by: int | None = Field(
+        None, description="Handed back for this higher-priority run, which could not start otherwise (docs/scheduling.md)"
+    )
 
 
 class RunPublic(BaseModel):
@@ -55,6 +58,10 @@ class RunPublic(BaseModel):
     algorithm: str
     backend: str
     queue: str
+    priority: int = Field(description="0-100 (low 25, normal 50, high 75, urgent 100): waiting runs start highest first")
+    preempted_by: int | None = Field(
+        description="The waiting higher-priority run this run's current attempt is being handed back for, until it ends"
+    )
     status: Status
     status_reason: str
     archived: bool

@@ -8,7 +8,7 @@ from api.auth.service import project_by_name
 from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
-from api.runs import gang, references, repository, schemas, views
+from api.runs import gang, preemption, priorities, references, repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
@@ -94,6 +94,7 @@ def _record_status(session: Session, run: Run, target: str, reason: str) -> None
         run.started_at = now
     if target in TERMINAL or target == "lost":
         run.ended_at = now
+        preemption.settle(session, run)
     if target == "queued":
         run.ended_at = None
         unit_of_work(session).dispatch_after_commit()
@@ -108,6 +109,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
     """
     project = project_by_name_or_422(session, spec.project)
     principal.require(project.id, "write")
+    priorities.of_submission(principal, project, spec)
     check_reward_entrypoints(spec, reward_entrypoints)
     check_sources(session, principal, spec)
     parents = []
@@ -172,6 +174,7 @@ def new_run(
 ) -> Run:
     """A queued run of `spec` with its lineage, once the submission's checks pass (check_submission)."""
     project, parents = check_submission(session, principal, spec, reward_entrypoints)
+    priority = priorities.of_submission(principal, project, spec)
     stored = spec.model_dump(mode="json")
     run = Run(
         project_id=project.id,
@@ -187,6 +190,7 @@ def new_run(
         total_steps=spec.total_steps,
         last_step=None,
         created_by=principal.user_id,
+        priority=priority,
     )
     session.add(run)
     session.flush()
@@ -269,11 +273,10 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str, lost
         raise Conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
     if gang.nodes_of(run) > 1:
         raise Conflict(f"run {run.id} spans {gang.nodes_of(run)} nodes: the API grants its nodes, no worker leases it")
-    held = gang.held_for_gang(session, run, worker, lost_after_s)
+    held = gang.held_for(session, run, worker, lost_after_s)
     if held is not None:
-        # The reconciler sends this run again (redispatch_s); the worker stays free for the gang.
-        waits = f"an older run that waits for {gang.nodes_of(held)} workers"
-        raise Conflict(f"worker {worker} is held for run {held.id}, {waits}")
+        # The reconciler sends this run again (redispatch_s); the worker stays free for the run ahead.
+        raise Conflict(f"worker {worker} is held for run {held[0].id}, {held[1]}")
     run.attempt_count += 1
     run.lease_token_id = principal.token_id
     run.last_step = resume_point(session, run)

@@ -22,6 +22,8 @@ def run_public(run: Run, project: str, creator: str | None) -> schemas.RunPublic
         algorithm=run.algorithm,
         backend=run.backend,
         queue=run.queue,
+        priority=run.priority,
+        preempted_by=run.preempted_by,
         status=run.status,
         status_reason=run.status_reason,
         archived=run.archived,

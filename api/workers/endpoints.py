@@ -65,6 +65,9 @@ def heartbeat(body: schemas.Heartbeat, principal: WorkerPrincipal, session: Sess
     public = _public(worker, principal, {run_id} if run_id else set(), request.app.state.settings.lost_after_s)
     if run_id is not None:
         public.current_run_status, public.current_run_attempt = run.status, run.attempt_count
+        if run.preempted_by is not None and current:
+            public.current_run_preempted_by = run.preempted_by
+            public.preempt_grace_s = request.app.state.settings.preempt_grace_s
     return public
 
 

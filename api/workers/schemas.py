@@ -27,6 +27,14 @@ class WorkerPublic(BaseModel):
     current_run_attempt: int | None = Field(
         default=None, description="In a heartbeat's answer: the held run's current attempt (another one: stop)"
     )
+    current_run_preempted_by: int | None = Field(
+        default=None,
+        description="In a heartbeat's answer: the higher-priority run the held run is preempted for (hand it back: "
+        "checkpoint after the current step, within preempt_grace_s)",
+    )
+    preempt_grace_s: float | None = Field(
+        default=None, description="In a heartbeat's answer that preempts: how long the trainer has for its checkpoint"
+    )
     gang: "GangPlace | None" = Field(default=None, description="Its place in the multi-node attempt it works on, if any")
     last_step: int | None
     first_seen: datetime

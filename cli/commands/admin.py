@@ -199,8 +199,48 @@ def show_project(ctx: typer.Context, name: str, as_json: JsonFlag = False) -> No
     project = state(ctx).client().project(name)
     if as_json:
         return output.print_json(project)
-    output.fields([("project", project["name"]), ("description", project["description"]), ("your role", project["role"])])
+    _print_project(project)
+
+
+def _print_project(project: dict) -> None:
+    output.fields(
+        [
+            ("project", project["name"]),
+            ("description", project["description"]),
+            ("your role", project["role"]),
+            ("default priority", project.get("default_priority")),
+            ("members may ask up to", project.get("member_max_priority")),
+        ]
+    )
     output.table(["MEMBER", "ROLE"], ([m["user"], m["role"]] for m in project["members"]))
+
+
+@projects_app.command("scheduling")
+@handled
+def set_scheduling(
+    ctx: typer.Context,
+    name: str,
+    default_priority: Annotated[
+        str | None, typer.Option(help="A run's priority when its spec names none: 0-100, low, normal, high or urgent")
+    ] = None,
+    member_max_priority: Annotated[
+        str | None, typer.Option(help="The highest priority its members may ask for; above it, its admins only")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set how a project's runs are prioritised (site admins; docs/scheduling.md); without options, show it.
+
+    \b
+    Example:
+      rlplane projects scheduling nlp --default-priority low --member-max-priority high
+    """
+    given = {"default_priority": default_priority, "member_max_priority": member_max_priority}
+    fields = {key: int(value) if value.isdigit() else value for key, value in given.items() if value is not None}
+    client = state(ctx).client()
+    project = client.set_scheduling(name, **fields) if fields else client.project(name)
+    if as_json:
+        return output.print_json(project)
+    _print_project(project)
 
 
 @projects_app.command("create")

@@ -15,6 +15,7 @@ from cli.follow import exit_code, wait_for
 from cli.submission import Submission, prepare, with_value
 from rlplane.client import ApiError, Client
 from rlplane.spec.algorithms import ALGORITHMS
+from rlplane.spec.sections import PRIORITIES
 
 app = typer.Typer(help="List runs and act on them.", no_args_is_help=True)
 
@@ -223,7 +224,7 @@ def list_runs(
     if as_json:
         return output.print_json(page)
     output.table(
-        ["ID", "NAME", "PROJECT", "ALGO", "STATUS", "STEP", "QUEUE", "CREATED", "DURATION"],
+        ["ID", "NAME", "PROJECT", "ALGO", "STATUS", "STEP", "QUEUE", "PRI", "CREATED", "DURATION"],
         (
             [
                 r["id"],
@@ -233,6 +234,7 @@ def list_runs(
                 r["status"],
                 _step(r),
                 r["queue"],
+                r.get("priority"),
                 output.ago(r["created_at"]),
                 output.duration(r["started_at"], r["ended_at"]),
             ]
@@ -241,6 +243,12 @@ def list_runs(
     )
     if page["count"] > len(page["data"]):
         output.say(f"{len(page['data'])} of {page['count']} runs; use --limit or filters to see others")
+
+
+def _priority(priority: int | None) -> str | None:
+    """75 -> "75 (high)", as the spec may name it."""
+    names = {value: name for name, value in PRIORITIES.items()}
+    return None if priority is None else f"{priority} ({names[priority]})" if priority in names else str(priority)
 
 
 def _links(links: list[dict]) -> str:
@@ -269,7 +277,9 @@ def print_run(run: dict) -> None:
             ("run", f"{run['id']} {run['name']}"),
             ("project", run["project"]),
             ("algorithm", f"{run['algorithm']} on {run['backend']}, queue {run['queue']}"),
+            ("priority", _priority(run.get("priority"))),
             ("status", run["status"] + (f" - {run['status_reason']}" if run["status_reason"] else "")),
+            ("preempted by", f"run {run['preempted_by']} (handing back)" if run.get("preempted_by") else None),
             ("step", _step(run)),
             ("created", f"{output.when(run['created_at'])} by {run['created_by'] or '?'}"),
             ("duration", output.duration(run["started_at"], run["ended_at"])),

@@ -304,6 +304,22 @@ BackendSpec = Annotated[
 ]
 
 
+# A run's priority by name; numbers between are allowed too (docs/scheduling.md).
+PRIORITIES = {"low": 25, "normal": 50, "high": 75, "urgent": 100}
+
+
+def _priority_by_name(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in PRIORITIES:
+        return PRIORITIES[value.strip().lower()]
+    if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+        names = ", ".join(f"{name} ({number})" for name, number in PRIORITIES.items())
+        raise ValueError(f"priority {value!r}: use a number from 0 to 100 or one of {names}")
+    return value
+
+
+Priority = Annotated[int, BeforeValidator(_priority_by_name), Field(ge=0, le=100)]
+
+
 class ResourcesSpec(StrictModel):
     """What the run asks the scheduler for."""
 
@@ -322,6 +338,12 @@ class ResourcesSpec(StrictModel):
         ge=1,
         le=20,
         description="Attempts in all when workers are lost (killed, silent, hung); trainer errors are not retried.",
+    )
+    priority: Priority | None = Field(
+        None,
+        description="0-100, or low (25), normal (50), high (75), urgent (100); null: the project's default (normal). "
+        "Waiting runs start highest first, and one that cannot start may preempt lower ones that have run long enough "
+        "(handed back, resumed later). Above the project's member limit (normal) needs the project's admin role.",
     )
     hang_timeout_s: int | None = Field(
         1800,

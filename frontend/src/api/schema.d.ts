@@ -360,6 +360,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{name}/scheduling": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Set Scheduling
+         * @description A site admin sets the project's default priority and the highest one its members may ask for.
+         */
+        patch: operations["set_scheduling_api_v1_projects__name__scheduling_patch"];
+        trace?: never;
+    };
     "/api/v1/runs": {
         parameters: {
             query?: never;
@@ -1224,6 +1244,11 @@ export interface components {
             nodes?: components["schemas"]["NodePublic"][];
             /** Number */
             number: number;
+            /**
+             * Preempted By
+             * @description Handed back for this higher-priority run, which could not start otherwise (docs/scheduling.md)
+             */
+            preempted_by?: number | null;
             /**
              * Started At
              * Format: date-time
@@ -3339,10 +3364,22 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Default Priority
+             * @description A run's priority when its spec names none (docs/scheduling.md)
+             * @default 50
+             */
+            default_priority: number;
             /** Description */
             description: string;
             /** Id */
             id: number;
+            /**
+             * Member Max Priority
+             * @description The highest resources.priority its members may ask for; above it needs the project's admin role
+             * @default 50
+             */
+            member_max_priority: number;
             /** Members */
             members: components["schemas"]["MemberPublic"][];
             /** Name */
@@ -3367,10 +3404,22 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Default Priority
+             * @description A run's priority when its spec names none (docs/scheduling.md)
+             * @default 50
+             */
+            default_priority: number;
             /** Description */
             description: string;
             /** Id */
             id: number;
+            /**
+             * Member Max Priority
+             * @description The highest resources.priority its members may ask for; above it needs the project's admin role
+             * @default 50
+             */
+            member_max_priority: number;
             /** Name */
             name: string;
             /**
@@ -3549,6 +3598,12 @@ export interface components {
              */
             nodes: number;
             /**
+             * Priority
+             * @description 0-100, or low (25), normal (50), high (75), urgent (100); null: the project's default (normal). Waiting runs start highest first, and one that cannot start may preempt lower ones that have run long enough (handed back, resumed later). Above the project's member limit (normal) needs the project's admin role.
+             * @default null
+             */
+            priority: number | null;
+            /**
              * Queue
              * @description Worker queue that runs it; workers serve named queues (cpu, gpu, a100, ...).
              * @default cpu
@@ -3699,6 +3754,16 @@ export interface components {
             output: components["schemas"]["RunOutput"] | null;
             /** Parents */
             parents: components["schemas"]["RunLinkPublic"][];
+            /**
+             * Preempted By
+             * @description The waiting higher-priority run this run's current attempt is being handed back for, until it ends
+             */
+            preempted_by: number | null;
+            /**
+             * Priority
+             * @description 0-100 (low 25, normal 50, high 75, urgent 100): waiting runs start highest first
+             */
+            priority: number;
             /** Project */
             project: string;
             /** Queue */
@@ -3794,6 +3859,16 @@ export interface components {
             output: components["schemas"]["RunOutput"] | null;
             /** Parents */
             parents: components["schemas"]["RunLinkPublic"][];
+            /**
+             * Preempted By
+             * @description The waiting higher-priority run this run's current attempt is being handed back for, until it ends
+             */
+            preempted_by: number | null;
+            /**
+             * Priority
+             * @description 0-100 (low 25, normal 50, high 75, urgent 100): waiting runs start highest first
+             */
+            priority: number;
             /** Project */
             project: string;
             /** Queue */
@@ -3897,6 +3972,16 @@ export interface components {
             last_step: number | null;
             /** Name */
             name: string;
+            /**
+             * Preempted By
+             * @description The waiting higher-priority run this run's current attempt is being handed back for, until it ends
+             */
+            preempted_by: number | null;
+            /**
+             * Priority
+             * @description 0-100 (low 25, normal 50, high 75, urgent 100): waiting runs start highest first
+             */
+            priority: number;
             /** Project */
             project: string;
             /** Queue */
@@ -3972,6 +4057,16 @@ export interface components {
             last_step: number | null;
             /** Name */
             name: string;
+            /**
+             * Preempted By
+             * @description The waiting higher-priority run this run's current attempt is being handed back for, until it ends
+             */
+            preempted_by: number | null;
+            /**
+             * Priority
+             * @description 0-100 (low 25, normal 50, high 75, urgent 100): waiting runs start highest first
+             */
+            priority: number;
             /** Project */
             project: string;
             /** Queue */
@@ -4209,6 +4304,16 @@ export interface components {
              * @default 10
              */
             wall_s: number;
+        };
+        /**
+         * SchedulingSet
+         * @description A project's place in sharing the cluster (docs/scheduling.md); a site admin's to set. Fields left out stay.
+         */
+        SchedulingSet: {
+            /** Default Priority */
+            default_priority?: number | null;
+            /** Member Max Priority */
+            member_max_priority?: number | null;
         };
         /** ScriptedRunCreate */
         ScriptedRunCreate: {
@@ -5089,6 +5194,11 @@ export interface components {
              */
             current_run_id: number | null;
             /**
+             * Current Run Preempted By
+             * @description In a heartbeat's answer: the higher-priority run the held run is preempted for (hand it back: checkpoint after the current step, within preempt_grace_s)
+             */
+            current_run_preempted_by?: number | null;
+            /**
              * Current Run Status
              * @description In a heartbeat's answer: the held run's status (cancelling: stop it)
              */
@@ -5113,6 +5223,11 @@ export interface components {
             last_step: number | null;
             /** Name */
             name: string;
+            /**
+             * Preempt Grace S
+             * @description In a heartbeat's answer that preempts: how long the trainer has for its checkpoint
+             */
+            preempt_grace_s?: number | null;
             /** Queues */
             queues: string[];
             /** Seconds Since Heartbeat */
@@ -6171,6 +6286,55 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    set_scheduling_api_v1_projects__name__scheduling_patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SchedulingSet"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectDetail"];
+                };
             };
             /** @description Missing, invalid, expired or revoked token */
             401: {

@@ -6,7 +6,7 @@ import type { RunDetail, Sample } from '../api/types';
 /** A run detail as GET /runs/{id} answers it, with overrides. */
 export function runDetail(over: Partial<RunDetail> = {}): RunDetail {
   return {
-    id: 7, name: 'base', project: 'default', algorithm: 'sft', backend: 'torch', queue: 'cpu', status: 'running',
+    id: 7, name: 'base', project: 'default', algorithm: 'sft', backend: 'torch', queue: 'cpu', priority: 50, preempted_by: null, status: 'running',
     status_reason: '', archived: false, total_steps: 100, last_step: 40, created_by: 'admin',
     created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z', started_at: '2025-01-01T00:00:00Z',
     ended_at: null, failure: null, resumable: false,

@@ -23,7 +23,7 @@ vi.mock('../../charts/MetricChart', () => ({
 }));
 
 const run = (id: number, name: string, spec: object, status = 'succeeded', config: Record<string, unknown> = {}) => ({
-  id, name, status, project: 'default', algorithm: 'sft', backend: 'fake', queue: 'cpu', status_reason: '', archived: false,
+  id, name, status, project: 'default', algorithm: 'sft', backend: 'fake', queue: 'cpu', priority: 50, preempted_by: null, status_reason: '', archived: false,
   total_steps: 100, last_step: 100, created_by: 'admin', created_at: '2025-01-01T00:00:00Z', updated_at: '2025-01-01T00:00:00Z',
   started_at: null, ended_at: null, latest_checkpoint_step: null, output: null, attempts: [], parents: [], children: [], spec, config,
 });

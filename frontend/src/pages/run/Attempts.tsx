@@ -1,3 +1,4 @@
+import { Link } from 'react-router';
 import type { Attempt, AttemptNode, SlurmJob } from '../../api/types';
 import { formatDate } from '../../lib/format';
 
@@ -41,7 +42,15 @@ function AttemptRows({ attempt: a }: { attempt: Attempt }) {
         <td>{a.worker}</td>
         <td>{formatDate(a.started_at)}</td>
         <td>{formatDate(a.ended_at)}</td>
-        <td>{a.end_reason ?? '—'}</td>
+        <td>
+          {a.end_reason ?? '—'}
+          {a.preempted_by != null && (
+            <>
+              {' '}
+              (<Link to={`/runs/${a.preempted_by}`}>#{a.preempted_by}</Link> went first)
+            </>
+          )}
+        </td>
         <td>{a.last_step ?? '—'}</td>
       </tr>
       {nodes.length > 0 && (

@@ -110,6 +110,22 @@ describe('RunHeader attempts', () => {
     expect(screen.getByRole('row', { name: /^1 solo/ })).toBeTruthy();
   });
 
+  it('shows the priority, the run it is being handed back for, and which run an attempt was preempted for', () => {
+    renderHeader(runDetail({
+      priority: 25, preempted_by: 12,
+      attempts: [{
+        number: 1, worker: 'w1', started_at: started, ended_at: started, last_step: 40, handed_back: true, nodes: [],
+        end_reason: 'handed back: preempted by run 9; checkpointed at step 40, where the next attempt resumes', preempted_by: 9,
+      }],
+    }));
+    expect(screen.getByText(/priority 25 \(low\)/)).toBeTruthy();
+    const preempting = screen.getByTestId('preempted-by');
+    expect(within(preempting).getByRole('link', { name: '#12' }).getAttribute('href')).toBe('/runs/12');
+    const attempt = screen.getByRole('row', { name: /^1 w1/ });
+    expect(within(attempt).getByRole('link', { name: '#9' }).getAttribute('href')).toBe('/runs/9');
+    expect(attempt.textContent).toContain('(#9 went first)');
+  });
+
   it('lists a Slurm run\'s jobs with their state, reason and nodes', () => {
     renderHeader(runDetail({
       slurm_jobs: [

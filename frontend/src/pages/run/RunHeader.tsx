@@ -24,6 +24,14 @@ function Links({ label, links }: { label: string; links: RunLink[] }) {
   );
 }
 
+const PRIORITY_NAMES: Record<number, string> = { 25: 'low', 50: 'normal', 75: 'high', 100: 'urgent' };
+
+/** 75 -> "75 (high)", as a spec may name it. */
+export function priorityName(priority: number): string {
+  const name = PRIORITY_NAMES[priority];
+  return name ? `${priority} (${name})` : String(priority);
+}
+
 export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveStep: number | null; connected: boolean }) {
   const step = Math.max(run.last_step ?? 0, liveStep ?? 0);
 
@@ -46,8 +54,15 @@ export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveSt
         <RunActions run={run} />
       </div>
       {run.status_reason && <p className="muted">{run.status_reason}</p>}
+      {run.preempted_by != null && (
+        <p className="muted" data-testid="preempted-by">
+          Being handed back for <Link to={`/runs/${run.preempted_by}`}>#{run.preempted_by}</Link>, a waiting run of a
+          higher priority: it resumes from this checkpoint once there is room.
+        </p>
+      )}
       <p className="muted">
-        {run.project} · {run.algorithm} · {run.backend} · queue {run.queue} · created {formatDate(run.created_at)}
+        {run.project} · {run.algorithm} · {run.backend} · queue {run.queue} · priority {priorityName(run.priority)} · created{' '}
+        {formatDate(run.created_at)}
         {run.created_by ? ` by ${run.created_by}` : ''}
       </p>
       <Links label="Parents" links={run.parents} />

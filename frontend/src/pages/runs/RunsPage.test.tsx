@@ -7,7 +7,7 @@ import { parseFilters, toParams } from './filters';
 
 type Headline = { key: string; step: number; value: number | string } | null;
 const run = (id: number, status: string, name: string, algorithm = 'sft', headline: Headline = null) => ({
-  id, name, status, project: 'default', algorithm, backend: 'fake', queue: 'default', status_reason: '',
+  id, name, status, project: 'default', algorithm, backend: 'fake', queue: 'default', priority: 50, preempted_by: null, status_reason: '',
   archived: false, total_steps: 100, last_step: 40, created_by: 'admin', created_at: '2025-01-01T00:00:00Z',
   updated_at: '2025-01-01T00:00:00Z', started_at: '2025-01-01T00:00:00Z', ended_at: '2025-01-01T00:10:00Z',
   failure: null, resumable: false, headline,
