@@ -283,12 +283,11 @@ def test_projects_create_members_show_list(server, env):
     example = next(
         line.strip() for line in ok(env, "projects", "scheduling", "--help").stdout.splitlines() if "rlplane projects" in line
     )
-    ok(env, "projects", "create", "nlp")
     set_ = json.loads(ok(env, *shlex.split(example)[1:], "--json").stdout)
     assert (set_["default_priority"], set_["member_max_priority"]) == (25, 75)
-    shown = ok(env, "projects", "scheduling", "nlp").stdout.splitlines()
+    shown = ok(env, "projects", "scheduling", "vision").stdout.splitlines()
     assert any("default priority" in line and "25" in line for line in shown)
-    failed(rlplane(env, "projects", "scheduling", "nlp", "--default-priority", "vip"), 4, "422", "default_priority")
+    failed(rlplane(env, "projects", "scheduling", "vision", "--default-priority", "vip"), 4, "422", "default_priority")
 
 
 def test_the_documented_add_member_example_works(server, env):

@@ -232,7 +232,7 @@ def set_scheduling(
 
     \b
     Example:
-      rlplane projects scheduling nlp --default-priority low --member-max-priority high
+      rlplane projects scheduling vision --default-priority low --member-max-priority high
     """
     given = {"default_priority": default_priority, "member_max_priority": member_max_priority}
     fields = {key: int(value) if value.isdigit() else value for key, value in given.items() if value is not None}
