@@ -20,6 +20,7 @@ from api.limits import BodyLimitMiddleware
 from api.logs import endpoints as logs
 from api.metrics import endpoints as metrics
 from api.pipelines import endpoints as pipelines
+from api.queues import endpoints as queues
 from api.reconcile import Reconciler, make_sender
 from api.reports import endpoints as reports
 from api.runs import endpoints as runs
@@ -27,6 +28,7 @@ from api.runs import node_endpoints as nodes
 from api.samples import endpoints as samples
 from api.settings import Settings
 from api.sweeps import endpoints as sweeps
+from api.usage import endpoints as usage
 from api.workers import endpoints as workers
 from rlplane.logformat import configure_logging
 from rlplane.spec import RunSpec
@@ -97,6 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         code,
         datasets,
         workers,
+        queues,
+        usage,
         events,
         pipelines,
         alerts,

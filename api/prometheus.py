@@ -6,6 +6,8 @@ token that has the read scope (the same port as the API; see docs/deploy.md for 
     rlplane_ingested_total{kind}                           metric points, log lines, samples stored (rate() = ingest rate)
     rlplane_queue_depth{queue}                             queued runs per resources.queue (database, at scrape)
     rlplane_runs{status}                                   runs by status (database, at scrape)
+    rlplane_usage_seconds_total{project,queue,unit}        GPU-seconds (unit gpu) or worker-slot-seconds (unit
+                                                           cpu_slot) of every attempt so far (database, at scrape)
 
 Not to be confused with api/metrics/, the training metrics runs report. Each app has its own
 registry, so several apps in one process (tests) never collide. Counters are per API process: with
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE
 from prometheus_client.registry import Collector
 from pydantic import BaseModel
@@ -29,10 +32,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.auth.deps import Reader
 from api.exceptions import Forbidden
 from api.inserts import IngestResult
-from api.models import Run
+from api.models import Project, Run
+from api.models.base import utcnow
+from api.usage.service import slot_seconds
 from rlplane.status import STATUSES
 
 router = APIRouter(tags=["operations"])
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -77,6 +83,23 @@ class _RunsCollector(Collector):
             depth.add_metric([queue], count)
         yield runs
         yield depth
+        yield self._usage()
+
+    def _usage(self) -> CounterMetricFamily:
+        """Every attempt's cost so far: a counter (it only grows while attempts run), by project and queue."""
+        with self.sessionmaker() as session:
+            names = dict(session.execute(select(Project.id, Project.name)).all())
+            gpu_queues = {queue for (queue,) in session.execute(select(Run.queue).where(Run.gpus > 0).distinct())}
+            used = slot_seconds(session, EPOCH, utcnow())
+        family = CounterMetricFamily(
+            "rlplane_usage_seconds", "GPU-seconds, or worker-slot-seconds on CPU queues, of all attempts",
+            labels=["project", "queue", "unit"],
+        )  # fmt: skip
+        for (project_id, queue), seconds in sorted(used.items()):
+            family.add_metric(
+                [names.get(project_id, str(project_id)), queue, "gpu" if queue in gpu_queues else "cpu_slot"], seconds
+            )
+        return family
 
 
 class PrometheusMiddleware:

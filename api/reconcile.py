@@ -27,7 +27,7 @@ import time
 from datetime import timedelta
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session, load_only, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.alerts import delivery
 from api.alerts import service as alerts
@@ -37,7 +37,7 @@ from api.executors.slurm import SlurmExecutor
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
 from api.pipelines import service as pipelines
-from api.runs import gang, preemption, priorities, scripts
+from api.runs import gang, preemption, priorities, quotas, scripts
 from api.runs.service import requeue_or_fail
 from api.settings import SlurmQueue
 from api.sweeps import service as sweeps
@@ -153,18 +153,21 @@ class Reconciler:
     def dispatch(self) -> None:
         """Each queued run to its queue's executor, then each executor's own upkeep."""
         with self.factory() as session:
-            runs = session.scalars(
-                select(Run)
-                .options(load_only(Run.id, Run.queue, Run.spec, Run.priority))
-                .where(Run.status == "queued")
-                .order_by(*priorities.RANKED)
-            )
-            queued = []
+            runs = priorities.waiting(session, priorities.ranking(session))
+            queued, over_quota = [], {}
             for run in runs:
                 try:
+                    if (why := quotas.blocked(session, run)) is not None:
+                        over_quota[run.id] = why  # it waits, not dispatched, until its project's runs there end
+                        continue
                     queued.append((run.id, run.queue, run.run_spec.resources.nodes))
                 except Conflict as exc:  # a spec an older version stored: this run waits, the others go on
                     logger.warning("run=%d not dispatched: %s", run.id, exc)
+        if over_quota:
+            with transaction(self.factory) as uow:
+                for run in uow.session.scalars(select(Run).where(Run.id.in_(over_quota), Run.status == "queued")):
+                    if run.status_reason != over_quota[run.id]:
+                        run.status_reason = over_quota[run.id]  # not a status change: no event for every tick
         self.celery.forget({run_id for run_id, _, _ in queued})
         for run_id, queue, nodes in queued:
             executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import admin, alerts, artifacts, datasets, evaluate, observe, pipelines, runs, sweeps, sync
+from cli.commands import admin, alerts, artifacts, datasets, evaluate, observe, pipelines, runs, sweeps, sync, usage
 from cli.context import State
 
 app = typer.Typer(
@@ -49,6 +49,8 @@ app.add_typer(admin.tokens_app, name="tokens")
 app.add_typer(admin.projects_app, name="projects")
 app.add_typer(admin.users_app, name="users")
 app.command()(admin.workers)
+app.command()(admin.queues)
+app.command()(usage.usage)
 app.command()(sync.sync)
 
 OUR_PACKAGES = frozenset({"api", "cli", "rlplane", "trainer_core", "worker", "migrations"})

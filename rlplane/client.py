@@ -177,9 +177,26 @@ class Client:
     def set_member(self, project: str, user: str, role: str) -> dict:
         return self.json("PUT", f"/projects/{project}/members/{user}", json={"role": role})
 
-    def set_scheduling(self, project: str, **fields: int | str) -> dict:
-        """A site admin sets a project's default_priority and member_max_priority (names or 0-100)."""
+    def set_scheduling(self, project: str, **fields: int | str | float) -> dict:
+        """A site admin sets a project's default_priority and member_max_priority (names or 0-100) and share."""
         return self.json("PATCH", f"/projects/{project}/scheduling", json=fields)
+
+    def set_quota(self, project: str, queue: str, max_gpus: int | None, max_runs: int | None) -> dict:
+        """A site admin sets what `project` may hold of `queue` at once (None: no limit on that)."""
+        return self.json("PUT", f"/projects/{project}/quotas/{queue}", json={"max_gpus": max_gpus, "max_runs": max_runs})
+
+    def remove_quota(self, project: str, queue: str) -> None:
+        self.json("DELETE", f"/projects/{project}/quotas/{queue}")
+
+    def queues(self) -> dict:
+        return self.json("GET", "/queues")
+
+    def usage(self, **params: str) -> dict:
+        """GPU-seconds and worker-slot-seconds over a period: since, until, by, interval (GET /usage)."""
+        return self.json("GET", "/usage", params=params)
+
+    def usage_csv(self, **params: str) -> str:
+        return self.request("GET", "/usage", params={**params, "format": "csv"}).text
 
     def remove_member(self, project: str, user: str) -> None:
         self.json("DELETE", f"/projects/{project}/members/{user}")

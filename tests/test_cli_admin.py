@@ -24,6 +24,7 @@ from cli.main import app
 from tests.harness.databases import create_postgres_database, drop_postgres_database
 from tests.harness.factories import ADMIN_TOKEN, auth
 from tests.harness.servers import api_processes, free_port
+from tests.harness.training import SFT_SPEC
 
 pytestmark = pytest.mark.postgres_only
 
@@ -283,11 +284,34 @@ def test_projects_create_members_show_list(server, env):
     example = next(
         line.strip() for line in ok(env, "projects", "scheduling", "--help").stdout.splitlines() if "rlplane projects" in line
     )
-    set_ = json.loads(ok(env, *shlex.split(example)[1:], "--json").stdout)
-    assert (set_["default_priority"], set_["member_max_priority"]) == (25, 75)
+    set_ = json.loads(ok(env, *shlex.split(example)[1:], "--share", "2", "--json").stdout)
+    assert (set_["default_priority"], set_["member_max_priority"], set_["share"]) == (25, 75, 2)
     shown = ok(env, "projects", "scheduling", "vision").stdout.splitlines()
     assert any("default priority" in line and "25" in line for line in shown)
     failed(rlplane(env, "projects", "scheduling", "vision", "--default-priority", "vip"), 4, "422", "default_priority")
+
+    # quotas and the queue view (docs/scheduling.md)
+    usage = ok(env, "projects", "quota", "--help").stdout.splitlines()
+    example = next(line.strip() for line in usage if "rlplane projects" in line)
+    shown = ok(env, *shlex.split(example)[1:]).stdout
+    assert any("a100" in line and "0 of 8" in line and "0 of 4" in line for line in shown.splitlines()), shown
+    assert server.api("GET", "/projects/vision").json()["quotas"][0]["max_gpus"] == 8
+    run = {**SFT_SPEC, "name": "waits-for-a100", "project": "vision", "resources": {"queue": "a100", "priority": "low"}}
+    assert server.api("POST", "/runs", json=run).status_code == 201
+    [a100] = [q for q in json.loads(ok(env, "queues", "--json").stdout)["data"] if q["name"] == "a100"]
+    assert a100["workers"] == 0 and [(w["name"], w["priority"]) for w in a100["waiting"]] == [("waits-for-a100", 25)]
+    listed = ok(env, "queues")
+    assert "queue a100: 0 workers (0 idle), 0 GPUs" in listed.stderr, listed.stderr
+    assert any("waits-for-a100" in line and "no live worker serves queue a100" in line for line in listed.stdout.splitlines())
+    example = next(line.strip() for line in ok(env, "usage", "--help").stdout.splitlines() if "rlplane usage" in line)
+    assert "usage from" in ok(env, *shlex.split(example)[1:]).stderr
+    report = json.loads(ok(env, "usage", "--by", "queue", "--interval", "day", "--json").stdout)
+    assert report["by"] == "queue" and report["interval"] == "day" and report["data"] == []  # nothing has run
+    assert ok(env, "usage", "--csv").stdout == "project,start,gpu_seconds,cpu_slot_seconds,attempts,runs\n"
+    failed(rlplane(env, "usage", "--since", "yesterday"), 4, "422", "since")
+    assert "removed" not in ok(env, "projects", "quota", "vision", "a100", "--remove").stdout
+    assert server.api("GET", "/projects/vision").json()["quotas"] == []
+    failed(rlplane(env, "projects", "quota", "vision", "a100", "--remove"), 4, "404")
 
 
 def test_the_documented_add_member_example_works(server, env):

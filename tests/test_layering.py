@@ -61,6 +61,9 @@ HTTP_FREE = [
     "api/reconcile.py",
     "api/auth/principal.py",
     "api/runs/sources.py",
+    "api/runs/priorities.py",
+    "api/runs/preemption.py",
+    "api/runs/quotas.py",
 ]
 
 

@@ -57,7 +57,7 @@ def test_a_worker_leases_the_higher_priority_run_first_and_a_gang_ranked_ahead_h
     refused = lease(anon, token, low["id"], "node-a")
     assert refused.status_code == 409
     assert refused.json()["detail"] == (
-        f"worker node-a is held for run {high['id']}, of priority 75 (high), above this run's 25 (low)"
+        f"worker node-a is held for run {high['id']}, a run of priority 75 (high), above this run's 25 (low)"
     )
     beat(anon, token, "node-b")  # another idle worker can take the high one: the low one may go
     assert lease(anon, token, low["id"], "node-a").status_code == 200
@@ -71,7 +71,7 @@ def test_a_worker_leases_the_higher_priority_run_first_and_a_gang_ranked_ahead_h
     held = lease(anon, token, older["id"], "node-a")
     assert (
         held.status_code == 409
-        and f"held for run {gang['id']}, a run of priority 75 (high) that waits for 2 workers" in held.text
+        and f"held for run {gang['id']}, a run of priority 75 (high), above this run's 50 (normal) that waits" in held.text
     )
 
 

@@ -78,6 +78,9 @@ class TestApiMetrics:
         assert samples[("rlplane_queue_depth", (("queue", "gpu"),))] == 1
         assert samples[("rlplane_ingested_total", (("kind", "metrics"),))] == 3
         assert samples[("rlplane_ingested_total", (("kind", "logs"),))] == 2
+        # The leased run's attempt costs its worker slot from its start on: the counter grew since the first scrape.
+        used = ("rlplane_usage_seconds_total", (("project", "default"), ("queue", run["queue"]), ("unit", "cpu_slot")))
+        assert samples[used] > 0
         # Raw paths never become labels (a label per run id would grow without bound).
         assert not re.search(r'route="/api/v1/runs/\d', text)
 

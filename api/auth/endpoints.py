@@ -1,11 +1,15 @@
 from fastapi import APIRouter, Query, status
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from api.auth import schemas, service
 from api.auth.deps import Admin, AuthChanges, CurrentPrincipal, Reader, Writer
+from api.auth.principal import Principal
 from api.db import SessionDep
+from api.exceptions import NotFound
 from api.models import Project, User
-from api.params import ItemId
+from api.params import ItemId, QueueName
+from api.runs import quotas
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 
@@ -50,16 +54,14 @@ def list_projects(principal: Reader, session: SessionDep) -> schemas.ProjectList
 @router.get("/projects/{name}", response_model=schemas.ProjectDetail)
 def read_project(name: str, principal: Reader, session: SessionDep) -> schemas.ProjectDetail:
     project = service.readable_project(session, principal, name)
-    public = service.project_public(project, principal)
-    return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
+    return _detail(session, principal, project)
 
 
 @router.put("/projects/{name}/members/{user}", response_model=schemas.ProjectDetail, dependencies=[AuthChanges])
 def set_member(name: str, user: str, body: schemas.MemberSet, principal: Admin, session: SessionDep) -> schemas.ProjectDetail:
     project = service.readable_project(session, principal, name)
     service.set_member(session, principal, project, user, body.role)
-    public = service.project_public(project, principal)
-    return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
+    return _detail(session, principal, project)
 
 
 @router.patch("/projects/{name}/scheduling", response_model=schemas.ProjectDetail)
@@ -67,8 +69,35 @@ def set_scheduling(name: str, body: schemas.SchedulingSet, principal: Admin, ses
     """A site admin sets the project's default priority and the highest one its members may ask for."""
     project = service.readable_project(session, principal, name)
     service.set_scheduling(session, principal, project, body)
+    return _detail(session, principal, project)
+
+
+@router.put("/projects/{name}/quotas/{queue}", response_model=schemas.ProjectDetail)
+def set_quota(
+    name: str, queue: QueueName, body: schemas.QuotaSet, principal: Admin, session: SessionDep
+) -> schemas.ProjectDetail:
+    """A site admin sets what the project may hold of `queue` at once: GPUs (a CPU queue: worker slots) and runs."""
+    principal.require_site_admin()
+    project = service.readable_project(session, principal, name)
+    quotas.set_quota(session, project, queue, body.max_gpus, body.max_runs)
+    return _detail(session, principal, project)
+
+
+@router.delete("/projects/{name}/quotas/{queue}", status_code=status.HTTP_204_NO_CONTENT)
+def remove_quota(name: str, queue: QueueName, principal: Admin, session: SessionDep) -> None:
+    principal.require_site_admin()
+    project = service.readable_project(session, principal, name)
+    if not quotas.remove_quota(session, project, queue):
+        raise NotFound(f"project {name} has no quota on queue {queue}")
+
+
+def _detail(session: Session, principal: Principal, project: Project) -> schemas.ProjectDetail:
     public = service.project_public(project, principal)
-    return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project))
+    limits = [
+        schemas.QuotaPublic(queue=q.queue, max_gpus=q.max_gpus, max_runs=q.max_runs, used_gpus=gpus, used_runs=runs)
+        for q, gpus, runs in quotas.of_project(session, project)
+    ]
+    return schemas.ProjectDetail(**public.model_dump(), members=service.members(session, project), quotas=limits)
 
 
 @router.delete("/projects/{name}/members/{user}", status_code=status.HTTP_204_NO_CONTENT, dependencies=[AuthChanges])

@@ -54,6 +54,11 @@ class ProjectPublic(BaseModel):
     member_max_priority: int = Field(
         50, description="The highest resources.priority its members may ask for; above it needs the project's admin role"
     )
+    share: float = Field(
+        1.0,
+        description="Its weight in fair share: between projects' waiting runs of one priority, the least recent use "
+        "of the queue against its share goes first",
+    )
 
 
 class SchedulingSet(Strict):
@@ -61,10 +66,27 @@ class SchedulingSet(Strict):
 
     default_priority: Priority | None = None
     member_max_priority: Priority | None = None
+    share: float | None = Field(default=None, gt=0, le=1000, description="Its weight in fair share (null: 1)")
+
+
+class QuotaSet(Strict):
+    """What the project may hold of one queue at once; null: no limit on that."""
+
+    max_gpus: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="GPUs (resources.gpus x nodes); on a CPU queue, worker slots (nodes)"
+    )
+    max_runs: int | None = Field(default=None, ge=0, le=1_000_000, description="Active runs (starting, running, cancelling)")
+
+
+class QuotaPublic(QuotaSet):
+    queue: str
+    used_gpus: int = Field(description="What its active runs hold of the queue now, in the unit of max_gpus")
+    used_runs: int
 
 
 class ProjectDetail(ProjectPublic):
     members: list[MemberPublic]
+    quotas: list[QuotaPublic] = Field(default_factory=list, description="What it may hold of each queue (docs/scheduling.md)")
 
 
 class ProjectList(BaseModel):

@@ -71,14 +71,16 @@ def project_public(project: Project, principal: Principal) -> schemas.ProjectPub
         role=principal.roles.get(project.id),
         default_priority=project.default_priority,
         member_max_priority=project.member_max_priority,
+        share=project.share,
     )
 
 
 def set_scheduling(session: Session, principal: Principal, project: Project, body: schemas.SchedulingSet) -> None:
     """A site admin sets a project's default priority and its members' limit (runs already submitted keep theirs)."""
     principal.require_site_admin()
+    unset = {"default_priority": 50, "member_max_priority": 50, "share": 1.0}  # what null means: the default
     for field in body.model_fields_set:
-        setattr(project, field, getattr(body, field) if getattr(body, field) is not None else 50)
+        setattr(project, field, getattr(body, field) if getattr(body, field) is not None else unset[field])
     session.flush()
 
 

@@ -12,6 +12,7 @@ from api.models.metric import Metric
 from api.models.metric_rollup import MetricRollup
 from api.models.pipeline import Pipeline, PipelineStage
 from api.models.project import Project
+from api.models.project_quota import ProjectQuota
 from api.models.run import Run
 from api.models.run_attempt import RunAttempt
 from api.models.run_event import RunEvent
@@ -38,6 +39,7 @@ __all__ = [
     "Pipeline",
     "PipelineStage",
     "Project",
+    "ProjectQuota",
     "Run",
     "RunAttempt",
     "RunEvent",

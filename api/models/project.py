@@ -16,3 +16,5 @@ class Project(Base):
     # A run's priority when its spec names none, and the highest a member may ask for (above: the project's admins).
     default_priority: Mapped[int] = mapped_column(default=50, server_default="50")
     member_max_priority: Mapped[int] = mapped_column(default=50, server_default="50")
+    # Its weight in fair share between projects of one priority on a queue (api/runs/priorities.py)
+    share: Mapped[float] = mapped_column(default=1.0, server_default="1")

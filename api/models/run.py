@@ -51,6 +51,10 @@ class Run(Base):
     attempt_count: Mapped[int] = mapped_column(default=0)
     # resources.priority, or its project's default, at submit (api/runs/priorities.py): waiting runs start highest first.
     priority: Mapped[int] = mapped_column(default=50, server_default="50")
+    # What it holds of its queue while active (api/runs/quotas.py): GPUs per node, and GPUs in all (gpus x nodes) or,
+    # on a CPU queue, worker slots (nodes). Columns, so quotas and usage are counted without reading specs.
+    gpus: Mapped[int] = mapped_column(default=0, server_default="0")
+    slots: Mapped[int] = mapped_column(default=1, server_default="1")
     # The waiting run this one's current attempt is being handed back for (api/runs/preemption.py), until it ends.
     preempted_by: Mapped[int | None] = mapped_column()
 

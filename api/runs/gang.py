@@ -30,7 +30,7 @@ from api.auth.principal import Principal
 from api.exceptions import Conflict, Forbidden, NotFound
 from api.models import AttemptNode, Run, RunAttempt, Worker
 from api.models.base import utcnow
-from api.runs import priorities
+from api.runs import priorities, quotas
 from api.workers.holding import moved_on, moved_on_reason
 from rlplane.limits import fit_reason
 from rlplane.spec import NodeRole
@@ -119,22 +119,27 @@ def held_for(session: Session, run: Run, worker: str, lost_after_s: float) -> tu
     me = next((w for w in serving if w.name == worker), None)
     if me is None:
         return None
-    ahead = session.scalars(
-        select(Run)
-        .where(Run.status == "queued", Run.id != run.id, Run.queue.in_(me.queues), priorities.ahead_of(run))
-        .order_by(*priorities.RANKED)
-    )
-    for gang in ahead:
+    rank = priorities.ranking(session)
+    queued = [other for other in priorities.waiting(session, rank) if other.queue in me.queues and other.id != run.id]
+    for gang in (other for other in queued if rank.key(other) < rank.key(run)):
         need = nodes_of(gang)
-        if need > 1 and sum(1 for w in serving if gang.queue in w.queues) >= need:
-            rank = "an older run" if gang.priority == run.priority else f"a run of priority {priorities.named(gang.priority)}"
-            return gang, f"{rank} that waits for {need} workers"
+        if need > 1 and sum(1 for w in serving if gang.queue in w.queues) >= need and not quotas.blocked(session, gang):
+            return gang, f"{_ranked_how(rank, gang, run)} that waits for {need} workers"
     free = idle(serving, busy_workers(session))
     others_idle = {queue: sum(1 for w in free if w.name != worker and queue in w.queues) for queue in me.queues}
-    higher = priorities.needed_elsewhere(session, run, me, others_idle)
-    if higher is not None:
-        return higher, f"of priority {priorities.named(higher.priority)}, above this run's {priorities.named(run.priority)}"
+    ahead = priorities.needed_elsewhere(session, run, me, others_idle, rank, queued)
+    if ahead is not None:
+        return ahead, _ranked_how(rank, ahead, run)
     return None
+
+
+def _ranked_how(rank: priorities.Ranking, other: Run, run: Run) -> str:
+    """Why `other` goes before `run`, in words."""
+    if other.priority != run.priority:
+        return f"a run of priority {priorities.named(other.priority)}, above this run's {priorities.named(run.priority)}"
+    if other.project_id != run.project_id and rank.used(other) < rank.used(run):
+        return "a run of a project that has used less of the queue against its share (fair share)"
+    return "an older run"
 
 
 def node_slot(session: Session, run: Run, attempt: int, node_rank: int) -> AttemptNode:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from api.models import AttemptNode, Run, RunAttempt
 from api.models.base import utcnow
-from api.runs import gang, priorities
+from api.runs import gang, priorities, quotas
 from rlplane.status import ACTIVE
 
 
@@ -41,7 +41,7 @@ class Holder:
 def preempt(session: Session, lost_after_s: float, after_s: float, ours: Callable[[str], bool]) -> list[tuple[int, int]]:
     """One pass over the waiting runs of the queues `ours` says rlplane schedules (not Slurm's): the (preempted run,
     for run) pairs decided now."""
-    waiting = [run for run in session.scalars(select(Run).where(Run.status == "queued").order_by(*priorities.RANKED))]
+    waiting = priorities.waiting(session, priorities.ranking(session))
     holders = _holders(session)
     _drop_stale_marks(holders, {run.id for run in waiting})
     if not waiting:
@@ -50,8 +50,8 @@ def preempt(session: Session, lost_after_s: float, after_s: float, ours: Callabl
     free = {w.name for w in gang.idle(live, gang.busy_workers(session))}
     now, taken, decided = utcnow(), set[str](), []
     for run in waiting:
-        if not ours(run.queue):
-            continue
+        if not ours(run.queue) or quotas.blocked(session, run) is not None:
+            continue  # Slurm's to decide; or over its project's quota, so it would not start on a freed worker
         need, serving = gang.nodes_of(run), {w.name for w in live if run.queue in w.queues}
         if len(serving) < need:
             continue  # it cannot start on this queue however many runs end: nothing to preempt for

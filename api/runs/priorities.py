@@ -12,16 +12,18 @@ the run sent again later (the reconciler's redispatch); the worker takes the mes
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, select
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
 from api.exceptions import Forbidden
 from api.models import Project, Run, Worker
+from api.models.base import utcnow
 from rlplane.spec import RunSpec
 from rlplane.spec.sections import PRIORITIES
-
-RANKED = (Run.priority.desc(), Run.id)  # waiting runs, first to start first
 
 
 def named(priority: int) -> str:
@@ -43,26 +45,66 @@ def of_submission(principal: Principal, project: Project, spec: RunSpec) -> int:
     return asked
 
 
-def ahead_of(run: Run) -> ColumnElement[bool]:
-    """SQL: a run ranked ahead of `run` (to start before it)."""
-    return (Run.priority > run.priority) | ((Run.priority == run.priority) & (Run.id < run.id))
+# How far back a project's use of a queue counts against its share.
+FAIR_SHARE_WINDOW = timedelta(days=7)
 
 
-def outranking_one_node_runs(session: Session, run: Run, queue: str) -> list[Run]:
-    """Queued one-node runs of `queue` with a higher priority than `run`, first to start first."""
+@dataclass(frozen=True)
+class Ranking:
+    """The order waiting runs start in: priority first; between projects of one priority, each project's use of the
+    queue over the last FAIR_SHARE_WINDOW against its share (a site admin's weight, 1 by default), least first; then
+    age. Runs of one project and priority go in the broker's order (first submitted, first taken)."""
+
+    use: dict[tuple[int, str], float]  # (project, queue) -> GPU-seconds, or worker-slot-seconds on a CPU queue
+    shares: dict[int, float]
+
+    def used(self, run: Run) -> float:
+        """The run's project's use of the run's queue against its share."""
+        return self.use.get((run.project_id, run.queue), 0.0) / self.shares.get(run.project_id, 1.0)
+
+    def key(self, run: Run) -> tuple[int, float, int]:
+        return (-run.priority, self.used(run), run.id)
+
+    def outranks(self, other: Run, run: Run) -> bool:
+        """`other` must start before `run`, whatever the broker's order: a higher priority, or the same one and a
+        project that has used less of the queue against its share."""
+        if other.priority != run.priority:
+            return other.priority > run.priority
+        return other.project_id != run.project_id and self.used(other) < self.used(run)
+
+
+def ranking(session: Session) -> Ranking:
+    from api.usage.service import slot_seconds
+
+    until = utcnow()
+    shares = {project_id: share for project_id, share in session.execute(select(Project.id, Project.share))}
+    return Ranking(slot_seconds(session, until - FAIR_SHARE_WINDOW, until), shares)
+
+
+def waiting(session: Session, rank: Ranking) -> list[Run]:
+    """Every queued run, first to start first."""
+    return sorted(session.scalars(select(Run).where(Run.status == "queued")), key=rank.key)
+
+
+def needed_elsewhere(
+    session: Session, run: Run, me: Worker, others_idle: dict[str, int], rank: Ranking, queued: list[Run]
+) -> Run | None:
+    """The one-node run that worker `me` must be kept free for, instead of leasing `run`: on some queue it serves,
+    more runs that outrank `run` (and that their project's quota lets start) wait than the queue's other idle
+    workers (`others_idle`, by queue) can take."""
+    from api.runs import quotas
     from api.runs.gang import nodes_of
 
-    higher = session.scalars(
-        select(Run).where(Run.status == "queued", Run.queue == queue, Run.priority > run.priority).order_by(*RANKED)
-    )
-    return [other for other in higher if nodes_of(other) == 1]
-
-
-def needed_elsewhere(session: Session, run: Run, me: Worker, others_idle: dict[str, int]) -> Run | None:
-    """The higher-priority one-node run that worker `me` must be kept free for, instead of leasing `run`: on some
-    queue it serves, more such runs wait than the queue's other idle workers (`others_idle`, by queue) can take."""
     for queue in me.queues:
-        higher = outranking_one_node_runs(session, run, queue)
-        if len(higher) > others_idle.get(queue, 0):
-            return higher[0]
+        ahead = [
+            other
+            for other in queued
+            if other.queue == queue
+            and other.id != run.id
+            and rank.outranks(other, run)
+            and nodes_of(other) == 1
+            and quotas.blocked(session, other) is None
+        ]
+        if len(ahead) > others_idle.get(queue, 0):
+            return ahead[0]
     return None

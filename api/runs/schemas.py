@@ -49,6 +49,8 @@ class AttemptPublic(BaseModel):
     preempted_by: int | None = Field(
         None, description="Handed back for this higher-priority run, which could not start otherwise (docs/scheduling.md)"
     )
+    gpu_seconds: float = Field(0.0, description="GPUs x its wall time, start to end (now, while it runs)")
+    cpu_slot_seconds: float = Field(0.0, description="On a CPU queue: worker slots (nodes) x its wall time")
 
 
 class RunPublic(BaseModel):
@@ -112,6 +114,8 @@ class RunDetail(RunPublic):
     children: list[RunLinkPublic]
     attempts: list[AttemptPublic]
     slurm_jobs: list[SlurmJobPublic] = Field(default_factory=list, description="Its Slurm jobs, oldest first")
+    gpu_seconds: float = Field(0.0, description="The sum of its attempts' GPU-seconds (docs/scheduling.md, usage)")
+    cpu_slot_seconds: float = Field(0.0, description="The sum of its attempts' worker-slot-seconds, on a CPU queue")
     latest_checkpoint_step: int | None
     output: RunOutput | None = Field(
         description="The final model export, once registered (download: checkpoints/{step}/files?kind=export)"

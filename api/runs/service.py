@@ -8,7 +8,7 @@ from api.auth.service import project_by_name
 from api.exceptions import Conflict, Forbidden, NotFound, Unprocessable
 from api.models import Run, RunAttempt, RunEvent, RunLink
 from api.models.base import utcnow
-from api.runs import gang, preemption, priorities, references, repository, schemas, views
+from api.runs import gang, preemption, priorities, quotas, references, repository, schemas, views
 from api.runs.sources import check_sources
 from api.runs.views import is_scripted
 from api.unit_of_work import unit_of_work
@@ -110,6 +110,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
     project = project_by_name_or_422(session, spec.project)
     principal.require(project.id, "write")
     priorities.of_submission(principal, project, spec)
+    quotas.check_submission(session, project, spec)
     check_reward_entrypoints(spec, reward_entrypoints)
     check_sources(session, principal, spec)
     parents = []
@@ -191,6 +192,8 @@ def new_run(
         last_step=None,
         created_by=principal.user_id,
         priority=priority,
+        gpus=spec.resources.gpus,
+        slots=quotas.slots(spec),
     )
     session.add(run)
     session.flush()
@@ -273,6 +276,8 @@ def lease(session: Session, principal: Principal, run_id: int, worker: str, lost
         raise Conflict(f"run {run.id} is {run.status}; only a queued run can be leased")
     if gang.nodes_of(run) > 1:
         raise Conflict(f"run {run.id} spans {gang.nodes_of(run)} nodes: the API grants its nodes, no worker leases it")
+    if (over := quotas.blocked(session, run)) is not None:
+        raise Conflict(f"run {run.id} waits: {over}")
     held = gang.held_for(session, run, worker, lost_after_s)
     if held is not None:
         # The reconciler sends this run again (redispatch_s); the worker stays free for the run ahead.

@@ -6,8 +6,10 @@ from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
 from api.models import Run
+from api.models.base import utcnow
 from api.runs import gang, repository, schemas
 from api.runs.headlines import page_headlines
+from api.usage.service import attempt_cost
 from rlplane.spec import RunSpec
 from rlplane.spec.algorithms import ONLINE_ALGORITHMS
 from rlplane.status import NOT_RESUMABLE_FAILURES, RESUMABLE
@@ -135,10 +137,12 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
         public = schemas.NodePublic.model_validate(node, from_attributes=True)
         public.role = gang.role_of(run, node.node_rank)
         nodes.setdefault(node.attempt, []).append(public)
-    attempts = [
-        schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update={"nodes": nodes.get(a.number, [])})
-        for a in repository.attempts(session, run_id)
-    ]
+    now = utcnow()
+    attempts = []
+    for a in repository.attempts(session, run_id):
+        gpu, cpu = attempt_cost(run, ((a.ended_at or now) - a.started_at).total_seconds())
+        usage = {"nodes": nodes.get(a.number, []), "gpu_seconds": round(gpu, 3), "cpu_slot_seconds": round(cpu, 3)}
+        attempts.append(schemas.AttemptPublic.model_validate(a, from_attributes=True).model_copy(update=usage))
     jobs = [schemas.SlurmJobPublic.model_validate(job, from_attributes=True) for job in repository.slurm_jobs(session, run_id)]
     return schemas.RunDetail(
         **run_public(run, project, creator).model_dump(),
@@ -148,6 +152,8 @@ def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.R
         parents=links.parents,
         children=links.children,
         attempts=attempts,
+        gpu_seconds=round(sum(a.gpu_seconds for a in attempts), 3),
+        cpu_slot_seconds=round(sum(a.cpu_slot_seconds for a in attempts), 3),
         latest_checkpoint_step=repository.latest_checkpoint_step(session, run_id),
         output=_output(repository.final_export(session, run_id)),
         environment=run.environment,

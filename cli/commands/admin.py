@@ -210,9 +210,22 @@ def _print_project(project: dict) -> None:
             ("your role", project["role"]),
             ("default priority", project.get("default_priority")),
             ("members may ask up to", project.get("member_max_priority")),
+            ("fair share weight", project.get("share")),
         ]
     )
     output.table(["MEMBER", "ROLE"], ([m["user"], m["role"]] for m in project["members"]))
+    if project.get("quotas"):
+        output.table(
+            ["QUEUE", "GPUS (OR SLOTS)", "RUNS"],
+            (
+                [q["queue"], f"{q['used_gpus']} of {_limit(q['max_gpus'])}", f"{q['used_runs']} of {_limit(q['max_runs'])}"]
+                for q in project["quotas"]
+            ),
+        )
+
+
+def _limit(value: int | None) -> str:
+    return "no limit" if value is None else str(value)
 
 
 @projects_app.command("scheduling")
@@ -226,6 +239,9 @@ def set_scheduling(
     member_max_priority: Annotated[
         str | None, typer.Option(help="The highest priority its members may ask for; above it, its admins only")
     ] = None,
+    share: Annotated[
+        float | None, typer.Option(min=0.001, help="Its weight in fair share between projects' runs of one priority")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Set how a project's runs are prioritised (site admins; docs/scheduling.md); without options, show it.
@@ -235,7 +251,10 @@ def set_scheduling(
       rlplane projects scheduling vision --default-priority low --member-max-priority high
     """
     given = {"default_priority": default_priority, "member_max_priority": member_max_priority}
-    fields = {key: int(value) if value.isdigit() else value for key, value in given.items() if value is not None}
+    fields: dict[str, int | str | float] = {
+        key: int(value) if value.isdigit() else value for key, value in given.items() if value is not None
+    }
+    fields |= {"share": share} if share is not None else {}
     client = state(ctx).client()
     project = client.set_scheduling(name, **fields) if fields else client.project(name)
     if as_json:
@@ -384,3 +403,66 @@ def workers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             for w in listed
         ),
     )
+
+
+@projects_app.command("quota")
+@handled
+def set_quota(
+    ctx: typer.Context,
+    project: str,
+    queue: str,
+    gpus: Annotated[
+        int | None, typer.Option(min=0, help="At most this many GPUs at once (on a CPU queue: worker slots, one per node)")
+    ] = None,
+    runs: Annotated[int | None, typer.Option(min=0, help="At most this many active runs at once")] = None,
+    remove: Annotated[bool, typer.Option("--remove", help="Remove the project's quota on the queue")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set what a project may hold of a queue at once (site admins; docs/scheduling.md). A run beyond it waits, saying
+    so; an option left out has no limit.
+
+    \b
+    Example:
+      rlplane projects quota vision a100 --gpus 8 --runs 4
+    """
+    client = state(ctx).client()
+    if remove:
+        client.remove_quota(project, queue)
+        return output.say(f"project {project} has no quota on queue {queue} now")
+    detail = client.set_quota(project, queue, max_gpus=gpus, max_runs=runs)
+    if as_json:
+        return output.print_json(detail)
+    _print_project(detail)
+
+
+@handled
+def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Each queue: its live workers, what each project holds of it (beside its quota), and the runs waiting, in the
+    order they start, with why each waits (docs/scheduling.md).
+
+    \b
+    Example:
+      rlplane queues
+    """
+    page = state(ctx).client().queues()
+    if as_json:
+        return output.print_json(page)
+    for queue in page["data"]:
+        output.say(f"queue {queue['name']}: {queue['workers']} workers ({queue['idle']} idle), {queue['gpus']} GPUs")
+        output.table(
+            ["PROJECT", "HOLDS", "RUNS", "QUOTA"],
+            ([h["project"], h["slots"], h["runs"], _quota(h)] for h in queue["holding"]),
+        )
+        output.table(
+            ["WAITING", "PROJECT", "PRIORITY", "WHY"],
+            (
+                [f"{w['run_id']} {w['name']}" if w["run_id"] else "(not yours)", w["project"], w["priority"], w["reason"]]
+                for w in queue["waiting"]
+            ),
+        )
+
+
+def _quota(holding: dict) -> str:
+    limits = [f"{holding['max_gpus']} slots" if holding["max_gpus"] is not None else ""]
+    limits += [f"{holding['max_runs']} runs" if holding["max_runs"] is not None else ""]
+    return ", ".join(limit for limit in limits if limit) or "-"

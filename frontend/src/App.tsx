@@ -29,6 +29,8 @@ const CodeTab = page(() => import('./pages/run/code/CodeTab'), 'CodeTab');
 const NewRunPage = page(() => import('./pages/new/NewRunPage'), 'NewRunPage');
 const ComparePage = page(() => import('./pages/compare/ComparePage'), 'ComparePage');
 const WorkersPage = page(() => import('./pages/workers/WorkersPage'), 'WorkersPage');
+const QueuesPage = page(() => import('./pages/queues/QueuesPage'), 'QueuesPage');
+const UsagePage = page(() => import('./pages/usage/UsagePage'), 'UsagePage');
 const AdminPage = page(() => import('./pages/admin/AdminPage'), 'AdminPage');
 const PipelinesPage = page(() => import('./pages/pipelines/PipelinesPage'), 'PipelinesPage');
 const PipelinePage = page(() => import('./pages/pipelines/PipelinePage'), 'PipelinePage');
@@ -60,6 +62,8 @@ export function AppRoutes() {
         <Route path="/new" element={<NewRunPage />} />
         <Route path="/compare" element={<ComparePage />} />
         <Route path="/workers" element={<WorkersPage />} />
+        <Route path="/queues" element={<QueuesPage />} />
+        <Route path="/usage" element={<UsagePage />} />
         <Route path="/admin" element={<AdminPage />} />
         <Route path="*" element={<Placeholder title="Not found" />} />
       </Route>

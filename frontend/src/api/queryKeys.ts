@@ -80,4 +80,7 @@ export const queryKeys = {
   tokens,
   users: { list: () => ['users', 'list'] as const },
   workers: { list: () => ['workers', 'list'] as const },
+  queues: { list: () => ['queues', 'list'] as const },
+  /** The usage report of a period counted back from when it is fetched, so the key holds its length, not its dates. */
+  usage: { report: (query: { by: string; period: string }) => ['usage', 'report', query] as const },
 };

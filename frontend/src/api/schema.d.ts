@@ -360,6 +360,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/projects/{name}/quotas/{queue}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Quota
+         * @description A site admin sets what the project may hold of `queue` at once: GPUs (a CPU queue: worker slots) and runs.
+         */
+        put: operations["set_quota_api_v1_projects__name__quotas__queue__put"];
+        post?: never;
+        /** Remove Quota */
+        delete: operations["remove_quota_api_v1_projects__name__quotas__queue__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{name}/scheduling": {
         parameters: {
             query?: never;
@@ -378,6 +399,26 @@ export interface paths {
          * @description A site admin sets the project's default priority and the highest one its members may ask for.
          */
         patch: operations["set_scheduling_api_v1_projects__name__scheduling_patch"];
+        trace?: never;
+    };
+    "/api/v1/queues": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Queues
+         * @description Each queue: its live workers, what each project holds of it (beside its quota), and who waits and why.
+         */
+        get: operations["list_queues_api_v1_queues_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/runs": {
@@ -1037,6 +1078,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage
+         * @description GPU-seconds (GPUs x wall time of each attempt, start to end) and, for CPU runs, worker-slot-seconds, within the
+         *     period, of the runs you may read.
+         */
+        get: operations["usage_api_v1_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/users": {
         parameters: {
             query?: never;
@@ -1221,6 +1283,12 @@ export interface components {
         };
         /** AttemptPublic */
         AttemptPublic: {
+            /**
+             * Cpu Slot Seconds
+             * @description On a CPU queue: worker slots (nodes) x its wall time
+             * @default 0
+             */
+            cpu_slot_seconds: number;
             /** End Reason */
             end_reason: string | null;
             /** Ended At */
@@ -1230,6 +1298,12 @@ export interface components {
              * @description With a failed end, why: config (its spec, data or model), diverged (NaN/inf), crashed
              */
             failure?: ("config" | "diverged" | "crashed") | null;
+            /**
+             * Gpu Seconds
+             * @description GPUs x its wall time, start to end (now, while it runs)
+             * @default 0
+             */
+            gpu_seconds: number;
             /**
              * Handed Back
              * @description Its worker gave the run back on shutdown; not counted against max_attempts
@@ -2390,6 +2464,28 @@ export interface components {
             samples: number;
         };
         /**
+         * Holding
+         * @description What one project's active runs hold of a queue, beside its quota there.
+         */
+        Holding: {
+            /**
+             * Max Gpus
+             * @description Its quota on the queue, in the unit of slots; null: none
+             */
+            max_gpus: number | null;
+            /** Max Runs */
+            max_runs: number | null;
+            /** Project */
+            project: string;
+            /** Runs */
+            runs: number;
+            /**
+             * Slots
+             * @description GPUs on a GPU queue (resources.gpus x nodes); worker slots (nodes) on a CPU queue
+             */
+            slots: number;
+        };
+        /**
          * HttpEnvironment
          * @description Episodes played by a service over HTTP: POST <url>/reset, <url>/step and <url>/cutoff (docs/rl.md).
          */
@@ -3385,10 +3481,21 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Quotas
+             * @description What it may hold of each queue (docs/scheduling.md)
+             */
+            quotas?: components["schemas"]["QuotaPublic"][];
+            /**
              * Role
              * @description The caller's role in this project (site admins may have none)
              */
             role: ("viewer" | "member" | "admin") | null;
+            /**
+             * Share
+             * @description Its weight in fair share: between projects' waiting runs of one priority, the least recent use of the queue against its share goes first
+             * @default 1
+             */
+            share: number;
         };
         /** ProjectList */
         ProjectList: {
@@ -3427,6 +3534,12 @@ export interface components {
              * @description The caller's role in this project (site admins may have none)
              */
             role: ("viewer" | "member" | "admin") | null;
+            /**
+             * Share
+             * @description Its weight in fair share: between projects' waiting runs of one priority, the least recent use of the queue against its share goes first
+             * @default 1
+             */
+            share: number;
         };
         /** PromptList */
         PromptList: {
@@ -3529,6 +3642,76 @@ export interface components {
              * @default 1
              */
             scale: number;
+        };
+        /** QueueList */
+        QueueList: {
+            /** Data */
+            data: components["schemas"]["QueuePublic"][];
+        };
+        /** QueuePublic */
+        QueuePublic: {
+            /**
+             * Gpus
+             * @description GPUs of its live workers
+             */
+            gpus: number;
+            /**
+             * Holding
+             * @description Each project's share of it now, largest first
+             */
+            holding: components["schemas"]["Holding"][];
+            /**
+             * Idle
+             * @description Of those, holding no run and taking runs
+             */
+            idle: number;
+            /** Name */
+            name: string;
+            /** Waiting */
+            waiting: components["schemas"]["Waiting"][];
+            /**
+             * Workers
+             * @description Live workers serving it
+             */
+            workers: number;
+        };
+        /** QuotaPublic */
+        QuotaPublic: {
+            /**
+             * Max Gpus
+             * @description GPUs (resources.gpus x nodes); on a CPU queue, worker slots (nodes)
+             */
+            max_gpus?: number | null;
+            /**
+             * Max Runs
+             * @description Active runs (starting, running, cancelling)
+             */
+            max_runs?: number | null;
+            /** Queue */
+            queue: string;
+            /**
+             * Used Gpus
+             * @description What its active runs hold of the queue now, in the unit of max_gpus
+             */
+            used_gpus: number;
+            /** Used Runs */
+            used_runs: number;
+        };
+        /**
+         * QuotaSet
+         * @description What the project may hold of one queue at once; null: no limit on that.
+         */
+        QuotaSet: {
+            /**
+             * Max Gpus
+             * @description GPUs (resources.gpus x nodes); on a CPU queue, worker slots (nodes)
+             */
+            max_gpus?: number | null;
+            /**
+             * Max Runs
+             * @description Active runs (starting, running, cancelling)
+             */
+            max_runs?: number | null;
         };
         /**
          * Rendezvous
@@ -3722,6 +3905,12 @@ export interface components {
                 [key: string]: unknown;
             };
             /**
+             * Cpu Slot Seconds
+             * @description The sum of its attempts' worker-slot-seconds, on a CPU queue
+             * @default 0
+             */
+            cpu_slot_seconds: number;
+            /**
              * Created At
              * Format: date-time
              */
@@ -3742,6 +3931,12 @@ export interface components {
              * @description Why a failed run failed: config, diverged or crashed
              */
             failure: ("config" | "diverged" | "crashed") | null;
+            /**
+             * Gpu Seconds
+             * @description The sum of its attempts' GPU-seconds (docs/scheduling.md, usage)
+             * @default 0
+             */
+            gpu_seconds: number;
             /** Id */
             id: number;
             /** Last Step */
@@ -3827,6 +4022,12 @@ export interface components {
                 [key: string]: unknown;
             };
             /**
+             * Cpu Slot Seconds
+             * @description The sum of its attempts' worker-slot-seconds, on a CPU queue
+             * @default 0
+             */
+            cpu_slot_seconds: number;
+            /**
              * Created At
              * Format: date-time
              */
@@ -3847,6 +4048,12 @@ export interface components {
              * @description Why a failed run failed: config, diverged or crashed
              */
             failure: ("config" | "diverged" | "crashed") | null;
+            /**
+             * Gpu Seconds
+             * @description The sum of its attempts' GPU-seconds (docs/scheduling.md, usage)
+             * @default 0
+             */
+            gpu_seconds: number;
             /** Id */
             id: number;
             /** Last Step */
@@ -4314,6 +4521,11 @@ export interface components {
             default_priority?: number | null;
             /** Member Max Priority */
             member_max_priority?: number | null;
+            /**
+             * Share
+             * @description Its weight in fair share (null: 1)
+             */
+            share?: number | null;
         };
         /** ScriptedRunCreate */
         ScriptedRunCreate: {
@@ -5079,6 +5291,70 @@ export interface components {
             /** Text */
             text: string;
         };
+        /** UsageBucket */
+        UsageBucket: {
+            /** Cpu Slot Seconds */
+            cpu_slot_seconds: number;
+            /** Gpu Seconds */
+            gpu_seconds: number;
+            /**
+             * Start
+             * Format: date-time
+             */
+            start: string;
+        };
+        /** UsageReport */
+        UsageReport: {
+            /**
+             * By
+             * @enum {string}
+             */
+            by: "project" | "user" | "queue" | "run";
+            /**
+             * Data
+             * @description Largest use first
+             */
+            data: components["schemas"]["UsageRow"][];
+            /** Interval */
+            interval: ("hour" | "day") | null;
+            /**
+             * Since
+             * Format: date-time
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             */
+            until: string;
+        };
+        /** UsageRow */
+        UsageRow: {
+            /** Attempts */
+            attempts: number;
+            /**
+             * Cpu Slot Seconds
+             * @description Worker slots (one per node) x wall time, for runs on CPU (0 GPUs)
+             */
+            cpu_slot_seconds: number;
+            /**
+             * Gpu Seconds
+             * @description GPUs x wall time of the attempts within the period, from start to end
+             */
+            gpu_seconds: number;
+            /**
+             * Key
+             * @description The project, user or queue name; a run's `<id> <name>`
+             */
+            key: string;
+            /**
+             * Over Time
+             * @description Per interval, when one was asked for
+             */
+            over_time?: components["schemas"]["UsageBucket"][];
+            /** Runs */
+            runs: number;
+        };
         /** UserCreate */
         UserCreate: {
             /** Email */
@@ -5166,6 +5442,28 @@ export interface components {
              * @default null
              */
             url: string | null;
+        };
+        /**
+         * Waiting
+         * @description A queued run, in the order runs start: highest priority first, then oldest.
+         */
+        Waiting: {
+            /** Name */
+            name: string | null;
+            /** Priority */
+            priority: number;
+            /** Project */
+            project: string;
+            /**
+             * Reason
+             * @description Why it waits: its queue's workers are busy, its project's quota, a gang's nodes, ...
+             */
+            reason: string;
+            /**
+             * Run Id
+             * @description Null for a run in a project you cannot read
+             */
+            run_id: number | null;
         };
         /** WorkerList */
         WorkerList: {
@@ -6312,6 +6610,102 @@ export interface operations {
             };
         };
     };
+    set_quota_api_v1_projects__name__quotas__queue__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                /** @description A worker queue's name */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaSet"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    remove_quota_api_v1_projects__name__quotas__queue__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                /** @description A worker queue's name */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     set_scheduling_api_v1_projects__name__scheduling_patch: {
         parameters: {
             query?: never;
@@ -6358,6 +6752,40 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
+            };
+        };
+    };
+    list_queues_api_v1_queues_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueueList"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -8413,6 +8841,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TokenPublic"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    usage_api_v1_usage_get: {
+        parameters: {
+            query?: {
+                /** @description Start of the period (default: 7 days before until) */
+                since?: string | null;
+                /** @description End of the period (default: now) */
+                until?: string | null;
+                /** @description Roll up by project, user, queue or run */
+                by?: "project" | "user" | "queue" | "run";
+                /** @description Also per hour or day, for a chart */
+                interval?: ("hour" | "day") | null;
+                /** @description csv: one line per row and interval */
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                    "text/csv": unknown;
                 };
             };
             /** @description Missing, invalid, expired or revoked token */

@@ -11,6 +11,8 @@ const LINKS = [
   ['/new', 'New run'],
   ['/compare', 'Compare'],
   ['/workers', 'Workers'],
+  ['/queues', 'Queues'],
+  ['/usage', 'Usage'],
   ['/admin', 'Admin'],
 ] as const;
 

@@ -14,7 +14,7 @@ export function runDetail(over: Partial<RunDetail> = {}): RunDetail {
     // only the spec fields the views read: a stored spec has every field, defaults filled in
     spec: { name: 'base', algorithm: 'sft', dpo: null, model: { path: 'builtin:tiny-gpt2' } } as unknown as RunDetail['spec'],
     spec_text: '# my notes\nname: base\nalgorithm: sft\nmodel:\n  path: builtin:tiny-gpt2  # small\n',
-    parents: [], children: [], attempts: [], latest_checkpoint_step: null, output: null,
+    parents: [], children: [], attempts: [], latest_checkpoint_step: null, output: null, gpu_seconds: 0, cpu_slot_seconds: 0,
     ...over,
   };
 }

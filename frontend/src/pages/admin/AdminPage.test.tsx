@@ -254,3 +254,129 @@ describe('AdminPage projects and users', () => {
     expect(screen.queryByTestId('new-token-secret')).toBeNull();
   });
 });
+
+describe('AdminPage project scheduling and quotas', () => {
+  const quota = (queue: string, over: object = {}) => ({ queue, max_gpus: null, max_runs: null, used_gpus: 0, used_runs: 0, ...over });
+  const project = (over: object = {}) => ({
+    id: 1, name: 'alpha', description: '', created_at: T0, role: null, members: [{ user: 'bob', role: 'admin' }],
+    default_priority: 50, member_max_priority: 50, share: 1,
+    quotas: [quota('a100', { max_gpus: 8, max_runs: 4, used_gpus: 3, used_runs: 1 }), quota('cpu', { max_runs: 2, used_gpus: 1 })],
+    ...over,
+  });
+
+  /** A site admin on project alpha, whose detail is `state.detail`; `extra` answers the writes. */
+  function siteAdmin(state: { detail: ReturnType<typeof project> }, extra: Handler): Handler {
+    return (req, url, body) => {
+      if (url.pathname === '/api/v1/me') return json({ user: user('admin', true), scopes: ['admin'], roles: {} });
+      if (url.pathname === '/api/v1/projects' && req.method === 'GET') return json({ data: [], count: 0 });
+      if (url.pathname === '/api/v1/projects/alpha' && req.method === 'GET') return json(state.detail);
+      return extra(req, url, body);
+    };
+  }
+  const cells = (queue: string) =>
+    [...document.querySelector(`[data-quota="${queue}"]`)!.querySelectorAll('td')].map((td) => td.textContent).filter((t) => t !== 'Remove');
+
+  it('shows the scheduling values and each quota as used of its limit', async () => {
+    stubApi(siteAdmin({ detail: project({ default_priority: 75, member_max_priority: 60, share: 2.5 }) }, () => undefined));
+    renderAt('/admin?tab=projects&project=alpha');
+    const summary = await screen.findByTestId('scheduling-summary');
+    expect(summary.textContent).toBe('Runs without a priority get 75 (high); members may ask for up to 60; fair share 2.5.');
+    expect(cells('a100')).toEqual(['3 of 8', '1 of 4']);
+    expect(cells('cpu')).toEqual(['1 (no limit)', '0 of 2']);
+    expect((screen.getByLabelText('Default priority') as HTMLInputElement).value).toBe('75');
+    expect((screen.getByLabelText('Share') as HTMLInputElement).value).toBe('2.5');
+  });
+
+  it('sends the scheduling form as a PATCH, a name as typed, and shows what the API made of it', async () => {
+    const state = { detail: project() };
+    const bodies: unknown[] = [];
+    const calls = stubApi(siteAdmin(state, (req, url, body) => {
+      if (req.method === 'PATCH' && url.pathname === '/api/v1/projects/alpha/scheduling') {
+        bodies.push(body);
+        state.detail = project({ default_priority: 75, member_max_priority: 60, share: 2 });
+        return json(state.detail);
+      }
+    }));
+    renderAt('/admin?tab=projects&project=alpha');
+    fireEvent.change(await screen.findByLabelText('Default priority'), { target: { value: ' high ' } });
+    fireEvent.change(screen.getByLabelText('Member max priority'), { target: { value: '60' } });
+    fireEvent.change(screen.getByLabelText('Share'), { target: { value: '2' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Save scheduling' }));
+    await waitFor(() => expect(calls).toContain('PATCH /api/v1/projects/alpha/scheduling'));
+    expect(bodies).toEqual([{ default_priority: 'high', member_max_priority: 60, share: 2 }]);
+    await waitFor(() => expect(screen.getByTestId('scheduling-summary').textContent).toContain('get 75 (high)'));
+    expect((screen.getByLabelText('Default priority') as HTMLInputElement).value).toBe('75');
+  });
+
+  it('shows a 422 on the scheduling form next to its field', async () => {
+    stubApi(siteAdmin({ detail: project() }, (req) => {
+      if (req.method === 'PATCH') {
+        return json({ detail: [{ loc: ['body', 'share'], msg: 'Input should be greater than 0', type: 'greater_than' }] }, 422);
+      }
+    }));
+    renderAt('/admin?tab=projects&project=alpha');
+    fireEvent.change(await screen.findByLabelText('Share'), { target: { value: '0' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Save scheduling' }));
+    const message = await screen.findByText('Input should be greater than 0');
+    const input = screen.getByLabelText('Share');
+    expect(input.getAttribute('aria-invalid')).toBe('true');
+    expect(input.getAttribute('aria-describedby')).toContain(message.id);
+    expect(screen.queryByRole('alert')).toBeNull();
+  });
+
+  it('adds a quota with a PUT, an empty limit as none, and shows a 403 from it', async () => {
+    const state = { detail: project() };
+    const bodies: unknown[] = [];
+    const calls = stubApi(siteAdmin(state, (req, url, body) => {
+      if (req.method !== 'PUT') return undefined;
+      if (url.pathname === '/api/v1/projects/alpha/quotas/locked') return json({ detail: 'site admin only' }, 403);
+      if (url.pathname === '/api/v1/projects/alpha/quotas/h100') {
+        bodies.push(body);
+        state.detail = project({ quotas: [...state.detail.quotas, quota('h100', { max_gpus: 16 })] });
+        return json(state.detail);
+      }
+    }));
+    renderAt('/admin?tab=projects&project=alpha');
+    fireEvent.change(await screen.findByLabelText('Queue'), { target: { value: 'h100' } });
+    fireEvent.change(screen.getByLabelText('Max GPUs'), { target: { value: '16' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Set quota' }));
+    await waitFor(() => expect(cells('h100')).toEqual(['0 of 16', '0 (no limit)']));
+    expect(calls).toContain('PUT /api/v1/projects/alpha/quotas/h100');
+    expect(bodies).toEqual([{ max_gpus: 16, max_runs: null }]);
+    expect((screen.getByLabelText('Queue') as HTMLInputElement).value).toBe('');
+
+    fireEvent.change(screen.getByLabelText('Queue'), { target: { value: 'locked' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Set quota' }));
+    expect((await screen.findByRole('alert')).textContent).toBe('403: site admin only');
+  });
+
+  it('removes a quota with a DELETE after confirming', async () => {
+    const state = { detail: project() };
+    const calls = stubApi(siteAdmin(state, (req, url) => {
+      if (req.method === 'DELETE' && url.pathname === '/api/v1/projects/alpha/quotas/a100') {
+        state.detail = project({ quotas: state.detail.quotas.filter((q) => q.queue !== 'a100') });
+        return json(null, 204);
+      }
+    }));
+    renderAt('/admin?tab=projects&project=alpha');
+    fireEvent.click(await screen.findByRole('button', { name: 'Remove the a100 quota' }));
+    expect(calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+    fireEvent.click(within(await screen.findByRole('dialog')).getByRole('button', { name: 'Confirm' }));
+    await waitFor(() => expect(document.querySelector('[data-quota="a100"]')).toBeNull());
+    expect(calls).toContain('DELETE /api/v1/projects/alpha/quotas/a100');
+    expect(document.querySelector('[data-quota="cpu"]')).toBeTruthy();
+  });
+
+  it('shows scheduling and quotas read-only to someone not a site admin', async () => {
+    stubApi((_req, url) => {
+      if (url.pathname === '/api/v1/me') return json({ user: user('bob', false), scopes: ['admin'], roles: { alpha: 'admin' } });
+      if (url.pathname === '/api/v1/projects/alpha') return json(project({ role: 'admin' }));
+    });
+    renderAt('/admin?tab=projects&project=alpha');
+    await screen.findByTestId('scheduling-readonly');
+    expect(cells('a100')).toEqual(['3 of 8', '1 of 4']);
+    expect(screen.queryByRole('button', { name: /quota/ })).toBeNull();
+    expect(screen.queryByRole('button', { name: 'Save scheduling' })).toBeNull();
+    expect(screen.getByRole('button', { name: 'Add member' })).toBeTruthy(); // the project's admin still manages members
+  });
+});

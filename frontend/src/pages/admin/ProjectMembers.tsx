@@ -4,6 +4,7 @@ import { ErrorNote } from '../../components/ErrorNote';
 import { formatDate } from '../../lib/format';
 import { ConfirmDialog } from '../../components/ConfirmDialog';
 import { Field } from './Field';
+import { ProjectScheduling } from './ProjectScheduling';
 import {
   canManageMembers, fieldError, FieldApiError, ROLES, unplacedError, useProject, useRemoveMember, useSetMember, type Role,
 } from './adminApi';
@@ -116,6 +117,8 @@ export function ProjectMembers({ me, name }: { me: Me; name: string }) {
               Changing members needs this project&apos;s admin role (or site admin) and a token with the admin scope.
             </p>
           )}
+          {/* Keyed: another project's forms start from its own values. */}
+          <ProjectScheduling key={name} me={me} detail={detail} />
         </>
       )}
       {confirming && (

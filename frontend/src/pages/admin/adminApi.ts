@@ -12,6 +12,8 @@ export type TokenCreate = S['TokenCreate'];
 export type TokenCreated = S['TokenCreated'];
 export type Project = S['ProjectPublic'];
 export type ProjectDetail = S['ProjectDetail'];
+export type Quota = S['QuotaPublic'];
+export type SchedulingSet = S['SchedulingSet'];
 export type User = S['UserPublic'];
 export type UserCreate = S['UserCreate'];
 
@@ -158,6 +160,44 @@ export function useRemoveMember(project: string) {
     mutationFn: (user: string) =>
       call(api.DELETE('/api/v1/projects/{name}/members/{user}', { params: { path: { name: project, user } } })),
     onSuccess: () => Promise.all([client.invalidateQueries({ queryKey: queryKeys.projects.detail(project) }), rolesChanged(client)]),
+  });
+}
+
+/** Scheduling and quotas: the answer is the project's new detail; the list carries the scheduling values too. */
+export function useSetScheduling(project: string) {
+  const client = useQueryClient();
+  return useMutation({
+    mutationFn: (body: SchedulingSet) => call(api.PATCH('/api/v1/projects/{name}/scheduling', { params: { path: { name: project } }, body })),
+    onSuccess: (detail) => {
+      client.setQueryData(queryKeys.projects.detail(project), detail);
+      return client.invalidateQueries({ queryKey: queryKeys.projects.list() });
+    },
+  });
+}
+
+export function useSetQuota(project: string) {
+  const client = useQueryClient();
+  return useMutation({
+    mutationFn: ({ queue, ...body }: S['QuotaSet'] & { queue: string }) =>
+      call(api.PUT('/api/v1/projects/{name}/quotas/{queue}', { params: { path: { name: project, queue } }, body })),
+    onSuccess: (detail) => {
+      client.setQueryData(queryKeys.projects.detail(project), detail);
+      // The Queues page shows each project's quota beside what it holds.
+      return client.invalidateQueries({ queryKey: queryKeys.queues.list() });
+    },
+  });
+}
+
+export function useRemoveQuota(project: string) {
+  const client = useQueryClient();
+  return useMutation({
+    mutationFn: (queue: string) =>
+      call(api.DELETE('/api/v1/projects/{name}/quotas/{queue}', { params: { path: { name: project, queue } } })),
+    onSuccess: () =>
+      Promise.all([
+        client.invalidateQueries({ queryKey: queryKeys.projects.detail(project) }),
+        client.invalidateQueries({ queryKey: queryKeys.queues.list() }),
+      ]),
   });
 }
 

@@ -85,9 +85,9 @@ describe('RunHeader attempts', () => {
   it('lists a gang attempt\'s nodes in a table and keeps a one-node attempt a single row', () => {
     renderHeader(runDetail({
       attempts: [
-        { number: 1, worker: 'solo', started_at: started, ended_at: started, end_reason: 'lost', last_step: 3, handed_back: false, nodes: [] },
+        { number: 1, worker: 'solo', started_at: started, ended_at: started, end_reason: 'lost', last_step: 3, handed_back: false, nodes: [], gpu_seconds: 0, cpu_slot_seconds: 0 },
         {
-          number: 2, worker: 'gang of 3', started_at: started, ended_at: null, end_reason: null, last_step: null, handed_back: false,
+          number: 2, worker: 'gang of 3', started_at: started, ended_at: null, end_reason: null, last_step: null, handed_back: false, gpu_seconds: 0, cpu_slot_seconds: 0,
           nodes: [
             node(0),
             node(1, { state: 'granted', address: null }),
@@ -114,7 +114,7 @@ describe('RunHeader attempts', () => {
     renderHeader(runDetail({
       priority: 25, preempted_by: 12,
       attempts: [{
-        number: 1, worker: 'w1', started_at: started, ended_at: started, last_step: 40, handed_back: true, nodes: [],
+        number: 1, worker: 'w1', started_at: started, ended_at: started, last_step: 40, handed_back: true, nodes: [], gpu_seconds: 0, cpu_slot_seconds: 0,
         end_reason: 'handed back: preempted by run 9; checkpointed at step 40, where the next attempt resumes', preempted_by: 9,
       }],
     }));

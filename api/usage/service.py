@@ -1,0 +1,151 @@
+"""Usage: each attempt holds its run's slots of the queue (GPUs x nodes, or worker slots on CPU) from its start to
+its end (now, while it runs); its cost within a period is that share of its wall time which falls in the period.
+Rolled up by project, user, queue or run, over the period and optionally per hour or day. Only what the caller may
+read is counted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from api.auth.principal import Principal
+from api.exceptions import Unprocessable
+from api.models import Project, Run, RunAttempt, User
+from api.models.base import utcnow
+from api.usage import schemas
+
+STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+MAX_BUCKETS = 1000
+
+
+@dataclass
+class _Sum:
+    gpu: float = 0.0
+    cpu: float = 0.0
+    attempts: int = 0
+    runs: set[int] = field(default_factory=set)
+    buckets: dict[datetime, list[float]] = field(default_factory=dict)
+
+
+def _utc(moment: datetime) -> datetime:
+    """A time given without a zone is UTC, as every time the API stores and answers."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def overlap(start: datetime, end: datetime, since: datetime, until: datetime) -> float:
+    """Seconds of [start, end) within [since, until)."""
+    return max(0.0, (min(end, until) - max(start, since)).total_seconds())
+
+
+def attempt_cost(run: Run, seconds: float) -> tuple[float, float]:
+    """(GPU-seconds, CPU worker-slot-seconds) of `seconds` of one attempt of `run`."""
+    return (run.slots * seconds, 0.0) if run.gpus else (0.0, run.slots * seconds)
+
+
+def report(
+    session: Session,
+    principal: Principal,
+    since: datetime | None,
+    until: datetime | None,
+    by: schemas.GroupBy,
+    interval: str | None,
+) -> schemas.UsageReport:
+    until = _utc(until) if until is not None else utcnow()
+    since = _utc(since) if since is not None else until - timedelta(days=7)
+    if since >= until:
+        raise Unprocessable(["query", "since"], "since must be before until")
+    if interval is not None and (until - since) / STEP[interval] > MAX_BUCKETS:
+        why = f"more than {MAX_BUCKETS} {interval}s: shorten the period or widen the interval"
+        raise Unprocessable(["query", "interval"], why)
+    now = utcnow()
+    rows = session.execute(
+        select(RunAttempt.started_at, RunAttempt.ended_at, Run, Project.name, User.name)
+        .join(Run, Run.id == RunAttempt.run_id)
+        .join(Project, Project.id == Run.project_id)
+        .outerjoin(User, User.id == Run.created_by)
+        .where(RunAttempt.started_at < until, or_(RunAttempt.ended_at.is_(None), RunAttempt.ended_at > since))
+    ).all()
+    sums: dict[str, _Sum] = {}
+    for started, ended, run, project, user in rows:
+        if not principal.can(run.project_id, "read"):
+            continue
+        key = {"project": project, "user": user or "(deleted user)", "queue": run.queue, "run": f"{run.id} {run.name}"}[by]
+        total = sums.setdefault(key, _Sum())
+        end = ended or now
+        gpu, cpu = attempt_cost(run, overlap(started, end, since, until))
+        total.gpu, total.cpu, total.attempts = total.gpu + gpu, total.cpu + cpu, total.attempts + 1
+        total.runs.add(run.id)
+        if interval is not None:
+            _spread(total.buckets, run, started, end, since, until, STEP[interval])
+    data = [
+        schemas.UsageRow(
+            key=key,
+            gpu_seconds=round(total.gpu, 3),
+            cpu_slot_seconds=round(total.cpu, 3),
+            attempts=total.attempts,
+            runs=len(total.runs),
+            over_time=_buckets(total.buckets, since, until, STEP[interval]) if interval is not None else [],
+        )
+        for key, total in sums.items()
+    ]
+    data.sort(key=lambda row: (-row.gpu_seconds, -row.cpu_slot_seconds, row.key))
+    return schemas.UsageReport(since=since, until=until, by=by, interval=interval, data=data)  # type: ignore[arg-type]
+
+
+def _spread(
+    buckets: dict[datetime, list[float]],
+    run: Run,
+    start: datetime,
+    end: datetime,
+    since: datetime,
+    until: datetime,
+    step: timedelta,
+) -> None:
+    """One attempt's cost, interval by interval from `since`."""
+    first = since + step * int(max(0.0, (start - since) / step))
+    at = first
+    while at < min(end, until):
+        gpu, cpu = attempt_cost(run, overlap(start, end, at, min(at + step, until)))
+        bucket = buckets.setdefault(at, [0.0, 0.0])
+        bucket[0], bucket[1] = bucket[0] + gpu, bucket[1] + cpu
+        at += step
+
+
+def _buckets(found: dict[datetime, list[float]], since: datetime, until: datetime, step: timedelta) -> list[schemas.UsageBucket]:
+    """Every interval of the period, empty ones too (a chart over time has no gaps)."""
+    out, at = [], since
+    while at < until:
+        gpu, cpu = found.get(at, (0.0, 0.0))
+        out.append(schemas.UsageBucket(start=at, gpu_seconds=round(gpu, 3), cpu_slot_seconds=round(cpu, 3)))
+        at += step
+    return out
+
+
+def as_csv(usage: schemas.UsageReport) -> str:
+    """One line per row (and per interval, when asked for), for a spreadsheet."""
+    lines = [f"{usage.by},start,gpu_seconds,cpu_slot_seconds,attempts,runs"]
+    for row in usage.data:
+        key = '"' + row.key.replace('"', '""') + '"'
+        for bucket in row.over_time or [None]:
+            start = bucket.start.isoformat() if bucket else usage.since.isoformat()
+            gpu, cpu = (bucket.gpu_seconds, bucket.cpu_slot_seconds) if bucket else (row.gpu_seconds, row.cpu_slot_seconds)
+            lines.append(f"{key},{start},{gpu},{cpu},{row.attempts},{row.runs}")
+    return "\n".join(lines) + "\n"
+
+
+def slot_seconds(session: Session, since: datetime, until: datetime) -> dict[tuple[int, str], float]:
+    """Each (project, queue)'s use within the period: GPU-seconds, or worker-slot-seconds on a CPU queue (fair share
+    weighs projects by it, api/runs/priorities.py)."""
+    rows = session.execute(
+        select(RunAttempt.started_at, RunAttempt.ended_at, Run.project_id, Run.queue, Run.slots)
+        .join(Run, Run.id == RunAttempt.run_id)
+        .where(RunAttempt.started_at < until, or_(RunAttempt.ended_at.is_(None), RunAttempt.ended_at > since))
+    ).all()
+    used: dict[tuple[int, str], float] = {}
+    for started, ended, project_id, queue, slots in rows:
+        seconds = overlap(started, ended or until, since, until)
+        used[(project_id, queue)] = used.get((project_id, queue), 0.0) + slots * seconds
+    return used
