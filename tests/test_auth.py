@@ -179,6 +179,7 @@ def world(client, db, artifacts_root):
         "sweep_id": sweep.json()["id"],
         "rule_id": rule.json()["id"],
         "sha256": code.json()["snapshot"],
+        "queue": "cpu",
     }
     return params, outsider
 
@@ -205,6 +206,7 @@ BODIES = {
     ("POST", "/api/v1/projects"): {"json": {"name": "p2"}},
     ("PUT", "/api/v1/projects/{name}/members/{user}"): {"json": {"role": "viewer"}},
     ("PATCH", "/api/v1/projects/{name}/scheduling"): {"json": {"default_priority": 75}},
+    ("PUT", "/api/v1/projects/{name}/quotas/{queue}"): {"json": {"max_gpus": 8}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "mine", "scopes": ["read"]}},
     ("POST", "/api/v1/runs"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},
@@ -251,6 +253,8 @@ OWN = {
     ("GET", "/api/v1/alerts"),
     ("GET", "/api/v1/alert-rules"),
     ("GET", "/api/v1/alert-detectors"),
+    ("GET", "/api/v1/queues"),  # other projects' waiting runs without their ids, names or reasons
+    ("GET", "/api/v1/usage"),
 }
 # Other users' tokens, and code snapshots no run of yours runs, do not exist for you.
 HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}"), ("GET", "/api/v1/code/{sha256}")}

@@ -83,7 +83,9 @@ def test_a_project_at_its_quota_waits_with_the_reason_while_another_projects_run
     ]
     outsider = create_user(client, "oz", scopes=("read",))
     [hidden] = anon.get("/api/v1/queues", headers=auth(outsider)).json()["data"][0]["waiting"]
-    assert (hidden["run_id"], hidden["name"], hidden["reason"], hidden["project"]) == (None, None, "", "vision")
+    assert (hidden["run_id"], hidden["name"], hidden["reason"], hidden["project"]) == (None, None, "", "(other projects)")
+    [others] = anon.get("/api/v1/queues", headers=auth(outsider)).json()["data"][0]["holding"]
+    assert (others["project"], others["slots"], others["runs"], others["max_runs"]) == ("(other projects)", 2, 2, None)
 
     done = {"attempt": 1, "status": "succeeded", "reason": "trainer exited 0"}
     assert anon.post(f"/api/v1/runs/{first['id']}/status", json=done, headers=auth(token)).status_code == 200

@@ -4,7 +4,7 @@ from pydantic import BaseModel, Field
 class Holding(BaseModel):
     """What one project's active runs hold of a queue, beside its quota there."""
 
-    project: str
+    project: str = Field(description="`(other projects)`: those you may not read, together")
     slots: int = Field(description="GPUs on a GPU queue (resources.gpus x nodes); worker slots (nodes) on a CPU queue")
     runs: int
     max_gpus: int | None = Field(description="Its quota on the queue, in the unit of slots; null: none")
@@ -16,7 +16,7 @@ class Waiting(BaseModel):
 
     run_id: int | None = Field(description="Null for a run in a project you cannot read")
     name: str | None
-    project: str
+    project: str = Field(description="`(other projects)` for a project you may not read")
     priority: int
     reason: str = Field(description="Why it waits: its queue's workers are busy, its project's quota, a gang's nodes, ...")
 

@@ -12,6 +12,8 @@ from api.queues import schemas
 from api.runs import gang, priorities, quotas
 from rlplane.status import ACTIVE
 
+OTHERS = "(other projects)"  # what the caller sees of projects it may not read: their share, not their names
+
 
 def queues(session: Session, principal: Principal, lost_after_s: float, slurm: set[str]) -> list[schemas.QueuePublic]:
     """`slurm`: the queues bound to a Slurm cluster, whose runs wait as their jobs do (their reason says so)."""
@@ -42,31 +44,31 @@ def _queue(
     slurm: bool,
 ) -> schemas.QueuePublic:
     serving = [w for w in live if name in w.queues]
-    held: dict[int, list[int]] = {}
+    held: dict[int | None, list[int]] = {}  # None: the projects the caller may not read, together
     waiting = []
     idle = sum(1 for w in serving if w.name in free)
     for run in runs:
+        readable = principal.can(run.project_id, "read")
         if run.status == "queued":
-            readable = principal.can(run.project_id, "read")
             waiting.append(
                 schemas.Waiting(
                     run_id=run.id if readable else None,
                     name=run.name if readable else None,
-                    project=projects[run.project_id],
+                    project=projects[run.project_id] if readable else OTHERS,
                     priority=run.priority,
                     reason=_why(session, run, slurm, len(serving), idle, len(waiting)) if readable else "",
                 )
             )
             continue
-        share = held.setdefault(run.project_id, [0, 0])
+        share = held.setdefault(run.project_id if readable else None, [0, 0])
         share[0], share[1] = share[0] + run.slots, share[1] + 1
     holding = [
         schemas.Holding(
-            project=projects[project_id],
+            project=projects[project_id] if project_id is not None else OTHERS,
             slots=slots,
             runs=count,
-            max_gpus=getattr(limits.get((project_id, name)), "max_gpus", None),
-            max_runs=getattr(limits.get((project_id, name)), "max_runs", None),
+            max_gpus=getattr(limits.get((project_id, name)), "max_gpus", None) if project_id is not None else None,
+            max_runs=getattr(limits.get((project_id, name)), "max_runs", None) if project_id is not None else None,
         )
         for project_id, (slots, count) in sorted(held.items(), key=lambda item: -item[1][0])
     ]

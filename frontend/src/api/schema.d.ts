@@ -2475,7 +2475,10 @@ export interface components {
             max_gpus: number | null;
             /** Max Runs */
             max_runs: number | null;
-            /** Project */
+            /**
+             * Project
+             * @description `(other projects)`: those you may not read, together
+             */
             project: string;
             /** Runs */
             runs: number;
@@ -5452,7 +5455,10 @@ export interface components {
             name: string | null;
             /** Priority */
             priority: number;
-            /** Project */
+            /**
+             * Project
+             * @description `(other projects)` for a project you may not read
+             */
             project: string;
             /**
              * Reason
