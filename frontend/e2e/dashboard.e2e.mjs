@@ -406,6 +406,19 @@ try {
     await shot('14-workers');
   });
 
+  await step('queues and usage pages: who holds the queue, what runs cost', async () => {
+    await page.goto(`${base}/queues`);
+    await page.locator('section[data-queue="cpu"]', { hasText: 'worker' }).waitFor();
+    await page.locator('section[data-queue="cpu"] table.queue-holding', { hasText: 'default' }).waitFor();
+    await shot('14b-queues');
+    await page.goto(`${base}/usage?by=run`);
+    await page.locator(`table.usage-table tr[data-key^="${runId} "]`).waitFor();  // the live run's attempt counts
+    const cells = page.locator(`table.usage-table tr[data-key^="${runId} "] td`);
+    const [cpuHours, attempts] = [await cells.nth(1).textContent(), await cells.nth(3).textContent()];
+    if (!(Number(cpuHours) >= 0 && Number(attempts) >= 1)) throw new Error(`run ${runId}: ${cpuHours} CPU slot hours, ${attempts} attempts`);
+    await shot('14c-usage');
+  });
+
   await step('admin: a token is shown once', async () => {
     await page.goto(`${base}/admin`);
     await page.getByLabel('Token name').fill('e2e-token');
