@@ -311,10 +311,34 @@ def optimizer_step(run: Run, micro_steps: list[MicroStep]) -> tuple[list[float],
 # --- timing ---
 
 
-class StepTimer:
-    """Wall time and tokens between reports: perf/step_s and perf/tokens_per_s."""
+@dataclass(frozen=True)
+class Throughput:
+    """What turns tokens/s into per-GPU rates: the run's GPUs (one per rank) and, where known, the model's FLOPs per
+    token and the GPUs' peak (trainer_core/models/flops.py)."""
 
-    def __init__(self) -> None:
+    gpus: int
+    flops_per_token: float | None = None
+    peak_flops: float | None = None  # one GPU's
+
+
+def throughput(run: Run) -> Throughput | None:
+    """The run's GPU throughput terms; None on CPU."""
+    backend = run.backend
+    if backend.device.type != "cuda":
+        return None
+    from trainer_core.models.flops import flops_per_token, peak_flops
+
+    name = torch.cuda.get_device_name(backend.device)
+    per_token = flops_per_token(backend.unwrap(run.model), run.spec.model.max_seq_len)
+    return Throughput(backend.world_size, per_token, peak_flops(name, run.spec.backend.precision))
+
+
+class StepTimer:
+    """Wall time and tokens between reports: perf/step_s and perf/tokens_per_s; on GPUs also
+    perf/tokens_per_s_per_gpu, and perf/mfu where the model's FLOPs and the device's peak are known."""
+
+    def __init__(self, gpus: Throughput | None = None) -> None:
+        self.gpus = gpus
         self.reset()
 
     def reset(self) -> None:
@@ -328,6 +352,11 @@ class StepTimer:
         """The averages since the last report, then starts a new interval."""
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         values = {"perf/step_s": elapsed / max(1, self._steps), "perf/tokens_per_s": self._tokens / elapsed}
+        if self.gpus is not None:
+            values["perf/tokens_per_s_per_gpu"] = values["perf/tokens_per_s"] / self.gpus.gpus
+            if self.gpus.flops_per_token is not None and self.gpus.peak_flops is not None:
+                achieved = values["perf/tokens_per_s_per_gpu"] * self.gpus.flops_per_token
+                values["perf/mfu"] = achieved / self.gpus.peak_flops
         self.reset()
         return values
 

@@ -29,9 +29,9 @@ class LogWindow:
     """The steps since the last report: their values averaged over the steps whose update counted (a skipped
     step's NaN would hide the rest), train/lr as at the reported step, and how many updates were skipped."""
 
-    def __init__(self, count_skips: bool) -> None:
+    def __init__(self, count_skips: bool, gpus: common.Throughput | None = None) -> None:
         self.count_skips = count_skips
-        self.timer = common.StepTimer()
+        self.timer = common.StepTimer(gpus)
         self._counted: list[Mapping[str, float]] = []
         self._skipped: list[Mapping[str, float]] = []
         self._last: Mapping[str, float] = {}
@@ -75,7 +75,7 @@ def run_loop(
     if run.step == 0 and (values := (first_eval or evaluate)(run)):
         reporter.metrics(0, values)
     guard = NonFiniteGuard(t, reporter, loss_scaled=run.spec.backend.precision == "fp16")
-    window = LogWindow(count_skips=t.on_nonfinite == "skip")
+    window = LogWindow(count_skips=t.on_nonfinite == "skip", gpus=common.throughput(run))
     working_on = run.step + 1
     try:
         while run.step < last:
