@@ -1,7 +1,8 @@
-"""A high-priority run submitted while a low one trains on a one-worker queue preempts it: the low run is handed back
-(its trainer checkpoints after its current step; not counted against max_attempts), the high one starts on the freed
-worker within a minute, and the low one resumes once it is done, every step once. Real processes: an `rlplane api`
-(its reconcile loop decides the preemption), one `rlplane worker` (Celery on Redis), Postgres, the trainers."""
+"""Sharing a cluster with real workers. A high-priority run submitted while a low one trains on a one-worker queue
+preempts it: the low run is handed back (its trainer checkpoints after its current step; not counted against
+max_attempts), the high one starts on the freed worker within a minute, and the low one resumes once it is done,
+every step once. A project at its quota waits, saying why, while another project's run starts. Real processes: an
+`rlplane api` (its reconcile loop decides), `rlplane worker`s (Celery on Redis), Postgres, the trainers."""
 
 from __future__ import annotations
 
@@ -41,5 +42,28 @@ def test_a_high_priority_run_preempts_a_low_one_which_resumes_after_it_every_ste
         step = int(checkpointed.group(1))
         assert any(f"step-{step:06d} at step {step}" in text for text in logs)  # resumed at the hand-back's checkpoint
         assert_metrics_once(stack, low, STEPS)
+    finally:
+        stack.close()
+
+
+def test_a_project_at_its_quota_waits_with_the_reason_while_another_projects_run_starts(tmp_path: Path) -> None:
+    """Project vision may hold one run of queue cpu. With two workers, its second run waits, saying why, while a run
+    of project default starts on the other worker; once vision's first run is cancelled, its second starts."""
+    stack = Stack(tmp_path)
+    try:
+        assert stack.http.post("/projects", json={"name": "vision"}).status_code == 201
+        assert stack.http.put("/projects/vision/quotas/cpu", json={"max_runs": 1}).status_code == 200
+        stack.start_worker("w1")
+        stack.start_worker("w2")
+        first = stack.submit({**LOW, "name": "vision-1", "project": "vision"})
+        stack.wait_step(first, 10)
+        second = stack.submit({**SPEC, "name": "vision-2", "project": "vision"})
+        other = stack.submit({**SPEC, "name": "default-1"})
+        assert stack.wait_status(other, {"succeeded", "failed"})["status"] == "succeeded"  # on the worker vision can't use
+        waiting = stack.run(second)
+        assert waiting["status"] == "queued" and waiting["attempts"] == [], waiting
+        assert waiting["status_reason"] == "project vision is at its quota: 1 of 1 runs on queue cpu"
+        assert stack.http.post(f"/runs/{first}/cancel").status_code == 200
+        assert stack.wait_status(second, {"succeeded", "failed"})["status"] == "succeeded"
     finally:
         stack.close()
