@@ -26,6 +26,7 @@ from api.reports import endpoints as reports
 from api.runs import endpoints as runs
 from api.runs import node_endpoints as nodes
 from api.samples import endpoints as samples
+from api.samples.endpoints import across as samples_across
 from api.settings import Settings
 from api.sweeps import endpoints as sweeps
 from api.usage import endpoints as usage
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sweeps,
     ):
         app.include_router(module.router)
+    app.include_router(samples_across)  # GET /api/v1/samples: several runs' samples in one view
     docs_ui.install(app, OPENAPI_URL)
     prometheus.install(app)  # GET /metrics (read scope) and the request counters, outermost middleware
     errors.install(app)

@@ -221,6 +221,7 @@ BOTH_DIALECTS = {
     "test_bad_input",
     "test_metrics",
     "test_logs_samples",
+    "test_samples_across",
     "test_reports",
     "test_metric_rollups",
     "test_run_headlines",

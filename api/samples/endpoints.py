@@ -1,4 +1,4 @@
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import Field, TypeAdapter
@@ -11,7 +11,7 @@ from api.inserts import IngestResult
 from api.params import Offset, RunId, StepQuery
 from api.reporting import in_one_hop, json_body, parse
 from api.runs.service import claim_for_report
-from api.samples import schemas, service
+from api.samples import compare, schemas, service
 from rlplane.limits import MAX_ROWS
 from rlplane.rows import SampleRow
 
@@ -72,3 +72,46 @@ def list_prompts(
 ) -> schemas.PromptList:
     """Distinct prompts of a run, to pick one and follow its responses across steps."""
     return service.prompts(session, principal, run_id, limit=limit, offset=offset)
+
+
+across = APIRouter(prefix="/api/v1/samples", tags=["samples"])
+
+
+@across.get("", response_model=schemas.SampleComparison)
+def compare_samples(
+    principal: Reader,
+    session: SessionDep,
+    runs: Annotated[str, Query(pattern=r"^\d{1,10}(,\d{1,10}){0,19}$", description="Up to 20 run ids, comma-separated")],
+    at: Annotated[
+        schemas.SampleAt,
+        Query(
+            description="latest: each run's last sample step; step: its last at or before `step`; best: its best "
+            "checkpoint by `metric`; all: every step (with prompt_hash: one prompt across runs and steps)"
+        ),
+    ] = "latest",
+    step: StepQuery = None,
+    metric: Annotated[str | None, Query(max_length=256, description="With at=best: e.g. eval/accuracy")] = None,
+    mode: Annotated[Literal["max", "min"], Query(description="With at=best: which end of the metric is best")] = "max",
+    prompt_hash_: Annotated[str | None, Query(alias="prompt_hash", pattern=r"^[0-9a-f]{1,64}$")] = None,
+    reward_below: Annotated[float | None, Query(description="Only answers whose reward is below this")] = None,
+    truncated: Annotated[bool, Query(description="Only answers that ran out of tokens")] = False,
+    failed: Annotated[
+        str | None, Query(max_length=256, description="Only answers where this score (a reward component) is <= 0")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Prompts at most")] = 50,
+) -> schemas.SampleComparison:
+    """The same prompts side by side across runs, in one request (Compare's Samples tab)."""
+    return compare.compare(
+        session,
+        principal,
+        [int(run_id) for run_id in runs.split(",")],
+        at=at,
+        step=step,
+        metric=metric,
+        mode=mode,
+        prompt=prompt_hash_,
+        reward_below=reward_below,
+        truncated=truncated,
+        failed=failed,
+        limit=limit,
+    )

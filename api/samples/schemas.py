@@ -41,3 +41,30 @@ class PromptList(BaseModel):
 
 
 SampleSort = Literal["step", "-step", "reward", "-reward"]
+
+
+SampleAt = Literal["latest", "step", "best", "all"]
+
+
+class RunSamplesAt(BaseModel):
+    """One compared run: which of its sample steps the view shows, and every step it has samples at."""
+
+    run_id: int
+    name: str
+    algorithm: str
+    step: int | None = Field(description="The sample step shown (null: none fits, see `why`; at=all: every step)")
+    why: str | None = Field(None, description="Why no step is shown for this run")
+    steps: list[int] = Field(description="Every step with samples, to pick another")
+
+
+class PromptAcrossRuns(BaseModel):
+    prompt_hash: str
+    prompt: str
+    reference: str | None
+    samples: dict[int, list[SampleOut]] = Field(description="By run id: the prompt's samples at the run's shown step(s)")
+
+
+class SampleComparison(BaseModel):
+    runs: list[RunSamplesAt]
+    prompts: list[PromptAcrossRuns] = Field(description="Prompts that most runs have first, then by prompt")
+    count: int = Field(description="Prompts matching, before `limit`")

@@ -28,7 +28,7 @@ def _stored(value: float | None) -> float | None:
     return None if _is_nan(value) else value
 
 
-def _public(row: Sample) -> schemas.SampleOut:
+def sample_public(row: Sample) -> schemas.SampleOut:
     return schemas.SampleOut(
         id=row.id,
         step=row.step,
@@ -101,7 +101,7 @@ def read(
     query = select(Sample).where(*filters).order_by(order(column).nulls_last(), Sample.step, Sample.index)
     rows = session.scalars(query.limit(limit).offset(offset)).all()
     total = session.scalar(select(func.count()).select_from(Sample).where(*filters)) or 0
-    return schemas.SamplePage(data=[_public(r) for r in rows], count=total)
+    return schemas.SamplePage(data=[sample_public(r) for r in rows], count=total)
 
 
 def prompts(session: Session, principal: Principal, run_id: int, *, limit: int, offset: int) -> schemas.PromptList:

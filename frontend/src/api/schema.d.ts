@@ -988,6 +988,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/samples": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Compare Samples
+         * @description The same prompts side by side across runs, in one request (Compare's Samples tab).
+         */
+        get: operations["compare_samples_api_v1_samples_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sweeps": {
         parameters: {
             query?: never;
@@ -3544,6 +3564,22 @@ export interface components {
              */
             share: number;
         };
+        /** PromptAcrossRuns */
+        PromptAcrossRuns: {
+            /** Prompt */
+            prompt: string;
+            /** Prompt Hash */
+            prompt_hash: string;
+            /** Reference */
+            reference: string | null;
+            /**
+             * Samples
+             * @description By run id: the prompt's samples at the run's shown step(s)
+             */
+            samples: {
+                [key: string]: components["schemas"]["SampleOut"][];
+            };
+        };
         /** PromptList */
         PromptList: {
             /** Count */
@@ -4304,6 +4340,33 @@ export interface components {
             updated_at: string;
         };
         /**
+         * RunSamplesAt
+         * @description One compared run: which of its sample steps the view shows, and every step it has samples at.
+         */
+        RunSamplesAt: {
+            /** Algorithm */
+            algorithm: string;
+            /** Name */
+            name: string;
+            /** Run Id */
+            run_id: number;
+            /**
+             * Step
+             * @description The sample step shown (null: none fits, see `why`; at=all: every step)
+             */
+            step: number | null;
+            /**
+             * Steps
+             * @description Every step with samples, to pick another
+             */
+            steps: number[];
+            /**
+             * Why
+             * @description Why no step is shown for this run
+             */
+            why?: string | null;
+        };
+        /**
          * RunSpec
          * @description A training run: what to train, on what, with which algorithm, where.
          */
@@ -4401,6 +4464,21 @@ export interface components {
             tags?: string[];
             /** @description The optimization loop. An eval run trains nothing: it may leave train out ({steps: 1}; train.seed seeds its sampling). */
             train: components["schemas"]["TrainSpec"];
+        };
+        /** SampleComparison */
+        SampleComparison: {
+            /**
+             * Count
+             * @description Prompts matching, before `limit`
+             */
+            count: number;
+            /**
+             * Prompts
+             * @description Prompts that most runs have first, then by prompt
+             */
+            prompts: components["schemas"]["PromptAcrossRuns"][];
+            /** Runs */
+            runs: components["schemas"]["RunSamplesAt"][];
         };
         /** SampleOut */
         SampleOut: {
@@ -8533,6 +8611,68 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    compare_samples_api_v1_samples_get: {
+        parameters: {
+            query: {
+                /** @description Up to 20 run ids, comma-separated */
+                runs: string;
+                /** @description latest: each run's last sample step; step: its last at or before `step`; best: its best checkpoint by `metric`; all: every step (with prompt_hash: one prompt across runs and steps) */
+                at?: "latest" | "step" | "best" | "all";
+                step?: number | null;
+                /** @description With at=best: e.g. eval/accuracy */
+                metric?: string | null;
+                /** @description With at=best: which end of the metric is best */
+                mode?: "max" | "min";
+                prompt_hash?: string | null;
+                /** @description Only answers whose reward is below this */
+                reward_below?: number | null;
+                /** @description Only answers that ran out of tokens */
+                truncated?: boolean;
+                /** @description Only answers where this score (a reward component) is <= 0 */
+                failed?: string | null;
+                /** @description Prompts at most */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SampleComparison"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */
