@@ -207,6 +207,7 @@ BODIES = {
     ("PUT", "/api/v1/projects/{name}/members/{user}"): {"json": {"role": "viewer"}},
     ("PATCH", "/api/v1/projects/{name}/scheduling"): {"json": {"default_priority": 75}},
     ("PUT", "/api/v1/projects/{name}/quotas/{queue}"): {"json": {"max_gpus": 8}},
+    ("GET", "/api/v1/samples"): {"params": {"runs": "{run_id}"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "mine", "scopes": ["read"]}},
     ("POST", "/api/v1/runs"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},
@@ -262,7 +263,10 @@ HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}"), ("GET", "/api/v1/code/
 
 def _call(anon, method, path, params, headers):
     url = path.format(**params)
-    return anon.request(method, url, headers=headers, **BODIES.get((method, path), {}))
+    kwargs = dict(BODIES.get((method, path), {}))
+    if "params" in kwargs:  # a query naming the world's things: {run_id} and the like
+        kwargs["params"] = {key: value.format(**params) for key, value in kwargs["params"].items()}
+    return anon.request(method, url, headers=headers, **kwargs)
 
 
 class TestEveryOperation:
