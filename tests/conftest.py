@@ -201,6 +201,8 @@ LAUNCHING = (
         "test_prometheus",
         "test_rewards",
         "test_slurm",
+        "test_preemption",
+        "test_torchrun",
         "test_sandbox",
         "test_services",
         "test_vllm",
