@@ -329,6 +329,37 @@ try {
 
   await samplesSteps({ page, base, step, shot, runId, newRunId, samplesRunId, apiGet, apiPost });
 
+  if (samplesRunId) {
+    await step('compare: the same prompts side by side across runs, followed across steps, two answers diffed', async () => {
+      await page.setViewportSize({ width: 800, height: 900 });
+      const requests = [];
+      page.on('request', (r) => r.url().includes('/api/v1/samples') && requests.push(r.url()));
+      await page.goto(`${base}/compare?runs=${samplesRunId},${runId}&view=samples`);
+      await page.locator('[data-testid="compare-samples"][aria-busy="false"]').waitFor();
+      // a prompt the PPO run answered (the SFT run's generations are of other prompts)
+      const ppoAnswer = page.locator(`[data-testid="sample-answer"][data-run="${samplesRunId}"]`);
+      const block = page.getByTestId('sample-prompt').filter({ has: ppoAnswer }).first();
+      await block.waitFor();
+      await block.locator(`[data-testid="sample-column"][data-run="${runId}"]`).waitFor(); // the other run's column, answered or not
+      if (requests.length !== 1 || !requests[0].includes(`runs=${samplesRunId}%2C${runId}`) && !requests[0].includes(`runs=${samplesRunId},${runId}`)) {
+        throw new Error(`expected one request for both runs, saw ${JSON.stringify(requests)}`);
+      }
+      await block.getByTestId('follow-prompt').click();
+      await page.locator('[data-testid="compare-samples"][data-at="all"][aria-busy="false"]').waitFor();
+      const answers = page.locator(`[data-testid="sample-answer"][data-run="${samplesRunId}"]`);
+      await answers.nth(1).waitFor();
+      const steps = new Set(await answers.evaluateAll((els) => els.map((el) => el.getAttribute('data-step'))));
+      if (steps.size < 2) throw new Error(`following a prompt shows steps ${[...steps]}`);
+      await answers.nth(0).getByRole('checkbox').check();
+      await answers.last().getByRole('checkbox').check();
+      await page.getByTestId('diff-output').waitFor();
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      if (wide > 1) throw new Error(`the samples view widens the page by ${wide} px`);
+      await shot('11b-compare-samples');
+      await page.setViewportSize({ width: 1400, height: 900 });
+    });
+  }
+
   await step('pipelines: the stages drawn with status, gate, edge and run link; cancel from the page', async () => {
     const sft = (path, steps) => ({
       algorithm: 'sft',

@@ -1,7 +1,7 @@
 import type { AlertListQuery } from './alerts';
 import type { PipelineListQuery } from './pipelines';
 import type { SweepListQuery } from './sweeps';
-import type { RunListQuery } from './types';
+import type { RunListQuery, SampleComparisonQuery } from './types';
 
 /*
  * Every TanStack Query key of the dashboard is built here (the "query key factory" of TkDodo's "Effective
@@ -33,6 +33,12 @@ const samples = {
   atStep: (runId: number, step: number | null, byReward: boolean) => [...samples.all(runId), 'step', { step, byReward }] as const,
   prompt: (runId: number, promptHash: string) => [...samples.all(runId), 'prompt', promptHash] as const,
   prompts: (runId: number) => [...samples.all(runId), 'prompts'] as const,
+};
+
+/** Samples across runs (Compare's Samples view): one request serves every compared run, so it nests under none. */
+const compare = {
+  all: () => ['compare'] as const,
+  samples: (query: SampleComparisonQuery | null) => [...compare.all(), 'samples', query] as const,
 };
 
 const projects = {
@@ -73,6 +79,7 @@ export const queryKeys = {
   me: () => ['me'] as const,
   runs,
   samples,
+  compare,
   projects,
   pipelines,
   sweeps,

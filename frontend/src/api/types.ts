@@ -21,6 +21,11 @@ export type LogLine = S['LogLineOut'];
 export type ShownLogLine = Pick<LogLine, 'id' | 'rank' | 'text' | 'time'>;
 export type Sample = S['SampleOut'];
 export type PromptSummary = S['PromptSummary'];
+/** Compare's samples: the same prompts across runs, each run at its shown step (GET /api/v1/samples). */
+export type SampleComparison = S['SampleComparison'];
+export type RunSamplesAt = S['RunSamplesAt'];
+export type PromptAcrossRuns = S['PromptAcrossRuns'];
+export type SampleComparisonQuery = import('./schema').operations['compare_samples_api_v1_samples_get']['parameters']['query'];
 export type Checkpoint = S['CheckpointPublic'];
 export type CheckpointFile = S['CheckpointFile'];
 /** An eval run of a checkpoint, with the last value of each of its eval/* metrics. */

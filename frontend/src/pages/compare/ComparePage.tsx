@@ -4,14 +4,40 @@ import type { RunDetail } from '../../api/types';
 import { ChartControls, parseSmoothing } from '../../charts/ChartControls';
 import { runColor } from './colors';
 import { CompareCharts } from './CompareCharts';
+import { CompareSamples } from './CompareSamples';
 import { FinalValues } from './FinalValues';
 import type { ComparedLine } from './compareStore';
 import { Legend } from './Legend';
 import { parseRunIds, toSearch, withRunIds } from './params';
+import { parseView, type CompareView } from './samplesParams';
 import { SpecDiff } from './SpecDiff';
 import { useCompareData } from './useCompareData';
 import { useShallowStable } from './useShallowStable';
 import './compare.css';
+
+const VIEWS: ReadonlyArray<[CompareView, string]> = [
+  ['charts', 'Charts'],
+  ['samples', 'Samples'],
+];
+
+/** Charts or samples, as links: each view keeps the rest of the URL and has its own shareable address. */
+function ViewSwitch({ view, params }: { view: CompareView; params: URLSearchParams }) {
+  const searchFor = (v: CompareView) => {
+    const next = new URLSearchParams(params);
+    if (v === 'charts') next.delete('view');
+    else next.set('view', v);
+    return toSearch(next);
+  };
+  return (
+    <nav className="tabs" aria-label="Compare views" data-testid="compare-view-switch">
+      {VIEWS.map(([v, label]) => (
+        <Link key={v} to={{ search: searchFor(v) }} data-view={v} className={v === view ? 'active' : undefined} aria-current={v === view ? 'page' : undefined}>
+          {label}
+        </Link>
+      ))}
+    </nav>
+  );
+}
 
 export function ComparePage() {
   const [params] = useSearchParams();
@@ -19,6 +45,7 @@ export function ComparePage() {
   const smoothing = parseSmoothing(params.get('smooth'));
   const logScale = params.get('log') === '1';
   const search = params.get('search') ?? '';
+  const view = parseView(params.get('view'));
   const runs = useCompareData(ids);
 
   const navigate = useNavigate();
@@ -56,7 +83,9 @@ export function ComparePage() {
         </p>
       )}
       <Legend runs={runs} onRemove={(id) => setIds(ids.filter((x) => x !== id))} onAdd={(id) => setIds([...ids, id])} />
-      {ids.length >= 2 && (
+      {ids.length >= 2 && <ViewSwitch view={view} params={params} />}
+      {ids.length >= 2 && view === 'samples' && <CompareSamples runs={runs} />}
+      {ids.length >= 2 && view === 'charts' && (
         <>
           <ChartControls id="compare-smoothing" smoothing={smoothing} logScale={logScale} onParam={setParam} />
           {details.length >= 2 && <SpecDiff runs={details} />}

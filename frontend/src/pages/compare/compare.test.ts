@@ -82,8 +82,9 @@ describe('spec diff', () => {
 });
 
 describe('toSearch', () => {
-  it('keeps commas readable', () => {
+  it('keeps commas and slashes readable', () => {
     expect(toSearch(new URLSearchParams('runs=1,2&smooth=0.5'))).toBe('?runs=1,2&smooth=0.5');
+    expect(toSearch(new URLSearchParams({ metric: 'eval/accuracy', search: 'a&b' }))).toBe('?metric=eval/accuracy&search=a%26b');
     expect(toSearch(new URLSearchParams())).toBe('');
   });
 });

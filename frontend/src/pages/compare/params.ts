@@ -26,8 +26,8 @@ export function withRunIds(params: URLSearchParams, ids: readonly number[]): URL
   return next;
 }
 
-/** The query string with commas left readable (`runs=3,7,9`), so the URL stays shareable by eye. */
+/** The query string with commas and slashes left readable (`runs=3,7,9`, `metric=eval/accuracy`), so the URL stays shareable by eye. */
 export function toSearch(params: URLSearchParams): string {
-  const text = params.toString().replace(/%2C/gi, ',');
+  const text = params.toString().replace(/%2C/gi, ',').replace(/%2F/gi, '/');
   return text ? `?${text}` : '';
 }
