@@ -3,6 +3,7 @@ import type { Me } from '../../api/types';
 import { ErrorNote } from '../../components/ErrorNote';
 import { formatDate } from '../../lib/format';
 import { ConfirmDialog } from '../../components/ConfirmDialog';
+import { useConfirmedRemoval } from './confirmedRemoval';
 import { Field } from './Field';
 import { ProjectScheduling } from './ProjectScheduling';
 import {
@@ -52,21 +53,12 @@ function AddMemberForm({ project }: { project: string }) {
 export function ProjectMembers({ me, name }: { me: Me; name: string }) {
   const project = useProject(name);
   const remove = useRemoveMember(name);
-  const [confirming, setConfirming] = useState<string | null>(null);
+  const { confirming, ask: setConfirming, confirm: confirmRemove, cancel: cancelRemove } = useConfirmedRemoval(remove);
   const heading = useRef<HTMLHeadingElement>(null);
   useEffect(() => heading.current?.focus(), [name]);
 
   const detail = project.data;
   const manage = detail ? canManageMembers(me, detail.role) : false;
-  const confirmRemove = async () => {
-    if (!confirming) return;
-    try {
-      await remove.mutateAsync(confirming);
-      setConfirming(null);
-    } catch {
-      // shown inside the dialog
-    }
-  };
 
   return (
     <>
@@ -127,10 +119,7 @@ export function ProjectMembers({ me, name }: { me: Me; name: string }) {
           busy={remove.isPending}
           error={remove.error}
           onConfirm={confirmRemove}
-          onCancel={() => {
-            setConfirming(null);
-            remove.reset();
-          }}
+          onCancel={cancelRemove}
         >
           <p>They lose access to this project&apos;s runs at once.</p>
         </ConfirmDialog>

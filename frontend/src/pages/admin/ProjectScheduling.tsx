@@ -2,7 +2,8 @@ import { useState, type FormEvent } from 'react';
 import type { Me } from '../../api/types';
 import { ConfirmDialog } from '../../components/ConfirmDialog';
 import { ErrorNote } from '../../components/ErrorNote';
-import { priorityName } from '../run/RunHeader';
+import { priorityName } from '../../lib/priority';
+import { useConfirmedRemoval } from './confirmedRemoval';
 import { Field } from './Field';
 import {
   fieldError, isSiteAdmin, unplacedError, useRemoveQuota, useSetQuota, useSetScheduling, type ProjectDetail, type Quota, type SchedulingSet,
@@ -187,17 +188,8 @@ function QuotasTable({ quotas, manage, onRemove }: { quotas: readonly Quota[]; m
 export function ProjectScheduling({ me, detail }: { me: Me; detail: ProjectDetail }) {
   const manage = isSiteAdmin(me);
   const remove = useRemoveQuota(detail.name);
-  const [confirming, setConfirming] = useState<string | null>(null);
+  const { confirming, ask: setConfirming, confirm: confirmRemove, cancel: cancelRemove } = useConfirmedRemoval(remove);
   const quotas = detail.quotas ?? [];
-  const confirmRemove = async () => {
-    if (!confirming) return;
-    try {
-      await remove.mutateAsync(confirming);
-      setConfirming(null);
-    } catch {
-      // shown inside the dialog
-    }
-  };
 
   return (
     <>
@@ -226,10 +218,7 @@ export function ProjectScheduling({ me, detail }: { me: Me; detail: ProjectDetai
           busy={remove.isPending}
           error={remove.error}
           onConfirm={confirmRemove}
-          onCancel={() => {
-            setConfirming(null);
-            remove.reset();
-          }}
+          onCancel={cancelRemove}
         >
           <p>Its runs may then hold any number of {confirming}&apos;s GPUs and runs at once.</p>
         </ConfirmDialog>

@@ -4,7 +4,7 @@ import { api, unwrap } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
 import type { components } from '../../api/schema';
 import { ErrorNote } from '../../components/ErrorNote';
-import { priorityName } from '../run/RunHeader';
+import { priorityName } from '../../lib/priority';
 import './queues.css';
 
 type Queue = components['schemas']['QueuePublic'];

@@ -2,6 +2,7 @@ import { Link } from 'react-router';
 import type { RunDetail, RunLink } from '../../api/types';
 import { StatusBadge } from '../../components/StatusBadge';
 import { formatDate } from '../../lib/format';
+import { priorityName } from '../../lib/priority';
 import { Attempts, SlurmJobs } from './Attempts';
 import { RunActions } from './RunActions';
 import { isExternal } from './command';
@@ -22,14 +23,6 @@ function Links({ label, links }: { label: string; links: RunLink[] }) {
       ))}
     </div>
   );
-}
-
-const PRIORITY_NAMES: Record<number, string> = { 25: 'low', 50: 'normal', 75: 'high', 100: 'urgent' };
-
-/** 75 -> "75 (high)", as a spec may name it. */
-export function priorityName(priority: number): string {
-  const name = PRIORITY_NAMES[priority];
-  return name ? `${priority} (${name})` : String(priority);
 }
 
 export function RunHeader({ run, liveStep, connected }: { run: RunDetail; liveStep: number | null; connected: boolean }) {
