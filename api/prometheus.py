@@ -89,16 +89,13 @@ class _RunsCollector(Collector):
         """Every attempt's cost so far: a counter (it only grows while attempts run), by project and queue."""
         with self.sessionmaker() as session:
             names = dict(session.execute(select(Project.id, Project.name)).all())
-            gpu_queues = {queue for (queue,) in session.execute(select(Run.queue).where(Run.gpus > 0).distinct())}
             used = slot_seconds(session, EPOCH, utcnow())
         family = CounterMetricFamily(
             "rlplane_usage_seconds", "GPU-seconds, or worker-slot-seconds on CPU queues, of all attempts",
             labels=["project", "queue", "unit"],
         )  # fmt: skip
-        for (project_id, queue), seconds in sorted(used.items()):
-            family.add_metric(
-                [names.get(project_id, str(project_id)), queue, "gpu" if queue in gpu_queues else "cpu_slot"], seconds
-            )
+        for (project_id, queue, unit), seconds in sorted(used.items()):
+            family.add_metric([names.get(project_id, str(project_id)), queue, unit], seconds)
         return family
 
 

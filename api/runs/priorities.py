@@ -78,7 +78,10 @@ def ranking(session: Session) -> Ranking:
 
     until = utcnow()
     shares = {project_id: share for project_id, share in session.execute(select(Project.id, Project.share))}
-    return Ranking(slot_seconds(session, until - FAIR_SHARE_WINDOW, until), shares)
+    use: dict[tuple[int, str], float] = {}
+    for (project_id, queue, _), seconds in slot_seconds(session, until - FAIR_SHARE_WINDOW, until).items():
+        use[(project_id, queue)] = use.get((project_id, queue), 0.0) + seconds
+    return Ranking(use, shares)
 
 
 def waiting(session: Session, rank: Ranking) -> list[Run]:

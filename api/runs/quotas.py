@@ -25,8 +25,8 @@ def slots(spec: RunSpec) -> int:
     return resources.gpus * resources.nodes if resources.gpus else resources.nodes
 
 
-def unit(spec: RunSpec) -> str:
-    return "GPUs" if spec.resources.gpus else "worker slots"
+def unit(gpus_per_node: int) -> str:
+    return "GPUs" if gpus_per_node else "worker slots"
 
 
 def quota_of(session: Session, project_id: int, queue: str) -> ProjectQuota | None:
@@ -48,10 +48,10 @@ def blocked(session: Session, run: Run) -> str | None:
     name = session.scalar(select(Project.name).where(Project.id == run.project_id))
     if quota.max_runs is not None and running + 1 > quota.max_runs:
         return f"project {name} is at its quota: {running} of {quota.max_runs} runs on queue {run.queue}"
-    need = slots(run.run_spec)
+    need = run.slots
     if quota.max_gpus is not None and used + need > quota.max_gpus:
         asks = f"; this run needs {need}" if need > 1 else ""
-        return f"project {name} is at its quota: {used} of {quota.max_gpus} {unit(run.run_spec)} on queue {run.queue}{asks}"
+        return f"project {name} is at its quota: {used} of {quota.max_gpus} {unit(run.gpus)} on queue {run.queue}{asks}"
     return None
 
 
@@ -63,8 +63,8 @@ def check_submission(session: Session, project: Project, spec: RunSpec) -> None:
     field = "gpus" if spec.resources.gpus else "nodes"
     raise Unprocessable(
         ["body", "resources", field],
-        f"the run asks for {slots(spec)} {unit(spec)} and project {project.name} may hold at most {quota.max_gpus} on "
-        f"queue {spec.resources.queue}: lower resources.{field}, or ask a site admin to raise the quota",
+        f"the run asks for {slots(spec)} {unit(spec.resources.gpus)} and project {project.name} may hold at most "
+        f"{quota.max_gpus} on queue {spec.resources.queue}: lower resources.{field}, or ask a site admin to raise the quota",
     )
 
 

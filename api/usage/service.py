@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session
 
 from api.auth.principal import Principal
@@ -40,6 +40,11 @@ def overlap(start: datetime, end: datetime, since: datetime, until: datetime) ->
     return max(0.0, (min(end, until) - max(start, since)).total_seconds())
 
 
+def _within(since: datetime, until: datetime) -> ColumnElement[bool]:
+    """SQL: an attempt that ran some of [since, until)."""
+    return (RunAttempt.started_at < until) & or_(RunAttempt.ended_at.is_(None), RunAttempt.ended_at > since)
+
+
 def attempt_cost(run: Run, seconds: float) -> tuple[float, float]:
     """(GPU-seconds, CPU worker-slot-seconds) of `seconds` of one attempt of `run`."""
     return (run.slots * seconds, 0.0) if run.gpus else (0.0, run.slots * seconds)
@@ -66,7 +71,7 @@ def report(
         .join(Run, Run.id == RunAttempt.run_id)
         .join(Project, Project.id == Run.project_id)
         .outerjoin(User, User.id == Run.created_by)
-        .where(RunAttempt.started_at < until, or_(RunAttempt.ended_at.is_(None), RunAttempt.ended_at > since))
+        .where(_within(since, until))
     ).all()
     sums: dict[str, _Sum] = {}
     for started, ended, run, project, user in rows:
@@ -136,16 +141,16 @@ def as_csv(usage: schemas.UsageReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def slot_seconds(session: Session, since: datetime, until: datetime) -> dict[tuple[int, str], float]:
-    """Each (project, queue)'s use within the period: GPU-seconds, or worker-slot-seconds on a CPU queue (fair share
-    weighs projects by it, api/runs/priorities.py)."""
+def slot_seconds(session: Session, since: datetime, until: datetime) -> dict[tuple[int, str, str], float]:
+    """Each (project, queue, unit)'s use within the period: unit `gpu` in GPU-seconds, `cpu_slot` in worker-slot-seconds
+    (fair share weighs projects by their sum, api/runs/priorities.py; /metrics shows each)."""
     rows = session.execute(
-        select(RunAttempt.started_at, RunAttempt.ended_at, Run.project_id, Run.queue, Run.slots)
+        select(RunAttempt.started_at, RunAttempt.ended_at, Run.project_id, Run.queue, Run.slots, Run.gpus)
         .join(Run, Run.id == RunAttempt.run_id)
-        .where(RunAttempt.started_at < until, or_(RunAttempt.ended_at.is_(None), RunAttempt.ended_at > since))
+        .where(_within(since, until))
     ).all()
-    used: dict[tuple[int, str], float] = {}
-    for started, ended, project_id, queue, slots in rows:
-        seconds = overlap(started, ended or until, since, until)
-        used[(project_id, queue)] = used.get((project_id, queue), 0.0) + slots * seconds
+    used: dict[tuple[int, str, str], float] = {}
+    for started, ended, project_id, queue, slots, gpus in rows:
+        key = (project_id, queue, "gpu" if gpus else "cpu_slot")
+        used[key] = used.get(key, 0.0) + slots * overlap(started, ended or until, since, until)
     return used
