@@ -1,8 +1,9 @@
 """The generator-trainer overlap of asynchronous GRPO (trainer_core/rollout/overlap.py) as a machine of its own: a
 generator thread drawing batches through a real BatchOrder, a trainer loop taking them, random delays on both sides.
-What it must keep whatever the timing: no batch trained older than the bound, none trained twice, every prompt drawn
-trained or dropped once (the ledger), the cursor a checkpoint keeps before everything not yet trained, and a generator
-failure raised in the trainer as it was."""
+What it must keep whatever the timing: no batch trained older than the bound, none trained twice, each sampled with the
+same weights (the oldest published within the bound: a run is reproducible), every prompt drawn trained or dropped
+once (the ledger), the cursor a checkpoint keeps before everything not yet trained, and a generator failure raised in
+the trainer as it was."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def start(
             wait = chance.random() * 0.004
         time.sleep(wait)
 
-    def produce(version: int) -> dict:
+    def produce(version: int, batch: int) -> dict:
         if not scorer and fail_at is not None and len(loaded) and order.order.index >= fail_at * BATCH:
             raise Diverged("diverged: the policy's next-token logits are NaN or infinite while generating")
         return {"prompts": order.next_batch(), "version": version}
@@ -93,6 +94,9 @@ def test_random_delays_never_train_a_batch_older_than_the_bound_or_twice(
         overlap.close()
     assert not overlap._thread.is_alive()
     assert [drawn.batch for drawn in taken] == list(range(1, 21))  # each once, in order
+    published = range(0, 20, sync_every)
+    oldest_within = [min(v for v in published if v >= max(batch - 1 - max_staleness, 0)) for batch in range(1, 21)]
+    assert [drawn.version for drawn in taken] == oldest_within  # whichever thread ran first
     assert loaded == sorted(set(loaded)) and all(v % sync_every == 0 for v in loaded)  # weights only move forward
     lines = ledger(tmp_path)
     assert [line["fate"] for line in lines] == ["trained"] * 20

@@ -48,7 +48,7 @@ from trainer_core.losses.policy import (
 from trainer_core.models import load_from_spec
 from trainer_core.recipes import checkpointing, common, loop, online, packing, samples
 from trainer_core.rewards import Reward
-from trainer_core.rollout import engines, overlap, rollouts
+from trainer_core.rollout import draws, engines, overlap, rollouts
 from trainer_core.rollout.episodes import error_summary, markers_of, sample_extra, sample_turns, step_stats
 from trainer_core.rollout.episodes import evaluate as evaluate_episodes
 
@@ -131,7 +131,8 @@ def sample(run: GrpoRun) -> Groups:
     backend, options = run.backend, run.spec.grpo
     overlap_stats: dict[str, float] = {}
     if run.overlap is None:
-        scored, own = _rollouts(run)
+        with draws.seeded(batch_seed(run, run.step + 1)):
+            scored, own = _rollouts(run)
     else:
         (scored, own), overlap_stats = _taken(run)
     generation, scores = scored.generation, scored.scores
@@ -170,6 +171,12 @@ def sample(run: GrpoRun) -> Groups:
     if old is not None and generation.logprobs is not None:
         mismatch.append(engines.mismatch_sums(old, generation.logprobs, generation.response_mask))
     return Groups(generation, advantages, old, ref, stats, normalizer, lowest, highest, mismatch, overlap_stats)
+
+
+def batch_seed(run: GrpoRun, batch: int) -> int:
+    """The seed of the sampling of `batch` (the step it is drawn for) on this rank: the synchronous loop and the
+    generator draw a batch alike, whenever it is drawn (rollout/draws.py)."""
+    return draws.seed_of(run.spec.train.seed, "grpo", batch, run.backend.rank)
 
 
 def _taken(run: GrpoRun) -> tuple[tuple[rollouts.Scored, dict[str, float]], dict[str, float]]:
@@ -215,9 +222,9 @@ def start_overlap(run: GrpoRun, max_staleness: int, sync_every: int = 1, delays:
         reporter=run.reporter,
     )
 
-    def produce(version: int) -> Any:
+    def produce(version: int, batch: int) -> Any:
         side.step = version
-        with torch.no_grad():
+        with torch.no_grad(), draws.seeded(batch_seed(run, batch)):
             if options.dynamic_sampling:  # its rounds draw again on the scores: sampled and scored here, in one stage
                 return _rollouts(side)  # type: ignore[arg-type]  (the generator's side of the run: what _rollouts reads)
             rows = common.local_batch(side, side.train_rows)  # type: ignore[arg-type]

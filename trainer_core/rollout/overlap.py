@@ -1,13 +1,21 @@
 """Asynchronous rollouts (grpo.max_staleness): a generator samples the next steps' batches while the trainer trains.
 
     trainer (the recipe's step)                        generator (a thread; its engine holds its own weights)
-    publish(weights, version)   every sync_every  ──▶  takes the newest weights between batches
+    publish(weights, version)   every sync_every  ──▶  loads, between batches, the oldest weights within the bound
     take(version)               ◀── batches ───────  batch j, sampled at policy version v, tagged with it
 
-Batch j is what step j trains when nothing is dropped. The generator starts it only once it holds weights of version
-j - 1 - max_staleness or newer, so a batch is never trained by a policy more than max_staleness optimizer steps ahead
-of the one that sampled it, and at most max_staleness + 1 batches wait. With max_staleness 0 the generator samples
-batch j only after step j - 1's weights reach it, while the trainer waits: the synchronous loop, in two threads.
+Batch j is what step j trains when nothing is dropped. The generator samples it with the oldest published weights of
+version j - 1 - max_staleness or newer (waiting for them), so a batch is never trained by a policy more than
+max_staleness optimizer steps ahead of the one that sampled it, and at most max_staleness + 1 batches wait. With
+max_staleness 0 the generator samples batch j only after step j - 1's weights reach it, while the trainer waits: the
+synchronous loop, in two threads.
+
+Why the oldest and not the newest: which weights sample batch j then depends only on j and the publish schedule, never
+on which thread ran first, so an asynchronous run is reproducible (with sync_every 1 the generator is exactly
+max_staleness steps behind, as veRL's one-step-off and prime-rl's async level are). The newest would only be fresher
+when the generator is the slower side, and then the trainer waits on it either way. The cost is memory: published
+copies the generator has not reached yet are kept (those between its version and the trainer's: with sync_every 1,
+at most max_staleness + 1).
 
 Scoring is a stage of its own where the recipe gives one (`finish`): a scorer thread scores batch j while the
 generator draws batch j + 1, so a reward that waits (a verifier's latency, a sandboxed test run) overlaps sampling as
@@ -89,14 +97,14 @@ class Taken:
 
 
 class Overlap:
-    """The generator thread and the trainer's side of it. `produce(version)` draws and samples one batch with the
+    """The generator thread and the trainer's side of it. `produce(version, batch)` draws and samples one batch with the
     generator's `engine` (through `order`, a RecordingOrder); `load(weights, version)` gives the engine new weights;
     `finish(value)`, if given, completes a batch (scores it) in a thread of its own, in order, while the next is drawn.
     `delays(side)` runs before each take ("trainer") and each batch ("generator"): tests put random waits there."""
 
     def __init__(
         self,
-        produce: Callable[[int], Any],
+        produce: Callable[[int, int], Any],
         load: Callable[[Mapping[str, torch.Tensor] | None, int], None],
         order: RecordingOrder,
         *,
@@ -116,7 +124,7 @@ class Overlap:
         self.dropped_groups = dropped_groups
         self.delays = delays or (lambda side: None)  # tests: random delays on either side
         self._lock = threading.Condition()
-        self._published: tuple[Mapping[str, torch.Tensor] | None, int] | None = None
+        self._published: dict[int, Mapping[str, torch.Tensor] | None] = {}  # by version, oldest first
         self._last_published: int | None = None
         self._queue: deque[Drawn] = deque()
         self._unfinished: deque[Drawn] = deque()  # drawn, waiting for `finish` (the scorer thread)
@@ -144,7 +152,7 @@ class Overlap:
         """The policy's weights at `version` for the generator (a copy it may keep: the trainer goes on updating its
         own); it takes them before its next batch."""
         with self._lock:
-            self._published = (weights, version)
+            self._published[version] = weights
             self._last_published = version
             self._lock.notify_all()
 
@@ -234,7 +242,7 @@ class Overlap:
                     drawn = Drawn(batch, version, self.order.position)
                     self._pending.append(drawn)
                 self.order.drawn = drawn.prompts
-                drawn.value = self.produce(version)
+                drawn.value = self.produce(version, batch)
                 drawn.groups = len(drawn.prompts)
                 with self._lock:
                     (self._queue if self.finish is None else self._unfinished).append(drawn)
@@ -270,24 +278,28 @@ class Overlap:
                 self._lock.notify_all()
 
     def _fresh_weights(self, batch: int) -> tuple[Mapping[str, torch.Tensor] | None, int] | None:
-        """Wait until published weights are new enough for `batch` (version >= batch - 1 - max_staleness) or the
-        generator's own are; the newest published ones when they are newer than the generator's, else None."""
-        needed = batch - 1 - self.max_staleness
+        """Wait until the generator's own weights or published ones are new enough for `batch` (version >= batch - 1 -
+        max_staleness); the oldest such published ones when the generator's own are older, else None. Published
+        copies older than what it takes are never needed again (the bound only moves forward) and are let go."""
+        needed = max(batch - 1 - self.max_staleness, 0)
         started = time.perf_counter()
         with self._lock:
             while not self._stopping:
-                published = self._published
-                newest = published[1] if published is not None else -1
-                if max(newest, self._version) >= max(needed, 0):  # and some weights at all: never the engine's start
+                if self._version >= needed:  # and some weights at all (-1 is none): never the engine's start
+                    self._generator_wait_s += time.perf_counter() - started
+                    return None
+                fresh = [version for version in self._published if version >= needed]
+                if fresh:
                     break
                 self._lock.wait(timeout=1.0)
             self._generator_wait_s += time.perf_counter() - started
             if self._stopping:
                 raise Stopped
-            if published is not None and published[1] > self._version:
-                self._published = None  # the generator keeps them now; the trainer publishes a new copy next time
-                return published
-            return None
+            version = min(fresh)
+            weights = self._published.pop(version)
+            for older in [old for old in self._published if old < version]:
+                del self._published[older]
+            return weights, version
 
 
 @dataclass(kw_only=True)

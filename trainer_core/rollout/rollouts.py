@@ -29,6 +29,7 @@ from trainer_core.backends import Backend, rank_chunks
 from trainer_core.data import DataError
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task
 from trainer_core.data.tokenize import pad_id
+from trainer_core.rollout import draws
 from trainer_core.rollout.engines import Completion, Engine, Sampling, make_engine, opened
 
 
@@ -156,8 +157,13 @@ def generate(
     gen.engine names, on `policy`), and its log-probabilities of the response tokens; in calls of
     gen.micro_batch_size prompts of like length where that is set. The rows come back in the prompts' order."""
     engine = engine or make_engine(gen, backend, policy, tokenizer)
-    sampling = Sampling.of(gen, greedy)
-    size = gen.micro_batch_size
+    with contextlib.nullcontext() if greedy else draws.drawing():
+        return _generate(engine, prompts, tokenizer, Sampling.of(gen, greedy), gen.micro_batch_size, backend)
+
+
+def _generate(
+    engine: Engine, prompts: list[list[int]], tokenizer: Any, sampling: Sampling, size: int | None, backend: Backend
+) -> Generation:
     if size is None:
         return _generate_call(engine, prompts, tokenizer, sampling, backend)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # the longest first: peak memory shows at once
