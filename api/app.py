@@ -13,6 +13,7 @@ from api.auth import endpoints as auth
 from api.auth.cache import TokenCache
 from api.checkpoints import endpoints as checkpoints
 from api.code import endpoints as code
+from api.compare import endpoints as compare
 from api.datasets import endpoints as datasets
 from api.db import make_engine, make_sessionmaker
 from api.events import endpoints as events
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics,
         logs,
         samples,
+        compare,
         reports,
         checkpoints,
         code,

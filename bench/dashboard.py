@@ -18,11 +18,19 @@ driven by bench/dashboard_browser.mjs.
                  drawn. Target: < 1 s at 2,000 keys. With --old-dist, the same opens of a dashboard
                  built before charts were fetched as they scroll into view, served by a second API
                  process on the same database, side by side.
+    fleet        500 runs x 300 keys x 1,000 steps (150 million points; Postgres only, written by SQL:
+                 bench/fleet.py): a fresh browser opening the runs list (its rows drawn), a Compare of 20
+                 runs (10 queued, 10 succeeded: reward/mean drawn with all 20 lines) and one run's page
+                 (its first chart). Target: runs list and Compare under 1 s (p95). Then the Compare page
+                 watched while the 10 active runs log a step of all 300 keys every 2 s: every API request it
+                 makes is counted. Target: none per run (no /runs/<id>/...), and its lines reach the last
+                 step logged (incremental fetches: a key cursor per run, a step cursor per run and key).
 
     make up   # once, or `cd frontend && npm run build`: the dashboard must be built
     .venv/bin/python bench/dashboard.py                    # about 5 minutes on 2 cores
     .venv/bin/python bench/dashboard.py --postgres --json bench/results/dashboard.json
     .venv/bin/python bench/dashboard.py --cases many --old-dist /tmp/old-dist   # before/after, many keys
+    .venv/bin/python bench/dashboard.py --postgres --cases fleet --fleet-home /tmp/fleet   # 40 min, 35 GB of disk
 """
 
 from __future__ import annotations
@@ -32,16 +40,19 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fleet as fleet_data  # noqa: E402
 from dispatch import Up  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +188,94 @@ def many_keys(up: Up, base: str, token: str, counts: list[int], repeats: int, ol
     return out
 
 
+FLEET_RUNS, FLEET_KEYS, COMPARED, ACTIVE = 500, 300, 20, 10
+COMPARE_CHART = f'[data-chart="{FIRST_KEY}"][data-series="{COMPARED}"]'
+
+
+def fleet(up: Up, dsn: str, base: str, token: str, repeats: int, watch_s: float, ids: list[int] | None) -> dict:
+    """The fleet case on `up`; `ids`: the runs of a fleet made by an earlier bench run in the same home and database."""
+    names = fleet_data.key_names(FLEET_KEYS, FIRST_KEY)
+    row: dict = {"runs": FLEET_RUNS, "keys": FLEET_KEYS, "steps": MANY_STEPS, "fill_s": None}
+    if ids is None:
+        spec = {**LIVE_SPEC, "resources": {"queue": "bench-no-worker"}}
+        made = (up.http.post("/runs", json={**spec, "name": f"fleet-{i:03d}"}) for i in range(FLEET_RUNS))
+        ids = [answer.raise_for_status().json()["id"] for answer in made]
+        row["fill_s"] = fleet_data.fill(dsn, ids, names, MANY_STEPS, ACTIVE)
+    row["ids"] = ids
+    compared = ids[:ACTIVE] + ids[-(COMPARED - ACTIVE) :]
+    runs_api, _ = timed_get(up, "/runs", {"limit": 50}, repeats)
+    compare_api, _ = timed_get(up, "/compare", {"runs": ",".join(map(str, compared))}, repeats)
+    pages = {
+        "runs_list": ("/runs", "tr[data-run-id]"),
+        "compare": (f"/compare?runs={','.join(map(str, compared))}", COMPARE_CHART),
+        "run_page": (f"/runs/{ids[-1]}", f'[data-chart="{FIRST_KEY}"]'),
+    }
+    row |= {"api_runs_list_s": runs_api, "api_compare_s": compare_api}
+    for name, (path, selector) in pages.items():
+        browser("paint", base, token, path, selector, "1", timeout=120)  # warms the server, not counted
+        opened = browser("paint", base, token, path, selector, str(repeats), timeout=600)["open_ms"]
+        row[f"browser_{name}_s"] = [t / 1000 for t in opened]
+    row |= watch_compare(up, base, token, pages["compare"][0], compared[:ACTIVE], names, watch_s)
+    return row
+
+
+def fleet_case(args: argparse.Namespace) -> dict:
+    """The fleet in its own database (rlplane_bench_fleet) and home: with --fleet-home, both are kept, and a later run
+    with the same home measures the same fleet again instead of filling it for 30 minutes."""
+    from ingestbench.postgres import Pg
+
+    home = args.fleet_home or Path(tempfile.mkdtemp(prefix="rlplane-fleet-"))
+    made = home / "fleet.json"
+    if not made.exists():
+        Pg("postgresql://postgres@127.0.0.1:5432").recreate("rlplane_bench_fleet")
+    up = Up(home / "home", None, "postgresql+psycopg://postgres@127.0.0.1:5432/rlplane_bench_fleet")
+    try:
+        base = f"http://127.0.0.1:{up.port}"
+        token = (up.home / "admin.token").read_text().strip()
+        ids = json.loads(made.read_text()) if made.exists() else None
+        dsn = "postgresql://postgres@127.0.0.1:5432/rlplane_bench_fleet"
+        row = fleet(up, dsn, base, token, args.repeats, args.watch_seconds, ids)
+        made.write_text(json.dumps(row["ids"]))
+        return row
+    finally:
+        up.stop()
+
+
+def watch_compare(up: Up, base: str, token: str, path: str, active: list[int], names: list[str], seconds: float) -> dict:
+    """The Compare page watched for `seconds` while the active runs log a step of every key every 2 s."""
+    stop = threading.Event()
+    logged = [max(k["last_step"] for k in up.http.get(f"/runs/{active[0]}/metrics/keys").json()["data"])]
+
+    def log_steps() -> None:
+        while not stop.wait(2.0):
+            step = logged[0] + 1
+            for run_id in active:
+                now = time.time()
+                rows = [{"key": k, "step": step, "value": i + math.sin(step / 50), "time": now} for i, k in enumerate(names)]
+                up.http.post(f"/runs/{run_id}/metrics", json=rows, timeout=60).raise_for_status()
+            logged[0] = step
+
+    writer = threading.Thread(target=log_steps, daemon=True)
+    writer.start()
+    try:
+        watched = browser("watch", base, token, path, COMPARE_CHART, str(seconds), timeout=seconds + 120)
+    finally:
+        stop.set()
+        writer.join(30)
+    requests = watched["requests"]
+    per_run = [r for r in requests if re.match(r"/api/v1/runs/\d+", r[2])]
+    return {
+        "watch_s": seconds,
+        "requests": len(requests),
+        "compare_polls": sum(1 for r in requests if r[1] == "GET" and r[2].startswith("/api/v1/compare?")),
+        "series_fetches": sum(1 for r in requests if r[2] == "/api/v1/compare/series"),
+        "per_run_requests": len(per_run),
+        "per_run_examples": [r[2] for r in per_run[:5]],
+        "last_step_logged": logged[0],
+        "last_step_drawn": watched["last_step"],
+    }
+
+
 def timed_get(up: Up, path: str, params: dict, repeats: int) -> tuple[list[float], dict]:
     times, body = [], {}
     for _ in range(repeats):
@@ -245,27 +344,33 @@ def ms(values: list[float]) -> str:
     return f"p50 {statistics.median(values) * 1000:.0f} ms, p95 {pct(values, 95) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", type=int, default=1_000_000, help="points of the big chart's key")
-    parser.add_argument("--repeats", type=int, default=5, help="API requests and browser page opens each")
-    parser.add_argument("--live-seconds", type=float, default=30.0, help="how long the live page is watched")
-    parser.add_argument("--postgres", action="store_true", help="Postgres at 127.0.0.1:5432 instead of SQLite")
-    parser.add_argument("--json", type=Path, help="also write the raw numbers here")
-    parser.add_argument("--cases", default="big,live,many", help="which measurements: big, live, many (comma-separated)")
-    parser.add_argument("--many-keys", default="300,2000", help="key counts of the many-keys runs")
-    parser.add_argument("--old-dist", type=Path, help="an older dashboard build to time the many-keys opens against")
-    args = parser.parse_args()
-    cases = set(args.cases.split(","))
-    if not (ROOT / "frontend" / "dist" / "index.html").exists():
-        parser.error("the dashboard is not built: run `make up` once, or `cd frontend && npm run build`")
+def fleet_rows(rows: list[tuple[str, str, str]], f: dict) -> bool:
+    """The fleet case's lines of the table; whether its targets were met."""
+    name = f"{f['runs']} runs x {f['keys']} keys x {f['steps']:,} steps"
+    watched = f"Compare watched {f['watch_s']:.0f} s, 10 runs logging"
+    rows += [
+        (f"fill {name} (SQL)", "kept (--fleet-home)" if f["fill_s"] is None else f"{f['fill_s'] / 60:.1f} min", "-"),
+        ("API: runs list, first 50", ms(f["api_runs_list_s"]), "-"),
+        (f"API: compare poll of {COMPARED} runs", ms(f["api_compare_s"]), "-"),
+        ("browser: runs list, rows drawn", ms(f["browser_runs_list_s"]), "< 1 s"),
+        (f"browser: Compare of {COMPARED} runs, first chart drawn", ms(f["browser_compare_s"]), "< 1 s"),
+        ("browser: a run's page, first chart drawn", ms(f["browser_run_page_s"]), "-"),
+        (f"{watched}: API requests", f"{f['requests']} ({f['compare_polls']} polls, {f['series_fetches']} series)", "-"),
+        (f"{watched}: requests per run", str(f["per_run_requests"]), "0"),
+        (f"{watched}: last step drawn / logged", f"{f['last_step_drawn']} / {f['last_step_logged']}", "within 1 poll"),
+    ]
+    caught_up = f["last_step_drawn"] >= f["last_step_logged"] - 6  # a poll every 10 s, a step every 2 s
+    fast = pct(f["browser_runs_list_s"], 95) < 1.0 and pct(f["browser_compare_s"], 95) < 1.0
+    return fast and f["per_run_requests"] == 0 and caught_up
 
+
+def first_cases(args: argparse.Namespace, cases: set[str]) -> tuple[dict | None, dict | None, list[dict]]:
+    """big, live and many, on one `rlplane up` (Postgres: database rlplane_bench_dashboard, re-created)."""
     database = None
     if args.postgres:
         from ingestbench.postgres import Pg
 
-        pg = Pg("postgresql://postgres@127.0.0.1:5432")
-        pg.recreate("rlplane_bench_dashboard")
+        Pg("postgresql://postgres@127.0.0.1:5432").recreate("rlplane_bench_dashboard")
         database = "postgresql+psycopg://postgres@127.0.0.1:5432/rlplane_bench_dashboard"
     with tempfile.TemporaryDirectory(prefix="rlplane-dash-bench-") as tmp:
         up = Up(Path(tmp) / "home", None, database)
@@ -283,6 +388,32 @@ def main() -> int:
                     old.stop()
         finally:
             up.stop()
+    return big, live, many
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", type=int, default=1_000_000, help="points of the big chart's key")
+    parser.add_argument("--repeats", type=int, default=5, help="API requests and browser page opens each")
+    parser.add_argument("--live-seconds", type=float, default=30.0, help="how long the live page is watched")
+    parser.add_argument("--postgres", action="store_true", help="Postgres at 127.0.0.1:5432 instead of SQLite")
+    parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument(
+        "--cases", default="big,live,many", help="which measurements: big, live, many, fleet (comma-separated; fleet: --postgres)"
+    )
+    parser.add_argument("--watch-seconds", type=float, default=40.0, help="how long the fleet's Compare page is watched")
+    parser.add_argument("--fleet-home", type=Path, help="keep the fleet (its home here, its database) for later runs")
+    parser.add_argument("--many-keys", default="300,2000", help="key counts of the many-keys runs")
+    parser.add_argument("--old-dist", type=Path, help="an older dashboard build to time the many-keys opens against")
+    args = parser.parse_args()
+    cases = set(args.cases.split(","))
+    if not (ROOT / "frontend" / "dist" / "index.html").exists():
+        parser.error("the dashboard is not built: run `make up` once, or `cd frontend && npm run build`")
+    if "fleet" in cases and not args.postgres:
+        parser.error("--cases fleet needs --postgres: its 150 million points are written by Postgres's own SQL")
+
+    big, live, many = first_cases(args, cases) if cases - {"fleet"} else (None, None, [])
+    fleet_row = fleet_case(args) if "fleet" in cases else None
 
     rows = [("measurement", "result", "target")]
     verdict = True
@@ -312,13 +443,16 @@ def main() -> int:
             rows.append((f"  before (--old-dist), {name}", before, "-"))
         if m["keys"] >= 2000:
             verdict &= pct(m["browser_first_chart_s"], 95) < 1.0
+    if fleet_row:
+        verdict &= fleet_rows(rows, fleet_row)
     print(f"\n{platform.node()} · {'Postgres' if args.postgres else 'SQLite (embedded)'} · chromium headless\n")
     print(table(rows))
     print(f"\ntargets {'met' if verdict else 'NOT met'}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         database_name = "postgres" if args.postgres else "sqlite"
-        args.json.write_text(json.dumps({"database": database_name, "big": big, "live": live, "many": many}))
+        document = {"database": database_name, "big": big, "live": live, "many": many, "fleet": fleet_row}
+        args.json.write_text(json.dumps(document))
     return 0
 
 

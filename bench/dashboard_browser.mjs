@@ -3,17 +3,32 @@
 //                                         until KEY's chart has drawn its points (cold cache each time)
 //   live URL TOKEN RUN_ID KEY SECONDS  -> {"drawn": [[epoch_ms, step], ...]}: when each new last step of
 //                                         KEY's chart reached the canvas, watched for SECONDS
+//   paint URL TOKEN PATH SELECTOR REPEATS -> {"open_ms": [...]}: a fresh context opens PATH until SELECTOR is
+//                                         there (for a chart: until it has drawn), cold cache each time
+//   watch URL TOKEN PATH SELECTOR SECONDS -> {"requests": [[ms, method, path], ...], "last_step": N}: PATH opened
+//                                         until SELECTOR, then every API request the page makes for SECONDS
 import { createRequire } from 'node:module';
 
 const require = createRequire(new URL('../frontend/package.json', import.meta.url));
 const { chromium } = require('playwright-core');
 
 const [mode, base, token, runId, key, amount] = process.argv.slice(2);
-if (!['open', 'live'].includes(mode) || !amount) {
+if (!['open', 'live', 'paint', 'watch'].includes(mode) || !amount) {
   console.error('usage: node bench/dashboard_browser.mjs open|live URL TOKEN RUN_ID KEY REPEATS|SECONDS');
+  console.error('       node bench/dashboard_browser.mjs paint|watch URL TOKEN PATH SELECTOR REPEATS|SECONDS');
   process.exit(2);
 }
 const chart = `[data-chart="${key}"]`;
+// paint and watch: runId is a path, key a selector; a chart counts once it has drawn (data-last-step set).
+const painted = (page, selector) =>
+  page.waitForFunction(
+    (sel) => {
+      const el = document.querySelector(sel);
+      return el && (!el.matches('[data-chart]') || el.dataset.lastStep);
+    },
+    selector,
+    { polling: 'raf' },
+  );
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -46,6 +61,30 @@ try {
       await context.close();
     }
     console.log(JSON.stringify({ open_ms: times }));
+  } else if (mode === 'paint') {
+    const times = [];
+    for (let i = 0; i < Number(amount); i++) {
+      const { context, page } = await signedInPage();
+      const started = Date.now();
+      await page.goto(`${base}${runId}`);
+      await painted(page, key);
+      times.push(Date.now() - started);
+      await context.close();
+    }
+    console.log(JSON.stringify({ open_ms: times }));
+  } else if (mode === 'watch') {
+    const { page } = await signedInPage();
+    await page.goto(`${base}${runId}`);
+    await painted(page, key);
+    const started = Date.now();
+    const requests = [];
+    page.on('request', (r) => {
+      const url = new URL(r.url());
+      if (url.pathname.startsWith('/api/')) requests.push([Date.now() - started, r.method(), url.pathname + url.search]);
+    });
+    await page.waitForTimeout(Number(amount) * 1000);
+    const lastStep = await page.evaluate((sel) => Number(document.querySelector(sel)?.dataset.lastStep ?? -1), key);
+    console.log(JSON.stringify({ requests, last_step: lastStep }));
   } else {
     const { page } = await signedInPage();
     await page.goto(`${base}/runs/${runId}`);

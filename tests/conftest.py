@@ -224,6 +224,7 @@ BOTH_DIALECTS = {
     "test_metrics",
     "test_logs_samples",
     "test_samples_across",
+    "test_compare_api",
     "test_reports",
     "test_metric_rollups",
     "test_run_headlines",

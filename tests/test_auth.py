@@ -208,6 +208,8 @@ BODIES = {
     ("PATCH", "/api/v1/projects/{name}/scheduling"): {"json": {"default_priority": 75}},
     ("PUT", "/api/v1/projects/{name}/quotas/{queue}"): {"json": {"max_gpus": 8}},
     ("GET", "/api/v1/samples"): {"params": {"runs": "{run_id}"}},
+    ("GET", "/api/v1/compare"): {"params": {"runs": "{run_id}"}},
+    ("POST", "/api/v1/compare/series"): {"json": {"series": [{"run_id": 1, "key": "train/loss"}]}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "mine", "scopes": ["read"]}},
     ("POST", "/api/v1/runs"): {"json": {**spec(), "project": "secret"}},
     ("POST", "/api/v1/runs/validate"): {"json": {**spec(), "project": "secret"}},
@@ -256,6 +258,7 @@ OWN = {
     ("GET", "/api/v1/alert-detectors"),
     ("GET", "/api/v1/queues"),  # other projects' waiting runs without their ids, names or reasons
     ("GET", "/api/v1/usage"),
+    ("GET", "/api/v1/compare"),  # the run comes back as its own 403, nothing of it shown
 }
 # Other users' tokens, and code snapshots no run of yours runs, do not exist for you.
 HIDDEN_AS_404 = {("DELETE", "/api/v1/tokens/{token_id}"), ("GET", "/api/v1/code/{sha256}")}

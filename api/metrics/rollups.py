@@ -169,24 +169,43 @@ def series(session: Session, run_id: int, key: str, max_points: int) -> Buckets 
 
 def key_summaries(session: Session, run_id: int) -> list[schemas.KeySummary]:
     """Every key's point count and last point, from the widest blocks (a run may hold millions of points)."""
+    return key_summaries_by_run(session, [run_id]).get(run_id, [])
+
+
+def key_summaries_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, list[schemas.KeySummary]]:
+    """key_summaries of several runs in one query (Compare's poll): runs that logged nothing are absent."""
     width = WIDTHS[-1]
-    scope = [MetricRollup.run_id == run_id, MetricRollup.width == width]
+    scope = [MetricRollup.run_id.in_(list(run_ids)), MetricRollup.width == width]
     grouped = (
-        select(MetricRollup.key, func.sum(MetricRollup.count).label("n"), func.max(MetricRollup.last_step).label("last"))
+        select(
+            MetricRollup.run_id,
+            MetricRollup.key,
+            func.sum(MetricRollup.count).label("n"),
+            func.max(MetricRollup.last_step).label("last"),
+        )
         .where(*scope)
-        .group_by(MetricRollup.key)
+        .group_by(MetricRollup.run_id, MetricRollup.key)
         .subquery()
     )
     last = MetricRollup
     rows = session.execute(
-        select(grouped.c.key, grouped.c.n, grouped.c.last, last.last_value, last.last_is_nan, last.last_time)
-        .join(last, and_(*scope, last.key == grouped.c.key, last.block == grouped.c.last // width))
-        .order_by(grouped.c.key)
+        select(grouped.c.run_id, grouped.c.key, grouped.c.n, grouped.c.last, last.last_value, last.last_is_nan, last.last_time)
+        .join(
+            last,
+            and_(
+                last.run_id == grouped.c.run_id,
+                last.width == width,
+                last.key == grouped.c.key,
+                last.block == grouped.c.last // width,
+            ),
+        )
+        .order_by(grouped.c.run_id, grouped.c.key)
     )
-    return [
-        schemas.KeySummary(key=k, count=n, last_step=step, last_value=math.nan if nan else v, last_time=t)
-        for k, n, step, v, nan, t in rows
-    ]
+    found: dict[int, list[schemas.KeySummary]] = {}
+    for run_id, k, n, step, v, nan, t in rows:
+        summary = schemas.KeySummary(key=k, count=n, last_step=step, last_value=math.nan if nan else v, last_time=t)
+        found.setdefault(run_id, []).append(summary)
+    return found
 
 
 def latest_points(

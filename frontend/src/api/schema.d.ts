@@ -141,6 +141,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/compare": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Compare Runs
+         * @description The compared runs' details and metric keys, in one request (Compare's poll); a run that cannot be read
+         *     carries its reason instead of failing the others.
+         */
+        get: operations["compare_runs_api_v1_compare_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/compare/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Compare Series
+         * @description Several runs' series in columns, each whole (downsampled to max_points) or from after a step: Compare's charts
+         *     ask for every run's keys on screen at once, and a poll only for the points each lacks. A read, sent as POST for
+         *     its length (a cursor per run and key).
+         */
+        post: operations["compare_series_api_v1_compare_series_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/datasets": {
         parameters: {
             query?: never;
@@ -1732,6 +1775,19 @@ export interface components {
              */
             stop_grace_s: number;
         };
+        /** ComparedRun */
+        ComparedRun: {
+            error?: components["schemas"]["RunProblem"] | null;
+            /** Id */
+            id: number;
+            keys?: components["schemas"]["KeyDelta"] | null;
+            run?: components["schemas"]["RunDetail"] | null;
+        };
+        /** Comparison */
+        Comparison: {
+            /** Runs */
+            runs: components["schemas"]["ComparedRun"][];
+        };
         /**
          * DataColumns
          * @description Which column holds what; only the columns an algorithm needs are read.
@@ -2717,6 +2773,28 @@ export interface components {
              * @description Rows whose key was already stored; left unchanged
              */
             duplicates: number;
+        };
+        /**
+         * KeyDelta
+         * @description A run's metric keys since the client's cursor: all of them (`full`), or only the keys whose last step is past
+         *     the cursor's step. The client merges them into what it holds; if its per-key counts then do not add up to `count`
+         *     (points arrived at earlier steps), it asks again without a cursor.
+         */
+        KeyDelta: {
+            /**
+             * Count
+             * @description The run's points over all keys
+             */
+            count: number;
+            /**
+             * Cursor
+             * @description Send back as this run's cursor in the next poll
+             */
+            cursor: string;
+            /** Data */
+            data: components["schemas"]["KeySummary"][];
+            /** Full */
+            full: boolean;
         };
         /** KeyList */
         KeyList: {
@@ -4268,6 +4346,16 @@ export interface components {
             /** Step */
             step: number;
         };
+        /**
+         * RunProblem
+         * @description Why a run cannot be shown: its HTTP status as its own request would have answered, and the reason.
+         */
+        RunProblem: {
+            /** Detail */
+            detail: string;
+            /** Status */
+            status: number;
+        };
         /** RunPublic */
         RunPublic: {
             /** Algorithm */
@@ -4367,6 +4455,37 @@ export interface components {
             why?: string | null;
         };
         /**
+         * RunSeriesColumns
+         * @description A series of one run: with `after_step` set, the points after it (to append); unset, the whole series (to
+         *     replace what the client holds: asked so, or more new points than max_points).
+         */
+        RunSeriesColumns: {
+            /** After Step */
+            after_step: number | null;
+            /** Count */
+            count: number[];
+            /** Downsampled */
+            downsampled: boolean;
+            /** First Nan Step */
+            first_nan_step: (number | null)[];
+            /** Key */
+            key: string;
+            /** Max */
+            max: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /** Min */
+            min: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /** Run Id */
+            run_id: number;
+            /** Step */
+            step: number[];
+            /** Time */
+            time: number[];
+            /** Total Points */
+            total_points: number;
+            /** Value */
+            value: (number | ("NaN" | "Infinity" | "-Infinity"))[];
+        };
+        /**
          * RunSpec
          * @description A training run: what to train, on what, with which algorithm, where.
          */
@@ -4464,6 +4583,13 @@ export interface components {
             tags?: string[];
             /** @description The optimization loop. An eval run trains nothing: it may leave train out ({steps: 1}; train.seed seeds its sampling). */
             train: components["schemas"]["TrainSpec"];
+        };
+        /** RunsColumnsResponse */
+        RunsColumnsResponse: {
+            /** Max Points */
+            max_points: number;
+            /** Series */
+            series: components["schemas"]["RunSeriesColumns"][];
         };
         /** SampleComparison */
         SampleComparison: {
@@ -4697,6 +4823,16 @@ export interface components {
              */
             value: number | ("NaN" | "Infinity" | "-Infinity");
         };
+        /** SeriesQuery */
+        SeriesQuery: {
+            /**
+             * Max Points
+             * @default 1000
+             */
+            max_points: number;
+            /** Series */
+            series: components["schemas"]["SeriesWanted"][];
+        };
         /** SeriesResponse */
         SeriesResponse: {
             /** Max Points */
@@ -4705,6 +4841,18 @@ export interface components {
             run_id: number;
             /** Series */
             series: components["schemas"]["Series"][];
+        };
+        /** SeriesWanted */
+        SeriesWanted: {
+            /**
+             * After Step
+             * @description Only the points after this step (what the client lacks); unset: the whole series, downsampled
+             */
+            after_step?: number | null;
+            /** Key */
+            key: string;
+            /** Run Id */
+            run_id: number;
         };
         /**
          * SftOptions
@@ -5960,6 +6108,101 @@ export interface operations {
                 };
                 content: {
                     "application/gzip": unknown;
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    compare_runs_api_v1_compare_get: {
+        parameters: {
+            query: {
+                /** @description Up to 100 run ids, comma-separated */
+                runs: string;
+                /** @description RUN:CURSOR,... with each run's keys.cursor from the last answer: only keys that changed since come back; a run without one gets all its keys */
+                cursors?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Comparison"];
+                };
+            };
+            /** @description Missing, invalid, expired or revoked token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Outside the caller's projects or scopes */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    compare_series_api_v1_compare_series_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SeriesQuery"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunsColumnsResponse"];
                 };
             };
             /** @description Missing, invalid, expired or revoked token */

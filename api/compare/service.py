@@ -1,0 +1,95 @@
+"""Compare's two requests: every compared run's detail and metric keys since the client's cursor, and the charts'
+series of many runs, each from where the client's copy ends. A page of 20 runs then costs one request per poll and
+one per batch of charts, whatever the number of runs, and an active run's poll carries only what changed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.auth.principal import Principal
+from api.compare import schemas
+from api.exceptions import Forbidden, NotFound, Unprocessable
+from api.metrics import buckets, rollups
+from api.metrics.schemas import KeySummary
+from api.metrics.service import series_buckets
+from api.runs import views
+from api.runs.service import readable_run
+
+Cursor = tuple[int, int]  # the run's point count and its keys' highest last step, as the client last saw them
+
+
+def parse_cursors(text: str | None) -> dict[int, Cursor]:
+    """`run:count:step,...` (what each run's KeyDelta.cursor said, prefixed with the run's id)."""
+    cursors: dict[int, Cursor] = {}
+    for part in (text or "").split(","):
+        if not part:
+            continue
+        fields = part.split(":")
+        try:
+            run_id, count, step = (int(field) for field in fields)
+        except ValueError:
+            run_id = count = step = -2
+        if len(fields) != 3 or run_id < 1 or count < 0 or step < -1:
+            said = "the run's id, then its keys' cursor as the last answer gave it"
+            raise Unprocessable(["query", "cursors"], f"{part!r} is not RUN:COUNT:STEP ({said})")
+        cursors[run_id] = (count, step)
+    return cursors
+
+
+def compare(session: Session, principal: Principal, run_ids: Sequence[int], cursors: dict[int, Cursor]) -> schemas.Comparison:
+    """Each run's detail and key delta; a run the caller may not read, or that does not exist, carries its reason
+    instead (the page shows it in the legend, the others still load)."""
+    if len(run_ids) > schemas.MAX_RUNS:
+        raise Unprocessable(["query", "runs"], f"at most {schemas.MAX_RUNS} runs a request: ask for the rest in another")
+    shown: list[schemas.ComparedRun] = []
+    for run_id in dict.fromkeys(run_ids):
+        try:
+            readable_run(session, principal, run_id)
+        except (NotFound, Forbidden) as refused:
+            problem = schemas.RunProblem(status=refused.status_code, detail=str(refused.detail))
+            shown.append(schemas.ComparedRun(id=run_id, error=problem))
+            continue
+        shown.append(schemas.ComparedRun(id=run_id, run=views.run_detail(session, run_id, principal)))
+    readable = [entry.id for entry in shown if entry.error is None]
+    summaries = rollups.key_summaries_by_run(session, readable) if readable else {}
+    for entry in shown:
+        if entry.error is None:
+            entry.keys = key_delta(summaries.get(entry.id, []), cursors.get(entry.id))
+    return schemas.Comparison(runs=shown)
+
+
+def key_delta(summaries: list[KeySummary], cursor: Cursor | None) -> schemas.KeyDelta:
+    count = sum(summary.count for summary in summaries)
+    top = max((summary.last_step for summary in summaries), default=-1)
+    now = f"{count}:{top}"
+    if cursor is None:
+        return schemas.KeyDelta(cursor=now, full=True, count=count, data=summaries)
+    was_count, was_step = cursor
+    changed = [] if count == was_count else [summary for summary in summaries if summary.last_step > was_step]
+    return schemas.KeyDelta(cursor=now, full=False, count=count, data=changed)
+
+
+def check_readable(session: Session, principal: Principal, query: schemas.SeriesQuery) -> None:
+    for run_id in dict.fromkeys(wanted.run_id for wanted in query.series):
+        readable_run(session, principal, run_id)
+
+
+def series_document(factory: sessionmaker[Session], query: schemas.SeriesQuery) -> Iterator[bytes]:
+    """A RunsColumnsResponse, written one series at a time (as GET /metrics/columns is): a series asked from
+    `after_step` is its points after it, or the whole series, downsampled, when more than max_points arrived."""
+    yield f'{{"max_points":{query.max_points},"series":['.encode()
+    with factory() as session:
+        for i, wanted in enumerate(query.series):
+            after = wanted.after_step
+            start = None if after is None else after + 1
+            found = series_buckets(session, wanted.run_id, wanted.key, query.max_points, start, None)
+            if found.downsampled and start is not None:  # too many to append: the whole series instead
+                after = None
+                found = series_buckets(session, wanted.run_id, wanted.key, query.max_points, None, None)
+            session.rollback()  # no read snapshot held while the client takes its time
+            head = f'{{"run_id":{wanted.run_id},"after_step":{"null" if after is None else after},'.encode()
+            text = head + buckets.to_columns_json(found)[1:]
+            yield text if i == 0 else b"," + text
+    yield b"]}"

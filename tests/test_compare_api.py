@@ -1,0 +1,102 @@
+"""Compare's batched requests (api/compare): every compared run's detail and metric keys in one poll, only the keys
+that changed since each run's cursor; the charts' series of several runs in one request, each whole or from after
+the step the client holds; a run the caller cannot read or that does not exist named in place, never failing the
+others; bad cursors and oversized asks refused naming the field."""
+
+from tests.harness.factories import ApiWorker, auth, create_project, create_run, create_user
+
+
+def cursors(answer: dict) -> str:
+    return ",".join(f"{r['id']}:{r['keys']['cursor']}" for r in answer["runs"] if r["keys"])
+
+
+def test_one_poll_gives_every_runs_detail_and_only_the_keys_that_changed(client, anon):
+    worker = ApiWorker(client)
+    a, b = create_run(client, name="cmp-a")["id"], create_run(client, name="cmp-b")["id"]
+    worker.start(a)
+    worker.log(a, "train/loss", {1: 2.0, 2: 1.5})
+    worker.log(a, "eval/accuracy", {2: 0.25})
+    missing = 999_999
+    create_project(client, "elsewhere")
+    outsider_run = create_run(client, name="theirs", project="elsewhere")["id"]
+    reader = create_user(client, "rita", roles={"default": "viewer"}, scopes=("read",))
+
+    first = anon.get("/api/v1/compare", params={"runs": f"{a},{b},{missing},{outsider_run}"}, headers=auth(reader))
+    assert first.status_code == 200, first.text
+    runs = first.json()["runs"]
+    assert [r["id"] for r in runs] == [a, b, missing, outsider_run]
+    assert runs[0]["run"]["name"] == "cmp-a" and runs[0]["run"]["status"] == "running" and runs[0]["error"] is None
+    assert runs[0]["keys"]["full"] and runs[0]["keys"]["count"] == 3
+    assert {k["key"]: (k["count"], k["last_step"], k["last_value"]) for k in runs[0]["keys"]["data"]} == {
+        "train/loss": (2, 2, 1.5),
+        "eval/accuracy": (1, 2, 0.25),
+    }
+    assert runs[1]["keys"] == {"cursor": "0:-1", "full": True, "count": 0, "data": []}
+    assert runs[2]["run"] is None and runs[2]["error"] == {"status": 404, "detail": f"run {missing} not found"}
+    assert runs[3]["run"] is None and runs[3]["error"]["status"] == 403 and runs[3]["keys"] is None
+
+    unchanged = anon.get("/api/v1/compare", params={"runs": f"{a},{b}", "cursors": cursors(first.json())}, headers=auth(reader))
+    assert [(r["keys"]["full"], r["keys"]["data"]) for r in unchanged.json()["runs"]] == [(False, []), (False, [])]
+
+    worker.log(a, "train/loss", {3: 1.25})
+    since = anon.get("/api/v1/compare", params={"runs": str(a), "cursors": cursors(unchanged.json())}, headers=auth(reader))
+    [delta] = [r["keys"] for r in since.json()["runs"]]
+    assert not delta["full"] and delta["count"] == 4 and delta["cursor"] == "4:3"
+    assert [(k["key"], k["count"], k["last_step"]) for k in delta["data"]] == [("train/loss", 3, 3)]
+
+    # A point at an earlier step (eval/accuracy at 1) leaves the last step where it was: the delta cannot name its
+    # key, and its count (5) tells the client that its merged counts (4) fall short, so it asks without a cursor.
+    worker.log(a, "eval/accuracy", {1: 0.1})
+    late = anon.get("/api/v1/compare", params={"runs": str(a), "cursors": cursors(since.json())}, headers=auth(reader))
+    [delta] = [r["keys"] for r in late.json()["runs"]]
+    assert delta["count"] == 5 and delta["data"] == []
+
+
+def test_several_runs_series_whole_or_from_a_step(client):
+    worker = ApiWorker(client)
+    a, b = create_run(client, name="s-a")["id"], create_run(client, name="s-b")["id"]
+    worker.start(a)
+    worker.log(a, "train/loss", {step: 10.0 - step for step in range(1, 11)})
+    worker.log(a, "weird", {1: "NaN", 2: 1.0})
+    worker.start(b)
+    worker.log(b, "train/loss", {step: float(step) for step in range(1, 31)})
+
+    asked = {
+        "max_points": 10,
+        "series": [
+            {"run_id": a, "key": "train/loss"},
+            {"run_id": a, "key": "train/loss", "after_step": 8},
+            {"run_id": a, "key": "weird", "after_step": 0},
+            {"run_id": b, "key": "train/loss", "after_step": 5},  # 25 new points > max_points: the whole series
+            {"run_id": b, "key": "never-logged", "after_step": 3},
+        ],
+    }
+    answer = client.post("/api/v1/compare/series", json=asked)
+    assert answer.status_code == 200, answer.text
+    whole, tail, weird, replaced, empty = answer.json()["series"]
+    assert (whole["run_id"], whole["after_step"], whole["step"], whole["downsampled"]) == (a, None, list(range(1, 11)), False)
+    assert (tail["after_step"], tail["step"], tail["value"], tail["total_points"]) == (8, [9, 10], [1.0, 0.0], 2)
+    assert weird["value"] == ["NaN", 1.0] and weird["first_nan_step"] == [1, None]
+    assert replaced["run_id"] == b and replaced["after_step"] is None and replaced["downsampled"]
+    assert replaced["total_points"] == 30 and replaced["step"][-1] == 30 and len(replaced["step"]) <= 10
+    assert (empty["key"], empty["step"], empty["after_step"]) == ("never-logged", [], 3)
+
+
+def test_bad_asks_and_unreadable_runs_are_refused_naming_the_field(client, anon):
+    run = create_run(client)["id"]
+    too_many = ",".join(str(i) for i in range(1, 102))
+    assert client.get("/api/v1/compare", params={"runs": too_many}).status_code == 422
+    for bad in ("x", f"{run}:1", f"{run}:-1:3", "0:1:1"):
+        refused = client.get("/api/v1/compare", params={"runs": str(run), "cursors": bad})
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "cursors"], bad
+    empty = client.post("/api/v1/compare/series", json={"series": []})
+    assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["body", "series"]
+    huge = {"series": [{"run_id": run, "key": f"k{i}"} for i in range(2001)]}
+    assert client.post("/api/v1/compare/series", json=huge).status_code == 422
+    negative = client.post("/api/v1/compare/series", json={"series": [{"run_id": run, "key": "k", "after_step": -1}]})
+    assert negative.status_code == 422 and negative.json()["detail"][0]["loc"][-1] == "after_step"
+    missing = client.post("/api/v1/compare/series", json={"series": [{"run_id": 999_999, "key": "k"}]})
+    assert missing.status_code == 404 and missing.json()["detail"] == "run 999999 not found"
+    outsider = create_user(client, "oz", scopes=("read",))
+    theirs = anon.post("/api/v1/compare/series", json={"series": [{"run_id": run, "key": "k"}]}, headers=auth(outsider))
+    assert theirs.status_code == 403
