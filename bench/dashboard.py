@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -226,8 +227,9 @@ def fleet_case(args: argparse.Namespace) -> dict:
 
     home = args.fleet_home or Path(tempfile.mkdtemp(prefix="rlplane-fleet-"))
     made = home / "fleet.json"
-    if not made.exists():
+    if not made.exists():  # no fleet yet, or a fill that did not finish: from the start
         Pg("postgresql://postgres@127.0.0.1:5432").recreate("rlplane_bench_fleet")
+        shutil.rmtree(home / "home", ignore_errors=True)
     up = Up(home / "home", None, "postgresql+psycopg://postgres@127.0.0.1:5432/rlplane_bench_fleet")
     try:
         base = f"http://127.0.0.1:{up.port}"

@@ -79,7 +79,7 @@ class Up:
             env["RLPLANE_BROKER_URL"] = broker
         if database:
             env["RLPLANE_DATABASE_URL"] = database
-        home.mkdir(parents=True)
+        home.mkdir(parents=True, exist_ok=True)  # bench/dashboard.py --fleet-home starts on a kept home
         self.log = (home / "up.log").open("w")
         command = [sys.executable, "-m", "cli.main", "up", "--port", str(self.port), "--workers", str(workers)]
         output = {"stdout": self.log, "stderr": subprocess.STDOUT}

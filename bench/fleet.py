@@ -44,8 +44,8 @@ def fill(dsn: str, run_ids: list[int], names: list[str], steps: int, active: int
                     "last_value, last_is_nan, last_time) "
                     "SELECT run_id, key, %s, step / %s, count(*), min(value), max(value), min(step), max(step), "
                     "(array_agg(value ORDER BY step DESC))[1], false, (array_agg(time ORDER BY step DESC))[1] "
-                    "FROM metrics WHERE run_id = ANY(%s) GROUP BY run_id, key, step / %s",
-                    (width, width, ids, width),
+                    "FROM metrics WHERE run_id = ANY(%s) GROUP BY 1, 2, 4",
+                    (width, width, ids),
                 )
             done = first + len(ids)
             took = time.perf_counter() - started

@@ -35,9 +35,13 @@ const samples = {
   prompts: (runId: number) => [...samples.all(runId), 'prompts'] as const,
 };
 
-/** Samples across runs (Compare's Samples view): one request serves every compared run, so it nests under none. */
+/**
+ * Across runs, one request for every compared run, so these nest under no run: Compare's poll (details and key
+ * lists, GET /api/v1/compare) and its Samples view.
+ */
 const compare = {
   all: () => ['compare'] as const,
+  runs: (ids: readonly number[]) => [...compare.all(), 'runs', ids] as const,
   samples: (query: SampleComparisonQuery | null) => [...compare.all(), 'samples', query] as const,
 };
 

@@ -1,8 +1,8 @@
 import { useEffect, useMemo, useSyncExternalStore } from 'react';
 import type { KeySummary } from '../../api/types';
 import { ChartPanels } from '../../charts/ChartPanels';
+import { fetchCompareSeries } from './compareApi';
 import { CompareStore, type ComparedLine } from './compareStore';
-import { fetchCompareSeries } from './useCompareData';
 
 interface Props {
   /** The runs with a line on the charts, in legend order. */
@@ -19,6 +19,7 @@ interface Props {
 export function CompareCharts({ lines, keys, smoothing, logScale, search, onSearch }: Props) {
   const store = useMemo(() => new CompareStore(fetchCompareSeries), []);
   useEffect(() => store.setRuns(lines), [store, lines]);
+  // Every run's list in one go: the keys a poll shows gained points, in all runs, are then one request.
   useEffect(() => {
     lines.forEach((line, i) => {
       const list = keys[i];

@@ -3,6 +3,7 @@ import { useEffect, useReducer } from 'react';
 import { fireEvent, render, screen, within } from '@testing-library/react';
 import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
 import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { queryKeys } from '../../api/queryKeys';
 import type { ChartSource } from '../../charts/source';
 import { asColumns } from '../../charts/testSeries';
 import { ComparePage } from './ComparePage';
@@ -44,6 +45,9 @@ const RUNS: Record<number, ReturnType<typeof run>> = {
   13: run(13, 'greedy', { algorithm: 'eval', model: { path: 'run:3@100' } }, 'succeeded', { decoding: 'greedy' }),
   14: run(14, 'sampled', { algorithm: 'eval', model: { path: 'run:3@100' } }, 'succeeded', { decoding: 'sampled at T=1, 8 per prompt' }),
   15: run(15, 'rm', { algorithm: 'reward' }, 'succeeded', { decoding: null }),
+  // Still training: polled, and their charts take new points.
+  21: run(21, 'live-a', { seed: 1 }, 'running'),
+  22: run(22, 'live-b', { seed: 2 }, 'running'),
 };
 const METRICS: Record<number, Array<ReturnType<typeof series>>> = {
   3: [series('train/loss', [0, 10, 20]), series('train/lr', [0, 10])],
@@ -53,25 +57,60 @@ const METRICS: Record<number, Array<ReturnType<typeof series>>> = {
   13: [series('eval/accuracy', [1], 0.8), series('eval/reward', [1], 0.7)],
   14: [series('eval/accuracy', [1], 0.51), series('eval/pass@8', [1], 0.9), series('eval/reward', [1], 0.4)],
   15: [series('eval/accuracy', [1], 0.6)],
+  21: [series('train/loss', [0, 10])],
+  22: [series('train/loss', [5, 15])],
 };
 
 function json(body: unknown, status = 200) {
   return new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
 }
 
+const refused = (id: number) => (id === 5 ? { status: 403, detail: 'Not allowed' } : RUNS[id] ? null : { status: 404, detail: 'Run not found' });
+
+/** GET /api/v1/compare over RUNS and METRICS: every run's whole key list (these runs have all ended). */
+function comparison(url: URL) {
+  const ids = url.searchParams.get('runs')!.split(',').map(Number);
+  return {
+    runs: ids.map((id) => {
+      const error = refused(id);
+      if (error) return { id, run: null, error, keys: null };
+      const keys = METRICS[id]!.map(summary);
+      const count = keys.reduce((n, k) => n + k.count, 0);
+      const cursor = `${count}:${Math.max(...keys.map((k) => k.last_step))}`;
+      return { id, run: RUNS[id], error: null, keys: { cursor, full: true, count, data: keys } };
+    }),
+  };
+}
+
+type Wanted = { run_id: number; key: string; after_step?: number };
+
+/** POST /api/v1/compare/series: each wanted series whole, or its points after `after_step`; 403 for run 5. */
+function compareSeries(body: { series: Wanted[] }) {
+  if (body.series.some((w) => refused(w.run_id))) return json({ detail: 'Not allowed' }, 403);
+  const series = body.series.map(({ run_id, key, after_step }) => {
+    const s = METRICS[run_id]!.find((m) => m.key === key)!;
+    const points = s.points.filter((p) => after_step == null || p.step > after_step);
+    return { ...asColumns({ ...s, points }), run_id, after_step: after_step ?? null };
+  });
+  return json({ max_points: 1500, series });
+}
+
+/** The fake API; returns every request it got, as "METHOD path". */
 function stubApi() {
+  const requests: string[] = [];
+  const bodies: Wanted[][] = [];
   vi.stubGlobal('fetch', vi.fn(async (req: Request) => {
     const url = new URL(req.url);
-    const m = /\/api\/v1\/runs\/(\d+)(\/metrics(\/keys|\/columns))?$/.exec(url.pathname);
-    const id = Number(m?.[1]);
-    if (id === 5) return json({ detail: 'Not allowed' }, 403);
-    if (!m || !RUNS[id]) return json({ detail: 'Run not found' }, 404);
-    const all = METRICS[id]!;
-    if (m[3] === '/keys') return json({ data: all.map(summary), count: all.length });
-    const keys = url.searchParams.getAll('keys');
-    if (m[2]) return json({ run_id: id, max_points: 1500, series: all.filter((s) => keys.includes(s.key)).map(asColumns) });
-    return json(RUNS[id]);
+    requests.push(`${req.method} ${url.pathname}`);
+    if (url.pathname === '/api/v1/compare') return json(comparison(url));
+    if (url.pathname === '/api/v1/compare/series' && req.method === 'POST') {
+      const body = (await req.json()) as { series: Wanted[] };
+      bodies.push(body.series);
+      return compareSeries(body);
+    }
+    return json({ detail: `unexpected ${url.pathname}` }, 404);
   }));
+  return { requests, bodies };
 }
 
 function Where() {
@@ -95,9 +134,12 @@ function renderAt(url: string) {
 
 afterEach(() => vi.unstubAllGlobals());
 
+const chart = (key: string) => document.querySelector<HTMLElement>(`[data-chart="${key}"]`);
+const byRunAndKey = (a: Wanted, b: Wanted) => a.run_id - b.run_id || a.key.localeCompare(b.key);
+
 describe('ComparePage', () => {
   it('shows the legend, one chart per key with the runs that have it, and the spec diff', async () => {
-    stubApi();
+    const { requests, bodies } = stubApi();
     const client = renderAt('/compare?runs=3,7&smooth=0');
     expect(screen.getByRole('heading', { level: 1, name: 'Compare runs' })).toBeTruthy();
     const legend = screen.getByRole('list', { name: 'Compared runs' });
@@ -108,6 +150,11 @@ describe('ComparePage', () => {
     const loss = document.querySelector<HTMLElement>('[data-chart="train/loss"]')!;
     expect(loss.dataset.points).toBe('5'); // union of 0,10,20 and 5,15
     await vi.waitFor(() => expect(document.querySelector<HTMLElement>('[data-chart="train/lr"]')!.dataset.series).toBe('1'));
+    // One request for both runs' details and keys, one for both charts of both runs: none per run.
+    expect(requests).toEqual(['GET /api/v1/compare', 'POST /api/v1/compare/series']);
+    expect([...bodies[0]!].sort(byRunAndKey)).toEqual([
+      { run_id: 3, key: 'train/loss' }, { run_id: 3, key: 'train/lr' }, { run_id: 7, key: 'train/loss' },
+    ]);
 
     expect(screen.queryByRole('region', { name: 'Final values' })).toBeNull(); // no eval/* keys to compare
     const diff = screen.getByRole('region', { name: 'Spec differences' });
@@ -165,6 +212,19 @@ describe('ComparePage', () => {
       ['eval/reward', '0.7', '0.4', '—'],
     ]);
     expect(table.querySelector('tr[data-key="eval/accuracy"] .decoding')?.getAttribute('title')).toBe('answers drawn: greedy');
+    client.clear();
+  });
+
+  it("after a poll, fetches only the points each run's charts lack, for all runs in one request", async () => {
+    const { requests, bodies } = stubApi();
+    const client = renderAt('/compare?runs=21,22');
+    await vi.waitFor(() => expect(chart('train/loss')?.dataset.points).toBe('4'));
+    METRICS[21] = [series('train/loss', [0, 10, 20])];
+    METRICS[22] = [series('train/loss', [5, 15, 25, 35])];
+    await client.refetchQueries({ queryKey: queryKeys.compare.all() });
+    await vi.waitFor(() => expect(chart('train/loss')?.dataset.points).toBe('7'));
+    expect(bodies.at(-1)).toEqual([{ run_id: 21, key: 'train/loss', after_step: 10 }, { run_id: 22, key: 'train/loss', after_step: 15 }]);
+    expect(requests).toEqual(['GET /api/v1/compare', 'POST /api/v1/compare/series', 'GET /api/v1/compare', 'POST /api/v1/compare/series']);
     client.clear();
   });
 

@@ -78,11 +78,17 @@ function stubApi() {
       calls.push(url.searchParams);
       return json(compareSamples(url.searchParams));
     }
-    const m = /^\/api\/v1\/runs\/(\d+)(\/metrics\/keys)?$/.exec(url.pathname);
-    const id = Number(m?.[1]);
-    if (!m || !NAMES[id]) return json({ detail: `unexpected ${url.pathname}` }, 404);
-    if (m[2]) return json({ data: [], count: 0 });
-    return json(runDetail({ id, name: NAMES[id], algorithm: 'grpo', status: 'succeeded' }));
+    if (url.pathname === '/api/v1/compare') {
+      // The page's poll: every run's detail and (empty) key list in one request.
+      const ids = url.searchParams.get('runs')!.split(',').map(Number);
+      const keys = { cursor: '0:-1', full: true, count: 0, data: [] };
+      const one = (id: number) =>
+        NAMES[id]
+          ? { id, run: runDetail({ id, name: NAMES[id], algorithm: 'grpo', status: 'succeeded' }), error: null, keys }
+          : { id, run: null, error: { status: 404, detail: 'Run not found' }, keys: null };
+      return json({ runs: ids.map(one) });
+    }
+    return json({ detail: `unexpected ${url.pathname}` }, 404);
   }));
   return calls;
 }

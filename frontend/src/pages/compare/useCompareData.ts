@@ -1,11 +1,10 @@
-import { useEffect, useRef } from 'react';
-import { useQueries, useQueryClient } from '@tanstack/react-query';
-import { api, ApiError, unwrap } from '../../api/client';
+import { useState } from 'react';
+import { keepPreviousData, useQuery } from '@tanstack/react-query';
+import { ApiError } from '../../api/client';
 import { queryKeys } from '../../api/queryKeys';
-import { isActive, isTerminal } from '../../api/runStatus';
 import type { KeySummary, RunDetail } from '../../api/types';
-import type { SeriesColumns } from '../../charts/series';
-import { MAX_POINTS } from '../../charts/useMetricHistory';
+import { fetchComparison } from './compareApi';
+import { ComparePoll, type HeldRun } from './comparePoll';
 
 const REFRESH_MS = 10_000;
 
@@ -30,68 +29,31 @@ export function describeError(id: number, error: unknown): string {
   return `run ${id}: ${error instanceof Error ? error.message : String(error)}`;
 }
 
-/** One run's history for some keys: what a chart on screen asks for. */
-export async function fetchCompareSeries(runId: number, keys: string[]): Promise<SeriesColumns[]> {
-  const query = { keys, max_points: MAX_POINTS };
-  const res = await unwrap(api.GET('/api/v1/runs/{run_id}/metrics/columns', { params: { path: { run_id: runId }, query } }));
-  return res.series;
+function shown(id: number, held: HeldRun | undefined, failed: unknown): ComparedRun {
+  if (!held) {
+    return { id, run: undefined, keys: undefined, loading: failed == null, error: failed == null ? null : describeError(id, failed) };
+  }
+  const error = held.problem ? describeError(id, new ApiError(held.problem.status, held.problem.detail)) : null;
+  return { id, run: held.run, keys: held.keys, loading: false, error };
 }
 
 /**
- * Each run's detail and key list, polled every 10 s: the detail until the run ends (a queued run starts on
- * its own), the key list while the run is active (only then does it log).
+ * Every compared run's detail and key list in one request (GET /api/v1/compare), every 10 s while any may still
+ * change: each poll asks only about runs not known to have ended (and once more about one that just ended, for
+ * the points it logged after the poll before), and only for the keys that changed since each run's cursor.
  */
 export function useCompareData(ids: readonly number[]): ComparedRun[] {
-  const details = useQueries({
-    queries: ids.map((id) => ({
-      queryKey: queryKeys.runs.detail(id),
-      queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id } } })),
-      retry: noRetryOn4xx,
-      refetchInterval: (q: { state: { data?: RunDetail } }) =>
-        q.state.data && !isTerminal(q.state.data.status) ? REFRESH_MS : false,
-    })),
+  const [poll] = useState(() => new ComparePoll(fetchComparison));
+  const query = useQuery({
+    queryKey: queryKeys.compare.runs(ids),
+    queryFn: () => poll.poll(ids),
+    // A run added or removed: the others stay drawn while the new list's first answer comes.
+    placeholderData: keepPreviousData,
+    // ComparePoll keeps unchanged runs' objects itself; comparing 20 runs' key lists again here would be waste.
+    structuralSharing: false,
+    retry: noRetryOn4xx,
+    refetchInterval: () => (poll.due(ids).length > 0 ? REFRESH_MS : false),
   });
-  const metrics = useQueries({
-    queries: ids.map((id, i) => {
-      const run = details[i]?.data;
-      const active = run != null && isActive(run.status);
-      return {
-        queryKey: queryKeys.runs.metricKeys(id),
-        queryFn: () => unwrap(api.GET('/api/v1/runs/{run_id}/metrics/keys', { params: { path: { run_id: id } } })),
-        enabled: run != null,
-        retry: noRetryOn4xx,
-        refetchInterval: active ? REFRESH_MS : (false as const),
-        staleTime: active ? 0 : 5 * 60_000,
-      };
-    }),
-  });
-  useRefreshWhenFinished(ids, details.map((d) => d.data?.status));
-  return ids.map((id, i) => {
-    const detail = details[i]!;
-    const metric = metrics[i]!;
-    const error = detail.error ?? metric.error;
-    return {
-      id,
-      run: detail.data,
-      keys: metric.data?.data,
-      loading: detail.isPending || (detail.data != null && metric.isPending),
-      error: error ? describeError(id, error) : null,
-    };
-  });
-}
-
-/** A run that just left an active status logged its last points after our last poll: fetch them once. */
-function useRefreshWhenFinished(ids: readonly number[], statuses: ReadonlyArray<RunDetail['status'] | undefined>) {
-  const client = useQueryClient();
-  const wasActive = useRef(new Map<number, boolean>());
-  const signature = ids.map((id, i) => `${id}:${statuses[i] ?? ''}`).join(',');
-  useEffect(() => {
-    ids.forEach((id, i) => {
-      const status = statuses[i];
-      if (status == null) return;
-      const active = isActive(status);
-      if (wasActive.current.get(id) && !active) void client.invalidateQueries({ queryKey: queryKeys.runs.metricKeys(id) });
-      wasActive.current.set(id, active);
-    });
-  }, [signature]); // eslint-disable-line react-hooks/exhaustive-deps
+  const byId = new Map(query.data?.map((held) => [held.id, held]));
+  return ids.map((id) => shown(id, byId.get(id), query.error));
 }
