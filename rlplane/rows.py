@@ -14,6 +14,9 @@ from rlplane.limits import KEY_PATTERN, MAX_LOG_CHARS, MAX_ROWS
 from rlplane.wire import INT32_MAX, Step
 
 MAX_TEXT_CHARS = 200_000  # a sample's prompt, response, reference or turn
+# The metric whose last value in an attempt is the input tokens that attempt trained on (its trainer counts from 0,
+# a resume too): the worker sends it with the attempt's end, and usage adds it up (api/usage).
+ATTEMPT_TOKENS = "perf/attempt_tokens"
 
 
 def without_nul(text: str) -> str:

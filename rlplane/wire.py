@@ -117,6 +117,13 @@ class StatusUpdate(BaseModel):
         "and this attempt does not count against resources.max_attempts",
     )
     exited_at: AwareDatetime | None = Field(default=None, description=EXITED_AT)
+    tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=STEP_MAX,
+        description="Input tokens this attempt's trainer trained on so far (its last perf/attempt_tokens); the usage "
+        "reports add them up",
+    )
 
 
 class Gpu(BaseModel):

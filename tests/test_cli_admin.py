@@ -307,7 +307,7 @@ def test_projects_create_members_show_list(server, env):
     assert "usage from" in ok(env, *shlex.split(example)[1:]).stderr
     report = json.loads(ok(env, "usage", "--by", "queue", "--interval", "day", "--json").stdout)
     assert report["by"] == "queue" and report["interval"] == "day" and report["data"] == []  # nothing has run
-    assert ok(env, "usage", "--csv").stdout == "project,start,gpu_seconds,cpu_slot_seconds,attempts,runs\n"
+    assert ok(env, "usage", "--csv").stdout == "project,start,gpu_seconds,cpu_slot_seconds,tokens,attempts,runs\n"
     failed(rlplane(env, "usage", "--since", "yesterday"), 4, "422", "since")
     assert "removed" not in ok(env, "projects", "quota", "vision", "a100", "--remove").stdout
     assert server.api("GET", "/projects/vision").json()["quotas"] == []

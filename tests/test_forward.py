@@ -6,6 +6,7 @@ process, a real forwarder and sink."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from sqlalchemy import select
@@ -39,3 +40,20 @@ def test_a_line_that_is_not_a_row_is_told_and_skipped_and_the_rest_arrives(clien
     assert told[1].startswith("rlplane worker: skipped a line of metrics.jsonl, step: Input should be greater than"), told
     assert told[2].startswith("rlplane worker: skipped a line of samples.jsonl, prompt: Field required"), told
     assert forwarder.last_step == 4
+
+
+def test_the_attempts_tokens_are_its_trainers_last_count_not_an_earlier_attempts(client, tmp_path: Path) -> None:
+    """perf/attempt_tokens lines the previous attempt wrote and no worker forwarded (it died first) are older than
+    this forwarder: they are sent as points, but the attempt's tokens are its own trainer's last count."""
+    run_id = create_run(client)["id"]
+    sink = ControlPlaneSink("http://testserver", ADMIN_TOKEN, run_id, 0, client=client, backoff=0)
+    forwarder = Forwarder(sink, tmp_path, f"runs/{run_id}", 2)
+    now = time.time()
+    rows = [
+        {"key": "perf/attempt_tokens", "step": 9, "value": 9000.0, "time": now - 60},  # the lost attempt's
+        {"key": "perf/attempt_tokens", "step": 5, "value": 1000.0, "time": now + 1},  # this one's, resumed at step 4
+        {"key": "perf/attempt_tokens", "step": 6, "value": 2000.0, "time": now + 2},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert forwarder.poll() is True
+    assert forwarder.tokens == 2000

@@ -1,6 +1,7 @@
 """Usage at the API (api/usage/): each attempt costs its run's GPUs (or, on a CPU queue, worker slots) times its wall
 time; the sum over a run's attempts is the run's, and a project's roll-up the sum of its runs', clipped to the period
-asked for and spread over its hours or days; the CSV says the same; nobody sees what they may not read."""
+asked for and spread over its hours or days; the tokens each attempt's worker said it trained on add up the same way;
+the CSV says the same; nobody sees what they may not read."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -14,9 +15,9 @@ from tests.test_priorities import lease
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, 00:00 UTC
 
 
-def run_with_attempts(app, client, anon, token, name, project, resources, spans) -> int:
+def run_with_attempts(app, client, anon, token, name, project, resources, spans, tokens=()) -> int:
     """A run whose attempts ran over `spans` (hours after T0: (start, end)), each ended lost then retried; the last
-    one succeeded."""
+    one succeeded. `tokens`: what each attempt's worker says it trained on with its end (None: nothing)."""
     train = {**spec()["train"], "batch_size": 12}
     body = spec(name=name, project=project, resources={"queue": "cpu", "max_attempts": 5, **resources}, train=train)
     run_id = client.post("/api/v1/runs", json=body).json()["id"]
@@ -25,6 +26,8 @@ def run_with_attempts(app, client, anon, token, name, project, resources, spans)
         assert leased.status_code == 200, leased.text
         status = "succeeded" if number == len(spans) else "lost"
         ended = {"attempt": number, "status": status, "reason": status}
+        if number <= len(tokens) and tokens[number - 1] is not None:
+            ended["tokens"] = tokens[number - 1]
         assert anon.post(f"/api/v1/runs/{run_id}/status", json=ended, headers=auth(token)).status_code == 200
     with app.state.sessionmaker() as session, session.begin():
         for number, (start, end) in enumerate(spans, start=1):
@@ -36,12 +39,15 @@ def run_with_attempts(app, client, anon, token, name, project, resources, spans)
 def test_usage_adds_up_over_attempts_runs_projects_and_days(app, client, anon):
     token = worker_token(client)
     create_project(client, "vision")
-    gpu = run_with_attempts(app, client, anon, token, "gpu-run", "vision", {"queue": "a100", "gpus": 4}, [(0, 2), (3, 4)])
+    a100 = {"queue": "a100", "gpus": 4}
+    gpu = run_with_attempts(app, client, anon, token, "gpu-run", "vision", a100, [(0, 2), (3, 4)], tokens=[7200, None])
     cpu = run_with_attempts(app, client, anon, token, "cpu-run", "vision", {}, [(1, 1.5)])
-    other = run_with_attempts(app, client, anon, token, "nlp-run", "default", {"queue": "a100", "gpus": 1}, [(23, 25)])
+    nlp = {"queue": "a100", "gpus": 1}
+    other = run_with_attempts(app, client, anon, token, "nlp-run", "default", nlp, [(23, 25)], tokens=[1000])
 
     detail = client.get(f"/api/v1/runs/{gpu}").json()
     assert [a["gpu_seconds"] for a in detail["attempts"]] == [4 * 2 * 3600, 4 * 1 * 3600]
+    assert [a["tokens"] for a in detail["attempts"]] == [7200, None]
     assert detail["gpu_seconds"] == sum(a["gpu_seconds"] for a in detail["attempts"]) and detail["cpu_slot_seconds"] == 0
     assert client.get(f"/api/v1/runs/{cpu}").json()["cpu_slot_seconds"] == 0.5 * 3600  # one worker slot
 
@@ -49,6 +55,8 @@ def test_usage_adds_up_over_attempts_runs_projects_and_days(app, client, anon):
     by_project = {row["key"]: row for row in client.get("/api/v1/usage", params=week).json()["data"]}
     assert (by_project["vision"]["gpu_seconds"], by_project["vision"]["cpu_slot_seconds"]) == (12 * 3600, 1800)
     assert (by_project["vision"]["runs"], by_project["vision"]["attempts"]) == (2, 3)
+    # Tokens over the GPU-seconds of the attempts that said theirs (the second one did not): 7,200 / 4 GPUs x 2 h.
+    assert (by_project["vision"]["tokens"], by_project["vision"]["tokens_per_gpu_second"]) == (7200, 0.25)
     assert by_project["default"]["gpu_seconds"] == 2 * 3600
     by_run = {row["key"]: row for row in client.get("/api/v1/usage", params={**week, "by": "run"}).json()["data"]}
     assert by_run[f"{gpu} gpu-run"]["gpu_seconds"] + by_run[f"{cpu} cpu-run"]["gpu_seconds"] == 12 * 3600
@@ -61,6 +69,8 @@ def test_usage_adds_up_over_attempts_runs_projects_and_days(app, client, anon):
     day = {"since": T0.isoformat(), "until": (T0 + timedelta(days=1)).isoformat(), "interval": "hour"}
     rows = {row["key"]: row for row in client.get("/api/v1/usage", params=day).json()["data"]}
     assert rows["default"]["gpu_seconds"] == 3600
+    assert rows["default"]["tokens"] == 500  # half of its attempt's wall time falls on the first day
+    assert [b["tokens"] for b in rows["vision"]["over_time"][:4]] == [3600, 3600, 0, 0]
     assert len(rows["vision"]["over_time"]) == 24
     assert sum(b["gpu_seconds"] for b in rows["vision"]["over_time"]) == rows["vision"]["gpu_seconds"] == 12 * 3600
     assert [b["gpu_seconds"] for b in rows["vision"]["over_time"][:5]] == [4 * 3600, 4 * 3600, 0, 4 * 3600, 0]
@@ -68,8 +78,8 @@ def test_usage_adds_up_over_attempts_runs_projects_and_days(app, client, anon):
     csv = client.get("/api/v1/usage", params={**week, "format": "csv"})
     assert csv.headers["content-type"].startswith("text/csv")
     lines = csv.text.splitlines()
-    assert lines[0] == "project,start,gpu_seconds,cpu_slot_seconds,attempts,runs"
-    assert f'"vision",{T0.isoformat()},{12 * 3600.0},1800.0,3,2' in lines
+    assert lines[0] == "project,start,gpu_seconds,cpu_slot_seconds,tokens,attempts,runs"
+    assert f'"vision",{T0.isoformat()},{12 * 3600.0},1800.0,7200,3,2' in lines
 
     outsider = create_user(client, "oz", roles={"default": "viewer"}, scopes=("read",))
     seen = anon.get("/api/v1/usage", params=week, headers=auth(outsider)).json()["data"]

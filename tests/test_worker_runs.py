@@ -41,6 +41,11 @@ def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
     assert run["last_step"] == 30
     [attempt] = run["attempts"]
     assert attempt["worker"] == "w1" and attempt["ended_at"] is not None and attempt["last_step"] == 30
+    # The tokens the attempt trained on: its trainer's last perf/attempt_tokens, which the worker sends with the end.
+    counted = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "perf/attempt_tokens"}).json()["series"][0]
+    assert attempt["tokens"] == counted["points"][-1]["value"] > 0 and counted["points"][-1]["step"] == 30
+    used = stack.http.get("/usage", params={"by": "run"}).json()["data"]
+    assert [row["tokens"] for row in used if row["key"].startswith(f"{run_id} ")] == [attempt["tokens"]]
 
     points = stack.http.get(f"/runs/{run_id}/metrics", params={"keys": "train/loss"}).json()
     loss = {p["step"]: p["value"] for series in points["series"] for p in series["points"]} if "series" in points else points

@@ -22,7 +22,7 @@ import orjson
 from rlplane.layout import ENVIRONMENT_FILE, node_parts
 from rlplane.reporting.events import LogLine, log_record
 from rlplane.reports import ReportSender, report_requests
-from rlplane.rows import MetricRow, SampleRow, row_problem
+from rlplane.rows import ATTEMPT_TOKENS, MetricRow, SampleRow, row_problem
 from worker.uploads import Uploads
 
 logger = logging.getLogger("rlplane.worker")
@@ -56,6 +56,8 @@ class Forwarder:
         self.last_checkpoint: int | None = None  # the step of the newest checkpoint the trainer wrote
         self.trainer_failure: str | None = None  # the reason of the trainer's own "failed" status, if it sent one
         self.phase: str | None = None  # what the trainer says it is doing (a "running" status's reason): loading, ...
+        self.tokens: int | None = None  # the attempt's trainer's input tokens so far (its last ATTEMPT_TOKENS)
+        self._started = time.time()  # rows older than this are an earlier attempt's, forwarded late
         self._lines: list[dict[str, Any]] = []
         self._parts_seen: set[str] = set()
         self._seq: dict[int, int] = {}
@@ -73,6 +75,8 @@ class Forwarder:
         metrics, samples, events = (self._read_new(name) if self.reports else [] for name in FILES)
         for row in metrics:
             self.last_step = max(self.last_step or 0, int(row["step"]))
+            if row["key"] == ATTEMPT_TOKENS and float(row.get("time") or self._started) >= self._started:
+                self.tokens = max(self.tokens or 0, int(row["value"]))
         for event in events:
             if event.get("type") == "status" and event.get("status") == "failed":
                 self.trainer_failure = str(event.get("reason") or "") or None

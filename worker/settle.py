@@ -46,6 +46,7 @@ def end(
                 status=status,
                 reason=reason[-MAX_REASON_CHARS:],
                 last_step=forwarder.last_step,
+                tokens=forwarder.tokens,
                 handed_back=handed_back,
                 failure=failure,
                 exited_at=trainer.exited_at if status == "failed" else None,

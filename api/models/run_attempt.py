@@ -28,3 +28,6 @@ class RunAttempt(Base):
     # Failed by the API because its script said nothing (api/runs/scripts.py): the script's own end, should it
     # arrive later, replaces that guess.
     fell_silent: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # Input tokens its trainer trained on, as its worker last said (with its end); None: never said (lost silently,
+    # an RL recipe, a script).
+    tokens: Mapped[int | None] = mapped_column(BigInteger)

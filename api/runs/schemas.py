@@ -51,6 +51,9 @@ class AttemptPublic(BaseModel):
     )
     gpu_seconds: float = Field(0.0, description="GPUs x its wall time, start to end (now, while it runs)")
     cpu_slot_seconds: float = Field(0.0, description="On a CPU queue: worker slots (nodes) x its wall time")
+    tokens: int | None = Field(
+        None, description="Input tokens its trainer trained on, as its worker said at its end; null: not said"
+    )
 
 
 class RunPublic(BaseModel):

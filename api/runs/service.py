@@ -357,6 +357,8 @@ def _record_on_attempt(session: Session, run: Run, body: schemas.StatusUpdate) -
     if attempt is None:
         return
     attempt.last_step = run.last_step
+    if body.tokens is not None:
+        attempt.tokens = max(attempt.tokens or 0, body.tokens)
     if body.status in TERMINAL or body.status == "lost":
         attempt.ended_at, attempt.end_reason = utcnow(), fit_reason(body.reason or body.status)
         gang.end_nodes(session, run, attempt.end_reason, gang.NodeOutcome(0, attempt.end_reason, body.exited_at))

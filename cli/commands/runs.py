@@ -292,7 +292,7 @@ def print_run(run: dict) -> None:
     )
     if run["attempts"]:
         output.table(
-            ["ATTEMPT", "WORKER", "STARTED", "ENDED", "END REASON", "LAST STEP"],
+            ["ATTEMPT", "WORKER", "STARTED", "ENDED", "END REASON", "LAST STEP", "TOKENS"],
             (
                 [
                     a["number"],
@@ -301,6 +301,7 @@ def print_run(run: dict) -> None:
                     output.when(a["ended_at"]),
                     a["end_reason"],
                     a["last_step"],
+                    None if a.get("tokens") is None else f"{a['tokens']:,}",
                 ]
                 for a in run["attempts"]
             ),

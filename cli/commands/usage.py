@@ -33,7 +33,8 @@ def usage(
     csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout, one line per row (and interval)")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """GPU-hours (GPUs x wall time of each attempt) and, for CPU runs, worker-slot-hours, of the runs you may read.
+    """GPU-hours (GPUs x wall time of each attempt) and, for CPU runs, worker-slot-hours, of the runs you may read;
+    the input tokens their attempts trained on (as each attempt's worker said; the supervised recipes count them).
 
     \b
     Example:
@@ -49,12 +50,13 @@ def usage(
         return output.print_json(report)
     output.say(f"usage from {output.when(report['since'])} to {output.when(report['until'])}, by {report['by']}")
     output.table(
-        [by.value.upper(), "GPU HOURS", "CPU SLOT HOURS", "RUNS", "ATTEMPTS"],
+        [by.value.upper(), "GPU HOURS", "CPU SLOT HOURS", "TOKENS", "RUNS", "ATTEMPTS"],
         (
             [
                 row["key"],
                 f"{row['gpu_seconds'] / 3600:.2f}",
                 f"{row['cpu_slot_seconds'] / 3600:.2f}",
+                f"{row['tokens']:,}",
                 row["runs"],
                 row["attempts"],
             ]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlplane.rows import ATTEMPT_TOKENS
 from trainer_core.checkpoint import fence
 from trainer_core.recipes import checkpointing, common, run_dir_signals
 from trainer_core.recipes.checkpointing import CheckpointState
@@ -32,6 +33,7 @@ class LogWindow:
     def __init__(self, count_skips: bool, gpus: common.Throughput | None = None) -> None:
         self.count_skips = count_skips
         self.timer = common.StepTimer(gpus)
+        self.attempt_tokens = 0  # since this process started: the worker reports its last value as the attempt's
         self._counted: list[Mapping[str, float]] = []
         self._skipped: list[Mapping[str, float]] = []
         self._last: Mapping[str, float] = {}
@@ -42,6 +44,7 @@ class LogWindow:
         self._last = values
         if result.tokens is not None:
             self.timer.add(result.tokens)
+            self.attempt_tokens += result.tokens
             self._timed = True
 
     def report(self) -> dict[str, float]:
@@ -52,7 +55,7 @@ class LogWindow:
         if self.count_skips:
             means["train/skipped_steps"] = float(len(self._skipped))
         if self._timed:
-            means |= self.timer.report()
+            means |= self.timer.report() | {ATTEMPT_TOKENS: float(self.attempt_tokens)}
         self._counted, self._skipped, self._timed = [], [], False
         return means
 

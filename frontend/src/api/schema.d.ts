@@ -1392,6 +1392,11 @@ export interface components {
              */
             started_at: string;
             /**
+             * Tokens
+             * @description Input tokens its trainer trained on, as its worker said at its end; null: not said
+             */
+            tokens?: number | null;
+            /**
              * Worker
              * @description Its worker; for a multi-node attempt, `gang of N` (its nodes are listed)
              */
@@ -5093,6 +5098,11 @@ export interface components {
              * @enum {string}
              */
             status: "running" | "succeeded" | "failed" | "cancelled" | "lost";
+            /**
+             * Tokens
+             * @description Input tokens this attempt's trainer trained on so far (its last perf/attempt_tokens); the usage reports add them up
+             */
+            tokens?: number | null;
         };
         /**
          * SumReward
@@ -5531,6 +5541,11 @@ export interface components {
              * Format: date-time
              */
             start: string;
+            /**
+             * Tokens
+             * @default 0
+             */
+            tokens: number;
         };
         /** UsageReport */
         UsageReport: {
@@ -5583,6 +5598,17 @@ export interface components {
             over_time?: components["schemas"]["UsageBucket"][];
             /** Runs */
             runs: number;
+            /**
+             * Tokens
+             * @description Input tokens trained on, as each attempt's worker said at its end (spread over its wall time); attempts that never said (RL recipes, scripts, attempts lost silently) add none
+             * @default 0
+             */
+            tokens: number;
+            /**
+             * Tokens Per Gpu Second
+             * @description tokens / the GPU-seconds of the attempts that said theirs; null: none on GPUs did
+             */
+            tokens_per_gpu_second?: number | null;
         };
         /** UserCreate */
         UserCreate: {

@@ -55,6 +55,8 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'async/trainer_idle':
     "Share of the step's wall time the trainer waited for the generator's next batch; most of the time means generation is the bottleneck (a faster gen.engine, grpo.generator: process, or a larger grpo.max_staleness).",
   'perf/weight_sync_s': "Seconds the step spent bringing the rollout engine's weights to the policy's version.",
+  'perf/attempt_tokens':
+    "Input tokens this attempt's trainer has trained on so far; a resumed attempt counts from 0. Its last value is the attempt's tokens on the Usage page.",
 
   'ppo/explained_variance':
     "How much of the returns' variance the value head explains: 1 is perfect, 0 or below means the critic predicts nothing.",

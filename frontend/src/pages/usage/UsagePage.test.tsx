@@ -17,9 +17,9 @@ vi.mock('uplot', () => ({
 const DAY1 = '2025-03-01T00:00:00Z';
 const DAY2 = '2025-03-02T00:00:00Z';
 const row = (key: string, over: Partial<UsageRow> = {}): UsageRow => ({
-  key, gpu_seconds: 0, cpu_slot_seconds: 0, attempts: 1, runs: 1, over_time: [], ...over,
+  key, gpu_seconds: 0, cpu_slot_seconds: 0, tokens: 0, tokens_per_gpu_second: null, attempts: 1, runs: 1, over_time: [], ...over,
 });
-const bucket = (start: string, gpu_seconds: number) => ({ start, gpu_seconds, cpu_slot_seconds: 0 });
+const bucket = (start: string, gpu_seconds: number) => ({ start, gpu_seconds, cpu_slot_seconds: 0, tokens: 0 });
 
 /** Answers every usage request with `rows`; records each request's URL and, for a plain fetch, its headers. */
 function stubUsage(rows: (by: string) => UsageRow[]) {
@@ -64,7 +64,10 @@ afterEach(() => {
 describe('UsagePage', () => {
   it('tables hours per key and charts GPU hours per day over the last 7 days, by project', async () => {
     const requests = stubUsage(() => [
-      row('llm', { gpu_seconds: 36_000, cpu_slot_seconds: 5_400, runs: 2, attempts: 3, over_time: [bucket(DAY1, 7_200), bucket(DAY2, 28_800)] }),
+      row('llm', {
+        gpu_seconds: 36_000, cpu_slot_seconds: 5_400, tokens: 9_000_000, tokens_per_gpu_second: 250, runs: 2, attempts: 3,
+        over_time: [bucket(DAY1, 7_200), bucket(DAY2, 28_800)],
+      }),
       row('vision', { gpu_seconds: 1_800, over_time: [bucket(DAY2, 1_800)] }),
       row('cpu-only', { cpu_slot_seconds: 900 }),
     ]);
@@ -76,11 +79,11 @@ describe('UsagePage', () => {
     expect([requests[0]!.url.pathname, q.get('by'), q.get('interval')]).toEqual(['/api/v1/usage', 'project', 'day']);
     expect(hoursApart(requests[0]!.url)).toBe(7 * 24);
     expect(screen.getAllByRole('columnheader').map((th) => th.textContent)).toEqual([
-      'Project', 'GPU hours', 'CPU slot hours', 'Runs', 'Attempts',
+      'Project', 'GPU hours', 'CPU slot hours', 'Tokens', 'Tokens / GPU·s', 'Runs', 'Attempts',
     ]);
-    expect(cells('llm')).toEqual(['10.00', '1.50', '2', '3']);
-    expect(cells('vision')).toEqual(['0.50', '0.00', '1', '1']);
-    expect(cells('cpu-only')).toEqual(['0.00', '0.25', '1', '1']);
+    expect(cells('llm')).toEqual(['10.00', '1.50', '9,000,000', '250', '2', '3']);
+    expect(cells('vision')).toEqual(['0.50', '0.00', '0', '—', '1', '1']);
+    expect(cells('cpu-only')).toEqual(['0.00', '0.25', '0', '—', '1', '1']);
     expect(screen.getByText(/^10\.50 GPU hours and 1\.75 CPU slot hours in all/)).toBeTruthy();
 
     // Keys without GPU use draw no line.

@@ -97,6 +97,12 @@ function UsageTable({ by, rows }: { by: UsageBy; rows: readonly UsageRow[] }) {
           <th scope="col" className="num" title="Worker slots (one per node) × wall time, for runs on CPU">
             CPU slot hours
           </th>
+          <th scope="col" className="num" title="Input tokens trained on, as each attempt's worker said at its end (the supervised recipes count them)">
+            Tokens
+          </th>
+          <th scope="col" className="num" title="Tokens per GPU-second, over the attempts on GPUs that said their tokens">
+            Tokens / GPU·s
+          </th>
           <th scope="col" className="num">Runs</th>
           <th scope="col" className="num">Attempts</th>
         </tr>
@@ -109,6 +115,8 @@ function UsageTable({ by, rows }: { by: UsageBy; rows: readonly UsageRow[] }) {
             </th>
             <td className="num">{hours(r.gpu_seconds)}</td>
             <td className="num">{hours(r.cpu_slot_seconds)}</td>
+            <td className="num">{(r.tokens ?? 0).toLocaleString('en-US')}</td>
+            <td className="num">{r.tokens_per_gpu_second == null ? '—' : Math.round(r.tokens_per_gpu_second).toLocaleString('en-US')}</td>
             <td className="num">{r.runs}</td>
             <td className="num">{r.attempts}</td>
           </tr>
