@@ -70,6 +70,8 @@ def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, variant: str
         "gen/response_length",
         "perf/gen_s",
         "perf/train_s",
+        "perf/tokens_per_s",
+        "perf/attempt_tokens",
         "train/loss",
         "grpo/zero_std_groups",
         "grpo/clipfrac_low",
@@ -80,6 +82,10 @@ def test_grpo_raises_held_out_accuracy(start: Path, tmp_path: Path, variant: str
     ):
         assert sorted(metrics(out, key)) == list(range(1, 161)), key
     assert set(metrics(out, "gen/prompt_cut").values()) == {0.0}  # arithmetic prompts fit their room
+    # The update's tokens (64 prompts and answers a step, one epoch) count up: what the worker sends as the attempt's.
+    counted = metrics(out, "perf/attempt_tokens")
+    assert all(counted[step] - counted[step - 1] >= 64 * 5 for step in range(2, 161)), counted
+    assert not metrics(out, "perf/mfu")  # on the CPU: no peak to hold it against
     if VARIANTS[variant].get("dynamic_sampling"):  # it refilled the batch with informative groups
         rounds, kept = metrics(out, "grpo/sampling_rounds"), metrics(out, "grpo/kept_groups")
         assert len(rounds) == 160 and max(rounds.values()) > 1 and all(1 <= r <= 3 for r in rounds.values()), rounds

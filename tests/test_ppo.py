@@ -42,6 +42,8 @@ def test_ppo_raises_optimality_with_kl_bounded(walker: Path, tmp_path: Path) -> 
         "gen/response_length",
         "perf/gen_s",
         "perf/train_s",
+        "perf/tokens_per_s",
+        "perf/attempt_tokens",
         "reward/randomwalks",
     ):
         assert sorted(metrics(out, key)) == list(range(1, 31)), key

@@ -444,8 +444,8 @@ def _finish(
 
 def train_step(run: GrpoRun) -> loop.StepResult:
     """One GRPO step: grouped rollouts, grpo.epochs updates; every reported value, reduced over ranks."""
-    values, _ = online.step(run, run.spec.grpo, sample, update, report_tracked_groups)
-    return loop.StepResult(values)
+    values, _, tokens = online.step(run, run.spec.grpo, sample, update, report_tracked_groups)
+    return loop.StepResult(values, tokens)
 
 
 def evaluate(run: GrpoRun) -> dict[str, float]:

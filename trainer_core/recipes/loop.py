@@ -19,8 +19,9 @@ from trainer_core.recipes.divergence import Diverged, NonFiniteGuard
 
 @dataclass
 class StepResult:
-    """One optimizer step's reported values (already reduced over ranks), and the input tokens it trained on
-    (None: the recipe times its phases itself, as the RL recipes do with perf/gen_s and perf/train_s)."""
+    """One optimizer step's reported values (already reduced over ranks), and the input tokens it trained on over
+    the data ranks (the RL recipes: the update's, every epoch; None: not counted). perf/tokens_per_s and perf/mfu
+    divide them by the whole step's wall time: an RL step's generation included."""
 
     values: dict[str, float]
     tokens: int | None = None

@@ -24,11 +24,13 @@ from trainer_core.rollout import engines, episodes, rollouts
 
 class Collected(Protocol):
     stats: dict[str, float]  # this rank's sums of the step's rollouts (rollout_stats)
+    generation: rollouts.Generation  # the rollouts the update trains on
 
 
 class OnlineOptions(Protocol):  # ppo's and grpo's spec sections
     samples_to_log: int
     samples_every: int
+    epochs: int
 
 
 B = TypeVar("B", bound=Collected)
@@ -159,14 +161,15 @@ def step(
     update: Callable[[Any, B], dict[str, float]],
     report_tracked: Callable[[Any, int], None],
     extra: Mapping[str, float] | None = None,
-) -> tuple[dict[str, float], float]:
+) -> tuple[dict[str, float], float, int]:
     """One step around the recipe's algorithm: `collect` its rollouts, show the tracked prompts' samples when due
     (after the rollouts, so their sampling stays as it was), `update` on the rollouts (timed), then step the
     schedule (once per step, over all of its updates) and count the step.
 
     Returns the step's metrics, reduced over ranks: reward/mean and reward/std, every other rollout sum per
-    response, the update's statistics averaged over ranks, `extra`, perf/gen_s and perf/train_s; and how many
-    responses the step scored on all ranks."""
+    response, the update's statistics averaged over ranks, `extra`, perf/gen_s and perf/train_s; how many
+    responses the step scored on all ranks; and the tokens the update trained on (prompts and responses, every
+    epoch, over the data ranks), which the loop turns into perf/tokens_per_s, perf/mfu and perf/attempt_tokens."""
     synced = run.weight_sync_s
     batch = collect(run)
     weight_sync_s = run.weight_sync_s - synced
@@ -199,7 +202,8 @@ def step(
     }
     if getattr(run, "overlap", None) is not None or (run.engine is not None and not isinstance(run.engine, engines.Colocated)):
         values["perf/weight_sync_s"] = weight_sync_s  # the policy's weights to the engine that holds its own
-    return values, count
+    trained = int(batch.generation.attention_mask.sum()) * options.epochs * backend.data_world_size
+    return values, count, trained
 
 
 def drive(

@@ -312,10 +312,10 @@ def report_tracked(run: PpoRun, step: int) -> None:
 
 def train_step(run: PpoRun) -> loop.StepResult:
     """One PPO step: rollouts, updates, the KL controller; every reported value, reduced over ranks."""
-    values, count = online.step(run, run.spec.ppo, rollout, update, report_tracked, {"ppo/kl_coef": run.kl.value})
+    values, count, tokens = online.step(run, run.spec.ppo, rollout, update, report_tracked, {"ppo/kl_coef": run.kl.value})
     if math.isfinite(values["ppo/kl"]):  # a skipped step (train.on_nonfinite: skip) leaves the controller as it was
         run.kl.update(values["ppo/kl"], int(count))
-    return loop.StepResult(values)
+    return loop.StepResult(values, tokens)
 
 
 def evaluate(run: PpoRun) -> dict[str, float]:
