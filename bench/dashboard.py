@@ -30,7 +30,7 @@ driven by bench/dashboard_browser.mjs.
     .venv/bin/python bench/dashboard.py                    # about 5 minutes on 2 cores
     .venv/bin/python bench/dashboard.py --postgres --json bench/results/dashboard.json
     .venv/bin/python bench/dashboard.py --cases many --old-dist /tmp/old-dist   # before/after, many keys
-    .venv/bin/python bench/dashboard.py --postgres --cases fleet --fleet-home /tmp/fleet   # 40 min, 35 GB of disk
+    .venv/bin/python bench/dashboard.py --postgres --cases fleet --fleet-home /tmp/fleet   # the fill: 35-70 min, 35 GB
 """
 
 from __future__ import annotations

@@ -444,8 +444,8 @@ try {
     await shot('14b-queues');
     await page.goto(`${base}/usage?by=run`);
     await page.locator(`table.usage-table tr[data-key^="${runId} "]`).waitFor();  // the live run's attempt counts
-    const cells = page.locator(`table.usage-table tr[data-key^="${runId} "] td`);
-    const [cpuHours, attempts] = [await cells.nth(1).textContent(), await cells.nth(3).textContent()];
+    const cell = (col) => page.locator(`table.usage-table tr[data-key^="${runId} "] td[data-col="${col}"]`).textContent();
+    const [cpuHours, attempts] = [await cell('cpu_slot_hours'), await cell('attempts')];
     if (!(Number(cpuHours) >= 0 && Number(attempts) >= 1)) throw new Error(`run ${runId}: ${cpuHours} CPU slot hours, ${attempts} attempts`);
     await shot('14c-usage');
   });

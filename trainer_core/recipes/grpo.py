@@ -174,9 +174,10 @@ def sample(run: GrpoRun) -> Groups:
 
 
 def batch_seed(run: GrpoRun, batch: int) -> int:
-    """The seed of the sampling of `batch` (the step it is drawn for) on this rank: the synchronous loop and the
-    generator draw a batch alike, whenever it is drawn (rollout/draws.py)."""
-    return draws.seed_of(run.spec.train.seed, "grpo", batch, run.backend.rank)
+    """The seed of the sampling of `batch` (the step it is drawn for) on this data rank: the synchronous loop and the
+    generator draw a batch alike, whenever it is drawn (rollout/draws.py). By data rank, not rank: a tensor-parallel
+    group (or a pipeline's stages) decodes one batch together and must draw the same tokens."""
+    return draws.seed_of(run.spec.train.seed, "grpo", batch, run.backend.data_rank)
 
 
 def _taken(run: GrpoRun) -> tuple[tuple[rollouts.Scored, dict[str, float]], dict[str, float]]:

@@ -113,12 +113,14 @@ function UsageTable({ by, rows }: { by: UsageBy; rows: readonly UsageRow[] }) {
             <th scope="row">
               <KeyCell by={by} value={r.key} />
             </th>
-            <td className="num">{hours(r.gpu_seconds)}</td>
-            <td className="num">{hours(r.cpu_slot_seconds)}</td>
-            <td className="num">{(r.tokens ?? 0).toLocaleString('en-US')}</td>
-            <td className="num">{r.tokens_per_gpu_second == null ? '—' : Math.round(r.tokens_per_gpu_second).toLocaleString('en-US')}</td>
-            <td className="num">{r.runs}</td>
-            <td className="num">{r.attempts}</td>
+            <td className="num" data-col="gpu_hours">{hours(r.gpu_seconds)}</td>
+            <td className="num" data-col="cpu_slot_hours">{hours(r.cpu_slot_seconds)}</td>
+            <td className="num" data-col="tokens">{(r.tokens ?? 0).toLocaleString('en-US')}</td>
+            <td className="num" data-col="tokens_per_gpu_second">
+              {r.tokens_per_gpu_second == null ? '—' : Math.round(r.tokens_per_gpu_second).toLocaleString('en-US')}
+            </td>
+            <td className="num" data-col="runs">{r.runs}</td>
+            <td className="num" data-col="attempts">{r.attempts}</td>
           </tr>
         ))}
       </tbody>
