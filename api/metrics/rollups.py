@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text
+from sqlalchemy import ColumnElement, and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from api.metrics import schemas
@@ -190,15 +190,7 @@ def key_summaries_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, 
     last = MetricRollup
     rows = session.execute(
         select(grouped.c.run_id, grouped.c.key, grouped.c.n, grouped.c.last, last.last_value, last.last_is_nan, last.last_time)
-        .join(
-            last,
-            and_(
-                last.run_id == grouped.c.run_id,
-                last.width == width,
-                last.key == grouped.c.key,
-                last.block == grouped.c.last // width,
-            ),
-        )
+        .join(last, _last_block(grouped, width))
         .order_by(grouped.c.run_id, grouped.c.key)
     )
     found: dict[int, list[schemas.KeySummary]] = {}
@@ -206,6 +198,15 @@ def key_summaries_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, 
         summary = schemas.KeySummary(key=k, count=n, last_step=step, last_value=math.nan if nan else v, last_time=t)
         found.setdefault(run_id, []).append(summary)
     return found
+
+
+def _last_block(grouped: Any, width: int) -> ColumnElement[bool]:
+    """The join of a per-(run, key) grouping that has each series' `last` step to the block of that width holding it
+    (where the last point's value is)."""
+    last = MetricRollup
+    return and_(
+        last.run_id == grouped.c.run_id, last.width == width, last.key == grouped.c.key, last.block == grouped.c.last // width
+    )
 
 
 def latest_points(
@@ -241,13 +242,7 @@ def latest_points(
     last = MetricRollup
     rows = session.execute(
         select(grouped.c.run_id, grouped.c.key, grouped.c.last, last.last_value, last.last_is_nan).join(
-            last,
-            and_(
-                last.run_id == grouped.c.run_id,
-                last.width == width,
-                last.key == grouped.c.key,
-                last.block == grouped.c.last // width,
-            ),
+            last, _last_block(grouped, width)
         )
     )
     out: dict[int, dict[str, tuple[int, float]]] = {}
