@@ -33,3 +33,23 @@ describe('early metric history', () => {
     await vi.waitFor(() => expect(cancel).toHaveBeenCalled());
   });
 });
+
+describe("Compare's early first poll", () => {
+  it('index.html starts the URL compareApi takes, and the first poll uses its answer instead of asking', async () => {
+    const { earlyComparisonUrl, fetchComparison } = await import('../pages/compare/compareApi');
+    expect(html).toContain("'/api/v1/compare?runs=' + ids.join(',')");
+    expect(earlyComparisonUrl([3, 7])).toBe('/api/v1/compare?runs=3,7');
+    const runs = [{ id: 3, run: null, error: { status: 404, detail: 'run 3 not found' }, keys: null }];
+    window.__rlplaneEarly = { url: earlyComparisonUrl([3, 7]), response: Promise.resolve(new Response(JSON.stringify({ runs }))) };
+    const asked = vi.fn(async () => new Response(JSON.stringify({ runs: [] })));
+    vi.stubGlobal('fetch', asked);
+    try {
+      expect(await fetchComparison([3, 7], new Map())).toEqual(runs);
+      expect(asked).not.toHaveBeenCalled();
+      expect(await fetchComparison([3, 7], new Map())).toEqual([]); // taken once: the next poll asks
+      expect(asked).toHaveBeenCalledTimes(1);
+    } finally {
+      vi.unstubAllGlobals();
+    }
+  });
+});

@@ -1,12 +1,14 @@
 import { MAX_SERIES, type SeriesWant } from './compareApi';
 
 /**
- * Whole histories per request (a chart's key across a few runs, or a few keys of many). Small batches, few at a
- * time, as charts/batcher.ts does for one run: the charts at the top of the page (asked first) get their answer
- * first instead of sharing the server with every chart within reach of a scroll.
+ * Whole histories per request (a chart's key across a few runs, or a few keys of many), one request at a time: the
+ * charts at the top of the page (asked first) get their answer first instead of sharing the server with every chart
+ * within reach of a scroll. 24 series, so a 20-run Compare's first chart comes in one answer; one at a time, since two
+ * answers at once share the API's one process (bench/dashboard.py's fleet: 48 series of 1,000 points took ~440 ms
+ * to arrive, 24 ~250 ms).
  */
-export const WHOLE_SERIES = 48;
-export const IN_FLIGHT = 2;
+export const WHOLE_SERIES = 24;
+export const IN_FLIGHT = 1;
 
 /**
  * Collects the series Compare's charts lack, across runs, and fetches them in batches at most IN_FLIGHT at a
