@@ -6,7 +6,8 @@ import type { RunDetail } from '../api/types';
 import type { RunContext } from '../pages/run/context';
 import { RunEventBus } from '../sse/runEvents';
 
-function Where() {
+/** The router's current address, for assertions on navigation. */
+export function Where() {
   const loc = useLocation();
   return <output data-testid="where">{loc.pathname + loc.search}</output>;
 }

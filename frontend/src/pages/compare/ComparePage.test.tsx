@@ -1,12 +1,10 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { useEffect, useReducer } from 'react';
-import { fireEvent, render, screen, within } from '@testing-library/react';
-import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
-import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { fireEvent, screen, within } from '@testing-library/react';
 import { queryKeys } from '../../api/queryKeys';
 import type { ChartSource } from '../../charts/source';
 import { asColumns } from '../../charts/testSeries';
-import { ComparePage } from './ComparePage';
+import { renderCompareAt } from '../../test/renderCompare';
 
 // uPlot needs a canvas; the chart is stood in for by its container and attributes, fed like the real one.
 vi.mock('../../charts/MetricChart', () => ({
@@ -113,24 +111,6 @@ function stubApi() {
   return { requests, bodies };
 }
 
-function Where() {
-  const loc = useLocation();
-  return <output data-testid="where">{loc.pathname + loc.search}</output>;
-}
-
-function renderAt(url: string) {
-  const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-  render(
-    <QueryClientProvider client={client}>
-      <MemoryRouter initialEntries={[url]}>
-        <Routes>
-          <Route path="/compare" element={<><ComparePage /><Where /></>} />
-        </Routes>
-      </MemoryRouter>
-    </QueryClientProvider>,
-  );
-  return client;
-}
 
 afterEach(() => vi.unstubAllGlobals());
 
@@ -140,7 +120,7 @@ const byRunAndKey = (a: Wanted, b: Wanted) => a.run_id - b.run_id || a.key.local
 describe('ComparePage', () => {
   it('shows the legend, one chart per key with the runs that have it, and the spec diff', async () => {
     const { requests, bodies } = stubApi();
-    const client = renderAt('/compare?runs=3,7&smooth=0');
+    const client = renderCompareAt('/compare?runs=3,7&smooth=0');
     expect(screen.getByRole('heading', { level: 1, name: 'Compare runs' })).toBeTruthy();
     const legend = screen.getByRole('list', { name: 'Compared runs' });
     expect(await within(legend).findByRole('link', { name: '#3 alpha' })).toBeTruthy();
@@ -172,7 +152,7 @@ describe('ComparePage', () => {
 
   it('names missing and forbidden runs inline and still compares the others', async () => {
     stubApi();
-    const client = renderAt('/compare?runs=3,99,5,7,abc');
+    const client = renderCompareAt('/compare?runs=3,99,5,7,abc');
     expect(await screen.findByText('run 99: not found')).toBeTruthy();
     expect(await screen.findByText(/run 5: no access/)).toBeTruthy();
     expect(screen.getByText(/Ignored "abc"/)).toBeTruthy();
@@ -187,7 +167,7 @@ describe('ComparePage', () => {
 
   it("puts eval runs' last eval/* values side by side, in reading order, a dash where a run has none", async () => {
     stubApi();
-    const client = renderAt('/compare?runs=11,12');
+    const client = renderCompareAt('/compare?runs=11,12');
     const table = await screen.findByRole('region', { name: 'Final values' });
     await vi.waitFor(() => expect(within(table).getAllByRole('columnheader').map((h) => h.textContent)).toEqual(['Metric', '#11 eval-a', '#12 eval-b']));
     const rows = within(table).getAllByRole('row').slice(1).map((r) => Array.from(r.children, (c) => c.textContent));
@@ -202,7 +182,7 @@ describe('ComparePage', () => {
 
   it("says beside each run's accuracies how that run drew its answers, nothing for a run that draws none", async () => {
     stubApi();
-    const client = renderAt('/compare?runs=13,14,15');
+    const client = renderCompareAt('/compare?runs=13,14,15');
     const table = await screen.findByRole('region', { name: 'Final values' });
     await vi.waitFor(() => expect(within(table).getAllByRole('columnheader')).toHaveLength(4));
     const rows = within(table).getAllByRole('row').slice(1).map((r) => Array.from(r.children, (c) => c.textContent));
@@ -217,7 +197,7 @@ describe('ComparePage', () => {
 
   it("after a poll, fetches only the points each run's charts lack, for all runs in one request", async () => {
     const { requests, bodies } = stubApi();
-    const client = renderAt('/compare?runs=21,22');
+    const client = renderCompareAt('/compare?runs=21,22');
     await vi.waitFor(() => expect(chart('train/loss')?.dataset.points).toBe('4'));
     METRICS[21] = [series('train/loss', [0, 10, 20])];
     METRICS[22] = [series('train/loss', [5, 15, 25, 35])];
@@ -230,7 +210,7 @@ describe('ComparePage', () => {
 
   it('asks for two runs when given fewer', () => {
     stubApi();
-    const client = renderAt('/compare');
+    const client = renderCompareAt('/compare');
     expect(screen.getByText(/Pick at least two runs on the/).textContent).toContain('Runs page');
     expect(document.querySelector('[data-chart]')).toBeNull();
     client.clear();

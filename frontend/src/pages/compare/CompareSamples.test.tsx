@@ -1,10 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { fireEvent, render, screen, within } from '@testing-library/react';
-import { MemoryRouter, Route, Routes, useLocation } from 'react-router';
-import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { fireEvent, screen, within } from '@testing-library/react';
 import type { RunSamplesAt, Sample } from '../../api/types';
 import { json, runDetail, sample } from '../../test/fixtures';
-import { ComparePage } from './ComparePage';
+import { renderCompareAt } from '../../test/renderCompare';
 
 // uPlot needs a canvas; the charts view is only switched to and from here.
 vi.mock('../../charts/MetricChart', () => ({ MetricChart: ({ metricKey }: { metricKey: string }) => <div data-chart={metricKey} /> }));
@@ -93,24 +91,6 @@ function stubApi() {
   return calls;
 }
 
-function Where() {
-  const loc = useLocation();
-  return <output data-testid="where">{loc.pathname + loc.search}</output>;
-}
-
-function renderAt(url: string) {
-  const client = new QueryClient({ defaultOptions: { queries: { retry: false } } });
-  render(
-    <QueryClientProvider client={client}>
-      <MemoryRouter initialEntries={[url]}>
-        <Routes>
-          <Route path="/compare" element={<><ComparePage /><Where /></>} />
-        </Routes>
-      </MemoryRouter>
-    </QueryClientProvider>,
-  );
-  return client;
-}
 
 const where = () => new URL(screen.getByTestId('where').textContent!, 'http://x');
 const asObject = (q: URLSearchParams) => Object.fromEntries(q);
@@ -132,7 +112,7 @@ afterEach(() => vi.unstubAllGlobals());
 describe('Compare: Samples view', () => {
   it('switches between charts and samples, keeping the rest of the URL', async () => {
     stubApi();
-    const client = renderAt('/compare?runs=3,7&smooth=0');
+    const client = renderCompareAt('/compare?runs=3,7&smooth=0');
     const views = screen.getByRole('navigation', { name: 'Compare views' });
     expect(within(views).getByRole('link', { name: 'Charts' }).getAttribute('aria-current')).toBe('page');
     expect(screen.queryByTestId('compare-samples')).toBeNull();
@@ -148,7 +128,7 @@ describe('Compare: Samples view', () => {
 
   it("asks once for all the runs, then shows each prompt with a column per run: answers, rewards, components, a run's why", async () => {
     const calls = stubApi();
-    const client = renderAt('/compare?runs=3,7,9&view=samples');
+    const client = renderCompareAt('/compare?runs=3,7,9&view=samples');
     const first = await promptBlock('aa11');
     await settle();
     expect(calls.map(asObject)).toEqual([{ runs: '3,7,9', at: 'latest', limit: '50' }]);
@@ -192,7 +172,7 @@ describe('Compare: Samples view', () => {
 
   it('keeps at, step, metric and the filters in the URL and sends them in the one request', async () => {
     const calls = stubApi();
-    const client = renderAt('/compare?runs=3,7&view=samples');
+    const client = renderCompareAt('/compare?runs=3,7&view=samples');
     await promptBlock('aa11');
 
     fireEvent.click(screen.getByRole('radio', { name: 'Best checkpoint by' }));
@@ -227,7 +207,7 @@ describe('Compare: Samples view', () => {
 
   it("follows a prompt: at=all with its hash, each run's answers by step, and Back returns to the view it left", async () => {
     const calls = stubApi();
-    const client = renderAt('/compare?runs=3,7,9&view=samples&at=best&metric=eval/accuracy');
+    const client = renderCompareAt('/compare?runs=3,7,9&view=samples&at=best&metric=eval/accuracy');
     const block = await promptBlock('aa11');
     fireEvent.click(within(block).getByTestId('follow-prompt'));
     expect(asObject(where().searchParams)).toMatchObject({ at: 'all', prompt_hash: 'aa11', metric: 'eval/accuracy' });
@@ -251,7 +231,7 @@ describe('Compare: Samples view', () => {
 
   it('diffs two picked answers word by word, at most two at a time', async () => {
     stubApi();
-    const client = renderAt('/compare?runs=3,7&view=samples');
+    const client = renderCompareAt('/compare?runs=3,7&view=samples');
     const block = await promptBlock('aa11');
     await settle();
     fireEvent.click(within(column(block, 3)).getByRole('checkbox', { name: 'Diff answer 0 of run 3 at step 20' }));
