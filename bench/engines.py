@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from rlplane.spec.algorithms import GenSpec
+    from rlplane.spec.generation import GenSpec
     from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
     from rlplane.spec.sections import TorchBackend, TrainSpec
     from trainer_core.backends import make_backend
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
     vllm_engine = None
     if "vllm engine" in names:
-        from rlplane.spec.algorithms import VllmSpec
+        from rlplane.spec.generation import VllmSpec
         from trainer_core.rollout.vllm import VllmEngine
 
         work = Path(tempfile.mkdtemp(prefix="bench-engines-"))

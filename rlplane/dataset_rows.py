@@ -42,7 +42,7 @@ class Problem:
 
 
 def kind_for_algorithm(algorithm: str) -> str:
-    """The row kind an algorithm reads: sft/ilql -> sft, reward/dpo -> preference, ppo/grpo -> prompts."""
+    """The row kind an algorithm reads: sft/spin/ilql -> sft, reward/dpo -> preference, ppo/grpo/eval -> prompts."""
     try:
         return ALGORITHM_KINDS[algorithm]
     except KeyError:

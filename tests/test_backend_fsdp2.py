@@ -1,5 +1,5 @@
 """FSDP2 (fully_shard) on CPU (gloo), ranks forked with torchrun's environment: the torch backend's loss curves
-for SFT (GPT-2, tied embeddings) and DPO (Llama), in 2 processes and in 1, sharded checkpoints (each rank's
+for SFT (GPT-2, tied embeddings), DPO and SPIN (Llama), in 2 processes and in 1, sharded checkpoints (each rank's
 shards through torch.distributed.checkpoint, safetensors and JSON) that resume exactly in a fresh set of
 processes and in one process, and an export that loads with from_pretrained."""
 
@@ -37,6 +37,13 @@ DPO = {
     "model": {"path": "builtin:tiny-llama", "max_seq_len": 32},
     "train": {**SFT["train"], "steps": 8, "lr": 1e-3, "checkpoint_every": None},
 }
+# SPIN: each rank answers its half of a round's prompts (collective forwards over the shards) and scores them.
+SPIN = {
+    **DPO,
+    "name": "fsdp2-spin",
+    "algorithm": "spin",
+    "spin": {"iterations": 2, "prompts_per_iteration": 16, "beta": 0.5, "gen": {"max_new_tokens": 4}, "samples_to_log": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +57,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "torch-sft": start(tmp, SFT, TORCH, "torch-sft"),
         "torch-dpo": start(tmp, DPO, TORCH, "torch-dpo"),
         "fsdp2-dpo": start(tmp, DPO, FSDP2, "fsdp2-dpo"),
+        "torch-spin": start(tmp, SPIN, TORCH, "torch-spin"),
+        "fsdp2-spin": start(tmp, SPIN, FSDP2, "fsdp2-spin"),
         "torch-sft-1": start(tmp, one, TORCH, "torch-sft-1", processes=1),
         "fsdp2-sft-1": start(tmp, one, FSDP2, "fsdp2-sft-1", processes=1),
         "fsdp2-sft-packed": start(tmp, packed(SFT), FSDP2, "fsdp2-sft-packed"),
@@ -85,6 +94,16 @@ def test_one_process_gives_the_curve_of_two(runs: dict[str, Path]) -> None:
 def test_dpo_loss_curve_matches_the_torch_backend(runs: dict[str, Path]) -> None:
     assert max_diff(metrics(runs["fsdp2-dpo"], "train/loss"), metrics(runs["torch-dpo"], "train/loss")) < TOLERANCE
     assert max_diff(metrics(runs["fsdp2-dpo"], "rewards/margin"), metrics(runs["torch-dpo"], "rewards/margin")) < 1e-4
+
+
+def test_spin_matches_the_torch_backend(runs: dict[str, Path]) -> None:
+    """Two data ranks answer a round's prompts as the torch backend's two do (the same draws), over the shards."""
+    spin, torch_run = runs["fsdp2-spin"], runs["torch-spin"]
+    assert metrics(spin, "spin/answers_equal") == metrics(torch_run, "spin/answers_equal")
+    assert sorted(metrics(spin, "spin/iteration")) == list(range(1, 9))
+    assert max_diff(metrics(spin, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(spin, "rewards/margin"), metrics(torch_run, "rewards/margin")) < 1e-4
+    assert metrics(spin, "rewards/margin")[8] > 0  # the data's answers pulled ahead of the model's
 
 
 def test_resume_continues_the_same_curve(runs: dict[str, Path]) -> None:

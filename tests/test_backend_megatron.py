@@ -5,8 +5,9 @@ the torch backend's loss curve (1 process) with data parallel 1 and 2, checkpoin
 megatron's 1F1B schedule, with TP and sequence parallelism, with data parallelism and GPT-2's tied embedding,
 DPO) gives the same curves and its checkpoints resume exactly and reshard, the final export loads with
 from_pretrained and scores the held-out rows as the Megatron model did, DPO on TP=2 follows the torch
-backend's curve and learns the preferences (held-out accuracy and margin rise), and GRPO on TP=2 (generation
-from the shards, with megatron's KV cache) samples what the torch backend samples and learns."""
+backend's curve and learns the preferences (held-out accuracy and margin rise), GRPO on TP=2 (generation
+from the shards, with megatron's KV cache) samples what the torch backend samples and learns, and SPIN on TP=2
+answers and trains as the torch backend does."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ DPO = {
     "dpo": {"beta": 0.5},
     "train": {**SFT["train"], "steps": 30, "micro_batch_size": 4, "eval_every": 15, "checkpoint_every": None, "lr": 1e-3},
 }
+# SPIN from random weights: the TP pair answers a round's prompts from the shards as one process does.
+SPIN = {
+    **DPO,
+    "name": "megatron-spin",
+    "algorithm": "spin",
+    "train": {**DPO["train"], "steps": 8, "eval_every": 8},
+    "spin": {"iterations": 2, "prompts_per_iteration": 16, "beta": 0.5, "gen": {"max_new_tokens": 4}, "samples_to_log": 1},
+}
+del SPIN["dpo"]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +67,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "sequence-parallel": launch(tmp, {**SFT, "train": {**SFT["train"], "checkpoint_every": None}}, SEQUENCE_PARALLEL, "sp"),
         "megatron-dpo": launch(tmp, DPO, MEGATRON, "megatron-dpo"),
         "torch-dpo": launch(tmp, DPO, TORCH, "torch-dpo", processes=1),
+        "megatron-spin": launch(tmp, SPIN, MEGATRON, "megatron-spin"),
+        "torch-spin": launch(tmp, SPIN, TORCH, "torch-spin", processes=1),
     }
     checkpoint = str(out["megatron-sft"] / "checkpoints" / "step-000006")
     out["resumed"] = launch(tmp, SFT, MEGATRON, "resumed", "--resume", checkpoint)
@@ -232,6 +244,16 @@ def test_dpo_on_tp2_matches_the_torch_backend_and_learns(runs: dict[str, Path]) 
     assert sorted(accuracy) == [0, 15, 30]
     assert accuracy[0] == 0.5 and margin[0] == 0.0  # step 0: the policy is the reference
     assert accuracy[30] > 0.6 and margin[30] > 0.05, (accuracy, margin)
+
+
+def test_spin_on_tp2_matches_the_torch_backend(runs: dict[str, Path]) -> None:
+    """megatron's engine answers each round's prompts from the TP shards as transformers' generate() does in one
+    process (the same draws), and the loss and implicit rewards follow the torch backend's."""
+    megatron, torch_run = runs["megatron-spin"], runs["torch-spin"]
+    assert metrics(megatron, "spin/answers_equal") == metrics(torch_run, "spin/answers_equal")
+    assert max_diff(metrics(megatron, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
+    assert max_diff(metrics(megatron, "rewards/margin"), metrics(torch_run, "rewards/margin")) < 1e-4
+    assert max_diff(metrics(megatron, "eval/loss"), metrics(torch_run, "eval/loss")) < TOLERANCE
 
 
 def test_unimplemented_layouts_are_refused_at_start() -> None:

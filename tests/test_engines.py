@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import MegatronBackend as MegatronBackendSpec
 from rlplane.spec.sections import TrainSpec
 from tests.harness.training import ARITHMETIC, metrics, run_spec, write_spec

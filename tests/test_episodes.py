@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from rlplane.allowlist import ENV_VAR
-from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import BuiltinEnvironment
+from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import PythonReward, RewardTerm, SumReward
 from tests.harness.baselines import one_torch_thread
 from tests.harness.environments import served_calculator, served_openenv

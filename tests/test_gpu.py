@@ -254,7 +254,7 @@ def test_the_hf_engine_on_the_gpu_matches_the_trainers_logprobs(engine: str, sta
     and the continuous engine (transformers' continuous batching, its paged cache sized from gen.kv_cache_share of the
     GPU's free memory), in fp32: the dynamic-cache engine's greedy tokens, and log-probabilities within 1e-4 of the
     trainer's forward."""
-    from rlplane.spec.algorithms import GenSpec
+    from rlplane.spec.generation import GenSpec
     from rlplane.spec.sections import TorchBackend, TrainSpec
     from trainer_core.backends import make_backend
     from trainer_core.backends.dist import DistEnv

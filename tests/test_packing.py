@@ -20,7 +20,7 @@ from rlplane.spec import RunSpec
 from tests.harness.training import ARITHMETIC, metrics, run_spec
 from trainer_core.backends import make_backend
 from trainer_core.models import ModelError, build_builtin
-from trainer_core.recipes import common, dpo, grpo, packing, ppo, reward, sft
+from trainer_core.recipes import common, dpo, grpo, packing, ppo, reward, sft, spin
 from trainer_core.rollout.rollouts import Generation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,6 +40,7 @@ def spec_of(algorithm: str, model: str, **train: Any) -> RunSpec:
             "reward": {"kind": "builtin", "name": "arithmetic"},
         },
         "ppo": {"ppo": {"gen": {"max_new_tokens": 6}}, "reward": {"kind": "builtin", "name": "arithmetic"}},
+        "spin": {"spin": {"prompts_per_iteration": 8, "gen": {"max_new_tokens": 4}}},
     }
     return RunSpec.model_validate(
         {
@@ -87,8 +88,9 @@ def pair_steps(module: Any) -> Callable[[Any, Any], list]:
         ("sft", sft, "train_examples", "builtin:tiny-gpt2"),
         ("dpo", dpo, "train_pairs", "builtin:tiny-llama"),
         ("reward", reward, "train_pairs", "builtin:tiny-llama"),
+        ("spin", spin, None, "builtin:tiny-llama"),  # the first round's pairs, which each run answers and scores
     ],
-    ids=["sft-llama", "sft-gpt2", "dpo-llama", "reward-llama"],
+    ids=["sft-llama", "sft-gpt2", "dpo-llama", "reward-llama", "spin-llama"],
 )
 def test_a_padding_free_step_equals_the_padded_one(algorithm: str, module: Any, items: str, model: str, tmp_path: Path) -> None:
     """The same examples through the padded and the padding-free path: equal statistics and gradients; a token budget
@@ -99,7 +101,10 @@ def test_a_padding_free_step_equals_the_padded_one(algorithm: str, module: Any, 
         spec_of(algorithm, model, padding_free=True, micro_batch_tokens=40), tmp_path / "budget", stdout=False
     )
     try:
-        local = getattr(padded_run, items)[:8]
+        if module is spin:
+            for run in (padded_run, packed_run, budget_run):
+                run.round = spin.begin_round(run, 0)
+        local = getattr(padded_run, items)[:8] if items is not None else list(range(8))
         with packing.catching(getattr(padded_run, "head", None)):
             padded = step_of(padded_run, module.micro_steps(padded_run, local))
         for run in (packed_run, budget_run):

@@ -418,7 +418,7 @@ class TestExamples:
         from pathlib import Path
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-        assert len(examples) == 17
+        assert len(examples) == 18
         sft = create_run(client, name="parent")
         for path in examples:
             text = path.read_text()

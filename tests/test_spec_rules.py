@@ -119,7 +119,7 @@ RULE_CASES = {
         "sft",
         ["algorithm=ilql", "data.source=builtin:randomwalks", "train.padding_free=true"],
         "train.padding_free",
-        "ilql does not take train.padding_free (it is for sft, reward, dpo, ppo, grpo)",
+        "ilql does not take train.padding_free (it is for sft, reward, dpo, spin, ppo, grpo)",
     ),
     "packing-not-on-megatron": (
         "sft",
@@ -280,7 +280,7 @@ RULE_CASES = {
         "sft",
         ["resources.gpus=1", MEGATRON, "algorithm=ilql"],
         "backend.kind",
-        "megatron: ilql not yet supported (it trains sft, reward, dpo, ppo, grpo; ilql's value-guided decoding",
+        "megatron: ilql not yet supported (it trains sft, reward, dpo, spin, ppo, grpo; ilql's value-guided decoding",
     ),
     "megatron-layout": (
         "sft",
@@ -423,6 +423,8 @@ RULE_CASES = {
         "dpo.label_smoothing",
         "loss: sigmoid",
     ),
+    "spin-iterations": ("sft", ["algorithm=spin", "spin.iterations=3"], "spin.iterations", "multiple of 3 (e.g. 9)"),
+    "spin-engine": ("sft", ["algorithm=spin", "spin.gen.engine=vllm"], "spin.gen.engine", "gen.engine: auto, hf or continuous"),
     "ppo-adaptive-kl": ("ppo", ["ppo.kl_coef=0", "ppo.target_kl=6"], "ppo.kl_coef", "set kl_coef > 0"),
     "gen-fits-context": (
         "ppo",

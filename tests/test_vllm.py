@@ -28,7 +28,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import TrainSpec
 from rlplane.status import EXIT_ENGINE_LOST
 from tests.harness.launch import launch

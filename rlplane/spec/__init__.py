@@ -27,12 +27,12 @@ from rlplane.spec.algorithms import (
     CommandOptions,
     DpoOptions,
     EvalOptions,
-    GenSpec,
     GrpoOptions,
     IlqlOptions,
     PpoOptions,
     RewardModelOptions,
     SftOptions,
+    SpinOptions,
 )
 from rlplane.spec.base import (
     Name,
@@ -44,6 +44,7 @@ from rlplane.spec.base import (
     path_fields,
     resolve_loc,
 )
+from rlplane.spec.generation import GenSpec
 from rlplane.spec.rules import RULES, check_rules
 from rlplane.spec.sections import (
     BackendSpec,
@@ -107,6 +108,7 @@ __all__ = [
     "RewardSpec",
     "RewardTerm",
     "SftOptions",
+    "SpinOptions",
     "SumReward",
     "TorchBackend",
     "TrainSpec",
@@ -168,6 +170,7 @@ class RunSpec(StrictModel):
     ppo: PpoOptions | None = Field(None, description="Options for algorithm ppo; defaults filled in when absent.")
     grpo: GrpoOptions | None = Field(None, description="Options for algorithm grpo; defaults filled in when absent.")
     ilql: IlqlOptions | None = Field(None, description="Options for algorithm ilql; defaults filled in when absent.")
+    spin: SpinOptions | None = Field(None, description="Options for algorithm spin; defaults filled in when absent.")
     eval: EvalOptions | None = Field(None, description="Options for algorithm eval; defaults filled in when absent.")
     command: CommandOptions | None = Field(
         None, description="Options for algorithm command (your own script, docs/sdk.md): its argv, code and environment."

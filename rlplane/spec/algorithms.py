@@ -14,6 +14,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from rlplane.spec.base import StrictModel
 from rlplane.spec.environments import EnvironmentSpec
+from rlplane.spec.generation import GenSpec, HeldOutEval
 from rlplane.spec.sections import ModelSpec
 
 ASYNC_TIS_CAP = 2.0  # grpo.tis_cap when max_staleness > 0 and it is unset
@@ -26,103 +27,6 @@ TIS_CAP = Field(
     "min(π_trainer / π_engine, tis_cap) of the sampled token, correcting for the rollout engine's numbers differing "
     "from the trainer's (a GPU engine's kernels, precision); null: off.",
 )
-
-
-class VllmSpec(StrictModel):
-    """The vllm engine's server: started by the trainer for the run from vLLM's own interpreter, or one already up."""
-
-    python: str | None = Field(
-        None,
-        description="The interpreter of vLLM's own environment (scripts/vllm-env.sh builds one and prints its path); "
-        "null: the node's RLPLANE_VLLM_PYTHON. vLLM pins its own torch and transformers, so it never shares the "
-        "trainer's environment. The server runs as long as the run and is stopped with it.",
-    )
-    url: str | None = Field(
-        None,
-        pattern=r"^https?://[^\s/]+(:\d+)?/?$",
-        description="An existing vLLM server (http://host:port) instead of one started for the run: vLLM 0.32 or later, "
-        "started with VLLM_SERVER_DEV_MODE=1 and --tokens-only (or --enable-scale-out) on the run's model, on a host "
-        "that reads the run's directory (each step's weights are reloaded from files there).",
-    )
-    start_timeout_s: float = Field(
-        600, gt=0, description="How long the started server may take to answer /health before the run fails."
-    )
-    request_timeout_s: float = Field(
-        1800,
-        gt=0,
-        description="How long one generation request may wait for its answer before the run fails (a server that is "
-        "alive but no longer answers must not hold the run forever).",
-    )
-    args: list[str] = Field(
-        default_factory=list,
-        description="More arguments for the started server (vLLM's `serve` options), e.g. [--max-num-seqs, '64'].",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> VllmSpec:
-        if self.url is not None and (self.python is not None or self.args):
-            raise ValueError("set url (a server that is already up) or python and args (one started for the run), not both")
-        return self
-
-
-class GenSpec(StrictModel):
-    """Sampling settings for generated responses."""
-
-    max_new_tokens: int = Field(32, ge=1, description="Longest response in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature (> 0: on-policy RL needs sampling).")
-    top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens; 0: no top-k filter.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass; 1.0: no top-p filter.")
-    stop: list[str] = Field(default_factory=list, description="Strings that end a response (besides the EOS token).")
-    engine: Literal["auto", "hf", "megatron", "continuous", "vllm"] = Field(
-        "auto",
-        description="What samples the responses: hf, transformers' generate() on the policy; megatron, megatron-core "
-        "KV-cache decoding from the policy's shards; continuous, transformers' continuous batching on the policy (a "
-        "paged KV cache: rows that end free their room for the next prompt instead of idling as padding); vllm, a vLLM "
-        "server for the run in its own interpreter (gen.vllm), its weights reloaded from files after each step; auto: "
-        "megatron on the megatron backend, else hf. Each returns its log-probabilities of the sampled tokens, and RL "
-        "runs report how far they are from the trainer's (rollout/*).",
-    )
-    kv_cache_share: float = Field(
-        0.3,
-        gt=0,
-        le=0.95,
-        description="continuous engine on a GPU: the share of free accelerator memory its paged KV cache may take "
-        "while generating (the training step has it back after); on a CPU the cache is sized to each call's prompts "
-        "and answers.",
-    )
-    vllm: VllmSpec | None = Field(None, description="vllm engine: where its server comes from (null: the defaults below).")
-    static_cache: bool = Field(
-        False,
-        description="hf engine: decode with a static KV cache, which transformers compiles (torch.compile with CUDA "
-        "graphs) on a GPU; on CPU, the static cache alone. Not with another engine.",
-    )
-    micro_batch_size: int | None = Field(
-        None,
-        ge=1,
-        description="Responses generated per call, the prompts grouped by length (the longest together) so each call "
-        "pads its prompts little and holds at most this many KV caches; null: all of a rank's prompts in one call. "
-        "Greedy answers are the same either way; sampled ones are drawn in another order.",
-    )
-
-    def engine_on(self, backend_kind: str) -> str:
-        """The engine that samples on `backend_kind`: `engine`, or for auto the backend's own (megatron's, else hf)."""
-        if self.engine != "auto":
-            return self.engine
-        return "megatron" if backend_kind == "megatron" else "hf"
-
-
-class HeldOutEval(StrictModel):
-    """How an RL run evaluates on its held-out prompts every train.eval_every steps (the eval algorithm's measures)."""
-
-    samples: int = Field(1, ge=1, le=256, description="Answers per prompt: 1, one greedy answer; more, sampled with gen.")
-    k: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [1], min_length=1, max_length=16, description="eval/pass@k for each k (each <= samples)."
-    )
-    correct_at: float | None = Field(
-        None,
-        description="An answer is correct when its reward is at least this: eval/accuracy and eval/pass@k from the "
-        "reward; null: no pass@k, and eval/accuracy is a builtin task's own check.",
-    )
 
 
 class SftOptions(StrictModel):
@@ -169,6 +73,38 @@ class DpoOptions(StrictModel):
         "(beta * log-ratio to the reference) and margin, and the policy's greedy answer to the same prompts.",
     )
     sample_tokens: int = Field(64, ge=1, description="Longest answer generated for those samples, in tokens.")
+
+
+class SpinOptions(StrictModel):
+    """Self-Play fine-tuning (SPIN: Chen et al. 2024) on (prompt, response) rows: each iteration the model answers the
+    iteration's prompts, then learns to prefer the data's answer over its own with DPO's logistic loss, against itself
+    as it was when the iteration began."""
+
+    iterations: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Self-play rounds: train.steps is split evenly between them (it must divide), and each begins by "
+        "answering its prompts with the model as it is then, the reference of that round.",
+    )
+    prompts_per_iteration: int | None = Field(
+        None,
+        ge=1,
+        description="Training prompts each iteration answers and trains on, drawn afresh (seeded by train.seed and the "
+        "iteration); null: every training row. The round's steps cycle over its pairs.",
+    )
+    beta: float = Field(0.1, gt=0, description="SPIN's lambda (DPO's beta): how far a round may move from its reference.")
+    gen: GenSpec = Field(
+        default_factory=GenSpec,
+        description="How the model answers (its answers are the rejected side). Sampled with the run's seed, the "
+        "iteration and the data rank, so a resumed or re-run run draws the same answers.",
+    )
+    samples_to_log: int = Field(
+        4,
+        ge=0,
+        description="At every evaluation: the round's first pairs (the data's answer as chosen, the model's as "
+        "rejected, with their implicit rewards), and the model's greedy answers to the first held-out prompts.",
+    )
 
 
 class PpoOptions(StrictModel):
@@ -523,6 +459,17 @@ TABLE: tuple[AlgorithmEntry, ...] = (
         headlines=("eval/loss", "rewards/margin", "eval/margin", "train/loss"),
     ),
     AlgorithmEntry(
+        "spin",
+        "spin",
+        "spin",
+        "sft",
+        trains=True,
+        packs=True,
+        megatron=True,
+        headlines=("eval/loss", "spin/answers_equal", "rewards/margin", "train/loss"),
+        metric_prefix="spin",
+    ),
+    AlgorithmEntry(
         "ppo",
         "ppo",
         "ppo",
@@ -558,7 +505,7 @@ ENTRIES: dict[str, AlgorithmEntry] = {entry.name: entry for entry in TABLE}
 # The alert detectors (api/alerts/detectors.py implements them): each one watches the algorithms whose row names it.
 DETECTOR_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for entry in TABLE for name in entry.detectors))
 
-Algorithm = Literal["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"]  # TABLE's names (a test holds it)
+Algorithm = Literal["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "command"]  # TABLE's names (a test holds it)
 ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
 ALGORITHM_SECTIONS: dict[str, str] = {a.name: a.section for a in TABLE}
 ALGORITHM_ROWS: dict[str, str] = {a.name: a.rows for a in TABLE if a.rows is not None}

@@ -78,7 +78,7 @@ def megatron_on_cpu(spec: RunSpec) -> Rules:
 
 
 def megatron_algorithms(spec: RunSpec) -> Rules:
-    """megatron trains sft, dpo, grpo, ppo (without ppo.critic) and reward; ilql is not supported on it yet."""
+    """megatron trains sft, dpo, spin, grpo, ppo (without ppo.critic) and reward; ilql is not supported on it yet."""
     if spec.backend.kind == "megatron" and spec.algorithm not in MEGATRON_ALGORITHMS:
         yield Violation(
             ("backend", "kind"),

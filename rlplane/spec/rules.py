@@ -249,7 +249,7 @@ def micro_batch_divides_rank_batch(spec: RunSpec) -> Rules:
 
 
 def packing_fits(spec: RunSpec) -> Rules:
-    """train.micro_batch_tokens and train.padding_free: sft, reward, dpo, ppo and grpo, not on megatron, and
+    """train.micro_batch_tokens and train.padding_free: sft, reward, dpo, spin, ppo and grpo, not on megatron, and
     micro_batch_tokens instead of micro_batch_size."""
     train = spec.train
     for field, on in (("micro_batch_tokens", train.micro_batch_tokens is not None), ("padding_free", train.padding_free)):
@@ -403,6 +403,26 @@ def ppo_adaptive_kl_needs_kl_coef(spec: RunSpec) -> Rules:
         yield Violation(("ppo", "kl_coef"), "target_kl adapts kl_coef multiplicatively, so it cannot start at 0; set kl_coef > 0")
 
 
+def spin_fits(spec: RunSpec) -> Rules:
+    """spin.iterations must divide train.steps (every self-play round trains as many steps); spin answers with the
+    policy's own weights, so its gen.engine is one that runs on them (not vllm)."""
+    if spec.spin is None:
+        return
+    steps, rounds = spec.train.steps, spec.spin.iterations
+    if steps % rounds:
+        yield Violation(
+            ("spin", "iterations"),
+            f"{rounds} iterations do not split train.steps {steps} evenly; set train.steps to a multiple of {rounds} "
+            f"(e.g. {rounds * max(1, round(steps / rounds))}) or choose iterations that divide {steps}",
+        )
+    if spec.spin.gen.engine == "vllm":
+        yield Violation(
+            ("spin", "gen", "engine"),
+            "spin answers with the policy's own weights once per iteration; the vllm engine is not offered for it yet: "
+            "set gen.engine: auto, hf or continuous",
+        )
+
+
 def generation_fits_context(spec: RunSpec) -> Rules:
     """ppo, grpo, ilql: gen.max_new_tokens must be less than model.max_seq_len (the prompt needs room); unset, that
     is the model's context length, known here for the builtin models (the trainer checks the others)."""
@@ -452,6 +472,7 @@ RULES = (
     intervals_within_steps,
     dpo_label_smoothing_needs_sigmoid,
     ppo_adaptive_kl_needs_kl_coef,
+    spin_fits,
     generation_fits_context,
 )
 

@@ -380,7 +380,7 @@ class TrainSpec(StrictModel):
     padding_free: bool = Field(
         False,
         description="Run each micro-batch's sequences back to back in one row, with no padding (position ids restart "
-        "per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, "
+        "per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, spin, "
         "ppo, grpo; not on megatron.",
     )
     lr: float = Field(1.0e-5, gt=0, description="Peak learning rate (AdamW).")

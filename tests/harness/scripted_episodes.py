@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import BuiltinEnvironment
+from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import TorchBackend as TorchBackendSpec
 from rlplane.spec.sections import TrainSpec
 from trainer_core.backends.torch_backend import TorchBackend

@@ -1,6 +1,6 @@
 """The losses, pure functions of tensors with the paper each follows cited where it is defined:
 
-    supervised.py   SFT's token loss, the reward model's Bradley-Terry loss, DPO and its variants
+    supervised.py   SFT's token loss, the reward model's Bradley-Terry loss, DPO and its variants, SPIN
     policy.py       PPO's clipped policy and value losses, GAE, KL estimators, GRPO's group advantages and loss
     ilql.py         ILQL's expectile, CQL and AWAC terms and its guided decoding
 
@@ -16,6 +16,7 @@ from trainer_core.losses.supervised import (
     pairwise_metrics,
     sequence_logprobs,
     sft_loss,
+    spin_loss,
     token_logprobs,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "pairwise_metrics",
     "sequence_logprobs",
     "sft_loss",
+    "spin_loss",
     "token_logprobs",
 ]

@@ -152,6 +152,32 @@ def dpo_loss(
     )
 
 
+def spin_loss(
+    policy_real_logps: Tensor,
+    policy_synthetic_logps: Tensor,
+    opponent_real_logps: Tensor,
+    opponent_synthetic_logps: Tensor,
+    beta: float,
+) -> DpoLoss:
+    """SPIN's loss (Chen et al. 2024, "Self-Play Fine-Tuning Converts Weak Language Models to Strong Language
+    Models", arXiv:2401.01335, L_SPIN of §4) from sequence log-probabilities [B] each:
+
+        ℓ(λ·log p_θ(y|x)/p_θt(y|x) − λ·log p_θ(y'|x)/p_θt(y'|x)),   ℓ(t) = log(1 + e^(−t))
+
+    with y the data's answer, y' the opponent's (the model of iteration t) own answer, p_θt that opponent and
+    λ = beta. It is DPO's sigmoid loss with the data's answer always chosen and the opponent as the reference;
+    chosen_rewards and rejected_rewards are the two λ-scaled log-ratios."""
+    _check_dpo_args(
+        (policy_real_logps, policy_synthetic_logps, opponent_real_logps, opponent_synthetic_logps), beta, "sigmoid", 0.0
+    )
+    real = policy_real_logps - opponent_real_logps
+    synthetic = policy_synthetic_logps - opponent_synthetic_logps
+    losses = F.softplus(-beta * (real - synthetic))  # log(1 + e^(−t)), computed without overflow
+    return DpoLoss(
+        loss=losses.mean(), losses=losses, chosen_rewards=beta * real.detach(), rejected_rewards=beta * synthetic.detach()
+    )
+
+
 def dpo_metrics(out: DpoLoss) -> dict[str, float]:
     """Means over the batch of the implicit rewards (Rafailov et al. 2023, §5: r = β log π/π_ref)."""
     pair = pairwise_metrics(out.chosen_rewards, out.rejected_rewards)
@@ -174,5 +200,6 @@ __all__ = [
     "pairwise_metrics",
     "sequence_logprobs",
     "sft_loss",
+    "spin_loss",
     "token_logprobs",
 ]

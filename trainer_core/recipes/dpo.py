@@ -96,7 +96,7 @@ def _finish(
     """A training micro-batch's loss to backpropagate (weighted by its share of the rank's pairs, times the micro-batch
     count the backend divides by) and its sums."""
     out = _dpo_from_logits(run, output.logits, batch, reference)
-    return out.loss * weight, _sums(out)
+    return out.loss * weight, pair_sums(out)
 
 
 def _dpo_from_logits(
@@ -123,7 +123,7 @@ def _dpo_from_logits(
     )
 
 
-def _sums(out: DpoLoss) -> torch.Tensor:
+def pair_sums(out: DpoLoss) -> torch.Tensor:
     """[summed loss, summed chosen reward, summed rejected reward, correct pairs (a tie: 1/2), pairs]."""
     chosen, rejected = out.chosen_rewards.float(), out.rejected_rewards.float()
     correct = (chosen > rejected).sum() + 0.5 * (chosen == rejected).sum()
@@ -136,7 +136,7 @@ def _batch(run: DpoRun, pairs: list[PairExample]) -> dict[str, torch.Tensor]:
 
 
 def _eval_sums(run: DpoRun, chunk: list[PairExample]) -> torch.Tensor:
-    return _sums(_dpo(run, _batch(run, chunk)))
+    return pair_sums(_dpo(run, _batch(run, chunk)))
 
 
 def _samples(run: DpoRun) -> list:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.generation import GenSpec
 from trainer_core.backends import Backend, micro_batch_ranges, rank_chunks
 from trainer_core.data import DataError, kind_for_algorithm, load_examples
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.generation import GenSpec
 from trainer_core.recipes.common import is_due
 from trainer_core.reporting import Sample
 from trainer_core.rollout import rollouts

@@ -39,7 +39,7 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from rlplane.layout import GENERATOR_ADDRESS_ENV
-from rlplane.spec.algorithms import GenSpec
+from rlplane.spec.generation import GenSpec
 from trainer_core.backends import Backend, BackendError
 from trainer_core.data.tokenize import pad_id
 from trainer_core.failures import Diverged

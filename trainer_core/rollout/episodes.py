@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from rlplane.spec.algorithms import GenSpec
 from rlplane.spec.environments import EnvironmentSpec
+from rlplane.spec.generation import GenSpec
 from trainer_core.backends import rank_chunks
 from trainer_core.data.tokenize import pad_id
 from trainer_core.environments import EnvError, Environment, Episode, Reply

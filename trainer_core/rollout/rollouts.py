@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import GenSpec, HeldOutEval
+from rlplane.spec.generation import GenSpec, HeldOutEval
 from trainer_core.backends import Backend, rank_chunks
 from trainer_core.data import DataError
 from trainer_core.data.tasks import BUILTIN_EVAL_NAMES, builtin_reward, builtin_task

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from rlplane.ports import free_port
-from rlplane.spec.algorithms import VllmSpec
+from rlplane.spec.generation import VllmSpec
 from trainer_core.backends import Backend, BackendError
 from trainer_core.failures import EngineLost
 from trainer_core.rollout.engines import Completion, Sampling, Weights, cut_at_stop, finish_reason

@@ -3,14 +3,15 @@ export const ALGORITHM_TABLE = [
   {"name": "sft", "section": "sft", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/loss", "train/loss"], "metricPrefix": null, "detectors": []},
   {"name": "reward", "section": "reward_model", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/accuracy", "train/accuracy", "eval/loss", "train/loss"], "metricPrefix": null, "detectors": []},
   {"name": "dpo", "section": "dpo", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/loss", "rewards/margin", "eval/margin", "train/loss"], "metricPrefix": null, "detectors": []},
+  {"name": "spin", "section": "spin", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/loss", "spin/answers_equal", "rewards/margin", "train/loss"], "metricPrefix": "spin", "detectors": []},
   {"name": "ppo", "section": "ppo", "online": true, "rewarded": true, "trains": true, "headlines": ["reward/mean", "eval/reward"], "metricPrefix": "ppo", "detectors": ["kl_unbounded", "length_at_max", "entropy_collapse", "reward_falling", "mostly_truncated", "prompts_cut", "clipping_heavily", "critic_blind"]},
   {"name": "grpo", "section": "grpo", "online": true, "rewarded": true, "trains": true, "headlines": ["reward/mean", "eval/reward"], "metricPrefix": "grpo", "detectors": ["all_groups_equal", "kl_unbounded", "length_at_max", "entropy_collapse", "reward_falling", "mostly_truncated", "prompts_cut", "clipping_heavily", "async_idle"]},
   {"name": "ilql", "section": "ilql", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/optimality", "eval/reward", "train/loss"], "metricPrefix": null, "detectors": []},
   {"name": "eval", "section": "eval", "online": false, "rewarded": true, "trains": false, "headlines": ["eval/accuracy", "eval/success", "eval/reward"], "metricPrefix": null, "detectors": []},
   {"name": "command", "section": "command", "online": false, "rewarded": false, "trains": false, "headlines": [], "metricPrefix": null, "detectors": []},
 ] as const;
-export const ALGORITHM_NAMES = ["sft", "reward", "dpo", "ppo", "grpo", "ilql", "eval", "command"] as const;
+export const ALGORITHM_NAMES = ["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "command"] as const;
 /** The spec sections of the algorithms that generate while they train (their gen, environment). */
 export const ONLINE_SECTIONS: readonly string[] = ["ppo", "grpo"];
 /** The namespaces of the algorithms' own RL diagnostics (grpo/clipfrac). */
-export const RL_METRIC_PREFIXES: readonly string[] = ["ppo", "grpo"];
+export const RL_METRIC_PREFIXES: readonly string[] = ["spin", "ppo", "grpo"];

@@ -4497,10 +4497,10 @@ export interface components {
         RunSpec: {
             /**
              * Algorithm
-             * @description Training algorithm: sft, reward, dpo, ppo, grpo, ilql, eval, command.
+             * @description Training algorithm: sft, reward, dpo, spin, ppo, grpo, ilql, eval, command.
              * @enum {string}
              */
-            algorithm: "sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval" | "command";
+            algorithm: "sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "command";
             /**
              * Backend
              * @description Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).
@@ -4581,6 +4581,11 @@ export interface components {
              * @default null
              */
             sft: components["schemas"]["SftOptions"] | null;
+            /**
+             * @description Options for algorithm spin; defaults filled in when absent.
+             * @default null
+             */
+            spin: components["schemas"]["SpinOptions"] | null;
             /**
              * Tags
              * @description Labels for filtering runs (each 1-64 characters).
@@ -4966,6 +4971,40 @@ export interface components {
             loc: string[];
             /** Msg */
             msg: string;
+        };
+        /**
+         * SpinOptions
+         * @description Self-Play fine-tuning (SPIN: Chen et al. 2024) on (prompt, response) rows: each iteration the model answers the
+         *     iteration's prompts, then learns to prefer the data's answer over its own with DPO's logistic loss, against itself
+         *     as it was when the iteration began.
+         */
+        SpinOptions: {
+            /**
+             * Beta
+             * @description SPIN's lambda (DPO's beta): how far a round may move from its reference.
+             * @default 0.1
+             */
+            beta: number;
+            /** @description How the model answers (its answers are the rejected side). Sampled with the run's seed, the iteration and the data rank, so a resumed or re-run run draws the same answers. */
+            gen?: components["schemas"]["GenSpec"];
+            /**
+             * Iterations
+             * @description Self-play rounds: train.steps is split evenly between them (it must divide), and each begins by answering its prompts with the model as it is then, the reference of that round.
+             * @default 2
+             */
+            iterations: number;
+            /**
+             * Prompts Per Iteration
+             * @description Training prompts each iteration answers and trains on, drawn afresh (seeded by train.seed and the iteration); null: every training row. The round's steps cycle over its pairs.
+             * @default null
+             */
+            prompts_per_iteration: number | null;
+            /**
+             * Samples To Log
+             * @description At every evaluation: the round's first pairs (the data's answer as chosen, the model's as rejected, with their implicit rewards), and the model's greedy answers to the first held-out prompts.
+             * @default 4
+             */
+            samples_to_log: number;
         };
         /** StageBrief */
         StageBrief: {
@@ -5445,7 +5484,7 @@ export interface components {
             on_nonfinite: "fail" | "skip";
             /**
              * Padding Free
-             * @description Run each micro-batch's sequences back to back in one row, with no padding (position ids restart per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, ppo, grpo; not on megatron.
+             * @description Run each micro-batch's sequences back to back in one row, with no padding (position ids restart per sequence and keep them apart); the loss and gradients are the padded step's. sft, reward, dpo, spin, ppo, grpo; not on megatron.
              * @default false
              */
             padding_free: boolean;
@@ -7147,7 +7186,7 @@ export interface operations {
             query?: {
                 project?: string | null;
                 status?: ("queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost")[];
-                algorithm?: ("sft" | "reward" | "dpo" | "ppo" | "grpo" | "ilql" | "eval" | "command")[];
+                algorithm?: ("sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "command")[];
                 /** @description Substring of the run name */
                 q?: string | null;
                 /** @description Default: hide archived runs */

@@ -13,6 +13,10 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'rollout/kl':
     "KL(engine || trainer) per token (k3 estimate): the off-policy gap between the engine that sampled and the policy being trained; grpo.tis_cap corrects for it.",
 
+  'spin/iteration': 'The self-play iteration this step belongs to (1, 2, ...): each begins with the model answering its prompts.',
+  'spin/answers_equal':
+    "Share of the iteration's prompts where the model's own answer already equals the data's (SPIN's stopping signal): near 1, the pairs teach nothing more.",
+
   'grpo/zero_std_groups':
     'Share of answers in groups whose rewards were all equal: they teach nothing. High means the task is too easy or too hard for the policy.',
   'grpo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',

@@ -71,6 +71,7 @@ describe('spec helpers', () => {
     );
     expect(TEMPLATES.grpo).toContain('# from `rlplane train examples/sft-arithmetic.yaml`; or run:<id>@250');
     expect(parse(TEMPLATES.ppo).model.path).toBe('run:<id of your sft-randomwalks run>');
+    expect(parse(TEMPLATES.spin).model.path).toBe('run:<id of your sft-arithmetic run>@250'); // SPIN starts from SFT too
     expect(TEMPLATES.ppo).not.toBe(ppoExample);
     expect(TEMPLATES.dpo).toBe(dpoExample); // a builtin model stays as it is
     // command's script picks its own model: its template has none

@@ -7,6 +7,7 @@ import ilql from '../../../../examples/ilql.yaml?raw';
 import ppo from '../../../../examples/ppo.yaml?raw';
 import reward from '../../../../examples/reward.yaml?raw';
 import sft from '../../../../examples/sft.yaml?raw';
+import spin from '../../../../examples/spin.yaml?raw';
 import type { Algorithm } from '../../api/types';
 import { specSource } from '../../lib/specText';
 
@@ -57,6 +58,7 @@ export const TEMPLATES: Record<Algorithm, string> = {
   sft: asTemplate(sft),
   reward: asTemplate(reward),
   dpo: asTemplate(dpo),
+  spin: asTemplate(spin),
   ppo: asTemplate(ppo),
   grpo: asTemplate(grpo),
   ilql: asTemplate(ilql),
