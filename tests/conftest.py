@@ -137,7 +137,7 @@ GROUPS = {
         "test_divergence",
         "test_multinode",
     },
-    "sft-chain": {"test_sft", "test_reward", "test_dpo", "test_spin", "test_grpo", "test_async_grpo"},
+    "sft-chain": {"test_sft", "test_reward", "test_dpo", "test_spin", "test_steerlm", "test_grpo", "test_async_grpo"},
 }
 # The groups handed out first, longest first: a long group that started last would run on alone at the end.
 FIRST = (

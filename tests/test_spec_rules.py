@@ -425,6 +425,24 @@ RULE_CASES = {
     ),
     "spin-iterations": ("sft", ["algorithm=spin", "spin.iterations=3"], "spin.iterations", "multiple of 3 (e.g. 9)"),
     "spin-engine": ("sft", ["algorithm=spin", "spin.gen.engine=vllm"], "spin.gen.engine", "gen.engine: auto, hf or continuous"),
+    "attributes-twice": (
+        "sft",
+        ["sft.attributes={names: [correctness, correctness]}"],
+        "sft.attributes.names",
+        "correctness named more than once",
+    ),
+    "attribute-model-margin": (
+        "sft",
+        ["algorithm=reward", "reward_model.attributes=[correctness]", "reward_model.margin=1"],
+        "reward_model.margin",
+        "margin is for pairs",
+    ),
+    "attribute-model-padding-free": (
+        "sft",
+        ["algorithm=reward", "reward_model.attributes=[correctness]", "train.padding_free=true"],
+        "train.padding_free",
+        "runs padded",
+    ),
     "ppo-adaptive-kl": ("ppo", ["ppo.kl_coef=0", "ppo.target_kl=6"], "ppo.kl_coef", "set kl_coef > 0"),
     "gen-fits-context": (
         "ppo",

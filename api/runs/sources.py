@@ -10,7 +10,6 @@ from api.auth.principal import Principal
 from api.exceptions import Unprocessable
 from api.models import Dataset
 from rlplane.spec import RunSpec
-from rlplane.spec.algorithms import ALGORITHM_ROWS
 from rlplane.spec.base import DATA_FILE_SUFFIXES as SUFFIXES
 from rlplane.spec.base import format_loc, path_fields
 
@@ -32,7 +31,7 @@ def check_sources(session: Session, principal: Principal, spec: RunSpec) -> None
                 f"{source} does not exist or is not visible to you; upload the file (rlplane submit uploads a local "
                 "data.source itself, or POST /api/v1/datasets) and use the dataset:<id> it returns",
             )
-        wanted = ALGORITHM_ROWS.get(spec.algorithm)  # a command run's script reads any kind
+        wanted = spec.rows  # a command run's script reads any kind
         if wanted is not None and dataset.kind != wanted:
             raise Unprocessable(
                 ["body", "data", "source"],

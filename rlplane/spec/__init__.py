@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from rlplane.spec import io as spec_io
 from rlplane.spec.algorithms import (
+    ALGORITHM_ROWS,
     ALGORITHM_SECTIONS,
     ALGORITHMS,
     Algorithm,
@@ -213,6 +214,14 @@ class RunSpec(StrictModel):
     def options(self) -> BaseModel:
         """This algorithm's options section (always filled in after validation)."""
         return getattr(self, ALGORITHM_SECTIONS[self.algorithm])
+
+    @property
+    def rows(self) -> str | None:
+        """The kind of dataset rows the run reads (rlplane/dataset_rows.py): its algorithm's, but an attribute model
+        (reward_model.attributes) reads sft rows that carry the attributes; None: any (a command's script)."""
+        if self.reward_model is not None and self.reward_model.attributes:
+            return "sft"
+        return ALGORITHM_ROWS.get(self.algorithm)
 
     @property
     def world_size(self) -> int:

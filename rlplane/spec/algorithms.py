@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from rlplane.spec.attributes import AttributeConditioning, AttributeName, AttributeSteering
 from rlplane.spec.base import StrictModel
 from rlplane.spec.environments import EnvironmentSpec
 from rlplane.spec.generation import GenSpec, HeldOutEval
@@ -38,14 +39,32 @@ class SftOptions(StrictModel):
         4, ge=0, description="Held-out prompts answered (greedily) at every evaluation, shown beside the dataset's answer."
     )
     sample_tokens: int = Field(64, ge=1, description="Longest answer generated for those samples, in tokens.")
+    attributes: AttributeConditioning | None = Field(
+        None,
+        description="SteerLM's attribute-conditioned SFT (Dong et al. 2023): each row's prompt carries its attribute "
+        "values (labelled by an attribute model where a row lacks them), so an evaluation can ask for the values it "
+        "wants (eval.attributes); null: plain SFT.",
+    )
 
 
 class RewardModelOptions(StrictModel):
-    """Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin)."""
+    """Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin); or, with attributes, SteerLM's attribute
+    model: one regression output per named attribute."""
 
     margin: float | None = Field(None, description="Fixed margin in the pairwise loss; null: no margin.")
     samples_to_log: int = Field(
-        4, ge=0, description="Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin."
+        4,
+        ge=0,
+        description="Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin (with "
+        "attributes: held-out rows with their predicted and true values).",
+    )
+    attributes: list[AttributeName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="SteerLM's attribute model (Dong et al. 2023): one regression output per name, trained with the "
+        "squared error on sft rows that carry those columns as numbers (HelpSteer's shape: prompt, response, "
+        "helpfulness, correctness, ...); eval/mae/<name> reports each one's error. Empty: the pairwise reward model on "
+        "preference rows.",
     )
 
 
@@ -325,6 +344,12 @@ class EvalOptions(StrictModel):
     gen: GenSpec = Field(
         default_factory=GenSpec,
         description="Sampling (ignored for greedy but max_new_tokens and stop; of each policy turn, with an environment).",
+    )
+    attributes: AttributeSteering | None = Field(
+        None,
+        description="Ask an attribute-conditioned model (sft.attributes) for these attribute values: each prompt "
+        "carries them through the template the model was trained with (SteerLM's steering); null: the prompts as "
+        "they are.",
     )
     environment: EnvironmentSpec | None = Field(
         None,

@@ -8,7 +8,6 @@ import difflib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from rlplane.spec.algorithms import ALGORITHM_ROWS
 from rlplane.spec.base import path_fields
 from rlplane.spec.shapes import BUILTIN_SHAPES
 from rlplane.spec.violation import Violation
@@ -26,6 +25,8 @@ BUILTIN_SOURCES: dict[str, tuple[str, ...]] = {
     "tiny-prompts": ("prompts",),
     "randomwalks": ("sft", "preference", "prompts"),
     "calculator": ("sft", "prompts"),
+    "arithmetic-graded": ("sft", "prompts"),
+    "arithmetic-partly-graded": ("sft", "prompts"),
 }
 # reward: {kind: builtin, name: <name>}
 BUILTIN_REWARDS: tuple[str, ...] = ("arithmetic", "randomwalks")
@@ -46,7 +47,7 @@ def builtin_names_exist(spec: RunSpec) -> Iterator[Violation]:
     name = source.removeprefix("builtin:") if source.startswith("builtin:") else None
     if name is not None and name not in BUILTIN_SOURCES:
         yield Violation(("data", "source"), unknown(name, list(BUILTIN_SOURCES), "dataset"))
-    elif name is not None and (reads := ALGORITHM_ROWS.get(spec.algorithm)) and reads not in BUILTIN_SOURCES[name]:
+    elif name is not None and (reads := spec.rows) and reads not in BUILTIN_SOURCES[name]:
         fits = ", ".join(f"builtin:{n}" for n, kinds in BUILTIN_SOURCES.items() if reads in kinds)
         yield Violation(
             ("data", "source"),

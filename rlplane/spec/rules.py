@@ -403,6 +403,30 @@ def ppo_adaptive_kl_needs_kl_coef(spec: RunSpec) -> Rules:
         yield Violation(("ppo", "kl_coef"), "target_kl adapts kl_coef multiplicatively, so it cannot start at 0; set kl_coef > 0")
 
 
+def attributes_fit(spec: RunSpec) -> Rules:
+    """SteerLM's attributes: each name once; an attribute model (reward_model.attributes) takes no margin (it regresses
+    each attribute, no pairs) and runs padded on torch, deepspeed or fsdp2 (not megatron, not train.padding_free)."""
+    named = [(("reward_model", "attributes"), spec.reward_model.attributes if spec.reward_model else [])]
+    named.append((("sft", "attributes", "names"), spec.sft.attributes.names if spec.sft and spec.sft.attributes else []))
+    for loc, names in named:
+        if len(set(names)) != len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            yield Violation(loc, f"{', '.join(twice)} named more than once; name each attribute once")
+    if spec.reward_model is None or not spec.reward_model.attributes:
+        return
+    if spec.reward_model.margin is not None:
+        yield Violation(("reward_model", "margin"), "an attribute model regresses each attribute: margin is for pairs; remove it")
+    if spec.backend.kind == "megatron":
+        yield Violation(
+            ("backend", "kind"),
+            "megatron: an attribute model (reward_model.attributes) is not supported yet; use torch, deepspeed or fsdp2",
+        )
+    if spec.train.padding_free:
+        yield Violation(
+            ("train", "padding_free"), "an attribute model runs padded (padding_free is not offered for it yet); remove it"
+        )
+
+
 def spin_fits(spec: RunSpec) -> Rules:
     """spin.iterations must divide train.steps (every self-play round trains as many steps); spin answers with the
     policy's own weights, so its gen.engine is one that runs on them (not vllm)."""
@@ -473,6 +497,7 @@ RULES = (
     dpo_label_smoothing_needs_sigmoid,
     ppo_adaptive_kl_needs_kl_coef,
     spin_fits,
+    attributes_fit,
     generation_fits_context,
 )
 

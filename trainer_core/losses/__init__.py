@@ -1,6 +1,7 @@
 """The losses, pure functions of tensors with the paper each follows cited where it is defined:
 
-    supervised.py   SFT's token loss, the reward model's Bradley-Terry loss, DPO and its variants, SPIN
+    supervised.py   SFT's token loss, the reward model's Bradley-Terry loss, SteerLM's attribute loss, DPO and its
+                    variants, SPIN
     policy.py       PPO's clipped policy and value losses, GAE, KL estimators, GRPO's group advantages and loss
     ilql.py         ILQL's expectile, CQL and AWAC terms and its guided decoding
 
@@ -10,6 +11,7 @@ The supervised ones are importable from here (`from trainer_core.losses import s
 from trainer_core.losses.supervised import (
     IGNORE_INDEX,
     DpoLoss,
+    attribute_loss,
     bradley_terry_loss,
     dpo_loss,
     dpo_metrics,
@@ -23,6 +25,7 @@ from trainer_core.losses.supervised import (
 __all__ = [
     "IGNORE_INDEX",
     "DpoLoss",
+    "attribute_loss",
     "bradley_terry_loss",
     "dpo_loss",
     "dpo_metrics",

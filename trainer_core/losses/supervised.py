@@ -78,6 +78,19 @@ def bradley_terry_loss(chosen_rewards: Tensor, rejected_rewards: Tensor, margin:
     return -F.logsigmoid(diff).mean()
 
 
+def attribute_loss(predicted: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """SteerLM's attribute model (Dong et al. 2023, "SteerLM") as a regression model, one output per attribute, as
+    NeMo Aligner's regression reward model trains it on HelpSteer (Wang et al. 2023, "HelpSteer"): the squared error
+    of every row's every attribute, averaged over both, and the absolute errors [B, N] (what eval/mae reports).
+    `predicted` and `target` are [B, N]; computed in at least float32."""
+    if predicted.shape != target.shape or predicted.ndim != 2:
+        raise ValueError(
+            f"predicted and target must both be [rows, attributes], got {tuple(predicted.shape)} and {tuple(target.shape)}"
+        )
+    error = predicted.float() - target.float()
+    return (error**2).mean(), error.detach().abs()
+
+
 def pairwise_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, Tensor]:
     """accuracy: fraction of pairs with chosen > rejected (a tie counts 0); margin: mean(chosen - rejected)."""
     chosen, rejected = chosen.detach(), rejected.detach()
@@ -194,6 +207,7 @@ __all__ = [
     "IGNORE_INDEX",
     "DpoLoss",
     "DpoLossType",
+    "attribute_loss",
     "bradley_terry_loss",
     "dpo_loss",
     "dpo_metrics",

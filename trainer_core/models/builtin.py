@@ -78,13 +78,14 @@ def builtin_names() -> list[str]:
 
 
 def score_config(config: PretrainedConfig, pad_token_id: int | None) -> PretrainedConfig:
-    """A copy of `config` for a one-output sequence-classification head (reward model, critic).
+    """A copy of `config` for a one-output sequence-classification head (reward model, critic), or one output per
+    attribute where the config is an attribute model's (models/attributes.py names them in `rlplane_attributes`).
 
     transformers 5 rejects `num_labels=` as a from_config/from_pretrained keyword, so it is set on
     a copy. The pad id lets the head find each row's last real token in a padded batch.
     """
     config = copy.deepcopy(config)
-    config.num_labels = 1
+    config.num_labels = len(getattr(config, "rlplane_attributes", None) or ()) or 1
     if getattr(config, "pad_token_id", None) is None:
         config.pad_token_id = pad_token_id
     return config

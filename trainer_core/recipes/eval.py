@@ -1,7 +1,8 @@
 """Evaluation of a model (a checkpoint, a run's output, a stage of a pipeline): answers to prompts, judged by a reward.
 
     setup()     backend, the model (frozen, placed on this rank's device), the reward source, the prompts
-                (eval.split: the held-out ones, or all; the first eval.max_prompts)
+                (eval.split: the held-out ones, or all; the first eval.max_prompts; with eval.attributes each
+                carries the attribute values asked of a SteerLM-conditioned model)
     evaluate()  eval.samples answers to each prompt (greedy or sampled with eval.gen), scored by spec.reward:
                 eval/reward, eval/accuracy and eval/pass@k (answers whose reward reaches eval.correct_at),
                 eval/length, eval/truncated (rollouts.evaluate: what ppo and grpo run every train.eval_every
@@ -21,11 +22,12 @@ from typing import Any
 from torch import nn
 
 from rlplane.spec import RunSpec
+from rlplane.spec.attributes import attribute_text
 from trainer_core.backends import Backend
 from trainer_core.data import load_examples
 from trainer_core.environments import Environment
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, online
+from trainer_core.recipes import common, online, steering
 from trainer_core.reporting import Reporter
 from trainer_core.rewards import Reward
 from trainer_core.rollout import episodes, rollouts
@@ -55,10 +57,11 @@ def setup(spec: RunSpec, out_dir: Path, *, stdout: bool = True) -> EvalRun:
         policy = backend.prepare_frozen(policy)
         split = load_examples(spec.data, "prompts", seed=spec.train.seed)
         rows = (split.eval or split.train) if options.split == "eval" else [*split.train, *split.eval]
-        rows = rows[: options.max_prompts]
+        rows = steering.steered(rows[: options.max_prompts], options.attributes)  # SteerLM: the values asked for
         reward, environment = online.reward_or_environment(spec, options.environment, "eval", backend, reporter, tokenizer)
         which = "held-out" if options.split == "eval" and split.eval else "all"
-        reporter.log(f"evaluating {spec.model.path} on {len(rows)} prompts ({which}), {options.samples} answer(s) each")
+        asked = f", asking for {attribute_text(options.attributes.values)}" if options.attributes is not None else ""
+        reporter.log(f"evaluating {spec.model.path} on {len(rows)} prompts ({which}), {options.samples} answer(s) each{asked}")
     return EvalRun(spec, backend, reporter, tokenizer, policy, reward, environment, rows, out_dir)
 
 

@@ -1,5 +1,6 @@
 """Reward model: a one-output sequence-classification model trained on preference pairs so that
-r(prompt, chosen) > r(prompt, rejected), with the Bradley-Terry loss (and reward_model.margin).
+r(prompt, chosen) > r(prompt, rejected), with the Bradley-Terry loss (and reward_model.margin). With
+reward_model.attributes it is SteerLM's attribute model instead (attribute_model.py).
 
     setup()            backend, score model, tokenizer, pairs, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
@@ -137,8 +138,13 @@ def train(run: RewardRun, stop_at: int | None = None) -> None:
     loop.run_loop(run, stop_at, step=train_step, evaluate=evaluate)
 
 
-def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> RewardRun:
-    """setup, train, export; the reporter and backend are closed whatever happens."""
+def run_reward(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stop_at: int | None = None) -> Any:
+    """setup, train, export; the reporter and backend are closed whatever happens. With reward_model.attributes, SteerLM's
+    attribute model (attribute_model.py) instead of the pairwise one."""
+    if spec.reward_model is not None and spec.reward_model.attributes:
+        from trainer_core.recipes import attribute_model
+
+        return attribute_model.run_attribute_model(spec, out_dir, resume_from, stop_at=stop_at)
     return common.drive(setup(spec, out_dir, resume_from), train, stop_at)
 
 

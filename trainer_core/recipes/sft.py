@@ -1,4 +1,5 @@
-"""Supervised fine-tuning: maximise log p(completion | prompt) over the spec's sft rows.
+"""Supervised fine-tuning: maximise log p(completion | prompt) over the spec's sft rows (with sft.attributes, SteerLM's
+attribute-conditioned SFT: each prompt carries its row's attribute values, steering.py).
 
     setup()            backend, model, tokenizer, data, optimizer, schedule (and the resume point)
     train()            train.steps optimizer steps: micro-batches, backward, step, report, eval, checkpoint
@@ -26,7 +27,7 @@ from trainer_core.data import kind_for_algorithm, load_examples
 from trainer_core.data.tokenize import Example, collate, model_inputs, pack, pad_id, tokenize_counting, tokenize_rows
 from trainer_core.losses import IGNORE_INDEX, sft_loss
 from trainer_core.models import load_from_spec
-from trainer_core.recipes import common, loop, packing, samples
+from trainer_core.recipes import common, loop, packing, samples, steering
 
 
 @dataclass(kw_only=True)
@@ -41,10 +42,19 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
         model, tokenizer = load_from_spec(spec.model, "causal", seed=spec.train.seed)
         spec = common.fit_context(spec, model)
         split = load_examples(spec.data, kind_for_algorithm(spec.algorithm), seed=spec.train.seed)
+        train_rows, eval_rows = split.train, split.eval
+        if spec.sft.attributes is not None:  # SteerLM: each prompt carries its row's attribute values
+            train_rows, eval_rows = steering.conditioned(
+                [train_rows, eval_rows],
+                spec.sft.attributes,
+                seed=spec.train.seed,
+                batch_size=spec.micro_batch_size,
+                reporter=reporter,
+            )
         max_len, on_prompt = spec.model.max_seq_len, spec.sft.loss_on_prompt
-        train_examples, cut = tokenize_counting(split.train, tokenizer, max_len, on_prompt)
-        common.report_cut(reporter, cut, len(split.train), "rows are", max_len)
-        eval_examples = tokenize_rows(split.eval, tokenizer, max_len, on_prompt)
+        train_examples, cut = tokenize_counting(train_rows, tokenizer, max_len, on_prompt)
+        common.report_cut(reporter, cut, len(train_rows), "rows are", max_len)
+        eval_examples = tokenize_rows(eval_rows, tokenizer, max_len, on_prompt)
         if spec.sft.packing:
             train_examples, eval_examples = pack(train_examples, max_len), pack(eval_examples, max_len)
         opt = common.prepare_optimization(spec, backend, model, len(train_examples), resume_from)
@@ -55,7 +65,7 @@ def setup(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, stdo
     return SftRun(
         train_examples=train_examples,
         eval_examples=eval_examples,
-        sample_rows=(split.eval or split.train)[: spec.sft.samples_to_log],
+        sample_rows=(eval_rows or train_rows)[: spec.sft.samples_to_log],
         **common.run_fields(spec, out_dir, backend, reporter, tokenizer, opt),
     )
 

@@ -29,6 +29,10 @@ BUILTIN_SOURCES: dict[str, dict[str, Examples]] = {
     },
     # rewarded by the calculator environment (grpo.environment), not by a reward of its own
     "calculator": {"sft": calculator.sft_examples, "prompts": calculator.prompt_examples},
+    # SteerLM's attribute rows: each problem right and wrong, with correctness and verbosity (the attribute model's
+    # and the conditioned SFT's data); its prompts are arithmetic's, held out alike
+    "arithmetic-graded": {"sft": arithmetic.graded_examples, "prompts": arithmetic.prompt_examples},
+    "arithmetic-partly-graded": {"sft": arithmetic.partly_graded_examples, "prompts": arithmetic.prompt_examples},
 }
 
 # reward: {kind: builtin, name: <name>} -> reward(prompt, response, answer=None) -> float
@@ -53,6 +57,7 @@ def builtin_examples(name: str, kind: str, *, seed: int, eval_fraction: float) -
 def builtin_task(source: str) -> str | None:
     """The builtin task a data source names (builtin:randomwalks -> randomwalks), if it has a reward."""
     name = source.removeprefix("builtin:") if source.startswith("builtin:") else None
+    name = {"arithmetic-graded": "arithmetic", "arithmetic-partly-graded": "arithmetic"}.get(name, name)  # graded
     return name if name in BUILTIN_REWARDS else None
 
 

@@ -1,4 +1,6 @@
-"""builtin:arithmetic - small sums and products ("12+7=" -> "19", "3*4=" -> "12").
+"""builtin:arithmetic - small sums and products ("12+7=" -> "19", "3*4=" -> "12"); builtin:arithmetic-graded - the
+same problems answered right and wrong, graded with SteerLM's attributes (builtin:arithmetic-partly-graded: a quarter of
+the rows ungraded).
 
 A problem is one expression. The seed picks which problems are used and which are held out
 for evaluation; every row of a held-out problem is in eval, so the model is never scored on a
@@ -65,6 +67,27 @@ def _split(rows: list[dict], seed: int, eval_fraction: float) -> Split:
 def sft_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
     rows = [{"prompt": p, "completion": str(solve(p))} for p in problems(seed, size)]
     return _split(rows, seed, eval_fraction)
+
+
+def graded_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
+    """builtin:arithmetic-graded, SteerLM's kind of rows (HelpSteer's shape): each problem twice, answered right and
+    answered wrong, with the attributes correctness (4 right, 0 wrong) and verbosity (the answer's digits)."""
+    rng = seeded_rng(seed, "arithmetic-graded")
+    rows = []
+    for p in problems(seed, size):
+        for answer, correctness in ((solve(p), 4), (wrong_answer(p, rng), 0)):
+            rows.append({"prompt": p, "completion": str(answer), "correctness": correctness, "verbosity": len(str(answer))})
+    return _split(rows, seed, eval_fraction)
+
+
+def partly_graded_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:
+    """builtin:arithmetic-partly-graded: graded_examples with a seeded quarter of the rows missing correctness, as SFT
+    data mixes labelled rows with unlabelled ones (a conditioned SFT run's labeller fills them)."""
+    split = graded_examples(seed=seed, eval_fraction=eval_fraction, size=size)
+    for rows in (split.train, split.eval):
+        for i in seeded_rng(seed, "arithmetic-unlabelled").sample(range(len(rows)), len(rows) // 4):
+            del rows[i]["correctness"]
+    return split
 
 
 def preference_examples(*, seed: int = 0, eval_fraction: float = 0.1, size: int = DEFAULT_SIZE) -> Split:

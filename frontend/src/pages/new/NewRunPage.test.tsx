@@ -189,6 +189,23 @@ describe('NewRunPage', () => {
     expect(editor.value).toContain('# PPO (RLHF)');
   });
 
+  it('offers the example pipelines as templates: SteerLM\'s loads as it is and is checked as a pipeline', async () => {
+    const calls: string[] = [];
+    vi.stubGlobal('fetch', vi.fn(async (req: Request | string) => {
+      calls.push(urlOf(req));
+      return json({ valid: true, stages: [{ name: 'sft', needs: [] }] });
+    }));
+    renderAt('/new');
+    const menu = screen.getByLabelText('Template') as HTMLSelectElement;
+    const pipelines = [...menu.querySelectorAll('optgroup[label="Pipelines"] option')].map((o) => o.textContent);
+    expect(pipelines).toEqual(expect.arrayContaining(['steerlm pipeline', 'sft-rm-ppo pipeline']));
+    fireEvent.change(menu, { target: { value: 'pipeline:steerlm' } });
+    const editor = screen.getByLabelText('Run spec (YAML)') as HTMLTextAreaElement;
+    expect(editor.value).toMatch(/^# SteerLM/);
+    expect(Object.keys(parse(editor.value).stages)).toEqual(['sft', 'attributes', 'steer', 'high', 'low']);
+    await waitFor(() => expect(calls.some((url) => url.endsWith('/api/v1/pipelines/validate'))).toBe(true), { timeout: 3000 });
+  });
+
   it('starts afresh when the query changes (New run from a clone)', async () => {
     vi.stubGlobal('fetch', vi.fn(async (req: Request | string) =>
       urlOf(req).includes('/api/v1/runs/7')

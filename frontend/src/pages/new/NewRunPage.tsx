@@ -6,7 +6,7 @@ import { ErrorNote } from '../../components/ErrorNote';
 import { goToLine, SpecEditor } from './SpecEditor';
 import { SpecVerdict, type Checked, type CheckedPipeline, type Verdict } from './SpecVerdict';
 import { evalText } from './evalSpec';
-import { cloneText, fieldErrors, isAlgorithm, isPipelineText, TEMPLATES, withModelPath, type FieldError } from './spec';
+import { cloneText, fieldErrors, isAlgorithm, isPipelineText, PIPELINE_TEMPLATES, TEMPLATES, withModelPath, type FieldError } from './spec';
 import './newRun.css';
 
 const YAML_HEADERS = { 'Content-Type': 'application/yaml' };
@@ -30,10 +30,16 @@ function validVerdict(text: string, body: Checked & Warned): Verdict {
   return { state: 'valid', checked: body, warnings: fieldErrors(text, body.warnings ?? []) };
 }
 
-/** The template to edit, with `model.path` from ?model= (a checkpoint to start from) when given. */
-function templateText(algorithm: Algorithm, params: URLSearchParams): string {
+/** What the Template menu offers: a run of each algorithm, or an example pipeline ("pipeline:steerlm"). */
+type Template = Algorithm | `pipeline:${string}`;
+
+/** The template to edit, with `model.path` from ?model= (a checkpoint to start from) when given; a pipeline as it
+ * is (its stages name their own models). */
+function templateText(template: Template, params: URLSearchParams): string {
+  if (template.startsWith('pipeline:')) return PIPELINE_TEMPLATES[template.slice('pipeline:'.length)] ?? '';
   const model = params.get('model');
-  return model ? withModelPath(TEMPLATES[algorithm], model) : TEMPLATES[algorithm];
+  const text = TEMPLATES[template as Algorithm];
+  return model ? withModelPath(text, model) : text;
 }
 
 function initialAlgorithm(params: URLSearchParams): Algorithm {
@@ -56,7 +62,7 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
   // ?algorithm=eval&from= comes with "Evaluate": the checkpoint judged on its run's data with its reward.
   const evalFrom = initialAlgorithm(params) === 'eval' ? Number(params.get('from')) || null : null;
   const sourceId = cloneId ?? evalFrom;
-  const [template, setTemplate] = useState<Algorithm>(() => initialAlgorithm(params));
+  const [template, setTemplate] = useState<Template>(() => initialAlgorithm(params));
   const [text, setText] = useState(() => (sourceId ? '' : templateText(initialAlgorithm(params), params)));
   const [note, setNote] = useState<string | null>(null);
   const [verdict, setVerdict] = useState<Verdict>({ state: 'idle' });
@@ -123,9 +129,10 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
     return () => clearTimeout(timer);
   }, [text]);
 
-  const loadTemplate = (next: Algorithm) => {
+  const loadTemplate = (next: Template) => {
     const changed = text.trim() !== '' && text !== templateText(template, params);
-    if (changed && !window.confirm(`Replace the spec in the editor with the ${next} template? Your changes will be lost.`)) return;
+    const what = next.startsWith('pipeline:') ? `${next.slice('pipeline:'.length)} pipeline` : `${next} template`;
+    if (changed && !window.confirm(`Replace the spec in the editor with the ${what}? Your changes will be lost.`)) return;
     setTemplate(next);
     setText(templateText(next, params));
   };
@@ -163,12 +170,21 @@ function NewRunForm({ params }: { params: URLSearchParams }) {
       <form onSubmit={submit}>
         <div className="new-run-bar">
           <label htmlFor="template">Template</label>
-          <select id="template" value={template} onChange={(e) => loadTemplate(e.target.value as Algorithm)}>
-            {ALGORITHMS.map((a) => (
-              <option key={a} value={a}>
-                {a}
-              </option>
-            ))}
+          <select id="template" value={template} onChange={(e) => loadTemplate(e.target.value as Template)}>
+            <optgroup label="Runs">
+              {ALGORITHMS.map((a) => (
+                <option key={a} value={a}>
+                  {a}
+                </option>
+              ))}
+            </optgroup>
+            <optgroup label="Pipelines">
+              {Object.keys(PIPELINE_TEMPLATES).map((name) => (
+                <option key={name} value={`pipeline:${name}`}>
+                  {name} pipeline
+                </option>
+              ))}
+            </optgroup>
           </select>
           {sourceId && (
             <span className="muted">

@@ -66,6 +66,16 @@ export const TEMPLATES: Record<Algorithm, string> = {
   command: asTemplate(command),
 };
 
+// The repository's example pipelines (examples/pipelines/*.yaml), as they are: SteerLM's, the RLHF chains.
+const pipelineFiles = import.meta.glob('../../../../examples/pipelines/*.yaml', { query: '?raw', import: 'default', eager: true });
+
+/** One template per example pipeline, by its file's name (steerlm, sft-rm-ppo, ...), comments kept. */
+export const PIPELINE_TEMPLATES: Readonly<Record<string, string>> = Object.fromEntries(
+  Object.entries(pipelineFiles)
+    .map(([path, text]) => [path.slice(path.lastIndexOf('/') + 1).replace(/\.yaml$/, ''), String(text)] as const)
+    .sort(([a], [b]) => a.localeCompare(b)),
+);
+
 /** A pipeline (docs/pipelines.md) rather than a run spec: a document with top-level `stages`. */
 export function isPipelineText(text: string): boolean {
   return /^stages\s*:/m.test(text) || /^\s*\{[\s\S]*"stages"\s*:/.test(text);
