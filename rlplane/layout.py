@@ -37,6 +37,8 @@ STOP_FILE = ".stop"
 # there as the JSONL files the worker forwards), the spec it runs, and the checkpoint to resume from, if any.
 RUN_ID_ENV = "RLPLANE_RUN_ID"
 RUN_DIR_ENV = "RLPLANE_RUN_DIR"
+# Where a trainer finds earlier runs' directories (run:<id>[@step] models, a generate run's dataset): set by its worker.
+RUNS_DIR_ENV = "RLPLANE_RUNS_DIR"
 SPEC_ENV = "RLPLANE_SPEC"
 RESUME_ENV = "RLPLANE_RESUME_FROM"
 # Set by a worker for a multi-node run's trainers when the nodes do not share the run directory (a remote artifact

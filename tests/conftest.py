@@ -190,6 +190,7 @@ LAUNCHING = (
         "test_environments",
         "test_episodes",
         "test_events",
+        "test_generate",
         "test_gpu",
         "test_ilql",
         "test_layering",

@@ -403,6 +403,26 @@ class TestLineage:
         blocked = client.delete(f"/api/v1/runs/{sft['id']}")
         assert blocked.status_code == 409 and str(ppo["id"]) in blocked.json()["detail"]
 
+    def test_a_data_source_run_is_a_generate_runs_dataset_of_the_rows_read(self, client, db):
+        """data.source run:<id> names a generate run (Constitutional AI's data), recorded as a parent at data.source;
+        a run that makes a model, or a generate run writing another kind of rows, is a 422 at the field."""
+        generate = {"kind": "critique_revise", "principles": ["Be helpful."]}
+        prompts = {"source": "builtin:tiny-prompts"}
+        writer = create_run(client, name="writer", algorithm="generate", data=prompts, generate=generate, train={"steps": 1})
+        reader = create_run(client, name="reader", data={"source": f"run:{writer['id']}"})
+        assert {(p["run_id"], p["field"], p["step"]) for p in reader["parents"]} == {(writer["id"], "data.source", None)}
+        for data, algorithm, words in (
+            ({"source": f"run:{writer['id']}"}, "reward", f"run {writer['id']} writes sft rows but this run reads preference"),
+            ({"source": f"run:{reader['id']}"}, "sft", f"run {reader['id']} is a sft run: it makes a model, not data"),
+        ):
+            refused = client.post("/api/v1/runs", json=spec(name="bad", algorithm=algorithm, data=data))
+            assert refused.status_code == 422, refused.text
+            [error] = refused.json()["detail"]
+            assert error["loc"] == ["body", "data", "source"] and error["msg"].startswith(words), error
+        assert db.scalar(select(func.count()).select_from(Run)) == 2
+        stepped = client.post("/api/v1/runs", json=spec(name="bad", data={"source": f"run:{writer['id']}@1"}))
+        assert stepped.status_code == 422 and "no @step" in stepped.json()["detail"][0]["msg"]
+
     def test_reference_to_missing_or_hidden_run_is_422(self, client, db):
         missing = client.post("/api/v1/runs", json=spec(model={"path": "run:999"}))
         assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "model", "path"]
@@ -418,7 +438,7 @@ class TestExamples:
         from pathlib import Path
 
         examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-        assert len(examples) == 18
+        assert len(examples) == 19
         sft = create_run(client, name="parent")
         for path in examples:
             text = path.read_text()

@@ -443,6 +443,22 @@ RULE_CASES = {
         "train.padding_free",
         "runs padded",
     ),
+    "generate-one-step": (
+        "sft",
+        ["algorithm=generate", "generate={kind: critique_revise, principles: [Be kind.]}"],
+        "train.steps",
+        "a generate run trains nothing and is one step",
+    ),
+    "generate-feedback-model-kind": (
+        "sft",
+        [
+            "algorithm=generate",
+            "train.steps=1",
+            "generate={kind: critique_revise, principles: [Be kind.], feedback_model: {path: builtin:tiny-gpt2}}",
+        ],
+        "generate.feedback_model",
+        "feedback_model is for kind ai_feedback",
+    ),
     "ppo-adaptive-kl": ("ppo", ["ppo.kl_coef=0", "ppo.target_kl=6"], "ppo.kl_coef", "set kl_coef > 0"),
     "gen-fits-context": (
         "ppo",
@@ -456,6 +472,12 @@ RULE_CASES = {
 def spec_with(base: str, sets: list[str]) -> dict:
     bases = {"sft": sft_spec, "ppo": ppo_spec, "command": lambda: dict(COMMAND)}
     return apply_overrides(bases[base](), sets)
+
+
+def test_a_generate_run_needs_its_section_named() -> None:
+    """generate has no defaults for what it writes: leaving its section out is refused at the section, naming the fields."""
+    error = error_at(spec_with("sft", ["algorithm=generate", "train.steps=1"]), ["generate"])
+    assert error["msg"] == "algorithm generate needs its generate section: give kind, principles"
 
 
 class TestCrossFieldRules:

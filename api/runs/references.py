@@ -8,11 +8,15 @@ from sqlalchemy.orm import Session
 from api.models import Checkpoint, Run
 from api.runs.repository import final_export
 from rlplane.spec import RunReference
+from rlplane.spec.generate import GENERATED_ROWS
 from rlplane.status import TERMINAL
 
 
-def refusal(session: Session, parent: Run, ref: RunReference) -> str | None:
-    """Why `ref` names nothing `parent` has or will have; None when it does."""
+def refusal(session: Session, parent: Run, ref: RunReference, reads: str | None = None) -> str | None:
+    """Why `ref` names nothing `parent` has or will have; None when it does. A data.source names a generate run's
+    dataset, of the kind of rows the run reads (`reads`)."""
+    if ref.field == "data.source" and (why := _not_data(parent, reads)) is not None:
+        return why
     query = select(Checkpoint.step).where(Checkpoint.run_id == parent.id, Checkpoint.kind == "checkpoint")
     steps = sorted(session.scalars(query).all())
     exported = final_export(session, parent.id) is not None
@@ -37,3 +41,17 @@ def _what_it_has(run_id: int, steps: list[int], exported: bool) -> str:
         else "it has no checkpoint"
     )
     return has + (f", and run:{run_id} is its final model" if exported else "")
+
+
+def _not_data(parent: Run, reads: str | None) -> str | None:
+    """Why data.source run:<id> cannot read `parent`'s output: it is no generate run, or writes other rows."""
+    spec = parent.spec or {}
+    if spec.get("algorithm") != "generate":
+        return (
+            f"run {parent.id} is a {spec.get('algorithm')} run: it makes a model, not data; data.source run:<id> names a "
+            'generate run\'s dataset (docs/rl.md, "Constitutional AI")'
+        )
+    wrote = GENERATED_ROWS.get((spec.get("generate") or {}).get("kind"))
+    if reads is not None and wrote != reads:
+        return f"run {parent.id} writes {wrote} rows but this run reads {reads} rows; name a generate run of the other kind"
+    return None

@@ -118,7 +118,7 @@ def check_submission(session: Session, principal: Principal, spec: RunSpec, rewa
         parent = session.get(Run, ref.run_id)
         if parent is None or not principal.can(parent.project_id, "read"):
             raise Unprocessable(["body", *ref.field.split(".")], f"run {ref.run_id} does not exist or is not visible to you")
-        if (why := references.refusal(session, parent, ref)) is not None:
+        if (why := references.refusal(session, parent, ref, spec.rows)) is not None:
             raise Unprocessable(["body", *ref.field.split(".")], why)
         parents.append((parent, ref))
     return project, parents

@@ -45,6 +45,7 @@ from rlplane.spec.base import (
     path_fields,
     resolve_loc,
 )
+from rlplane.spec.generate import GenerateOptions
 from rlplane.spec.generation import GenSpec
 from rlplane.spec.rules import RULES, check_rules
 from rlplane.spec.sections import (
@@ -125,6 +126,11 @@ def node_role(nodes: int, generator: str | None, node_rank: int) -> NodeRole:
     return "generator" if generator == "node" and node_rank == nodes - 1 else "trainer"
 
 
+def _rule_error(loc: tuple[str | int, ...], msg: str) -> Any:
+    # msg goes in through ctx: a template would read "{kind: ...}" as a placeholder.
+    return {"type": PydanticCustomError("spec_rule", "{rule}", {"rule": msg}), "loc": loc, "input": None}
+
+
 class RunReference(BaseModel):
     """A `run:<id>[@step]` found in a spec: the lineage of a run."""
 
@@ -173,6 +179,9 @@ class RunSpec(StrictModel):
     ilql: IlqlOptions | None = Field(None, description="Options for algorithm ilql; defaults filled in when absent.")
     spin: SpinOptions | None = Field(None, description="Options for algorithm spin; defaults filled in when absent.")
     eval: EvalOptions | None = Field(None, description="Options for algorithm eval; defaults filled in when absent.")
+    generate: GenerateOptions | None = Field(
+        None, description="Options for algorithm generate (a dataset written by the model: Constitutional AI's); required for it."
+    )
     command: CommandOptions | None = Field(
         None, description="Options for algorithm command (your own script, docs/sdk.md): its argv, code and environment."
     )
@@ -180,7 +189,7 @@ class RunSpec(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _an_evaluation_is_one_step(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("algorithm") == "eval" and "train" not in data:
+        if isinstance(data, dict) and data.get("algorithm") in ("eval", "generate") and "train" not in data:
             return {**data, "train": {"steps": 1}}
         return data
 
@@ -190,17 +199,23 @@ class RunSpec(StrictModel):
         section = ALGORITHM_SECTIONS[self.algorithm]
         if getattr(self, section) is None:
             (options_type,) = model_classes(type(self).model_fields[section].annotation)
+            required = [name for name, field in options_type.model_fields.items() if field.is_required()]
+            if required:  # a section with no defaults for some fields (generate's kind and principles)
+                raise ValidationError.from_exception_data(
+                    type(self).__name__,
+                    [
+                        _rule_error(
+                            (section,), f"algorithm {self.algorithm} needs its {section} section: give {', '.join(required)}"
+                        )
+                    ],
+                )
             setattr(self, section, options_type())
             self.model_fields_set.add(section)
         violations = check_rules(self)
         if violations:
             raise ValidationError.from_exception_data(
                 type(self).__name__,
-                [
-                    # msg goes in through ctx: a template would read "{kind: ...}" as a placeholder.
-                    {"type": PydanticCustomError("spec_rule", "{rule}", {"rule": v.msg}), "loc": v.loc, "input": None}
-                    for v in violations
-                ],
+                [_rule_error(v.loc, v.msg) for v in violations],
             )
         return self
 
@@ -273,9 +288,12 @@ class RunSpec(StrictModel):
         return max(1, self.update_batch_size // (self.micro_batch_size * self.data_parallel_size))
 
     def references(self) -> list[RunReference]:
-        """Every run:<id>[@step] in a model path (model, reward model, critic, reference models)."""
+        """Every run:<id>[@step] in a model path (model, reward model, critic, reference models), and a generate run's
+        dataset read as data.source."""
         found: list[RunReference] = []
         _collect_references(self, "", found)
+        if self.data is not None and (ref := parse_run_ref(self.data.source)):
+            found.append(RunReference(run_id=ref[0], step=None, field="data.source"))
         return found
 
 

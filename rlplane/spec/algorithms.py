@@ -524,13 +524,16 @@ TABLE: tuple[AlgorithmEntry, ...] = (
     ),
     AlgorithmEntry("ilql", "ilql", "ilql", "sft", trains=True, headlines=("eval/optimality", "eval/reward", "train/loss")),
     AlgorithmEntry("eval", "eval", "eval", "prompts", rewarded=True, headlines=("eval/accuracy", "eval/success", "eval/reward")),
+    AlgorithmEntry("generate", "generate", "generate", "prompts", headlines=("data/rows", "data/agreement")),
     AlgorithmEntry("command", "command"),
 )
 ENTRIES: dict[str, AlgorithmEntry] = {entry.name: entry for entry in TABLE}
 # The alert detectors (api/alerts/detectors.py implements them): each one watches the algorithms whose row names it.
 DETECTOR_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for entry in TABLE for name in entry.detectors))
 
-Algorithm = Literal["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "command"]  # TABLE's names (a test holds it)
+Algorithm = Literal[
+    "sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "generate", "command"
+]  # TABLE's names (a test holds it)
 ALGORITHMS: tuple[str, ...] = typing.get_args(Algorithm)
 ALGORITHM_SECTIONS: dict[str, str] = {a.name: a.section for a in TABLE}
 ALGORITHM_ROWS: dict[str, str] = {a.name: a.rows for a in TABLE if a.rows is not None}

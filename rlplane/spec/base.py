@@ -26,7 +26,7 @@ _LOCAL = r"(?:/|\./|\.\./|~).*"
 _HF_ID = r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"  # gpt2, org/name
 _DATA_FILE = r"(?:(?:/|\./|\.\./|~).*|[^:]*)\.(?:jsonl|json|parquet)"  # local file, no URL scheme
 MODEL_PATH_PATTERN = rf"^(?:{_RUN}|{_BUILTIN}|{_LOCAL}|{_HF_ID})$"
-DATA_SOURCE_PATTERN = rf"^(?:{_BUILTIN}|dataset:[1-9][0-9]*|{_DATA_FILE}|{_HF_ID})$"
+DATA_SOURCE_PATTERN = rf"^(?:{_BUILTIN}|dataset:[1-9][0-9]*|run:[1-9][0-9]*|{_DATA_FILE}|{_HF_ID})$"
 _LOCAL_PREFIXES = ("/", "./", "../", "~")
 
 
@@ -101,11 +101,13 @@ def check_data_source(value: str) -> str:
         raise ValueError(f"{value!r}: builtin: must be followed by a name, e.g. builtin:tiny-sft")
     if value.startswith("dataset:"):
         raise ValueError(f"{value!r}: write dataset:<id> with a positive id, e.g. dataset:3")
+    if value.startswith("run:"):
+        raise ValueError(f"{value!r}: a generate run's dataset is run:<id> (no @step: it is written once), e.g. run:12")
     if value.startswith(_LOCAL_PREFIXES):
         raise ValueError(f"{value!r}: local data must be a .jsonl, .json or .parquet file")
     raise ValueError(
-        f"{value!r} is not a data source: use builtin:<name>, dataset:<id>, a local "
-        ".jsonl/.json/.parquet file, or a Hugging Face dataset id (org/name)"
+        f"{value!r} is not a data source: use builtin:<name>, dataset:<id>, run:<id> (a generate run's dataset), a "
+        "local .jsonl/.json/.parquet file, or a Hugging Face dataset id (org/name)"
     )
 
 

@@ -427,6 +427,24 @@ def attributes_fit(spec: RunSpec) -> Rules:
         )
 
 
+def generate_is_one_process(spec: RunSpec) -> Rules:
+    """generate: train.steps is 1 (it writes a dataset, trains nothing), in one process on the torch backend."""
+    if spec.generate is None:
+        return
+    if spec.train.steps != 1:
+        yield Violation(
+            ("train", "steps"), "a generate run trains nothing and is one step; set train.steps: 1 or leave train out"
+        )
+    if spec.backend.kind != "torch" or spec.world_size != 1:
+        yield Violation(
+            ("backend", "kind"),
+            "generate runs in one process on backend kind torch (resources.nodes 1, one GPU or backend.processes 1); "
+            "set backend: {kind: torch}",
+        )
+    if spec.generate.feedback_model is not None and spec.generate.kind != "ai_feedback":
+        yield Violation(("generate", "feedback_model"), "feedback_model is for kind ai_feedback; remove it or set that kind")
+
+
 def spin_fits(spec: RunSpec) -> Rules:
     """spin.iterations must divide train.steps (every self-play round trains as many steps); spin answers with the
     policy's own weights, so its gen.engine is one that runs on them (not vllm)."""
@@ -498,6 +516,7 @@ RULES = (
     ppo_adaptive_kl_needs_kl_coef,
     spin_fits,
     attributes_fit,
+    generate_is_one_process,
     generation_fits_context,
 )
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlplane.dataset_rows import KINDS, DataError, apply_columns, column_map, row_problems
+from rlplane.layout import RUNS_DIR_ENV
+from rlplane.spec.generate import GENERATED_FILE
 from rlplane.spec.sections import DataSpec
 from trainer_core.data.files import SUFFIXES, read_rows
 from trainer_core.data.split import Split, shuffled, split_by_key
@@ -72,6 +74,9 @@ def load_examples(data_spec: DataSpec | dict, kind: str, *, seed: int, resolver:
     if source.startswith("dataset:"):
         path = _resolve(int(source.removeprefix("dataset:")), resolver)
         return _from_file(path, f"{source} ({path})", kind, spec, seed)
+    if source.startswith("run:"):
+        path = _generated(int(source.removeprefix("run:")))
+        return _from_file(path, f"{source} ({path})", kind, spec, seed)
     if source.lower().endswith(SUFFIXES):
         path = Path(source).expanduser()
         return _from_file(path, str(path), kind, spec, seed)
@@ -90,6 +95,23 @@ def problem_key(row: dict) -> str:
     else:
         value = row.get("text")
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def _generated(run_id: int) -> Path:
+    """The dataset a generate run wrote (its final/data.jsonl), under the runs directory the worker names."""
+    root = os.environ.get(RUNS_DIR_ENV)
+    if not root:
+        raise DataError(
+            f"data.source run:{run_id} names a generate run's dataset, but this trainer does not know where runs are: "
+            f"submit it to a server (its worker knows), or set {RUNS_DIR_ENV} to a directory of runs (<id>/final)"
+        )
+    path = Path(root) / str(run_id) / "final" / GENERATED_FILE
+    if not path.is_file():
+        raise DataError(
+            f"data.source run:{run_id}: {path} does not exist; run:<id> as a data source names a generate run that "
+            "succeeded (it writes final/data.jsonl)"
+        )
+    return path
 
 
 def _resolve(dataset_id: int, resolver: DatasetResolver | None) -> Path:

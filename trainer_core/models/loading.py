@@ -22,7 +22,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlplane.layout import CHECKPOINTS, MANIFEST, step_dir_name
+from rlplane.layout import CHECKPOINTS, MANIFEST, RUNS_DIR_ENV, step_dir_name
 from rlplane.spec.base import parse_run_ref
 from trainer_core.models.builtin import ModelKind, build_builtin, builtin_names, score_config
 from trainer_core.models.errors import ModelError
@@ -42,9 +42,6 @@ class RunResolver(Protocol):
     def resolve(self, run_id: int, step: int | None) -> Path:
         """The directory holding run `run_id`'s model at `step` (None: its final model)."""
         ...
-
-
-RUNS_DIR_ENV = "RLPLANE_RUNS_DIR"
 
 
 class DirectoryResolver:

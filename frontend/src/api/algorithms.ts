@@ -8,9 +8,10 @@ export const ALGORITHM_TABLE = [
   {"name": "grpo", "section": "grpo", "online": true, "rewarded": true, "trains": true, "headlines": ["reward/mean", "eval/reward"], "metricPrefix": "grpo", "detectors": ["all_groups_equal", "kl_unbounded", "length_at_max", "entropy_collapse", "reward_falling", "mostly_truncated", "prompts_cut", "clipping_heavily", "async_idle"]},
   {"name": "ilql", "section": "ilql", "online": false, "rewarded": false, "trains": true, "headlines": ["eval/optimality", "eval/reward", "train/loss"], "metricPrefix": null, "detectors": []},
   {"name": "eval", "section": "eval", "online": false, "rewarded": true, "trains": false, "headlines": ["eval/accuracy", "eval/success", "eval/reward"], "metricPrefix": null, "detectors": []},
+  {"name": "generate", "section": "generate", "online": false, "rewarded": false, "trains": false, "headlines": ["data/rows", "data/agreement"], "metricPrefix": null, "detectors": []},
   {"name": "command", "section": "command", "online": false, "rewarded": false, "trains": false, "headlines": [], "metricPrefix": null, "detectors": []},
 ] as const;
-export const ALGORITHM_NAMES = ["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "command"] as const;
+export const ALGORITHM_NAMES = ["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "generate", "command"] as const;
 /** The spec sections of the algorithms that generate while they train (their gen, environment). */
 export const ONLINE_SECTIONS: readonly string[] = ["ppo", "grpo"];
 /** The namespaces of the algorithms' own RL diagnostics (grpo/clipfrac). */

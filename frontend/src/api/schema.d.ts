@@ -1402,6 +1402,50 @@ export interface components {
              */
             worker: string;
         };
+        /**
+         * AttributeConditioning
+         * @description SteerLM's attribute-conditioned SFT: each row's prompt carries its attribute values, so the model learns to
+         *     answer as asked.
+         */
+        AttributeConditioning: {
+            /**
+             * @description An attribute model (a reward run with reward_model.attributes covering these names, e.g. run:<id> or stage:<name>) that labels the rows lacking any of them, its predictions rounded to whole numbers as SteerLM does; null: every row must carry them.
+             * @default null
+             */
+            labeller: components["schemas"]["ModelSpec"] | null;
+            /**
+             * Names
+             * @description The attributes each prompt carries: columns of the rows, numbers (HelpSteer's helpfulness, correctness, coherence, complexity, verbosity).
+             */
+            names: string[];
+            /**
+             * Template
+             * @description How a prompt carries its attributes: {attributes} becomes 'name:value,...' (sorted by name), {prompt} the prompt (a conversation's last user message). Training and use must share it; the default is the same everywhere.
+             * @default {attributes}
+             *     {prompt}
+             */
+            template: string;
+        };
+        /**
+         * AttributeSteering
+         * @description The attribute values an evaluation asks a conditioned model for (SteerLM's steering at use).
+         */
+        AttributeSteering: {
+            /**
+             * Template
+             * @description How a prompt carries its attributes: {attributes} becomes 'name:value,...' (sorted by name), {prompt} the prompt (a conversation's last user message). Training and use must share it; the default is the same everywhere.
+             * @default {attributes}
+             *     {prompt}
+             */
+            template: string;
+            /**
+             * Values
+             * @description The wanted value of each attribute, e.g. {correctness: 4, verbosity: 1}.
+             */
+            values: {
+                [key: string]: number;
+            };
+        };
         /** Body_upload_code_api_v1_code_post */
         Body_upload_code_api_v1_code_post: {
             /**
@@ -2123,6 +2167,11 @@ export interface components {
          */
         EvalOptions: {
             /**
+             * @description Ask an attribute-conditioned model (sft.attributes) for these attribute values: each prompt carries them through the template the model was trained with (SteerLM's steering); null: the prompts as they are.
+             * @default null
+             */
+            attributes: components["schemas"]["AttributeSteering"] | null;
+            /**
              * Batch Size
              * @description Answers generated at once on one process.
              * @default 64
@@ -2289,6 +2338,79 @@ export interface components {
              * @default null
              */
             vllm: components["schemas"]["VllmSpec"] | null;
+        };
+        /**
+         * GenerateOptions
+         * @description Write a dataset with the model: Constitutional AI's critiques and revisions, or its AI feedback.
+         */
+        GenerateOptions: {
+            /**
+             * Comparison Template
+             * @description ai_feedback: what the feedback model continues with A or B: {prompt}, {principle}, {first} and {second}.
+             * @default {prompt}
+             *     {principle}
+             *     (A){first}
+             *     (B){second}
+             *     The better response is (
+             */
+            comparison_template: string;
+            /**
+             * Critique Template
+             * @description What the model continues with a critique: {prompt}, {response} and {principle}.
+             * @default {prompt}{response}
+             *
+             *     Critique request: {principle}
+             *     Critique:
+             */
+            critique_template: string;
+            /**
+             * @description ai_feedback: the model that chooses between two answers (its next-token probabilities of A and B, averaged over both orders); null: the run's model.
+             * @default null
+             */
+            feedback_model: components["schemas"]["ModelSpec"] | null;
+            /** @description Sampling of answers, critiques and revisions. */
+            gen?: components["schemas"]["GenSpec"];
+            /**
+             * Kind
+             * @description critique_revise: sft rows, each prompt's answer critiqued and revised against the principles (CAI's supervised stage); ai_feedback: preference rows, two answers per prompt ranked by feedback_model against a principle (CAI's RL from AI feedback: train a reward model on them).
+             * @enum {string}
+             */
+            kind: "critique_revise" | "ai_feedback";
+            /**
+             * Max Prompts
+             * @description Generate for the first N prompts only; null: all of them.
+             * @default null
+             */
+            max_prompts: number | null;
+            /**
+             * Principles
+             * @description The constitution: one is drawn for each prompt (and each revision), seeded by train.seed. critique_revise puts it in the critique request; ai_feedback asks which answer better follows it.
+             */
+            principles: string[];
+            /**
+             * Revision Template
+             * @description What the model continues with a revision: {prompt}, {response}, {principle} and {critique}.
+             * @default {prompt}{response}
+             *
+             *     Critique request: {principle}
+             *     Critique:{critique}
+             *
+             *     Revision request: Rewrite the response to address the critique.
+             *     Revision:
+             */
+            revision_template: string;
+            /**
+             * Revisions
+             * @description critique_revise: rounds of critique and revision per answer (the paper used up to 4).
+             * @default 1
+             */
+            revisions: number;
+            /**
+             * Samples To Log
+             * @description Rows shown as the run's samples (with the first answer, critiques and revision).
+             * @default 4
+             */
+            samples_to_log: number;
         };
         /** Gpu */
         Gpu: {
@@ -3917,9 +4039,15 @@ export interface components {
         };
         /**
          * RewardModelOptions
-         * @description Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin).
+         * @description Pairwise reward model: -log sigmoid(r(chosen) - r(rejected) - margin); or, with attributes, SteerLM's attribute
+         *     model: one regression output per named attribute.
          */
         RewardModelOptions: {
+            /**
+             * Attributes
+             * @description SteerLM's attribute model (Dong et al. 2023): one regression output per name, trained with the squared error on sft rows that carry those columns as numbers (HelpSteer's shape: prompt, response, helpfulness, correctness, ...); eval/mae/<name> reports each one's error. Empty: the pairwise reward model on preference rows.
+             */
+            attributes?: string[];
             /**
              * Margin
              * @description Fixed margin in the pairwise loss; null: no margin.
@@ -3928,7 +4056,7 @@ export interface components {
             margin: number | null;
             /**
              * Samples To Log
-             * @description Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin.
+             * @description Held-out pairs shown at every evaluation: chosen and rejected with their scores and margin (with attributes: held-out rows with their predicted and true values).
              * @default 4
              */
             samples_to_log: number;
@@ -4497,10 +4625,10 @@ export interface components {
         RunSpec: {
             /**
              * Algorithm
-             * @description Training algorithm: sft, reward, dpo, spin, ppo, grpo, ilql, eval, command.
+             * @description Training algorithm: sft, reward, dpo, spin, ppo, grpo, ilql, eval, generate, command.
              * @enum {string}
              */
-            algorithm: "sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "command";
+            algorithm: "sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "generate" | "command";
             /**
              * Backend
              * @description Distributed backend, chosen by kind (torch, deepspeed, fsdp2, megatron).
@@ -4532,6 +4660,11 @@ export interface components {
              * @default null
              */
             eval: components["schemas"]["EvalOptions"] | null;
+            /**
+             * @description Options for algorithm generate (a dataset written by the model: Constitutional AI's); required for it.
+             * @default null
+             */
+            generate: components["schemas"]["GenerateOptions"] | null;
             /**
              * @description Options for algorithm grpo; defaults filled in when absent.
              * @default null
@@ -4869,6 +5002,11 @@ export interface components {
          * @description Supervised fine-tuning on (prompt, response) pairs.
          */
         SftOptions: {
+            /**
+             * @description SteerLM's attribute-conditioned SFT (Dong et al. 2023): each row's prompt carries its attribute values (labelled by an attribute model where a row lacks them), so an evaluation can ask for the values it wants (eval.attributes); null: plain SFT.
+             * @default null
+             */
+            attributes: components["schemas"]["AttributeConditioning"] | null;
             /**
              * Loss On Prompt
              * @description Also train on prompt tokens; false: loss on the response only.
@@ -7186,7 +7324,7 @@ export interface operations {
             query?: {
                 project?: string | null;
                 status?: ("queued" | "starting" | "running" | "succeeded" | "failed" | "cancelling" | "cancelled" | "lost")[];
-                algorithm?: ("sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "command")[];
+                algorithm?: ("sft" | "reward" | "dpo" | "spin" | "ppo" | "grpo" | "ilql" | "eval" | "generate" | "command")[];
                 /** @description Substring of the run name */
                 q?: string | null;
                 /** @description Default: hide archived runs */

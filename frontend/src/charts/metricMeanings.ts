@@ -17,6 +17,13 @@ export const METRIC_MEANINGS: Readonly<Record<string, string>> = {
   'spin/answers_equal':
     "Share of the iteration's prompts where the model's own answer already equals the data's (SPIN's stopping signal): near 1, the pairs teach nothing more.",
 
+  'data/rows': 'Rows the generate run wrote to its dataset (final/data.jsonl), which later runs read as data.source run:<id>.',
+  'data/revised': "Share of critique_revise rows whose last revision differs from the model's first answer.",
+  'data/agreement':
+    'ai_feedback: share of pairs where the feedback model chose the same answer in both orders; near 0 means its choice follows the position, not the answers.',
+  'data/preference': "ai_feedback: mean probability the feedback model gave the chosen answer (0.5: no preference).",
+  'data/identical': 'ai_feedback: prompts whose two answers were the same, dropped (they teach a reward model nothing).',
+
   'grpo/zero_std_groups':
     'Share of answers in groups whose rewards were all equal: they teach nothing. High means the task is too easy or too hard for the policy.',
   'grpo/clipfrac': 'Share of answer tokens whose probability ratio was clipped (either side).',

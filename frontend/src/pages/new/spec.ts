@@ -2,6 +2,7 @@ import { LineCounter, parseDocument, stringify, isCollection, isMap, isScalar, i
 import command from '../../../../examples/command.yaml?raw';
 import dpo from '../../../../examples/dpo.yaml?raw';
 import evaluation from '../../../../examples/eval.yaml?raw';
+import generate from '../../../../examples/generate.yaml?raw';
 import grpo from '../../../../examples/grpo.yaml?raw';
 import ilql from '../../../../examples/ilql.yaml?raw';
 import ppo from '../../../../examples/ppo.yaml?raw';
@@ -63,6 +64,7 @@ export const TEMPLATES: Record<Algorithm, string> = {
   grpo: asTemplate(grpo),
   ilql: asTemplate(ilql),
   eval: asTemplate(evaluation),
+  generate: asTemplate(generate),
   command: asTemplate(command),
 };
 
