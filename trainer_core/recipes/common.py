@@ -12,7 +12,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -416,6 +416,25 @@ def is_due(step: int, every: int | None, last_step: int) -> bool:
 def failure_reason(exc: BaseException) -> str:
     """What a failed run's status says: a divergence in its own words (where it went NaN), anything else with its type."""
     return str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}"
+
+
+def drive_one_step(run: Any, work: Callable[[], None], sources: Callable[[], Iterable[Any]] = tuple) -> Any:
+    """A run of one step that trains nothing (eval, generate): `work()` does and reports it, then the run succeeded at
+    step 1; a failure is reported with its reason. The reporter, the backend and `sources()` (reward sources,
+    environments, engines: each closed where not None) are closed whatever happens."""
+    try:
+        work()
+        run.reporter.status("succeeded", "step 1")
+        return run
+    except BaseException as exc:
+        run.reporter.status("failed", failure_reason(exc))
+        raise
+    finally:
+        for source in sources():
+            if source is not None:
+                source.close()
+        run.reporter.close()
+        run.backend.close()
 
 
 def drive(

@@ -181,9 +181,15 @@ def train_step(run: DpoRun) -> loop.StepResult:
     """One optimizer step over the next global batch: loss and rewards/* means, pre-clip grad norm, input tokens."""
     local = common.local_batch(run, run.train_pairs)
     run.model.train()
-    steps = micro_steps(run, local)
-    (loss, chosen, rejected, correct, count), grad_norm = common.optimizer_step(run, steps)
-    values = {
+    sums, grad_norm = common.optimizer_step(run, micro_steps(run, local))
+    return loop.StepResult(pair_values(sums, grad_norm), pair_tokens(local) * run.backend.data_world_size)
+
+
+def pair_values(sums: list[float], grad_norm: float) -> dict[str, float]:
+    """A step's numbers from its pair_sums (added over micro-batches and ranks): the loss, the implicit rewards' means
+    (rewards/*) and the pre-clip grad norm; SPIN reports the same."""
+    loss, chosen, rejected, correct, count = sums
+    return {
         "train/loss": loss / count,
         "rewards/chosen": chosen / count,
         "rewards/rejected": rejected / count,
@@ -191,7 +197,6 @@ def train_step(run: DpoRun) -> loop.StepResult:
         "rewards/accuracy": correct / count,
         "train/grad_norm": grad_norm,
     }
-    return loop.StepResult(values, pair_tokens(local) * run.backend.data_world_size)
 
 
 def train(run: DpoRun, stop_at: int | None = None) -> None:

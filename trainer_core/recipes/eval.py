@@ -83,24 +83,16 @@ def run_eval(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, *, s
     """setup, evaluate, report; the reporter, backend, reward source and environment are closed whatever happens. A resumed
     evaluation starts again (it keeps no state worth a checkpoint)."""
     run = setup(spec, out_dir)
-    try:
-        run.reporter.status("running", "answering the prompts")
-        values = evaluate(run)
-        run.step = 1
-        run.reporter.metrics(1, values)
-        shown = ", ".join(f"{k.removeprefix('eval/')} {v:.4g}" for k, v in sorted(values.items()))
-        run.reporter.log(f"evaluated: {shown}")
-        run.reporter.status("succeeded", "step 1")
-        return run
-    except BaseException as exc:
-        run.reporter.status("failed", common.failure_reason(exc))
-        raise
-    finally:
-        for source in (run.reward, run.environment, run.engine):
-            if source is not None:
-                source.close()
-        run.reporter.close()
-        run.backend.close()
+    return common.drive_one_step(run, lambda: _evaluated(run), lambda: (run.reward, run.environment, run.engine))
+
+
+def _evaluated(run: EvalRun) -> None:
+    run.reporter.status("running", "answering the prompts")
+    values = evaluate(run)
+    run.step = 1
+    run.reporter.metrics(1, values)
+    shown = ", ".join(f"{k.removeprefix('eval/')} {v:.4g}" for k, v in sorted(values.items()))
+    run.reporter.log(f"evaluated: {shown}")
 
 
 run = run_eval  # the name trainer_core.cli calls every recipe by

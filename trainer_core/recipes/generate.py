@@ -233,25 +233,20 @@ def run_generate(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, 
     """setup, generate, write, report; the reporter and backend are closed whatever happens. A resumed run starts
     again (its draws are seeded: it writes the same rows)."""
     run = setup(spec, out_dir)
-    try:
-        run.reporter.status("running", f"writing {run.options.kind} rows")
-        prompts = [rollouts.prompt_text(row) for row in run.rows]
-        make = critique_revise if run.options.kind == "critique_revise" else ai_feedback
-        with common.evaluating(run.policy, run.backend):
-            rows, values = make(run, prompts)
-        event = write_dataset(run, rows)
-        run.reporter.samples(1, _samples(run, rows))
-        run.reporter.metrics(1, {"data/rows": float(len(rows)), "data/prompts": float(len(run.rows)), **values})
-        run.reporter.checkpoint(event)
-        run.reporter.log(f"wrote {len(rows)} {run.options.rows} rows to {run.out_dir / 'final' / GENERATED_FILE}")
-        run.reporter.status("succeeded", "step 1")
-        return run
-    except BaseException as exc:
-        run.reporter.status("failed", common.failure_reason(exc))
-        raise
-    finally:
-        run.reporter.close()
-        run.backend.close()
+    return common.drive_one_step(run, lambda: _written(run))
+
+
+def _written(run: GenerateRun) -> None:
+    run.reporter.status("running", f"writing {run.options.kind} rows")
+    prompts = [rollouts.prompt_text(row) for row in run.rows]
+    make = critique_revise if run.options.kind == "critique_revise" else ai_feedback
+    with common.evaluating(run.policy, run.backend):
+        rows, values = make(run, prompts)
+    event = write_dataset(run, rows)
+    run.reporter.samples(1, _samples(run, rows))
+    run.reporter.metrics(1, {"data/rows": float(len(rows)), "data/prompts": float(len(run.rows)), **values})
+    run.reporter.checkpoint(event)
+    run.reporter.log(f"wrote {len(rows)} {run.options.rows} rows to {run.out_dir / 'final' / GENERATED_FILE}")
 
 
 run = run_generate  # the name trainer_core.cli calls every recipe by

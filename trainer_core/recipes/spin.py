@@ -236,17 +236,9 @@ def train_step(run: SpinRun) -> loop.StepResult:
         run.round = begin_round(run, index)
     local = common.local_batch(run, range(len(run.round.pairs)))
     run.model.train()
-    (loss, chosen, rejected, correct, count), grad_norm = common.optimizer_step(run, micro_steps(run, local))
-    values = {
-        "train/loss": loss / count,
-        "rewards/chosen": chosen / count,
-        "rewards/rejected": rejected / count,
-        "rewards/margin": (chosen - rejected) / count,
-        "rewards/accuracy": correct / count,
-        "train/grad_norm": grad_norm,
-        "spin/iteration": float(index + 1),
-        "spin/answers_equal": run.round.answers_equal,
-    }
+    sums, grad_norm = common.optimizer_step(run, micro_steps(run, local))
+    values = dpo.pair_values(sums, grad_norm)
+    values |= {"spin/iteration": float(index + 1), "spin/answers_equal": run.round.answers_equal}
     tokens = pair_tokens([run.round.pairs[i] for i in local]) * run.backend.data_world_size
     return loop.StepResult(values, tokens)
 
