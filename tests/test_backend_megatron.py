@@ -6,8 +6,8 @@ megatron's 1F1B schedule, with TP and sequence parallelism, with data parallelis
 DPO) gives the same curves and its checkpoints resume exactly and reshard, the final export loads with
 from_pretrained and scores the held-out rows as the Megatron model did, DPO on TP=2 follows the torch
 backend's curve and learns the preferences (held-out accuracy and margin rise), GRPO on TP=2 (generation
-from the shards, with megatron's KV cache) samples what the torch backend samples and learns, and SPIN on TP=2
-answers and trains as the torch backend does."""
+from the shards, with megatron's KV cache) samples what the torch backend samples and learns, and SPIN on TP=2 and
+on 2 stages answers and trains as the torch backend does."""
 
 from __future__ import annotations
 
@@ -88,6 +88,7 @@ def pipeline_runs(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
         "pp2": launch(tmp, SFT, PIPELINE, "pp2"),
         "tp2-pp2-sp": launch(tmp, unsaved, {**SEQUENCE_PARALLEL, "pipeline_parallel": 2}, "tp2-pp2-sp", processes=4),
         "pp2-dpo": launch(tmp, DPO, PIPELINE, "pp2-dpo"),
+        "pp2-spin": launch(tmp, SPIN, PIPELINE, "pp2-spin"),
         "torch-gpt2": launch(tmp, gpt2, TORCH, "torch-gpt2", processes=1),
         "pp2-dp2-gpt2": launch(tmp, gpt2, PIPELINE, "pp2-dp2-gpt2", processes=4),
     }
@@ -246,10 +247,12 @@ def test_dpo_on_tp2_matches_the_torch_backend_and_learns(runs: dict[str, Path]) 
     assert accuracy[30] > 0.6 and margin[30] > 0.05, (accuracy, margin)
 
 
-def test_spin_on_tp2_matches_the_torch_backend(runs: dict[str, Path]) -> None:
-    """megatron's engine answers each round's prompts from the TP shards as transformers' generate() does in one
-    process (the same draws), and the loss and implicit rewards follow the torch backend's."""
-    megatron, torch_run = runs["megatron-spin"], runs["torch-spin"]
+@pytest.mark.parametrize("layout", ["tp2", "pp2"])
+def test_spin_matches_the_torch_backend(runs: dict[str, Path], pipeline_runs: dict[str, Path], layout: str) -> None:
+    """megatron's engine answers each round's prompts from the TP shards, or through 2 pipeline stages, as
+    transformers' generate() does in one process (the same draws), and the loss and implicit rewards follow the
+    torch backend's (measured within 3e-7 and 7e-7)."""
+    megatron, torch_run = runs["megatron-spin"] if layout == "tp2" else pipeline_runs["pp2-spin"], runs["torch-spin"]
     assert metrics(megatron, "spin/answers_equal") == metrics(torch_run, "spin/answers_equal")
     assert max_diff(metrics(megatron, "train/loss"), metrics(torch_run, "train/loss")) < TOLERANCE
     assert max_diff(metrics(megatron, "rewards/margin"), metrics(torch_run, "rewards/margin")) < 1e-4
