@@ -63,6 +63,16 @@ def test_the_same_seed_writes_the_same_rows(runs: Path, tmp_path: Path) -> None:
     assert (tmp_path / "again" / "final" / "data.jsonl").read_bytes() == (runs / "1" / "final" / "data.jsonl").read_bytes()
 
 
+def test_attribute_values_reach_what_the_model_answers(runs: Path, tmp_path: Path) -> None:
+    """generate.attributes (SteerLM's steering): the model answers prompts that carry the values, so the same draws give
+    other answers, while the rows keep their prompts as they were."""
+    steered = generate_spec("critique_revise", revisions=2, attributes={"values": {"correctness": 4}})
+    run_spec(tmp_path / "steered.yaml", steered, "--out", str(tmp_path / "steered"))
+    plain, asked = rows_of(runs / "1"), rows_of(tmp_path / "steered")
+    assert [row["prompt"] for row in asked] == [row["prompt"] for row in plain]
+    assert [row["first_response"] for row in asked] != [row["first_response"] for row in plain]
+
+
 def test_ai_feedback_writes_preference_rows(runs: Path) -> None:
     rows = rows_of(runs / "2")
     identical = metrics(runs / "2", "data/identical")[1]

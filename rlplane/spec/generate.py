@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
+from rlplane.spec.attributes import AttributeSteering
 from rlplane.spec.base import StrictModel
 from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import ModelSpec
@@ -85,6 +86,11 @@ class GenerateOptions(StrictModel):
         description="ai_feedback: what the feedback model continues with A or B: {prompt}, {principle}, {first} and {second}.",
     )
     gen: GenSpec = Field(default_factory=GenSpec, description="Sampling of answers, critiques and revisions.")
+    attributes: AttributeSteering | None = Field(
+        None,
+        description="Ask a SteerLM-conditioned model (sft.attributes) for these attribute values when it answers: each "
+        "prompt it answers carries them (the rows keep the prompt as it was); null: the prompts as they are.",
+    )
     max_prompts: int | None = Field(None, ge=1, description="Generate for the first N prompts only; null: all of them.")
     samples_to_log: int = Field(
         4, ge=0, description="Rows shown as the run's samples (with the first answer, critiques and revision)."

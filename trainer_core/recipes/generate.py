@@ -38,7 +38,7 @@ from trainer_core.data import load_examples
 from trainer_core.data.tokenize import pad_id
 from trainer_core.models import load_from_spec
 from trainer_core.models.from_spec import context_length
-from trainer_core.recipes import common
+from trainer_core.recipes import common, steering
 from trainer_core.reporting import CheckpointEvent, Reporter, Sample
 from trainer_core.rollout import draws, rollouts
 
@@ -238,7 +238,8 @@ def run_generate(spec: RunSpec, out_dir: Path, resume_from: Path | None = None, 
 
 def _written(run: GenerateRun) -> None:
     run.reporter.status("running", f"writing {run.options.kind} rows")
-    prompts = [rollouts.prompt_text(row) for row in run.rows]
+    # what the model answers: each prompt, carrying the attribute values asked of a SteerLM model where given
+    prompts = [rollouts.prompt_text(row) for row in steering.steered(run.rows, run.options.attributes)]
     make = critique_revise if run.options.kind == "critique_revise" else ai_feedback
     with common.evaluating(run.policy, run.backend):
         rows, values = make(run, prompts)

@@ -2345,6 +2345,11 @@ export interface components {
          */
         GenerateOptions: {
             /**
+             * @description Ask a SteerLM-conditioned model (sft.attributes) for these attribute values when it answers: each prompt it answers carries them (the rows keep the prompt as it was); null: the prompts as they are.
+             * @default null
+             */
+            attributes: components["schemas"]["AttributeSteering"] | null;
+            /**
              * Comparison Template
              * @description ai_feedback: what the feedback model continues with A or B: {prompt}, {principle}, {first} and {second}.
              * @default {prompt}
