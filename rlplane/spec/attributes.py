@@ -9,13 +9,12 @@ share the default template, so an evaluation of a conditioned model only names t
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field, StringConstraints, field_validator
 
-from rlplane.spec.base import StrictModel
+from rlplane.spec.base import StrictModel, template_checker
 from rlplane.spec.sections import ModelSpec
 
 AttributeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$")]
@@ -30,16 +29,6 @@ def attribute_text(values: Mapping[str, float]) -> str:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{float(value):g}"
-
-
-def _check_template(template: str) -> str:
-    try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    except ValueError as exc:
-        raise ValueError(f"the template is not a valid format string ({exc}); write {{ and }} as {{{{ and }}}}") from None
-    if sorted(set(fields)) != sorted(TEMPLATE_FIELDS) or len(fields) != len(TEMPLATE_FIELDS):
-        raise ValueError("the template must hold {attributes} and {prompt} once each, and no other {field}")
-    return template
 
 
 TEMPLATE = Field(
@@ -70,10 +59,7 @@ class AttributeConditioning(StrictModel):
         "as SteerLM does; null: every row must carry them.",
     )
 
-    @field_validator("template")
-    @classmethod
-    def _template_fields(cls, value: str) -> str:
-        return _check_template(value)
+    _template = field_validator("template")(template_checker(*TEMPLATE_FIELDS, once=True))
 
 
 class AttributeSteering(StrictModel):
@@ -84,7 +70,4 @@ class AttributeSteering(StrictModel):
     )
     template: str = TEMPLATE
 
-    @field_validator("template")
-    @classmethod
-    def _template_fields(cls, value: str) -> str:
-        return _check_template(value)
+    _template = field_validator("template")(template_checker(*TEMPLATE_FIELDS, once=True))

@@ -4,6 +4,7 @@ the syntax of model/data references, and helpers that look inside type annotatio
 from __future__ import annotations
 
 import re
+import string
 import types
 import typing
 from typing import Annotated, Any, Literal, Union
@@ -28,6 +29,23 @@ _DATA_FILE = r"(?:(?:/|\./|\.\./|~).*|[^:]*)\.(?:jsonl|json|parquet)"  # local f
 MODEL_PATH_PATTERN = rf"^(?:{_RUN}|{_BUILTIN}|{_LOCAL}|{_HF_ID})$"
 DATA_SOURCE_PATTERN = rf"^(?:{_BUILTIN}|dataset:[1-9][0-9]*|run:[1-9][0-9]*|{_DATA_FILE}|{_HF_ID})$"
 _LOCAL_PREFIXES = ("/", "./", "../", "~")
+
+
+def template_checker(*fields: str, once: bool = False) -> Any:
+    """A pydantic field validator: a str.format template holding exactly `fields` (each once, with `once`), so a
+    template with a typo in a {field} is refused at submit rather than failing when the trainer fills it."""
+
+    def check(cls: type, value: str) -> str:
+        try:
+            used = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        except ValueError as exc:
+            raise ValueError(f"the template is not a valid format string ({exc}); write {{ and }} as {{{{ and }}}}") from None
+        if set(used) != set(fields) or (once and len(used) != len(fields)):
+            wanted = ", ".join("{" + f + "}" for f in fields)
+            raise ValueError(f"the template must hold {wanted}{' once each' if once else ''}, and no other {{field}}")
+        return value
+
+    return check
 
 
 class StrictModel(BaseModel):

@@ -9,13 +9,12 @@ al. 2022), which a later run or pipeline stage reads with `data.source: run:<id>
 
 from __future__ import annotations
 
-import string
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
 from rlplane.spec.attributes import AttributeSteering
-from rlplane.spec.base import StrictModel
+from rlplane.spec.base import StrictModel, template_checker
 from rlplane.spec.generation import GenSpec
 from rlplane.spec.sections import ModelSpec
 
@@ -32,20 +31,6 @@ REVISION_TEMPLATE = (
 COMPARISON_TEMPLATE = "{prompt}\n{principle}\n(A){first}\n(B){second}\nThe better response is ("
 
 Principle = Annotated[str, StringConstraints(min_length=1, max_length=2000)]
-
-
-def template_checker(*fields: str):  # noqa: ANN201 - a pydantic validator factory
-    def check(cls: type, value: str) -> str:
-        try:
-            used = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-        except ValueError as exc:
-            raise ValueError(f"not a valid format string ({exc}); write {{ and }} as {{{{ and }}}}") from None
-        if used != set(fields):
-            wanted = ", ".join("{" + f + "}" for f in fields)
-            raise ValueError(f"the template must hold {wanted} and no other {{field}}")
-        return value
-
-    return check
 
 
 class GenerateOptions(StrictModel):

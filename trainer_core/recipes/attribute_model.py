@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ def values_of(row: dict, names: list[str], where: str) -> list[float]:
     values = []
     for name in names:
         value = row.get(name)
-        if not isinstance(value, Real) or isinstance(value, bool):
+        if not steering.is_value(value):
             got = "missing" if value is None else f"{type(value).__name__} {value!r}"
             raise DataError(
                 f"{where}, column {name!r}: an attribute model needs a number for every attribute in "

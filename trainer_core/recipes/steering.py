@@ -61,8 +61,13 @@ def _unlabelled(row: dict, split: str, names: Sequence[str]) -> DataError:
     )
 
 
+def is_value(value: object) -> bool:
+    """An attribute value: a number (true and false are not)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def _known(row: dict, names: Sequence[str]) -> bool:
-    return all(isinstance(row.get(n), Real) and not isinstance(row.get(n), bool) for n in names)
+    return all(is_value(row.get(n)) for n in names)
 
 
 def conditioned(
