@@ -409,6 +409,11 @@ def bench_grpo(name: str, work: Path, paths: dict[str, Path], args: argparse.Nam
     for key in ("perf/gen_s", "perf/train_s"):
         out[key.split("/")[1]] = median_after(by_step, key, 1)
     out["step_s"] = median_after(by_step, "step_time_s", 1)
+    # where an asynchronous step's time goes (the 2026-11-30 GPU row of a generator process was 2.4x the synchronous
+    # step, and its run's log stayed on the GPU machine): each side's idle fraction and the weights' seconds
+    for key in ("perf/weight_sync_s", "async/generator_idle", "async/trainer_idle"):
+        if any(key in by_step[s] for s in by_step):
+            out[key.split("/")[1]] = median_after(by_step, key, 1)
     return out
 
 
@@ -464,7 +469,7 @@ def table(results: dict, args: argparse.Namespace) -> str:
         lines += [
             "",
             f"GRPO: {args.prompts} prompts x 8, {args.gen_tokens} new tokens, median after step 1",
-            f"{'run':<20}{'gen s':>8}{'train s':>9}{'step s':>8}{'peak GiB':>10}",
+            f"{'run':<20}{'gen s':>8}{'train s':>9}{'step s':>8}{'peak GiB':>10}{'sync s':>8}  idle: generator, trainer",
         ]
         for name, r in results["grpo"].items():
             if "error" in r:
@@ -472,7 +477,8 @@ def table(results: dict, args: argparse.Namespace) -> str:
                 continue
             lines.append(
                 f"{name:<20}{fmt(r['gen_s'], '.2f'):>8}{fmt(r['train_s'], '.2f'):>9}{fmt(r['step_s'], '.2f'):>8}"
-                f"{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}"
+                f"{fmt(r['peak_gpu_mib'] / 1024, '.1f'):>10}{fmt(r.get('weight_sync_s'), '.2f'):>8}"
+                + (f"  {fmt(r['generator_idle'], '.2f')}, {fmt(r['trainer_idle'], '.2f')}" if "trainer_idle" in r else "")
             )
         if results["generate"]:
             g = results["generate"]

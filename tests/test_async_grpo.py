@@ -9,8 +9,10 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -66,8 +68,8 @@ def test_the_machinery_at_bound_0_trains_exactly_as_the_synchronous_loop(start: 
 
 @pytest.mark.parametrize("generator", ["colocated", "process"])
 def test_after_every_sync_the_generator_samples_as_the_trainers_policy(start: Path, tmp_path: Path, generator: str) -> None:
-    """Bound 1, the generator a thread (its engine on a copy of the policy) or a process of its own (weights reloaded
-    from files): at each publish the trainer's policy answers a fixed probe greedily and scores the answer with its own
+    """Bound 1, the generator a thread (its engine on a copy of the policy) or a process of its own (weights sent over
+    its connection): at each publish the trainer's policy answers a fixed probe greedily and scores the answer with its own
     forward; when the generator has loaded those weights its engine answers the probe with the same tokens, each
     log-probability within 1e-5 of the trainer's, at the same version. A generator process ends with the run."""
     spec = parse_spec(short(start, 6, max_staleness=1, generator=generator))
@@ -148,6 +150,39 @@ def test_a_generator_node_samples_as_the_generator_process(start: Path, tmp_path
     assert {k for k in child if not k[1].startswith(timed)} == {k for k in remote if not k[1].startswith(timed)}
     assert all(remote[k] == v for k, v in child.items() if not k[1].startswith(timed)), "the node's run differs"
     assert child[(6, "train/loss")] != 0
+
+
+def test_weights_cross_the_generators_connection_bit_for_bit() -> None:
+    """Tensors of each kind a policy holds (fp32, bf16, fp16, a bool mask, an int64 buffer, a scalar, an empty one, a
+    transposed view) sent over the generator's connection as raw bytes arrive equal bit for bit, with their dtypes and
+    shapes; a model whose names differ from the weights sent refuses them, naming what is missing."""
+    sent = {
+        "w": torch.randn(3, 5),
+        "half": torch.randn(4).to(torch.bfloat16),
+        "fp16": torch.randn(2, 2).half(),
+        "mask": torch.tensor([True, False, True]),
+        "ids": torch.arange(6, dtype=torch.int64),
+        "scale": torch.tensor(2.5),
+        "none": torch.empty(0, 7),
+        "t": torch.randn(4, 3).t(),
+    }
+    ours, theirs = socket.socketpair()
+    sender, receiver = own_process.Channel(ours), own_process.Channel(theirs)
+    thread = threading.Thread(target=sender.send_tensors, args=({"op": "load", "version": 3}, sent))
+    thread.start()
+    message, got = receiver.receive()
+    thread.join()
+    assert message["op"] == "load" and message["version"] == 3
+    assert list(got) == list(sent)
+    for name, tensor in sent.items():
+        assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
+        assert torch.equal(got[name].reshape(-1).view(torch.uint8), tensor.contiguous().reshape(-1).view(torch.uint8))
+    model = torch.nn.Linear(5, 3)
+    own_process.load_in_place(model, {"weight": got["w"], "bias": torch.ones(3)})
+    assert torch.equal(model.weight, sent["w"]) and torch.equal(model.bias, torch.ones(3))
+    with pytest.raises(ValueError, match="lack \\['bias'\\]"):
+        own_process.load_in_place(model, {"weight": got["w"]})
+    sender.close(), receiver.close()
 
 
 def test_a_generator_process_that_dies_ends_the_run_with_its_last_lines(start: Path, tmp_path: Path) -> None:

@@ -11,10 +11,13 @@ sampling and training do not share one interpreter's lock. Two placements, one p
     trainer (ProcessEngine)                                 generator (python -m trainer_core.rollout.own_process)
     start: the engine's settings, the policy's files  ───▶  writes them to --workdir, builds gen.engine on them
     generate: token ids, sampling, a seed              ───▶  the engine's completions: tokens, log-probabilities, finish
-    load: a version, the weights (safetensors bytes)   ───▶  loads them in place (between generate calls)
+    load: a version, the weights (raw tensors)         ───▶  copies them into its model (between generate calls)
 
 Each message is one JSON line, followed by `bytes` raw bytes where it says so (files and weights travel in the same
 stream, so a node needs no shared filesystem); no pickle, and Python writes floats so that they read back exactly.
+Weights travel as each tensor's own bytes, named with their dtype and shape in the line before them, read straight
+into tensors on the other side: building a safetensors file in memory first took 14.7 s for a 0.6B policy in fp32
+here, and a step of an asynchronous GRPO run on an H200 with a generator process took 2.4x the synchronous one's.
 Each generate call carries a seed drawn from the trainer's torch generator, so the run's seed decides the generator's
 draws wherever it runs. The generator has none of the trainer's distributed environment.
 """
@@ -30,7 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,7 +44,7 @@ from torch import nn
 from trainer_core.backends import Backend, BackendError
 from trainer_core.failures import EngineLost
 from trainer_core.rollout.engines import Completion, HoldsNothing, Sampling, Weights
-from trainer_core.rollout.vllm import _term_with_parent, safetensors_bytes, write_model
+from trainer_core.rollout.vllm import _term_with_parent, write_model
 
 LOG_LINES = 20
 CONNECT_S = 300.0  # how long the trainer tries to reach a generator node (it may still be importing torch)
@@ -58,22 +61,65 @@ class Channel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reader: BinaryIO = sock.makefile("rb")
+        # the last weights received, whose memory the next ones are read into: a fresh 2.4 GB each sync spent most of
+        # its time on the first touch of its pages here (8.7 s against 1.9 s)
+        self.staging: dict[str, torch.Tensor] = {}
 
-    def send(self, message: dict[str, Any], payload: bytes = b"") -> None:
-        header = {**message, "bytes": len(payload)} if payload else message
-        self.sock.sendall(json.dumps(header).encode() + b"\n" + payload)
+    def send(self, message: dict[str, Any], payload: bytes | Sequence[memoryview] = b"") -> None:
+        """`message`, then `payload`: bytes, or buffers sent one after another without being joined."""
+        parts = [payload] if isinstance(payload, bytes) else list(payload)
+        size = sum(memoryview(part).nbytes for part in parts)
+        header = {**message, "bytes": size} if size else message
+        self.sock.sendall(json.dumps(header).encode() + b"\n")
+        for part in parts:
+            self.sock.sendall(part)
 
-    def receive(self) -> tuple[dict[str, Any], bytes] | None:
-        """The next message and its payload; None when the other end closed the connection."""
+    def send_tensors(self, message: dict[str, Any], state: Mapping[str, torch.Tensor]) -> None:
+        """`message` with `state`'s tensors after it: their names, dtypes and shapes in the line, their bytes as they
+        lie in memory (on the CPU)."""
+        specs, parts = [], []
+        for name, tensor in state.items():
+            data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
+            specs.append([name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), data.nbytes])
+            parts.append(memoryview(data))
+        self.send({**message, "tensors": specs}, parts)
+
+    def receive(self) -> tuple[dict[str, Any], bytes | dict[str, torch.Tensor]] | None:
+        """The next message and its payload (bytes, or the tensors it names, whose memory the next message's tensors
+        reuse: copy them out before receiving again); None when the other end closed the connection."""
         line = self.reader.readline()
         if not line:
             return None
         message = json.loads(line)
+        if "tensors" in message:
+            tensors = self._read_tensors(message["tensors"])
+            return None if tensors is None else (message, tensors)
         size = int(message.get("bytes", 0))
         payload = self.reader.read(size) if size else b""
         if len(payload) < size:
             return None
         return message, payload
+
+    def _read_tensors(self, specs: list[list[Any]]) -> dict[str, torch.Tensor] | None:
+        tensors = {}
+        for name, dtype, shape, size in specs:
+            kind = getattr(torch, dtype, None)
+            if not isinstance(kind, torch.dtype):
+                raise ValueError(f"the weights name an unknown dtype {dtype!r} for {name}")
+            tensor = self.staging.get(name)
+            if tensor is None or tensor.dtype != kind or list(tensor.shape) != list(shape):
+                tensor = self.staging[name] = torch.empty(shape, dtype=kind)
+            buffer = memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+            if buffer.nbytes != size:
+                raise ValueError(f"{name}: {size} bytes sent for a {dtype} tensor of shape {shape}")
+            got = 0
+            while got < size:
+                read = self.reader.readinto(buffer[got:])
+                if not read:
+                    return None
+                got += read
+            tensors[name] = tensor
+        return tensors
 
     def close(self) -> None:
         self.reader.close()
@@ -173,12 +219,17 @@ class ProcessEngine(HoldsNothing):
     def update_weights(self, weights: Weights, version: int) -> None:
         """`weights` (a state dict, or a directory holding model.safetensors) into the generator's copy, as `version`."""
         if isinstance(weights, Mapping):
-            payload = safetensors_bytes(weights)
+            state = weights
         elif weights is not None:
-            payload = (Path(weights) / "model.safetensors").read_bytes()
+            from safetensors.torch import load_file
+
+            state = load_file(Path(weights) / "model.safetensors")
         else:
             raise GeneratorProcessError("the generator's process holds its own weights: update_weights needs a state dict")
-        self._send({"op": "load", "version": version}, payload)
+        try:
+            self.channel.send_tensors({"op": "load", "version": version}, state)
+        except OSError:
+            raise self._failure("stopped listening") from None
         self._answer()
         self.version = version
 
@@ -278,10 +329,7 @@ def _serve(channel: Channel, args: argparse.Namespace) -> int:
                 engine, model = _engine(request, payload, args)
                 channel.send({"ready": True})
             elif request["op"] == "load":
-                from safetensors.torch import load
-
-                with torch.no_grad():
-                    model.load_state_dict(load(payload))  # type: ignore[union-attr]
+                load_in_place(model, payload)  # type: ignore[arg-type]
                 engine.version = request["version"]  # type: ignore[union-attr]
                 channel.send({"loaded": request["version"]})
             else:
@@ -294,6 +342,19 @@ def _serve(channel: Channel, args: argparse.Namespace) -> int:
             return 1
     print("generator: the trainer closed the connection without a close", flush=True)
     return 1
+
+
+def load_in_place(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """The trainer's weights copied into the generator's model (onto its device, in its dtype); every name must be
+    the model's, and every one of the model's sent."""
+    own = model.state_dict()
+    if missing := own.keys() - tensors.keys():
+        raise ValueError(f"the weights sent lack {sorted(missing)[:5]}")
+    if unexpected := tensors.keys() - own.keys():
+        raise ValueError(f"the weights sent hold names the generator's model lacks: {sorted(unexpected)[:5]}")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            own[name].copy_(tensor)
 
 
 def _engine(request: dict[str, Any], payload: bytes, args: argparse.Namespace) -> tuple[Any, nn.Module]:

@@ -221,17 +221,19 @@ def write_model(policy: nn.Module, directory: Path, weights: Mapping[str, torch.
 def write_weights(state: Mapping[str, torch.Tensor], directory: Path) -> None:
     """`state` as directory/model.safetensors, replaced whole (written beside it, then renamed): the server never
     reads half a file."""
+    from safetensors.torch import save_file
+
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / "model.safetensors.partial"
-    partial.write_bytes(safetensors_bytes(state))
+    # save_file, not save() then write_bytes: save() builds the file in memory through several copies (14.7 s against
+    # save_file's 2.4 s for 2.4 GB here)
+    save_file(cpu_tensors(state), str(partial))
     os.replace(partial, directory / "model.safetensors")
 
 
-def safetensors_bytes(state: Mapping[str, torch.Tensor]) -> bytes:
-    """`state` as a safetensors file's bytes, on the CPU; tied tensors as copies (safetensors refuses shared
-    storage; only those are copied)."""
-    from safetensors.torch import save
-
+def cpu_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` on the CPU, contiguous; tied tensors as copies (safetensors refuses shared storage; only those are
+    copied)."""
     tensors, seen = {}, set()
     for name, tensor in state.items():
         tensor = tensor.detach().to("cpu").contiguous()
@@ -239,7 +241,7 @@ def safetensors_bytes(state: Mapping[str, torch.Tensor]) -> bytes:
             tensor = tensor.clone()
         seen.add(tensor.untyped_storage().data_ptr())
         tensors[name] = tensor
-    return save(tensors)
+    return tensors
 
 
 def wait_healthy(url: str, timeout_s: float, server: Server | None) -> None:
