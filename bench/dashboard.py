@@ -193,13 +193,14 @@ FLEET_RUNS, FLEET_KEYS, COMPARED, ACTIVE = 500, 300, 20, 10
 COMPARE_CHART = f'[data-chart="{FIRST_KEY}"][data-series="{COMPARED}"]'
 
 
-def fleet(up: Up, dsn: str, base: str, token: str, repeats: int, watch_s: float, ids: list[int] | None) -> dict:
+def fleet(up: Up, dsn: str, base: str, token: str, args: argparse.Namespace, ids: list[int] | None) -> dict:
     """The fleet case on `up`; `ids`: the runs of a fleet made by an earlier bench run in the same home and database."""
     names = fleet_data.key_names(FLEET_KEYS, FIRST_KEY)
-    row: dict = {"runs": FLEET_RUNS, "keys": FLEET_KEYS, "steps": MANY_STEPS, "fill_s": None}
+    repeats, runs = args.repeats, args.fleet_runs
+    row: dict = {"runs": runs if ids is None else len(ids), "keys": FLEET_KEYS, "steps": MANY_STEPS, "fill_s": None}
     if ids is None:
         spec = {**LIVE_SPEC, "resources": {"queue": "bench-no-worker"}}
-        made = (up.http.post("/runs", json={**spec, "name": f"fleet-{i:03d}"}) for i in range(FLEET_RUNS))
+        made = (up.http.post("/runs", json={**spec, "name": f"fleet-{i:03d}"}) for i in range(runs))
         ids = [answer.raise_for_status().json()["id"] for answer in made]
         row["fill_s"] = fleet_data.fill(dsn, ids, names, MANY_STEPS, ACTIVE)
     row["ids"] = ids
@@ -214,9 +215,10 @@ def fleet(up: Up, dsn: str, base: str, token: str, repeats: int, watch_s: float,
     row |= {"api_runs_list_s": runs_api, "api_compare_s": compare_api}
     for name, (path, selector) in pages.items():
         browser("paint", base, token, path, selector, "1", timeout=120)  # warms the server, not counted
-        opened = browser("paint", base, token, path, selector, str(repeats), timeout=600)["open_ms"]
-        row[f"browser_{name}_s"] = [t / 1000 for t in opened]
-    row |= watch_compare(up, base, token, pages["compare"][0], compared[:ACTIVE], names, watch_s)
+        opened = browser("paint", base, token, path, selector, str(repeats), timeout=600)
+        row[f"browser_{name}_s"] = [t / 1000 for t in opened["open_ms"]]
+        row[f"browser_{name}_timeline"] = opened["timeline"]
+    row |= watch_compare(up, base, token, pages["compare"][0], compared[:ACTIVE], names, args.watch_seconds)
     return row
 
 
@@ -236,7 +238,7 @@ def fleet_case(args: argparse.Namespace) -> dict:
         token = (up.home / "admin.token").read_text().strip()
         ids = json.loads(made.read_text()) if made.exists() else None
         dsn = "postgresql://postgres@127.0.0.1:5432/rlplane_bench_fleet"
-        row = fleet(up, dsn, base, token, args.repeats, args.watch_seconds, ids)
+        row = fleet(up, dsn, base, token, args, ids)
         made.write_text(json.dumps(row["ids"]))
         return row
     finally:
@@ -405,6 +407,13 @@ def main() -> int:
     )
     parser.add_argument("--watch-seconds", type=float, default=40.0, help="how long the fleet's Compare page is watched")
     parser.add_argument("--fleet-home", type=Path, help="keep the fleet (its home here, its database) for later runs")
+    parser.add_argument(
+        "--fleet-runs",
+        type=int,
+        default=FLEET_RUNS,
+        help=f"runs in a new fleet (default {FLEET_RUNS}, the target's; fewer fill faster while a change is being tried: "
+        f"a Compare reads only its {COMPARED} runs)",
+    )
     parser.add_argument("--many-keys", default="300,2000", help="key counts of the many-keys runs")
     parser.add_argument("--old-dist", type=Path, help="an older dashboard build to time the many-keys opens against")
     args = parser.parse_args()
@@ -413,6 +422,8 @@ def main() -> int:
         parser.error("the dashboard is not built: run `make up` once, or `cd frontend && npm run build`")
     if "fleet" in cases and not args.postgres:
         parser.error("--cases fleet needs --postgres: its 150 million points are written by Postgres's own SQL")
+    if args.fleet_runs < COMPARED:
+        parser.error(f"--fleet-runs {args.fleet_runs}: a fleet needs at least the {COMPARED} runs its Compare opens")
 
     big, live, many = first_cases(args, cases) if cases - {"fleet"} else (None, None, [])
     fleet_row = fleet_case(args) if "fleet" in cases else None

@@ -3,8 +3,9 @@
 //                                         until KEY's chart has drawn its points (cold cache each time)
 //   live URL TOKEN RUN_ID KEY SECONDS  -> {"drawn": [[epoch_ms, step], ...]}: when each new last step of
 //                                         KEY's chart reached the canvas, watched for SECONDS
-//   paint URL TOKEN PATH SELECTOR REPEATS -> {"open_ms": [...]}: a fresh context opens PATH until SELECTOR is
-//                                         there (for a chart: until it has drawn), cold cache each time
+//   paint URL TOKEN PATH SELECTOR REPEATS -> {"open_ms": [...], "timeline": {...}}: a fresh context opens PATH
+//                                         until SELECTOR is there (for a chart: until it has drawn), cold cache
+//                                         each time; the timeline: the last open's resources, when each came
 //   watch URL TOKEN PATH SELECTOR SECONDS -> {"requests": [[ms, method, path], ...], "last_step": N}: PATH opened
 //                                         until SELECTOR, then every API request the page makes for SECONDS
 import { createRequire } from 'node:module';
@@ -63,15 +64,24 @@ try {
     console.log(JSON.stringify({ open_ms: times }));
   } else if (mode === 'paint') {
     const times = [];
+    let timeline = null;
     for (let i = 0; i < Number(amount); i++) {
       const { context, page } = await signedInPage();
       const started = Date.now();
       await page.goto(`${base}${runId}`);
       await painted(page, key);
       times.push(Date.now() - started);
+      // where the last open's time went: each resource's start and end (ms from navigation) and size
+      timeline = await page.evaluate(() => ({
+        painted_ms: Math.round(performance.now()),
+        dom_content_loaded_ms: Math.round(performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd ?? -1),
+        resources: performance.getEntriesByType('resource').map((e) => [
+          e.name.replace(location.origin, '').slice(0, 80), Math.round(e.startTime), Math.round(e.responseEnd), e.encodedBodySize,
+        ]),
+      }));
       await context.close();
     }
-    console.log(JSON.stringify({ open_ms: times }));
+    console.log(JSON.stringify({ open_ms: times, timeline }));
   } else if (mode === 'watch') {
     const { page } = await signedInPage();
     await page.goto(`${base}${runId}`);

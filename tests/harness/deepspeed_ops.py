@@ -21,9 +21,12 @@ OPS = ("ShareMemCommBuilder", "PinMemoryBuilder", "AsyncIOBuilder")
 
 
 def main() -> None:
+    from tests.harness.launch import EXTENSIONS
+
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(EXTENSIONS)  # where the tests' trainers look, make test or not
     from deepspeed.accelerator import get_accelerator
 
-    where = os.environ.get("TORCH_EXTENSIONS_DIR", "torch's default directory")
+    where = os.environ["TORCH_EXTENSIONS_DIR"]
     for name in OPS:
         started = time.monotonic()
         builder = get_accelerator().create_op_builder(name)

@@ -5,6 +5,7 @@ compiled ops cached outside the checkout so a fresh clone on the same machine bu
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import signal
@@ -18,8 +19,10 @@ from rlplane.ports import free_port
 from tests.harness.forked_ranks import ForkedLaunch, Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
-# make test sets TORCH_EXTENSIONS_DIR; a test run by hand gets the same cache.
-EXTENSIONS = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "rlplane" / "torch_extensions")
+# make test sets TORCH_EXTENSIONS_DIR (the Makefile: one directory per checkout path); a test run by hand gets the
+# same one. (It once got a directory of its own, and a suite started by hand rebuilt every op, async_io for 7 minutes.)
+_CHECKOUT = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+EXTENSIONS = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "rlplane" / "torch_extensions" / _CHECKOUT)
 
 
 def trainer_env(**extra: str) -> dict[str, str]:
