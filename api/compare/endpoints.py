@@ -1,7 +1,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from api.auth.deps import Reader
 from api.compare import schemas, service
@@ -25,11 +25,12 @@ def compare_runs(
             "since come back; a run without one gets all its keys",
         ),
     ] = None,
-) -> schemas.Comparison:
+) -> Response:
     """The compared runs' details and metric keys, in one request (Compare's poll); a run that cannot be read
     carries its reason instead of failing the others."""
     ids = [int(run_id) for run_id in runs.split(",")]
-    return service.compare(session, principal, ids, service.parse_cursors(cursors))
+    document = service.compare(session, principal, ids, service.parse_cursors(cursors))
+    return Response(document, media_type="application/json")
 
 
 @router.post("/series", response_model=schemas.RunsColumnsResponse)
