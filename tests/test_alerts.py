@@ -336,3 +336,25 @@ def test_a_runs_alerts_close_when_it_ends_and_do_not_open_again(client, db, app)
     watch(app)
     watch(app)
     assert {(a["name"], a["state"]) for a in alerts_of(client, run["id"])} == {("len", "resolved"), ("length_at_max", "resolved")}
+
+
+def test_a_nan_that_ended_the_run_between_two_looks_still_fires_its_rule_once(client, db, app):
+    """The run reports a NaN loss and fails on it before the reconciler looks again (a diverged run ends at once): its
+    nonfinite rule fires on the ended run's last points, the alert closes with the run, and later looks open none
+    anew; a metric rule that fired while the run ran does not fire again once it has ended."""
+    worker = ApiWorker(client)
+    for rule in (
+        {"name": "nan", "condition": {"kind": "nonfinite", "metric": "train/loss"}},
+        {"name": "high", "condition": {"kind": "threshold", "metric": "train/loss", "op": ">", "value": 5}},
+    ):
+        assert client.post("/api/v1/alert-rules", json=rule).status_code == 201
+    run = create_run(client, name="diverging")
+    worker.start(run["id"])
+    worker.log(run["id"], "train/loss", {1: 6.0})
+    watch(app)
+    assert {(a["name"], a["state"]) for a in alerts_of(client, run["id"])} == {("high", "open")}
+    worker.log(run["id"], "train/loss", {2: "NaN"})
+    worker.end(run["id"], "failed")
+    watch(app)
+    watch(app)
+    assert sorted((a["name"], a["state"]) for a in alerts_of(client, run["id"])) == [("high", "resolved"), ("nan", "resolved")]

@@ -95,8 +95,12 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
         d for d in DETECTORS.values() if run.algorithm in d.algorithms and d.name not in overridden and run.status in ACTIVE
     ]
     live = [(rule, condition) for rule, condition in conditions if not rule.muted]
-    if run.status not in ACTIVE:  # an ended run changes no more: only its status rules still apply
-        live = [(rule, condition) for rule, condition in live if isinstance(condition, StatusChange)]
+    ended = run.status not in ACTIVE
+    if ended:
+        # An ended run changes no more, and stalls no more; its metric rules are still read, for what it logged after
+        # the last look (a NaN that ended it between two ticks: its rule fired on no run before), but only a rule
+        # that never fired on it while it ran may fire now.
+        live = [(rule, condition) for rule, condition in live if not isinstance(condition, Stalled)]
     series = _Series(session, run.id, _series_read(run, [condition for _, condition in live], detectors))
     checks: list[tuple[str, str, AlertRule | None, Verdict, bool]] = []  # source, name, rule, verdict, sticky
     for rule, condition in live:
@@ -110,18 +114,20 @@ def _evaluate_run(session: Session, run: Run, rules: list[AlertRule], now: datet
     opened = []
     for source, name, rule, verdict, sticky in checks:
         current = latest.get(source)
+        if ended and not sticky and current is not None:
+            continue  # what it fired while it ran is closed below, and not opened anew
         if verdict.firing and (current is None or (current.state == "resolved" and not sticky)):
             opened.append(_open(session, run, source, name, rule, verdict.message, now))
         elif not verdict.firing and verdict.cleared is not False and current is not None and current.state == "open":
             if not sticky:
                 current.state, current.resolved_at = "resolved", now
-    if run.status not in ACTIVE:
-        # What an ended run's metrics opened (rules and detectors, no longer checked) closes with the run; its status
-        # alerts stay, as always.
-        checked = {source for source, *_ in checks}
-        for source, current in latest.items():
-            if current.state == "open" and source not in checked:
-                current.state, current.resolved_at = "resolved", now
+    if ended:
+        # What an ended run's metrics opened (rules and detectors), this time too, closes with the run (its delivery
+        # goes on); its status alerts stay, as always.
+        status_sources = {source for source, _, _, _, sticky in checks if sticky}
+        for alert in [*latest.values(), *opened]:
+            if alert.state == "open" and alert.source not in status_sources:
+                alert.state, alert.resolved_at = "resolved", now
     return opened
 
 
