@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth.principal import Principal
@@ -16,6 +17,7 @@ from api.exceptions import Forbidden, NotFound, Unprocessable
 from api.metrics import buckets, rollups
 from api.metrics.rollups import KeyRow
 from api.metrics.service import series_buckets
+from api.models import Run
 from api.runs import views
 from api.runs.service import readable_run
 from rlplane.floats import encode
@@ -48,16 +50,21 @@ def compare(session: Session, principal: Principal, run_ids: Sequence[int], curs
     if len(run_ids) > schemas.MAX_RUNS:
         raise Unprocessable(["query", "runs"], f"at most {schemas.MAX_RUNS} runs a request: ask for the rest in another")
     shown: list[dict[str, Any]] = []
-    for run_id in dict.fromkeys(run_ids):
+    asked = list(dict.fromkeys(run_ids))
+    session.scalars(select(Run).where(Run.id.in_(asked))).all()  # into the session: readable_run below reads them there
+    for run_id in asked:
         try:
             readable_run(session, principal, run_id)
         except (NotFound, Forbidden) as refused:
             problem = schemas.RunProblem(status=refused.status_code, detail=str(refused.detail))
             shown.append({"id": run_id, "run": None, "error": problem.model_dump(), "keys": None})
             continue
-        detail = views.run_detail(session, run_id, principal).model_dump(mode="json")
-        shown.append({"id": run_id, "run": detail, "error": None, "keys": None})
+        shown.append({"id": run_id, "run": None, "error": None, "keys": None})
     readable = [entry["id"] for entry in shown if entry["error"] is None]
+    details = views.run_details(session, readable, principal)
+    for entry in shown:
+        if entry["error"] is None:
+            entry["run"] = details[entry["id"]].model_dump(mode="json")
     summaries = rollups.key_summary_rows(session, readable) if readable else {}
     for entry in shown:
         if entry["error"] is None:
