@@ -8,7 +8,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth.principal import Principal
@@ -17,8 +16,7 @@ from api.exceptions import Forbidden, NotFound, Unprocessable
 from api.metrics import buckets, rollups
 from api.metrics.rollups import KeyRow
 from api.metrics.service import series_buckets
-from api.models import Run
-from api.runs import views
+from api.runs import repository, views
 from api.runs.service import readable_run
 from rlplane.floats import encode
 
@@ -51,7 +49,7 @@ def compare(session: Session, principal: Principal, run_ids: Sequence[int], curs
         raise Unprocessable(["query", "runs"], f"at most {schemas.MAX_RUNS} runs a request: ask for the rest in another")
     shown: list[dict[str, Any]] = []
     asked = list(dict.fromkeys(run_ids))
-    session.scalars(select(Run).where(Run.id.in_(asked))).all()  # into the session: readable_run below reads them there
+    rows = repository.run_rows_by_id(session, asked)  # readable_run below finds these Runs in the session
     for run_id in asked:
         try:
             readable_run(session, principal, run_id)
@@ -60,14 +58,12 @@ def compare(session: Session, principal: Principal, run_ids: Sequence[int], curs
             shown.append({"id": run_id, "run": None, "error": problem.model_dump(), "keys": None})
             continue
         shown.append({"id": run_id, "run": None, "error": None, "keys": None})
-    readable = [entry["id"] for entry in shown if entry["error"] is None]
+    readable = {entry["id"]: rows[entry["id"]] for entry in shown if entry["error"] is None}
     details = views.run_details(session, readable, principal)
+    summaries = rollups.key_summary_rows(session, list(readable)) if readable else {}
     for entry in shown:
         if entry["error"] is None:
             entry["run"] = details[entry["id"]].model_dump(mode="json")
-    summaries = rollups.key_summary_rows(session, readable) if readable else {}
-    for entry in shown:
-        if entry["error"] is None:
             entry["keys"] = key_delta(summaries.get(entry["id"], []), cursors.get(entry["id"]))
     return orjson.dumps({"runs": shown})
 

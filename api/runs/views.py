@@ -1,6 +1,5 @@
 """Shape ORM rows into the public run schemas."""
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -115,36 +114,35 @@ def link_public(link, run: Run) -> schemas.RunLinkPublic:
     )
 
 
+def visible_links(links, principal: Principal) -> list[schemas.RunLinkPublic]:
+    """(link, run) pairs as shown to `principal`: a run another project made from this one's checkpoint (by someone in
+    both) is not shown to a reader who is not in that project. A worker sees none."""
+    return [link_public(link, run) for link, run in links if principal.can(run.project_id, "read")]
+
+
 def lineage(session: Session, run_id: int, principal: Principal) -> schemas.Lineage:
-    """The run's parents and children that `principal` may read: a run another project made from this one's
-    checkpoint (by someone in both) is not shown to a reader who is not in that project. A worker sees none."""
+    """The run's parents and children that `principal` may read."""
     return schemas.Lineage(
         run_id=run_id,
-        parents=[
-            link_public(link, run) for link, run in repository.parents(session, run_id) if principal.can(run.project_id, "read")
-        ],
-        children=[
-            link_public(link, run) for link, run in repository.children(session, run_id) if principal.can(run.project_id, "read")
-        ],
+        parents=visible_links(repository.parents(session, run_id), principal),
+        children=visible_links(repository.children(session, run_id), principal),
     )
 
 
 def run_detail(session: Session, run_id: int, principal: Principal) -> schemas.RunDetail:
     """The run as `principal` sees it (its lineage: `lineage`)."""
-    return run_details(session, [run_id], principal)[run_id]
+    return run_details(session, repository.run_rows_by_id(session, [run_id]), principal)[run_id]
 
 
-def run_details(session: Session, run_ids: Sequence[int], principal: Principal) -> dict[int, schemas.RunDetail]:
-    """run_detail of each of `run_ids` that exists, in one query per table (Compare's poll)."""
-    rows = repository.run_rows_by_id(session, run_ids)
+def run_details(
+    session: Session, rows: dict[int, tuple[Run, str, str | None]], principal: Principal
+) -> dict[int, schemas.RunDetail]:
+    """run_detail of each run of `rows` (repository.run_rows_by_id), in one query per table (Compare's poll)."""
     parts = repository.detail_rows(session, list(rows))
-    return {run_id: _detail(*rows[run_id], parts, principal) for run_id in run_ids if run_id in rows}
+    return {run_id: _detail(*row, parts, principal) for run_id, row in rows.items()}
 
 
 def _detail(run: Run, project: str, creator: str | None, parts: repository.DetailRows, principal: Principal) -> schemas.RunDetail:
-    def visible(links: list) -> list[schemas.RunLinkPublic]:
-        return [link_public(link, other) for link, other in links if principal.can(other.project_id, "read")]
-
     nodes: dict[int, list[schemas.NodePublic]] = {}
     for node in parts.nodes.get(run.id, []):
         public = schemas.NodePublic.model_validate(node, from_attributes=True)
@@ -162,8 +160,8 @@ def _detail(run: Run, project: str, creator: str | None, parts: repository.Detai
         slurm_jobs=jobs,
         spec=run.run_spec,
         spec_text=run.spec_text,
-        parents=visible(parts.parents.get(run.id, [])),
-        children=visible(parts.children.get(run.id, [])),
+        parents=visible_links(parts.parents.get(run.id, []), principal),
+        children=visible_links(parts.children.get(run.id, []), principal),
         attempts=attempts,
         gpu_seconds=round(sum(a.gpu_seconds for a in attempts), 3),
         cpu_slot_seconds=round(sum(a.cpu_slot_seconds for a in attempts), 3),

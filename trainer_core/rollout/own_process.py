@@ -226,10 +226,7 @@ class ProcessEngine(HoldsNothing):
             state = load_file(Path(weights) / "model.safetensors")
         else:
             raise GeneratorProcessError("the generator's process holds its own weights: update_weights needs a state dict")
-        try:
-            self.channel.send_tensors({"op": "load", "version": version}, state)
-        except OSError:
-            raise self._failure("stopped listening") from None
+        self._send({"op": "load", "version": version}, state)
         self._answer()
         self.version = version
 
@@ -253,9 +250,13 @@ class ProcessEngine(HoldsNothing):
 
     # --- the messages ---
 
-    def _send(self, message: dict[str, Any], payload: bytes = b"") -> None:
+    def _send(self, message: dict[str, Any], payload: bytes | Mapping[str, torch.Tensor] = b"") -> None:
+        """`message` with its payload: bytes, or a state's tensors (Channel.send_tensors)."""
         try:
-            self.channel.send(message, payload)
+            if isinstance(payload, Mapping):
+                self.channel.send_tensors(message, payload)
+            else:
+                self.channel.send(message, payload)
         except OSError:
             raise self._failure("stopped listening") from None
 
