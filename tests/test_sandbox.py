@@ -18,7 +18,7 @@ import pytest
 from rlplane.spec.environments import SandboxLimits
 from tests.harness.environments import played
 from trainer_core.environments.python_exec import PythonExecution, code_of
-from trainer_core.environments.sandbox import namespaces_work, run_python
+from trainer_core.environments.sandbox import namespaces_work, run_python, visible_paths
 
 LIMITS = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=256, output_kb=16)
 MODES = [pytest.param(True, id="namespaces"), pytest.param(False, id="audit-hook")]
@@ -114,7 +114,11 @@ def test_the_trainers_files_are_not_there_to_read(namespaces: bool, tmp_path: Pa
         "        return type(exc).__name__\n"
     )
     source += "".join(f"print(attempt(lambda: open({str(p)!r}).read()))\n" for p in looked_for)
-    source += "print(attempt(lambda: [n for n in os.listdir('/tmp') if n != os.getcwd().split('/')[2]]))\n"
+    # In its namespaces /tmp holds its scratch directory, and the directories leading to this Python where that lies
+    # under /tmp (a checkout in /tmp: its venv is bound there, and nothing else of the checkout).
+    python_tops = sorted({p.split("/")[2] for p in visible_paths() if p.startswith("/tmp/")})
+    hidden = f"n != os.getcwd().split('/')[2] and n not in {python_tops!r}"
+    source += f"print(attempt(lambda: [n for n in os.listdir('/tmp') if {hidden}]))\n"
     source += "stdlib = os.path.dirname(os.__file__)\n"
     source += "print(os.path.isdir('/usr/bin'), 'def ' in open(os.__file__).read(), len(os.listdir(stdlib)) > 9)"
     outcome = run_python(source, LIMITS, use_namespaces=namespaces)

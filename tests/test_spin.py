@@ -62,11 +62,11 @@ def test_each_iteration_raises_held_out_accuracy(sft_run: Path, trained: Path) -
 
 def test_each_iteration_starts_at_its_own_reference(trained: Path) -> None:
     """The reference numbers are the model's own at the iteration's first step: every implicit reward is 0 there
-    (loss log 2, accuracy one half: a tie), and the data's answers pull ahead of the model's within the iteration."""
+    (loss log 2, margin 0), and the data's answers pull ahead of the model's within the iteration. (Not the accuracy:
+    at a tie each pair's sign is the last bits of two forward passes, 0.5 on some CPUs and 33/64 on others.)"""
     loss, margin = metrics(trained, "train/loss"), metrics(trained, "rewards/margin")
-    accuracy = metrics(trained, "rewards/accuracy")
     for first in (1, 41):
-        assert abs(loss[first] - math.log(2)) < 1e-5 and abs(margin[first]) < 1e-5 and accuracy[first] == 0.5
+        assert abs(loss[first] - math.log(2)) < 1e-5 and abs(margin[first]) < 1e-5
         late = [margin[step] for step in range(first + 30, first + 40)]  # one step's margin is noisy: 32 pairs
         assert sum(late) / len(late) > 0.15, margin  # measured 0.66 and 0.29
     assert all(key in metrics(trained, "train/grad_norm") for key in range(1, 81))
