@@ -154,6 +154,7 @@ class TestSeries:
         _ingest(client, run["id"], points + _points("short", range(10)), batch=1000)
         url = f"/api/v1/runs/{run['id']}/metrics"
         monkeypatch.setattr(rollups, "RAW_LIMIT", 1000)  # "long" is also answered from its rollups
+        shapes = set()
         for params in ({"max_points": 100}, {"max_points": 100, "step_min": 0}, {"keys": "short"}):
             as_points = client.get(url, params=params).json()
             response = client.get(url + "/columns", params=params)
@@ -162,10 +163,20 @@ class TestSeries:
             assert as_columns.run_id == run["id"] and as_columns.max_points == as_points["max_points"]
             for s, c in zip(as_points["series"], response.json()["series"], strict=True):
                 assert (c["key"], c["total_points"], c["downsampled"]) == (s["key"], s["total_points"], s["downsampled"])
-                for field in ("step", "value", "min", "max", "count", "time", "first_nan_step"):
+                # a series that is not downsampled leaves out what follows from each point's value and step
+                fields = ("min", "max", "count", "first_nan_step") if s["downsampled"] else ()
+                assert set(c) == {"key", "total_points", "downsampled", "step", "value", "time", *fields}
+                for field in ("step", "value", "time", *fields):
                     assert c[field] == [p[field] for p in s["points"]], (params, s["key"], field)
+            shapes |= {c.downsampled for c in as_columns.series}
+        assert shapes == {True, False}  # both shapes were compared
         raw = client.get(url + "/columns", params={"keys": "long", "step_max": 7}).json()["series"][0]
-        assert raw["value"][-3:] == ["NaN", "Infinity", "-Infinity"] and raw["first_nan_step"][-3:] == [5, None, None]
+        assert raw["value"][-3:] == ["NaN", "Infinity", "-Infinity"] and not raw["downsampled"]
+        as_points = client.get(url, params={"keys": "long", "step_max": 7}).json()["series"][0]["points"]
+        for point, value, step in zip(as_points, raw["value"], raw["step"], strict=True):  # what a reader derives
+            edge = None if value == "NaN" else value
+            assert (point["min"], point["max"], point["count"]) == (edge, edge, 1)
+            assert point["first_nan_step"] == (step if value == "NaN" else None)
 
     def test_bad_parameters(self, client, db):
         run = create_run(client)

@@ -47,7 +47,11 @@ def to_series_json(b: Buckets) -> bytes:
 
 
 def to_columns_json(b: Buckets) -> bytes:
-    """A SeriesColumns document (JSON has no NaN or infinity: they travel as strings, as everywhere)."""
+    """A SeriesColumns document (JSON has no NaN or infinity: they travel as strings, as everywhere).
+
+    A series that is not downsampled is its stored points, each a bucket of its own, whose min, max, count and first
+    NaN step follow from its value and step (`raw`): those columns are left out, less than half the bytes of a
+    1,000-point series, which is most of what a 20-run Compare waits for."""
     rows = b.rows
     document = {
         "key": b.key,
@@ -55,10 +59,13 @@ def to_columns_json(b: Buckets) -> bytes:
         "downsampled": b.downsampled,
         "step": [r[0] for r in rows],
         "value": [_wire(r[1]) for r in rows],
-        "min": [_wire(r[2]) for r in rows],
-        "max": [_wire(r[3]) for r in rows],
-        "count": [r[4] for r in rows],
         "time": [r[5] for r in rows],
-        "first_nan_step": [r[6] for r in rows],
     }
+    if b.downsampled:
+        document |= {
+            "min": [_wire(r[2]) for r in rows],
+            "max": [_wire(r[3]) for r in rows],
+            "count": [r[4] for r in rows],
+            "first_nan_step": [r[6] for r in rows],
+        }
     return orjson.dumps(document)

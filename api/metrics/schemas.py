@@ -31,19 +31,26 @@ class SeriesResponse(BaseModel):
     series: list[Series]
 
 
+_RAW_OMITS = "Only in a downsampled series (in one that is not, follows from the point's value and step)"
+
+
 class SeriesColumns(BaseModel):
-    """A Series as one list per field: item i of each list is point (bucket) i."""
+    """A Series as one list per field: item i of each list is point (bucket) i.
+
+    `min`, `max`, `count` and `first_nan_step` come only with a downsampled series: each point of one that is not is
+    a stored point, its min and max its value (null for NaN), its count 1, its first NaN step its step where it is NaN.
+    """
 
     key: str
     total_points: int
     downsampled: bool
     step: list[int]
     value: list[AnyFloat]
-    min: list[MaybeFloat]
-    max: list[MaybeFloat]
-    count: list[int]
     time: list[float]
-    first_nan_step: list[int | None]
+    min: list[MaybeFloat] | None = Field(None, description=_RAW_OMITS)
+    max: list[MaybeFloat] | None = Field(None, description=_RAW_OMITS)
+    count: list[int] | None = Field(None, description=_RAW_OMITS)
+    first_nan_step: list[int | None] | None = Field(None, description=_RAW_OMITS)
 
 
 class ColumnsResponse(BaseModel):

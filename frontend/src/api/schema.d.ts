@@ -4600,18 +4600,30 @@ export interface components {
         RunSeriesColumns: {
             /** After Step */
             after_step: number | null;
-            /** Count */
-            count: number[];
+            /**
+             * Count
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            count?: number[] | null;
             /** Downsampled */
             downsampled: boolean;
-            /** First Nan Step */
-            first_nan_step: (number | null)[];
+            /**
+             * First Nan Step
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            first_nan_step?: (number | null)[] | null;
             /** Key */
             key: string;
-            /** Max */
-            max: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
-            /** Min */
-            min: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /**
+             * Max
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            max?: (number | ("NaN" | "Infinity" | "-Infinity") | null)[] | null;
+            /**
+             * Min
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            min?: (number | ("NaN" | "Infinity" | "-Infinity") | null)[] | null;
             /** Run Id */
             run_id: number;
             /** Step */
@@ -4913,20 +4925,35 @@ export interface components {
         /**
          * SeriesColumns
          * @description A Series as one list per field: item i of each list is point (bucket) i.
+         *
+         *     `min`, `max`, `count` and `first_nan_step` come only with a downsampled series: each point of one that is not is
+         *     a stored point, its min and max its value (null for NaN), its count 1, its first NaN step its step where it is NaN.
          */
         SeriesColumns: {
-            /** Count */
-            count: number[];
+            /**
+             * Count
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            count?: number[] | null;
             /** Downsampled */
             downsampled: boolean;
-            /** First Nan Step */
-            first_nan_step: (number | null)[];
+            /**
+             * First Nan Step
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            first_nan_step?: (number | null)[] | null;
             /** Key */
             key: string;
-            /** Max */
-            max: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
-            /** Min */
-            min: (number | ("NaN" | "Infinity" | "-Infinity") | null)[];
+            /**
+             * Max
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            max?: (number | ("NaN" | "Infinity" | "-Infinity") | null)[] | null;
+            /**
+             * Min
+             * @description Only in a downsampled series (in one that is not, follows from the point's value and step)
+             */
+            min?: (number | ("NaN" | "Infinity" | "-Infinity") | null)[] | null;
             /** Step */
             step: number[];
             /** Time */

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { Series } from '../api/types';
-import { appendPoints, emptyBuffer, forLog, fromSeries, toNumber, xValues } from './series';
+import { appendPoints, emptyBuffer, forLog, fromColumns, fromSeries, toNumber, xValues } from './series';
 import { MetricStore } from './store';
 import { asColumns, live } from './testSeries';
 
@@ -37,6 +37,16 @@ describe('series helpers', () => {
     expect(bucket.nonFinite).toEqual([{ step: 7, at: 0, kind: 'NaN' }, { step: 19, at: 0, kind: '+inf' }]);
     expect(bucket.downsampled).toBe(true);
     expect(bucket.maxs).toEqual([null]);
+  });
+
+  it('reads a series that is not downsampled from its steps, values and times alone', () => {
+    const odd: Record<number, Point['value']> = { 2: 'Infinity', 3: '-Infinity', 4: 'NaN' };
+    const raw = series('train/loss', [1, 2, 3, 4, 5], (s) => odd[s] ?? s);
+    const columns = asColumns(raw);
+    expect(columns.min).toBeUndefined(); // as the API sends it
+    expect(fromColumns(columns)).toEqual(fromSeries(raw));
+    const bucketed = { ...raw, downsampled: true, points: raw.points.map((p) => ({ ...p, min: 0, max: 9, count: 3 })) };
+    expect(fromColumns(asColumns(bucketed))).toEqual(fromSeries(bucketed));
   });
 
   it('appends only points past the last step, in step order', () => {

@@ -69,10 +69,20 @@ export function fromSeries(series: Series): SeriesBuffer {
   return buf;
 }
 
+/** A series that is not downsampled comes without min, max and first_nan_step: each point is its own bucket. */
 export function fromColumns(c: SeriesColumns): SeriesBuffer {
   const buf = emptyBuffer();
   buf.downsampled = c.downsampled;
-  for (let i = 0; i < c.step.length; i++) push(buf, c.step[i]!, c.time[i]!, c.value[i]!, c.min[i]!, c.max[i]!, c.first_nan_step[i]);
+  const { min, max, first_nan_step: firstNan } = c;
+  if (min && max && firstNan) {
+    for (let i = 0; i < c.step.length; i++) push(buf, c.step[i]!, c.time[i]!, c.value[i]!, min[i]!, max[i]!, firstNan[i]);
+  } else {
+    for (let i = 0; i < c.step.length; i++) {
+      const value = c.value[i]!;
+      const edge = value === 'NaN' ? null : value;
+      push(buf, c.step[i]!, c.time[i]!, value, edge, edge, null);
+    }
+  }
   buf.nonFinite.sort((a, b) => a.step - b.step);
   return buf;
 }

@@ -21,10 +21,7 @@ export function CompareCharts({ lines, keys, smoothing, logScale, search, onSear
   useEffect(() => store.setRuns(lines), [store, lines]);
   // Every run's list in one go: the keys a poll shows gained points, in all runs, are then one request.
   useEffect(() => {
-    lines.forEach((line, i) => {
-      const list = keys[i];
-      if (list) store.setKeys(line.id, list);
-    });
+    store.setKeyLists(lines.flatMap((line, i) => (keys[i] ? [[line.id, keys[i]] as const] : [])));
   }, [store, lines, keys]);
   const keyList = useSyncExternalStore(
     (fn) => store.subscribeKeys(fn),

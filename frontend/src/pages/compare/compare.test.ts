@@ -44,6 +44,19 @@ describe('CompareStore', () => {
     expect(store.lines('train/loss').map((l) => [l.label, l.buf?.steps])).toEqual([['#3 a', [0, 10, 20]], ['#7 b', [5, 15]]]);
   });
 
+  it("merges a poll's key lists into the chart list once, as one run's list at a time would", () => {
+    const lists = [[3, [summary('train/loss', 3), summary('train/lr', 2)]], [7, [summary('train/loss', 5), summary('eval/acc', 1)]]] as const;
+    const one = storeWith(({ runId, key }) => answer(runId, key, [0])).store;
+    lists.forEach(([id, list]) => one.setKeys(id, list));
+    const { store } = storeWith(({ runId, key }) => answer(runId, key, [0]));
+    const merged = vi.fn();
+    store.subscribeKeys(merged);
+    store.setKeyLists(lists);
+    expect(merged).toHaveBeenCalledTimes(1);
+    expect(store.keys()).toEqual(one.keys());
+    expect(store.keys().map((k) => [k.key, k.points])).toEqual([['train/loss', 5], ['train/lr', 2], ['eval/acc', 1]]);
+  });
+
   it('fetches only the points past the held copy when a key gains some, for all runs of a poll in one request', async () => {
     const { store, asked } = storeWith(({ runId, key, afterStep }) =>
       afterStep == null ? answer(runId, key, runId === 3 ? [0, 10] : [5]) : answer(runId, key, [afterStep + 1, afterStep + 2], afterStep),

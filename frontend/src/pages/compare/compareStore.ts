@@ -86,8 +86,16 @@ export class CompareStore implements ChartSource {
 
   /** A run's key list; keys on screen that gained points since they were fetched get the points they lack. */
   setKeys(runId: number, list: readonly KeySummary[]): void {
-    this.run(runId).summaries = new Map(list.map((s) => [s.key, s]));
-    for (const key of this.wanted) this.refresh(runId, key);
+    this.setKeyLists([[runId, list]]);
+  }
+
+  /** Several runs' key lists (a poll's), merged into the chart list once: merging after each run's would redo the
+   * whole merge once per run (20 runs x 300 keys, twenty times over, was a tenth of a second of Compare's open). */
+  setKeyLists(lists: Iterable<readonly [number, readonly KeySummary[]]>): void {
+    for (const [runId, list] of lists) {
+      this.run(runId).summaries = new Map(list.map((s) => [s.key, s]));
+      for (const key of this.wanted) this.refresh(runId, key);
+    }
     this.keysChanged();
     for (const key of this.wanted) this.fetchMissing(key);
   }
