@@ -22,6 +22,8 @@ from tests.harness.databases import create_postgres_database, drop_postgres_data
 from tests.harness.factories import ADMIN_TOKEN
 from tests.harness.worker_stack import stack  # noqa: F401 - the worker tests' fixture (a module's own `stack` wins)
 
+pytest_plugins = ["tests.harness.module_times"]
+
 
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
