@@ -154,6 +154,8 @@ class Reconciler:
         """Each queued run to its queue's executor, then each executor's own upkeep."""
         with self.factory() as session:
             runs = priorities.waiting(session, priorities.ranking(session))
+            live = gang.live_workers(session, self.lost_after_s)
+            takers = {queue for worker in gang.idle(live, gang.busy_workers(session)) for queue in worker.queues}
             queued, over_quota = [], {}
             for run in runs:
                 try:
@@ -168,7 +170,7 @@ class Reconciler:
                 for run in uow.session.scalars(select(Run).where(Run.id.in_(over_quota), Run.status == "queued")):
                     if run.status_reason != over_quota[run.id]:
                         run.status_reason = over_quota[run.id]  # not a status change: no event for every tick
-        self.celery.forget({run_id for run_id, _, _ in queued})
+        self.celery.forget({run_id for run_id, _, _ in queued}, takers)
         for run_id, queue, nodes in queued:
             executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery
             executor.dispatch(run_id, queue, nodes)

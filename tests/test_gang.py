@@ -1,6 +1,7 @@
 """Multi-node runs at the API (api/runs/gang.py): a gang granted whole or waiting with its reason, the rendezvous,
 one node's failure or silence ending the attempt for all, and the queue policy. The real processes (workers,
-torchrun across nodes) are in tests/test_multinode.py."""
+torchrun across nodes) are in tests/test_multinode.py. Beside them, a one-node run's message: sent again only while
+its queue has an idle worker."""
 
 from datetime import timedelta
 
@@ -380,3 +381,34 @@ def test_a_late_report_of_a_later_exit_names_nobody_first(app, client, anon):
     [attempt] = client.get(f"/api/v1/runs/{run['id']}").json()["attempts"][:1]
     assert attempt["end_reason"] == "node 0: trainer exited with 1: peer gone"
     assert _nodes(client, run["id"])[1] == "trainer exited with 1: stopped"
+
+
+def test_a_queued_runs_message_is_sent_again_only_while_its_queue_has_an_idle_worker(app, client, anon):
+    """While every worker of the queue is busy (or none serves it) the first message waits in the broker: copies every
+    redispatch_s would pile up behind it for as long as a backlog waits. An idle worker that has not taken it may have
+    lost it (a flushed broker): then it is sent again."""
+    from tests.test_priorities import lease, running
+
+    token, broker = worker_token(client), Broker()
+    tick = reconciler(app, broker)  # redispatch_s 0: every tick may send again
+
+    def launched(run_id: int) -> int:
+        return broker.sent.count(("runs.launch", [run_id], "cpu"))
+
+    waiting = create_run(client, name="waiting", resources={"queue": "cpu"})
+    for _ in range(3):
+        tick.dispatch()
+    assert launched(waiting["id"]) == 1  # no worker serves cpu: once
+    beat(anon, token, "node-a")
+    tick.dispatch()
+    tick.dispatch()
+    assert launched(waiting["id"]) == 3  # node-a idle and it is still queued: its message may be lost
+    ahead = create_run(client, name="ahead", resources={"queue": "cpu"})
+    assert lease(anon, token, ahead["id"], "node-a").status_code == 200
+    running(anon, token, ahead["id"])
+    for _ in range(3):
+        tick.dispatch()
+    assert launched(waiting["id"]) == 3  # node-a busy: the message waits in the broker
+    beat(anon, token, "node-b", queues=["gpu"])  # idle, but not on cpu
+    tick.dispatch()
+    assert launched(waiting["id"]) == 3

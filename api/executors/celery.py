@@ -1,7 +1,10 @@
 """Celery workers kept on the nodes: a one-node run goes to its queue, where any worker serving it may lease it; a
 gang is granted idle workers of its queue (api/runs/gang.py) and each node is sent to its worker's own queue. Sent
 again every redispatch_s while the run stays queued (or the node unjoined): a flushed broker or a lost message costs
-a delay, never the run, and duplicates are harmless (only a queued run can be leased, once)."""
+a delay, never the run, and duplicates are harmless (only a queued run can be leased, once). A queued run is sent
+again only while its queue has an idle worker: while every worker is busy (or none serves the queue) its message
+waits in the broker for one to free up, and a copy every redispatch_s would pile up behind it (a backlog of 500
+runs: 1,000 messages a minute, for as long as it waited)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ class CeleryExecutor:
         self.redispatch_s, self.lost_after_s = redispatch_s, lost_after_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
         self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
+        self._takers: set[str] | None = None  # the queues with an idle worker now (None: not known, send again)
 
     def dispatch(
         self, run_id: int, queue: str, nodes: int, *, workers: str | None = None, eligible: Callable[[str], bool] | None = None
@@ -35,15 +39,19 @@ class CeleryExecutor:
             with transaction(self.factory) as uow:
                 gang.allocate(uow.session, run_id, self.lost_after_s, serving=workers, eligible=eligible)
             return
-        now = time.monotonic()
-        if now - self._sent.get(run_id, -1e9) < self.redispatch_s:
+        now, target = time.monotonic(), workers or queue
+        if run_id in self._sent and (now - self._sent[run_id] < self.redispatch_s or not self._taken_from(target)):
             return
-        self.send(LAUNCH_TASK, [run_id], workers or queue)
+        self.send(LAUNCH_TASK, [run_id], target)
         self._sent[run_id] = now
 
-    def forget(self, still_queued: set[int]) -> None:
-        """Runs no longer queued need no resend."""
+    def forget(self, still_queued: set[int], takers: set[str] | None = None) -> None:
+        """Runs no longer queued need no resend; `takers`: the queues that have an idle worker now."""
         self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
+        self._takers = takers
+
+    def _taken_from(self, queue: str) -> bool:
+        return self._takers is None or queue in self._takers
 
     def tick(self) -> None:
         """Each granted node that has not joined yet goes to its worker's own queue, again every redispatch_s."""

@@ -29,8 +29,17 @@ def unit(gpus_per_node: int) -> str:
     return "GPUs" if gpus_per_node else "worker slots"
 
 
+_LOADED = "rlplane.quotas"  # session.info's key for the quotas read in this session
+
+
 def quota_of(session: Session, project_id: int, queue: str) -> ProjectQuota | None:
-    return session.get(ProjectQuota, (project_id, queue))
+    """Read once a session, all of them (a few rows: projects x queues): the reconciler asks for each queued run on
+    every tick, and `session.get` of a quota that does not exist, the usual answer, is a query each time (a backlog of
+    500 runs kept a core half busy)."""
+    loaded = session.info.get(_LOADED)
+    if loaded is None:
+        loaded = session.info[_LOADED] = {(q.project_id, q.queue): q for q in session.scalars(select(ProjectQuota))}
+    return loaded.get((project_id, queue))
 
 
 def held(session: Session, project_id: int, queue: str) -> tuple[int, int]:
@@ -74,6 +83,7 @@ def set_quota(session: Session, project: Project, queue: str, max_gpus: int | No
     if quota is None:
         quota = ProjectQuota(project_id=project.id, queue=queue)
         session.add(quota)
+        session.info[_LOADED][(project.id, queue)] = quota
     quota.max_gpus, quota.max_runs = max_gpus, max_runs
     session.flush()
 
@@ -83,6 +93,7 @@ def remove_quota(session: Session, project: Project, queue: str) -> bool:
     if quota is not None:
         session.delete(quota)
         session.flush()
+        del session.info[_LOADED][(project.id, queue)]
     return quota is not None
 
 
