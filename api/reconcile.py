@@ -157,14 +157,11 @@ class Reconciler:
             live = gang.live_workers(session, self.lost_after_s)
             takers = {queue for worker in gang.idle(live, gang.busy_workers(session)) for queue in worker.queues}
             queued, over_quota = [], {}
-            for run in runs:
-                try:
-                    if (why := quotas.blocked(session, run)) is not None:
-                        over_quota[run.id] = why  # it waits, not dispatched, until its project's runs there end
-                        continue
-                    queued.append((run.id, run.queue, run.run_spec.resources.nodes))
-                except Conflict as exc:  # a spec an older version stored: this run waits, the others go on
-                    logger.warning("run=%d not dispatched: %s", run.id, exc)
+            for run in runs:  # from columns, no spec parsed: a backlog of hundreds is read on every tick
+                if (why := quotas.blocked(session, run)) is not None:
+                    over_quota[run.id] = why  # it waits, not dispatched, until its project's runs there end
+                    continue
+                queued.append((run.id, run.queue, gang.nodes_of(run)))
         if over_quota:
             with transaction(self.factory) as uow:
                 for run in uow.session.scalars(select(Run).where(Run.id.in_(over_quota), Run.status == "queued")):
@@ -173,7 +170,10 @@ class Reconciler:
         self.celery.forget({run_id for run_id, _, _ in queued}, takers)
         for run_id, queue, nodes in queued:
             executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery
-            executor.dispatch(run_id, queue, nodes)
+            try:
+                executor.dispatch(run_id, queue, nodes)
+            except Conflict as exc:  # a spec an older version stored (read to grant a gang): this run waits, the rest go on
+                logger.warning("run=%d not dispatched: %s", run_id, exc)
         self.celery.tick()
         if self.slurm is not None:
             self.slurm.tick()
