@@ -412,3 +412,19 @@ def test_a_queued_runs_message_is_sent_again_only_while_its_queue_has_an_idle_wo
     beat(anon, token, "node-b", queues=["gpu"])  # idle, but not on cpu
     tick.dispatch()
     assert launched(waiting["id"]) == 3
+
+
+def test_a_gang_whose_stored_spec_no_longer_validates_waits_and_the_runs_behind_it_go(app, client, anon, db):
+    from api.models import Run
+
+    token, broker = worker_token(client), Broker()
+    beat(anon, token, "node-a")
+    beat(anon, token, "node-b")
+    old = gang_run(client, 2)
+    row = db.get(Run, old["id"])
+    row.spec = {**row.spec, "resources": {**row.spec["resources"], "retired_knob": 1}}  # as an older version stored it
+    db.commit()
+    behind = create_run(client, name="behind", resources={"queue": "cpu"})
+    reconciler(app, broker).dispatch()
+    assert broker.sent == [("runs.launch", [behind["id"]], "cpu")]
+    assert db.scalars(select(AttemptNode).where(AttemptNode.run_id == old["id"])).all() == []

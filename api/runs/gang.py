@@ -85,6 +85,7 @@ def allocate(
     run = session.scalar(select(Run).where(Run.id == run_id).with_for_update())
     if run is None or run.status != "queued":
         return []
+    run.run_spec  # noqa: B018 - before anything is granted: a spec an older version stored is a Conflict, and it waits
     need, queue = nodes_of(run), serving or run.queue
     serving_it = [
         w for w in live_workers(session, lost_after_s, lock=True) if queue in w.queues and (eligible is None or eligible(w.name))
