@@ -167,7 +167,7 @@ class Reconciler:
                 for run in uow.session.scalars(select(Run).where(Run.id.in_(over_quota), Run.status == "queued")):
                     if run.status_reason != over_quota[run.id]:
                         run.status_reason = over_quota[run.id]  # not a status change: no event for every tick
-        self.celery.forget({run_id for run_id, _, _ in queued}, takers)
+        self.celery.new_pass({run_id for run_id, _, _ in queued}, takers)
         for run_id, queue, nodes in queued:
             executor = self.slurm if self.slurm is not None and self.slurm.serves(queue) else self.celery
             try:

@@ -24,8 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from fastapi.testclient import TestClient  # noqa: E402
+from ingestbench.postgres import Pg  # noqa: E402
 
 from api.app import create_app  # noqa: E402
 from api.auth.bootstrap import bootstrap_admin  # noqa: E402
@@ -33,6 +35,8 @@ from api.db import make_engine  # noqa: E402
 from api.migrate import upgrade_to_head  # noqa: E402
 from api.reconcile import Reconciler  # noqa: E402
 from api.settings import Settings  # noqa: E402
+
+PG = Pg("postgresql://postgres@127.0.0.1:5432")
 
 TOKEN = "rlp_bench-backlog-0123456789abcdef"
 SPEC = {
@@ -48,21 +52,9 @@ def database(postgres: bool, home: Path) -> tuple[str, str | None]:
     """A fresh database's URL, and the Postgres database to drop after."""
     if not postgres:
         return f"sqlite:///{home / 'rlplane.db'}", None
-    import psycopg
-
     name = f"rlplane_bench_backlog_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", name
-
-
-def drop(name: str | None) -> None:
-    if name is None:
-        return
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    PG.recreate(name)
+    return PG.db_url(name).replace("postgresql://", "postgresql+psycopg://"), name
 
 
 def measure(backlog: int, ticks: int, postgres: bool) -> dict:
@@ -91,7 +83,8 @@ def measure(backlog: int, ticks: int, postgres: bool) -> dict:
         return {"backlog": backlog, "first_s": passes[0], "pass_s": statistics.median(later), "max_s": max(later),
                 "messages": len(sent), "ticks": ticks}  # fmt: skip
     finally:
-        drop(dropped)
+        if dropped is not None:
+            PG.drop(dropped)
 
 
 def main() -> None:

@@ -387,8 +387,6 @@ def test_a_queued_runs_message_is_sent_again_only_while_its_queue_has_an_idle_wo
     """While every worker of the queue is busy (or none serves it) the first message waits in the broker: copies every
     redispatch_s would pile up behind it for as long as a backlog waits. An idle worker that has not taken it may have
     lost it (a flushed broker): then it is sent again."""
-    from tests.test_priorities import lease, running
-
     token, broker = worker_token(client), Broker()
     tick = reconciler(app, broker)  # redispatch_s 0: every tick may send again
 
@@ -404,8 +402,10 @@ def test_a_queued_runs_message_is_sent_again_only_while_its_queue_has_an_idle_wo
     tick.dispatch()
     assert launched(waiting["id"]) == 3  # node-a idle and it is still queued: its message may be lost
     ahead = create_run(client, name="ahead", resources={"queue": "cpu"})
-    assert lease(anon, token, ahead["id"], "node-a").status_code == 200
-    running(anon, token, ahead["id"])
+    base = f"/api/v1/runs/{ahead['id']}"
+    assert anon.post(f"{base}/lease", json={"worker": "node-a"}, headers=auth(token)).status_code == 200
+    started = anon.post(f"{base}/status", json={"attempt": 1, "status": "running"}, headers=auth(token))
+    assert started.status_code == 200, started.text
     for _ in range(3):
         tick.dispatch()
     assert launched(waiting["id"]) == 3  # node-a busy: the message waits in the broker

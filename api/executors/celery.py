@@ -28,7 +28,7 @@ class CeleryExecutor:
         self.redispatch_s, self.lost_after_s = redispatch_s, lost_after_s
         self._sent: dict[int, float] = {}  # run id -> when this process last sent it
         self._sent_nodes: dict[tuple[int, int, int], float] = {}  # (run id, attempt, node) -> when last sent
-        self._takers: set[str] | None = None  # the queues with an idle worker now (None: not known, send again)
+        self._takers: set[str] | None = None  # the queues with an idle worker now (see new_pass)
 
     def dispatch(
         self, run_id: int, queue: str, nodes: int, *, workers: str | None = None, eligible: Callable[[str], bool] | None = None
@@ -45,8 +45,9 @@ class CeleryExecutor:
         self.send(LAUNCH_TASK, [run_id], target)
         self._sent[run_id] = now
 
-    def forget(self, still_queued: set[int], takers: set[str] | None = None) -> None:
-        """Runs no longer queued need no resend; `takers`: the queues that have an idle worker now."""
+    def new_pass(self, still_queued: set[int], takers: set[str] | None = None) -> None:
+        """Before a reconcile pass's dispatches: runs no longer queued need no resend; `takers`: the queues that have
+        an idle worker now (None: not known, every queue may be sent to again)."""
         self._sent = {run_id: at for run_id, at in self._sent.items() if run_id in still_queued}
         self._takers = takers
 
