@@ -1,5 +1,6 @@
 """Real databases built by the migrations: SQLite and Postgres (127.0.0.1:5432, as in CI)."""
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +21,14 @@ from tests.harness.baselines import one_torch_thread, sft_run, walker  # noqa: F
 from tests.harness.checkpoints import ckpt_dir, ckpt_file  # noqa: F401 - checkpoint files under the artifact root
 from tests.harness.databases import create_postgres_database, drop_postgres_database, postgres_admin_url
 from tests.harness.factories import ADMIN_TOKEN
+from tests.harness.launch import OPS_ENV
 from tests.harness.worker_stack import stack  # noqa: F401 - the worker tests' fixture (a module's own `stack` wins)
 
 pytest_plugins = ["tests.harness.module_times"]
+
+# Every trainer the suite starts (through a worker, the CLI or Slurm as much as tests/harness/launch.py) loads the
+# DeepSpeed ops that `make test` built, with the same compile command, instead of building its own.
+os.environ.update(OPS_ENV)
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ OPS = ("ShareMemCommBuilder", "PinMemoryBuilder", "AsyncIOBuilder")
 
 
 def main() -> None:
-    from tests.harness.launch import EXTENSIONS
+    from tests.harness.launch import OPS_ENV
 
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(EXTENSIONS)  # where the tests' trainers look, make test or not
+    os.environ.update(OPS_ENV)  # where the tests' trainers look and the compiler they expect, make test or not
     from deepspeed.accelerator import get_accelerator
 
     where = os.environ["TORCH_EXTENSIONS_DIR"]
