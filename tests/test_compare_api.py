@@ -82,6 +82,45 @@ def test_several_runs_series_whole_or_from_a_step(client):
     assert (empty["key"], empty["step"], empty["after_step"]) == ("never-logged", [], 3)
 
 
+def test_a_chart_of_many_runs_is_read_in_a_few_statements(app, client):
+    """A 20-run chart's key and a poll's appends of them all: the series that fit in max_points are read together (the
+    points in one statement, their sizes in one for the whole series and one for the appends), not two or three
+    statements a series; each answer equals the one the run's own series request gives."""
+    from sqlalchemy import event
+
+    worker = ApiWorker(client)
+    runs = [create_run(client, name=f"many-{i}")["id"] for i in range(20)]
+    for i, run_id in enumerate(runs):
+        worker.start(run_id)
+        worker.log(run_id, "reward/mean", {step: step / (i + 1) for step in range(1, 41)})
+    worker.log(runs[3], "reward/mean", {41: "NaN"})
+    wholes = [{"run_id": run_id, "key": "reward/mean"} for run_id in runs]
+    appends = [{"run_id": run_id, "key": "reward/mean", "after_step": 30} for run_id in runs]
+    for asked in (wholes, appends):
+        statements: list[str] = []
+
+        def seen(conn, cursor, statement, *args) -> None:
+            if "FROM metric" in statement:
+                statements.append(statement)
+
+        event.listen(app.state.engine, "before_cursor_execute", seen)
+        try:
+            answer = client.post("/api/v1/compare/series", json={"max_points": 100, "series": asked})
+        finally:
+            event.remove(app.state.engine, "before_cursor_execute", seen)
+        assert answer.status_code == 200, answer.text
+        assert len(statements) == 2, statements  # the sizes, then the points
+        for got, want in zip(answer.json()["series"], asked, strict=True):
+            alone = client.get(
+                f"/api/v1/runs/{want['run_id']}/metrics/columns",
+                params={"keys": "reward/mean", "max_points": 100, **({"step_min": 31} if "after_step" in want else {})},
+            ).json()["series"][0]
+            assert {k: got[k] for k in alone} == alone
+            assert got["after_step"] == want.get("after_step")
+    nan_run = answer.json()["series"][3]
+    assert nan_run["step"] == list(range(31, 42)) and nan_run["value"][-1] == "NaN"
+
+
 def test_bad_asks_and_unreadable_runs_are_refused_naming_the_field(client, anon):
     run = create_run(client)["id"]
     too_many = ",".join(str(i) for i in range(1, 102))
