@@ -96,13 +96,14 @@ def test_a_chart_of_many_runs_is_read_in_a_few_statements(app, client):
     worker.log(runs[3], "reward/mean", {41: "NaN"})
     wholes = [{"run_id": run_id, "key": "reward/mean"} for run_id in runs]
     appends = [{"run_id": run_id, "key": "reward/mean", "after_step": 30} for run_id in runs]
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        if "FROM metric" in statement:
+            statements.append(statement)
+
     for asked in (wholes, appends):
-        statements: list[str] = []
-
-        def seen(conn, cursor, statement, *args) -> None:
-            if "FROM metric" in statement:
-                statements.append(statement)
-
+        statements.clear()
         event.listen(app.state.engine, "before_cursor_execute", seen)
         try:
             answer = client.post("/api/v1/compare/series", json={"max_points": 100, "series": asked})
@@ -113,12 +114,31 @@ def test_a_chart_of_many_runs_is_read_in_a_few_statements(app, client):
         for got, want in zip(answer.json()["series"], asked, strict=True):
             alone = client.get(
                 f"/api/v1/runs/{want['run_id']}/metrics/columns",
-                params={"keys": "reward/mean", "max_points": 100, **({"step_min": 31} if "after_step" in want else {})},
+                # a step range: read on its own, one key at a time, as before the batches
+                params={
+                    "keys": "reward/mean",
+                    "max_points": 100,
+                    "step_max": 10**6,
+                    **({"step_min": 31} if "after_step" in want else {}),
+                },
             ).json()["series"][0]
             assert {k: got[k] for k in alone} == alone
             assert got["after_step"] == want.get("after_step")
     nan_run = answer.json()["series"][3]
     assert nan_run["step"] == list(range(31, 42)) and nan_run["value"][-1] == "NaN"
+    # A run page's first request (every key of the run) likewise: its keys' points in one statement.
+    worker.log(runs[0], "train/loss", {step: 1.0 / step for step in range(1, 501)})  # 500 > max_points: downsampled
+    for i in range(10):
+        worker.log(runs[0], f"z/{i}", {1: float(i)})
+    statements.clear()
+    event.listen(app.state.engine, "before_cursor_execute", seen)
+    try:
+        page = client.get(f"/api/v1/runs/{runs[0]}/metrics/columns", params={"max_points": 100}).json()["series"]
+    finally:
+        event.remove(app.state.engine, "before_cursor_execute", seen)
+    got = [(s["key"], s["downsampled"], s["total_points"]) for s in page]
+    assert got == [("reward/mean", False, 40), ("train/loss", True, 500), *((f"z/{i}", False, 1) for i in range(10))]
+    assert len(statements) <= 6, statements  # the key list, the sizes, the points; the long series on its own (3; 3 a key before)
 
 
 def test_bad_asks_and_unreadable_runs_are_refused_naming_the_field(client, anon):

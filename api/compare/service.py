@@ -93,26 +93,21 @@ def check_readable(session: Session, principal: Principal, query: schemas.Series
 
 
 def series_document(factory: sessionmaker[Session], query: schemas.SeriesQuery) -> Iterator[bytes]:
-    """A RunsColumnsResponse, written a chunk of series at a time: those that fit in max_points read together
+    """A RunsColumnsResponse, written as it is read: the series that fit in max_points read together
     (api/metrics/series_batch.py), the others one by one. A series asked from `after_step` is its points after it,
     or the whole series, downsampled, when more than max_points arrived."""
     yield f'{{"max_points":{query.max_points},"series":['.encode()
-    written = 0
+    asked = [series_batch.Wanted(w.run_id, w.key, None if w.after_step is None else w.after_step + 1) for w in query.series]
     with factory() as session:
-        for first in range(0, len(query.series), series_batch.CHUNK):
-            chunk = query.series[first : first + series_batch.CHUNK]
-            asked = [series_batch.Wanted(w.run_id, w.key, None if w.after_step is None else w.after_step + 1) for w in chunk]
-            read = series_batch.raw_series(session, asked, query.max_points)
-            session.rollback()  # no read snapshot held while the client takes its time
-            for wanted, found in zip(chunk, read, strict=True):
-                after = wanted.after_step
-                if found is None:
-                    after, found = _one_series(session, wanted, query.max_points)
-                    session.rollback()
-                head = f'{{"run_id":{wanted.run_id},"after_step":{"null" if after is None else after},'.encode()
-                text = head + buckets.to_columns_json(found)[1:]
-                yield text if written == 0 else b"," + text
-                written += 1
+        read = series_batch.in_chunks(session, asked, query.max_points)
+        for i, (wanted, (_, found)) in enumerate(zip(query.series, read, strict=True)):
+            after = wanted.after_step
+            if found is None:
+                after, found = _one_series(session, wanted, query.max_points)
+                session.rollback()  # no read snapshot held while the client takes its time
+            head = f'{{"run_id":{wanted.run_id},"after_step":{"null" if after is None else after},'.encode()
+            text = head + buckets.to_columns_json(found)[1:]
+            yield text if i == 0 else b"," + text
     yield b"]}"
 
 

@@ -11,7 +11,7 @@ downsamples it on its own (its size known, nothing of it was read).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from sqlalchemy import and_, func, or_, select, tuple_
@@ -29,6 +29,16 @@ class Wanted(NamedTuple):
     run_id: int
     key: str
     start: int | None  # the first step wanted; None: the whole series
+
+
+def in_chunks(session: Session, wanted: Sequence[Wanted], max_points: int) -> Iterator[tuple[Wanted, buckets.Buckets | None]]:
+    """raw_series of CHUNK series at a time, each answered as it is read; no read snapshot is held between chunks
+    (the caller writes them to a client, which takes its time)."""
+    for first in range(0, len(wanted), CHUNK):
+        chunk = wanted[first : first + CHUNK]
+        read = raw_series(session, chunk, max_points)
+        session.rollback()
+        yield from zip(chunk, read, strict=True)
 
 
 def raw_series(session: Session, wanted: Sequence[Wanted], max_points: int) -> list[buckets.Buckets | None]:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.auth.principal import Principal
 from api.inserts import IngestResult, ingest_rows
-from api.metrics import buckets, rollups, schemas
+from api.metrics import buckets, rollups, schemas, series_batch
 from api.models import Metric
 from api.runs.service import claim_for_report
 from rlplane.rows import MetricRow
@@ -115,10 +115,15 @@ def series_document(
     request of a run with many keys).
     """
     yield f'{{"run_id":{run_id},"max_points":{max_points},"series":['.encode()
+    # Without an upper step, the keys that fit in max_points are read together (a run page's first request: all
+    # its keys); a range, and a longer series, one key at a time.
+    asked = [series_batch.Wanted(run_id, key, step_min) for key in keys]
     with factory() as session:
-        for i, key in enumerate(keys):
-            found = series_buckets(session, run_id, key, max_points, step_min, step_max)
-            session.rollback()  # no read snapshot held while the client takes its time
+        read = series_batch.in_chunks(session, asked, max_points) if step_max is None else ((w, None) for w in asked)
+        for i, (wanted, found) in enumerate(read):
+            if found is None:
+                found = series_buckets(session, run_id, wanted.key, max_points, step_min, step_max)
+                session.rollback()  # no read snapshot held while the client takes its time
             text = buckets.to_columns_json(found) if columns else buckets.to_series_json(found)
             yield text if i == 0 else b"," + text
     yield b"]}"
