@@ -50,10 +50,10 @@ def raw_series(session: Session, wanted: Sequence[Wanted], max_points: int) -> l
     sizes.update(_append_sizes(session, [w for w in single if w.start is not None]))
     fitting = [w for w in single if sizes.get((w.run_id, w.key), 0) <= max_points]
     points: dict[tuple[int, str], list[buckets.Bucket]] = {(w.run_id, w.key): [] for w in fitting}
-    if any(sizes.get((w.run_id, w.key), 0) for w in fitting):
+    if nonempty := [w for w in fitting if (w.run_id, w.key) in sizes]:
         rows = session.execute(
             select(Metric.run_id, Metric.key, Metric.step, Metric.value, Metric.is_nan, Metric.time)
-            .where(or_(*(_scope(w) for w in fitting if sizes.get((w.run_id, w.key), 0))))
+            .where(or_(*map(_scope, nonempty)))
             .order_by(Metric.run_id, Metric.key, Metric.step)
         )
         for run_id, key, step, value, nan, time in rows:

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # same one. (It once got a directory of its own, and a suite started by hand rebuilt every op, async_io for 7 minutes.)
 _CHECKOUT = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 EXTENSIONS = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "rlplane" / "torch_extensions" / _CHECKOUT)
-# Where the suite's DeepSpeed ops are built and found, and the compiler they are built with (without debug info:
-# a third off async_io's cold build). torch rebuilds an op whose compile command changed, so every process of the suite that loads
-# one must see the same two: tests/conftest.py puts them in the environment that its children inherit.
+# Where the suite's DeepSpeed ops are built and found, and the compiler they are built with (without debug info: a
+# third off async_io's cold build). torch rebuilds an op whose compile command changed, so every process of the suite
+# that loads one must see the same two: tests/conftest.py puts them in the environment that its children inherit.
 OPS_ENV = {"TORCH_EXTENSIONS_DIR": str(EXTENSIONS), "CXX": str(ROOT / "tests" / "harness" / "cxx-without-debug-info")}
 
 
