@@ -56,7 +56,7 @@ def algorithms_ts() -> str:
             "] as const;",
             f"export const ALGORITHM_NAMES = {json.dumps([a.name for a in TABLE])} as const;",
             "/** The spec sections of the algorithms that generate while they train (their gen, environment). */",
-            f"export const ONLINE_SECTIONS: readonly string[] = {json.dumps(online)};",
+            f"export const ONLINE_SECTIONS = {json.dumps(online)} as const;",
             "/** The namespaces of the algorithms' own RL diagnostics (grpo/clipfrac). */",
             f"export const RL_METRIC_PREFIXES: readonly string[] = {json.dumps(prefixes)};",
             "",

@@ -390,3 +390,25 @@ class TestEvaluations:
         assert response.status_code == 422
         detail = response.json()["detail"]
         assert any(e["loc"] == ["body", "reward"] and "eval needs a reward" in e["msg"] for e in detail), detail
+
+
+def test_what_judges_an_evaluation_is_told_in_short_from_its_typed_spec() -> None:
+    """Each reward kind and environment in the words a user wrote; a URL (which may hold a token) never."""
+    from api.checkpoints.service import judge_text
+    from rlplane.spec import parse_spec
+
+    def judged(**sections) -> str:
+        return judge_text(parse_spec({"name": "e", "algorithm": "eval", "model": {"path": "run:3@5"}, **sections}))
+
+    data = {"data": {"source": "builtin:arithmetic"}}
+    assert judged(**data, reward={"kind": "model", "path": "run:12"}) == "model:run:12"
+    terms = [
+        {"name": "exact", "weight": 1.0, "source": {"kind": "python", "entrypoint": "my_rewards:exact"}},
+        {"name": "judge", "weight": 0.5, "source": {"kind": "http", "url": "http://127.0.0.1:9/score?token=s3cret"}},
+    ]
+    assert judged(**data, reward={"kind": "sum", "terms": terms}) == "sum(python:my_rewards:exact, http)"
+    service = {"kind": "http", "url": "http://agent:s3cret@127.0.0.1:9/env"}
+    assert judged(**data, eval={"environment": service}) == "environment:http"
+    calculator = {"environment": {"kind": "builtin", "name": "calculator"}}
+    added = judged(**data, eval=calculator, reward={"kind": "builtin", "name": "arithmetic"})
+    assert added == "environment:builtin:calculator + builtin:arithmetic"

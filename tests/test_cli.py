@@ -127,16 +127,23 @@ def test_rlplane_eval_of_a_run_that_played_episodes_plays_its_environment() -> N
     from rlplane.spec import parse_spec
 
     environment = {"kind": "builtin", "name": "calculator", "max_turns": 3, "max_tokens": 56}
-    source = {
+    written = {
         "name": "grpo-calculator",
         "algorithm": "grpo",
         "model": {"path": "builtin:tiny-gpt2", "max_seq_len": 128},
         "data": {"source": "builtin:calculator"},
+        "train": {"steps": 2},
         "grpo": {"gen": {"max_new_tokens": 20}, "environment": environment},
     }
+    source = parse_spec(written)
     given = {"name": None, "project": None, "data": None, "eval": {"greedy": True, "gen": {}}}
     spec = eval_spec("run:7", source, reward=None, **given)
     assert spec["eval"] == {"greedy": True, "gen": {"max_new_tokens": 20}, "environment": environment} and spec["reward"] is None
     assert parse_spec(spec).eval.environment.name == "calculator"
+    assert spec["model"] == {"path": "run:7", "max_seq_len": 128} and spec["data"] == {"source": "builtin:calculator"}
+    # the API answers the spec with its defaults explicit (RunDetail.spec): the eval takes them as they are
+    stored = eval_spec("run:7", parse_spec(source.model_dump(mode="json")), reward=None, **given)
+    assert stored["eval"]["gen"]["max_new_tokens"] == 20 and stored["eval"]["gen"]["temperature"] == 1.0
+    assert parse_spec(stored).eval.environment == source.grpo.environment
     added = eval_spec("run:7", source, reward="builtin:arithmetic", **given)
     assert added["reward"] == {"kind": "builtin", "name": "arithmetic"} and added["eval"]["environment"] == environment

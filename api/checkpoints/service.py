@@ -20,6 +20,8 @@ from api.runs.service import claim_for_report, readable_run
 from api.runs.views import decoding
 from api.unit_of_work import unit_of_work
 from rlplane.layout import rotated, run_checkpoint
+from rlplane.spec import BuiltinReward, ModelReward, PythonReward, RewardSpec, RunSpec, SumReward
+from rlplane.spec.environments import BuiltinEnvironment, PythonEnvironment
 
 
 def public(ckpt: Checkpoint) -> schemas.CheckpointPublic:
@@ -138,7 +140,7 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
                 name=run.name,
                 status=run.status,
                 data=spec.data.source,  # type: ignore[union-attr]
-                reward=judge_text(run.spec),  # how the stored JSON reads: the words a user wrote
+                reward=judge_text(spec),
                 samples=spec.eval.samples,  # type: ignore[union-attr]
                 decoding=decoding(spec),
                 metrics={key: value for key, (_, value) in sorted(latest.get(run.id, {}).items())},
@@ -147,31 +149,28 @@ def evaluations(session: Session, run_id: int, principal: Principal) -> dict[int
     return found
 
 
-def judge_text(spec: dict[str, Any]) -> str:
+def judge_text(spec: RunSpec) -> str:
     """What judges an eval run's answers, in short: its reward, or its environment (and a reward added to it)."""
-    environment = (spec.get("eval") or {}).get("environment")
-    if not environment:
-        return reward_text(spec.get("reward") or {})
-    kind = environment.get("kind", "?")
-    named = (environment.get("name") or environment.get("entrypoint")) if kind in ("builtin", "python") else None
-    text = f"environment:{kind}" + (f":{named}" if named else "")  # a service's URL may hold a token
-    return text + (f" + {reward_text(spec['reward'])}" if spec.get("reward") else "")
+    environment = spec.eval.environment if spec.eval else None
+    if environment is None:
+        return reward_text(spec.reward) if spec.reward else "?"
+    named = {BuiltinEnvironment: "name", PythonEnvironment: "entrypoint"}.get(type(environment))
+    text = f"environment:{environment.kind}" + (f":{getattr(environment, named)}" if named else "")  # a URL may hold a token
+    return text + (f" + {reward_text(spec.reward)}" if spec.reward else "")
 
 
-def reward_text(reward: dict[str, Any]) -> str:
-    """A reward section in short: builtin:arithmetic, model:run:12, python:my_rewards:score, http:<url>, sum(...)."""
-    kind = reward.get("kind", "?")
-    if kind == "builtin":
-        return f"builtin:{reward.get('name')}"
-    if kind == "model":
-        return f"model:{reward.get('path')}"
-    if kind == "python":
-        return f"python:{reward.get('entrypoint')}"
-    if kind == "http":
-        return "http"  # the URL may hold a token
-    if kind == "sum":
-        return "sum(" + ", ".join(reward_text(t.get("source") or {}) for t in reward.get("terms") or []) + ")"
-    return kind
+def reward_text(reward: RewardSpec) -> str:
+    """A reward section in short: builtin:arithmetic, model:run:12, python:my_rewards:score, http, sum(...)."""
+    match reward:
+        case BuiltinReward(name=name):
+            return f"builtin:{name}"
+        case ModelReward(path=path):
+            return f"model:{path}"
+        case PythonReward(entrypoint=entrypoint):
+            return f"python:{entrypoint}"
+        case SumReward(terms=terms):
+            return "sum(" + ", ".join(reward_text(term.source) for term in terms) + ")"
+    return reward.kind  # http: its URL may hold a token
 
 
 def readable_checkpoint(session: Session, principal: Principal, run_id: int, step: int, kind: str) -> Checkpoint:

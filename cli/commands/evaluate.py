@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,8 +13,8 @@ from cli.submission import prepare
 from rlplane.spec.algorithms import ALGORITHM_SECTIONS, ONLINE_ALGORITHMS
 from rlplane.spec.base import parse_run_ref
 
-# a source run's section whose gen (response length, stop strings) an eval keeps
-ONLINE_SECTIONS = tuple(ALGORITHM_SECTIONS[a] for a in ONLINE_ALGORITHMS)
+if TYPE_CHECKING:
+    from rlplane.spec import RunSpec
 
 
 def reward_section(text: str) -> dict[str, Any]:
@@ -39,37 +39,38 @@ def reward_section(text: str) -> dict[str, Any]:
     )
 
 
-def eval_spec(model: str, source: dict | None, **given: Any) -> dict[str, Any]:
+def eval_spec(model: str, source: RunSpec | None, **given: Any) -> dict[str, Any]:
     """The eval run's spec: what was given, the rest from the source run's spec (data, reward, environment, context,
     response length, project, resources) when MODEL is one of its checkpoints."""
-    spec: dict[str, Any] = dict(source or {})
     options = {k: v for k, v in given["eval"].items() if v is not None}
     gen = {k: v for k, v in options.pop("gen").items() if v is not None}
-    for section in ONLINE_SECTIONS:
-        gen = {**(spec.get(section) or {}).get("gen", {}), **gen}
-        if (spec.get(section) or {}).get("environment"):  # a run that played episodes: its evaluation plays them too
-            options.setdefault("environment", spec[section]["environment"])
+    online = getattr(source, ALGORITHM_SECTIONS[source.algorithm]) if source and source.algorithm in ONLINE_ALGORITHMS else None
+    if online is not None:
+        gen = {**online.gen.model_dump(mode="json", exclude_unset=True), **gen}
+        if getattr(online, "environment", None) is not None:  # a run that played episodes: its evaluation plays them too
+            options.setdefault("environment", online.environment.model_dump(mode="json", exclude_unset=True))
     model_section = {"path": model}
-    if (spec.get("model") or {}).get("max_seq_len"):
-        model_section["max_seq_len"] = spec["model"]["max_seq_len"]
-    name = given["name"] or (f"eval-{spec['name']}" if source else "eval")
+    if source and source.model and source.model.max_seq_len:
+        model_section["max_seq_len"] = source.model.max_seq_len
+    name = given["name"] or (f"eval-{source.name}" if source else "eval")
+    inherited = source.model_dump(mode="json", include={"data", "reward"}, exclude_unset=True) if source else {}
     out: dict[str, Any] = {
         "name": name[:128],
-        "project": given["project"] or spec.get("project", "default"),
+        "project": given["project"] or (source.project if source else "default"),
         "algorithm": "eval",
         "model": model_section,
-        "data": {"source": given["data"]} if given["data"] else spec.get("data"),
-        "reward": reward_section(given["reward"]) if given["reward"] else spec.get("reward"),
+        "data": {"source": given["data"]} if given["data"] else inherited.get("data"),
+        "reward": reward_section(given["reward"]) if given["reward"] else inherited.get("reward"),
         "eval": {**options, **({"gen": gen} if gen else {})},
     }
     if source:
-        out["resources"] = source.get("resources", {})
+        out["resources"] = source.resources.model_dump(mode="json", exclude_unset=True)
         out["tags"] = ["eval"]
     problems = []
     if out["data"] is None:
         problems.append({"loc": ["data"], "msg": "no data: pass --data <source> (a file, dataset:<id> or builtin:<name>)"})
     if out["reward"] is None and "environment" not in options:
-        why = f"run {source['name']} has no reward to reuse" if source else "MODEL is not a run"
+        why = f"run {source.name} has no reward to reuse" if source else "MODEL is not a run"
         problems.append(
             {"loc": ["reward"], "msg": f"{why}: pass --reward builtin:<name> | model:<path> | python:<module:function>"}
         )
@@ -124,6 +125,13 @@ def evaluate(
             raise _invalid([{"loc": ["eval", "k"], "msg": f"--k {k!r}: comma-separated whole numbers, e.g. 1,4,8"}]) from None
     ref = parse_run_ref(model)
     source = state(ctx).client().run(ref[0])["spec"] if ref else None
+    from rlplane.spec import SpecError, parse_spec
+
+    if source is not None:
+        try:
+            source = parse_spec(source)  # the contract's RunSpec, as the API answers it (RunDetail.spec)
+        except SpecError as exc:
+            raise _invalid([{**e, "msg": f"run {ref[0]}'s spec: {e['msg']}"} for e in exc.errors]) from None
     options = {
         "samples": samples,
         "k": ks,
@@ -134,8 +142,6 @@ def evaluate(
         "gen": {"max_new_tokens": max_new_tokens, "temperature": temperature},
     }
     spec = eval_spec(model, source, name=name, project=project, data=data, reward=reward, eval=options)
-    from rlplane.spec import SpecError
-
     try:
         submission = prepare(None, spec, sets, None)
     except SpecError as exc:

@@ -13,6 +13,6 @@ export const ALGORITHM_TABLE = [
 ] as const;
 export const ALGORITHM_NAMES = ["sft", "reward", "dpo", "spin", "ppo", "grpo", "ilql", "eval", "generate", "command"] as const;
 /** The spec sections of the algorithms that generate while they train (their gen, environment). */
-export const ONLINE_SECTIONS: readonly string[] = ["ppo", "grpo"];
+export const ONLINE_SECTIONS = ["ppo", "grpo"] as const;
 /** The namespaces of the algorithms' own RL diagnostics (grpo/clipfrac). */
 export const RL_METRIC_PREFIXES: readonly string[] = ["spin", "ppo", "grpo"];

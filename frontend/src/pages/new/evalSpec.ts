@@ -14,14 +14,6 @@ export interface EvalDraft {
 // ONLINE_SECTIONS: an RL run's sections whose response length and stop strings its evaluation keeps, as `rlplane
 // eval` does: a shorter answer than the run was trained to give would be scored as a wrong one.
 
-function at(value: unknown, ...path: string[]): unknown {
-  for (const part of path) {
-    if (value == null || typeof value !== 'object') return undefined;
-    value = (value as Record<string, unknown>)[part];
-  }
-  return value;
-}
-
 /**
  * The eval template (examples/eval.yaml, comments kept) judging `model`; given the run it comes from, judged
  * on that run's data with its reward, context length, response length and resources, in its project, as
@@ -40,15 +32,15 @@ export function evalText(model: string, source?: EvalSource): EvalDraft {
   set(['project'], source.project);
   set(['description'], `evaluation of ${model} (${source.name})`);
   set(['tags'], ['eval']);
-  set(['model', 'max_seq_len'], at(spec, 'model', 'max_seq_len'));
+  set(['model', 'max_seq_len'], spec.model?.max_seq_len);
   set(['data'], spec.data);
   set(['reward'], spec.reward);
   set(['resources'], spec.resources);
-  const gen = ONLINE_SECTIONS.map((name) => at(spec, name, 'gen')).find((g) => g != null);
-  set(['eval', 'gen', 'max_new_tokens'], at(gen, 'max_new_tokens'));
-  const stop = at(gen, 'stop');
-  if (Array.isArray(stop) && stop.length) set(['eval', 'gen', 'stop'], stop);
-  const environment = ONLINE_SECTIONS.map((name) => at(spec, name, 'environment')).find((e) => e != null);
+  const online = ONLINE_SECTIONS.map((name) => spec[name]).find((section) => section != null);
+  set(['eval', 'gen', 'max_new_tokens'], online?.gen?.max_new_tokens);
+  const stop = online?.gen?.stop;
+  if (stop?.length) set(['eval', 'gen', 'stop'], stop);
+  const environment = online?.environment;
   if (environment != null) {
     set(['eval', 'environment'], environment);
     if (spec.reward == null) text = withValue(text, ['reward'], null); // the environment judges
