@@ -45,13 +45,13 @@ def _what_it_has(run_id: int, steps: list[int], exported: bool) -> str:
 
 def _not_data(parent: Run, reads: str | None) -> str | None:
     """Why data.source run:<id> cannot read `parent`'s output: it is no generate run, or writes other rows."""
-    spec = parent.spec or {}
-    if spec.get("algorithm") != "generate":
+    spec = parent.run_spec
+    if spec.algorithm != "generate" or spec.generate is None:
         return (
-            f"run {parent.id} is a {spec.get('algorithm')} run: it makes a model, not data; data.source run:<id> names a "
+            f"run {parent.id} is a {spec.algorithm} run: it makes a model, not data; data.source run:<id> names a "
             'generate run\'s dataset (docs/rl.md, "Constitutional AI")'
         )
-    wrote = GENERATED_ROWS.get((spec.get("generate") or {}).get("kind"))
+    wrote = GENERATED_ROWS.get(spec.generate.kind)
     if reads is not None and wrote != reads:
         return f"run {parent.id} writes {wrote} rows but this run reads {reads} rows; name a generate run of the other kind"
     return None
