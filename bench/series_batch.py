@@ -27,9 +27,10 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd() / "bench"))
 from dispatch import Up
+from fleet import key_names
 home, ids, repeats = Path(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
 compared = ids[:10] + ids[-10:]
-keys = ["reward/mean", "ppo/kl", "train/loss", *(f"layers/{i:04d}/grad_norm" for i in range(7))]
+keys = key_names(300, "reward/mean")[:10]
 asks = {
     "Compare's first chart: 24 whole series": ("post", "/compare/series", {"json": {"max_points": 1500, "series":
         [{"run_id": r, "key": "reward/mean"} for r in compared] + [{"run_id": r, "key": "ppo/kl"} for r in compared[:4]]}}),

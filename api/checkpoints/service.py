@@ -154,8 +154,11 @@ def judge_text(spec: RunSpec) -> str:
     environment = spec.eval.environment if spec.eval else None
     if environment is None:
         return reward_text(spec.reward) if spec.reward else "?"
-    named = {BuiltinEnvironment: "name", PythonEnvironment: "entrypoint"}.get(type(environment))
-    text = f"environment:{environment.kind}" + (f":{getattr(environment, named)}" if named else "")  # a URL may hold a token
+    match environment:
+        case BuiltinEnvironment(name=named) | PythonEnvironment(entrypoint=named):
+            text = f"environment:{environment.kind}:{named}"
+        case _:
+            text = f"environment:{environment.kind}"  # a service's URL may hold a token
     return text + (f" + {reward_text(spec.reward)}" if spec.reward else "")
 
 
