@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,8 +21,10 @@ from tests.harness.worker_stack import (
     alive,
     assert_gone_within,
     assert_metrics_once,
+    children,
     cmdline,
     logged_steps,
+    parent,
     trainer_pids,
 )
 from trainer_core.data import load_examples
@@ -65,7 +68,7 @@ def test_a_submitted_run_trains_on_a_worker_and_reports(stack: Stack) -> None:
 
 
 def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
-    stack.start_worker("w1")
+    worker = stack.start_worker("w1")
     run_id = stack.submit({**SPEC, "train": {**SPEC["train"], "steps": 100_000, "checkpoint_every": None}})
     stack.wait_status(run_id, {"running"})
     deadline = time.monotonic() + 120
@@ -73,6 +76,10 @@ def test_cancel_ends_the_process_tree_within_10_s(stack: Stack) -> None:
         time.sleep(0.3)
     trainers = trainer_pids(stack, run_id)
     assert trainers, "no trainer process found"
+    # A CPU run's trainer: forked from the worker's forkserver (worker/forks.py), itself the worker's child
+    [trainer] = trainers
+    forkserver = parent(trainer)
+    assert "-m trainer_core.forkserver" in cmdline(forkserver) and parent(forkserver) == worker.pid
     started = time.monotonic()
     assert stack.http.post(f"/runs/{run_id}/cancel").status_code == 200
     run = stack.wait_status(run_id, {"cancelled"}, timeout=10)
@@ -180,7 +187,11 @@ def test_an_async_run_survives_its_generator_and_its_worker_and_trains_every_pro
     while len(stack.run(run_id)["attempts"]) < 2 or (stack.run(run_id)["last_step"] or 0) < 160:
         assert time.monotonic() < deadline, stack.run(run_id)
         time.sleep(0.2)
+    trainers = trainer_pids(stack, run_id)  # the trainer, forked from w1's forkserver, and its generator's process
+    forkserver = {parent(pid) for pid in trainers} - set(trainers)
     os.killpg(first.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    assert_gone_within([*trainers, *forkserver], killed, 30, "their worker's death")  # SIGTERM, each from its parent's
     stack.start_worker("w2")
     run = stack.wait_status(run_id, {"succeeded", "failed"}, timeout=240)
     assert run["status"] == "succeeded", run["status_reason"]
@@ -254,3 +265,79 @@ def test_stopping_a_trainer_ends_ranks_in_sessions_of_their_own_even_stopped(tmp
     started = time.monotonic()
     trainer.kill_group(grace_s=1)
     assert_gone_within([trainer.process.pid, child], started, 8, "kill_group")
+
+
+def test_a_forked_trainer_trains_as_a_new_interpreter_does_and_goes_with_its_forkserver(tmp_path: Path) -> None:
+    """The worker's forkserver (worker/forks.py, trainer_core/forkserver.py) forks a CPU run's trainer: the same losses
+    bit for bit as a new interpreter's, a session of its own showing its own command line, the trainer's environment
+    read at run time (the fence's RLPLANE_ATTEMPT) and its exit codes as Popen's. A launch whose environment differs in
+    what imports read starts as a new interpreter. The forkserver killed ends its trainer (SIGTERM), and the worker's
+    later trainers start as new interpreters."""
+    from rlplane.layout import ATTEMPT_ENV, ATTEMPT_FILE
+    from rlplane.spec import dump_spec
+    from rlplane.status import EXIT_BAD_INPUT, EXIT_FENCED
+    from worker.forks import ForkedProcess, ForkServer
+    from worker.launcher import Trainer
+
+    def spec_file(name: str, **train: object) -> Path:
+        path = tmp_path / f"{name}.json"
+        spec = parse_spec({**SPEC, "train": {**SPEC["train"], "checkpoint_every": None, **train}})
+        path.write_text(json.dumps(dump_spec(spec)))
+        return path
+
+    short, endless = spec_file("short", steps=10), spec_file("endless", steps=100_000)
+    forks = ForkServer(sys.executable)
+
+    def train(out: str, spec: Path = short, env: dict[str, str] | None = None, forked: bool = True) -> tuple[Trainer, list[str]]:
+        lines: list[str] = []
+        command = [sys.executable, "-m", "trainer_core", "run", str(spec), "--out", str(tmp_path / out)]
+        env = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+        trainer = Trainer(command, tmp_path, lambda _rank, line: lines.append(line), env=env, forks=forks if forked else None)
+        return trainer, lines
+
+    def ended(trainer: Trainer, timeout: float = 120) -> int:
+        deadline = time.monotonic() + timeout
+        while (code := trainer.wait(1)) is None:
+            assert time.monotonic() < deadline, "the trainer did not end"
+        trainer.wait_output()
+        return code
+
+    def losses(out: str) -> list[float]:
+        rows = [json.loads(line) for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+        return [row["value"] for row in rows if row["key"] == "train/loss"]
+
+    try:
+        new, _ = train("new", forked=False)
+        forked, lines = train("forked")
+        assert isinstance(forked.process, ForkedProcess) and os.getsid(forked.process.pid) == forked.process.pid
+        shown = cmdline(forked.process.pid)
+        assert f"-m trainer_core run {short} --out {tmp_path / 'forked'}" in shown, shown
+        assert ended(new) == 0 and ended(forked) == 0, lines[-10:]
+        assert losses("forked") == losses("new") and len(losses("new")) == 2
+
+        (tmp_path / "fenced").mkdir()
+        (tmp_path / "fenced" / ATTEMPT_FILE).write_text("2")  # another attempt owns the directory: this one (1) stops
+        fenced, lines = train("fenced", env={ATTEMPT_ENV: "1"})
+        assert isinstance(fenced.process, ForkedProcess) and ended(fenced) == EXIT_FENCED, lines[-10:]
+        (refused_spec := tmp_path / "refused.json").write_text(json.dumps({**SPEC, "train": {**SPEC["train"], "steps": 0}}))
+        refused, lines = train("refused", spec=refused_spec)
+        assert ended(refused) == EXIT_BAD_INPUT and any("train.steps" in line for line in lines), lines
+        threads, _ = train("threads", spec=endless, env={"OMP_NUM_THREADS": "2"})  # read as libgomp loads: not forked
+        assert isinstance(threads.process, subprocess.Popen)
+        threads.kill_group(grace_s=1)
+
+        running, lines = train("running", spec=endless)
+        deadline = time.monotonic() + 60
+        while not any(line.startswith("step ") for line in lines):
+            assert time.monotonic() < deadline and running.poll() is None, lines[-10:]
+            time.sleep(0.1)
+        [server] = [pid for pid in children(os.getpid()) if "trainer_core.forkserver" in cmdline(pid)]
+        os.kill(server, signal.SIGKILL)
+        killed = time.monotonic()
+        assert ended(running, timeout=30) == -signal.SIGTERM
+        assert_gone_within([running.process.pid, server], killed, 30, "the forkserver's death")
+        later, _ = train("later", spec=endless)
+        assert isinstance(later.process, subprocess.Popen)
+        later.kill_group(grace_s=1)
+    finally:
+        forks.close()

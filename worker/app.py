@@ -21,6 +21,7 @@ from kombu import Exchange, Queue
 from rlplane.wire import LAUNCH_TASK, NODE_TASK, node_queue
 from rlplane.wire import Heartbeat as HeartbeatRecord
 from worker.client import WorkerApi
+from worker.forks import ForkServer
 from worker.prometheus import WorkerMetrics
 from worker.settings import WorkerSettings
 from worker.supervise import Holding, supervise, supervise_node
@@ -43,10 +44,12 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
     holding = Holding()
     metrics = metrics or WorkerMetrics()
     heartbeat = Heartbeat(settings, client, holding, metrics)
+    # A pilot (once) serves one attempt: a forkserver would import the stack for one trainer, as that trainer would.
+    forks = ForkServer(settings.python) if settings.fork_trainers and not settings.once else None
 
     @app.task(name=LAUNCH_TASK)
     def launch(run_id: int) -> str:
-        result = supervise(settings, client, holding, int(run_id))
+        result = supervise(settings, client, holding, int(run_id), forks)
         metrics.attempts.labels(result).inc()
         _served(result)
         return result
@@ -81,6 +84,8 @@ def make_app(settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> 
     @signals.worker_shutdown.connect(weak=False)
     def _stop_heartbeat(**_: object) -> None:
         heartbeat.stop()
+        if forks is not None:
+            forks.close()
 
     return app
 

@@ -41,6 +41,7 @@ from rlplane.wire import NodeEnd, StatusUpdate
 from worker.artifacts import Damaged, WorkerArtifacts
 from worker.client import Superseded, WorkerApi
 from worker.command import CommandError, command_argv, command_cwd, command_env
+from worker.forks import ForkServer
 from worker.forward import Forwarder
 from worker.holding import Holding
 from worker.launcher import NodePlace, Trainer, processes_per_node, trainer_command
@@ -66,7 +67,8 @@ class Unstarted(Exception):
 class Attempt:
     """Attempt `number` of run `run_id` on this worker: its only worker's, or one node's of a gang (`place`).
     `registered`: a gang's newest registered checkpoint (the API's word, the same for every node); `env`: for the
-    trainer, beside what every trainer is told."""
+    trainer, beside what every trainer is told; `forks`: the worker's forkserver, which starts a CPU run's one trainer
+    process (worker/forks.py)."""
 
     def __init__(
         self,
@@ -79,8 +81,9 @@ class Attempt:
         place: NodePlace | None,
         registered: int | None = None,
         env: dict[str, str] | None = None,
+        forks: ForkServer | None = None,
     ) -> None:
-        self.settings, self.client, self.holding = settings, client, holding
+        self.settings, self.client, self.holding, self.forks = settings, client, holding, forks
         self.run_id, self.number, self.spec, self.place = run_id, number, spec, place
         self.registered, self.env = registered, env or {}
         self.reports = place is None or place.node_rank == 0  # who reports the run: its only worker, or node 0
@@ -175,6 +178,7 @@ class Attempt:
         settings, spec, place, out_dir = self.settings, self.spec, self.place, self.out_dir
         logger.info("run=%d %s: starting its trainer", self.run_id, self.where)
         first_rank = place.node_rank * processes_per_node(spec) if place else 0
+        forks = None
         if spec.command is not None:
             try:
                 cwd = command_cwd(spec, out_dir, self.artifacts.local_root)
@@ -187,11 +191,13 @@ class Attempt:
             cwd, base_env = out_dir, None
             command = trainer_command(settings.python, spec, self.spec_path, out_dir, resume_from, place)
             env = {**self.artifacts.trainer_env(), ATTEMPT_ENV: str(self.number), **self.env}
+            if place is None and processes_per_node(spec) == 1 and not spec.resources.gpus:
+                forks = self.forks  # a CPU run's one process: a process that forks must not have touched CUDA
         if self.per_node:
             env = {**env, RUN_DIR_PER_NODE_ENV: "1"}
         if place is not None:  # torchrun prefixes lines with the local rank unless told: a gang's logs need the global one
             env = {**env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
-        return Trainer(command, cwd, self.forwarder.add_line, env=env, first_rank=first_rank, base_env=base_env)
+        return Trainer(command, cwd, self.forwarder.add_line, env=env, first_rank=first_rank, base_env=base_env, forks=forks)
 
     def supervise(self, trainer: Trainer) -> str:
         """Watch the trainer to its end (worker/watch.py), which settles the attempt (worker/settle.py)."""

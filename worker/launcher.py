@@ -1,4 +1,5 @@
-"""The trainer as a child process group: one `python -m trainer_core run`, or torchrun for several ranks.
+"""The trainer as a child process group: one `python -m trainer_core run` (a CPU run's forked from the worker's
+forkserver, worker/forks.py), or torchrun for several ranks.
 
 The group is a new session, so cancel and hang handling end every rank and whatever they started
 (data loader workers, compile helpers) with one signal, and the Celery process never trains.
@@ -7,6 +8,7 @@ The group is a new session, so cancel and hang handling end every rank and whate
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import select
@@ -22,6 +24,9 @@ from pathlib import Path
 
 from rlplane.ports import free_port
 from rlplane.spec import RunSpec
+from worker.forks import ForkedProcess, ForkServer, NotForkable
+
+logger = logging.getLogger("rlplane.worker")
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 
@@ -103,17 +108,20 @@ class Trainer:
         env: dict[str, str] | None = None,
         first_rank: int = 0,
         base_env: dict[str, str] | None = None,
+        forks: ForkServer | None = None,
     ):
         """`first_rank`: the global rank of this node's first process, whose lines are those without a rank.
-        `base_env`: the environment `env` is added to (default: the worker's own)."""
+        `base_env`: the environment `env` is added to (default: the worker's own). `forks`: the worker's forkserver,
+        where this trainer may be forked from it (a CPU run's one process); a new interpreter where it cannot be."""
         self.tail: deque[str] = deque(maxlen=30)  # for the failure reason
         self.first_rank = first_rank
         # When its exit was first seen (wait wakes at the exit): a gang's nodes say which trainer ended first
         self.exited_at: datetime | None = None
-        self.process = subprocess.Popen(
+        env = {**(os.environ if base_env is None else base_env), "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.process: subprocess.Popen | ForkedProcess = self._forked(forks, command, cwd, env) or subprocess.Popen(
             command,
             cwd=cwd,
-            env={**(os.environ if base_env is None else base_env), "PYTHONUNBUFFERED": "1", **(env or {})},
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -122,6 +130,18 @@ class Trainer:
         )
         self._reader = threading.Thread(target=self._read, args=(on_line,), name="trainer-output", daemon=True)
         self._reader.start()
+
+    @staticmethod
+    def _forked(forks: ForkServer | None, command: list[str], cwd: Path, env: dict[str, str]) -> ForkedProcess | None:
+        if forks is None:
+            return None
+        try:
+            forked = forks.start(command, cwd, env)
+        except NotForkable as exc:
+            logger.info("trainer started as a new interpreter: %s", exc)
+            return None
+        logger.info("trainer %d forked from the forkserver", forked.pid)
+        return forked
 
     def _read(self, on_line: Callable[[int, str], None]) -> None:
         assert self.process.stdout is not None
@@ -139,6 +159,9 @@ class Trainer:
     def wait(self, timeout: float) -> int | None:
         """The exit code once the trainer exits, or None after `timeout` seconds: wakes at the exit, not a tick
         later (Popen.wait's own timeout polls every 50 ms, which a worker would pay for the whole run)."""
+        if isinstance(self.process, ForkedProcess):  # not this process's child: its forkserver reports the exit
+            self.process.wait_exit(timeout)
+            return self.poll()
         try:
             pidfd = os.pidfd_open(self.process.pid)
         except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3), or the process is already reaped

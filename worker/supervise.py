@@ -34,6 +34,7 @@ from rlplane.spec import RunSpec
 from rlplane.wire import NodeEnd, NodeJoin, Rendezvous
 from worker.attempt import Attempt
 from worker.client import LeaseRefused, WorkerApi
+from worker.forks import ForkServer
 from worker.forward import Forwarder
 from worker.holding import Holding
 from worker.launcher import NodePlace, Trainer, generator_command, processes_per_node
@@ -47,8 +48,8 @@ logger = logging.getLogger("rlplane.worker")
 RENDEZVOUS_WAIT_S = 120  # how long a node waits for node 0 to publish the rendezvous
 
 
-def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int) -> str:
-    """Run one attempt of `run_id`; returns how it ended (for logs and tests)."""
+def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run_id: int, forks: ForkServer | None = None) -> str:
+    """Run one attempt of `run_id`; returns how it ended (for logs and tests). `forks`: the worker's forkserver."""
     if holding.stopping:
         # A message taken while shutting down (the hand-back's own requeue, say): leasing would start an attempt only
         # to hand it back at once. The API sends a queued run again (the reconciler), to a worker that stays.
@@ -59,7 +60,7 @@ def supervise(settings: WorkerSettings, client: WorkerApi, holding: Holding, run
     except LeaseRefused as exc:
         logger.info("run=%d not leased (%s): a duplicate or stale message, ignored", run_id, exc)
         return "ignored"
-    return Attempt(settings, client, holding, run_id, lease.attempt, lease.run.spec, place=None).run()
+    return Attempt(settings, client, holding, run_id, lease.attempt, lease.run.spec, place=None, forks=forks).run()
 
 
 def supervise_node(

@@ -167,6 +167,14 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in out.split()]
 
 
+def parent(pid: int) -> int | None:
+    """The process that started `pid` (its parent, where it is still there)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return None
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
