@@ -1,6 +1,6 @@
 """`python -m trainer_core.forkserver`: trainer processes forked from one that imported the training stack once.
 
-A trainer that starts as a new interpreter spends about 5 s of CPU importing torch and transformers (whose model code
+A trainer that starts as a new interpreter spends 3-5 s of CPU importing torch and transformers (whose model code
 brings in DTensor, distributed checkpointing and dynamo) before its first step. A worker that runs many short CPU runs
 (evaluations, small sweeps, `rlplane up` on a laptop) starts each that much sooner by asking this process, which its
 worker starts on first use (worker/forks.py), to fork one. The child becomes what `python -m trainer_core run ...`

@@ -1,5 +1,5 @@
 """The worker's end of trainer_core/forkserver.py: a CPU run's one trainer process forked from a process that imported
-the training stack once, about 5 s of CPU sooner than a new interpreter.
+the training stack once: its first step about 3 s sooner than a new interpreter's (bench/trainer_start.py).
 
 The forkserver starts on the first launch that may use it and lives as long as the worker (SIGTERM when the worker
 dies, and its trainers with it). A launch it cannot serve starts as a new interpreter, as every other trainer does:

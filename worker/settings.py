@@ -89,7 +89,7 @@ class WorkerSettings(BaseSettings):
     fork_trainers: bool = Field(
         default=True,
         description="Fork a CPU run's one trainer process from a process that imported the training stack once "
-        "(worker/forks.py), about 5 s of CPU sooner than a new interpreter; false: a new interpreter for each",
+        "(worker/forks.py), its first step about 3 s sooner than a new interpreter's; false: a new interpreter for each",
     )
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="Serve Prometheus metrics (GET /metrics) on this port; default: off"
