@@ -22,7 +22,10 @@ $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q -e ".[api,train]"
 	touch $(RUN_STAMP)
 
-$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+# With DeepSpeed's CPU ops compiled in, from a wheel built once per machine (scripts/deepspeed-wheel.sh; it needs
+# libaio's headers): a fresh clone's trainers load them at once.
+$(DEV_STAMP): pyproject.toml scripts/deepspeed-wheel.sh | $(VENV)/bin/python test-system-packages
+	$(VENV)/bin/python -m pip install -q --no-deps --force-reinstall "$$(scripts/deepspeed-wheel.sh $(VENV)/bin/python)"
 	$(VENV)/bin/python -m pip install -q -e ".[dev]"
 	touch $(DEV_STAMP)
 
@@ -52,10 +55,10 @@ up: $(RUN_STAMP) $(if $(wildcard frontend/package.json),$(DASHBOARD))
 	$(VENV)/bin/rlplane up --port $(PORT)
 
 ## make test: run the whole test suite (Postgres and Redis: those on 127.0.0.1:5432 and 6379, else throwaway ones)
-# On both cores (pytest-xdist; tests/conftest.py groups the modules). DeepSpeed's compiled ops are cached
-# outside the checkout, so a fresh clone at the same path does not build them again. The build records the
-# absolute paths of the venv's DeepSpeed sources, so each checkout path has its own cache (two checkouts sharing
-# one would rebuild it in turn).
+# On both cores (pytest-xdist; tests/conftest.py groups the modules). DeepSpeed's ops come compiled in the venv's
+# DeepSpeed (DEV_STAMP); where they do not (a venv installed otherwise), they compile on first use into this cache,
+# outside the checkout. That build records the absolute paths of the venv's DeepSpeed sources, so each checkout path
+# has its own cache (two checkouts sharing one would rebuild it in turn).
 TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/rlplane/torch_extensions/$(shell printf %s "$(CURDIR)" | sha256sum | cut -c1-12)
 export TORCH_EXTENSIONS_DIR
 test:
@@ -67,8 +70,8 @@ test:
 .PHONY: test-prerequisites
 test-prerequisites: $(DEV_STAMP) test-services test-system-packages deepspeed-ops $(if $(wildcard frontend/package.json),$(DASHBOARD)) $(HELM)
 
-# DeepSpeed's CPU ops, built before any test launches a trainer (tests/harness/deepspeed_ops.py): seconds when
-# the cache above has them, minutes on a cold machine.
+# DeepSpeed's CPU ops, loaded (built, where the venv's DeepSpeed lacks them) before any test launches a trainer
+# (tests/harness/deepspeed_ops.py): seconds with the ops compiled in or cached, minutes otherwise.
 .PHONY: deepspeed-ops
 deepspeed-ops: $(DEV_STAMP) test-system-packages
 	$(VENV)/bin/python -m tests.harness.deepspeed_ops

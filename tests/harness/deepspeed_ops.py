@@ -1,11 +1,11 @@
-"""Build DeepSpeed's CPU ops that the tests' trainers load, before any test starts one.
+"""Load DeepSpeed's CPU ops that the tests' trainers use, before any test starts one.
 
-`make test` runs this first (`python -m tests.harness.deepspeed_ops`). The ops are JIT-compiled into
-TORCH_EXTENSIONS_DIR, which lies outside the checkout (one directory per checkout path: the build records the
-venv's absolute paths), so a fresh clone at the same path finds them built and this takes seconds. Cold, async_io
-alone is a dozen C++ files against torch's headers: minutes on 2 cores, and longer than a trainer launch's time
-limit when the other test worker shares the cores. Built here, on a quiet machine, a launch's time is its training
-and nothing else, whether the cache was warm or not.
+`make test` runs this first (`python -m tests.harness.deepspeed_ops`). Its venv's DeepSpeed has them compiled in
+(scripts/deepspeed-wheel.sh: a wheel built once per machine), so this takes seconds and checks that they load. A venv
+whose DeepSpeed lacks them (installed otherwise) JIT-compiles them here into TORCH_EXTENSIONS_DIR, which lies outside
+the checkout (one directory per checkout path: the build records the venv's absolute paths). Cold, async_io alone is
+a dozen C++ files against torch's headers: minutes on 2 cores, and longer than a trainer launch's time limit when the
+other test worker shares the cores. Built here, on a quiet machine, a launch's time is its training and nothing else.
 """
 
 from __future__ import annotations
