@@ -1,5 +1,6 @@
 """`rlplane`: a client of the rlplane API (submit, runs, logs, ...) and the server commands (up, api, worker)."""
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -161,6 +162,9 @@ def worker(
 
     from rlplane.env_settings import settings_problems
 
+    # Celery retitles its process when setproctitle is importable (the trainers' forkserver uses it): the worker keeps
+    # the command line it was started with, by which `ps` and pgrep find it. Read as celery.platforms is imported.
+    os.environ.setdefault("NOSETPS", "1")
     with needs_extra("worker", "worker"):
         from worker.app import run_worker
         from worker.client import TokenRefused, WorkerApi

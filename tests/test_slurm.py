@@ -239,9 +239,10 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     it (--requeue), the attempt is lost, and once the node is back the same job's new workers resume the run from its
     last checkpoint: it succeeds with every step logged once."""
     longer = spec("slurm-node-down", 2, 1)
-    longer["train"] |= {"steps": 300, "log_every": 10, "checkpoint_every": 50, "eval_every": None}
+    # Long enough that Slurm's kill comes before the end: 300 steps once ended in 13 s, the node's kill after it.
+    longer["train"] |= {"steps": 500, "log_every": 10, "checkpoint_every": 50, "eval_every": None}
     run_id = stack.submit(longer)
-    stack.wait_step(run_id, 80, timeout=180)
+    stack.wait_step(run_id, 60, timeout=180)
     slurm(cluster, "scontrol", "update", "nodename=n2", "state=down", "reason=rlplane-test")
     try:
         deadline = time.monotonic() + 90
@@ -280,7 +281,7 @@ def test_a_node_set_down_mid_run_is_requeued_and_the_run_resumes_every_step_once
     logs = [line["text"] for line in stack.http.get(f"/runs/{run_id}/logs", params={"limit": 5000}).json()["data"]]
     assert any("resumed from" in text for text in logs), "the requeued job did not resume from a checkpoint"
     steps = sorted(stack.losses(run_id))
-    assert steps == list(range(10, 301, 10)), steps  # each step once, across the two attempts
+    assert steps == list(range(10, 501, 10)), steps  # each step once, across the two attempts
 
 
 def test_a_preempted_job_and_one_at_its_time_limit_hand_the_run_back_and_the_next_job_resumes(

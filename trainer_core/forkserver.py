@@ -14,8 +14,8 @@ environment is read once, here: the worker forks only where the trainer's enviro
 variables read at run time (RLPLANE_*), and starts a new interpreter otherwise.
 
 Protocol: a Unix SOCK_SEQPACKET socket on this process's stdin, one JSON object a message. The worker sends
-{"id", "argv", "cwd", "env"} (argv as after `python`: `-m module args...`) with the write end of the trainer's output
-pipe attached (SCM_RIGHTS); this process answers {"ready": true} once its imports are done, {"id", "pid"} once the
+{"id", "argv", "cwd", "env"} (argv as after `python`: `-m trainer_core args...`) with the write end of the trainer's
+output pipe attached (SCM_RIGHTS); this process answers {"ready": true} once its imports are done, {"id", "pid"} once the
 child is set up as its trainer (its session, output, environment and command line), and {"id", "code"} when it exits
 (as Popen's returncode: negative for a signal). The worker closing its end ends every child this process started,
 then the process itself.
@@ -127,14 +127,10 @@ def _become_trainer(request: dict, output: int, started: int, server: int, chann
     os.write(started, b"s")  # the worker may look for it now
     os.close(started)
 
-    def run() -> None:
+    def run() -> None:  # argv: `-m module args...`, the only command the worker forks
         sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
-        if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file in argv[0]
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = list(argv)
-            runpy.run_path(argv[0], run_name="__main__")
+        sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file in argv[0]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
 
     return run
 

@@ -149,7 +149,10 @@ class ForkServer:
         with self._lock:
             self._broken = self._broken or why
             if self._channel is not None:
-                self._channel.shutdown(socket.SHUT_RDWR)
+                try:
+                    self._channel.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the forkserver is gone already
+                    pass
             self._stop_process()
 
     def _stop_process(self) -> None:
