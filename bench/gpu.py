@@ -56,7 +56,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from backends import failure, mfu, peak_tflops, sized_llama  # noqa: E402  (the backends bench's model and MFU)
 
-from worker.launcher import signal_on_parent_death, stop_tree  # noqa: E402  (the worker's: no run outlives the bench)
+from rlplane.processes import signal_on_parent_death  # noqa: E402
+from worker.launcher import stop_tree  # noqa: E402  (the worker's: no run outlives the bench)
 
 TRL_SIDE = ROOT / "bench" / "trainersbench" / "trl_side.py"
 BACKENDS = {

@@ -20,7 +20,7 @@ from api.migrate import upgrade_to_head
 from api.settings import Settings
 from rlplane.config import local_server, local_url
 from rlplane.env_settings import settings_problems
-from worker.launcher import signal_on_parent_death
+from rlplane.processes import signal_on_parent_death
 
 
 def prepare(settings: Settings) -> None:

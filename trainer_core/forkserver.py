@@ -23,7 +23,6 @@ then the process itself.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import runpy
@@ -35,6 +34,7 @@ import threading
 from collections.abc import Callable
 
 from rlplane.forking import MAX_MESSAGE
+from rlplane.processes import signal_on_parent_death
 
 
 def _preload() -> None:
@@ -54,13 +54,6 @@ def _preload() -> None:
     for algorithm in TABLE:
         if algorithm.recipe is not None:
             importlib.import_module(f"trainer_core.recipes.{algorithm.recipe}")
-
-
-def _arm_parent_death() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _send(channel: socket.socket, message: dict) -> None:
@@ -109,7 +102,7 @@ def serve(channel: socket.socket) -> Callable[[], None] | None:
 def _become_trainer(request: dict, output: int, started: int, server: int, channel: socket.socket) -> Callable[[], None]:
     """In the forked child: its own session, armed for its parent's death, its output on the worker's pipe."""
     os.setsid()
-    _arm_parent_death()
+    signal_on_parent_death(signal.SIGTERM)()
     if os.getppid() != server:  # the server died before the arming: so must this process
         os._exit(128 + signal.SIGTERM)
     channel.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from rlplane.forking import FORKSERVER_MODULE, MAX_MESSAGE, READ_AT_RUN_TIME
+from rlplane.processes import signal_on_parent_death
 
 logger = logging.getLogger("rlplane.worker")
 
@@ -103,8 +104,6 @@ class ForkServer:
             return self._channel
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._env = {k: v for k, v in env.items() if not k.startswith(READ_AT_RUN_TIME)}
-        from worker.launcher import signal_on_parent_death  # (the launcher imports this module)
-
         try:
             self._process = subprocess.Popen(
                 [self.python, "-m", FORKSERVER_MODULE], stdin=theirs, env=self._env, start_new_session=True,

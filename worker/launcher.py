@@ -7,7 +7,6 @@ The group is a new session, so cancel and hang handling end every rank and whate
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlplane.ports import free_port
+from rlplane.processes import signal_on_parent_death
 from rlplane.spec import RunSpec
 from worker.forks import ForkedProcess, ForkServer, NotForkable
 
@@ -256,19 +256,6 @@ def _signal(pgid: int, tree: set[tuple[int, int]], sig: signal.Signals) -> bool:
             except ProcessLookupError:
                 pass
     return sent
-
-
-def signal_on_parent_death(sig: signal.Signals) -> Callable[[], None]:
-    """A preexec_fn: the child gets `sig` when its parent dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG), so nothing
-    it starts is orphaned. Elsewhere a no-op (the API's lost-run handling remains)."""
-
-    def arm() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-    return arm
 
 
 # A trainer: SIGTERM when its worker dies (torchrun passes the SIGTERM on to its ranks).
